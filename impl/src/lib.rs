@@ -1,0 +1,7 @@
+//! `workrail`: the production WorkRail v2 system.
+//!
+//! Compiler, engine, durable store, tokens, protocol use-cases, the MCP server and the CLI, all
+//! built on the canonical types of `workrail-spec`. Side effects (filesystem, locks, clock,
+//! entropy, keyring) sit behind traits so tests can inject faults and determinism.
+
+#![forbid(unsafe_code)]

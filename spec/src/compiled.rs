@@ -1,0 +1,474 @@
+//! `CompiledWorkflowSnapshotV1`: the fully expanded workflow a run is pinned to (locks §5).
+//!
+//! `workflowHash = sha256(JCS(compiled))`. The snapshot holds everything execution needs
+//! (rendered prompts, resolved contract schemas, conditions, loops) and nothing §5 excludes
+//! (no tokens, no session/run/node ids, no timestamps, no environment observations). Ordering is
+//! normalized by the compiler and checked here: features by `featureId`, contracts by
+//! `contractRef`, conditions by `conditionId`, loops by `loopId`; loop bodies keep authored order.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::artifact::{self, ArtifactError, ArtifactKind};
+use crate::closed::{
+    Autonomy, Capability, CapabilityRequirement, LoopDecision, RiskPolicy, StepSource, closed_set,
+};
+use crate::ids::{ConditionId, LoopId, Sha256Digest, StepId, WorkflowHash, WorkflowId};
+use crate::jcs::{JcsError, jcs_digest};
+use crate::manifest::tagged_object_schema;
+
+/// The only compiled snapshot schema version this build reads and writes.
+pub const COMPILED_WORKFLOW_SCHEMA_VERSION: u64 = 1;
+
+const COMPILED: ArtifactKind = ArtifactKind::CompiledWorkflow;
+
+/// Workflow recommendations (locks §5): pinned, never hard blocks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Recommendations {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_autonomy: Option<Autonomy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_risk_policy: Option<RiskPolicy>,
+}
+
+/// A resolved feature and its (canonical, validated) config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledFeature {
+    pub feature_id: String,
+    /// `{}` for toggle-only features.
+    pub config: Value,
+}
+
+/// A resolved contract pack, embedded so the run stays deterministic if packs evolve.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledContract {
+    pub contract_ref: String,
+    /// The artifact `kind` the pack validates (e.g. `wr.loop_control`).
+    pub artifact_kind: String,
+    /// JSON Schema of the artifact, as typed canonical data (hashed through JCS).
+    pub schema: Value,
+    /// A minimal valid example returned in blocked responses.
+    pub example: Value,
+}
+
+/// Where a compiled step came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepProvenance {
+    pub source: StepSource,
+    /// The template or feature id that injected the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_id: Option<String>,
+}
+
+/// Provenance of one embedded `wr.refs.*` snippet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RefProvenance {
+    pub ref_id: String,
+    pub ref_content_hash: Sha256Digest,
+    pub bytes: u64,
+}
+
+/// The resolved prompt blocks (refs embedded as text).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedPromptBlocks {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procedure: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub output_required: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<String>,
+}
+
+/// A step's output requirement.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepOutputSpec {
+    /// A `wr.contracts.*` pack present in `contracts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_ref: Option<String>,
+    /// Non-enforced guidance.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hints: BTreeMap<String, String>,
+}
+
+/// A fully expanded step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledStep {
+    pub step_id: StepId,
+    pub title: String,
+    pub require_confirmation: bool,
+    /// The effective role (step-level overrides workflow-level).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_blocks: Option<ResolvedPromptBlocks>,
+    /// The deterministic, text-first `pending.prompt`.
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<StepOutputSpec>,
+    pub provenance: StepProvenance,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected_refs: Vec<RefProvenance>,
+}
+
+/// One item of an execution sequence: a step, or a loop.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum SequenceItem {
+    Step { step_id: StepId },
+    Loop { loop_id: LoopId },
+}
+
+/// A resolved condition (closed set of kinds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum CompiledCondition {
+    AlwaysTrue {
+        condition_id: ConditionId,
+    },
+    AlwaysFalse {
+        condition_id: ConditionId,
+    },
+    /// Continue while the latest validated `wr.loop_control` decision equals `continueWhen`.
+    LoopControl {
+        condition_id: ConditionId,
+        continue_when: LoopDecision,
+    },
+}
+
+impl CompiledCondition {
+    pub fn condition_id(&self) -> &ConditionId {
+        match self {
+            Self::AlwaysTrue { condition_id }
+            | Self::AlwaysFalse { condition_id }
+            | Self::LoopControl { condition_id, .. } => condition_id,
+        }
+    }
+}
+
+/// `while: {kind: "condition_ref", conditionId}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LoopWhile {
+    #[serde(rename_all = "camelCase")]
+    ConditionRef { condition_id: ConditionId },
+}
+
+/// A resolved loop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledLoop {
+    pub loop_id: LoopId,
+    #[serde(rename = "while")]
+    pub while_: LoopWhile,
+    /// A count of allowed iterations (0-based iterations `0..maxIterations`); at least 1.
+    pub max_iterations: u32,
+    /// Authoritative order; the index is the `bodyIndex`.
+    pub body: Vec<SequenceItem>,
+}
+
+closed_set!(
+    /// Compiler warnings (closed set; no timestamps).
+    CompiledWarningCode {
+        /// The workflow uses a legacy (dot-free) id; a namespaced id is suggested.
+        LegacyWorkflowId = "legacy_workflow_id",
+        /// A declared condition is referenced by no loop.
+        UnusedCondition = "unused_condition",
+        /// A probe step was injected for a required capability.
+        CapabilityProbeInjected = "capability_probe_injected",
+    }
+);
+
+/// A structured compiler warning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledWarning {
+    pub code: CompiledWarningCode,
+    pub message: String,
+    /// JSON pointer into the source workflow, when the warning concerns one field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
+}
+
+/// The compiled workflow snapshot, schema version 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledWorkflowSnapshotV1 {
+    pub body: CompiledWorkflowBody,
+}
+
+/// The fields of a compiled snapshot (everything but `schemaVersion`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledWorkflowBody {
+    pub workflow_id: WorkflowId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_role: Option<String>,
+    pub recommendations: Recommendations,
+    pub capabilities: BTreeMap<Capability, CapabilityRequirement>,
+    pub features: Vec<CompiledFeature>,
+    pub contracts: Vec<CompiledContract>,
+    pub steps: Vec<CompiledStep>,
+    /// The top-level execution order.
+    pub sequence: Vec<SequenceItem>,
+    pub conditions: Vec<CompiledCondition>,
+    pub loops: Vec<CompiledLoop>,
+    pub compiled_warnings: Vec<CompiledWarning>,
+}
+
+impl CompiledWorkflowSnapshotV1 {
+    /// Validates the structural invariants and wraps the body.
+    pub fn new(body: CompiledWorkflowBody) -> Result<Self, ArtifactError> {
+        check_body(&body)?;
+        Ok(Self { body })
+    }
+
+    /// `workflowHash = sha256(JCS(compiled))` (locks §5).
+    pub fn workflow_hash(&self) -> Result<WorkflowHash, JcsError> {
+        jcs_digest(self).map(|(digest, _)| WorkflowHash::from_digest(digest))
+    }
+
+    pub fn step(&self, step_id: &StepId) -> Option<&CompiledStep> {
+        self.body.steps.iter().find(|s| &s.step_id == step_id)
+    }
+
+    pub fn loop_def(&self, loop_id: &LoopId) -> Option<&CompiledLoop> {
+        self.body
+            .loops
+            .binary_search_by(|l| l.loop_id.cmp(loop_id))
+            .ok()
+            .map(|i| &self.body.loops[i])
+    }
+
+    pub fn condition(&self, id: &ConditionId) -> Option<&CompiledCondition> {
+        self.body.conditions.iter().find(|c| c.condition_id() == id)
+    }
+
+    pub fn contract(&self, contract_ref: &str) -> Option<&CompiledContract> {
+        self.body
+            .contracts
+            .iter()
+            .find(|c| c.contract_ref == contract_ref)
+    }
+
+    pub fn from_json_str(text: &str) -> Result<Self, ArtifactError> {
+        Self::from_value(artifact::parse_value(COMPILED, text)?)
+    }
+
+    pub fn from_value(value: Value) -> Result<Self, ArtifactError> {
+        let mut map = artifact::into_object(COMPILED, value)?;
+        artifact::take_version(
+            COMPILED,
+            &mut map,
+            "schemaVersion",
+            COMPILED_WORKFLOW_SCHEMA_VERSION,
+        )?;
+        let body = artifact::from_value(COMPILED, "compiled workflow", Value::Object(map))?;
+        Self::new(body)
+    }
+
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        let mut map = artifact::to_object(&self.body)?;
+        map.insert(
+            "schemaVersion".into(),
+            COMPILED_WORKFLOW_SCHEMA_VERSION.into(),
+        );
+        Ok(Value::Object(map))
+    }
+}
+
+artifact::artifact_serde!(CompiledWorkflowSnapshotV1);
+
+impl JsonSchema for CompiledWorkflowSnapshotV1 {
+    fn schema_name() -> Cow<'static, str> {
+        Cow::Borrowed("CompiledWorkflowSnapshotV1")
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        tagged_object_schema(
+            CompiledWorkflowBody::json_schema(generator),
+            "schemaVersion",
+            COMPILED_WORKFLOW_SCHEMA_VERSION,
+            None,
+        )
+    }
+}
+
+fn invariant(rule: &'static str, detail: impl ToString) -> ArtifactError {
+    ArtifactError::invariant(COMPILED, rule, detail)
+}
+
+fn strictly_sorted<T, K: Ord>(items: &[T], key: impl Fn(&T) -> K) -> bool {
+    items.windows(2).all(|w| key(&w[0]) < key(&w[1]))
+}
+
+fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
+    if !strictly_sorted(&body.features, |f| f.feature_id.clone()) {
+        return Err(invariant(
+            "features deduped and sorted by featureId",
+            "features are not strictly ascending by featureId",
+        ));
+    }
+    if !strictly_sorted(&body.contracts, |c| c.contract_ref.clone()) {
+        return Err(invariant(
+            "contracts deduped and sorted by contractRef",
+            "contracts are not strictly ascending by contractRef",
+        ));
+    }
+    if !strictly_sorted(&body.conditions, |c| c.condition_id().clone()) {
+        return Err(invariant(
+            "conditions sorted by conditionId",
+            "conditions are not strictly ascending by conditionId",
+        ));
+    }
+    if !strictly_sorted(&body.loops, |l| l.loop_id.clone()) {
+        return Err(invariant(
+            "loops sorted by loopId",
+            "loops are not strictly ascending by loopId",
+        ));
+    }
+    let mut step_ids = BTreeSet::new();
+    for step in &body.steps {
+        if !step_ids.insert(&step.step_id) {
+            return Err(invariant(
+                "step ids unique",
+                format!("step {} appears twice", step.step_id),
+            ));
+        }
+        if let Some(contract_ref) = step.output.as_ref().and_then(|o| o.contract_ref.as_ref())
+            && !body.contracts.iter().any(|c| &c.contract_ref == contract_ref)
+        {
+            return Err(invariant(
+                "step contractRef resolved",
+                format!(
+                    "step {} references contract {contract_ref} that is not embedded",
+                    step.step_id
+                ),
+            ));
+        }
+    }
+    for l in &body.loops {
+        if l.max_iterations == 0 {
+            return Err(invariant(
+                "maxIterations is at least 1",
+                format!("loop {} has maxIterations 0", l.loop_id),
+            ));
+        }
+        if l.body.is_empty() {
+            return Err(invariant(
+                "loop body non-empty",
+                format!("loop {} has an empty body", l.loop_id),
+            ));
+        }
+        let LoopWhile::ConditionRef { condition_id } = &l.while_;
+        if !body.conditions.iter().any(|c| c.condition_id() == condition_id) {
+            return Err(invariant(
+                "loop condition resolved",
+                format!("loop {} references unknown condition {condition_id}", l.loop_id),
+            ));
+        }
+    }
+    // Every step and every loop appears exactly once across the sequence and the loop bodies:
+    // StepInstanceKeys stay unique and every loop has one place.
+    let mut placed_steps = BTreeSet::new();
+    let mut placed_loops = BTreeSet::new();
+    let sequences = std::iter::once(&body.sequence).chain(body.loops.iter().map(|l| &l.body));
+    for seq in sequences {
+        for item in seq {
+            match item {
+                SequenceItem::Step { step_id } => {
+                    if !step_ids.contains(step_id) {
+                        return Err(invariant(
+                            "sequence references defined steps",
+                            format!("unknown step {step_id}"),
+                        ));
+                    }
+                    if !placed_steps.insert(step_id) {
+                        return Err(invariant(
+                            "each step placed once",
+                            format!("step {step_id} is placed twice"),
+                        ));
+                    }
+                }
+                SequenceItem::Loop { loop_id } => {
+                    if body.loops.binary_search_by(|l| l.loop_id.cmp(loop_id)).is_err() {
+                        return Err(invariant(
+                            "sequence references defined loops",
+                            format!("unknown loop {loop_id}"),
+                        ));
+                    }
+                    if !placed_loops.insert(loop_id) {
+                        return Err(invariant(
+                            "each loop placed once",
+                            format!("loop {loop_id} is placed twice"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if placed_steps.len() != step_ids.len() {
+        return Err(invariant(
+            "each step placed once",
+            "a step is defined but never placed in the sequence or a loop body",
+        ));
+    }
+    if placed_loops.len() != body.loops.len() {
+        return Err(invariant(
+            "each loop placed once",
+            "a loop is defined but never placed",
+        ));
+    }
+    // A loop may not contain itself, directly or through nested loops.
+    for l in &body.loops {
+        let mut stack: Vec<&LoopId> = vec![&l.loop_id];
+        let mut visited = BTreeSet::new();
+        while let Some(current) = stack.pop() {
+            if !visited.insert(current) {
+                continue;
+            }
+            let Ok(i) = body.loops.binary_search_by(|x| x.loop_id.cmp(current)) else {
+                continue;
+            };
+            for item in &body.loops[i].body {
+                if let SequenceItem::Loop { loop_id } = item {
+                    if loop_id == &l.loop_id {
+                        return Err(invariant(
+                            "loops are acyclic",
+                            format!("loop {} contains itself", l.loop_id),
+                        ));
+                    }
+                    stack.push(loop_id);
+                }
+            }
+        }
+    }
+    Ok(())
+}

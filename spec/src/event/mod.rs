@@ -1,0 +1,593 @@
+//! The session event envelope and the closed set of event kinds (locks §1 "Minimal internal
+//! event union", "Event payload contracts"; §18.2 DECISION adds `context_set`).
+//!
+//! Wire shape: `{v, eventId, eventIndex, sessionId, kind, scope?, dedupeKey, data}`. The scope
+//! rules per kind and the dedupeKey recipe per kind are checked on construction and on parse,
+//! so no invalid event can be built or read.
+
+mod payload;
+
+use std::borrow::Cow;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use payload::*;
+
+use crate::artifact::{self, ArtifactError, ArtifactKind};
+use crate::closed::closed_set;
+use crate::dedupe::DedupeKey;
+use crate::ids::{EventId, EventIndex, NodeId, RunId, SessionId};
+use crate::reason::GapReason;
+
+/// The only session event schema version this build reads and writes.
+pub const SESSION_EVENT_VERSION: u64 = 1;
+
+const EVENT: ArtifactKind = ArtifactKind::SessionEvent;
+
+closed_set!(
+    /// The closed set of session event kinds.
+    EventKind {
+        SessionCreated = "session_created",
+        ObservationRecorded = "observation_recorded",
+        RunStarted = "run_started",
+        NodeCreated = "node_created",
+        EdgeCreated = "edge_created",
+        AdvanceRecorded = "advance_recorded",
+        NodeOutputAppended = "node_output_appended",
+        PreferencesChanged = "preferences_changed",
+        CapabilityObserved = "capability_observed",
+        GapRecorded = "gap_recorded",
+        DivergenceRecorded = "divergence_recorded",
+        DecisionTraceAppended = "decision_trace_appended",
+        ContextSet = "context_set",
+    }
+);
+
+/// Which scopes a kind admits (locks §1 "Envelope requirements").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeRule {
+    /// `scope` must be absent.
+    SessionOnly,
+    /// `scope.runId` present, `scope.nodeId` absent.
+    RunOnly,
+    /// `scope.runId` and `scope.nodeId` present.
+    Node,
+    /// Session-first: absent, or node-scoped (rare, high-signal).
+    SessionOrNode,
+}
+
+impl EventKind {
+    pub const fn scope_rule(self) -> ScopeRule {
+        match self {
+            Self::SessionCreated => ScopeRule::SessionOnly,
+            Self::ObservationRecorded => ScopeRule::SessionOrNode,
+            Self::RunStarted | Self::EdgeCreated | Self::ContextSet => ScopeRule::RunOnly,
+            Self::NodeCreated
+            | Self::AdvanceRecorded
+            | Self::NodeOutputAppended
+            | Self::PreferencesChanged
+            | Self::CapabilityObserved
+            | Self::GapRecorded
+            | Self::DivergenceRecorded
+            | Self::DecisionTraceAppended => ScopeRule::Node,
+        }
+    }
+}
+
+/// The scope of an event: session-wide, a run, or a node of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventScope {
+    Session,
+    Run(RunId),
+    Node(RunId, NodeId),
+}
+
+impl EventScope {
+    pub fn run_id(&self) -> Option<&RunId> {
+        match self {
+            Self::Session => None,
+            Self::Run(run) | Self::Node(run, _) => Some(run),
+        }
+    }
+
+    pub fn node_id(&self) -> Option<&NodeId> {
+        match self {
+            Self::Node(_, node) => Some(node),
+            _ => None,
+        }
+    }
+
+    fn satisfies(&self, rule: ScopeRule) -> bool {
+        matches!(
+            (rule, self),
+            (ScopeRule::SessionOnly, Self::Session)
+                | (ScopeRule::RunOnly, Self::Run(_))
+                | (ScopeRule::Node, Self::Node(..))
+                | (ScopeRule::SessionOrNode, Self::Session | Self::Node(..))
+        )
+    }
+
+    fn to_wire(&self) -> Option<ScopeWire> {
+        match self {
+            Self::Session => None,
+            Self::Run(run) => Some(ScopeWire {
+                run_id: run.clone(),
+                node_id: None,
+            }),
+            Self::Node(run, node) => Some(ScopeWire {
+                run_id: run.clone(),
+                node_id: Some(node.clone()),
+            }),
+        }
+    }
+}
+
+/// Wire form of `scope`: `runId` is required whenever `scope` is present.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ScopeWire {
+    run_id: RunId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    node_id: Option<NodeId>,
+}
+
+/// The typed payload of an event; the variant determines `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum EventData {
+    SessionCreated(SessionCreated),
+    ObservationRecorded(ObservationRecorded),
+    RunStarted(RunStarted),
+    NodeCreated(NodeCreated),
+    EdgeCreated(EdgeCreated),
+    AdvanceRecorded(AdvanceRecorded),
+    NodeOutputAppended(NodeOutputAppended),
+    PreferencesChanged(PreferencesChanged),
+    CapabilityObserved(CapabilityObserved),
+    GapRecorded(GapRecorded),
+    DivergenceRecorded(DivergenceRecorded),
+    DecisionTraceAppended(DecisionTraceAppended),
+    ContextSet(ContextSet),
+}
+
+impl EventData {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Self::SessionCreated(_) => EventKind::SessionCreated,
+            Self::ObservationRecorded(_) => EventKind::ObservationRecorded,
+            Self::RunStarted(_) => EventKind::RunStarted,
+            Self::NodeCreated(_) => EventKind::NodeCreated,
+            Self::EdgeCreated(_) => EventKind::EdgeCreated,
+            Self::AdvanceRecorded(_) => EventKind::AdvanceRecorded,
+            Self::NodeOutputAppended(_) => EventKind::NodeOutputAppended,
+            Self::PreferencesChanged(_) => EventKind::PreferencesChanged,
+            Self::CapabilityObserved(_) => EventKind::CapabilityObserved,
+            Self::GapRecorded(_) => EventKind::GapRecorded,
+            Self::DivergenceRecorded(_) => EventKind::DivergenceRecorded,
+            Self::DecisionTraceAppended(_) => EventKind::DecisionTraceAppended,
+            Self::ContextSet(_) => EventKind::ContextSet,
+        }
+    }
+
+    /// The locked dedupeKey recipe for this payload in `scope` (locks §1 "Initial v2 recipes";
+    /// `context_set` follows the same pattern, keyed by run and contextId). Built only from
+    /// stable identifiers; observation values enter as the hex SHA-256 of their JCS form.
+    pub fn dedupe_key(
+        &self,
+        session: &SessionId,
+        scope: &EventScope,
+    ) -> Result<DedupeKey, ArtifactError> {
+        let kind = self.kind().as_str();
+        let s = session.as_str();
+        let missing = |what: &str| {
+            ArtifactError::invariant(
+                EVENT,
+                "scope rules",
+                format!("{kind} needs scope.{what} for its dedupeKey"),
+            )
+        };
+        let run = || scope.run_id().map(RunId::as_str).ok_or_else(|| missing("runId"));
+        let node = || {
+            scope
+                .node_id()
+                .map(NodeId::as_str)
+                .ok_or_else(|| missing("nodeId"))
+        };
+        let value_digest;
+        let edge;
+        let parts: Vec<&str> = match self {
+            Self::SessionCreated(_) => vec![s],
+            Self::ObservationRecorded(o) => {
+                let (digest, _) = crate::jcs::jcs_digest(&o.value)
+                    .map_err(|e| ArtifactError::malformed(EVENT, e))?;
+                value_digest = digest.hex().to_owned();
+                vec![s, o.key.as_str(), &value_digest]
+            }
+            Self::RunStarted(_) => vec![s, run()?],
+            Self::NodeCreated(_) => vec![s, run()?, node()?],
+            Self::EdgeCreated(e) => {
+                edge = format!("{}->{}", e.from_node_id, e.to_node_id);
+                vec![s, run()?, &edge, e.edge_kind.as_str()]
+            }
+            Self::AdvanceRecorded(a) => vec![s, node()?, a.attempt_id.as_str()],
+            Self::NodeOutputAppended(o) => vec![s, o.output_id.as_str()],
+            Self::PreferencesChanged(p) => vec![s, p.change_id.as_str()],
+            Self::CapabilityObserved(c) => vec![s, c.cap_obs_id.as_str()],
+            Self::GapRecorded(g) => vec![s, g.gap_id.as_str()],
+            Self::DivergenceRecorded(d) => vec![s, d.divergence_id.as_str()],
+            Self::DecisionTraceAppended(t) => vec![s, t.trace_id.as_str()],
+            Self::ContextSet(c) => vec![s, run()?, c.context_id.as_str()],
+        };
+        DedupeKey::from_recipe(kind, &parts)
+            .map_err(|e| ArtifactError::invariant(EVENT, "dedupeKey pattern", e))
+    }
+
+    /// Payload invariants that a single event can check on its own.
+    fn check(&self) -> Result<(), ArtifactError> {
+        match self {
+            Self::EdgeCreated(e) => {
+                if !e.cause.kind.allowed_for(e.edge_kind) {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "edge_created cause allowed for edgeKind",
+                        format!("edgeKind {} cannot have cause {}", e.edge_kind, e.cause.kind),
+                    ));
+                }
+                if e.from_node_id == e.to_node_id {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "edge_created links two distinct nodes",
+                        format!("fromNodeId and toNodeId are both {}", e.from_node_id),
+                    ));
+                }
+            }
+            Self::PreferencesChanged(p) => {
+                if p.delta.is_empty() {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "preferences_changed.delta non-empty",
+                        "delta is empty",
+                    ));
+                }
+                let mut keys: Vec<_> = p.delta.iter().map(|d| d.key()).collect();
+                keys.sort();
+                keys.dedup();
+                if keys.len() != p.delta.len() {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "preferences_changed.delta has no duplicate keys",
+                        "a key appears twice in delta",
+                    ));
+                }
+                if p.effective.apply(&p.delta) != p.effective {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "preferences_changed.effective reflects delta",
+                        "effective disagrees with a delta value",
+                    ));
+                }
+            }
+            Self::GapRecorded(g) => {
+                if g.summary.as_str().is_empty() {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "gap_recorded.summary non-empty",
+                        "summary is empty",
+                    ));
+                }
+                if let GapResolution::Resolves { resolves_gap_id } = &g.resolution
+                    && *resolves_gap_id == g.gap_id
+                {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "gap resolution links another gap",
+                        "a gap cannot resolve itself",
+                    ));
+                }
+                // Keep the reason well-typed: the category/detail pair is closed by construction.
+                let _: GapReason = g.reason;
+            }
+            Self::DivergenceRecorded(d) if d.summary.as_str().is_empty() => {
+                return Err(ArtifactError::invariant(
+                    EVENT,
+                    "divergence_recorded.summary non-empty",
+                    "summary is empty",
+                ));
+            }
+            Self::NodeOutputAppended(o) => {
+                if let OutputPayload::ArtifactRef { content_type, .. } = &o.payload
+                    && (content_type.is_empty() || content_type.len() > 255)
+                {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "artifact_ref.contentType is 1 to 255 bytes",
+                        format!("contentType is {} bytes", content_type.len()),
+                    ));
+                }
+                if o.supersedes_output_id.as_ref() == Some(&o.output_id) {
+                    return Err(ArtifactError::invariant(
+                        EVENT,
+                        "supersede links an earlier output",
+                        "an output cannot supersede itself",
+                    ));
+                }
+            }
+            Self::DecisionTraceAppended(t) => t.check()?,
+            Self::ContextSet(c) => crate::context::check_context_map(&c.context)
+                .map_err(|e| ArtifactError::invariant(EVENT, "context budget", e))?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn from_kind_and_value(kind: EventKind, data: Value) -> Result<Self, ArtifactError> {
+        let context = format!("data of {kind}");
+        let ctx = context.as_str();
+        Ok(match kind {
+            EventKind::SessionCreated => Self::SessionCreated(artifact::from_value(EVENT, ctx, data)?),
+            EventKind::ObservationRecorded => {
+                Self::ObservationRecorded(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::RunStarted => Self::RunStarted(artifact::from_value(EVENT, ctx, data)?),
+            EventKind::NodeCreated => Self::NodeCreated(artifact::from_value(EVENT, ctx, data)?),
+            EventKind::EdgeCreated => Self::EdgeCreated(artifact::from_value(EVENT, ctx, data)?),
+            EventKind::AdvanceRecorded => {
+                Self::AdvanceRecorded(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::NodeOutputAppended => {
+                Self::NodeOutputAppended(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::PreferencesChanged => {
+                Self::PreferencesChanged(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::CapabilityObserved => {
+                Self::CapabilityObserved(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::GapRecorded => Self::GapRecorded(artifact::from_value(EVENT, ctx, data)?),
+            EventKind::DivergenceRecorded => {
+                Self::DivergenceRecorded(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::DecisionTraceAppended => {
+                Self::DecisionTraceAppended(artifact::from_value(EVENT, ctx, data)?)
+            }
+            EventKind::ContextSet => Self::ContextSet(artifact::from_value(EVENT, ctx, data)?),
+        })
+    }
+}
+
+/// A validated session event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEvent {
+    event_id: EventId,
+    event_index: EventIndex,
+    session_id: SessionId,
+    scope: EventScope,
+    dedupe_key: DedupeKey,
+    data: EventData,
+}
+
+impl SessionEvent {
+    /// Builds an event: checks the scope rule and payload invariants, derives the dedupeKey.
+    pub fn new(
+        event_id: EventId,
+        event_index: EventIndex,
+        session_id: SessionId,
+        scope: EventScope,
+        data: EventData,
+    ) -> Result<Self, ArtifactError> {
+        let kind = data.kind();
+        if !scope.satisfies(kind.scope_rule()) {
+            return Err(ArtifactError::invariant(
+                EVENT,
+                "scope rules",
+                format!("{kind} requires {:?} scope, got {scope:?}", kind.scope_rule()),
+            ));
+        }
+        data.check()?;
+        let dedupe_key = data.dedupe_key(&session_id, &scope)?;
+        Ok(Self {
+            event_id,
+            event_index,
+            session_id,
+            scope,
+            dedupe_key,
+            data,
+        })
+    }
+
+    pub fn event_id(&self) -> &EventId {
+        &self.event_id
+    }
+    pub fn event_index(&self) -> EventIndex {
+        self.event_index
+    }
+    pub fn session_id(&self) -> &SessionId {
+        &self.session_id
+    }
+    pub fn scope(&self) -> &EventScope {
+        &self.scope
+    }
+    pub fn dedupe_key(&self) -> &DedupeKey {
+        &self.dedupe_key
+    }
+    pub fn data(&self) -> &EventData {
+        &self.data
+    }
+    pub fn kind(&self) -> EventKind {
+        self.data.kind()
+    }
+
+    /// The same event at another index (plans are built before their indices are known).
+    pub fn with_event_index(mut self, index: EventIndex) -> Self {
+        self.event_index = index;
+        self
+    }
+
+    /// Parses one JSON line (a segment line or a bundle entry).
+    pub fn from_json_str(text: &str) -> Result<Self, ArtifactError> {
+        Self::from_value(artifact::parse_value(EVENT, text)?)
+    }
+
+    pub fn from_value(value: Value) -> Result<Self, ArtifactError> {
+        let mut map = artifact::into_object(EVENT, value)?;
+        artifact::take_version(EVENT, &mut map, "v", SESSION_EVENT_VERSION)?;
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Wire {
+            event_id: EventId,
+            event_index: EventIndex,
+            session_id: SessionId,
+            kind: EventKind,
+            #[serde(default)]
+            scope: Option<ScopeWire>,
+            dedupe_key: DedupeKey,
+            data: Value,
+        }
+        let wire: Wire = artifact::from_value(EVENT, "envelope", Value::Object(map))?;
+        if EventIndex::new(wire.event_index.get()).is_none() {
+            return Err(ArtifactError::invariant(
+                EVENT,
+                "eventIndex is JCS-safe",
+                format!("eventIndex {} exceeds 2^53-1", wire.event_index),
+            ));
+        }
+        let scope = match wire.scope {
+            None => EventScope::Session,
+            Some(ScopeWire {
+                run_id,
+                node_id: None,
+            }) => EventScope::Run(run_id),
+            Some(ScopeWire {
+                run_id,
+                node_id: Some(node),
+            }) => EventScope::Node(run_id, node),
+        };
+        let data = EventData::from_kind_and_value(wire.kind, wire.data)?;
+        let event = Self::new(wire.event_id, wire.event_index, wire.session_id, scope, data)?;
+        if event.dedupe_key != wire.dedupe_key {
+            return Err(ArtifactError::invariant(
+                EVENT,
+                "dedupeKey recipe",
+                format!(
+                    "stored dedupeKey {} differs from the recipe {}",
+                    wire.dedupe_key, event.dedupe_key
+                ),
+            ));
+        }
+        Ok(event)
+    }
+
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            v: u64,
+            event_id: &'a EventId,
+            event_index: EventIndex,
+            session_id: &'a SessionId,
+            kind: EventKind,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            scope: Option<ScopeWire>,
+            dedupe_key: &'a DedupeKey,
+            data: &'a EventData,
+        }
+        serde_json::to_value(Wire {
+            v: SESSION_EVENT_VERSION,
+            event_id: &self.event_id,
+            event_index: self.event_index,
+            session_id: &self.session_id,
+            kind: self.kind(),
+            scope: self.scope.to_wire(),
+            dedupe_key: &self.dedupe_key,
+            data: &self.data,
+        })
+    }
+}
+
+artifact::artifact_serde!(SessionEvent);
+
+impl JsonSchema for SessionEvent {
+    fn schema_name() -> Cow<'static, str> {
+        Cow::Borrowed("SessionEvent")
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let event_id = generator.subschema_for::<EventId>();
+        let event_index = generator.subschema_for::<EventIndex>();
+        let session_id = generator.subschema_for::<SessionId>();
+        let dedupe_key = generator.subschema_for::<DedupeKey>();
+        let run_id = generator.subschema_for::<RunId>();
+        let node_id = generator.subschema_for::<NodeId>();
+        let mut variants = Vec::new();
+        for kind in EventKind::ALL {
+            let data = match kind {
+                EventKind::SessionCreated => generator.subschema_for::<SessionCreated>(),
+                EventKind::ObservationRecorded => generator.subschema_for::<ObservationRecorded>(),
+                EventKind::RunStarted => generator.subschema_for::<RunStarted>(),
+                EventKind::NodeCreated => generator.subschema_for::<NodeCreated>(),
+                EventKind::EdgeCreated => generator.subschema_for::<EdgeCreated>(),
+                EventKind::AdvanceRecorded => generator.subschema_for::<AdvanceRecorded>(),
+                EventKind::NodeOutputAppended => generator.subschema_for::<NodeOutputAppended>(),
+                EventKind::PreferencesChanged => generator.subschema_for::<PreferencesChanged>(),
+                EventKind::CapabilityObserved => generator.subschema_for::<CapabilityObserved>(),
+                EventKind::GapRecorded => generator.subschema_for::<GapRecorded>(),
+                EventKind::DivergenceRecorded => generator.subschema_for::<DivergenceRecorded>(),
+                EventKind::DecisionTraceAppended => {
+                    generator.subschema_for::<DecisionTraceAppended>()
+                }
+                EventKind::ContextSet => generator.subschema_for::<ContextSet>(),
+            };
+            let run_scope = serde_json::json!({
+                "type": "object",
+                "properties": {"runId": run_id},
+                "required": ["runId"],
+                "additionalProperties": false,
+            });
+            let node_scope = serde_json::json!({
+                "type": "object",
+                "properties": {"runId": run_id, "nodeId": node_id},
+                "required": ["runId", "nodeId"],
+                "additionalProperties": false,
+            });
+            let mut properties = serde_json::json!({
+                "v": {"const": SESSION_EVENT_VERSION},
+                "eventId": event_id,
+                "eventIndex": event_index,
+                "sessionId": session_id,
+                "kind": {"const": kind.as_str()},
+                "dedupeKey": dedupe_key,
+                "data": data,
+            });
+            let mut required = vec![
+                "v",
+                "eventId",
+                "eventIndex",
+                "sessionId",
+                "kind",
+                "dedupeKey",
+                "data",
+            ];
+            match kind.scope_rule() {
+                ScopeRule::SessionOnly => {}
+                ScopeRule::RunOnly => {
+                    properties["scope"] = run_scope;
+                    required.push("scope");
+                }
+                ScopeRule::Node => {
+                    properties["scope"] = node_scope;
+                    required.push("scope");
+                }
+                ScopeRule::SessionOrNode => properties["scope"] = node_scope,
+            }
+            variants.push(serde_json::json!({
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false,
+            }));
+        }
+        schemars::json_schema!({ "oneOf": variants })
+    }
+}

@@ -1,0 +1,282 @@
+//! Token payloads and the token string format (locks §1.2).
+//!
+//! `st.v1.<payload>.<sig>`, `ack.v1.<payload>.<sig>`, `chk.v1.<payload>.<sig>` where `<payload>`
+//! is base64url (no padding) of the RFC 8785 canonical JSON of exactly the locked fields, and
+//! `<sig>` is base64url (no padding) of `HMAC-SHA256(key, payloadBytes)`. Signing needs a key and
+//! lives with the keyring in `impl`; everything here is pure encoding and decoding.
+//!
+//! Decoding is strict: the payload must be canonical JCS, so encode and decode are a bijection
+//! and a token has exactly one valid spelling.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::closed::TokenKind;
+use crate::error::ErrorCode;
+use crate::ids::{AttemptId, NodeId, RunId, SessionId, WorkflowHash};
+use crate::jcs::to_canonical_bytes;
+
+/// The only token version this build mints and accepts.
+pub const TOKEN_VERSION: u64 = 1;
+/// Length of an HMAC-SHA256 signature in bytes.
+pub const SIGNATURE_BYTES: usize = 32;
+
+/// `stateToken` payload: a reference to a node's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StatePayload {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub node_id: NodeId,
+    pub workflow_hash: WorkflowHash,
+}
+
+/// `ackToken` / `checkpointToken` payload: an attempt at a node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttemptPayload {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub node_id: NodeId,
+    pub attempt_id: AttemptId,
+}
+
+/// A decoded token payload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TokenPayload {
+    State(StatePayload),
+    Ack(AttemptPayload),
+    Checkpoint(AttemptPayload),
+}
+
+/// A token could not be decoded. Each variant maps to one locked `TOKEN_*` code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenFormatError {
+    #[error("token is not `<st|ack|chk>.v<version>.<payload>.<signature>`: {detail}")]
+    InvalidFormat { detail: String },
+    #[error("token version {found} is not supported; this server reads v{TOKEN_VERSION}")]
+    UnsupportedVersion { found: String },
+}
+
+impl TokenFormatError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::InvalidFormat { .. } => ErrorCode::TokenInvalidFormat,
+            Self::UnsupportedVersion { .. } => ErrorCode::TokenUnsupportedVersion,
+        }
+    }
+
+    fn invalid(detail: impl ToString) -> Self {
+        Self::InvalidFormat {
+            detail: detail.to_string(),
+        }
+    }
+}
+
+impl TokenPayload {
+    pub fn kind(&self) -> TokenKind {
+        match self {
+            Self::State(_) => TokenKind::State,
+            Self::Ack(_) => TokenKind::Ack,
+            Self::Checkpoint(_) => TokenKind::Checkpoint,
+        }
+    }
+
+    pub fn session_id(&self) -> &SessionId {
+        match self {
+            Self::State(p) => &p.session_id,
+            Self::Ack(p) | Self::Checkpoint(p) => &p.session_id,
+        }
+    }
+
+    pub fn run_id(&self) -> &RunId {
+        match self {
+            Self::State(p) => &p.run_id,
+            Self::Ack(p) | Self::Checkpoint(p) => &p.run_id,
+        }
+    }
+
+    pub fn node_id(&self) -> &NodeId {
+        match self {
+            Self::State(p) => &p.node_id,
+            Self::Ack(p) | Self::Checkpoint(p) => &p.node_id,
+        }
+    }
+
+    /// The JSON object with `tokenVersion` and `tokenKind`, exactly the locked fields.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        let mut map = match self {
+            Self::State(p) => crate::artifact::to_object(p)?,
+            Self::Ack(p) | Self::Checkpoint(p) => crate::artifact::to_object(p)?,
+        };
+        map.insert("tokenVersion".into(), TOKEN_VERSION.into());
+        map.insert("tokenKind".into(), self.kind().as_str().into());
+        Ok(Value::Object(map))
+    }
+
+    /// The canonical payload bytes (the HMAC input).
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        // Ids, digests and small integers always canonicalize.
+        self.to_value()
+            .ok()
+            .and_then(|v| to_canonical_bytes(&v).ok())
+            .unwrap_or_default()
+    }
+
+    /// `<payload>`: base64url (no padding) of the canonical bytes.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(self.canonical_bytes())
+    }
+
+    /// Decodes canonical payload bytes, checking version, kind and fields.
+    pub fn from_canonical_bytes(
+        bytes: &[u8],
+        expected: TokenKind,
+    ) -> Result<Self, TokenFormatError> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| TokenFormatError::invalid(format!("payload is not JSON: {e}")))?;
+        let canonical = to_canonical_bytes(&value).map_err(TokenFormatError::invalid)?;
+        if canonical != bytes {
+            return Err(TokenFormatError::invalid(
+                "payload is not in RFC 8785 canonical form",
+            ));
+        }
+        let Value::Object(mut map) = value else {
+            return Err(TokenFormatError::invalid("payload is not a JSON object"));
+        };
+        match map.remove("tokenVersion") {
+            Some(Value::Number(n)) if n.as_u64() == Some(TOKEN_VERSION) => {}
+            Some(other) => {
+                return Err(TokenFormatError::UnsupportedVersion {
+                    found: other.to_string(),
+                });
+            }
+            None => return Err(TokenFormatError::invalid("payload lacks tokenVersion")),
+        }
+        let kind = match map.remove("tokenKind") {
+            Some(Value::String(s)) => TokenKind::parse(&s)
+                .ok_or_else(|| TokenFormatError::invalid(format!("unknown tokenKind {s:?}")))?,
+            _ => return Err(TokenFormatError::invalid("payload lacks tokenKind")),
+        };
+        if kind != expected {
+            return Err(TokenFormatError::invalid(format!(
+                "payload is a {kind} token but the prefix says {expected}"
+            )));
+        }
+        let rest = Value::Object(map);
+        let field_error = |e: serde_json::Error| TokenFormatError::invalid(e.to_string());
+        Ok(match kind {
+            TokenKind::State => Self::State(serde_json::from_value(rest).map_err(field_error)?),
+            TokenKind::Ack => Self::Ack(serde_json::from_value(rest).map_err(field_error)?),
+            TokenKind::Checkpoint => {
+                Self::Checkpoint(serde_json::from_value(rest).map_err(field_error)?)
+            }
+        })
+    }
+}
+
+/// The four parts of a token string, decoded but not yet verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenParts {
+    pub kind: TokenKind,
+    /// The decoded canonical payload bytes (what the signature covers).
+    pub payload_bytes: Vec<u8>,
+    pub signature: [u8; SIGNATURE_BYTES],
+}
+
+impl TokenParts {
+    /// Splits and decodes `<prefix>.v<version>.<payload>.<sig>`. The version is checked before
+    /// anything else is interpreted.
+    pub fn parse(token: &str) -> Result<Self, TokenFormatError> {
+        let mut parts = token.split('.');
+        let (Some(prefix), Some(version), Some(payload), Some(sig), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(TokenFormatError::invalid(
+                "expected four dot-separated parts",
+            ));
+        };
+        let kind = TokenKind::from_prefix(prefix).ok_or_else(|| {
+            TokenFormatError::invalid(format!("unknown prefix {prefix:?}; expected st, ack or chk"))
+        })?;
+        let Some(number) = version.strip_prefix('v') else {
+            return Err(TokenFormatError::invalid("version part must look like v1"));
+        };
+        if number != TOKEN_VERSION.to_string() {
+            if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(TokenFormatError::UnsupportedVersion {
+                    found: version.to_owned(),
+                });
+            }
+            return Err(TokenFormatError::invalid("version part must look like v1"));
+        }
+        let payload_bytes = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|e| TokenFormatError::invalid(format!("payload is not base64url: {e}")))?;
+        let sig = URL_SAFE_NO_PAD
+            .decode(sig)
+            .map_err(|e| TokenFormatError::invalid(format!("signature is not base64url: {e}")))?;
+        let signature: [u8; SIGNATURE_BYTES] = sig.try_into().map_err(|s: Vec<u8>| {
+            TokenFormatError::invalid(format!(
+                "signature is {} bytes, expected {SIGNATURE_BYTES}",
+                s.len()
+            ))
+        })?;
+        Ok(Self {
+            kind,
+            payload_bytes,
+            signature,
+        })
+    }
+
+    /// Decodes the payload (call only after the signature verified).
+    pub fn payload(&self) -> Result<TokenPayload, TokenFormatError> {
+        TokenPayload::from_canonical_bytes(&self.payload_bytes, self.kind)
+    }
+}
+
+/// Assembles a token string from a payload and its signature.
+pub fn format_token(payload: &TokenPayload, signature: &[u8; SIGNATURE_BYTES]) -> String {
+    format!(
+        "{}.v{TOKEN_VERSION}.{}.{}",
+        payload.kind().prefix(),
+        payload.encode(),
+        URL_SAFE_NO_PAD.encode(signature)
+    )
+}
+
+impl JsonSchema for TokenPayload {
+    fn schema_name() -> Cow<'static, str> {
+        Cow::Borrowed("TokenPayload")
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let state = crate::manifest::tagged_object_schema(
+            StatePayload::json_schema(generator),
+            "tokenVersion",
+            TOKEN_VERSION,
+            Some(("tokenKind", "state")),
+        );
+        let ack = crate::manifest::tagged_object_schema(
+            AttemptPayload::json_schema(generator),
+            "tokenVersion",
+            TOKEN_VERSION,
+            Some(("tokenKind", "ack")),
+        );
+        let checkpoint = crate::manifest::tagged_object_schema(
+            AttemptPayload::json_schema(generator),
+            "tokenVersion",
+            TOKEN_VERSION,
+            Some(("tokenKind", "checkpoint")),
+        );
+        schemars::json_schema!({ "oneOf": [state, ack, checkpoint] })
+    }
+}

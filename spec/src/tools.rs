@@ -1,0 +1,226 @@
+//! Input and output types of the MCP tools (contract "Tool Set", "Request/Response Shapes").
+//!
+//! These types are the one canonical definition of the tool surface: the server derives its
+//! input schemas from them and the committed `spec/schemas/tools/*` files are generated from them
+//! (locks §8). Inputs reject unknown fields so a mistyped argument gets a precise error.
+
+use serde::{Deserialize, Serialize};
+use schemars::JsonSchema;
+use serde_json::{Map, Value};
+
+use crate::blocker::Blocker;
+use crate::closed::{NextIntent, RunStatus, WorkflowKind, WorkflowSourceKind};
+use crate::event::{EffectivePreferences, PreferenceDelta};
+use crate::ids::{IdStatus, RunId, SessionId, StepId, WorkflowHash, WorkflowId};
+
+/// The exact, locked tool set (contract "Tool Set"; no projection tools, locks §6).
+pub const TOOL_NAMES: [&str; 5] = [
+    "list_workflows",
+    "inspect_workflow",
+    "start_workflow",
+    "continue_workflow",
+    "checkpoint_workflow",
+];
+
+/// `list_workflows` takes no arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListWorkflowsInput {}
+
+/// One discovery row (locks §7 "Discovery output to support migration UX").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkflowSummary {
+    pub workflow_id: WorkflowId,
+    pub name: String,
+    pub description: String,
+    pub kind: WorkflowKind,
+    pub id_status: IdStatus,
+    /// Set when the row was reached through an alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canonical_id: Option<WorkflowId>,
+    /// Deterministic namespaced rename for legacy ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggested_id: Option<WorkflowId>,
+    pub source_kind: WorkflowSourceKind,
+}
+
+/// `list_workflows` output: rows sorted by namespace, then kind (workflow first), then id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListWorkflowsOutput {
+    pub workflows: Vec<WorkflowSummary>,
+}
+
+/// What `inspect_workflow` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InspectMode {
+    /// Identity, description, capabilities and hash.
+    #[default]
+    Metadata,
+    /// Metadata plus the rendered step prompts.
+    Preview,
+}
+
+/// `inspect_workflow` input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InspectWorkflowInput {
+    pub workflow_id: String,
+    #[serde(default)]
+    pub mode: InspectMode,
+}
+
+/// A step as shown by `inspect_workflow` in preview mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepPreview {
+    pub step_id: StepId,
+    pub title: String,
+    pub prompt: String,
+}
+
+/// `inspect_workflow` output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InspectWorkflowOutput {
+    pub workflow: WorkflowSummary,
+    /// The hash the workflow compiles to now (what `start_workflow` would pin).
+    pub workflow_hash: WorkflowHash,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepPreview>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+}
+
+/// Durable output sent with an ack or a checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OutputInput {
+    /// A fresh recap of this step only (not cumulative), at most 4096 UTF-8 bytes; longer notes
+    /// are truncated with `\n\n[TRUNCATED]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes_markdown: Option<String>,
+    /// Structured artifacts, each `{kind, ...}`, validated against the step's contract.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Map<String, Value>>,
+}
+
+/// `start_workflow` input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartWorkflowInput {
+    pub workflow_id: String,
+    /// External inputs (JSON object, at most 256 KiB as RFC 8785 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferences: Vec<PreferenceDelta>,
+}
+
+/// `continue_workflow` input: with `ackToken` it advances; without, it rehydrates (no writes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContinueWorkflowInput {
+    pub state_token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_token: Option<String>,
+    /// A delta merged into the run's stored context on advance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputInput>,
+    /// Applied on advance only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferences: Vec<PreferenceDelta>,
+}
+
+/// `checkpoint_workflow` input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckpointWorkflowInput {
+    pub state_token: String,
+    pub checkpoint_token: String,
+    pub output: OutputInput,
+}
+
+/// The pending step an agent should perform.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingView {
+    pub step_id: StepId,
+    pub title: String,
+    pub prompt: String,
+    pub require_confirmation: bool,
+}
+
+/// Informational session/run identity (correctness is driven by tokens).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionView {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+}
+
+/// Names the run beside its tokens, so several runs in one chat stay distinguishable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunView {
+    pub workflow_id: WorkflowId,
+    /// A short human label for the run.
+    pub label: String,
+    pub status: RunStatus,
+}
+
+/// A structured, non-blocking warning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Warning {
+    pub code: String,
+    pub message: String,
+}
+
+/// A bounded recap of earlier steps (rehydrate responses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecapView {
+    pub text: String,
+    pub truncated: bool,
+    /// How many recap entries were left out (most recent entries are kept).
+    pub omitted_entries: u32,
+}
+
+/// The response kind of an execution tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionKind {
+    Ok,
+    Blocked,
+}
+
+/// The JSON backbone of `start_workflow` / `continue_workflow` / `checkpoint_workflow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutionOutput {
+    pub kind: ExecutionKind,
+    pub state_token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_token: Option<String>,
+    /// `null` when the run is complete.
+    pub pending: Option<PendingView>,
+    pub is_complete: bool,
+    pub next_intent: NextIntent,
+    pub session: SessionView,
+    pub run: RunView,
+    pub preferences: EffectivePreferences,
+    /// Present when `kind` is `blocked`: ordered, bounded blockers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blockers: Vec<Blocker>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recap: Option<RecapView>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+}
