@@ -93,9 +93,10 @@ impl Blocker {
         message: impl Into<String>,
         suggested_fix: Option<String>,
     ) -> Result<Self, BlockerReportError> {
-        let message = BoundedText::new(message).map_err(|e| BlockerReportError::MessageTooLong {
-            measured_bytes: e.measured_bytes,
-        })?;
+        let message =
+            BoundedText::new(message).map_err(|e| BlockerReportError::MessageTooLong {
+                measured_bytes: e.measured_bytes,
+            })?;
         let suggested_fix = suggested_fix
             .map(BoundedText::new)
             .transpose()
@@ -230,7 +231,10 @@ mod tests {
                     contract_ref: "wr.contracts.loop_control".into(),
                 },
             ),
-            blocker(BlockerCode::InvalidRequiredOutput, BlockerPointer::ContextBudget),
+            blocker(
+                BlockerCode::InvalidRequiredOutput,
+                BlockerPointer::ContextBudget,
+            ),
         ])
         .unwrap();
         let order: Vec<_> = report
@@ -252,7 +256,13 @@ mod tests {
     #[test]
     fn budgets_fail_fast() {
         assert_eq!(BlockerReport::new(vec![]), Err(BlockerReportError::Empty));
-        let many = vec![blocker(BlockerCode::InvariantViolation, BlockerPointer::ContextBudget); 11];
+        let many = vec![
+            blocker(
+                BlockerCode::InvariantViolation,
+                BlockerPointer::ContextBudget
+            );
+            11
+        ];
         assert_eq!(
             BlockerReport::new(many),
             Err(BlockerReportError::TooMany { count: 11 })
@@ -264,7 +274,9 @@ mod tests {
                 "x".repeat(513),
                 None
             ),
-            Err(BlockerReportError::MessageTooLong { measured_bytes: 513 })
+            Err(BlockerReportError::MessageTooLong {
+                measured_bytes: 513
+            })
         ));
     }
 }

@@ -16,7 +16,7 @@ use crate::artifact::{self, ArtifactError, ArtifactKind};
 use crate::compiled::CompiledWorkflowSnapshotV1;
 use crate::error::ErrorCode;
 use crate::event::{EventData, SessionEvent};
-use crate::ids::{BundleId, Sha256Digest, SessionId, SnapshotRef, WorkflowHash};
+use crate::ids::{BundleId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
 use crate::jcs::{JcsError, jcs_digest};
 use crate::manifest::{ManifestRecord, tagged_object_schema};
 use crate::snapshot::ExecutionSnapshotFileV1;
@@ -92,7 +92,10 @@ impl BundleSession {
             entry("session/manifest".into(), &self.manifest)?,
         ];
         for (snapshot_ref, snapshot) in &self.snapshots {
-            entries.push(entry(format!("session/snapshots/{snapshot_ref}"), snapshot)?);
+            entries.push(entry(
+                format!("session/snapshots/{snapshot_ref}"),
+                snapshot,
+            )?);
         }
         for (hash, compiled) in &self.pinned_workflows {
             entries.push(entry(format!("session/pinnedWorkflows/{hash}"), compiled)?);
@@ -309,7 +312,12 @@ impl ExportBundleV1 {
 
     pub fn from_value(value: Value) -> Result<Self, ArtifactError> {
         let mut map = artifact::into_object(BUNDLE, value)?;
-        artifact::take_version(BUNDLE, &mut map, "bundleSchemaVersion", BUNDLE_SCHEMA_VERSION)?;
+        artifact::take_version(
+            BUNDLE,
+            &mut map,
+            "bundleSchemaVersion",
+            BUNDLE_SCHEMA_VERSION,
+        )?;
         let body = artifact::from_value(BUNDLE, "bundle", Value::Object(map))?;
         Ok(Self { body })
     }

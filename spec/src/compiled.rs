@@ -363,7 +363,10 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
             ));
         }
         if let Some(contract_ref) = step.output.as_ref().and_then(|o| o.contract_ref.as_ref())
-            && !body.contracts.iter().any(|c| &c.contract_ref == contract_ref)
+            && !body
+                .contracts
+                .iter()
+                .any(|c| &c.contract_ref == contract_ref)
         {
             return Err(invariant(
                 "step contractRef resolved",
@@ -388,10 +391,17 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
             ));
         }
         let LoopWhile::ConditionRef { condition_id } = &l.while_;
-        if !body.conditions.iter().any(|c| c.condition_id() == condition_id) {
+        if !body
+            .conditions
+            .iter()
+            .any(|c| c.condition_id() == condition_id)
+        {
             return Err(invariant(
                 "loop condition resolved",
-                format!("loop {} references unknown condition {condition_id}", l.loop_id),
+                format!(
+                    "loop {} references unknown condition {condition_id}",
+                    l.loop_id
+                ),
             ));
         }
     }
@@ -418,7 +428,11 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
                     }
                 }
                 SequenceItem::Loop { loop_id } => {
-                    if body.loops.binary_search_by(|l| l.loop_id.cmp(loop_id)).is_err() {
+                    if body
+                        .loops
+                        .binary_search_by(|l| l.loop_id.cmp(loop_id))
+                        .is_err()
+                    {
                         return Err(invariant(
                             "sequence references defined loops",
                             format!("unknown loop {loop_id}"),

@@ -370,7 +370,11 @@ pub fn suggest_delimiter_safe(value: &str) -> String {
             }
         })
         .collect();
-    if fixed.is_empty() { "_".to_owned() } else { fixed }
+    if fixed.is_empty() {
+        "_".to_owned()
+    } else {
+        fixed
+    }
 }
 
 /// Whether a workflow id is namespaced (`ns.name`) or a legacy, dot-free id.
@@ -449,7 +453,10 @@ fn is_namespace_segment(segment: &str) -> bool {
 
 /// Legacy ids (no dot) as found in existing installs: letters, digits, `_` and `-`.
 fn is_legacy_id(value: &str) -> bool {
-    value.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+    value
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric())
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
@@ -511,7 +518,9 @@ impl Sha256Digest {
         match value.strip_prefix(Self::PREFIX) {
             Some(hex)
                 if hex.len() == 64
-                    && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
             {
                 Ok(Self(value.to_owned()))
             }

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::artifact::{self, ArtifactError, ArtifactKind};
 use crate::closed::closed_set;
-use crate::ids::{EventId, EventIndex, ManifestIndex, Sha256Digest, SessionId, SnapshotRef};
+use crate::ids::{EventId, EventIndex, ManifestIndex, SessionId, Sha256Digest, SnapshotRef};
 
 /// The only manifest schema version this build reads and writes.
 pub const MANIFEST_RECORD_VERSION: u64 = 1;

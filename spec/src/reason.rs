@@ -198,18 +198,78 @@ use UserOnlyDependencyReason as User;
 
 /// The locked, table-driven mapping `ReasonCode -> (Blocker.code, gap, mode behaviour)`.
 pub const REASON_TABLE: &[ReasonRow] = &[
-    row!(G::UserOnlyDependency(User::NeedsUserSecretOrToken), UserOnlyDependency, Block, false),
-    row!(G::UserOnlyDependency(User::NeedsUserAccountAccess), UserOnlyDependency, Block, false),
-    row!(G::UserOnlyDependency(User::NeedsUserArtifact), UserOnlyDependency, Block, false),
-    row!(G::UserOnlyDependency(User::NeedsUserChoice), UserOnlyDependency, Block, false),
-    row!(G::UserOnlyDependency(User::NeedsUserApproval), UserOnlyDependency, Block, false),
-    row!(G::UserOnlyDependency(User::NeedsUserEnvironmentAction), UserOnlyDependency, Block, false),
-    row!(G::ContractViolation(Contract::MissingRequiredOutput), MissingRequiredOutput, Block, false),
-    row!(G::ContractViolation(Contract::InvalidRequiredOutput), InvalidRequiredOutput, Block, false),
-    row!(G::CapabilityMissing(Cap::RequiredCapabilityUnknown), RequiredCapabilityUnknown, BlockIfCapabilityRequired, false),
-    row!(G::CapabilityMissing(Cap::RequiredCapabilityUnavailable), RequiredCapabilityUnavailable, BlockIfCapabilityRequired, false),
-    row!(G::Unexpected(Unexp::InvariantViolation), InvariantViolation, Block, true),
-    row!(G::Unexpected(Unexp::StorageCorruptionDetected), StorageCorruptionDetected, Block, true),
+    row!(
+        G::UserOnlyDependency(User::NeedsUserSecretOrToken),
+        UserOnlyDependency,
+        Block,
+        false
+    ),
+    row!(
+        G::UserOnlyDependency(User::NeedsUserAccountAccess),
+        UserOnlyDependency,
+        Block,
+        false
+    ),
+    row!(
+        G::UserOnlyDependency(User::NeedsUserArtifact),
+        UserOnlyDependency,
+        Block,
+        false
+    ),
+    row!(
+        G::UserOnlyDependency(User::NeedsUserChoice),
+        UserOnlyDependency,
+        Block,
+        false
+    ),
+    row!(
+        G::UserOnlyDependency(User::NeedsUserApproval),
+        UserOnlyDependency,
+        Block,
+        false
+    ),
+    row!(
+        G::UserOnlyDependency(User::NeedsUserEnvironmentAction),
+        UserOnlyDependency,
+        Block,
+        false
+    ),
+    row!(
+        G::ContractViolation(Contract::MissingRequiredOutput),
+        MissingRequiredOutput,
+        Block,
+        false
+    ),
+    row!(
+        G::ContractViolation(Contract::InvalidRequiredOutput),
+        InvalidRequiredOutput,
+        Block,
+        false
+    ),
+    row!(
+        G::CapabilityMissing(Cap::RequiredCapabilityUnknown),
+        RequiredCapabilityUnknown,
+        BlockIfCapabilityRequired,
+        false
+    ),
+    row!(
+        G::CapabilityMissing(Cap::RequiredCapabilityUnavailable),
+        RequiredCapabilityUnavailable,
+        BlockIfCapabilityRequired,
+        false
+    ),
+    row!(
+        G::Unexpected(Unexp::InvariantViolation),
+        InvariantViolation,
+        Block,
+        true
+    ),
+    row!(
+        G::Unexpected(Unexp::StorageCorruptionDetected),
+        StorageCorruptionDetected,
+        Block,
+        true
+    ),
 ];
 
 impl fmt::Display for ReasonCode {

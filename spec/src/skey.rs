@@ -15,7 +15,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::ids::{LoopId, StepId};
 
 /// One entry of a loop path: a loop and its 0-based iteration.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoopPathEntry {
     pub loop_id: LoopId,
@@ -150,16 +152,32 @@ mod tests {
         assert_eq!(key.loop_path[1].iteration, 2);
         assert_eq!(key.step_id.as_str(), "triage");
         assert_eq!(key.to_string(), "outer@0/inner@2::triage");
-        assert_eq!(StepInstanceKey::parse("triage").unwrap().to_string(), "triage");
+        assert_eq!(
+            StepInstanceKey::parse("triage").unwrap().to_string(),
+            "triage"
+        );
     }
 
     #[test]
     fn malformed_keys_are_rejected() {
         for bad in [
-            "", "::a", "a::", "x@::a", "x@01::a", "x@-1::a", "X@0::a", "x@0//y@1::a", "x::a",
-            "a:b", "x@0::a::b", "x@4294967296::a",
+            "",
+            "::a",
+            "a::",
+            "x@::a",
+            "x@01::a",
+            "x@-1::a",
+            "X@0::a",
+            "x@0//y@1::a",
+            "x::a",
+            "a:b",
+            "x@0::a::b",
+            "x@4294967296::a",
         ] {
-            assert!(StepInstanceKey::parse(bad).is_err(), "{bad:?} should be rejected");
+            assert!(
+                StepInstanceKey::parse(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
         }
     }
 }

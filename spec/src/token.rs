@@ -206,7 +206,9 @@ impl TokenParts {
             ));
         };
         let kind = TokenKind::from_prefix(prefix).ok_or_else(|| {
-            TokenFormatError::invalid(format!("unknown prefix {prefix:?}; expected st, ack or chk"))
+            TokenFormatError::invalid(format!(
+                "unknown prefix {prefix:?}; expected st, ack or chk"
+            ))
         })?;
         let Some(number) = version.strip_prefix('v') else {
             return Err(TokenFormatError::invalid("version part must look like v1"));

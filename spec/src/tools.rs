@@ -4,8 +4,8 @@
 //! input schemas from them and the committed `spec/schemas/tools/*` files are generated from them
 //! (locks §8). Inputs reject unknown fields so a mistyped argument gets a precise error.
 
-use serde::{Deserialize, Serialize};
 use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::blocker::Blocker;

@@ -188,7 +188,12 @@ impl EventData {
                 format!("{kind} needs scope.{what} for its dedupeKey"),
             )
         };
-        let run = || scope.run_id().map(RunId::as_str).ok_or_else(|| missing("runId"));
+        let run = || {
+            scope
+                .run_id()
+                .map(RunId::as_str)
+                .ok_or_else(|| missing("runId"))
+        };
         let node = || {
             scope
                 .node_id()
@@ -232,7 +237,10 @@ impl EventData {
                     return Err(ArtifactError::invariant(
                         EVENT,
                         "edge_created cause allowed for edgeKind",
-                        format!("edgeKind {} cannot have cause {}", e.edge_kind, e.cause.kind),
+                        format!(
+                            "edgeKind {} cannot have cause {}",
+                            e.edge_kind, e.cause.kind
+                        ),
                     ));
                 }
                 if e.from_node_id == e.to_node_id {
@@ -326,7 +334,9 @@ impl EventData {
         let context = format!("data of {kind}");
         let ctx = context.as_str();
         Ok(match kind {
-            EventKind::SessionCreated => Self::SessionCreated(artifact::from_value(EVENT, ctx, data)?),
+            EventKind::SessionCreated => {
+                Self::SessionCreated(artifact::from_value(EVENT, ctx, data)?)
+            }
             EventKind::ObservationRecorded => {
                 Self::ObservationRecorded(artifact::from_value(EVENT, ctx, data)?)
             }
@@ -382,7 +392,10 @@ impl SessionEvent {
             return Err(ArtifactError::invariant(
                 EVENT,
                 "scope rules",
-                format!("{kind} requires {:?} scope, got {scope:?}", kind.scope_rule()),
+                format!(
+                    "{kind} requires {:?} scope, got {scope:?}",
+                    kind.scope_rule()
+                ),
             ));
         }
         data.check()?;
@@ -465,7 +478,13 @@ impl SessionEvent {
             }) => EventScope::Node(run_id, node),
         };
         let data = EventData::from_kind_and_value(wire.kind, wire.data)?;
-        let event = Self::new(wire.event_id, wire.event_index, wire.session_id, scope, data)?;
+        let event = Self::new(
+            wire.event_id,
+            wire.event_index,
+            wire.session_id,
+            scope,
+            data,
+        )?;
         if event.dedupe_key != wire.dedupe_key {
             return Err(ArtifactError::invariant(
                 EVENT,

@@ -44,8 +44,12 @@ pub enum ObservationValue {
     ShortString {
         value: BoundedText<OBSERVATION_SHORT_STRING_MAX_BYTES>,
     },
-    GitSha1 { value: GitSha1 },
-    Sha256 { value: Sha256Digest },
+    GitSha1 {
+        value: GitSha1,
+    },
+    Sha256 {
+        value: Sha256Digest,
+    },
 }
 
 /// A git SHA-1 object name: 40 lowercase hex characters.
@@ -477,7 +481,9 @@ pub struct CapabilityObserved {
 pub enum GapResolution {
     Unresolved,
     #[serde(rename_all = "camelCase")]
-    Resolves { resolves_gap_id: GapId },
+    Resolves {
+        resolves_gap_id: GapId,
+    },
 }
 
 /// Evidence a gap points at.
@@ -527,11 +533,19 @@ pub struct DivergenceRecorded {
     deny_unknown_fields
 )]
 pub enum TraceRef {
-    StepId { step_id: StepId },
-    LoopId { loop_id: LoopId },
-    ConditionId { condition_id: ConditionId },
+    StepId {
+        step_id: StepId,
+    },
+    LoopId {
+        loop_id: LoopId,
+    },
+    ConditionId {
+        condition_id: ConditionId,
+    },
     /// A 0-based loop iteration.
-    Iteration { value: u32 },
+    Iteration {
+        value: u32,
+    },
 }
 
 /// One decision trace entry.
@@ -554,10 +568,10 @@ pub struct DecisionTraceAppended {
 }
 
 impl DecisionTraceAppended {
-    /// Builds a trace within the locked budgets: each summary is truncated to 512 bytes with the
-    /// marker; when the event is still over 8192 bytes, summaries are truncated further from the
-    /// last entry backwards, and only then are trailing entries dropped (never out of order).
-    /// Entries past 25 and refs past 10 are dropped from the end.
+    /// Builds a trace within the locked budgets: entries past 25 and refs past 10 are dropped from
+    /// the end; each summary is truncated to 512 bytes with the marker; if the event would still
+    /// exceed 8192 bytes even with minimal summaries, trailing entries are dropped (never out of
+    /// order); then summaries are truncated further from the last entry backwards until it fits.
     pub fn bounded(trace_id: TraceId, mut entries: Vec<TraceEntry>) -> Self {
         entries.truncate(TRACE_MAX_ENTRIES);
         for entry in &mut entries {
@@ -567,19 +581,30 @@ impl DecisionTraceAppended {
             }
         }
         let mut trace = Self { trace_id, entries };
-        let min_summary = crate::budget::TRUNCATION_MARKER.len();
+        let marker_len = crate::budget::TRUNCATION_MARKER.len();
+        // Keep the longest prefix of entries that can fit once summaries are shortened.
+        while trace.entries.len() > 1 {
+            let mut minimal = trace.clone();
+            for entry in &mut minimal.entries {
+                if entry.summary.len() > marker_len {
+                    entry.summary = shorten(&entry.summary, marker_len);
+                }
+            }
+            if minimal.total_bytes() <= TRACE_MAX_TOTAL_BYTES {
+                break;
+            }
+            trace.entries.pop();
+        }
+        // Then shorten summaries from the last entry backwards until the event fits.
         let mut index = trace.entries.len();
         while trace.total_bytes() > TRACE_MAX_TOTAL_BYTES && index > 0 {
             index -= 1;
             let over = trace.total_bytes() - TRACE_MAX_TOTAL_BYTES;
             let summary = &trace.entries[index].summary;
-            let target = summary.len().saturating_sub(over).max(min_summary);
+            let target = summary.len().saturating_sub(over).max(marker_len);
             if target < summary.len() {
                 trace.entries[index].summary = shorten(summary, target);
             }
-        }
-        while trace.total_bytes() > TRACE_MAX_TOTAL_BYTES && trace.entries.len() > 1 {
-            trace.entries.pop();
         }
         trace
     }
@@ -595,7 +620,10 @@ impl DecisionTraceAppended {
             return Err(ArtifactError::invariant(
                 EVENT,
                 rule,
-                format!("1 to {TRACE_MAX_ENTRIES} entries, got {}", self.entries.len()),
+                format!(
+                    "1 to {TRACE_MAX_ENTRIES} entries, got {}",
+                    self.entries.len()
+                ),
             ));
         }
         for (i, entry) in self.entries.iter().enumerate() {
@@ -609,7 +637,11 @@ impl DecisionTraceAppended {
                     ),
                 ));
             }
-            if entry.refs.as_ref().is_some_and(|r| r.len() > TRACE_MAX_REFS_PER_ENTRY) {
+            if entry
+                .refs
+                .as_ref()
+                .is_some_and(|r| r.len() > TRACE_MAX_REFS_PER_ENTRY)
+            {
                 return Err(ArtifactError::invariant(
                     EVENT,
                     rule,
