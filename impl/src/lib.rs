@@ -5,3 +5,6 @@
 //! entropy, keyring) sit behind traits so tests can inject faults and determinism.
 
 #![forbid(unsafe_code)]
+
+pub mod entropy;
+pub mod store;

@@ -79,8 +79,9 @@ impl ArtifactError {
 }
 
 /// Parses JSON text into a value, classifying syntax errors as malformed.
+/// Duplicate object keys are rejected (I-JSON), never silently resolved.
 pub(crate) fn parse_value(artifact: ArtifactKind, text: &str) -> Result<Value, ArtifactError> {
-    serde_json::from_str(text).map_err(|e| ArtifactError::malformed(artifact, e))
+    crate::jcs::parse_strict(text).map_err(|e| ArtifactError::malformed(artifact, e))
 }
 
 /// Takes the object out of `value`.

@@ -138,7 +138,9 @@ impl TokenPayload {
         bytes: &[u8],
         expected: TokenKind,
     ) -> Result<Self, TokenFormatError> {
-        let value: Value = serde_json::from_slice(bytes)
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| TokenFormatError::invalid(format!("payload is not UTF-8: {e}")))?;
+        let value: Value = crate::jcs::parse_strict(text)
             .map_err(|e| TokenFormatError::invalid(format!("payload is not JSON: {e}")))?;
         let canonical = to_canonical_bytes(&value).map_err(TokenFormatError::invalid)?;
         if canonical != bytes {

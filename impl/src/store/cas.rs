@@ -1,0 +1,183 @@
+//! Content-addressed stores: execution snapshots (key `sha256(JCS(file))`) and pinned compiled
+//! workflows (key `workflowHash`) (locks §1 "Snapshot storage layout", §5).
+//!
+//! Objects are immutable: a put of an existing key writes nothing. Every get re-hashes what it
+//! read, so a damaged object is reported as corruption, never returned.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::ids::{SnapshotRef, WorkflowHash};
+use workrail_spec::jcs::to_canonical_bytes;
+use workrail_spec::snapshot::ExecutionSnapshotFileV1;
+
+use super::error::StoreError;
+use super::fs::StoreFs;
+use super::layout;
+
+/// Writes bytes durably and atomically: temp, fsync, rename, fsync the directory.
+fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let io = |op: &'static str| {
+        move |e: std::io::Error| StoreError::Io {
+            session: None,
+            op,
+            detail: e.to_string(),
+        }
+    };
+    if fs.len(path).map_err(io("stat object"))?.is_some() {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new(""));
+    fs.create_dir_all(dir)
+        .map_err(io("create object directory"))?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp: PathBuf = dir.join(format!(".tmp-{file_name}"));
+    fs.write_new(&tmp, bytes)
+        .and_then(|()| fs.sync_file(&tmp))
+        .and_then(|()| fs.rename(&tmp, path))
+        .and_then(|()| fs.sync_dir(dir))
+        .map_err(io("write object"))
+}
+
+fn read_object(fs: &dyn StoreFs, path: &Path, what: &str) -> Result<String, StoreError> {
+    let bytes = fs
+        .read(path)
+        .map_err(|e| StoreError::Io {
+            session: None,
+            op: "read object",
+            detail: e.to_string(),
+        })?
+        .ok_or_else(|| StoreError::MissingObject {
+            what: what.to_owned(),
+        })?;
+    String::from_utf8(bytes).map_err(|e| StoreError::CorruptObject {
+        what: what.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// The global CAS of execution snapshots.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    fs: Arc<dyn StoreFs>,
+}
+
+impl SnapshotStore {
+    pub fn new(fs: Arc<dyn StoreFs>) -> Self {
+        Self { fs }
+    }
+
+    /// Stores a snapshot durably and returns its content address.
+    pub fn put(&self, snapshot: &ExecutionSnapshotFileV1) -> Result<SnapshotRef, StoreError> {
+        let internal = |e: workrail_spec::jcs::JcsError| StoreError::Internal {
+            detail: e.to_string(),
+        };
+        let bytes = to_canonical_bytes(snapshot).map_err(internal)?;
+        let snapshot_ref = snapshot.snapshot_ref().map_err(internal)?;
+        put_durable(&*self.fs, &layout::snapshot_path(&snapshot_ref), &bytes)?;
+        Ok(snapshot_ref)
+    }
+
+    pub fn contains(&self, snapshot_ref: &SnapshotRef) -> Result<bool, StoreError> {
+        self.fs
+            .len(&layout::snapshot_path(snapshot_ref))
+            .map(|l| l.is_some())
+            .map_err(|e| StoreError::Io {
+                session: None,
+                op: "stat snapshot",
+                detail: e.to_string(),
+            })
+    }
+
+    /// Reads and verifies a snapshot.
+    pub fn get(&self, snapshot_ref: &SnapshotRef) -> Result<ExecutionSnapshotFileV1, StoreError> {
+        let what = format!("snapshot {snapshot_ref}");
+        let text = read_object(&*self.fs, &layout::snapshot_path(snapshot_ref), &what)?;
+        let corrupt = |detail: String| StoreError::CorruptObject {
+            what: what.clone(),
+            detail,
+        };
+        let snapshot =
+            ExecutionSnapshotFileV1::from_json_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        let actual = snapshot
+            .snapshot_ref()
+            .map_err(|e| corrupt(e.to_string()))?;
+        if &actual != snapshot_ref {
+            return Err(corrupt(format!("content hashes to {actual}")));
+        }
+        Ok(snapshot)
+    }
+
+    /// Every stored snapshot ref (for GC), sorted.
+    pub fn list(&self) -> Result<Vec<SnapshotRef>, StoreError> {
+        list_digests(&*self.fs, Path::new(layout::SNAPSHOTS_DIR))
+            .map(|v| v.into_iter().map(SnapshotRef::from_digest).collect())
+    }
+}
+
+fn list_digests(
+    fs: &dyn StoreFs,
+    dir: &Path,
+) -> Result<Vec<workrail_spec::ids::Sha256Digest>, StoreError> {
+    let names = fs.list_dir(dir).map_err(|e| StoreError::Io {
+        session: None,
+        op: "list objects",
+        detail: e.to_string(),
+    })?;
+    Ok(names
+        .iter()
+        .filter_map(|n| n.strip_suffix(".json"))
+        .filter_map(|hex| workrail_spec::ids::Sha256Digest::parse(&format!("sha256:{hex}")).ok())
+        .collect())
+}
+
+/// Compiled workflows by `workflowHash`: the execution authority of every run.
+#[derive(Debug, Clone)]
+pub struct PinnedWorkflowStore {
+    fs: Arc<dyn StoreFs>,
+}
+
+impl PinnedWorkflowStore {
+    pub fn new(fs: Arc<dyn StoreFs>) -> Self {
+        Self { fs }
+    }
+
+    /// Pins a compiled workflow durably and returns its hash.
+    pub fn put(&self, compiled: &CompiledWorkflowSnapshotV1) -> Result<WorkflowHash, StoreError> {
+        let internal = |e: workrail_spec::jcs::JcsError| StoreError::Internal {
+            detail: e.to_string(),
+        };
+        let bytes = to_canonical_bytes(compiled).map_err(internal)?;
+        let hash = compiled.workflow_hash().map_err(internal)?;
+        put_durable(&*self.fs, &layout::pinned_workflow_path(&hash), &bytes)?;
+        Ok(hash)
+    }
+
+    /// Reads and verifies a pinned workflow.
+    pub fn get(&self, hash: &WorkflowHash) -> Result<CompiledWorkflowSnapshotV1, StoreError> {
+        let what = format!("pinned workflow {hash}");
+        let text = read_object(&*self.fs, &layout::pinned_workflow_path(hash), &what)?;
+        let corrupt = |detail: String| StoreError::CorruptObject {
+            what: what.clone(),
+            detail,
+        };
+        let compiled =
+            CompiledWorkflowSnapshotV1::from_json_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        let actual = compiled
+            .workflow_hash()
+            .map_err(|e| corrupt(e.to_string()))?;
+        if &actual != hash {
+            return Err(corrupt(format!("content hashes to {actual}")));
+        }
+        Ok(compiled)
+    }
+
+    pub fn list(&self) -> Result<Vec<WorkflowHash>, StoreError> {
+        list_digests(&*self.fs, Path::new(layout::PINNED_WORKFLOWS_DIR))
+            .map(|v| v.into_iter().map(WorkflowHash::from_digest).collect())
+    }
+}

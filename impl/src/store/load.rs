@@ -1,0 +1,366 @@
+//! Loading a session: validate the control stream and the segments it attests, stop at the last
+//! valid entry, and classify what was found (locks §1 "Integrity + recovery", §10).
+//!
+//! Only newline-terminated manifest lines are records: a final line without its newline is the
+//! trace of an append that never completed its fsync, so it is not truth (the writer truncates it
+//! before its next append). Segments are read only when a `segment_closed` record attests them;
+//! orphan segment files are never opened. The validated prefix always ends at a transaction
+//! boundary: a segment counts only together with the pins of the snapshots it introduced.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+
+use workrail_spec::artifact::ArtifactError;
+use workrail_spec::dedupe::DedupeKey;
+use workrail_spec::event::{EventData, SessionEvent};
+use workrail_spec::ids::{SessionId, SnapshotRef};
+use workrail_spec::jcs::sha256;
+use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
+
+use super::fs::StoreFs;
+use super::health::{Corruption, CorruptionReason, SessionHealth};
+use super::layout;
+
+/// A session as load found it: the validated prefix and the health verdict.
+#[derive(Debug, Clone)]
+pub struct LoadedSession {
+    pub session_id: SessionId,
+    /// Committed events, ascending and contiguous from 0.
+    pub events: Vec<SessionEvent>,
+    /// Committed manifest records, ascending and contiguous from 0.
+    pub manifest: Vec<ManifestRecord>,
+    pub health: SessionHealth,
+    /// Every committed dedupeKey and the index of its event.
+    pub(crate) dedupe: HashMap<DedupeKey, usize>,
+    /// Snapshot refs pinned so far.
+    pub(crate) pinned: HashSet<SnapshotRef>,
+    /// Bytes of the manifest that hold committed records (the rest is a torn, uncommitted line).
+    pub(crate) manifest_committed_bytes: u64,
+    /// The manifest file length seen at load (for cache freshness).
+    pub(crate) manifest_file_bytes: u64,
+}
+
+impl LoadedSession {
+    pub(crate) fn empty(session_id: SessionId) -> Self {
+        Self {
+            session_id,
+            events: Vec::new(),
+            manifest: Vec::new(),
+            health: SessionHealth::Healthy,
+            dedupe: HashMap::new(),
+            pinned: HashSet::new(),
+            manifest_committed_bytes: 0,
+            manifest_file_bytes: 0,
+        }
+    }
+
+    /// The index the next committed event will get.
+    pub fn next_event_index(&self) -> u64 {
+        self.events.len() as u64
+    }
+
+    /// The committed event carrying `key`, if any.
+    pub fn event_by_dedupe_key(&self, key: &DedupeKey) -> Option<&SessionEvent> {
+        self.dedupe.get(key).map(|&i| &self.events[i])
+    }
+
+    pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
+        self.pinned.contains(snapshot)
+    }
+}
+
+/// Snapshot refs introduced by `node_created` events, with the event that introduced them.
+pub(crate) fn introduced_snapshots(events: &[SessionEvent]) -> Vec<(SnapshotRef, usize)> {
+    events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e.data() {
+            EventData::NodeCreated(n) => Some((n.snapshot_ref.clone(), i)),
+            _ => None,
+        })
+        .collect()
+}
+
+struct Validator {
+    session_id: SessionId,
+    /// Events, records and pins accepted so far, possibly past the last complete transaction.
+    events: Vec<SessionEvent>,
+    manifest: Vec<ManifestRecord>,
+    pinned: HashSet<SnapshotRef>,
+    dedupe: HashMap<DedupeKey, usize>,
+    /// Snapshots introduced by the current segment that still lack a pin.
+    awaiting_pins: Vec<(SnapshotRef, usize)>,
+    /// The last complete transaction boundary: (events, manifest records, manifest bytes).
+    boundary: (usize, usize, u64),
+}
+
+fn version_or(reason: CorruptionReason, e: &ArtifactError) -> CorruptionReason {
+    if matches!(e, ArtifactError::UnsupportedVersion { .. }) {
+        CorruptionReason::UnknownVersion
+    } else {
+        reason
+    }
+}
+
+impl Validator {
+    fn corruption(&self, reason: CorruptionReason, detail: impl ToString) -> Corruption {
+        Corruption {
+            reason,
+            manifest_index: self.manifest.len() as u64,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Cuts everything accepted past the last complete transaction boundary.
+    fn into_loaded(mut self, health: SessionHealth, manifest_file_bytes: u64) -> LoadedSession {
+        let (events, records, bytes) = self.boundary;
+        if events < self.events.len() || records < self.manifest.len() {
+            self.events.truncate(events);
+            self.manifest.truncate(records);
+            self.dedupe.retain(|_, &mut i| i < events);
+            self.pinned = self
+                .manifest
+                .iter()
+                .filter_map(|r| match r {
+                    ManifestRecord::SnapshotPinned(p) => Some(p.snapshot_ref.clone()),
+                    ManifestRecord::SegmentClosed(_) => None,
+                })
+                .collect();
+        }
+        LoadedSession {
+            session_id: self.session_id,
+            events: self.events,
+            manifest: self.manifest,
+            health,
+            dedupe: self.dedupe,
+            pinned: self.pinned,
+            manifest_committed_bytes: bytes,
+            manifest_file_bytes,
+        }
+    }
+
+    fn accept_segment(&mut self, fs: &dyn StoreFs, seg: &SegmentClosed) -> Result<(), Corruption> {
+        use CorruptionReason::*;
+        let session = &self.session_id;
+        let expected_first = self.events.len() as u64;
+        if seg.first_event_index.get() != expected_first {
+            return Err(self.corruption(
+                SegmentNotContiguous,
+                format!(
+                    "segment starts at eventIndex {}, expected {expected_first}",
+                    seg.first_event_index
+                ),
+            ));
+        }
+        let path = layout::session_dir(session).join(&seg.segment_rel_path);
+        let bytes = match fs.read(&path) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return Err(self.corruption(
+                    SegmentMissing,
+                    format!("{} is attested but missing", seg.segment_rel_path),
+                ));
+            }
+            Err(e) => return Err(self.corruption(SegmentMissing, e)),
+        };
+        if bytes.len() as u64 != seg.bytes {
+            return Err(self.corruption(
+                SegmentSizeMismatch,
+                format!(
+                    "{} has {} bytes, attested {}",
+                    seg.segment_rel_path,
+                    bytes.len(),
+                    seg.bytes
+                ),
+            ));
+        }
+        if sha256(&bytes) != seg.sha256 {
+            return Err(self.corruption(
+                SegmentDigestMismatch,
+                format!(
+                    "{} does not match its attested sha256",
+                    seg.segment_rel_path
+                ),
+            ));
+        }
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| self.corruption(SegmentEventInvalid, format!("not UTF-8: {e}")))?;
+        let mut new_events = Vec::new();
+        for (n, line) in text.split_terminator('\n').enumerate() {
+            let event = SessionEvent::from_json_str(line).map_err(|e| {
+                self.corruption(
+                    version_or(SegmentEventInvalid, &e),
+                    format!("{} line {}: {e}", seg.segment_rel_path, n + 1),
+                )
+            })?;
+            let expected = expected_first + new_events.len() as u64;
+            if event.event_index().get() != expected || event.session_id() != session {
+                return Err(self.corruption(
+                    SegmentBoundsMismatch,
+                    format!(
+                        "{} line {} holds eventIndex {} of {}, expected {expected} of {session}",
+                        seg.segment_rel_path,
+                        n + 1,
+                        event.event_index(),
+                        event.session_id()
+                    ),
+                ));
+            }
+            new_events.push(event);
+        }
+        let last = expected_first + new_events.len() as u64;
+        if new_events.is_empty() || last - 1 != seg.last_event_index.get() || !text.ends_with('\n')
+        {
+            return Err(self.corruption(
+                SegmentBoundsMismatch,
+                format!(
+                    "{} holds {} events, attested [{}, {}]",
+                    seg.segment_rel_path,
+                    new_events.len(),
+                    seg.first_event_index,
+                    seg.last_event_index
+                ),
+            ));
+        }
+        for (offset, event) in new_events.iter().enumerate() {
+            let index = expected_first as usize + offset;
+            if self
+                .dedupe
+                .insert(event.dedupe_key().clone(), index)
+                .is_some()
+            {
+                return Err(self.corruption(
+                    DuplicateDedupeKey,
+                    format!("dedupeKey {} appears twice", event.dedupe_key()),
+                ));
+            }
+        }
+        let base = self.events.len();
+        self.awaiting_pins = introduced_snapshots(&new_events)
+            .into_iter()
+            .filter(|(r, _)| !self.pinned.contains(r))
+            .map(|(r, i)| (r, base + i))
+            .collect();
+        self.events.extend(new_events);
+        Ok(())
+    }
+
+    fn accept_pin(
+        &mut self,
+        pin: &workrail_spec::manifest::SnapshotPinned,
+    ) -> Result<(), Corruption> {
+        let index = pin.event_index.get() as usize;
+        let valid = self.events.get(index).is_some_and(|e| {
+            e.event_id() == &pin.created_by_event_id
+                && matches!(e.data(), EventData::NodeCreated(n) if n.snapshot_ref == pin.snapshot_ref)
+        });
+        if !valid {
+            return Err(self.corruption(
+                CorruptionReason::PinWithoutNode,
+                format!(
+                    "pin of {} names eventIndex {} which is not its committed node_created",
+                    pin.snapshot_ref, pin.event_index
+                ),
+            ));
+        }
+        self.pinned.insert(pin.snapshot_ref.clone());
+        self.awaiting_pins.retain(|(r, _)| r != &pin.snapshot_ref);
+        Ok(())
+    }
+
+    fn missing_pins(&self) -> Option<Corruption> {
+        self.awaiting_pins.first().map(|(r, i)| {
+            self.corruption(
+                CorruptionReason::MissingSnapshotPins,
+                format!("snapshot {r} introduced at eventIndex {i} was never pinned"),
+            )
+        })
+    }
+
+    fn run(&mut self, fs: &dyn StoreFs, manifest: &[u8]) -> Result<(), Corruption> {
+        let mut offset = 0usize;
+        while let Some(len) = manifest[offset..].iter().position(|&b| b == b'\n') {
+            let line = &manifest[offset..offset + len];
+            let record = std::str::from_utf8(line)
+                .map_err(|e| ArtifactError::Malformed {
+                    artifact: workrail_spec::artifact::ArtifactKind::ManifestRecord,
+                    detail: e.to_string(),
+                })
+                .and_then(ManifestRecord::from_json_str)
+                .map_err(|e| {
+                    self.corruption(
+                        version_or(CorruptionReason::ManifestUnparseable, &e),
+                        format!("manifest line {}: {e}", self.manifest.len() + 1),
+                    )
+                })?;
+            if record.manifest_index().get() != self.manifest.len() as u64 {
+                return Err(self.corruption(
+                    CorruptionReason::ManifestIndexGap,
+                    format!(
+                        "manifestIndex {} where {} was expected",
+                        record.manifest_index(),
+                        self.manifest.len()
+                    ),
+                ));
+            }
+            if record.session_id() != &self.session_id {
+                return Err(self.corruption(
+                    CorruptionReason::ManifestSessionMismatch,
+                    format!("record of session {}", record.session_id()),
+                ));
+            }
+            match &record {
+                ManifestRecord::SegmentClosed(seg) => {
+                    // The previous transaction must have pinned everything it introduced.
+                    if let Some(missing) = self.missing_pins() {
+                        return Err(missing);
+                    }
+                    self.accept_segment(fs, seg)?;
+                }
+                ManifestRecord::SnapshotPinned(pin) => self.accept_pin(pin)?,
+            }
+            self.manifest.push(record);
+            offset += len + 1;
+            if self.awaiting_pins.is_empty() {
+                self.boundary = (self.events.len(), self.manifest.len(), offset as u64);
+            }
+        }
+        match self.missing_pins() {
+            Some(missing) => Err(missing),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Loads `session`. `Ok(None)` when no committed truth exists (no manifest, or only a torn
+/// first line).
+pub(crate) fn load_session(
+    fs: &dyn StoreFs,
+    session: &SessionId,
+) -> io::Result<Option<LoadedSession>> {
+    let Some(manifest) = fs.read(&layout::manifest_path(session))? else {
+        return Ok(None);
+    };
+    let mut validator = Validator {
+        session_id: session.clone(),
+        events: Vec::new(),
+        manifest: Vec::new(),
+        pinned: HashSet::new(),
+        dedupe: HashMap::new(),
+        awaiting_pins: Vec::new(),
+        boundary: (0, 0, 0),
+    };
+    let outcome = validator.run(fs, &manifest);
+    let prefix_is_empty = validator.boundary.0 == 0;
+    let health = match outcome {
+        Ok(()) => SessionHealth::Healthy,
+        Err(c) if c.reason == CorruptionReason::UnknownVersion => SessionHealth::UnknownVersion(c),
+        Err(c) if prefix_is_empty => SessionHealth::CorruptHead(c),
+        Err(c) => SessionHealth::CorruptTail(c),
+    };
+    let loaded = validator.into_loaded(health, manifest.len() as u64);
+    if loaded.health.is_healthy() && loaded.events.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(loaded))
+}

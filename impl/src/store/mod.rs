@@ -1,0 +1,23 @@
+//! The durable store: append-only session event segments plus `manifest.jsonl` (two-stream,
+//! pin-after-close), the snapshot CAS, pinned workflows, the keyring, OS file locks and session
+//! health. `impl/docs/store.md` describes the format, the commit protocol and every crash state.
+
+mod cas;
+mod error;
+pub mod fs;
+mod health;
+mod keyring;
+pub mod layout;
+mod load;
+pub mod memfs;
+mod session;
+
+pub use cas::{PinnedWorkflowStore, SnapshotStore};
+pub use error::StoreError;
+pub use health::{Corruption, CorruptionReason, SessionHealth};
+pub use keyring::{KEY_BYTES, Keyring, KeyringStore, SigningKey};
+pub use load::LoadedSession;
+pub use session::{
+    AppendGate, AppendPlan, AppendedEvent, SegmentLimits, SessionRead, SessionStore,
+    plan_snapshot_refs,
+};

@@ -1,0 +1,522 @@
+//! The session store: the single durable mutation (`append`) behind the lock+health gate, and
+//! the read side.
+//!
+//! Write path (locks §1 "Append transaction protocol"), all under `sessions/<id>/.lock`:
+//! 1. write the plan's events to `events/.tmp-<first>-<last>.jsonl`, fsync it, rename it to
+//!    `events/<first>-<last>.jsonl`, fsync `events/`;
+//! 2. append `segment_closed` (bounds, relative path, sha256, byte count) to `manifest.jsonl`,
+//!    fsync it;
+//! 3. append one `snapshot_pinned` per snapshot the segment introduced, fsync it.
+//!
+//! One plan is one segment: a segment is attested atomically, so splitting a plan across
+//! segments would let a crash commit half a plan. The hybrid rotation thresholds (max events or
+//! max bytes, first hit wins) therefore bound a plan, and every plan starts a new segment.
+//!
+//! The witness: [`AppendGate`] is minted only by [`SessionStore::with_append_gate`] after the lock
+//! is held and the session is healthy, and it is lent to the caller's closure for the closure's
+//! lifetime only. Code that holds only a [`SessionRead`] (rehydrate) has no way to append.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use workrail_spec::dedupe::DedupeKey;
+use workrail_spec::event::{EventData, SessionEvent};
+use workrail_spec::ids::{EventIndex, ManifestIndex, SessionId, SnapshotRef};
+use workrail_spec::jcs::{sha256, to_canonical_string};
+use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, segment_rel_path};
+
+use super::error::StoreError;
+use super::fs::{LockError, StoreFs};
+use super::health::SessionHealth;
+use super::layout;
+use super::load::{LoadedSession, introduced_snapshots, load_session};
+
+/// Plan size limits: the hybrid rotation thresholds (first hit wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentLimits {
+    pub max_events: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for SegmentLimits {
+    fn default() -> Self {
+        // A real plan is a handful of events; these bounds only stop runaway plans.
+        Self {
+            max_events: 1000,
+            max_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// The atomic unit of durable truth: events appended together or not at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendPlan {
+    /// Events in order. Their `eventIndex` is assigned by the store (contiguous after the
+    /// session's last committed event).
+    pub events: Vec<SessionEvent>,
+}
+
+/// One event of a plan after append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendedEvent {
+    pub event: SessionEvent,
+    /// False when the dedupeKey was already committed: the existing event is returned and
+    /// nothing was written for it (locks §1 "Idempotency via dedupeKey").
+    pub newly_appended: bool,
+}
+
+/// The read side: everything rehydrate and projections need, and nothing that writes.
+pub trait SessionRead {
+    /// Loads a session with its health; `SessionNotFound` when it holds no committed truth.
+    fn load(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError>;
+
+    /// Loads a session for execution: anything but `healthy` is an error.
+    fn load_healthy(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
+        let loaded = self.load(session)?;
+        match &loaded.health {
+            SessionHealth::Healthy => Ok(loaded),
+            other => Err(StoreError::Unhealthy {
+                session: session.clone(),
+                health: other.clone(),
+            }),
+        }
+    }
+
+    /// Ids of every session directory, sorted.
+    fn list_sessions(&self) -> Result<Vec<SessionId>, StoreError>;
+}
+
+/// The durable session store.
+pub struct SessionStore {
+    fs: Arc<dyn StoreFs>,
+    limits: SegmentLimits,
+    /// Validated sessions, reused while the manifest length is unchanged (append-only file).
+    cache: Mutex<HashMap<SessionId, Arc<LoadedSession>>>,
+}
+
+impl fmt::Debug for SessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionStore")
+            .field("fs", &self.fs)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_error(session: &SessionId, op: &'static str, e: io::Error) -> StoreError {
+    StoreError::Io {
+        session: Some(session.clone()),
+        op,
+        detail: e.to_string(),
+    }
+}
+
+impl SessionStore {
+    pub fn new(fs: Arc<dyn StoreFs>) -> Self {
+        Self::with_limits(fs, SegmentLimits::default())
+    }
+
+    pub fn with_limits(fs: Arc<dyn StoreFs>, limits: SegmentLimits) -> Self {
+        Self {
+            fs,
+            limits,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn fs(&self) -> &Arc<dyn StoreFs> {
+        &self.fs
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<LoadedSession>>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn forget(&self, session: &SessionId) {
+        self.cache().remove(session);
+    }
+
+    /// Loads from the cache when the manifest is unchanged, else from disk.
+    fn load_inner(&self, session: &SessionId) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        let manifest = layout::manifest_path(session);
+        let len = self
+            .fs
+            .len(&manifest)
+            .map_err(|e| io_error(session, "stat manifest", e))?;
+        if let Some(cached) = self.cache().get(session)
+            && Some(cached.manifest_file_bytes) == len
+        {
+            return Ok(Some(Arc::clone(cached)));
+        }
+        let loaded =
+            load_session(&*self.fs, session).map_err(|e| io_error(session, "load session", e))?;
+        let loaded = loaded.map(Arc::new);
+        match &loaded {
+            Some(l) => {
+                self.cache().insert(session.clone(), Arc::clone(l));
+            }
+            None => self.forget(session),
+        }
+        Ok(loaded)
+    }
+
+    /// Runs `f` with the append witness for `session`: takes the OS lock (fails fast when busy),
+    /// loads and requires a healthy session (a new session is empty and healthy), and lends the
+    /// gate to `f`. The lock is released when `f` returns.
+    pub fn with_append_gate<T, E, F>(&self, session: &SessionId, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: for<'w> FnOnce(&mut AppendGate<'w>) -> Result<T, E>,
+    {
+        let dir = layout::session_dir(session);
+        self.fs
+            .create_dir_all(&layout::events_dir(session))
+            .map_err(|e| io_error(session, "create session directory", e))?;
+        let lock = match self.fs.try_lock(&layout::lock_path(session)) {
+            Ok(lock) => lock,
+            Err(LockError::Busy) => {
+                return Err(StoreError::Locked {
+                    session: session.clone(),
+                }
+                .into());
+            }
+            Err(LockError::Io(e)) => return Err(io_error(session, "lock session", e).into()),
+        };
+        let loaded = match self.load_inner(session)? {
+            Some(loaded) => loaded,
+            None => Arc::new(LoadedSession::empty(session.clone())),
+        };
+        // The gate owns the session view while it is open (readers reload from disk), so
+        // commits update it in place instead of copying it.
+        self.forget(session);
+        if !loaded.health.is_healthy() {
+            return Err(StoreError::Unhealthy {
+                session: session.clone(),
+                health: loaded.health.clone(),
+            }
+            .into());
+        }
+        let mut gate = AppendGate {
+            store: self,
+            session: loaded,
+            poisoned: false,
+            _lock: lock,
+        };
+        // A torn, uncommitted manifest tail (an append whose fsync never completed) is cut
+        // before anything new is appended, so it can never end up in the middle of the file.
+        gate.discard_torn_manifest_tail(&dir)?;
+        f(&mut gate)
+    }
+}
+
+impl SessionRead for SessionStore {
+    fn load(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
+        self.load_inner(session)?
+            .ok_or_else(|| StoreError::NotFound {
+                session: session.clone(),
+            })
+    }
+
+    fn list_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        let names = self
+            .fs
+            .list_dir(Path::new(layout::SESSIONS_DIR))
+            .map_err(|e| StoreError::Io {
+                session: None,
+                op: "list sessions",
+                detail: e.to_string(),
+            })?;
+        Ok(names
+            .iter()
+            .filter_map(|n| SessionId::parse(n).ok())
+            .collect())
+    }
+}
+
+/// The append witness: proof that the session lock is held and the session was healthy when
+/// the gate opened. It cannot be built outside this module and cannot outlive the closure it is
+/// lent to.
+///
+/// ```compile_fail
+/// use workrail::store::{AppendGate, SessionStore};
+/// fn stash(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
+///     let mut kept = None;
+///     let _ = store.with_append_gate(id, |gate: &mut AppendGate<'_>| {
+///         kept = Some(gate); // the witness cannot escape the gate's closure
+///         Ok::<_, workrail::store::StoreError>(())
+///     });
+/// }
+/// ```
+pub struct AppendGate<'w> {
+    store: &'w SessionStore,
+    session: Arc<LoadedSession>,
+    /// Set by any I/O failure: the gate refuses further appends (no retrying into unknown
+    /// state); the next gate reloads and revalidates from disk.
+    poisoned: bool,
+    _lock: Box<dyn super::fs::LockGuard>,
+}
+
+impl fmt::Debug for AppendGate<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppendGate")
+            .field("session", &self.session.session_id)
+            .field("poisoned", &self.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for AppendGate<'_> {
+    fn drop(&mut self) {
+        // Hand the up-to-date view back to the cache unless an I/O failure left it unknown.
+        if !self.poisoned && !self.session.events.is_empty() {
+            self.store
+                .cache()
+                .insert(self.session.session_id.clone(), Arc::clone(&self.session));
+        }
+    }
+}
+
+impl AppendGate<'_> {
+    /// The session as of the last commit (validated, healthy).
+    pub fn session(&self) -> &LoadedSession {
+        &self.session
+    }
+
+    fn fs(&self) -> &dyn StoreFs {
+        &*self.store.fs
+    }
+
+    fn io(&mut self, op: &'static str, e: io::Error) -> StoreError {
+        self.poisoned = true;
+        self.store.forget(&self.session.session_id);
+        io_error(&self.session.session_id, op, e)
+    }
+
+    fn discard_torn_manifest_tail(&mut self, session_dir: &Path) -> Result<(), StoreError> {
+        let committed = self.session.manifest_committed_bytes;
+        let manifest = session_dir.join("manifest.jsonl");
+        let actual = match self.fs().len(&manifest) {
+            Ok(len) => len.unwrap_or(0),
+            Err(e) => return Err(self.io("stat manifest", e)),
+        };
+        if actual <= committed {
+            return Ok(());
+        }
+        let bytes = match self.fs().read(&manifest) {
+            Ok(bytes) => bytes.unwrap_or_default(),
+            Err(e) => return Err(self.io("read manifest", e)),
+        };
+        let keep = &bytes[..committed as usize];
+        if let Err(e) = self
+            .fs()
+            .write_new(&manifest, keep)
+            .and_then(|()| self.fs().sync_file(&manifest))
+        {
+            return Err(self.io("truncate torn manifest tail", e));
+        }
+        Arc::make_mut(&mut self.session).manifest_file_bytes = committed;
+        Ok(())
+    }
+
+    /// The only durable mutation. Events whose dedupeKey is already committed are idempotent
+    /// no-ops (returned as they were committed); the rest are committed together or not at all.
+    pub fn append(&mut self, plan: AppendPlan) -> Result<Vec<AppendedEvent>, StoreError> {
+        if self.poisoned {
+            return Err(StoreError::Poisoned {
+                session: self.session.session_id.clone(),
+            });
+        }
+        let session_id = self.session.session_id.clone();
+        let invalid = |detail: String| StoreError::InvalidPlan {
+            session: session_id.clone(),
+            detail,
+        };
+        if plan.events.is_empty() {
+            return Err(invalid("a plan needs at least one event".into()));
+        }
+        let mut seen: HashSet<&DedupeKey> = HashSet::new();
+        for event in &plan.events {
+            if event.session_id() != &session_id {
+                return Err(invalid(format!(
+                    "event {} belongs to session {}",
+                    event.dedupe_key(),
+                    event.session_id()
+                )));
+            }
+            if !seen.insert(event.dedupe_key()) {
+                return Err(invalid(format!(
+                    "dedupeKey {} appears twice",
+                    event.dedupe_key()
+                )));
+            }
+        }
+        // Split into idempotent no-ops and new events; number the new ones.
+        let mut results = Vec::with_capacity(plan.events.len());
+        let mut fresh = Vec::new();
+        let first = self.session.next_event_index();
+        for event in plan.events {
+            if let Some(existing) = self.session.event_by_dedupe_key(event.dedupe_key()) {
+                results.push(AppendedEvent {
+                    event: existing.clone(),
+                    newly_appended: false,
+                });
+                continue;
+            }
+            let index = EventIndex::new(first + fresh.len() as u64)
+                .ok_or_else(|| invalid("eventIndex would exceed 2^53-1".into()))?;
+            let event = event.with_event_index(index);
+            results.push(AppendedEvent {
+                event: event.clone(),
+                newly_appended: true,
+            });
+            fresh.push(event);
+        }
+        if fresh.is_empty() {
+            return Ok(results);
+        }
+        let mut segment = String::new();
+        for event in &fresh {
+            let line = to_canonical_string(event).map_err(|e| invalid(e.to_string()))?;
+            segment.push_str(&line);
+            segment.push('\n');
+        }
+        if fresh.len() > self.store.limits.max_events || segment.len() > self.store.limits.max_bytes
+        {
+            return Err(invalid(format!(
+                "plan of {} events / {} bytes exceeds the segment limits ({} events, {} bytes)",
+                fresh.len(),
+                segment.len(),
+                self.store.limits.max_events,
+                self.store.limits.max_bytes
+            )));
+        }
+        self.commit(fresh, segment)?;
+        Ok(results)
+    }
+
+    fn commit(&mut self, fresh: Vec<SessionEvent>, segment: String) -> Result<(), StoreError> {
+        let session_id = self.session.session_id.clone();
+        let first = fresh[0].event_index();
+        let last = fresh[fresh.len() - 1].event_index();
+        let events_dir = layout::events_dir(&session_id);
+        let temp = layout::temp_segment_path(&session_id, first, last);
+        let final_path = layout::segment_path(&session_id, first, last);
+        let manifest = layout::manifest_path(&session_id);
+
+        // 1) Segment: temp -> fsync -> rename -> fsync(dir).
+        let step1 = self
+            .fs()
+            .write_new(&temp, segment.as_bytes())
+            .and_then(|()| self.fs().sync_file(&temp))
+            .and_then(|()| self.fs().rename(&temp, &final_path))
+            .and_then(|()| self.fs().sync_dir(&events_dir));
+        if let Err(e) = step1 {
+            return Err(self.io("write segment", e));
+        }
+
+        // 2) Attest the segment in the control stream.
+        let mut next_manifest = self.session.manifest.len() as u64;
+        let closed = ManifestRecord::SegmentClosed(SegmentClosed {
+            manifest_index: manifest_index(next_manifest)?,
+            session_id: session_id.clone(),
+            first_event_index: first,
+            last_event_index: last,
+            segment_rel_path: segment_rel_path(first, last),
+            sha256: sha256(segment.as_bytes()),
+            bytes: segment.len() as u64,
+        });
+        next_manifest += 1;
+        let is_new_manifest = self.session.manifest.is_empty();
+        let line = record_line(&closed)?;
+        let step2 = self
+            .fs()
+            .append(&manifest, line.as_bytes())
+            .and_then(|()| self.fs().sync_file(&manifest))
+            .and_then(|()| {
+                // A new manifest's directory entry must be durable too.
+                if is_new_manifest {
+                    self.fs().sync_dir(&layout::session_dir(&session_id))
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = step2 {
+            return Err(self.io("attest segment", e));
+        }
+        let mut appended_bytes = line.len() as u64;
+        let mut records = vec![closed];
+
+        // 3) Pin the snapshots the segment introduced (pin-after-close).
+        let mut pins = String::new();
+        let mut newly_pinned = Vec::new();
+        for (snapshot, i) in introduced_snapshots(&fresh) {
+            if self.session.is_pinned(&snapshot) || newly_pinned.contains(&snapshot) {
+                continue;
+            }
+            let pin = ManifestRecord::SnapshotPinned(SnapshotPinned {
+                manifest_index: manifest_index(next_manifest)?,
+                session_id: session_id.clone(),
+                event_index: fresh[i].event_index(),
+                snapshot_ref: snapshot.clone(),
+                created_by_event_id: fresh[i].event_id().clone(),
+            });
+            next_manifest += 1;
+            pins.push_str(&record_line(&pin)?);
+            records.push(pin);
+            newly_pinned.push(snapshot);
+        }
+        if !pins.is_empty() {
+            let step3 = self
+                .fs()
+                .append(&manifest, pins.as_bytes())
+                .and_then(|()| self.fs().sync_file(&manifest));
+            if let Err(e) = step3 {
+                return Err(self.io("pin snapshots", e));
+            }
+            appended_bytes += pins.len() as u64;
+        }
+
+        // Committed: update the gate's view (handed back to the cache when the gate closes).
+        let view = Arc::make_mut(&mut self.session);
+        let base = view.events.len();
+        for (offset, event) in fresh.iter().enumerate() {
+            view.dedupe
+                .insert(event.dedupe_key().clone(), base + offset);
+        }
+        view.events.extend(fresh);
+        view.manifest.extend(records);
+        view.pinned.extend(newly_pinned);
+        view.manifest_committed_bytes += appended_bytes;
+        view.manifest_file_bytes = view.manifest_committed_bytes;
+        Ok(())
+    }
+}
+
+fn manifest_index(value: u64) -> Result<ManifestIndex, StoreError> {
+    ManifestIndex::new(value).ok_or(StoreError::Internal {
+        detail: "manifestIndex would exceed 2^53-1".into(),
+    })
+}
+
+fn record_line(record: &ManifestRecord) -> Result<String, StoreError> {
+    let mut line = to_canonical_string(record).map_err(|e| StoreError::Internal {
+        detail: format!("manifest record is not canonicalizable: {e}"),
+    })?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// Snapshot refs the plan's `node_created` events introduce (for callers that must store the
+/// snapshots in the CAS before appending).
+pub fn plan_snapshot_refs(plan: &AppendPlan) -> Vec<SnapshotRef> {
+    plan.events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::NodeCreated(n) => Some(n.snapshot_ref.clone()),
+            _ => None,
+        })
+        .collect()
+}
