@@ -111,13 +111,16 @@ impl Blocker {
         })
     }
 
-    /// The locked sort key: `(code, pointer.kind, pointer.* stable fields)`, all by their wire
-    /// strings in ascending lexical (byte) order.
-    fn sort_key(&self) -> (&'static str, &'static str, Vec<&str>) {
+    /// The locked sort key `(code, pointer.kind, pointer.* stable fields)`, all by their wire
+    /// strings in ascending lexical (byte) order, then `message` and `suggestedFix` so that ties
+    /// on the locked key still order one way only (decision D19).
+    fn sort_key(&self) -> (&'static str, &'static str, Vec<&str>, &str, Option<&str>) {
         (
             self.code.as_str(),
             self.pointer.kind(),
             self.pointer.stable_fields(),
+            self.message.as_str(),
+            self.suggested_fix.as_ref().map(BoundedText::as_str),
         )
     }
 }

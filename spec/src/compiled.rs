@@ -356,6 +356,16 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
     }
     let mut step_ids = BTreeSet::new();
     for step in &body.steps {
+        if let Some(r) = step
+            .injected_refs
+            .iter()
+            .find(|r| r.bytes > crate::ids::MAX_JSON_SAFE_INTEGER)
+        {
+            return Err(invariant(
+                "integers are JCS-safe",
+                format!("ref {} bytes exceed 2^53-1", r.ref_id),
+            ));
+        }
         if !step_ids.insert(&step.step_id) {
             return Err(invariant(
                 "step ids unique",

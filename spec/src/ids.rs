@@ -711,6 +711,10 @@ macro_rules! index_newtype {
     };
 }
 
+/// The largest integer a JCS number (an IEEE double) carries exactly: every `u64` in a durable
+/// artifact must stay at or below it, or its canonical form would change its value.
+pub const MAX_JSON_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
 index_newtype!(
     /// The authoritative per-session ordering of domain events (0-based).
     EventIndex

@@ -131,6 +131,13 @@ impl ManifestRecord {
                     ),
                 ));
             }
+            if s.bytes > crate::ids::MAX_JSON_SAFE_INTEGER {
+                return Err(ArtifactError::invariant(
+                    MANIFEST,
+                    "integers are JCS-safe",
+                    format!("bytes {} exceeds 2^53-1", s.bytes),
+                ));
+            }
             let expected = segment_rel_path(s.first_event_index, s.last_event_index);
             if s.segment_rel_path != expected {
                 return Err(ArtifactError::invariant(

@@ -305,14 +305,26 @@ impl EventData {
                 ));
             }
             Self::NodeOutputAppended(o) => {
-                if let OutputPayload::ArtifactRef { content_type, .. } = &o.payload
-                    && (content_type.is_empty() || content_type.len() > 255)
+                if let OutputPayload::ArtifactRef {
+                    content_type,
+                    byte_length,
+                    ..
+                } = &o.payload
                 {
-                    return Err(ArtifactError::invariant(
-                        EVENT,
-                        "artifact_ref.contentType is 1 to 255 bytes",
-                        format!("contentType is {} bytes", content_type.len()),
-                    ));
+                    if content_type.is_empty() || content_type.len() > 255 {
+                        return Err(ArtifactError::invariant(
+                            EVENT,
+                            "artifact_ref.contentType is 1 to 255 bytes",
+                            format!("contentType is {} bytes", content_type.len()),
+                        ));
+                    }
+                    if *byte_length > crate::ids::MAX_JSON_SAFE_INTEGER {
+                        return Err(ArtifactError::invariant(
+                            EVENT,
+                            "integers are JCS-safe",
+                            format!("byteLength {byte_length} exceeds 2^53-1"),
+                        ));
+                    }
                 }
                 if o.supersedes_output_id.as_ref() == Some(&o.output_id) {
                     return Err(ArtifactError::invariant(
