@@ -7,4 +7,5 @@
 #![forbid(unsafe_code)]
 
 pub mod entropy;
+pub mod projections;
 pub mod store;

@@ -1,0 +1,186 @@
+//! Store benchmarks (prints figures; run with `cargo bench -p workrail --bench store`).
+//!
+//! - append throughput against the bare fsync/rename protocol floor measured in the same run
+//!   (target: at least 0.8 of the floor);
+//! - load time at 1k / 10k / 100k events (should grow linearly);
+//! - peak resident memory after loading 100k events.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use workrail::store::fs::{OsFs, StoreFs};
+use workrail::store::{AppendPlan, SessionRead, SessionStore};
+use workrail_spec::closed::OutputChannel;
+use workrail_spec::event::*;
+use workrail_spec::ids::*;
+
+fn session() -> SessionId {
+    SessionId::from_entropy(&[1; 10])
+}
+
+fn notes_event(n: u64) -> SessionEvent {
+    let mut id = [0u8; 10];
+    id[..8].copy_from_slice(&n.to_le_bytes());
+    let data = if n == 0 {
+        EventData::SessionCreated(SessionCreated {})
+    } else {
+        EventData::NodeOutputAppended(NodeOutputAppended {
+            output_id: OutputId::from_entropy(&id),
+            supersedes_output_id: None,
+            output_channel: OutputChannel::Recap,
+            payload: OutputPayload::notes(
+                "Completed the step; next: verify the change and record the outcome.",
+            ),
+        })
+    };
+    let scope = if n == 0 {
+        EventScope::Session
+    } else {
+        EventScope::Node(
+            RunId::from_entropy(&[2; 10]),
+            NodeId::from_entropy(&[3; 10]),
+        )
+    };
+    SessionEvent::new(
+        EventId::from_entropy(&id),
+        EventIndex::ZERO,
+        session(),
+        scope,
+        data,
+    )
+    .unwrap()
+}
+
+/// The bare protocol: temp file + fsync + rename + fsync dir + manifest append + fsync, with
+/// payloads of the same size, no validation or encoding.
+fn floor(dir: &Path, rounds: u64, segment: &[u8], record: &[u8]) -> Duration {
+    let events = dir.join("events");
+    fs::create_dir_all(&events).unwrap();
+    let manifest = dir.join("manifest.jsonl");
+    let start = Instant::now();
+    for i in 0..rounds {
+        let tmp = events.join(format!(".tmp-{i}"));
+        let mut f = File::create(&tmp).unwrap();
+        f.write_all(segment).unwrap();
+        f.sync_all().unwrap();
+        fs::rename(&tmp, events.join(format!("{i}.jsonl"))).unwrap();
+        File::open(&events).unwrap().sync_all().unwrap();
+        let mut m = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&manifest)
+            .unwrap();
+        m.write_all(record).unwrap();
+        m.sync_all().unwrap();
+    }
+    start.elapsed()
+}
+
+fn store_at(dir: &Path) -> SessionStore {
+    let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(dir));
+    SessionStore::new(fs)
+}
+
+fn bench_appends(rounds: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(dir.path());
+    store
+        .with_append_gate(&session(), |g| {
+            g.append(AppendPlan {
+                events: vec![notes_event(0)],
+            })
+        })
+        .unwrap();
+    let start = Instant::now();
+    for n in 1..=rounds {
+        store
+            .with_append_gate(&session(), |g| {
+                g.append(AppendPlan {
+                    events: vec![notes_event(n)],
+                })
+            })
+            .unwrap();
+    }
+    let ours = start.elapsed();
+    let segment = workrail_spec::jcs::to_canonical_string(&notes_event(1)).unwrap() + "\n";
+    let record = format!("{:>220}\n", "");
+    let floor_dir = tempfile::tempdir().unwrap();
+    let bare = floor(
+        floor_dir.path(),
+        rounds,
+        segment.as_bytes(),
+        record.as_bytes(),
+    );
+    let per_sec = |d: Duration| rounds as f64 / d.as_secs_f64();
+    println!(
+        "append: {:.0} appends/s; bare protocol floor: {:.0} ops/s; ratio {:.2} (target >= 0.80)",
+        per_sec(ours),
+        per_sec(bare),
+        per_sec(ours) / per_sec(bare)
+    );
+}
+
+fn build_session(dir: &Path, events: u64) {
+    let store = store_at(dir);
+    let mut next = 0;
+    while next < events {
+        let batch: Vec<_> = (next..(next + 500).min(events)).map(notes_event).collect();
+        next += batch.len() as u64;
+        store
+            .with_append_gate(&session(), |g| g.append(AppendPlan { events: batch }))
+            .unwrap();
+    }
+}
+
+fn bench_load() {
+    let mut previous: Option<(u64, f64)> = None;
+    for events in [1_000u64, 10_000, 100_000] {
+        let dir = tempfile::tempdir().unwrap();
+        build_session(dir.path(), events);
+        // A fresh store: nothing cached.
+        let store = store_at(dir.path());
+        let start = Instant::now();
+        let loaded = store.load(&session()).unwrap();
+        let took = start.elapsed().as_secs_f64();
+        assert_eq!(loaded.events.len() as u64, events);
+        let per_event_us = took * 1e6 / events as f64;
+        let growth = previous
+            .map(|(n, t)| format!("; x{:.1} time for x{} events", took / t, events / n))
+            .unwrap_or_default();
+        println!(
+            "load: {events} events in {:.1} ms ({per_event_us:.2} µs/event){growth}",
+            took * 1e3
+        );
+        previous = Some((events, took));
+    }
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+fn main() {
+    let rounds = std::env::var("WORKRAIL_BENCH_APPENDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    bench_appends(rounds);
+    bench_load();
+    match peak_rss_kib() {
+        Some(kib) => println!(
+            "peak resident memory after the 100k-event load: {:.1} MiB",
+            kib as f64 / 1024.0
+        ),
+        None => println!("peak resident memory: not available on this platform"),
+    }
+}

@@ -1,0 +1,378 @@
+//! The run DAG and the policies over it: preferred tip, run status, current outputs, gaps,
+//! capabilities, effective preferences, advance outcomes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use workrail_spec::closed::{
+    Autonomy, Capability, CapabilityStatus, EnforcementGrade, GapSeverity, NodeKind, OutputChannel,
+    RunStatus,
+};
+use workrail_spec::event::{
+    AdvanceRecorded, CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded,
+    GapResolution, NodeOutputAppended, RunStarted, SessionEvent,
+};
+use workrail_spec::ids::{AttemptId, GapId, NodeId, OutputId, RunId, SnapshotRef};
+use workrail_spec::reason::GapReason;
+
+/// One node of a run DAG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub node_id: NodeId,
+    pub kind: NodeKind,
+    pub parent: Option<NodeId>,
+    pub snapshot_ref: SnapshotRef,
+    /// EventIndex of its `node_created`.
+    pub created_index: u64,
+    /// Children in creation order.
+    pub children: Vec<NodeId>,
+    /// The highest EventIndex of any event touching this node itself.
+    pub own_activity: u64,
+}
+
+/// A run: its pin and its DAG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDag {
+    pub run_id: RunId,
+    pub started: RunStarted,
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    pub edges: Vec<EdgeCreated>,
+    pub root: Option<NodeId>,
+}
+
+/// Which way the preferred-tip tie-breakers point (locks §2 names the keys, not the direction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TipPolicy {
+    /// Highest last-activity; ties to the later `node_created`, then the greater NodeId: "the
+    /// latest branch" in every key.
+    Latest,
+}
+
+/// Everything derived for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunView {
+    pub dag: RunDag,
+    pub preferred_tip: Option<NodeId>,
+    /// Last-activity EventIndex of the preferred tip's reachable history.
+    pub tip_last_activity: u64,
+    /// Current (non-superseded) output per node and channel.
+    pub current_outputs: BTreeMap<(NodeId, OutputChannel), NodeOutputAppended>,
+    /// Gaps of this run that no later gap resolves, with their node.
+    pub unresolved_gaps: Vec<(NodeId, GapRecorded)>,
+    /// Latest capability status per (node, capability).
+    pub capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
+    /// Ack attempts per node by attemptId.
+    pub advances: BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>,
+}
+
+impl RunView {
+    /// Nodes on the path root -> `node`.
+    pub fn ancestry(&self, node: &NodeId) -> Vec<NodeId> {
+        let mut chain = Vec::new();
+        let mut current = Some(node.clone());
+        while let Some(id) = current {
+            current = self.dag.nodes.get(&id).and_then(|n| n.parent.clone());
+            chain.push(id);
+        }
+        chain.reverse();
+        chain
+    }
+
+    /// Whether a required capability is unlocked at `node`: only a strong observation that it
+    /// is available counts (locks appendix "capability observation provenance").
+    pub fn capability_unlocked(&self, node: &NodeId, capability: Capability) -> bool {
+        self.capability_status(node, capability).is_some_and(|o| {
+            o.status == CapabilityStatus::Available
+                && o.provenance.enforcement_grade() == EnforcementGrade::Strong
+        })
+    }
+
+    /// The latest observation on the node's ancestry (status is derived, never stored).
+    pub fn capability_status(
+        &self,
+        node: &NodeId,
+        capability: Capability,
+    ) -> Option<&CapabilityObserved> {
+        self.ancestry(node)
+            .iter()
+            .rev()
+            .find_map(|n| self.capabilities.get(&(n.clone(), capability)))
+    }
+
+    /// The run status (locks §2.1), given whether a snapshot is complete and the effective
+    /// autonomy at the tip.
+    pub fn status(
+        &self,
+        is_complete: impl Fn(&SnapshotRef) -> bool,
+        autonomy: Autonomy,
+    ) -> RunStatus {
+        let Some(tip) = &self.preferred_tip else {
+            return RunStatus::InProgress;
+        };
+        let critical = |g: &GapRecorded| g.severity == GapSeverity::Critical;
+        let complete = self
+            .dag
+            .nodes
+            .get(tip)
+            .is_some_and(|n| is_complete(&n.snapshot_ref));
+        if complete {
+            return if self.unresolved_gaps.iter().any(|(_, g)| critical(g)) {
+                RunStatus::CompleteWithGaps
+            } else {
+                RunStatus::Complete
+            };
+        }
+        let blocking_gap_at_tip = self.unresolved_gaps.iter().any(|(n, g)| {
+            n == tip
+                && critical(g)
+                && matches!(
+                    g.reason,
+                    GapReason::UserOnlyDependency(_)
+                        | GapReason::ContractViolation(_)
+                        | GapReason::CapabilityMissing(_)
+                )
+        });
+        if autonomy != Autonomy::FullAutoNeverStop && blocking_gap_at_tip {
+            RunStatus::Blocked
+        } else {
+            RunStatus::InProgress
+        }
+    }
+}
+
+/// Projections of a whole session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionProjection {
+    pub runs: BTreeMap<RunId, RunView>,
+    /// Where events were inconsistent with the DAG (e.g. a supersede across nodes): reported,
+    /// never fatal for a read model.
+    pub anomalies: Vec<String>,
+}
+
+/// Effective preferences at `node` (locks §4): the latest `preferences_changed` on its
+/// ancestry, else the session baseline, else the global defaults.
+pub fn effective_preferences(
+    events: &[SessionEvent],
+    run: &RunView,
+    node: &NodeId,
+    session_baseline: Option<EffectivePreferences>,
+    global_defaults: EffectivePreferences,
+) -> EffectivePreferences {
+    let ancestry: HashSet<NodeId> = run.ancestry(node).into_iter().collect();
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match (e.data(), e.scope().node_id()) {
+            (EventData::PreferencesChanged(p), Some(n)) if ancestry.contains(n) => {
+                Some(p.effective)
+            }
+            _ => None,
+        })
+        .or(session_baseline)
+        .unwrap_or(global_defaults)
+}
+
+/// Builds every projection of a session in two linear passes.
+pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection {
+    let mut runs: BTreeMap<RunId, RunDag> = BTreeMap::new();
+    let mut anomalies = Vec::new();
+    let mut outputs: HashMap<RunId, Vec<(NodeId, NodeOutputAppended)>> = HashMap::new();
+    let mut gaps: HashMap<RunId, Vec<(NodeId, GapRecorded)>> = HashMap::new();
+    let mut capabilities: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
+        HashMap::new();
+    let mut advances: HashMap<RunId, BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>> =
+        HashMap::new();
+    // Pass 1: index every event by run and node.
+    for event in events {
+        let index = event.event_index().get();
+        let Some(run_id) = event.scope().run_id().cloned() else {
+            continue;
+        };
+        let node_id = event.scope().node_id().cloned();
+        match event.data() {
+            EventData::RunStarted(started) => {
+                runs.insert(
+                    run_id.clone(),
+                    RunDag {
+                        run_id,
+                        started: started.clone(),
+                        nodes: BTreeMap::new(),
+                        edges: Vec::new(),
+                        root: None,
+                    },
+                );
+                continue;
+            }
+            EventData::NodeCreated(created) => {
+                let (Some(dag), Some(node_id)) = (runs.get_mut(&run_id), node_id.clone()) else {
+                    anomalies.push(format!("node_created at {index} outside a started run"));
+                    continue;
+                };
+                if created.parent_node_id.is_none() {
+                    dag.root.get_or_insert(node_id.clone());
+                }
+                if let Some(parent) = created
+                    .parent_node_id
+                    .as_ref()
+                    .and_then(|p| dag.nodes.get_mut(p))
+                {
+                    parent.children.push(node_id.clone());
+                }
+                dag.nodes.insert(
+                    node_id.clone(),
+                    NodeInfo {
+                        node_id,
+                        kind: created.node_kind,
+                        parent: created.parent_node_id.clone(),
+                        snapshot_ref: created.snapshot_ref.clone(),
+                        created_index: index,
+                        children: Vec::new(),
+                        own_activity: index,
+                    },
+                );
+                continue;
+            }
+            EventData::EdgeCreated(edge) => {
+                if let Some(dag) = runs.get_mut(&run_id) {
+                    if let Some(to) = dag.nodes.get_mut(&edge.to_node_id) {
+                        to.own_activity = to.own_activity.max(index);
+                    }
+                    dag.edges.push(edge.clone());
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let Some(node_id) = node_id else { continue };
+        if let Some(node) = runs
+            .get_mut(&run_id)
+            .and_then(|d| d.nodes.get_mut(&node_id))
+        {
+            node.own_activity = node.own_activity.max(index);
+        }
+        match event.data() {
+            EventData::NodeOutputAppended(o) => {
+                outputs
+                    .entry(run_id)
+                    .or_default()
+                    .push((node_id, o.clone()));
+            }
+            EventData::GapRecorded(g) => gaps.entry(run_id).or_default().push((node_id, g.clone())),
+            EventData::CapabilityObserved(c) => {
+                // Later events replace earlier ones: the latest by EventIndex wins.
+                capabilities
+                    .entry(run_id)
+                    .or_default()
+                    .insert((node_id, c.capability), c.clone());
+            }
+            EventData::AdvanceRecorded(a) => {
+                advances
+                    .entry(run_id)
+                    .or_default()
+                    .entry(node_id)
+                    .or_default()
+                    .insert(a.attempt_id.clone(), a.clone());
+            }
+            _ => {}
+        }
+    }
+    // Pass 2: derive per run.
+    let mut views = BTreeMap::new();
+    for (run_id, dag) in runs {
+        let (preferred_tip, tip_last_activity) = preferred_tip(&dag);
+        let current_outputs =
+            current_outputs(outputs.remove(&run_id).unwrap_or_default(), &mut anomalies);
+        let unresolved_gaps = unresolved(gaps.remove(&run_id).unwrap_or_default());
+        views.insert(
+            run_id.clone(),
+            RunView {
+                dag,
+                preferred_tip,
+                tip_last_activity,
+                current_outputs,
+                unresolved_gaps,
+                capabilities: capabilities.remove(&run_id).unwrap_or_default(),
+                advances: advances.remove(&run_id).unwrap_or_default(),
+            },
+        );
+    }
+    SessionProjection {
+        runs: views,
+        anomalies,
+    }
+}
+
+/// Preferred tip (locks §2): among leaves, the highest last-activity over the reachable
+/// history (the node and its ancestors); ties to the later `node_created`, then the greater
+/// NodeId. Reachable activity is computed top-down once per node (linear).
+fn preferred_tip(dag: &RunDag) -> (Option<NodeId>, u64) {
+    let mut reach: HashMap<&NodeId, u64> = HashMap::with_capacity(dag.nodes.len());
+    // Nodes are created after their parents, so creation order is a topological order.
+    let mut by_creation: Vec<&NodeInfo> = dag.nodes.values().collect();
+    by_creation.sort_by_key(|n| n.created_index);
+    for node in &by_creation {
+        let inherited = node
+            .parent
+            .as_ref()
+            .and_then(|p| reach.get(p).copied())
+            .unwrap_or(0);
+        reach.insert(&node.node_id, node.own_activity.max(inherited));
+    }
+    by_creation
+        .iter()
+        .filter(|n| n.children.is_empty())
+        .max_by(|a, b| {
+            (reach[&a.node_id], a.created_index, &a.node_id).cmp(&(
+                reach[&b.node_id],
+                b.created_index,
+                &b.node_id,
+            ))
+        })
+        .map_or((None, 0), |n| (Some(n.node_id.clone()), reach[&n.node_id]))
+}
+
+/// Current output per (node, channel): the latest output not superseded by a later output of
+/// the same node and channel (locks §2.1 "Current outputs projection").
+fn current_outputs(
+    outputs: Vec<(NodeId, NodeOutputAppended)>,
+    anomalies: &mut Vec<String>,
+) -> BTreeMap<(NodeId, OutputChannel), NodeOutputAppended> {
+    let location: HashMap<&OutputId, (&NodeId, OutputChannel)> = outputs
+        .iter()
+        .map(|(n, o)| (&o.output_id, (n, o.output_channel)))
+        .collect();
+    let mut superseded: HashSet<OutputId> = HashSet::new();
+    for (node, o) in &outputs {
+        if let Some(target) = &o.supersedes_output_id {
+            match location.get(target) {
+                Some((n, c)) if *n == node && *c == o.output_channel => {
+                    superseded.insert(target.clone());
+                }
+                _ => anomalies.push(format!(
+                    "output {} supersedes {target}, which is not an output of the same node and channel",
+                    o.output_id
+                )),
+            }
+        }
+    }
+    let mut current = BTreeMap::new();
+    for (node, o) in outputs {
+        if !superseded.contains(&o.output_id) {
+            current.insert((node, o.output_channel), o);
+        }
+    }
+    current
+}
+
+/// Gaps that no later gap resolves (locks §3 "Gaps").
+fn unresolved(gaps: Vec<(NodeId, GapRecorded)>) -> Vec<(NodeId, GapRecorded)> {
+    let resolved: HashSet<GapId> = gaps
+        .iter()
+        .filter_map(|(_, g)| match &g.resolution {
+            GapResolution::Resolves { resolves_gap_id } => Some(resolves_gap_id.clone()),
+            GapResolution::Unresolved => None,
+        })
+        .collect();
+    gaps.into_iter()
+        .filter(|(_, g)| !resolved.contains(&g.gap_id))
+        .collect()
+}
