@@ -9,3 +9,4 @@
 pub mod entropy;
 pub mod projections;
 pub mod store;
+pub mod tokens;
