@@ -2,7 +2,27 @@
 //!
 //! A small, pure, in-memory model of sessions, runs and their DAGs, written from the spec for
 //! clarity rather than speed. The harness drives it and the production system with the same
-//! command sequences and compares every observable. It depends on `workrail-spec` only and does
-//! no I/O (no filesystem, clock, randomness or environment).
+//! command sequences and compares every observable. It depends on `workrail-spec` only (plus
+//! `unicode-normalization` for NFKC) and does no I/O (no filesystem, clock, randomness or
+//! environment): ids and entropy come in as arguments or are derived from stable identifiers.
+//!
+//! - [`projections`]: pure functions over a session's committed events (run DAG, preferred tip,
+//!   current outputs, gaps, capabilities, effective preferences, advance records, run status,
+//!   resume ranking).
+//! - [`interpreter`]: the model's own interpreter over a compiled workflow (pending step, loops,
+//!   conditions, loop control, required outputs).
+//! - [`model`]: the operations (start, rehydrate, advance, replay, fork, checkpoint, preference
+//!   changes) as pure transitions `Model::apply(&self, &Command) -> Result<(Model, Observation),
+//!   ModelError>`, with the mapping from each operation to the lock ids it embodies.
+//! - [`derive`]: the deterministic ids, including the attempt-id scheme.
 
 #![forbid(unsafe_code)]
+
+pub mod derive;
+pub mod interpreter;
+pub mod model;
+pub mod projections;
+
+pub use model::{
+    AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
+};

@@ -44,6 +44,14 @@ macro_rules! vector_file {
 
 /// Every vector file and the test that checks it. A file missing here fails
 /// `every_vector_file_is_checked_and_well_formed`.
+/// Vector files checked by `workrail-model` (`model/tests/vectors.rs`): the model is the
+/// reference for projections, and `workrail-spec` cannot depend on it.
+const MODEL_VECTOR_FILES: &[(&str, &str)] = &[
+    ("preferred_tip.json", "preferred_tip_vectors"),
+    ("run_status.json", "run_status_vectors"),
+    ("resume_ranking.json", "resume_ranking_vectors"),
+];
+
 const VECTOR_FILES: &[(&str, &str)] = &[
     ("jcs.json", "jcs_vectors"),
     ("sha256.json", "sha256_vectors"),
@@ -592,8 +600,7 @@ fn token_vectors() {
 }
 
 /// Lock ids declared by `/// lock:` lines of the tests in this file, by test function name.
-fn test_lock_ids() -> BTreeMap<String, BTreeSet<String>> {
-    let source = include_str!("vectors.rs");
+fn test_lock_ids(source: &str) -> BTreeMap<String, BTreeSet<String>> {
     let lines: Vec<&str> = source.lines().collect();
     let mut out = BTreeMap::new();
     for (i, line) in lines.iter().enumerate() {
@@ -626,7 +633,11 @@ fn every_vector_file_is_checked_and_well_formed() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|f| f.ends_with(".json"))
         .collect();
-    let listed: BTreeSet<String> = VECTOR_FILES.iter().map(|(f, _)| (*f).to_owned()).collect();
+    let listed: BTreeSet<String> = VECTOR_FILES
+        .iter()
+        .chain(MODEL_VECTOR_FILES)
+        .map(|(f, _)| (*f).to_owned())
+        .collect();
     assert_eq!(
         on_disk, listed,
         "every fixtures/vectors/*.json must be checked by a test here"
@@ -639,17 +650,22 @@ fn every_vector_file_is_checked_and_well_formed() {
         .filter_map(|l| l.split_once('`').map(|(id, _)| id))
         .filter(|id| id.starts_with("L-"))
         .collect();
-    let declared = test_lock_ids();
-    let source = include_str!("vectors.rs");
+    let spec_source = include_str!("vectors.rs");
+    let model_source = include_str!("../../model/tests/vectors.rs");
     let readme = std::fs::read_to_string(format!("{dir}/README.md")).unwrap();
+    let checked = VECTOR_FILES
+        .iter()
+        .map(|f| (f, spec_source))
+        .chain(MODEL_VECTOR_FILES.iter().map(|f| (f, model_source)));
 
-    for (file, test) in VECTOR_FILES {
+    for ((file, test), source) in checked {
+        let declared = test_lock_ids(source);
         assert!(
             source.contains(&format!("fn {test}()")),
             "{file}: test {test} does not exist"
         );
         assert!(
-            source.contains(&format!("vector_file!(\"{file}\")")),
+            source.contains(&format!("\"{file}\"")),
             "{file}: no test loads it"
         );
         assert!(
@@ -701,7 +717,7 @@ fn every_vector_file_is_checked_and_well_formed() {
         }
         assert!(count > 0, "{file}: no cases");
     }
-    for id in declared.values().flatten() {
+    for id in test_lock_ids(spec_source).values().flatten() {
         assert!(
             known_ids.contains(id.as_str()),
             "unknown lock id {id} in a `/// lock:` line"

@@ -1,0 +1,525 @@
+//! The model's own interpreter over a [`CompiledWorkflowSnapshotV1`]: which step is pending,
+//! and what completing it leads to.
+//!
+//! Written independently of the production engine, for obviousness. The whole execution position
+//! is the pending step plus the loop stack of the snapshot (D13): the pending step's id says where
+//! it sits (every step is placed exactly once, D16) and each loop frame's `bodyIndex` says which
+//! item of its loop body is running. Completing the pending step moves one item forward and then
+//! *settles*: it walks forward until it reaches a step (the next pending step) or the end of the
+//! workflow (complete).
+//!
+//! Loops (locks §9 "Loops authoring", authoring "loop_control condition kind"):
+//! - iterations are 0-based; `maxIterations` is a count (allowed iterations `0..maxIterations`);
+//!   the iteration increments only when the next iteration starts (`L-LOOP-*`);
+//! - `always_true` / `always_false` are evaluated on entry and at the end of every iteration;
+//! - `loop_control` is evaluated at the end of every iteration only. **Decision:** its loop is
+//!   always entered (a do-while), because no `wr.loop_control` decision can exist before the first
+//!   iteration of the loop has run;
+//! - the decision is read from the `wr.loop_control` artifacts sent with the ack that completes
+//!   the iteration (**decision:** snapshots carry no decisions, D13, so a decision made by an
+//!   earlier ack could not be carried to a later node; when several artifacts name the loop, the
+//!   last one in `output.artifacts[]` is the most recent and decides);
+//! - a `continue` at the last allowed iteration is a loop-limit failure
+//!   (`unexpected:invariant_violation`); missing or invalid loop control is a
+//!   `contract_violation`. Neither ever exits the loop silently: each is a [`Finding`], which
+//!   the effective autonomy turns into a blocker or a gap through the spec's reason table
+//!   (`ReasonCode::disposition`, L-REASON-SINGLE-MODEL). When a finding does not block
+//!   (never-stop), the loop is treated as `decision="stop"` and exits.
+//!
+//! Required outputs: a step whose `output.contractRef` names a pack requires an artifact of that
+//! pack's `artifactKind`, checked before the step completes. For `wr.contracts.loop_control` the
+//! artifact is read exactly as the loop reads it, for the step's innermost enclosing loop
+//! (`kind`, `loopId`, `decision`, optional `summary` of at most 512 bytes, no other fields): none
+//! is missing, a malformed one is invalid. **Scope:** for other packs the model checks presence
+//! only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
+//! and pointer is disclosed once.
+
+use workrail_spec::blocker::BlockerPointer;
+use workrail_spec::budget::LOOP_CONTROL_SUMMARY_MAX_BYTES;
+use workrail_spec::closed::{Autonomy, GapSeverity, LoopDecision};
+use workrail_spec::compiled::{
+    CompiledCondition, CompiledLoop, CompiledWorkflowSnapshotV1, LoopWhile, SequenceItem,
+};
+use workrail_spec::ids::{LoopId, StepId};
+use workrail_spec::reason::{ContractViolationReason, GapReason, ReasonCode, UnexpectedReason};
+use workrail_spec::skey::LoopPathEntry;
+use workrail_spec::snapshot::{CompletedSet, EngineState, LoopFrame, Pending, PendingStep};
+use workrail_spec::tools::OutputInput;
+
+/// The artifact kind validated by `wr.contracts.loop_control`.
+pub const LOOP_CONTROL_ARTIFACT_KIND: &str = "wr.loop_control";
+/// The contract pack that validates loop-control artifacts.
+pub const LOOP_CONTROL_CONTRACT_REF: &str = "wr.contracts.loop_control";
+
+/// Something wrong with an ack that the mode decides about: block, or disclose as a gap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub reason: ReasonCode,
+    pub pointer: BlockerPointer,
+    /// Bounded explanation (also the gap summary); carries loop id, iteration and
+    /// maxIterations for loop-limit failures.
+    pub message: String,
+}
+
+/// What completing (or starting) leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Execution moved to `state`; `disclosed` findings did not block and become gaps.
+    Moved {
+        state: EngineState,
+        disclosed: Vec<(Finding, GapSeverity)>,
+    },
+    /// A finding blocks: nothing moves. `gaps` are the disclosures to record anyway (the
+    /// reason table records a critical gap for `unexpected:*` even when it blocks).
+    Blocked {
+        blocker: Finding,
+        gaps: Vec<(Finding, GapSeverity)>,
+    },
+}
+
+/// The compiled workflow or the snapshot does not hold together (never expected).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterpreterError {
+    /// The snapshot has no pending step (it is complete or `init`).
+    NothingPending,
+    /// The snapshot names a position the compiled workflow does not have.
+    Invariant(String),
+}
+
+impl std::fmt::Display for InterpreterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NothingPending => f.write_str("the snapshot has no pending step"),
+            Self::Invariant(detail) => write!(f, "interpreter invariant violated: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for InterpreterError {}
+
+/// How a loop-control reading for one loop came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopControlReading {
+    /// No `wr.loop_control` artifact names this loop.
+    Missing,
+    /// The most recent artifact naming this loop is malformed.
+    Invalid,
+    Decision(LoopDecision),
+}
+
+/// Reads the loop-control decision for `loop_id` from an ack's artifacts (the last artifact of
+/// kind `wr.loop_control` whose `loopId` is this loop decides).
+pub fn read_loop_control(output: Option<&OutputInput>, loop_id: &LoopId) -> LoopControlReading {
+    let Some(output) = output else {
+        return LoopControlReading::Missing;
+    };
+    let latest = output.artifacts.iter().rev().find(|a| {
+        a.get("kind").and_then(|v| v.as_str()) == Some(LOOP_CONTROL_ARTIFACT_KIND)
+            && a.get("loopId").and_then(|v| v.as_str()) == Some(loop_id.as_str())
+    });
+    let Some(artifact) = latest else {
+        return LoopControlReading::Missing;
+    };
+    let known_fields = artifact
+        .keys()
+        .all(|k| ["kind", "loopId", "decision", "summary"].contains(&k.as_str()));
+    let summary_ok = match artifact.get("summary") {
+        None => true,
+        Some(v) => v
+            .as_str()
+            .is_some_and(|s| s.len() <= LOOP_CONTROL_SUMMARY_MAX_BYTES),
+    };
+    let decision = artifact
+        .get("decision")
+        .and_then(|v| v.as_str())
+        .and_then(LoopDecision::parse);
+    match decision {
+        Some(d) if known_fields && summary_ok => LoopControlReading::Decision(d),
+        _ => LoopControlReading::Invalid,
+    }
+}
+
+/// The state of a new run: settle from the first item of the top-level sequence. There is no
+/// ack yet, so a loop that would need a decision before any step runs finds it missing.
+pub fn start(
+    wf: &CompiledWorkflowSnapshotV1,
+    autonomy: Autonomy,
+) -> Result<Progress, InterpreterError> {
+    let walker = Walker {
+        wf,
+        output: None,
+        completed_step: None,
+        autonomy,
+        disclosed: Vec::new(),
+    };
+    walker.settle(Cursor::default(), CompletedSet::default())
+}
+
+/// Completes the pending step of `state` with the ack's `output`: checks the step's required
+/// output, then settles on the next pending step.
+pub fn ack(
+    wf: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+    output: &OutputInput,
+    autonomy: Autonomy,
+) -> Result<Progress, InterpreterError> {
+    let EngineState::Running {
+        completed,
+        loop_stack,
+        pending: Pending::Some { step },
+    } = state
+    else {
+        return Err(InterpreterError::NothingPending);
+    };
+    let mut walker = Walker {
+        wf,
+        output: Some(output),
+        completed_step: Some(&step.step_id),
+        autonomy,
+        disclosed: Vec::new(),
+    };
+    if let Some(finding) = check_required_output(wf, step, loop_stack, output)?
+        && let Some(blocked) = walker.judge(finding)
+    {
+        return Ok(blocked);
+    }
+    let mut cursor = locate(wf, step, loop_stack)?;
+    cursor.step_forward();
+    walker.settle(cursor, completed.with(step.instance_key()))
+}
+
+/// The finding for a step whose declared contract output is missing or invalid, if any.
+fn check_required_output(
+    wf: &CompiledWorkflowSnapshotV1,
+    step: &PendingStep,
+    loop_stack: &[LoopFrame],
+    output: &OutputInput,
+) -> Result<Option<Finding>, InterpreterError> {
+    let compiled = wf
+        .step(&step.step_id)
+        .ok_or_else(|| InterpreterError::Invariant(format!("unknown step {}", step.step_id)))?;
+    let Some(contract_ref) = compiled
+        .output
+        .as_ref()
+        .and_then(|o| o.contract_ref.as_ref())
+    else {
+        return Ok(None);
+    };
+    let contract = wf.contract(contract_ref).ok_or_else(|| {
+        InterpreterError::Invariant(format!("contract {contract_ref} is not embedded"))
+    })?;
+    let pointer = BlockerPointer::OutputContract {
+        contract_ref: contract_ref.clone(),
+    };
+    let present = output
+        .artifacts
+        .iter()
+        .any(|a| a.get("kind").and_then(|v| v.as_str()) == Some(contract.artifact_kind.as_str()));
+    // Loop-control artifacts are read for the enclosing (innermost) loop, exactly as the loop's
+    // own evaluation reads them; other packs are checked for presence only.
+    let reading = if contract.artifact_kind == LOOP_CONTROL_ARTIFACT_KIND {
+        match loop_stack.last() {
+            Some(frame) => read_loop_control(Some(output), &frame.loop_id),
+            None if present => LoopControlReading::Invalid,
+            None => LoopControlReading::Missing,
+        }
+    } else if present {
+        return Ok(None);
+    } else {
+        LoopControlReading::Missing
+    };
+    let (reason, what) = match reading {
+        LoopControlReading::Decision(_) => return Ok(None),
+        LoopControlReading::Missing => (ContractViolationReason::MissingRequiredOutput, "a"),
+        LoopControlReading::Invalid => (ContractViolationReason::InvalidRequiredOutput, "a valid"),
+    };
+    Ok(Some(Finding {
+        reason: contract_violation(reason),
+        pointer,
+        message: format!(
+            "step {} requires {what} {} artifact ({contract_ref})",
+            step.step_id, contract.artifact_kind
+        ),
+    }))
+}
+
+fn contract_violation(reason: ContractViolationReason) -> ReasonCode {
+    ReasonCode::new(GapReason::ContractViolation(reason))
+}
+
+/// Where execution is: the index in the top-level sequence, and the loop frames (each frame's
+/// `body_index` is the running item of that loop's body).
+#[derive(Debug, Clone, Default)]
+struct Cursor {
+    top: usize,
+    frames: Vec<LoopFrame>,
+}
+
+impl Cursor {
+    /// Moves past the current item of the innermost list.
+    fn step_forward(&mut self) {
+        match self.frames.last_mut() {
+            Some(frame) => frame.body_index += 1,
+            None => self.top += 1,
+        }
+    }
+}
+
+/// Finds the cursor of a pending step from the snapshot's loop stack.
+fn locate(
+    wf: &CompiledWorkflowSnapshotV1,
+    step: &PendingStep,
+    loop_stack: &[LoopFrame],
+) -> Result<Cursor, InterpreterError> {
+    let invariant = |detail: String| InterpreterError::Invariant(detail);
+    let here = SequenceItem::Step {
+        step_id: step.step_id.clone(),
+    };
+    let Some(outermost) = loop_stack.first() else {
+        let top = wf
+            .body
+            .sequence
+            .iter()
+            .position(|item| *item == here)
+            .ok_or_else(|| invariant(format!("step {} is not top-level", step.step_id)))?;
+        return Ok(Cursor {
+            top,
+            frames: Vec::new(),
+        });
+    };
+    let top = wf
+        .body
+        .sequence
+        .iter()
+        .position(|item| {
+            *item
+                == SequenceItem::Loop {
+                    loop_id: outermost.loop_id.clone(),
+                }
+        })
+        .ok_or_else(|| invariant(format!("loop {} is not top-level", outermost.loop_id)))?;
+    // Each frame's running item must be the next frame's loop, and the innermost the step.
+    for (i, frame) in loop_stack.iter().enumerate() {
+        let def = loop_def(wf, &frame.loop_id)?;
+        let expected = match loop_stack.get(i + 1) {
+            Some(inner) => SequenceItem::Loop {
+                loop_id: inner.loop_id.clone(),
+            },
+            None => here.clone(),
+        };
+        if def.body.get(frame.body_index as usize) != Some(&expected) {
+            return Err(invariant(format!(
+                "loop {} bodyIndex {} does not hold {expected:?}",
+                frame.loop_id, frame.body_index
+            )));
+        }
+    }
+    Ok(Cursor {
+        top,
+        frames: loop_stack.to_vec(),
+    })
+}
+
+fn loop_def<'w>(
+    wf: &'w CompiledWorkflowSnapshotV1,
+    loop_id: &LoopId,
+) -> Result<&'w CompiledLoop, InterpreterError> {
+    wf.loop_def(loop_id)
+        .ok_or_else(|| InterpreterError::Invariant(format!("unknown loop {loop_id}")))
+}
+
+fn condition<'w>(
+    wf: &'w CompiledWorkflowSnapshotV1,
+    def: &CompiledLoop,
+) -> Result<&'w CompiledCondition, InterpreterError> {
+    let LoopWhile::ConditionRef { condition_id } = &def.while_;
+    wf.condition(condition_id)
+        .ok_or_else(|| InterpreterError::Invariant(format!("unknown condition {condition_id}")))
+}
+
+struct Walker<'w, 'o> {
+    wf: &'w CompiledWorkflowSnapshotV1,
+    /// The ack's output (`None` when starting a run).
+    output: Option<&'o OutputInput>,
+    /// The step the ack completes (`None` when starting a run).
+    completed_step: Option<&'o StepId>,
+    autonomy: Autonomy,
+    disclosed: Vec<(Finding, GapSeverity)>,
+}
+
+impl Walker<'_, '_> {
+    /// Applies the reason table: a blocking finding ends the walk (`Some`), a non-blocking one
+    /// is disclosed and the walk goes on (`None`).
+    fn judge(&mut self, finding: Finding) -> Option<Progress> {
+        // The model's findings never concern a capability, so `capability_required` is moot.
+        let disposition = finding.reason.disposition(self.autonomy, false);
+        if disposition.blocks {
+            let mut gaps = std::mem::take(&mut self.disclosed);
+            if let Some(severity) = disposition.gap_severity {
+                gaps.push((finding.clone(), severity));
+            }
+            return Some(Progress::Blocked {
+                blocker: finding,
+                gaps,
+            });
+        }
+        // One disclosure per (reason, pointer) and ack: a missing loop-control artifact is both the
+        // decision step's missing output and the loop's missing decision, one gap says it.
+        let repeated = self
+            .disclosed
+            .iter()
+            .any(|(f, _)| f.reason == finding.reason && f.pointer == finding.pointer);
+        if let Some(severity) = disposition.gap_severity
+            && !repeated
+        {
+            self.disclosed.push((finding, severity));
+        }
+        None
+    }
+
+    /// Walks forward from `cursor` to the next step (pending) or the end (complete).
+    fn settle(
+        mut self,
+        mut cursor: Cursor,
+        completed: CompletedSet,
+    ) -> Result<Progress, InterpreterError> {
+        loop {
+            let (list, index) = match cursor.frames.last() {
+                None => (&self.wf.body.sequence, cursor.top),
+                Some(frame) => (
+                    &loop_def(self.wf, &frame.loop_id)?.body,
+                    frame.body_index as usize,
+                ),
+            };
+            if let Some(item) = list.get(index) {
+                match item {
+                    SequenceItem::Step { step_id } => {
+                        return Ok(self.pending_at(cursor, completed, step_id.clone()));
+                    }
+                    SequenceItem::Loop { loop_id } => {
+                        let def = loop_def(self.wf, loop_id)?;
+                        let enters = match condition(self.wf, def)? {
+                            CompiledCondition::AlwaysTrue { .. } => true,
+                            CompiledCondition::AlwaysFalse { .. } => false,
+                            // Do-while: the decision is made at the end of each iteration.
+                            CompiledCondition::LoopControl { .. } => true,
+                        };
+                        if enters {
+                            cursor.frames.push(LoopFrame {
+                                loop_id: loop_id.clone(),
+                                iteration: 0,
+                                body_index: 0,
+                            });
+                        } else {
+                            cursor.step_forward();
+                        }
+                    }
+                }
+                continue;
+            }
+            // End of a list: the workflow is complete, or an iteration of the innermost loop ended.
+            let Some(frame) = cursor.frames.last().cloned() else {
+                return Ok(Progress::Moved {
+                    state: EngineState::Complete,
+                    disclosed: self.disclosed,
+                });
+            };
+            let def = loop_def(self.wf, &frame.loop_id)?;
+            let mut wants_continue = match condition(self.wf, def)? {
+                CompiledCondition::AlwaysTrue { .. } => true,
+                CompiledCondition::AlwaysFalse { .. } => false,
+                CompiledCondition::LoopControl { continue_when, .. } => {
+                    match read_loop_control(self.output, &frame.loop_id) {
+                        LoopControlReading::Decision(decision) => decision == *continue_when,
+                        reading => {
+                            let finding = loop_control_finding(&frame.loop_id, reading);
+                            if let Some(blocked) = self.judge(finding) {
+                                return Ok(blocked);
+                            }
+                            false // never-stop: treat as `decision="stop"`
+                        }
+                    }
+                }
+            };
+            if wants_continue && frame.iteration + 1 >= def.max_iterations {
+                let finding = loop_limit_finding(&frame, def.max_iterations, self.completed_step);
+                if let Some(blocked) = self.judge(finding) {
+                    return Ok(blocked);
+                }
+                wants_continue = false;
+            }
+            if wants_continue {
+                if let Some(top) = cursor.frames.last_mut() {
+                    top.iteration += 1;
+                    top.body_index = 0;
+                }
+            } else {
+                cursor.frames.pop();
+                cursor.step_forward();
+            }
+        }
+    }
+
+    fn pending_at(self, cursor: Cursor, completed: CompletedSet, step_id: StepId) -> Progress {
+        let loop_path = cursor
+            .frames
+            .iter()
+            .map(|f| LoopPathEntry {
+                loop_id: f.loop_id.clone(),
+                iteration: f.iteration,
+            })
+            .collect();
+        Progress::Moved {
+            state: EngineState::Running {
+                completed,
+                loop_stack: cursor.frames,
+                pending: Pending::Some {
+                    step: PendingStep { step_id, loop_path },
+                },
+            },
+            disclosed: self.disclosed,
+        }
+    }
+}
+
+fn loop_control_finding(loop_id: &LoopId, reading: LoopControlReading) -> Finding {
+    let (reason, what) = match reading {
+        LoopControlReading::Invalid => (ContractViolationReason::InvalidRequiredOutput, "invalid"),
+        _ => (ContractViolationReason::MissingRequiredOutput, "missing"),
+    };
+    Finding {
+        reason: contract_violation(reason),
+        pointer: BlockerPointer::OutputContract {
+            contract_ref: LOOP_CONTROL_CONTRACT_REF.to_owned(),
+        },
+        message: format!(
+            "loop {loop_id}: {what} {LOOP_CONTROL_ARTIFACT_KIND} artifact; a loop never exits implicitly"
+        ),
+    }
+}
+
+/// A loop-limit failure. The closed pointer set has no loop pointer, so the blocker points at
+/// the step whose completion ended the iteration (or, when a run starts, at the loop-control
+/// contract) and the loop id, iteration and maxIterations travel in the bounded message.
+fn loop_limit_finding(
+    frame: &LoopFrame,
+    max_iterations: u32,
+    completed_step: Option<&StepId>,
+) -> Finding {
+    let pointer = match completed_step {
+        Some(step_id) => BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        None => BlockerPointer::OutputContract {
+            contract_ref: LOOP_CONTROL_CONTRACT_REF.to_owned(),
+        },
+    };
+    Finding {
+        reason: ReasonCode::new(GapReason::Unexpected(UnexpectedReason::InvariantViolation)),
+        pointer,
+        message: format!(
+            "loop limit reached: loopId={} iteration={} maxIterations={}; a continue decision at the last allowed iteration fails",
+            frame.loop_id, frame.iteration, max_iterations
+        ),
+    }
+}

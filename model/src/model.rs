@@ -1,0 +1,945 @@
+//! The in-memory reference model: sessions, runs and nodes with the protocol operations as pure
+//! transitions, `Model::apply(&self, &Command) -> Result<(Model, Observation), ModelError>`.
+//!
+//! The model's state *is* durable truth: each session's committed event log (the locked event
+//! kinds, built through `workrail_spec::event::SessionEvent`), the snapshot CAS and the pinned
+//! compiled workflows. Everything else (DAG, tips, status, preferences) is read through the
+//! [`crate::projections`]. An operation appends one plan of events atomically or nothing at all,
+//! and every observation is built from recorded facts, so a replay returns exactly what the
+//! original call returned.
+//!
+//! # Operations and the locks they embody
+//!
+//! | operation | what it does | lock ids |
+//! |---|---|---|
+//! | [`Command::Start`] | `session_created` (new session), `run_started`, root `node_created` with the first pending step; optional `preferences_changed` on the root; the same run id again is a no-op returning the recorded start | `L-EVENT-RUN-STARTED`, `L-EVENT-NODE-PARENT`, `L-EVENT-NODE-HASH-MATCH`, `L-PREF-GLOBAL-COPIED`, `L-DEDUPE-NOOP` |
+//! | [`Command::Rehydrate`] | the node's pending step, completeness, whether it is a tip, effective preferences; never changes the model | `L-TOKEN-REHYDRATE-PURE`, `L-MCP-REHYDRATE-NO-EVENTS`, `L-EVENT-ADVANCE-ACK-ONLY` |
+//! | [`Command::Advance`], fresh attempt, outputs valid | child `node_created` + `acked_step` edge + outputs on the child + `advance_recorded{advanced}` on the node | `L-EVENT-ADVANCE-RECORDED`, `L-EVENT-ADVANCED-HAS-NODE-EDGE`, `L-DAG-ACKED-STEP-EDGE`, `L-OUTPUT-ORDER`, `L-OUTPUT-ID-DERIVED`, `L-TOKEN-ACK-ATTEMPTS` |
+//! | [`Command::Advance`] at a node that already has a step child | the same, as a new sibling with cause `non_tip_advance` | `L-DAG-NON-TIP-AUTO-FORK`, `L-DAG-NO-FORK-EDGE-KIND` |
+//! | [`Command::Advance`], a recorded attempt | returns the recorded outcome; appends nothing, recomputes nothing | `L-TOKEN-ACK-IDEMPOTENT`, `L-TOKEN-REPLAY-FACTS`, `L-EVENT-ADVANCE-ATTEMPT-KEY`, `L-EVENT-ATTEMPTS-APPENDABLE` |
+//! | [`Command::Advance`], missing/invalid required output or loop control, loop limit | blocking modes: `advance_recorded{blocked}` (same pending step; the next attempt is fresh), plus a critical gap for `unexpected:*`; never-stop: critical gap on the child and advance | `L-REASON-SINGLE-MODEL`, `L-REASON-BLOCKING-MODES`, `L-REASON-NEVER-STOP`, `L-REASON-UNEXPECTED`, `L-LOOP-MISSING-CONTROL-BLOCKING`, `L-LOOP-MISSING-CONTROL-NEVER-STOP`, `L-LOOP-LIMIT-ERROR` |
+//! | [`Command::Checkpoint`] | `checkpoint` node (same snapshot) + `checkpoint` edge (`checkpoint_created`) + outputs on it; no advancement; a recorded checkpoint attempt is a no-op returning the same observation | `L-DAG-CHECKPOINT-EDGE`, `L-DAG-CHECKPOINT-NO-ADVANCE`, `L-TOKEN-CHECKPOINT-IDEMPOTENT` |
+//! | [`Command::ChangePreferences`] | node-attached `preferences_changed` (delta + effective); the same `changeId` again is a no-op | `L-EVENT-PREFS-CHANGED`, `L-PREF-NODE-ATTACHED`, `L-PREF-PRECEDENCE` |
+//!
+//! # Decisions the locks leave open
+//!
+//! - **Where facts attach.** `advance_recorded` is scoped to the attempted node (locked). The
+//!   outputs of an advanced attempt and the gaps it discloses attach to the *new* node, the node
+//!   whose existence they explain: the preferred tip then carries the latest recap (which resume
+//!   ranking matches on) and the never-stop gaps (which run status reads). A blocked attempt has
+//!   no new node: its gaps attach to the attempted node, and its outputs are not recorded.
+//! - **Edge causes.** An advance from a node without step children uses `idempotent_replay` (the
+//!   ordinary, replay-safe ack); from a node that already has a step child, `non_tip_advance`.
+//!   `intentional_fork` is not produced: with the attempt scheme a fork is always an advance from a
+//!   non-tip node.
+//! - **Checkpoint children do not make a node non-tip** for advancing: checkpointing records
+//!   progress without advancing, so a later advance from the same node is not a fork. They are
+//!   children for the preferred-tip policy (leaves), as the DAG says.
+//! - **Artifacts** become `artifact_ref` outputs: `sha256` of the artifact's RFC 8785 bytes,
+//!   `contentType` `application/json`, `byteLength` those bytes; identical artifacts collapse.
+//! - **Start** settles on the first pending step (the root snapshot is `running` or `complete`;
+//!   the model never stores `init`). A session's baseline preferences are fixed when the session
+//!   is created: the start command's baseline, else a copy of the model's global defaults.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use workrail_spec::artifact::ArtifactError;
+use workrail_spec::blocker::{Blocker, BlockerReport, BlockerReportError};
+use workrail_spec::budget::{BLOCKER_MESSAGE_MAX_BYTES, BoundedText, truncate_with_marker};
+use workrail_spec::closed::{
+    AdvanceIntent, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind, OutputChannel, PreferenceSource,
+    RunStatus, WorkflowSourceKind,
+};
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::event::{
+    AdvanceOutcome, AdvanceRecorded, EdgeCause, EdgeCreated, EffectivePreferences, EventData,
+    EventScope, GapRecorded, GapResolution, NodeCreated, NodeOutputAppended, OutputPayload,
+    PreferenceDelta, PreferencesChanged, RunStarted, SessionCreated, SessionEvent,
+};
+use workrail_spec::ids::{
+    AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, SnapshotRef, WorkflowHash,
+};
+use workrail_spec::jcs::{JcsError, jcs_digest, to_canonical_bytes};
+use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1, PendingStep};
+use workrail_spec::tools::OutputInput;
+
+use crate::derive;
+use crate::interpreter::{self, Finding, InterpreterError, Progress};
+use crate::projections::{
+    self, AttemptRecord, PreferenceDefaults, PreferredTip, RunDag, advance_outcome,
+    advance_records, effective_preferences, preferred_tip, run_ids,
+};
+
+/// The content type the model gives artifact outputs (their bytes are RFC 8785 JSON).
+pub const ARTIFACT_CONTENT_TYPE: &str = "application/json";
+
+/// A node of a run of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRef {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub node_id: NodeId,
+}
+
+/// Starts a run (creating the session when it is new).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartRun {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    pub workflow: CompiledWorkflowSnapshotV1,
+    pub source_kind: WorkflowSourceKind,
+    pub source_ref: String,
+    /// Used only when the session is new; `None` copies the model's global defaults.
+    pub session_baseline: Option<EffectivePreferences>,
+    /// Recorded on the root node when non-empty.
+    pub preferences: Vec<PreferenceDelta>,
+}
+
+/// An ack or checkpoint attempt at a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptAt {
+    pub node: NodeRef,
+    pub attempt_id: AttemptId,
+    pub output: OutputInput,
+}
+
+/// A node-attached preference change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreferenceChange {
+    pub node: NodeRef,
+    pub change_id: ChangeId,
+    pub source: PreferenceSource,
+    pub delta: Vec<PreferenceDelta>,
+}
+
+/// The operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Start(Box<StartRun>),
+    Rehydrate(NodeRef),
+    Advance(AttemptAt),
+    Checkpoint(AttemptAt),
+    ChangePreferences(PreferenceChange),
+}
+
+/// What an operation returns. Built only from recorded facts, so replays are identical.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observation {
+    Started {
+        session_id: SessionId,
+        run_id: RunId,
+        root: NodeId,
+        pending: Option<PendingStep>,
+        is_complete: bool,
+    },
+    Rehydrated {
+        node_id: NodeId,
+        pending: Option<PendingStep>,
+        is_complete: bool,
+        /// No step child: advancing here extends the branch instead of forking.
+        is_tip: bool,
+        preferences: EffectivePreferences,
+    },
+    Advanced {
+        node_id: NodeId,
+        attempt_id: AttemptId,
+        to_node_id: NodeId,
+        /// The pending step of the new node.
+        pending: Option<PendingStep>,
+        is_complete: bool,
+    },
+    Blocked {
+        node_id: NodeId,
+        attempt_id: AttemptId,
+        blockers: BlockerReport,
+        /// The same pending step as before the attempt.
+        pending: Option<PendingStep>,
+    },
+    Checkpointed {
+        node_id: NodeId,
+        attempt_id: AttemptId,
+        checkpoint_node_id: NodeId,
+    },
+    PreferencesChanged {
+        node_id: NodeId,
+        change_id: ChangeId,
+        effective: EffectivePreferences,
+    },
+}
+
+/// Why an operation was refused. A refused operation changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelError {
+    UnknownSession(SessionId),
+    UnknownRun(RunId),
+    UnknownNode(NodeId),
+    /// Neither a recorded attempt of the node nor its current one.
+    UnknownAttempt(AttemptId),
+    /// The node's snapshot has no pending step (the run is complete there).
+    NothingPending(NodeId),
+    /// The workflow needs a decision before its first step, and the mode blocks on it.
+    CannotStart(String),
+    Event(ArtifactError),
+    Blocker(BlockerReportError),
+    Hash(JcsError),
+    /// The model's own state does not hold together (a bug in the model).
+    Invariant(String),
+}
+
+impl std::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownSession(id) => write!(f, "unknown session {id}"),
+            Self::UnknownRun(id) => write!(f, "unknown run {id}"),
+            Self::UnknownNode(id) => write!(f, "unknown node {id}"),
+            Self::UnknownAttempt(id) => write!(f, "attempt {id} is neither recorded nor current"),
+            Self::NothingPending(id) => write!(f, "node {id} has no pending step"),
+            Self::CannotStart(reason) => write!(f, "the run cannot start: {reason}"),
+            Self::Event(e) => write!(f, "invalid event: {e}"),
+            Self::Blocker(e) => write!(f, "invalid blocker report: {e}"),
+            Self::Hash(e) => write!(f, "canonical JSON failed: {e}"),
+            Self::Invariant(detail) => write!(f, "model invariant violated: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+impl From<ArtifactError> for ModelError {
+    fn from(e: ArtifactError) -> Self {
+        Self::Event(e)
+    }
+}
+
+impl From<JcsError> for ModelError {
+    fn from(e: JcsError) -> Self {
+        Self::Hash(e)
+    }
+}
+
+impl From<BlockerReportError> for ModelError {
+    fn from(e: BlockerReportError) -> Self {
+        Self::Blocker(e)
+    }
+}
+
+impl From<InterpreterError> for ModelError {
+    fn from(e: InterpreterError) -> Self {
+        Self::Invariant(e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SessionState {
+    baseline: EffectivePreferences,
+    events: Vec<SessionEvent>,
+}
+
+/// The model: durable truth of every session, the snapshot CAS and the pinned workflows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    global_defaults: EffectivePreferences,
+    sessions: BTreeMap<SessionId, SessionState>,
+    snapshots: BTreeMap<SnapshotRef, ExecutionSnapshotFileV1>,
+    workflows: BTreeMap<WorkflowHash, CompiledWorkflowSnapshotV1>,
+}
+
+/// Events of one operation, appended together or not at all.
+struct Plan<'s> {
+    session_id: &'s SessionId,
+    next: u64,
+    events: Vec<SessionEvent>,
+}
+
+impl<'s> Plan<'s> {
+    fn new(session_id: &'s SessionId, committed: usize) -> Self {
+        Self {
+            session_id,
+            next: committed as u64,
+            events: Vec::new(),
+        }
+    }
+
+    /// The index the next pushed event will get.
+    fn next_index(&self) -> Result<EventIndex, ModelError> {
+        EventIndex::new(self.next)
+            .ok_or_else(|| ModelError::Invariant("EventIndex overflow".into()))
+    }
+
+    /// The event id of the event `ahead` positions after the next one.
+    fn event_id_ahead(&self, ahead: u64) -> Result<workrail_spec::ids::EventId, ModelError> {
+        let index = EventIndex::new(self.next + ahead)
+            .ok_or_else(|| ModelError::Invariant("EventIndex overflow".into()))?;
+        Ok(derive::event_id(self.session_id, index))
+    }
+
+    fn push(&mut self, scope: EventScope, data: EventData) -> Result<(), ModelError> {
+        let index = self.next_index()?;
+        let event = SessionEvent::new(
+            derive::event_id(self.session_id, index),
+            index,
+            self.session_id.clone(),
+            scope,
+            data,
+        )?;
+        self.events.push(event);
+        self.next += 1;
+        Ok(())
+    }
+}
+
+impl Model {
+    /// An empty model; `global_defaults` are copied into each new session's baseline.
+    pub fn new(global_defaults: EffectivePreferences) -> Self {
+        Self {
+            global_defaults,
+            sessions: BTreeMap::new(),
+            snapshots: BTreeMap::new(),
+            workflows: BTreeMap::new(),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Queries (pure reads)
+    // ---------------------------------------------------------------------------------------
+
+    pub fn session_ids(&self) -> impl Iterator<Item = &SessionId> {
+        self.sessions.keys()
+    }
+
+    /// The committed events of a session, in `EventIndex` order.
+    pub fn events(&self, session_id: &SessionId) -> Option<&[SessionEvent]> {
+        self.sessions.get(session_id).map(|s| s.events.as_slice())
+    }
+
+    pub fn snapshot(&self, snapshot_ref: &SnapshotRef) -> Option<&ExecutionSnapshotFileV1> {
+        self.snapshots.get(snapshot_ref)
+    }
+
+    pub fn workflow(&self, hash: &WorkflowHash) -> Option<&CompiledWorkflowSnapshotV1> {
+        self.workflows.get(hash)
+    }
+
+    /// Whether the snapshot is `complete` (unknown snapshots are not).
+    pub fn is_complete(&self, snapshot_ref: &SnapshotRef) -> bool {
+        self.snapshot(snapshot_ref)
+            .is_some_and(|s| s.engine_payload.engine_state.is_complete())
+    }
+
+    pub fn preference_defaults(&self, session_id: &SessionId) -> Option<PreferenceDefaults> {
+        self.sessions.get(session_id).map(|s| PreferenceDefaults {
+            session_baseline: Some(s.baseline),
+            global: self.global_defaults,
+        })
+    }
+
+    pub fn run_ids(&self, session_id: &SessionId) -> Vec<RunId> {
+        self.events(session_id).map(run_ids).unwrap_or_default()
+    }
+
+    pub fn run_dag(&self, session_id: &SessionId, run_id: &RunId) -> Option<RunDag> {
+        let events = self.events(session_id)?;
+        run_ids(events)
+            .contains(run_id)
+            .then(|| RunDag::build(events, run_id))
+    }
+
+    pub fn preferred_tip(&self, session_id: &SessionId, run_id: &RunId) -> Option<PreferredTip> {
+        preferred_tip(self.events(session_id)?, &self.run_dag(session_id, run_id)?)
+    }
+
+    pub fn run_status(&self, session_id: &SessionId, run_id: &RunId) -> Option<RunStatus> {
+        projections::run_status(
+            self.events(session_id)?,
+            &self.run_dag(session_id, run_id)?,
+            &|r| self.is_complete(r),
+            &self.preference_defaults(session_id)?,
+        )
+    }
+
+    pub fn effective_preferences(&self, node: &NodeRef) -> Option<EffectivePreferences> {
+        let dag = self.run_dag(&node.session_id, &node.run_id)?;
+        dag.node(&node.node_id)?;
+        Some(effective_preferences(
+            self.events(&node.session_id)?,
+            &dag,
+            &node.node_id,
+            &self.preference_defaults(&node.session_id)?,
+        ))
+    }
+
+    /// The node's current ack attempt (`k` = attempts recorded at the node).
+    pub fn current_ack_attempt(&self, node: &NodeRef) -> Option<AttemptId> {
+        self.run_dag(&node.session_id, &node.run_id)?
+            .node(&node.node_id)?;
+        let k = advance_records(self.events(&node.session_id)?, &node.run_id, &node.node_id).len();
+        Some(derive::ack_attempt_id(
+            &node.session_id,
+            &node.run_id,
+            &node.node_id,
+            k,
+        ))
+    }
+
+    /// The node's current checkpoint attempt (`k` = checkpoint edges leaving the node).
+    pub fn current_checkpoint_attempt(&self, node: &NodeRef) -> Option<AttemptId> {
+        let dag = self.run_dag(&node.session_id, &node.run_id)?;
+        dag.node(&node.node_id)?;
+        let k = dag
+            .edges_from(&node.node_id)
+            .filter(|e| e.kind == EdgeKind::Checkpoint)
+            .count();
+        Some(derive::checkpoint_attempt_id(
+            &node.session_id,
+            &node.run_id,
+            &node.node_id,
+            k,
+        ))
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Transitions
+    // ---------------------------------------------------------------------------------------
+
+    /// Applies one operation. On error nothing changed (keep using `self`).
+    pub fn apply(&self, command: &Command) -> Result<(Model, Observation), ModelError> {
+        match command {
+            Command::Start(start) => self.start(start),
+            Command::Rehydrate(node) => Ok((self.clone(), self.rehydrate(node)?)),
+            Command::Advance(attempt) => self.advance(attempt),
+            Command::Checkpoint(attempt) => self.checkpoint(attempt),
+            Command::ChangePreferences(change) => self.change_preferences(change),
+        }
+    }
+
+    fn start(&self, start: &StartRun) -> Result<(Model, Observation), ModelError> {
+        let session_id = &start.session_id;
+        let existing = self.sessions.get(session_id);
+        if let Some(session) = existing
+            && run_ids(&session.events).contains(&start.run_id)
+        {
+            // `run_started:<sessionId>:<runId>` exists: an idempotent no-op.
+            return Ok((self.clone(), self.observe_start(session_id, &start.run_id)?));
+        }
+        let baseline = existing.map_or_else(
+            || start.session_baseline.unwrap_or(self.global_defaults),
+            |s| s.baseline,
+        );
+        let workflow_hash = start.workflow.workflow_hash()?;
+        let effective = baseline.apply(&start.preferences);
+        let root = derive::root_node_id(session_id, &start.run_id);
+        let (state, disclosed) = match interpreter::start(&start.workflow, effective.autonomy)? {
+            Progress::Moved { state, disclosed } => (state, disclosed),
+            Progress::Blocked { blocker, .. } => {
+                return Err(ModelError::CannotStart(format!(
+                    "{}: {}",
+                    blocker.reason, blocker.message
+                )));
+            }
+        };
+        let mut next = self.clone();
+        let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
+        next.workflows
+            .insert(workflow_hash.clone(), start.workflow.clone());
+
+        let committed = existing.map_or(0, |s| s.events.len());
+        let mut plan = Plan::new(session_id, committed);
+        if existing.is_none() {
+            plan.push(
+                EventScope::Session,
+                EventData::SessionCreated(SessionCreated {}),
+            )?;
+        }
+        let run_scope = EventScope::Run(start.run_id.clone());
+        let root_scope = EventScope::Node(start.run_id.clone(), root.clone());
+        plan.push(
+            run_scope,
+            EventData::RunStarted(RunStarted {
+                workflow_id: start.workflow.body.workflow_id.clone(),
+                workflow_hash: workflow_hash.clone(),
+                workflow_source_kind: start.source_kind,
+                workflow_source_ref: start.source_ref.clone(),
+            }),
+        )?;
+        plan.push(
+            root_scope.clone(),
+            EventData::NodeCreated(NodeCreated {
+                node_kind: NodeKind::Step,
+                parent_node_id: None,
+                workflow_hash,
+                snapshot_ref,
+            }),
+        )?;
+        if !start.preferences.is_empty() {
+            plan.push(
+                root_scope.clone(),
+                EventData::PreferencesChanged(PreferencesChanged {
+                    change_id: derive::start_change_id(session_id, &start.run_id),
+                    source: PreferenceSource::User,
+                    delta: start.preferences.clone(),
+                    effective,
+                }),
+            )?;
+        }
+        push_gaps(&mut plan, &root_scope, root.as_str(), &disclosed)?;
+
+        let session = next
+            .sessions
+            .entry(session_id.clone())
+            .or_insert_with(|| SessionState {
+                baseline,
+                events: Vec::new(),
+            });
+        session.events.extend(plan.events);
+        let observation = next.observe_start(session_id, &start.run_id)?;
+        Ok((next, observation))
+    }
+
+    fn observe_start(
+        &self,
+        session_id: &SessionId,
+        run_id: &RunId,
+    ) -> Result<Observation, ModelError> {
+        let dag = self.dag(session_id, run_id)?;
+        let root = dag
+            .root()
+            .ok_or_else(|| ModelError::Invariant(format!("run {run_id} has no root")))?;
+        let state = self.state_of(&root.snapshot_ref)?;
+        Ok(Observation::Started {
+            session_id: session_id.clone(),
+            run_id: run_id.clone(),
+            root: root.node_id.clone(),
+            pending: state.pending_step().cloned(),
+            is_complete: state.is_complete(),
+        })
+    }
+
+    /// Rehydrate is a read: it cannot change the model (it has no `&mut` and builds no plan).
+    fn rehydrate(&self, node: &NodeRef) -> Result<Observation, ModelError> {
+        let dag = self.dag(&node.session_id, &node.run_id)?;
+        let dag_node = dag
+            .node(&node.node_id)
+            .ok_or_else(|| ModelError::UnknownNode(node.node_id.clone()))?;
+        let state = self.state_of(&dag_node.snapshot_ref)?;
+        let preferences = effective_preferences(
+            self.session_events(&node.session_id)?,
+            &dag,
+            &node.node_id,
+            &self.defaults(&node.session_id)?,
+        );
+        Ok(Observation::Rehydrated {
+            node_id: node.node_id.clone(),
+            pending: state.pending_step().cloned(),
+            is_complete: state.is_complete(),
+            is_tip: dag.step_children(&node.node_id).is_empty(),
+            preferences,
+        })
+    }
+
+    fn advance(&self, attempt: &AttemptAt) -> Result<(Model, Observation), ModelError> {
+        let NodeRef {
+            session_id,
+            run_id,
+            node_id,
+        } = &attempt.node;
+        let events = self.session_events(session_id)?;
+        let dag = self.dag(session_id, run_id)?;
+        let node = dag
+            .node(node_id)
+            .ok_or_else(|| ModelError::UnknownNode(node_id.clone()))?;
+
+        // Replay: the attempt is recorded, so return its facts (never recompute).
+        if let Some(record) = advance_outcome(events, run_id, node_id, &attempt.attempt_id) {
+            return Ok((self.clone(), self.observe_attempt(&attempt.node, &record)?));
+        }
+        let k = advance_records(events, run_id, node_id).len();
+        if attempt.attempt_id != derive::ack_attempt_id(session_id, run_id, node_id, k) {
+            return Err(ModelError::UnknownAttempt(attempt.attempt_id.clone()));
+        }
+
+        let state = self.state_of(&node.snapshot_ref)?;
+        if state.pending_step().is_none() {
+            return Err(ModelError::NothingPending(node_id.clone()));
+        }
+        let workflow_hash = pinned_hash(&dag)?;
+        let workflow = self.workflows.get(&workflow_hash).ok_or_else(|| {
+            ModelError::Invariant(format!("workflow {workflow_hash} is not pinned"))
+        })?;
+        let autonomy =
+            effective_preferences(events, &dag, node_id, &self.defaults(session_id)?).autonomy;
+        let progress = interpreter::ack(workflow, state, &attempt.output, autonomy)?;
+
+        let mut next = self.clone();
+        let mut plan = Plan::new(session_id, events.len());
+        let here = EventScope::Node(run_id.clone(), node_id.clone());
+        let origin = attempt.attempt_id.as_str();
+        let outcome = match progress {
+            Progress::Moved { state, disclosed } => {
+                let child = derive::child_node_id(session_id, run_id, &attempt.attempt_id);
+                let child_scope = EventScope::Node(run_id.clone(), child.clone());
+                let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
+                let cause = if dag.step_children(node_id).is_empty() {
+                    EdgeCauseKind::IdempotentReplay
+                } else {
+                    EdgeCauseKind::NonTipAdvance
+                };
+                let outputs = outputs_of(session_id, &attempt.attempt_id, &attempt.output)?;
+                // node_created, edge_created, outputs, gaps, then advance_recorded: the edge's
+                // cause names the advance_recorded event of the same plan.
+                let record_ahead = 2 + outputs.len() as u64 + disclosed.len() as u64;
+                let record_event = plan.event_id_ahead(record_ahead)?;
+                plan.push(
+                    child_scope.clone(),
+                    EventData::NodeCreated(NodeCreated {
+                        node_kind: NodeKind::Step,
+                        parent_node_id: Some(node_id.clone()),
+                        workflow_hash,
+                        snapshot_ref,
+                    }),
+                )?;
+                plan.push(
+                    EventScope::Run(run_id.clone()),
+                    EventData::EdgeCreated(EdgeCreated {
+                        edge_kind: EdgeKind::AckedStep,
+                        from_node_id: node_id.clone(),
+                        to_node_id: child.clone(),
+                        cause: EdgeCause {
+                            kind: cause,
+                            event_id: record_event,
+                        },
+                    }),
+                )?;
+                for output in outputs {
+                    plan.push(child_scope.clone(), EventData::NodeOutputAppended(output))?;
+                }
+                push_gaps(&mut plan, &child_scope, origin, &disclosed)?;
+                AdvanceOutcome::Advanced { to_node_id: child }
+            }
+            Progress::Blocked { blocker, gaps } => {
+                push_gaps(&mut plan, &here, origin, &gaps)?;
+                AdvanceOutcome::Blocked {
+                    blockers: BlockerReport::new(vec![to_blocker(&blocker)?])?,
+                }
+            }
+        };
+        plan.push(
+            here,
+            EventData::AdvanceRecorded(AdvanceRecorded {
+                attempt_id: attempt.attempt_id.clone(),
+                intent: AdvanceIntent::AckPending,
+                outcome,
+            }),
+        )?;
+        next.commit(plan)?;
+        let record = advance_outcome(
+            next.session_events(session_id)?,
+            run_id,
+            node_id,
+            &attempt.attempt_id,
+        )
+        .ok_or_else(|| ModelError::Invariant("the attempt was not recorded".into()))?;
+        let observation = next.observe_attempt(&attempt.node, &record)?;
+        Ok((next, observation))
+    }
+
+    /// The observation of a recorded attempt, from the record and the snapshots it names.
+    fn observe_attempt(
+        &self,
+        node: &NodeRef,
+        record: &AttemptRecord,
+    ) -> Result<Observation, ModelError> {
+        let dag = self.dag(&node.session_id, &node.run_id)?;
+        let snapshot_of = |id: &NodeId| {
+            dag.node(id)
+                .map(|n| n.snapshot_ref.clone())
+                .ok_or_else(|| ModelError::UnknownNode(id.clone()))
+        };
+        Ok(match &record.outcome {
+            AdvanceOutcome::Advanced { to_node_id } => {
+                let state = self.state_of(&snapshot_of(to_node_id)?)?;
+                Observation::Advanced {
+                    node_id: node.node_id.clone(),
+                    attempt_id: record.attempt_id.clone(),
+                    to_node_id: to_node_id.clone(),
+                    pending: state.pending_step().cloned(),
+                    is_complete: state.is_complete(),
+                }
+            }
+            AdvanceOutcome::Blocked { blockers } => {
+                let state = self.state_of(&snapshot_of(&node.node_id)?)?;
+                Observation::Blocked {
+                    node_id: node.node_id.clone(),
+                    attempt_id: record.attempt_id.clone(),
+                    blockers: blockers.clone(),
+                    pending: state.pending_step().cloned(),
+                }
+            }
+        })
+    }
+
+    fn checkpoint(&self, attempt: &AttemptAt) -> Result<(Model, Observation), ModelError> {
+        let NodeRef {
+            session_id,
+            run_id,
+            node_id,
+        } = &attempt.node;
+        let events = self.session_events(session_id)?;
+        let dag = self.dag(session_id, run_id)?;
+        let node = dag
+            .node(node_id)
+            .ok_or_else(|| ModelError::UnknownNode(node_id.clone()))?;
+        let checkpoint = derive::checkpoint_node_id(session_id, run_id, &attempt.attempt_id);
+        let observation = Observation::Checkpointed {
+            node_id: node_id.clone(),
+            attempt_id: attempt.attempt_id.clone(),
+            checkpoint_node_id: checkpoint.clone(),
+        };
+        // Replay: the checkpoint node of this attempt exists, so nothing is duplicated.
+        if dag.node(&checkpoint).is_some() {
+            return Ok((self.clone(), observation));
+        }
+        let k = dag
+            .edges_from(node_id)
+            .filter(|e| e.kind == EdgeKind::Checkpoint)
+            .count();
+        if attempt.attempt_id != derive::checkpoint_attempt_id(session_id, run_id, node_id, k) {
+            return Err(ModelError::UnknownAttempt(attempt.attempt_id.clone()));
+        }
+        let workflow_hash = pinned_hash(&dag)?;
+        let outputs = outputs_of(session_id, &attempt.attempt_id, &attempt.output)?;
+        let mut plan = Plan::new(session_id, events.len());
+        let node_event = plan.event_id_ahead(0)?;
+        let scope = EventScope::Node(run_id.clone(), checkpoint.clone());
+        plan.push(
+            scope.clone(),
+            EventData::NodeCreated(NodeCreated {
+                node_kind: NodeKind::Checkpoint,
+                parent_node_id: Some(node_id.clone()),
+                workflow_hash,
+                // No advancement: the checkpoint node holds the same execution state.
+                snapshot_ref: node.snapshot_ref.clone(),
+            }),
+        )?;
+        plan.push(
+            EventScope::Run(run_id.clone()),
+            EventData::EdgeCreated(EdgeCreated {
+                edge_kind: EdgeKind::Checkpoint,
+                from_node_id: node_id.clone(),
+                to_node_id: checkpoint,
+                cause: EdgeCause {
+                    kind: EdgeCauseKind::CheckpointCreated,
+                    event_id: node_event,
+                },
+            }),
+        )?;
+        for output in outputs {
+            plan.push(scope.clone(), EventData::NodeOutputAppended(output))?;
+        }
+        let mut next = self.clone();
+        next.commit(plan)?;
+        Ok((next, observation))
+    }
+
+    fn change_preferences(
+        &self,
+        change: &PreferenceChange,
+    ) -> Result<(Model, Observation), ModelError> {
+        let NodeRef {
+            session_id,
+            run_id,
+            node_id,
+        } = &change.node;
+        let events = self.session_events(session_id)?;
+        // The same changeId again: a dedupe no-op returning the recorded change.
+        for event in events {
+            if let EventData::PreferencesChanged(recorded) = event.data()
+                && recorded.change_id == change.change_id
+            {
+                let recorded_node = event.scope().node_id().cloned().ok_or_else(|| {
+                    ModelError::Invariant("preferences_changed without a node".into())
+                })?;
+                return Ok((
+                    self.clone(),
+                    Observation::PreferencesChanged {
+                        node_id: recorded_node,
+                        change_id: recorded.change_id.clone(),
+                        effective: recorded.effective,
+                    },
+                ));
+            }
+        }
+        let dag = self.dag(session_id, run_id)?;
+        dag.node(node_id)
+            .ok_or_else(|| ModelError::UnknownNode(node_id.clone()))?;
+        let effective = effective_preferences(events, &dag, node_id, &self.defaults(session_id)?)
+            .apply(&change.delta);
+        let mut plan = Plan::new(session_id, events.len());
+        plan.push(
+            EventScope::Node(run_id.clone(), node_id.clone()),
+            EventData::PreferencesChanged(PreferencesChanged {
+                change_id: change.change_id.clone(),
+                source: change.source,
+                delta: change.delta.clone(),
+                effective,
+            }),
+        )?;
+        let mut next = self.clone();
+        next.commit(plan)?;
+        Ok((
+            next,
+            Observation::PreferencesChanged {
+                node_id: node_id.clone(),
+                change_id: change.change_id.clone(),
+                effective,
+            },
+        ))
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Helpers
+    // ---------------------------------------------------------------------------------------
+
+    fn session_events(&self, session_id: &SessionId) -> Result<&[SessionEvent], ModelError> {
+        self.events(session_id)
+            .ok_or_else(|| ModelError::UnknownSession(session_id.clone()))
+    }
+
+    fn defaults(&self, session_id: &SessionId) -> Result<PreferenceDefaults, ModelError> {
+        self.preference_defaults(session_id)
+            .ok_or_else(|| ModelError::UnknownSession(session_id.clone()))
+    }
+
+    fn dag(&self, session_id: &SessionId, run_id: &RunId) -> Result<RunDag, ModelError> {
+        self.session_events(session_id)?;
+        self.run_dag(session_id, run_id)
+            .ok_or_else(|| ModelError::UnknownRun(run_id.clone()))
+    }
+
+    fn state_of(&self, snapshot_ref: &SnapshotRef) -> Result<&EngineState, ModelError> {
+        self.snapshots
+            .get(snapshot_ref)
+            .map(|s| &s.engine_payload.engine_state)
+            .ok_or_else(|| ModelError::Invariant(format!("snapshot {snapshot_ref} is missing")))
+    }
+
+    fn store_snapshot(
+        &mut self,
+        workflow_hash: &WorkflowHash,
+        state: EngineState,
+    ) -> Result<SnapshotRef, ModelError> {
+        let file = ExecutionSnapshotFileV1 {
+            workflow_hash: workflow_hash.clone(),
+            engine_payload: EnginePayloadV1::new(state)?,
+        };
+        let snapshot_ref = file.snapshot_ref()?;
+        self.snapshots.insert(snapshot_ref.clone(), file);
+        Ok(snapshot_ref)
+    }
+
+    /// Appends a plan. Every dedupeKey in it must be new: the model detects replays before
+    /// building plans, so a duplicate here is a bug, never silently skipped.
+    fn commit(&mut self, plan: Plan<'_>) -> Result<(), ModelError> {
+        let session = self
+            .sessions
+            .get_mut(plan.session_id)
+            .ok_or_else(|| ModelError::UnknownSession(plan.session_id.clone()))?;
+        let mut keys: BTreeSet<&str> = session
+            .events
+            .iter()
+            .map(|e| e.dedupe_key().as_str())
+            .collect();
+        for event in &plan.events {
+            if !keys.insert(event.dedupe_key().as_str()) {
+                return Err(ModelError::Invariant(format!(
+                    "duplicate dedupeKey {}",
+                    event.dedupe_key()
+                )));
+            }
+        }
+        session.events.extend(plan.events);
+        Ok(())
+    }
+}
+
+fn pinned_hash(dag: &RunDag) -> Result<WorkflowHash, ModelError> {
+    dag.pin
+        .as_ref()
+        .map(|p| p.workflow_hash.clone())
+        .ok_or_else(|| ModelError::Invariant(format!("run {} has no run_started", dag.run_id)))
+}
+
+/// The outputs of an attempt, in the locked order: the recap first (when notes were sent), then
+/// the artifacts by `(sha256, contentType)` ascending (`L-OUTPUT-ORDER`).
+fn outputs_of(
+    session_id: &SessionId,
+    attempt_id: &AttemptId,
+    output: &OutputInput,
+) -> Result<Vec<NodeOutputAppended>, ModelError> {
+    let mut outputs = Vec::new();
+    if let Some(notes) = &output.notes_markdown {
+        outputs.push(NodeOutputAppended {
+            output_id: derive::output_id(session_id, attempt_id, "recap"),
+            supersedes_output_id: None,
+            output_channel: OutputChannel::Recap,
+            payload: OutputPayload::notes(notes),
+        });
+    }
+    let mut artifacts = BTreeMap::new();
+    for artifact in &output.artifacts {
+        let (sha256, _) = jcs_digest(artifact)?;
+        let byte_length = to_canonical_bytes(artifact)?.len() as u64;
+        artifacts.insert(sha256, byte_length);
+    }
+    for (sha256, byte_length) in artifacts {
+        outputs.push(NodeOutputAppended {
+            output_id: derive::output_id(
+                session_id,
+                attempt_id,
+                &format!("artifact:{}:{ARTIFACT_CONTENT_TYPE}", sha256.hex()),
+            ),
+            supersedes_output_id: None,
+            output_channel: OutputChannel::Artifact,
+            payload: OutputPayload::ArtifactRef {
+                sha256,
+                content_type: ARTIFACT_CONTENT_TYPE.to_owned(),
+                byte_length,
+            },
+        });
+    }
+    Ok(outputs)
+}
+
+/// Records findings as gaps (`L-REASON-GAP-MAPPING`: category and detail from the reason code).
+fn push_gaps(
+    plan: &mut Plan<'_>,
+    scope: &EventScope,
+    origin: &str,
+    findings: &[(Finding, GapSeverity)],
+) -> Result<(), ModelError> {
+    for (i, (finding, severity)) in findings.iter().enumerate() {
+        plan.push(
+            scope.clone(),
+            EventData::GapRecorded(GapRecorded {
+                gap_id: derive::gap_id(plan.session_id, origin, i),
+                severity: *severity,
+                reason: finding.reason.gap_reason(),
+                summary: BoundedText::truncating(&finding.message),
+                resolution: GapResolution::Unresolved,
+                evidence_refs: None,
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// The blocker of a finding (`L-REASON-BLOCKER-MAPPING` through the spec's table).
+fn to_blocker(finding: &Finding) -> Result<Blocker, ModelError> {
+    let message = truncate_with_marker(&finding.message, BLOCKER_MESSAGE_MAX_BYTES)
+        .map_err(|e| ModelError::Invariant(e.to_string()))?;
+    Ok(Blocker::new(
+        finding.reason.blocker_code(),
+        finding.pointer.clone(),
+        message.text.into_owned(),
+        Some("Provide the required output and continue with the fresh ackToken.".to_owned()),
+    )?)
+}
