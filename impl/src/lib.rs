@@ -6,7 +6,16 @@
 
 #![forbid(unsafe_code)]
 
+pub mod builtins;
+pub mod bundle;
+pub mod cli;
+pub mod compiler;
+pub mod engine;
 pub mod entropy;
+pub mod gc;
+pub mod mcp;
 pub mod projections;
+pub mod protocol;
+pub mod sources;
 pub mod store;
 pub mod tokens;

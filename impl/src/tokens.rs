@@ -19,7 +19,7 @@ use crate::store::{Keyring, SigningKey};
 type HmacSha256 = hmac::Hmac<Sha256>;
 
 /// How an agent recovers from any unusable token.
-const RECOVER: &str = "Copy the tokens exactly as they appear in the latest WorkRail response (do not edit, shorten or re-wrap them). If you no longer have them, find the run again with resume_session, or rehydrate with the last stateToken you have.";
+const RECOVER: &str = "Copy the tokens exactly as they appear in the latest WorkRail response (do not edit, shorten or re-wrap them). If you no longer have them, call continue_workflow with only the last stateToken you do have (it returns that step's current tokens), or start the workflow again.";
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +48,7 @@ impl TokenError {
             Self::Format(e @ TokenFormatError::UnsupportedVersion { .. }) => ErrorEnvelope::new(
                 ErrorCode::TokenUnsupportedVersion,
                 format!("`{field}`: {e}."),
-                "The token was minted by a different WorkRail version. Start the workflow again with start_workflow, or use resume_session to find the run and get fresh tokens.",
+                "The token was minted by a different WorkRail version. Start the workflow again with start_workflow.",
                 Retry::NotRetryable,
             ),
             Self::WrongKind { expected, found } => ErrorEnvelope::new(

@@ -293,15 +293,34 @@ fn only_strong_observations_unlock_a_capability_and_the_latest_wins() {
             failure_code: Some(AttemptFailureCode::ToolMissing),
         },
     );
-    assert!(!unlocked(&log), "the latest observation wins");
+    assert!(!unlocked(&log), "the latest strong observation wins");
+    observe(
+        &mut log,
+        CapabilityStatus::Available,
+        ProvenanceDetail::ManualClaim {
+            claimed_by: ClaimedBy::User,
+            claim: ClaimValue::Available,
+        },
+    );
+    assert!(!unlocked(&log), "a weak claim never unlocks");
     // Descendants inherit the latest observation on their ancestry.
     log.node(2, Some(1));
     let view = &project(&log.events, TipPolicy::Latest).runs[&run()];
+    let status = view
+        .capability_status(&node(2), Capability::WebBrowsing)
+        .unwrap();
     assert_eq!(
-        view.capability_status(&node(2), Capability::WebBrowsing)
-            .unwrap()
-            .status,
-        CapabilityStatus::Unavailable
+        status.status,
+        CapabilityStatus::Available,
+        "the latest claim is shown (UX)"
+    );
+    assert_eq!(
+        status.provenance.enforcement_grade(),
+        EnforcementGrade::Weak
+    );
+    assert!(
+        !view.capability_unlocked(&node(2), Capability::WebBrowsing),
+        "but never enforced"
     );
 }
 

@@ -138,7 +138,11 @@ fn mangled_tokens_get_their_locked_code_and_a_recovery_path() {
         .to_envelope("stateToken");
     assert_eq!(envelope.code, ErrorCode::TokenBadSignature);
     assert!(envelope.message.contains("stateToken"));
-    assert!(envelope.suggestion.contains("resume_session"));
+    assert!(
+        envelope
+            .suggestion
+            .contains("continue_workflow with only the last stateToken")
+    );
     let swapped = codec
         .verify(&codec.mint(&ack()), TokenKind::State)
         .unwrap_err()

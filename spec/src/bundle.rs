@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::artifact::{self, ArtifactError, ArtifactKind};
+use crate::closed::SessionHealthKind;
 use crate::compiled::CompiledWorkflowSnapshotV1;
 use crate::error::ErrorCode;
 use crate::event::{EventData, SessionEvent};
@@ -118,6 +119,24 @@ mod erased {
     }
 }
 
+/// The salvage banner of a bundle exported from a `corrupt_tail` session (locks §10 "Salvage
+/// surface"): the bundle holds only the validated prefix, up to the last valid manifest entry.
+/// Additive and optional within bundle schema version 1; covered by the integrity entry
+/// `salvage`, so it cannot be stripped without failing integrity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BundleSalvage {
+    /// The source session's health: always `corrupt_tail` (other unhealthy sessions have no
+    /// usable prefix and are not exported).
+    pub health: SessionHealthKind,
+    /// The store's closed-set corruption reason (e.g. `segment_digest_mismatch`).
+    pub reason: String,
+    /// The source manifest record at which validation stopped.
+    pub manifest_index: u64,
+    /// What was found, for humans (never an absolute path).
+    pub detail: String,
+}
+
 /// An export bundle, schema version 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -128,6 +147,46 @@ pub struct ExportBundleBody {
     pub producer: Producer,
     pub integrity: Integrity,
     pub session: BundleSession,
+    /// Present only for a salvage export (additive, optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub salvage: Option<BundleSalvage>,
+    /// Structured output artifacts referenced by `artifact_ref` outputs, keyed by the digest of
+    /// their JCS bytes (additive, optional; each covered by the integrity entry
+    /// `artifacts/<sha256>`, whose digest must equal its key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub artifacts: BTreeMap<Sha256Digest, Value>,
+}
+
+impl ExportBundleBody {
+    /// Every integrity entry of this body, sorted by path: the session's (see
+    /// [`BundleSession::integrity_entries`]) plus `artifacts/<sha256>` per embedded artifact and
+    /// `salvage` when present.
+    pub fn integrity_entries(&self) -> Result<Vec<IntegrityEntry>, JcsError> {
+        let mut entries = self.session.integrity_entries()?;
+        let entry = |path: String, value: &dyn erased::Canonical| -> Result<_, JcsError> {
+            let (sha256, bytes) = value.digest()?;
+            Ok(IntegrityEntry {
+                path,
+                sha256,
+                bytes: bytes as u64,
+            })
+        };
+        for (digest, value) in &self.artifacts {
+            entries.push(entry(format!("artifacts/{digest}"), value)?);
+        }
+        if let Some(salvage) = &self.salvage {
+            entries.push(entry("salvage".into(), salvage)?);
+        }
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(entries)
+    }
+}
+
+/// The additive, optional parts of a bundle (see [`ExportBundleV1::assemble_with`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BundleExtras {
+    pub salvage: Option<BundleSalvage>,
+    pub artifacts: BTreeMap<Sha256Digest, Value>,
 }
 
 /// A bundle: `bundleSchemaVersion` plus its body.
@@ -159,19 +218,38 @@ impl ExportBundleV1 {
         producer: Producer,
         session: BundleSession,
     ) -> Result<Self, JcsError> {
-        let entries = session.integrity_entries()?;
-        Ok(Self {
-            body: ExportBundleBody {
-                bundle_id,
-                exported_at,
-                producer,
-                integrity: Integrity {
-                    kind: IntegrityKind::Sha256ManifestV1,
-                    entries,
-                },
-                session,
+        Self::assemble_with(
+            bundle_id,
+            exported_at,
+            producer,
+            session,
+            BundleExtras::default(),
+        )
+    }
+
+    /// Assembles a bundle with its optional parts (salvage banner, embedded artifacts),
+    /// computing an integrity manifest that covers them too.
+    pub fn assemble_with(
+        bundle_id: BundleId,
+        exported_at: String,
+        producer: Producer,
+        session: BundleSession,
+        extras: BundleExtras,
+    ) -> Result<Self, JcsError> {
+        let mut body = ExportBundleBody {
+            bundle_id,
+            exported_at,
+            producer,
+            integrity: Integrity {
+                kind: IntegrityKind::Sha256ManifestV1,
+                entries: Vec::new(),
             },
-        })
+            session,
+            salvage: extras.salvage,
+            artifacts: extras.artifacts,
+        };
+        body.integrity.entries = body.integrity_entries()?;
+        Ok(Self { body })
     }
 
     /// Parses and fully validates a bundle; every failure carries its locked `BUNDLE_*` code.
@@ -189,7 +267,8 @@ impl ExportBundleV1 {
     /// Integrity, ordering and reachability checks (no I/O).
     pub fn validate(&self) -> Result<(), BundleError> {
         let session = &self.body.session;
-        let expected = session
+        let expected = self
+            .body
             .integrity_entries()
             .map_err(|e| bundle_error(ErrorCode::BundleInvalidFormat, e))?;
         let mut stated = self.body.integrity.entries.clone();
@@ -289,6 +368,33 @@ impl ExportBundleV1 {
                 return Err(bundle_error(
                     ErrorCode::BundleIntegrityFailed,
                     format!("snapshot keyed {snapshot_ref} hashes to {actual}"),
+                ));
+            }
+        }
+        for (digest, value) in &self.body.artifacts {
+            let (actual, _) =
+                jcs_digest(value).map_err(|e| bundle_error(ErrorCode::BundleInvalidFormat, e))?;
+            if &actual != digest {
+                return Err(bundle_error(
+                    ErrorCode::BundleIntegrityFailed,
+                    format!("artifact keyed {digest} hashes to {actual}"),
+                ));
+            }
+        }
+        if let Some(salvage) = &self.body.salvage {
+            if salvage.health != SessionHealthKind::CorruptTail {
+                return Err(bundle_error(
+                    ErrorCode::BundleInvalidFormat,
+                    format!(
+                        "salvage.health is {}; only a corrupt_tail session has a validated prefix to export",
+                        salvage.health
+                    ),
+                ));
+            }
+            if salvage.manifest_index > crate::ids::MAX_JSON_SAFE_INTEGER {
+                return Err(bundle_error(
+                    ErrorCode::BundleInvalidFormat,
+                    "salvage.manifestIndex exceeds 2^53-1",
                 ));
             }
         }

@@ -60,6 +60,8 @@ pub struct RunView {
     pub unresolved_gaps: Vec<(NodeId, GapRecorded)>,
     /// Latest capability status per (node, capability).
     pub capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
+    /// Latest strong (enforcement-grade) observation per (node, capability).
+    pub strong_capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
     /// Ack attempts per node by attemptId.
     pub advances: BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>,
 }
@@ -77,13 +79,16 @@ impl RunView {
         chain
     }
 
-    /// Whether a required capability is unlocked at `node`: only a strong observation that it
-    /// is available counts (locks appendix "capability observation provenance").
+    /// Whether a required capability is unlocked at `node`: the latest *strong* observation on
+    /// its ancestry says available. Weak claims (e.g. an agent's say-so) never unlock and never
+    /// re-lock (locks appendix "capability observation provenance").
     pub fn capability_unlocked(&self, node: &NodeId, capability: Capability) -> bool {
-        self.capability_status(node, capability).is_some_and(|o| {
-            o.status == CapabilityStatus::Available
-                && o.provenance.enforcement_grade() == EnforcementGrade::Strong
-        })
+        self.ancestry(node)
+            .iter()
+            .rev()
+            .filter_map(|n| self.strong_capabilities.get(&(n.clone(), capability)))
+            .next()
+            .is_some_and(|o| o.status == CapabilityStatus::Available)
     }
 
     /// The latest observation on the node's ancestry (status is derived, never stored).
@@ -179,6 +184,8 @@ pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection
     let mut gaps: HashMap<RunId, Vec<(NodeId, GapRecorded)>> = HashMap::new();
     let mut capabilities: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
+    let mut strong: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
+        HashMap::new();
     let mut advances: HashMap<RunId, BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>> =
         HashMap::new();
     // Pass 1: index every event by run and node.
@@ -259,6 +266,12 @@ pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection
             EventData::GapRecorded(g) => gaps.entry(run_id).or_default().push((node_id, g.clone())),
             EventData::CapabilityObserved(c) => {
                 // Later events replace earlier ones: the latest by EventIndex wins.
+                if c.provenance.enforcement_grade() == EnforcementGrade::Strong {
+                    strong
+                        .entry(run_id.clone())
+                        .or_default()
+                        .insert((node_id.clone(), c.capability), c.clone());
+                }
                 capabilities
                     .entry(run_id)
                     .or_default()
@@ -291,6 +304,7 @@ pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection
                 current_outputs,
                 unresolved_gaps,
                 capabilities: capabilities.remove(&run_id).unwrap_or_default(),
+                strong_capabilities: strong.remove(&run_id).unwrap_or_default(),
                 advances: advances.remove(&run_id).unwrap_or_default(),
             },
         );

@@ -181,3 +181,50 @@ impl PinnedWorkflowStore {
             .map(|v| v.into_iter().map(WorkflowHash::from_digest).collect())
     }
 }
+
+/// Structured artifacts from agent outputs, by the digest of their JCS bytes (referenced from
+/// `node_output_appended` as `artifact_ref`, never copied into events).
+#[derive(Debug, Clone)]
+pub struct ArtifactStore {
+    fs: Arc<dyn StoreFs>,
+}
+
+impl ArtifactStore {
+    pub const CONTENT_TYPE: &'static str = "application/json";
+
+    pub fn new(fs: Arc<dyn StoreFs>) -> Self {
+        Self { fs }
+    }
+
+    /// Stores a JSON artifact durably; returns its digest and canonical byte length.
+    pub fn put_json(
+        &self,
+        value: &serde_json::Value,
+    ) -> Result<(workrail_spec::ids::Sha256Digest, u64), StoreError> {
+        let bytes = to_canonical_bytes(value).map_err(|e| StoreError::Internal {
+            detail: e.to_string(),
+        })?;
+        let digest = workrail_spec::jcs::sha256(&bytes);
+        put_durable(&*self.fs, &layout::artifact_path(&digest), &bytes)?;
+        Ok((digest, bytes.len() as u64))
+    }
+
+    /// Reads and verifies an artifact.
+    pub fn get(
+        &self,
+        digest: &workrail_spec::ids::Sha256Digest,
+    ) -> Result<serde_json::Value, StoreError> {
+        let what = format!("artifact {digest}");
+        let text = read_object(&*self.fs, &layout::artifact_path(digest), &what)?;
+        if &workrail_spec::jcs::sha256(text.as_bytes()) != digest {
+            return Err(StoreError::CorruptObject {
+                what,
+                detail: "content does not match its digest".into(),
+            });
+        }
+        workrail_spec::jcs::parse_strict(&text).map_err(|e| StoreError::CorruptObject {
+            what,
+            detail: e.to_string(),
+        })
+    }
+}

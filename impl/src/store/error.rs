@@ -44,7 +44,7 @@ impl StoreError {
             Self::NotFound { session } => ErrorEnvelope::new(
                 ErrorCode::SessionNotFound,
                 format!("Session {session} does not exist in this WorkRail data directory."),
-                "Check the session id, or find the session with resume_session; if it was exported elsewhere, import its bundle first.",
+                "Check the session id (as shown in a WorkRail response) and the data directory in use; if the session was exported elsewhere, import its bundle first.",
                 Retry::NotRetryable,
             ),
             Self::Unhealthy { session, health } => {

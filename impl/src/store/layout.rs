@@ -7,6 +7,7 @@
 //! sessions/<sessionId>/cache/                        derived, rebuildable projections
 //! snapshots/<hex>.json                               CAS of execution snapshots
 //! workflows/pinned/<hex>.json                        compiled workflows by workflowHash
+//! artifacts/<hex>.json                               structured output artifacts (JCS)
 //! keys/keyring.json                                  token signing keys (0600)
 //! ```
 
@@ -18,6 +19,7 @@ use workrail_spec::manifest::segment_rel_path;
 pub const SESSIONS_DIR: &str = "sessions";
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 pub const PINNED_WORKFLOWS_DIR: &str = "workflows/pinned";
+pub const ARTIFACTS_DIR: &str = "artifacts";
 pub const KEYS_DIR: &str = "keys";
 pub const KEYRING_FILE: &str = "keys/keyring.json";
 
@@ -57,4 +59,8 @@ pub fn snapshot_path(snapshot: &SnapshotRef) -> PathBuf {
 
 pub fn pinned_workflow_path(hash: &WorkflowHash) -> PathBuf {
     PathBuf::from(PINNED_WORKFLOWS_DIR).join(format!("{}.json", hash.digest().hex()))
+}
+
+pub fn artifact_path(digest: &workrail_spec::ids::Sha256Digest) -> PathBuf {
+    PathBuf::from(ARTIFACTS_DIR).join(format!("{}.json", digest.hex()))
 }

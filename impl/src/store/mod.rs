@@ -2,6 +2,7 @@
 //! pin-after-close), the snapshot CAS, pinned workflows, the keyring, OS file locks and session
 //! health. `impl/docs/store.md` describes the format, the commit protocol and every crash state.
 
+mod cache;
 mod cas;
 mod error;
 pub mod fs;
@@ -12,7 +13,8 @@ mod load;
 pub mod memfs;
 mod session;
 
-pub use cas::{PinnedWorkflowStore, SnapshotStore};
+pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
+pub use cas::{ArtifactStore, PinnedWorkflowStore, SnapshotStore};
 pub use error::StoreError;
 pub use health::{Corruption, CorruptionReason, SessionHealth};
 pub use keyring::{KEY_BYTES, Keyring, KeyringStore, SigningKey};

@@ -114,6 +114,22 @@ fn io_error(session: &SessionId, op: &'static str, e: io::Error) -> StoreError {
     }
 }
 
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    /// TEST-ONLY planted bug switch (feature `test-mutations`): see [`SessionStore::plant_pins_before_close`].
+    static PINS_BEFORE_CLOSE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(feature = "test-mutations")]
+impl SessionStore {
+    /// TEST-ONLY (feature `test-mutations`): while on, appends made *on the calling thread* write
+    /// the `snapshot_pinned` records before `segment_closed` (a planted pin-after-close bug).
+    /// Only the harness's mutation test turns it on, to prove the harness catches it.
+    pub fn plant_pins_before_close(on: bool) {
+        PINS_BEFORE_CLOSE.with(|c| c.set(on));
+    }
+}
+
 impl SessionStore {
     pub fn new(fs: Arc<dyn StoreFs>) -> Self {
         Self::with_limits(fs, SegmentLimits::default())
@@ -285,6 +301,12 @@ impl AppendGate<'_> {
         &self.session
     }
 
+    /// A shared handle on the session as of the last commit. Drop it before the next
+    /// `append`, or that append copies the session to update it.
+    pub fn shared(&self) -> Arc<LoadedSession> {
+        Arc::clone(&self.session)
+    }
+
     fn fs(&self) -> &dyn StoreFs {
         &*self.store.fs
     }
@@ -431,18 +453,27 @@ impl AppendGate<'_> {
         next_manifest += 1;
         let is_new_manifest = self.session.manifest.is_empty();
         let line = record_line(&closed)?;
-        let step2 = self
-            .fs()
-            .append(&manifest, line.as_bytes())
-            .and_then(|()| self.fs().sync_file(&manifest))
-            .and_then(|()| {
-                // A new manifest's directory entry must be durable too.
-                if is_new_manifest {
-                    self.fs().sync_dir(&layout::session_dir(&session_id))
-                } else {
-                    Ok(())
-                }
-            });
+        // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
+        // attest the segment only after its pins, breaking pin-after-close.
+        #[cfg(feature = "test-mutations")]
+        let close_after_pins = PINS_BEFORE_CLOSE.with(std::cell::Cell::get);
+        #[cfg(not(feature = "test-mutations"))]
+        let close_after_pins = false;
+        let step2 = if close_after_pins {
+            Ok(())
+        } else {
+            self.fs()
+                .append(&manifest, line.as_bytes())
+                .and_then(|()| self.fs().sync_file(&manifest))
+                .and_then(|()| {
+                    // A new manifest's directory entry must be durable too.
+                    if is_new_manifest {
+                        self.fs().sync_dir(&layout::session_dir(&session_id))
+                    } else {
+                        Ok(())
+                    }
+                })
+        };
         if let Err(e) = step2 {
             return Err(self.io("attest segment", e));
         }
@@ -477,6 +508,16 @@ impl AppendGate<'_> {
                 return Err(self.io("pin snapshots", e));
             }
             appended_bytes += pins.len() as u64;
+        }
+        if close_after_pins {
+            // TEST-ONLY planted bug (see above): the attestation comes last.
+            let late = self
+                .fs()
+                .append(&manifest, line.as_bytes())
+                .and_then(|()| self.fs().sync_file(&manifest));
+            if let Err(e) = late {
+                return Err(self.io("attest segment", e));
+            }
         }
 
         // Committed: update the gate's view (handed back to the cache when the gate closes).

@@ -1,0 +1,182 @@
+//! `continue_workflow` advance latency over stdio (prints figures; run with
+//! `cargo bench -p workrail --bench protocol`).
+//!
+//! Spawns the built `workrail mcp`, drives a long loop workflow with acks, and reports p50/p99
+//! of each `tools/call` round trip, next to the bare durable-I/O floor of one advance measured
+//! in the same run: the snapshot CAS write (temp + fsync + rename + fsync dir) plus the append
+//! protocol (segment temp + fsync + rename + fsync dir, manifest append + fsync, pin append +
+//! fsync). Target: p50 within 1.3x of that floor.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const WORKFLOW: &str = r#"{
+  "id": "project.bench",
+  "name": "Bench",
+  "description": "A long loop for latency measurements.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"type": "loop", "loopId": "work", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 1000,
+     "body": [
+       {"id": "act", "title": "Act", "prompt": "Do one unit of work."},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]}
+  ]
+}"#;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The durable I/O one advance cannot avoid (round `i`), with payloads of similar size.
+fn floor_round(dir: &Path, i: usize) -> Duration {
+    let events = dir.join("events");
+    let snapshots = dir.join("snapshots");
+    fs::create_dir_all(&events).unwrap();
+    fs::create_dir_all(&snapshots).unwrap();
+    let manifest = dir.join("manifest.jsonl");
+    let segment = vec![b'x'; 1800];
+    let snapshot = vec![b'y'; 400];
+    let record = vec![b'z'; 250];
+    {
+        let start = Instant::now();
+        let tmp = snapshots.join(format!(".tmp-{i}"));
+        let mut f = File::create(&tmp).unwrap();
+        f.write_all(&snapshot).unwrap();
+        f.sync_all().unwrap();
+        fs::rename(&tmp, snapshots.join(format!("{i}.json"))).unwrap();
+        File::open(&snapshots).unwrap().sync_all().unwrap();
+        let tmp = events.join(format!(".tmp-{i}"));
+        let mut f = File::create(&tmp).unwrap();
+        f.write_all(&segment).unwrap();
+        f.sync_all().unwrap();
+        fs::rename(&tmp, events.join(format!("{i}.jsonl"))).unwrap();
+        File::open(&events).unwrap().sync_all().unwrap();
+        let mut m = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&manifest)
+            .unwrap();
+        m.write_all(&record).unwrap();
+        m.sync_all().unwrap();
+        m.write_all(&record).unwrap();
+        m.sync_all().unwrap();
+        start.elapsed()
+    }
+}
+
+fn main() {
+    let advances: usize = std::env::var("WORKRAIL_BENCH_ADVANCES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let workflows = root.path().join("workflows");
+    fs::create_dir_all(&workflows).unwrap();
+    fs::write(workflows.join("bench.json"), WORKFLOW).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .arg("mcp")
+        .env("WORKRAIL_DATA_DIR", &data)
+        .env("WORKRAIL_WORKFLOW_DIRS", &workflows)
+        .env("HOME", root.path())
+        .current_dir(root.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut next_id = 0;
+    let mut call = |method: &str, params: Value| -> Value {
+        if method.starts_with("notifications/") {
+            // A notification has no id and no response.
+            let line = json!({"jsonrpc": "2.0", "method": method}).to_string();
+            writeln!(stdin, "{line}").unwrap();
+            stdin.flush().unwrap();
+            return Value::Null;
+        }
+        next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params})
+            .to_string();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let mut buf = String::new();
+            assert!(
+                stdout.read_line(&mut buf).unwrap() > 0,
+                "server closed stdout"
+            );
+            let msg: Value = serde_json::from_str(&buf).unwrap();
+            if msg["id"] == json!(next_id) {
+                return msg;
+            }
+        }
+    };
+    call(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}),
+    );
+    call("notifications/initialized", Value::Null);
+    let started = call(
+        "tools/call",
+        json!({"name": "start_workflow", "arguments": {"workflowId": "project.bench"}}),
+    );
+    let mut out = started["result"]["structuredContent"].clone();
+    assert!(out["stateToken"].is_string(), "start failed: {started}");
+    let mut samples = Vec::with_capacity(advances);
+    // Floor rounds are interleaved with advances so both see the same machine load.
+    let floor_dir = tempfile::tempdir().unwrap();
+    let mut bare = Vec::with_capacity(advances);
+    for i in 0..advances {
+        bare.push(floor_round(floor_dir.path(), i));
+        let pending = out["pending"]["stepId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let mut output = json!({"notesMarkdown": format!("Unit {i} done.")});
+        if pending == "decide" {
+            output["artifacts"] =
+                json!([{"kind": "wr.loop_control", "loopId": "work", "decision": "continue"}]);
+        }
+        let args = json!({
+            "stateToken": out["stateToken"],
+            "ackToken": out["ackToken"],
+            "output": output,
+        });
+        let t = Instant::now();
+        let response = call(
+            "tools/call",
+            json!({"name": "continue_workflow", "arguments": args}),
+        );
+        samples.push(t.elapsed());
+        out = response["result"]["structuredContent"].clone();
+        assert_eq!(out["kind"], "ok", "advance {i} failed: {response}");
+    }
+    // Closing stdin ends the server (it exits on EOF).
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    samples.sort();
+    bare.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (p50, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    let floor50 = percentile(&bare, 0.5);
+    println!(
+        "continue_workflow (advance, over stdio): p50 {:.2} ms, p99 {:.2} ms over {advances} advances",
+        ms(p50),
+        ms(p99)
+    );
+    println!(
+        "durable I/O floor of one advance: p50 {:.2} ms; ratio p50/floor {:.2} (target <= 1.30)",
+        ms(floor50),
+        ms(p50) / ms(floor50)
+    );
+}

@@ -1,0 +1,12 @@
+//! The builtins registry: the one source of truth for every WorkRail-owned closed set a workflow
+//! can name (templates, features, contract packs, refs).
+//!
+//! The compiler resolves ids against these definitions and the builtins catalog
+//! (`impl/builtins/catalog.json`) is generated from the same definitions, so the catalog can never
+//! drift from what the compiler accepts (locks §9 "Builtins discoverability").
+
+pub mod catalog;
+pub mod contracts;
+pub mod features;
+pub mod refs;
+pub mod templates;

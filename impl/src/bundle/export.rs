@@ -1,0 +1,227 @@
+//! Export: one session to one self-verifying bundle, through the store's read side only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use workrail_spec::bundle::{BundleExtras, BundleSalvage, BundleSession, ExportBundleV1, Producer};
+use workrail_spec::closed::SessionHealthKind;
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
+use workrail_spec::event::{EventData, OutputPayload};
+use workrail_spec::ids::{BundleId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
+use workrail_spec::jcs::to_canonical_string;
+use workrail_spec::manifest::ManifestRecord;
+
+use super::{BundleWarning, BundleWarningCode, Progress, rfc3339_utc};
+use crate::protocol::{Workrail, invariant};
+use crate::store::{SessionHealth, SessionRead, StoreError};
+
+/// An exported bundle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportedBundle {
+    pub bundle: ExportBundleV1,
+    /// The bundle as written by `workrail export`: its RFC 8785 (JCS) form, so the same bundle
+    /// always has the same bytes.
+    pub text: String,
+    /// Non-fatal findings (salvage prefix, artifacts that could not be embedded).
+    pub warnings: Vec<BundleWarning>,
+}
+
+impl ExportedBundle {
+    /// Whether this is a salvage export (validated prefix of a `corrupt_tail` session).
+    pub fn is_salvage(&self) -> bool {
+        self.bundle.body.salvage.is_some()
+    }
+}
+
+fn with_context(mut e: ErrorEnvelope, what: &str) -> ErrorEnvelope {
+    e.message = format!("export: {what}: {}", e.message);
+    e
+}
+
+/// Exports `session_id`. `exported_at` is informational (the caller's clock).
+pub fn export_session(
+    wr: &Workrail,
+    session_id: &str,
+    exported_at: SystemTime,
+    progress: &dyn Progress,
+) -> Result<ExportedBundle, ErrorEnvelope> {
+    let parts = wr.parts();
+    let session = SessionId::parse(session_id).map_err(|e| {
+        ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            format!("export: {e}"),
+            "Pass a session id exactly as a WorkRail response shows it (`session.sessionId`, e.g. sess_...).",
+            Retry::NotRetryable,
+        )
+    })?;
+    let loaded = parts
+        .sessions
+        .load(&session)
+        .map_err(|e| e.to_envelope(false))?;
+    let mut warnings = Vec::new();
+    let salvage = match &loaded.health {
+        SessionHealth::Healthy => None,
+        SessionHealth::CorruptTail(c) => {
+            warnings.push(BundleWarning::new(
+                BundleWarningCode::SalvagePrefix,
+                format!(
+                    "session {session} is corrupt_tail ({} at manifest record {}): the bundle holds only the validated prefix ({} events) and is flagged as salvage",
+                    c.reason,
+                    c.manifest_index,
+                    loaded.events.len()
+                ),
+            ));
+            Some(BundleSalvage {
+                health: SessionHealthKind::CorruptTail,
+                reason: c.reason.as_str().to_owned(),
+                manifest_index: c.manifest_index,
+                detail: c.detail.clone(),
+            })
+        }
+        SessionHealth::CorruptHead(c) | SessionHealth::UnknownVersion(c) => {
+            let unknown = matches!(loaded.health, SessionHealth::UnknownVersion(_));
+            return Err(ErrorEnvelope::new(
+                if unknown {
+                    ErrorCode::SessionUnknownVersion
+                } else {
+                    ErrorCode::SessionCorrupt
+                },
+                format!(
+                    "export: session {session} cannot be exported: it is {} ({} at manifest record {}: {}), so there is no validated prefix to export.",
+                    loaded.health.kind(),
+                    c.reason,
+                    c.manifest_index,
+                    c.detail
+                ),
+                if unknown {
+                    "This WorkRail cannot read the session's schema version: export it with the WorkRail version that wrote it (or upgrade WorkRail)."
+                } else {
+                    "Nothing in this session validates; restore the data directory from a backup, or start the workflow again."
+                },
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "health": loaded.health.kind(),
+                "reason": c.reason.as_str(),
+                "manifestIndex": c.manifest_index,
+            })));
+        }
+    };
+
+    // What the bundle must carry: every pinned snapshot (and every node's, the same set in a
+    // validated session), every run's pinned workflow, every referenced artifact.
+    let mut snapshot_refs: BTreeSet<SnapshotRef> = BTreeSet::new();
+    for record in &loaded.manifest {
+        if let ManifestRecord::SnapshotPinned(pin) = record {
+            snapshot_refs.insert(pin.snapshot_ref.clone());
+        }
+    }
+    let mut hashes: BTreeSet<WorkflowHash> = BTreeSet::new();
+    let mut artifact_digests: BTreeSet<Sha256Digest> = BTreeSet::new();
+    for event in &loaded.events {
+        match event.data() {
+            EventData::RunStarted(run) => {
+                hashes.insert(run.workflow_hash.clone());
+            }
+            EventData::NodeCreated(node) => {
+                snapshot_refs.insert(node.snapshot_ref.clone());
+                hashes.insert(node.workflow_hash.clone());
+            }
+            EventData::NodeOutputAppended(output) => {
+                if let OutputPayload::ArtifactRef { sha256, .. } = &output.payload {
+                    artifact_digests.insert(sha256.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    progress.begin(
+        "export",
+        (snapshot_refs.len() + hashes.len() + artifact_digests.len()) as u64,
+    );
+    let mut snapshots = BTreeMap::new();
+    for snapshot_ref in snapshot_refs {
+        let snapshot = parts
+            .snapshots
+            .get(&snapshot_ref)
+            .map_err(|e| with_context(e.to_envelope(false), "reading a pinned snapshot"))?;
+        snapshots.insert(snapshot_ref, snapshot);
+        progress.advance(1);
+    }
+    let mut pinned_workflows = BTreeMap::new();
+    for hash in hashes {
+        let compiled = parts
+            .pinned
+            .get(&hash)
+            .map_err(|e| with_context(e.to_envelope(false), "reading a pinned workflow"))?;
+        pinned_workflows.insert(hash, compiled);
+        progress.advance(1);
+    }
+    let mut artifacts = BTreeMap::new();
+    for digest in artifact_digests {
+        match parts.artifacts.get(&digest) {
+            Ok(value) => {
+                artifacts.insert(digest, value);
+            }
+            Err(e @ (StoreError::MissingObject { .. } | StoreError::CorruptObject { .. })) => {
+                warnings.push(BundleWarning::new(
+                    BundleWarningCode::ArtifactUnavailable,
+                    format!(
+                        "artifact {digest} is referenced by an output but {}; the bundle carries the reference without its content",
+                        match e {
+                            StoreError::MissingObject { .. } => "missing from this data directory",
+                            _ => "damaged in this data directory",
+                        }
+                    ),
+                ));
+            }
+            Err(e) => return Err(with_context(e.to_envelope(false), "reading an artifact")),
+        }
+        progress.advance(1);
+    }
+
+    let bundle_id = parts
+        .entropy
+        .id_bytes()
+        .map(|b| BundleId::from_entropy(&b))
+        .map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                format!("export: {e}"),
+                "Retry the export.",
+                Retry::RetryableImmediate,
+            )
+        })?;
+    let bundle = ExportBundleV1::assemble_with(
+        bundle_id,
+        rfc3339_utc(exported_at),
+        Producer {
+            app_version: env!("CARGO_PKG_VERSION").to_owned(),
+            applied_config_hash: None,
+        },
+        BundleSession {
+            session_id: session,
+            events: loaded.events.clone(),
+            manifest: loaded.manifest.clone(),
+            snapshots,
+            pinned_workflows,
+        },
+        BundleExtras { salvage, artifacts },
+    )
+    .map_err(|e| invariant(format!("export: the bundle is not canonicalizable: {e}")))?;
+    // What export writes must be what import accepts.
+    bundle.validate().map_err(|e| {
+        invariant(format!(
+            "export produced a bundle that fails validation: {e}"
+        ))
+    })?;
+    let text = to_canonical_string(&bundle)
+        .map_err(|e| invariant(format!("export: the bundle is not canonicalizable: {e}")))?;
+    progress.finish();
+    Ok(ExportedBundle {
+        bundle,
+        text,
+        warnings,
+    })
+}

@@ -1,0 +1,499 @@
+//! The `workrail` command line: the MCP server over stdio and a few operator commands.
+//!
+//! ```text
+//! workrail                      serve MCP over stdio (same as `workrail mcp`)
+//! workrail mcp                  serve MCP over stdio
+//! workrail validate <file>      compile a workflow source: its errors, or its workflowHash
+//! workrail inspect <sessionId>  print a session's run DAG, preferred tip, status and outputs
+//! workrail keys rotate          rotate the token signing key
+//! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
+//! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
+//! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
+//! ```
+//!
+//! Exit codes: 0 success; 1 the command ran and failed (invalid workflow, unknown session,
+//! storage or configuration error); 2 bad command-line usage. stdout carries only the command's
+//! result (for `mcp`: only MCP messages); diagnostics and logs go to stderr.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use workrail_spec::error::ErrorEnvelope;
+
+use crate::bundle::Progress as _;
+use crate::compiler::{CompileContext, compile_str};
+use crate::protocol::{Workrail, WorkrailConfig};
+
+/// The environment variable holding the log filter (`tracing` env-filter syntax).
+pub const LOG_ENV: &str = "WORKRAIL_LOG";
+/// The log filter when `WORKRAIL_LOG` is unset.
+pub const DEFAULT_LOG_FILTER: &str = "warn";
+
+/// Exit code when the command ran and reported a failure.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code for command-line usage errors (clap's convention).
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "workrail",
+    version,
+    about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.",
+    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)"
+)]
+struct Cli {
+    /// Data directory (overrides WORKRAIL_DATA_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the MCP protocol over stdin/stdout (the default command).
+    ///
+    /// stdout carries only MCP messages; logs go to stderr. Exits with code 0 when the client
+    /// closes stdin.
+    Mcp,
+    /// Compile a workflow source file and report its errors or its workflowHash.
+    ///
+    /// Prints every problem (JSON pointer, message, fix) and exits 1 when the workflow is
+    /// invalid; prints the workflowHash and exits 0 when it compiles.
+    Validate {
+        /// The workflow JSON file.
+        file: PathBuf,
+        /// Validate as a bundled workflow (the reserved `wr.*` namespace) instead of a project
+        /// workflow.
+        #[arg(long)]
+        bundled: bool,
+    },
+    /// Print a session's run DAG, preferred tip, status and outputs.
+    Inspect {
+        /// The session id (`session.sessionId` in any execution response).
+        session_id: String,
+    },
+    /// Export a session as one self-verifying JSON bundle (no tokens).
+    ///
+    /// Writes the bundle to stdout, or to FILE with -o. A corrupt_tail session exports its
+    /// validated prefix flagged as salvage (with a warning on stderr); corrupt_head and
+    /// unknown_version sessions are refused.
+    Export {
+        /// The session id (`session.sessionId` in any execution response).
+        session_id: String,
+        /// Write the bundle to this file instead of stdout.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Import a bundle written by `workrail export`.
+    ///
+    /// Validates the whole bundle before writing anything; a session id that already exists here
+    /// is imported as a new session. Prints the session id and, for every run, fresh tokens for
+    /// its preferred tip, so `continue_workflow` works right away.
+    Import {
+        /// The bundle file (`-` reads stdin).
+        file: PathBuf,
+        /// Import a salvage bundle (the validated prefix of a corrupt session) as a normal,
+        /// continuable session; without it salvage bundles are refused.
+        #[arg(long)]
+        allow_salvage: bool,
+    },
+    /// Delete sessions older than the retention TTL, then unreachable snapshots, pinned
+    /// workflows and artifacts.
+    ///
+    /// Retention lives in <data dir>/config/retention.json (`{"ttlDays": 60, "keep":
+    /// ["sess_..."]}`, created on first use). Any corrupt session puts gc in safe mode: nothing is
+    /// deleted and the command exits 1.
+    Gc {
+        /// Report what would be deleted without deleting anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Override the configured TTL (days since a session's last change) for this run.
+        #[arg(long, value_name = "N")]
+        ttl_days: Option<u64>,
+    },
+    /// Manage the token signing keyring.
+    Keys {
+        #[command(subcommand)]
+        action: KeysAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysAction {
+    /// Generate a new signing key; the previous key stays valid for verification.
+    Rotate,
+}
+
+/// The process entry point: parses `std::env::args_os()` and runs the command.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` print to stdout and succeed; usage errors exit 2.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_logging();
+    match run(cli) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("workrail: {message}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+/// Logs to stderr only (stdout belongs to MCP), filtered by `WORKRAIL_LOG` (default `warn`).
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!(
+                "workrail: ignoring invalid {LOG_ENV}={spec:?} ({e}); using `{DEFAULT_LOG_FILTER}`"
+            );
+            EnvFilter::new(DEFAULT_LOG_FILTER)
+        }),
+        _ => EnvFilter::new(DEFAULT_LOG_FILTER),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(true)
+        .try_init();
+}
+
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.command.unwrap_or(Command::Mcp) {
+        Command::Mcp => {
+            let workrail = open(cli.data_dir)?;
+            tracing::info!("serving MCP over stdio");
+            crate::mcp::run_stdio(Arc::new(workrail))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate { file, bundled } => Ok(validate(&file, bundled)),
+        Command::Inspect { session_id } => {
+            let workrail = open(cli.data_dir)?;
+            match workrail.inspect_session(&session_id) {
+                Ok(text) => {
+                    print_stdout(&text);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Err(envelope_text(&e)),
+            }
+        }
+        Command::Export { session_id, output } => {
+            let workrail = open(cli.data_dir)?;
+            let bar = StderrProgress::new();
+            let exported = workrail.export_session(&session_id, &bar);
+            bar.finish();
+            let exported = exported.map_err(|e| envelope_text(&e))?;
+            print_bundle_warnings(&exported.warnings);
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, format!("{}\n", exported.text))
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    eprintln!(
+                        "exported session {session_id} to {}{}",
+                        path.display(),
+                        if exported.is_salvage() {
+                            " (salvage: validated prefix only)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                None => print_stdout(&exported.text),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import {
+            file,
+            allow_salvage,
+        } => {
+            let text = if file.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                    .map_err(|e| format!("cannot read the bundle from stdin: {e}"))?;
+                text
+            } else {
+                std::fs::read_to_string(&file)
+                    .map_err(|e| format!("cannot read {}: {e}", file.display()))?
+            };
+            let workrail = open(cli.data_dir)?;
+            let bar = StderrProgress::new();
+            let report = workrail.import_bundle(
+                &text,
+                &crate::bundle::ImportOptions { allow_salvage },
+                &bar,
+            );
+            bar.finish();
+            let report = report.map_err(|e| envelope_text(&e))?;
+            print_bundle_warnings(&report.warnings);
+            print_stdout(&import_text(&report));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gc { dry_run, ttl_days } => {
+            let workrail = open(cli.data_dir.clone())?;
+            let data_dir = match cli.data_dir {
+                Some(dir) => dir,
+                None => WorkrailConfig::from_env()?.data_dir,
+            };
+            let clock = crate::gc::OsRetentionClock::new(data_dir);
+            let bar = StderrProgress::new();
+            let report = workrail.gc(&crate::gc::GcOptions { dry_run, ttl_days }, &clock, &bar);
+            bar.finish();
+            let report = report.map_err(|e| envelope_text(&e))?;
+            for w in &report.warnings {
+                eprintln!(
+                    "warning[{}]: {}",
+                    serde_json::to_value(w.code)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    w.message
+                );
+            }
+            print_stdout(&gc_text(&report));
+            if report.safe_mode {
+                return Err(
+                    "gc is in safe mode: a session failed validation (see the warnings above), so nothing was deleted\n  suggestion: inspect the named session with `workrail inspect <sessionId>`, export its validated prefix if needed, then repair or remove it and run gc again".into(),
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Keys {
+            action: KeysAction::Rotate,
+        } => {
+            let workrail = open(cli.data_dir)?;
+            workrail.rotate_keys().map_err(|e| envelope_text(&e))?;
+            print_stdout(
+                "Rotated the token signing key: new tokens are signed with the new key; tokens signed with the previous key still verify.",
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Opens WorkRail with the process configuration, creating the data directory if needed.
+fn open(data_dir: Option<PathBuf>) -> Result<Workrail, String> {
+    let mut config = WorkrailConfig::from_env()?;
+    if let Some(dir) = data_dir {
+        config.data_dir = dir;
+    }
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        format!(
+            "cannot create the data directory {}: {e} (set WORKRAIL_DATA_DIR or --data-dir to a writable directory)",
+            config.data_dir.display()
+        )
+    })?;
+    tracing::debug!(data_dir = %config.data_dir.display(), "opening WorkRail");
+    Workrail::open(config).map_err(|e| envelope_text(&e))
+}
+
+/// A progress bar on stderr; indicatif hides it when stderr is not a terminal.
+struct StderrProgress(indicatif::ProgressBar);
+
+impl StderrProgress {
+    fn new() -> Self {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(0),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg:28} [{bar:32}] {pos}/{len}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        Self(bar)
+    }
+}
+
+impl crate::bundle::Progress for StderrProgress {
+    fn begin(&self, phase: &str, total: u64) {
+        self.0.set_message(phase.to_owned());
+        self.0.set_length(total);
+        self.0.set_position(0);
+    }
+
+    fn advance(&self, n: u64) {
+        self.0.inc(n);
+    }
+
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn print_bundle_warnings(warnings: &[crate::bundle::BundleWarning]) {
+    for w in warnings {
+        eprintln!(
+            "warning[{}]: {}",
+            serde_json::to_value(w.code)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            w.message
+        );
+    }
+}
+
+/// The session id, then every run's fresh tokens (the rehydrate response at its preferred tip).
+fn import_text(report: &crate::bundle::ImportReport) -> String {
+    let mut out = format!("Imported session {}", report.session_id);
+    if report.remapped {
+        out.push_str(&format!(
+            " (bundle session {} already exists here, so it was imported as a new session)",
+            report.source_session_id
+        ));
+    }
+    out.push_str(&format!(
+        ": {} events, {} snapshots, {} pinned workflows, {} artifacts.\n",
+        report.events, report.snapshots, report.pinned_workflows, report.artifacts
+    ));
+    if let Some(salvage) = &report.salvage {
+        out.push_str(&format!(
+            "Salvage: only the validated prefix of the source session was imported ({} at manifest record {}).\n",
+            salvage.reason, salvage.manifest_index
+        ));
+    }
+    for run in &report.runs {
+        out.push_str(&format!(
+            "\n# Run {} (preferred tip {})\n",
+            run.run_id, run.preferred_tip
+        ));
+        match &run.resume {
+            Some(resume) => out.push_str(&crate::protocol::render_text(resume)),
+            None => out.push_str("(tokens unavailable; see the warnings)\n"),
+        }
+    }
+    out
+}
+
+fn gc_text(report: &crate::gc::GcReport) -> String {
+    let verb = if report.dry_run {
+        "that would be deleted"
+    } else {
+        "deleted"
+    };
+    let mut out = format!(
+        "gc{}: ttl {} days{}\n",
+        if report.dry_run { " (dry run)" } else { "" },
+        report.ttl_days,
+        if report.safe_mode {
+            ", SAFE MODE (nothing deleted)"
+        } else {
+            ""
+        }
+    );
+    for s in &report.sessions {
+        let decision = serde_json::to_value(s.decision)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {} {decision}{}{}\n",
+            s.session_id,
+            s.age_days
+                .map(|d| format!(" (age {d} days)"))
+                .unwrap_or_default(),
+            if s.deleted { ", deleted" } else { "" }
+        ));
+    }
+    out.push_str(&format!(
+        "sessions {verb}: {}\nsnapshots {verb}: {}\npinned workflows {verb}: {}\nartifacts {verb}: {}\nunreachable objects kept as too recent: {}\n",
+        report.deleted_sessions.len(),
+        report.deleted_snapshots.len(),
+        report.deleted_pinned_workflows.len(),
+        report.deleted_artifacts.len(),
+        report.young_objects_kept
+    ));
+    out
+}
+
+/// `CODE: message` and the suggestion on a second line.
+fn envelope_text(e: &ErrorEnvelope) -> String {
+    format!("{}: {}\n  suggestion: {}", e.code, e.message, e.suggestion)
+}
+
+fn print_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
+    let _ = out.flush();
+}
+
+/// `workrail validate`: exit 0 with the workflowHash, or 1 with every problem.
+fn validate(file: &Path, bundled: bool) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("workrail: cannot read {}: {e}", file.display());
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let ctx = if bundled {
+        CompileContext::bundled()
+    } else {
+        CompileContext::load("project")
+    };
+    match compile_str(&text, &ctx) {
+        Ok(compiled) => {
+            for warning in &compiled.snapshot.body.compiled_warnings {
+                let at = warning.pointer.as_deref().unwrap_or("(document)");
+                eprintln!(
+                    "warning[{}] at {at}: {}",
+                    serde_json::to_value(warning.code)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    warning.message
+                );
+            }
+            eprintln!(
+                "{}: ok, workflow {} ({} steps)",
+                file.display(),
+                compiled.snapshot.body.workflow_id,
+                compiled.snapshot.body.steps.len()
+            );
+            print_stdout(&compiled.workflow_hash.to_string());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            let list = errors.errors();
+            let mut out = format!(
+                "{}: invalid workflow, {} problem{}\n",
+                file.display(),
+                list.len(),
+                if list.len() == 1 { "" } else { "s" }
+            );
+            for e in list {
+                let at = if e.pointer.is_empty() {
+                    "(document)"
+                } else {
+                    e.pointer.as_str()
+                };
+                out.push_str(&format!(
+                    "\nerror[{}] at {at}: {}\n  fix: {}\n",
+                    e.code.as_str(),
+                    e.message,
+                    e.suggestion
+                ));
+                if let Some(fix) = &e.fix
+                    && let Ok(patch) = serde_json::to_string(fix)
+                {
+                    out.push_str(&format!("  auto-fix (RFC 6902): {patch}\n"));
+                }
+            }
+            print_stdout(&out);
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}

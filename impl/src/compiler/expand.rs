@@ -1,0 +1,170 @@
+//! Phase 1: template expansion in place (with provenance) and the probe steps injected for
+//! `required` capabilities (locks §5 "Template expansion order", §9 "Capabilities + contracts
+//! ergonomics").
+
+use std::collections::BTreeSet;
+
+use workrail_spec::closed::{Capability, CapabilityRequirement, StepSource};
+use workrail_spec::compiled::{CompiledWarning, CompiledWarningCode, StepProvenance};
+use workrail_spec::ids::StepId;
+
+use super::error::{CompileError, CompileErrorCode as Code, child};
+use super::ir::{Item, LoopIr, StepIr};
+use super::source::{
+    NormalStep, PromptValue, SourceBlocks, SourceStep, SourceWorkflow, StepBody, TemplateCall,
+};
+use crate::builtins::templates::{self, CAPABILITY_PROBE, ProbeWhen, TemplateStep};
+
+/// Expands `steps[]` into the IR tree; returns the tree and the warnings of probe injection.
+pub(crate) fn expand(
+    workflow: &SourceWorkflow,
+    errors: &mut Vec<CompileError>,
+) -> (Vec<Item>, Vec<CompiledWarning>) {
+    let role = workflow.agent_role.as_deref();
+    let mut items = expand_list(&workflow.steps, role, errors);
+    let mut warnings = Vec::new();
+    let probed = authored_probes(&workflow.steps);
+    // Injected probes go first, in Capability order (the template id is the same for all and the
+    // capability order is the stable injection index).
+    let mut injected = Vec::new();
+    for (capability, requirement) in &workflow.capabilities {
+        if *requirement != CapabilityRequirement::Required || probed.contains(capability) {
+            continue;
+        }
+        let step = templates::capability_probe(*capability, ProbeWhen::EarlyIfRequired);
+        let pointer = child("/capabilities", capability.as_str());
+        match template_step(step, *capability, role, &pointer) {
+            Ok(step) => injected.push(Item::Step(Box::new(step))),
+            Err(e) => errors.push(*e),
+        }
+        warnings.push(CompiledWarning {
+            code: CompiledWarningCode::CapabilityProbeInjected,
+            message: format!(
+                "`{}` is required: a `{CAPABILITY_PROBE}` step ({}) was injected at the start so a missing capability is found before any other work.",
+                capability.as_str(),
+                templates::probe_step_id(*capability),
+            ),
+            pointer: Some(pointer),
+        });
+    }
+    injected.append(&mut items);
+    (injected, warnings)
+}
+
+/// Capabilities the author already probes with an explicit template call (anywhere).
+fn authored_probes(steps: &[SourceStep]) -> BTreeSet<Capability> {
+    let mut out = BTreeSet::new();
+    for step in steps {
+        match step {
+            SourceStep::TemplateCall(TemplateCall::CapabilityProbe { capability, .. }) => {
+                out.insert(*capability);
+            }
+            SourceStep::Loop(l) => out.extend(authored_probes(&l.body)),
+            SourceStep::Normal(_) => {}
+        }
+    }
+    out
+}
+
+fn expand_list(
+    steps: &[SourceStep],
+    role: Option<&str>,
+    errors: &mut Vec<CompileError>,
+) -> Vec<Item> {
+    let mut out = Vec::new();
+    for step in steps {
+        match step {
+            SourceStep::Normal(n) => out.push(Item::Step(Box::new(authored(n, role)))),
+            SourceStep::TemplateCall(call) => match call {
+                TemplateCall::CapabilityProbe {
+                    capability,
+                    when,
+                    pointer,
+                } => {
+                    let step = templates::capability_probe(*capability, *when);
+                    match template_step(step, *capability, role, pointer) {
+                        Ok(step) => out.push(Item::Step(Box::new(step))),
+                        Err(e) => errors.push(*e),
+                    }
+                }
+            },
+            SourceStep::Loop(l) => out.push(Item::Loop(LoopIr {
+                loop_id: l.loop_id.clone(),
+                condition_id: l.condition_id.clone(),
+                max_iterations: l.max_iterations,
+                body: expand_list(&l.body, role, errors),
+                pointer: l.pointer.clone(),
+            })),
+        }
+    }
+    out
+}
+
+fn authored(step: &NormalStep, workflow_role: Option<&str>) -> StepIr {
+    let (text, blocks) = match &step.body {
+        StepBody::Prompt(text) => (Some(text.clone()), SourceBlocks::default()),
+        StepBody::Blocks(blocks) => (None, blocks.clone()),
+    };
+    let output = step.output.clone().unwrap_or_default();
+    StepIr {
+        step_id: step.id.clone(),
+        title: step.title.clone(),
+        agent_role: step
+            .agent_role
+            .clone()
+            .or_else(|| workflow_role.map(str::to_owned)),
+        require_confirmation: step.require_confirmation,
+        text,
+        blocks,
+        contract_ref: output.contract_ref,
+        probe_capability: None,
+        hints: output.hints,
+        provenance: StepProvenance {
+            source: StepSource::Authored,
+            origin_id: None,
+        },
+        pointer: step.pointer.clone(),
+    }
+}
+
+fn template_step(
+    step: TemplateStep,
+    capability: Capability,
+    workflow_role: Option<&str>,
+    pointer: &str,
+) -> Result<StepIr, Box<CompileError>> {
+    let step_id = StepId::parse(&step.step_id).map_err(|e| {
+        Box::new(CompileError::new(
+            Code::Internal,
+            pointer,
+            format!("template produced an invalid step id: {e}"),
+            "This is a WorkRail bug; report it with the workflow source.",
+        ))
+    })?;
+    let texts = |items: Vec<String>| items.into_iter().map(PromptValue::Text).collect();
+    Ok(StepIr {
+        step_id,
+        title: step.title,
+        agent_role: workflow_role.map(str::to_owned),
+        require_confirmation: false,
+        text: None,
+        blocks: SourceBlocks {
+            goal: Some(PromptValue::Text(step.goal)),
+            constraints: texts(step.constraints),
+            procedure: texts(step.procedure),
+            output_required: [("notesMarkdown".to_owned(), step.notes)]
+                .into_iter()
+                .collect(),
+            verify: texts(step.verify),
+            pointer: pointer.to_owned(),
+        },
+        contract_ref: Some(step.contract_ref),
+        probe_capability: Some(capability),
+        hints: Default::default(),
+        provenance: StepProvenance {
+            source: StepSource::TemplateInjected,
+            origin_id: Some(CAPABILITY_PROBE.to_owned()),
+        },
+        pointer: pointer.to_owned(),
+    })
+}

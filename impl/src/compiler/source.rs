@@ -1,0 +1,145 @@
+//! The authoring model: a source workflow as the compiler understands it after parsing.
+//!
+//! These types are produced by `parse` from a `serde_json::Value` (never by serde derive), so
+//! that every rejection can be reported with its JSON pointer. Each node keeps the pointer it was
+//! read from for the later phases' errors.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use workrail_spec::closed::{Capability, CapabilityRequirement, LoopDecision};
+use workrail_spec::compiled::Recommendations;
+use workrail_spec::ids::{ConditionId, LoopId, StepId, WorkflowId};
+
+use crate::builtins::features::FeatureId;
+use crate::builtins::templates::ProbeWhen;
+
+/// A parsed source workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceWorkflow {
+    /// `None` only while errors are being collected (the workflow is then never compiled).
+    pub id: Option<WorkflowId>,
+    pub name: String,
+    pub description: String,
+    pub agent_role: Option<String>,
+    pub recommendations: Recommendations,
+    pub capabilities: BTreeMap<Capability, CapabilityRequirement>,
+    pub features: Vec<SourceFeature>,
+    pub conditions: Vec<SourceCondition>,
+    pub steps: Vec<SourceStep>,
+}
+
+/// One `features[]` entry, its config already validated with defaults written in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceFeature {
+    pub feature: FeatureId,
+    /// The canonical config (`{}` for toggle-only features).
+    pub config: Value,
+    pub pointer: String,
+}
+
+/// A condition definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceCondition {
+    pub id: ConditionId,
+    pub kind: ConditionKind,
+    pub pointer: String,
+}
+
+/// The closed set of condition kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionKind {
+    AlwaysTrue,
+    AlwaysFalse,
+    LoopControl { continue_when: LoopDecision },
+}
+
+/// A step of `steps[]` or of a loop `body[]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceStep {
+    Normal(NormalStep),
+    TemplateCall(TemplateCall),
+    Loop(LoopStep),
+}
+
+/// A normal step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NormalStep {
+    pub id: StepId,
+    pub title: String,
+    pub agent_role: Option<String>,
+    pub require_confirmation: bool,
+    pub body: StepBody,
+    pub output: Option<SourceOutput>,
+    pub pointer: String,
+}
+
+/// `prompt` or `promptBlocks` (exactly one).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepBody {
+    Prompt(String),
+    Blocks(SourceBlocks),
+}
+
+/// `promptBlocks`: the canonical block set (locks §9, contract "PromptBlocks").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceBlocks {
+    pub goal: Option<PromptValue>,
+    pub constraints: Vec<PromptValue>,
+    pub procedure: Vec<PromptValue>,
+    pub output_required: BTreeMap<String, String>,
+    pub verify: Vec<PromptValue>,
+    /// Pointer of the `promptBlocks` object (for ref budget errors).
+    pub pointer: String,
+}
+
+/// `PromptValue = string | PromptParts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptValue {
+    Text(String),
+    Parts(Vec<PromptPart>),
+}
+
+/// One part of a `PromptParts` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptPart {
+    Text(String),
+    /// A known `wr.refs.*` id (validated while parsing).
+    Ref(&'static str),
+}
+
+/// A step's `output`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceOutput {
+    /// A known `wr.contracts.*` pack (validated while parsing).
+    pub contract_ref: Option<&'static str>,
+    pub hints: BTreeMap<String, String>,
+}
+
+/// A `type: "template_call"` step, with its arguments validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateCall {
+    CapabilityProbe {
+        capability: Capability,
+        when: ProbeWhen,
+        pointer: String,
+    },
+}
+
+impl TemplateCall {
+    pub fn pointer(&self) -> &str {
+        match self {
+            Self::CapabilityProbe { pointer, .. } => pointer,
+        }
+    }
+}
+
+/// A `type: "loop"` step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopStep {
+    pub loop_id: LoopId,
+    pub condition_id: ConditionId,
+    pub max_iterations: u32,
+    pub body: Vec<SourceStep>,
+    pub pointer: String,
+}

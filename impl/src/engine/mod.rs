@@ -1,0 +1,237 @@
+//! The interpreter: a pure state machine over a compiled snapshot and an `EngineState`.
+//!
+//! `start(compiled, Init)` selects the first pending step. `advance(compiled, state, output,
+//! autonomy)` validates the pending step's required output (its contract, and for a loop
+//! decision step the `wr.loop_control` artifact), then either blocks (state unchanged) or
+//! completes the step and walks to the next pending step, entering and leaving loops with a
+//! full decision trace. Nothing here does I/O; the protocol layer records what it returns.
+
+pub mod contract;
+mod findings;
+pub mod outcome;
+mod trace;
+mod walk;
+
+use serde_json::Value;
+use workrail_spec::closed::{Autonomy, LoopDecision};
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::skey::LoopPathEntry;
+use workrail_spec::snapshot::{CompletedSet, EngineState, LoopFrame, Pending, PendingStep};
+use workrail_spec::tools::OutputInput;
+
+use self::contract::{ContractCheck, ContractProblem};
+pub use self::outcome::{AdvanceOutcome, Blocked, EngineError, Finding, FindingDetail, Transition};
+pub use self::trace::Termination;
+use self::walk::{Halt, Landing, LoopSignal, Walker, inconsistent, locate};
+use crate::builtins::contracts::{CAPABILITY_OBSERVATION, LOOP_CONTROL};
+
+fn running(
+    completed: CompletedSet,
+    frames: Vec<LoopFrame>,
+    landing: Landing,
+) -> Result<EngineState, EngineError> {
+    let state = match landing {
+        Landing::Complete => EngineState::Complete,
+        Landing::Pending(step_id) => {
+            let loop_path = frames
+                .iter()
+                .map(|f| LoopPathEntry {
+                    loop_id: f.loop_id.clone(),
+                    iteration: f.iteration,
+                })
+                .collect();
+            EngineState::Running {
+                completed,
+                loop_stack: frames,
+                pending: Pending::Some {
+                    step: PendingStep { step_id, loop_path },
+                },
+            }
+        }
+    };
+    state.check().map_err(|e| inconsistent(e.to_string()))?;
+    Ok(state)
+}
+
+/// Starts a run: from `Init` to the first pending step (or `Complete` when every loop is skipped).
+pub fn start(
+    compiled: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+) -> Result<Transition, EngineError> {
+    if !matches!(state, EngineState::Init) {
+        return Err(EngineError::AlreadyStarted);
+    }
+    let mut walker = Walker {
+        compiled,
+        // No output is judged on start, so the mode cannot matter.
+        autonomy: Autonomy::Guided,
+        frames: Vec::new(),
+        trace: Vec::new(),
+        gaps: Vec::new(),
+    };
+    let landing = match walker.settle(0, None, None) {
+        Ok(landing) => landing,
+        Err(Halt::Error(e)) => return Err(e),
+        Err(Halt::Blocked(_)) => return Err(inconsistent("start cannot hit a loop limit")),
+    };
+    Ok(Transition {
+        state: running(CompletedSet::default(), walker.frames, landing)?,
+        trace: walker.trace,
+        gaps: Vec::new(),
+    })
+}
+
+/// Acknowledges the pending step with the agent's `output` under the effective `autonomy`.
+pub fn advance(
+    compiled: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+    output: &OutputInput,
+    autonomy: Autonomy,
+) -> Result<AdvanceOutcome, EngineError> {
+    let (completed, frames, pending) = match state {
+        EngineState::Init => return Err(EngineError::NotStarted),
+        EngineState::Complete => return Err(EngineError::AlreadyComplete),
+        EngineState::Running {
+            completed,
+            loop_stack,
+            pending: Pending::Some { step },
+        } => (completed, loop_stack, step),
+        EngineState::Running {
+            pending: Pending::None,
+            ..
+        } => return Err(inconsistent("a running state without a pending step")),
+    };
+    state.check().map_err(|e| inconsistent(e.to_string()))?;
+    let index = locate(compiled, frames, &pending.step_id)?;
+    let step = compiled.step(&pending.step_id).ok_or_else(|| {
+        inconsistent(format!(
+            "step {} is not in the compiled workflow",
+            pending.step_id
+        ))
+    })?;
+    let loop_id = frames.last().map(|f| f.loop_id.as_str());
+
+    let mut findings = Vec::new();
+    let mut signal = None;
+    let contract_ref = step.output.as_ref().and_then(|o| o.contract_ref.as_deref());
+    if let Some(contract_ref) = contract_ref {
+        let contract = compiled
+            .contract(contract_ref)
+            .ok_or_else(|| inconsistent(format!("contract {contract_ref} is not embedded")))?;
+        match contract::check(contract, &output.artifacts).map_err(inconsistent)? {
+            ContractCheck::Missing => {
+                findings.push(findings::contract(
+                    contract,
+                    &step.step_id,
+                    loop_id,
+                    Vec::new(),
+                    autonomy,
+                ));
+            }
+            ContractCheck::Invalid(problems) => {
+                findings.push(findings::contract(
+                    contract,
+                    &step.step_id,
+                    loop_id,
+                    problems,
+                    autonomy,
+                ));
+            }
+            ContractCheck::Valid(artifacts) => {
+                if contract_ref == LOOP_CONTROL {
+                    match loop_decision(&artifacts, loop_id) {
+                        Ok(decision) => signal = Some(LoopSignal::Decision(decision)),
+                        Err(problem) => findings.push(findings::contract(
+                            contract,
+                            &step.step_id,
+                            loop_id,
+                            vec![problem],
+                            autonomy,
+                        )),
+                    }
+                }
+                if contract_ref == CAPABILITY_OBSERVATION {
+                    findings.extend(findings::capabilities(
+                        compiled,
+                        &step.step_id,
+                        &artifacts,
+                        autonomy,
+                    ));
+                }
+            }
+        }
+    }
+    if findings.iter().any(|f| f.disposition.blocks) {
+        return Ok(AdvanceOutcome::Blocked(Blocked { findings }));
+    }
+    if contract_ref == Some(LOOP_CONTROL) && signal.is_none() {
+        // Never-stop with a missing or invalid decision: fail safe, never run away.
+        signal = Some(LoopSignal::ForcedStop);
+    }
+    let completed = completed.with(pending.instance_key());
+    let mut walker = Walker {
+        compiled,
+        autonomy,
+        frames: frames.clone(),
+        trace: Vec::new(),
+        gaps: findings,
+    };
+    match walker.settle(index + 1, signal, Some(&step.step_id)) {
+        Ok(landing) => {
+            let done = landing == Landing::Complete;
+            let transition = Transition {
+                state: running(completed, walker.frames, landing)?,
+                trace: walker.trace,
+                gaps: walker.gaps,
+            };
+            Ok(if done {
+                AdvanceOutcome::Complete(transition)
+            } else {
+                AdvanceOutcome::Advanced(transition)
+            })
+        }
+        Err(Halt::Blocked(finding)) => {
+            let mut findings = walker.gaps;
+            findings.push(*finding);
+            Ok(AdvanceOutcome::Blocked(Blocked { findings }))
+        }
+        Err(Halt::Error(e)) => Err(e),
+    }
+}
+
+/// The decision of the last valid `wr.loop_control` artifact, which must name the enclosing loop.
+fn loop_decision(
+    artifacts: &[(usize, serde_json::Map<String, Value>)],
+    loop_id: Option<&str>,
+) -> Result<LoopDecision, ContractProblem> {
+    let Some((index, artifact)) = artifacts.last() else {
+        return Err(ContractProblem {
+            artifact_index: 0,
+            instance_path: String::new(),
+            message: "no wr.loop_control artifact".to_owned(),
+        });
+    };
+    let named = artifact
+        .get("loopId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if Some(named) != loop_id {
+        return Err(ContractProblem {
+            artifact_index: *index,
+            instance_path: "/loopId".to_owned(),
+            message: format!(
+                "loopId '{named}' does not match the enclosing loop '{}'",
+                loop_id.unwrap_or("(none)")
+            ),
+        });
+    }
+    artifact
+        .get("decision")
+        .and_then(Value::as_str)
+        .and_then(LoopDecision::parse)
+        .ok_or_else(|| ContractProblem {
+            artifact_index: *index,
+            instance_path: "/decision".to_owned(),
+            message: "decision must be 'continue' or 'stop'".to_owned(),
+        })
+}

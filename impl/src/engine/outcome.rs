@@ -1,0 +1,179 @@
+//! What an advance returns: an explicit `Blocked` / `Advanced` / `Complete`, with every reason as
+//! a `ReasonCode` plus the blocker pointer and bounded structured details, so the protocol layer
+//! builds `BlockerReport`s and `gap_recorded` events without re-deriving anything.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use workrail_spec::blocker::{Blocker, BlockerPointer, BlockerReport, BlockerReportError};
+use workrail_spec::closed::{Capability, GapSeverity};
+use workrail_spec::event::{DecisionTraceAppended, TraceEntry};
+use workrail_spec::ids::{LoopId, StepId, TraceId};
+use workrail_spec::reason::{Disposition, ReasonCode};
+use workrail_spec::snapshot::EngineState;
+
+use super::contract::ContractProblem;
+
+/// Structured, bounded details of a finding.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum FindingDetail {
+    /// A step's required output is missing or invalid.
+    Contract {
+        step_id: StepId,
+        contract_ref: String,
+        artifact_kind: String,
+        /// Empty when the output is missing.
+        problems: Vec<ContractProblem>,
+        /// A minimal valid artifact, for the self-correcting blocked response.
+        example: Value,
+    },
+    /// A loop was asked to continue past `maxIterations` (locks §9 "Failure mode").
+    LoopLimit {
+        loop_id: LoopId,
+        /// The 0-based iteration that asked to continue.
+        iteration: u32,
+        max_iterations: u32,
+        step_id: StepId,
+    },
+    /// A probe reported a declared capability unavailable.
+    Capability {
+        capability: Capability,
+        step_id: StepId,
+    },
+}
+
+/// One reason, with what it means in the effective mode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    pub reason: ReasonCode,
+    pub pointer: BlockerPointer,
+    /// At most 512 UTF-8 bytes (a blocker message).
+    pub message: String,
+    /// At most 1024 UTF-8 bytes (a blocker suggestedFix).
+    pub suggested_fix: String,
+    pub detail: FindingDetail,
+    /// `ReasonCode::disposition` in the effective autonomy.
+    pub disposition: Disposition,
+}
+
+impl Finding {
+    /// The blocker this finding becomes in a blocking mode.
+    pub fn to_blocker(&self) -> Result<Blocker, BlockerReportError> {
+        Blocker::new(
+            self.reason.blocker_code(),
+            self.pointer.clone(),
+            self.message.clone(),
+            Some(self.suggested_fix.clone()),
+        )
+    }
+
+    /// The severity of the gap to record, if any.
+    pub fn gap_severity(&self) -> Option<GapSeverity> {
+        self.disposition.gap_severity
+    }
+
+    /// The bounded structured details (for gap summaries, blocked responses and logs).
+    pub fn details(&self) -> Value {
+        json!({"reason": self.reason, "detail": self.detail})
+    }
+}
+
+/// The pending step cannot be acknowledged; the state is unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blocked {
+    /// Every finding of the attempt; at least one blocks.
+    pub findings: Vec<Finding>,
+}
+
+impl Blocked {
+    /// The blocking findings as a locked, ordered `BlockerReport`.
+    pub fn blocker_report(&self) -> Result<BlockerReport, BlockerReportError> {
+        let blockers = self
+            .findings
+            .iter()
+            .filter(|f| f.disposition.blocks)
+            .map(Finding::to_blocker)
+            .collect::<Result<Vec<_>, _>>()?;
+        BlockerReport::new(blockers)
+    }
+
+    /// Findings that also record a gap (e.g. `unexpected:*` always does).
+    pub fn gaps(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.gap_severity().is_some())
+    }
+}
+
+/// A successful move to a new state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// `Running` with a pending step, or `Complete`.
+    pub state: EngineState,
+    /// Decision trace entries in order (unbounded; see [`Transition::trace_event`]).
+    pub trace: Vec<TraceEntry>,
+    /// Findings recorded as gaps instead of blocking (never-stop, or a non-required capability).
+    pub gaps: Vec<Finding>,
+}
+
+impl Transition {
+    /// The trace as one bounded `decision_trace_appended` payload (locks §1 budgets), or `None`
+    /// when nothing was decided.
+    pub fn trace_event(&self, trace_id: TraceId) -> Option<DecisionTraceAppended> {
+        (!self.trace.is_empty())
+            .then(|| DecisionTraceAppended::bounded(trace_id, self.trace.clone()))
+    }
+}
+
+/// The result of acknowledging the pending step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdvanceOutcome {
+    Blocked(Blocked),
+    /// A next step is pending.
+    Advanced(Transition),
+    /// The workflow finished.
+    Complete(Transition),
+}
+
+/// A state that does not fit the snapshot or the operation: a WorkRail invariant violation
+/// (`unexpected:invariant_violation`), never a panic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// `advance` on a run that was never started.
+    NotStarted,
+    /// `advance` on a complete run.
+    AlreadyComplete,
+    /// `start` on a run that already started.
+    AlreadyStarted,
+    /// The state does not match the compiled workflow (wrong pinned snapshot or corruption).
+    Inconsistent(String),
+}
+
+impl EngineError {
+    pub fn reason(&self) -> ReasonCode {
+        ReasonCode::new(workrail_spec::reason::GapReason::Unexpected(
+            workrail_spec::reason::UnexpectedReason::InvariantViolation,
+        ))
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotStarted => f.write_str("the run has not started; call start first"),
+            Self::AlreadyComplete => f.write_str("the run is complete; nothing is pending"),
+            Self::AlreadyStarted => f.write_str("the run already started"),
+            Self::Inconsistent(detail) => {
+                write!(
+                    f,
+                    "engine state does not match the compiled workflow: {detail}"
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The MCP server: five tools over stdio, text-first `content` plus a JSON `structuredContent`
+//! backbone (contract "Tool Set", "Recorded decisions"; locks §6, §8, §12).
+//!
+//! - [`tools`]: the one canonical source of tool names, titles, descriptions and schemas;
+//! - [`catalog`]: the generated `impl/tools/catalog.json` and the tool list of `impl/docs/mcp.md`;
+//! - [`dispatch`]: argument validation and error mapping for `tools/call` (never panics);
+//! - [`server`]: the rmcp stdio server calling a [`backend::ToolBackend`] on the blocking pool.
+//!
+//! There are no projection tools (locks §6): projections stay internal (CLI, Console).
+
+pub mod backend;
+pub mod catalog;
+pub mod dispatch;
+pub mod render;
+pub mod server;
+pub mod tools;
+
+pub use backend::ToolBackend;
+pub use server::{WorkrailServer, run_stdio, serve_stdio};

@@ -1,0 +1,138 @@
+//! The rmcp stdio server: `tools/list` serves [`super::tools::tool_defs`], `tools/call` runs
+//! [`super::dispatch::call_tool`] on the blocking thread pool (the use-cases do file I/O and
+//! fsync). stdout carries only MCP messages; logs go to stderr. The server returns when the
+//! client closes stdin.
+
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
+use rmcp::{ErrorData as McpError, ServerHandler};
+
+use super::backend::ToolBackend;
+use super::dispatch;
+use super::tools::tool_defs;
+
+/// Short, agent-facing server instructions (the tool descriptions carry the details).
+pub const INSTRUCTIONS: &str = "WorkRail runs workflows one step at a time and keeps the durable record. Typical loop: list_workflows -> (inspect_workflow) -> start_workflow -> perform pending.prompt -> continue_workflow with the returned stateToken + ackToken (and output.notesMarkdown) -> repeat until isComplete is true. Tokens are opaque: round-trip them unchanged. Call continue_workflow without ackToken to recover the pending step after a restart or rewind; reuse an older stateToken to fork. Errors are tool results with isError=true and an error envelope: follow its suggestion.";
+
+/// The MCP server over a [`ToolBackend`].
+pub struct WorkrailServer<B: ToolBackend> {
+    backend: Arc<B>,
+    tools: Arc<Vec<Tool>>,
+}
+
+impl<B: ToolBackend> std::fmt::Debug for WorkrailServer<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkrailServer")
+            .field("tools", &self.tools.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: ToolBackend> Clone for WorkrailServer<B> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: Arc::clone(&self.backend),
+            tools: Arc::clone(&self.tools),
+        }
+    }
+}
+
+impl<B: ToolBackend> WorkrailServer<B> {
+    pub fn new(backend: Arc<B>) -> Self {
+        let tools = tool_defs().iter().map(|d| d.to_rmcp()).collect();
+        Self {
+            backend,
+            tools: Arc::new(tools),
+        }
+    }
+
+    /// The tool definitions `tools/list` returns.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+}
+
+impl<B: ToolBackend> ServerHandler for WorkrailServer<B> {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("workrail", env!("CARGO_PKG_VERSION")).with_title("WorkRail"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let backend = Arc::clone(&self.backend);
+        let name = request.name.to_string();
+        let arguments = request.arguments.map(serde_json::Value::Object);
+        tracing::debug!(tool = %name, "tools/call");
+        let task_name = name.clone();
+        let outcome = match tokio::task::spawn_blocking(move || {
+            dispatch::call_tool(backend.as_ref(), &task_name, arguments)
+        })
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::error!(tool = %name, error = %e, "tool task failed");
+                dispatch::join_error(&name, &e.to_string())
+            }
+        };
+        if outcome.is_error {
+            tracing::info!(tool = %name, "tool returned an error envelope");
+        }
+        Ok(CallToolResponse::from(outcome.into_call_result()))
+    }
+}
+
+/// Serves MCP over this process's stdin/stdout until the client closes stdin.
+pub async fn serve_stdio<B: ToolBackend>(backend: Arc<B>) -> Result<(), String> {
+    let server = WorkrailServer::new(backend);
+    let running = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running,
+        // stdin closed before (or during) the handshake: nothing to serve, a clean exit.
+        Err(ServerInitializeError::ConnectionClosed(context)) => {
+            tracing::info!(%context, "stdin closed before the MCP handshake completed");
+            return Ok(());
+        }
+        Err(ServerInitializeError::Cancelled) => return Ok(()),
+        Err(e) => return Err(format!("the MCP handshake failed: {e}")),
+    };
+    match running.waiting().await {
+        Ok(reason) => {
+            tracing::info!(?reason, "MCP session ended");
+            Ok(())
+        }
+        Err(e) => Err(format!("the MCP service task failed: {e}")),
+    }
+}
+
+/// Builds a Tokio runtime and serves stdio until EOF (the `workrail mcp` entry point).
+pub fn run_stdio<B: ToolBackend>(backend: Arc<B>) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let result = runtime.block_on(serve_stdio(backend));
+    // Do not wait for a blocked stdin reader thread at exit.
+    runtime.shutdown_background();
+    result
+}

@@ -1,0 +1,604 @@
+//! `continue_workflow`: rehydrate (pure), advance (one append plan), replay (from recorded
+//! facts), fork (advance from a node that already has children).
+
+use serde_json::{Map, Value};
+use workrail_spec::blocker::Blocker;
+use workrail_spec::budget::BoundedText;
+use workrail_spec::closed::{
+    AdvanceIntent, ContextSource, DecisionTraceKind, EdgeCauseKind, EdgeKind, NodeKind,
+    OutputChannel, PreferenceSource,
+};
+use workrail_spec::context::{ContextError, merge_context};
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
+use workrail_spec::event::{
+    AdvanceOutcome as Recorded, AdvanceRecorded, ContextSet, EdgeCause, EdgeCreated, EventData,
+    EventScope, EvidenceRef, GapRecorded, GapResolution, NodeCreated, NodeOutputAppended,
+    OutputPayload, PreferencesChanged, SessionEvent, TraceEntry,
+};
+use workrail_spec::ids::{AttemptId, NodeId, RunId, SessionId};
+use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
+use workrail_spec::token::{AttemptPayload, StatePayload};
+use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput, OutputInput};
+
+use super::derive::{self, AttemptKind};
+use super::facts::Facts;
+use super::recap::recap;
+use super::respond::{ResponseFacts, build};
+use super::{NodeContext, Workrail, invariant};
+use crate::engine::{self, AdvanceOutcome, Finding};
+use crate::store::{AppendPlan, StoreError};
+
+/// Builds the response for `node` from a prefix of the log (fresh responses and replays use
+/// this one function, so they are byte-identical).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn respond_at(
+    wr: &Workrail,
+    prefix: &[SessionEvent],
+    session: &SessionId,
+    run: &RunId,
+    node: &NodeId,
+    ctx: &NodeContext,
+    state: &EngineState,
+    blockers: Vec<Blocker>,
+    with_recap: bool,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
+    let facts = Facts::new(prefix);
+    let view = facts
+        .run(run)
+        .ok_or_else(|| invariant("the run vanished from its own log"))?;
+    let tip_complete = match &view.preferred_tip {
+        Some(tip) if tip == node => state.is_complete(),
+        Some(tip) => wr.snapshot_complete(&facts, run, tip),
+        None => false,
+    };
+    let tip_prefs = view
+        .preferred_tip
+        .as_ref()
+        .map_or(super::GLOBAL_DEFAULTS, |tip| facts.preferences(run, tip));
+    let status = view.status(|_| tip_complete, tip_prefs.autonomy);
+    Ok(build(
+        ResponseFacts {
+            session,
+            run,
+            node,
+            compiled: &ctx.compiled,
+            workflow_hash: &ctx.workflow_hash,
+            state,
+            preferences: facts.preferences(run, node),
+            status,
+            ack_ordinal: facts.advance_records(node).len() as u64,
+            checkpoint_ordinal: facts.checkpoint_count(run, node),
+            blockers,
+            recap: if with_recap {
+                recap(&facts, run, node)
+            } else {
+                None
+            },
+        },
+        &wr.codec(),
+    ))
+}
+
+/// Rehydrate: the pending step of the token's node, a bounded recap, and the node's current
+/// (fresh) ack attempt. Reads only; nothing can be written from here.
+pub(super) fn rehydrate(
+    wr: &Workrail,
+    state: &StatePayload,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
+    let ctx = wr.node_context(state)?;
+    respond_at(
+        wr,
+        &ctx.loaded.events,
+        &state.session_id,
+        &state.run_id,
+        &state.node_id,
+        &ctx,
+        &ctx.state,
+        Vec::new(),
+        true,
+    )
+}
+
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    /// TEST-ONLY planted bug switch (feature `test-mutations`): see [`Workrail::plant_replay_from_current_log`].
+    static REPLAY_FROM_CURRENT_LOG: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(feature = "test-mutations")]
+impl Workrail {
+    /// TEST-ONLY (feature `test-mutations`): while on, ack replays made *on the calling thread*
+    /// are rebuilt from the current log instead of the recorded prefix (a planted
+    /// replay-recomputes bug). Only the harness's mutation test turns it on.
+    pub fn plant_replay_from_current_log(on: bool) {
+        REPLAY_FROM_CURRENT_LOG.with(|c| c.set(on));
+    }
+}
+
+/// Replays a recorded attempt: the response is rebuilt from the log prefix ending with its
+/// `advance_recorded` (the last event of its plan). Nothing is recomputed.
+fn replay(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    state: &StatePayload,
+    record_index: usize,
+    record: &AdvanceRecorded,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
+    let prefix = &ctx.loaded.events[..=record_index];
+    // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
+    // rebuild the replay from today's log instead of the recorded prefix.
+    #[cfg(feature = "test-mutations")]
+    let prefix = if REPLAY_FROM_CURRENT_LOG.with(std::cell::Cell::get) {
+        &ctx.loaded.events[..]
+    } else {
+        prefix
+    };
+    match &record.outcome {
+        Recorded::Blocked { blockers } => respond_at(
+            wr,
+            prefix,
+            &state.session_id,
+            &state.run_id,
+            &state.node_id,
+            ctx,
+            &ctx.state,
+            blockers.blockers().to_vec(),
+            false,
+        ),
+        Recorded::Advanced { to_node_id } => {
+            let facts = Facts::new(prefix);
+            let info = facts
+                .node(&state.run_id, to_node_id)
+                .ok_or_else(|| invariant("a recorded advance names a node that does not exist"))?;
+            let snapshot = wr
+                .snapshots
+                .get(&info.snapshot_ref)
+                .map_err(|e| e.to_envelope(true))?;
+            let to_state = snapshot.engine_payload.engine_state;
+            respond_at(
+                wr,
+                prefix,
+                &state.session_id,
+                &state.run_id,
+                to_node_id,
+                ctx,
+                &to_state,
+                Vec::new(),
+                false,
+            )
+        }
+    }
+}
+
+fn context_error(e: ContextError) -> ErrorEnvelope {
+    match e {
+        ContextError::OverBudget { measured_bytes, .. } => {
+            ErrorEnvelope::context_over_budget("continue_workflow", measured_bytes)
+        }
+        other => ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            format!("continue_workflow: {other}"),
+            "Pass `context` as a JSON object of external inputs (ids, paths, parameters) without the keys __proto__, constructor or prototype.",
+            Retry::NotRetryable,
+        ),
+    }
+}
+
+/// Every record an advance writes, in plan order; `advance_recorded` is always last.
+struct AdvancePlan {
+    events: Vec<SessionEvent>,
+    snapshot: Option<ExecutionSnapshotFileV1>,
+}
+
+/// Advance with an ack attempt, or replay it when already recorded.
+pub(super) fn advance(
+    wr: &Workrail,
+    state: &StatePayload,
+    ack: &AttemptPayload,
+    input: &ContinueWorkflowInput,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
+    // Validate inputs before any I/O so bad input never reaches the store.
+    let delta = input.context.as_ref();
+    if let Some(delta) = delta {
+        workrail_spec::context::check_context_map(delta).map_err(context_error)?;
+    }
+    let ctx = wr.node_context(state)?;
+    // Fast path without the lock: a recorded attempt is a replay.
+    if let Some(outcome) = try_replay(wr, &ctx, state, &ack.attempt_id)? {
+        return Ok(outcome);
+    }
+    let result = wr.sessions.with_append_gate(&state.session_id, |gate| {
+        // Re-read under the lock: another process may have recorded this attempt meanwhile.
+        let fresh = NodeContext {
+            loaded: gate.shared(),
+            compiled: ctx.compiled.clone(),
+            workflow_hash: ctx.workflow_hash.clone(),
+            state: ctx.state.clone(),
+        };
+        if let Some(outcome) = try_replay(wr, &fresh, state, &ack.attempt_id)? {
+            return Ok(outcome);
+        }
+        let plan = {
+            let facts = Facts::new(&fresh.loaded.events);
+            let ordinal = facts.advance_records(&state.node_id).len() as u64;
+            let current =
+                derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal);
+            if current != ack.attempt_id {
+                // Fail closed: a signed attempt that is neither recorded nor current.
+                return Err(GateError(invariant(
+                    "this ackToken's attempt should have a recorded outcome but none exists",
+                )));
+            }
+            plan_advance(wr, &fresh, &facts, state, &ack.attempt_id, input)?
+        };
+        if let Some(snapshot) = &plan.snapshot {
+            wr.snapshots
+                .put(snapshot)
+                .map_err(|e| e.to_envelope(true))?;
+        }
+        let NodeContext {
+            compiled,
+            workflow_hash,
+            state: engine_state,
+            loaded,
+        } = fresh;
+        // Release the shared view so the commit updates the session in place.
+        drop(loaded);
+        gate.append(AppendPlan {
+            events: plan.events,
+        })
+        .map_err(|e| e.to_envelope(true))?;
+        let committed = NodeContext {
+            loaded: gate.shared(),
+            compiled,
+            workflow_hash,
+            state: engine_state,
+        };
+        Ok(try_replay(wr, &committed, state, &ack.attempt_id)?
+            .ok_or_else(|| invariant("an advance was committed but its record is missing"))?)
+    });
+    result.map_err(|e: GateError| e.0)
+}
+
+/// Errors inside the gate: envelopes, with store errors mapped for token flows.
+struct GateError(ErrorEnvelope);
+
+impl From<StoreError> for GateError {
+    fn from(e: StoreError) -> Self {
+        Self(e.to_envelope(true))
+    }
+}
+
+impl From<ErrorEnvelope> for GateError {
+    fn from(e: ErrorEnvelope) -> Self {
+        Self(e)
+    }
+}
+
+fn try_replay(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    state: &StatePayload,
+    attempt: &AttemptId,
+) -> Result<Option<ExecutionOutput>, ErrorEnvelope> {
+    // The record's dedupeKey finds it in O(1); no projection is needed to know it is absent.
+    let key = workrail_spec::dedupe::DedupeKey::from_recipe(
+        "advance_recorded",
+        &[
+            state.session_id.as_str(),
+            state.node_id.as_str(),
+            attempt.as_str(),
+        ],
+    )
+    .map_err(|e| invariant(e.to_string()))?;
+    let Some(event) = ctx.loaded.event_by_dedupe_key(&key) else {
+        return Ok(None);
+    };
+    let index = event.event_index().get() as usize;
+    match event.data() {
+        EventData::AdvanceRecorded(record) => {
+            let record = record.clone();
+            replay(wr, ctx, state, index, &record).map(Some)
+        }
+        _ => Err(invariant(
+            "a dedupeKey of advance_recorded names another kind of event",
+        )),
+    }
+}
+
+fn gap_event(
+    wr: &Workrail,
+    session: &SessionId,
+    scope: EventScope,
+    attempt: &AttemptId,
+    index: usize,
+    finding: &Finding,
+    evidence: Option<EvidenceRef>,
+) -> Result<Option<SessionEvent>, ErrorEnvelope> {
+    let Some(severity) = finding.gap_severity() else {
+        return Ok(None);
+    };
+    let summary =
+        BoundedText::truncating(&format!("{} {}", finding.message, finding.suggested_fix));
+    wr.event(
+        session,
+        scope,
+        EventData::GapRecorded(GapRecorded {
+            gap_id: derive::gap(attempt, index),
+            severity,
+            reason: finding.reason.gap_reason(),
+            summary,
+            resolution: GapResolution::Unresolved,
+            evidence_refs: evidence.map(|e| vec![e]),
+        }),
+    )
+    .map(Some)
+}
+
+pub(super) fn output_events(
+    wr: &Workrail,
+    session: &SessionId,
+    scope: &EventScope,
+    attempt: &AttemptId,
+    output: Option<&OutputInput>,
+) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
+    let Some(output) = output else {
+        return Ok(Vec::new());
+    };
+    let mut payloads = Vec::new();
+    if let Some(notes) = output
+        .notes_markdown
+        .as_deref()
+        .filter(|n| !n.trim().is_empty())
+    {
+        payloads.push((OutputChannel::Recap, OutputPayload::notes(notes)));
+    }
+    let mut artifacts = Vec::new();
+    for artifact in &output.artifacts {
+        let (sha256, byte_length) = wr
+            .artifacts
+            .put_json(&Value::Object(artifact.clone()))
+            .map_err(|e| e.to_envelope(true))?;
+        artifacts.push(OutputPayload::ArtifactRef {
+            sha256,
+            content_type: crate::store::ArtifactStore::CONTENT_TYPE.into(),
+            byte_length,
+        });
+    }
+    // Locked order: the recap first, then artifacts by (sha256, contentType).
+    artifacts.sort_by(|a, b| match (a, b) {
+        (
+            OutputPayload::ArtifactRef {
+                sha256: x,
+                content_type: cx,
+                ..
+            },
+            OutputPayload::ArtifactRef {
+                sha256: y,
+                content_type: cy,
+                ..
+            },
+        ) => (x, cx).cmp(&(y, cy)),
+        _ => std::cmp::Ordering::Equal,
+    });
+    artifacts.dedup();
+    payloads.extend(artifacts.into_iter().map(|p| (OutputChannel::Artifact, p)));
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(i, (channel, payload))| {
+            wr.event(
+                session,
+                scope.clone(),
+                EventData::NodeOutputAppended(NodeOutputAppended {
+                    output_id: derive::output(attempt, i),
+                    supersedes_output_id: None,
+                    output_channel: channel,
+                    payload,
+                }),
+            )
+        })
+        .collect()
+}
+
+fn plan_advance(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    facts: &Facts<'_>,
+    state: &StatePayload,
+    attempt: &AttemptId,
+    input: &ContinueWorkflowInput,
+) -> Result<AdvancePlan, ErrorEnvelope> {
+    let session = &state.session_id;
+    let run = &state.run_id;
+    let node = &state.node_id;
+    let node_scope = EventScope::Node(run.clone(), node.clone());
+    let before = facts.preferences(run, node);
+    let prefs = before.apply(&input.preferences);
+    let empty = OutputInput::default();
+    let output = input.output.as_ref().unwrap_or(&empty);
+    let outcome = engine::advance(&ctx.compiled, &ctx.state, output, prefs.autonomy)
+        .map_err(|e| invariant(format!("the interpreter refused the pinned state: {e}")))?;
+    let record_id = wr.event_id()?;
+    match outcome {
+        AdvanceOutcome::Blocked(blocked) => {
+            let report = blocked
+                .blocker_report()
+                .map_err(|e| invariant(format!("blocker report over budget: {e}")))?;
+            let mut events = Vec::new();
+            for (i, finding) in blocked.gaps().enumerate() {
+                let evidence = Some(EvidenceRef::Event {
+                    event_id: record_id.clone(),
+                });
+                events.extend(gap_event(
+                    wr,
+                    session,
+                    node_scope.clone(),
+                    attempt,
+                    i,
+                    finding,
+                    evidence,
+                )?);
+            }
+            events.push(wr.event_with_id(
+                record_id,
+                session,
+                node_scope,
+                EventData::AdvanceRecorded(AdvanceRecorded {
+                    attempt_id: attempt.clone(),
+                    intent: AdvanceIntent::AckPending,
+                    outcome: Recorded::Blocked { blockers: report },
+                }),
+            )?);
+            Ok(AdvancePlan {
+                events,
+                snapshot: None,
+            })
+        }
+        AdvanceOutcome::Advanced(transition) | AdvanceOutcome::Complete(transition) => {
+            let child = derive::child_node(attempt);
+            let child_scope = EventScope::Node(run.clone(), child.clone());
+            let snapshot = ExecutionSnapshotFileV1 {
+                workflow_hash: ctx.workflow_hash.clone(),
+                engine_payload: EnginePayloadV1::new(transition.state.clone()).map_err(|e| {
+                    invariant(format!("the interpreter produced an impossible state: {e}"))
+                })?,
+            };
+            let snapshot_ref = snapshot
+                .snapshot_ref()
+                .map_err(|e| invariant(e.to_string()))?;
+            // Only step children make this a fork: a checkpoint records progress on the branch
+            // without creating a new one.
+            let has_children = facts.run(run).is_some_and(|view| {
+                view.dag
+                    .edges
+                    .iter()
+                    .any(|e| e.edge_kind == EdgeKind::AckedStep && &e.from_node_id == node)
+            });
+            let mut events = vec![
+                wr.event(
+                    session,
+                    child_scope.clone(),
+                    EventData::NodeCreated(NodeCreated {
+                        node_kind: NodeKind::Step,
+                        parent_node_id: Some(node.clone()),
+                        workflow_hash: ctx.workflow_hash.clone(),
+                        snapshot_ref,
+                    }),
+                )?,
+                wr.event(
+                    session,
+                    EventScope::Run(run.clone()),
+                    EventData::EdgeCreated(EdgeCreated {
+                        edge_kind: EdgeKind::AckedStep,
+                        from_node_id: node.clone(),
+                        to_node_id: child.clone(),
+                        cause: EdgeCause {
+                            kind: if has_children {
+                                EdgeCauseKind::NonTipAdvance
+                            } else {
+                                EdgeCauseKind::IdempotentReplay
+                            },
+                            event_id: record_id.clone(),
+                        },
+                    }),
+                )?,
+            ];
+            events.extend(output_events(
+                wr,
+                session,
+                &child_scope,
+                attempt,
+                input.output.as_ref(),
+            )?);
+            for (i, finding) in transition.gaps.iter().enumerate() {
+                let evidence = Some(EvidenceRef::Event {
+                    event_id: record_id.clone(),
+                });
+                events.extend(gap_event(
+                    wr,
+                    session,
+                    child_scope.clone(),
+                    attempt,
+                    i,
+                    finding,
+                    evidence,
+                )?);
+            }
+            if !input.preferences.is_empty() {
+                events.push(wr.event(
+                    session,
+                    child_scope.clone(),
+                    EventData::PreferencesChanged(PreferencesChanged {
+                        change_id: derive::change(attempt),
+                        source: PreferenceSource::User,
+                        delta: input.preferences.clone(),
+                        effective: prefs,
+                    }),
+                )?);
+            }
+            if let Some(delta) = &input.context {
+                let base: Map<String, Value> = facts.context(run);
+                let merged = merge_context(&base, delta).map_err(context_error)?;
+                if merged != base {
+                    events.push(wr.event(
+                        session,
+                        EventScope::Run(run.clone()),
+                        EventData::ContextSet(ContextSet {
+                            context_id: derive::context(attempt),
+                            context: merged,
+                            source: if base.is_empty() {
+                                ContextSource::Initial
+                            } else {
+                                ContextSource::AgentDelta
+                            },
+                        }),
+                    )?);
+                }
+            }
+            let mut trace = Vec::new();
+            if has_children {
+                trace.push(TraceEntry {
+                    kind: DecisionTraceKind::DetectedNonTipAdvance,
+                    summary:
+                        "The acknowledged node already had children: recorded a new sibling branch."
+                            .into(),
+                    refs: None,
+                });
+            }
+            trace.extend(transition.trace.iter().cloned());
+            if !trace.is_empty() {
+                let mut entries = trace;
+                for e in &mut entries {
+                    if e.refs.as_ref().is_some_and(Vec::is_empty) {
+                        e.refs = None;
+                    }
+                }
+                events.push(wr.event(
+                    session,
+                    child_scope,
+                    EventData::DecisionTraceAppended(
+                        workrail_spec::event::DecisionTraceAppended::bounded(
+                            derive::trace(attempt),
+                            entries,
+                        ),
+                    ),
+                )?);
+            }
+            events.push(wr.event_with_id(
+                record_id,
+                session,
+                node_scope,
+                EventData::AdvanceRecorded(AdvanceRecorded {
+                    attempt_id: attempt.clone(),
+                    intent: AdvanceIntent::AckPending,
+                    outcome: Recorded::Advanced { to_node_id: child },
+                }),
+            )?);
+            Ok(AdvancePlan {
+                events,
+                snapshot: Some(snapshot),
+            })
+        }
+    }
+}

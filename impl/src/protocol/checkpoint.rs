@@ -1,0 +1,149 @@
+//! `checkpoint_workflow`: record durable progress without advancing. Idempotent per
+//! checkpoint attempt: a checkpoint node (same snapshot, no advancement) plus a `checkpoint`
+//! edge, with the outputs attached to the new node. The response continues from the checkpoint
+//! node, so the checkpoint stays on the branch.
+
+use workrail_spec::closed::{EdgeCauseKind, EdgeKind, NodeKind};
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
+use workrail_spec::event::{EdgeCause, EdgeCreated, EventData, EventScope, NodeCreated};
+use workrail_spec::ids::NodeId;
+use workrail_spec::token::{AttemptPayload, StatePayload};
+use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput};
+
+use super::advance::{output_events, respond_at};
+use super::derive::{self, AttemptKind};
+use super::facts::Facts;
+use super::{NodeContext, Workrail, invariant};
+use crate::store::{AppendPlan, StoreError};
+
+/// The response for an existing checkpoint node, from the log prefix ending with its edge.
+fn replay(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    state: &StatePayload,
+    node: &NodeId,
+) -> Result<Option<ExecutionOutput>, ErrorEnvelope> {
+    let edge_index = ctx.loaded.events.iter().position(|e| {
+        matches!(e.data(), EventData::EdgeCreated(edge)
+            if edge.edge_kind == EdgeKind::Checkpoint && &edge.to_node_id == node && edge.from_node_id == state.node_id)
+    });
+    let Some(index) = edge_index else {
+        return Ok(None);
+    };
+    respond_at(
+        wr,
+        &ctx.loaded.events[..=index],
+        &state.session_id,
+        &state.run_id,
+        node,
+        ctx,
+        &ctx.state,
+        Vec::new(),
+        false,
+    )
+    .map(Some)
+}
+
+pub(super) fn checkpoint(
+    wr: &Workrail,
+    state: &StatePayload,
+    attempt: &AttemptPayload,
+    input: &CheckpointWorkflowInput,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
+    let has_notes = input
+        .output
+        .notes_markdown
+        .as_deref()
+        .is_some_and(|n| !n.trim().is_empty());
+    if !has_notes && input.output.artifacts.is_empty() {
+        return Err(ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            "checkpoint_workflow: `output` is empty; a checkpoint records progress, so it needs output.notesMarkdown or output.artifacts.",
+            "Send output.notesMarkdown with a short recap (what was done, what is next), then call checkpoint_workflow again.",
+            Retry::NotRetryable,
+        ));
+    }
+    let ctx = wr.node_context(state)?;
+    let checkpoint_node = derive::child_node(&attempt.attempt_id);
+    if let Some(done) = replay(wr, &ctx, state, &checkpoint_node)? {
+        return Ok(done);
+    }
+    let outcome = wr.sessions.with_append_gate(&state.session_id, |gate| {
+        let fresh = NodeContext {
+            loaded: gate.shared(),
+            compiled: ctx.compiled.clone(),
+            workflow_hash: ctx.workflow_hash.clone(),
+            state: ctx.state.clone(),
+        };
+        if let Some(done) = replay(wr, &fresh, state, &checkpoint_node).map_err(Wrapped)? {
+            return Ok(done);
+        }
+        let events = {
+            let facts = Facts::new(&fresh.loaded.events);
+            let ordinal = facts.checkpoint_count(&state.run_id, &state.node_id);
+            let current = derive::attempt(&state.session_id, &state.node_id, AttemptKind::Checkpoint, ordinal);
+            if current != attempt.attempt_id {
+                return Err(Wrapped(invariant(
+                    "this checkpointToken's attempt should have a recorded checkpoint but none exists",
+                )));
+            }
+            let snapshot_ref = facts
+                .node(&state.run_id, &state.node_id)
+                .map(|n| n.snapshot_ref.clone())
+                .ok_or_else(|| Wrapped(invariant("the checkpointed node vanished")))?;
+            let scope = EventScope::Node(state.run_id.clone(), checkpoint_node.clone());
+            let created_id = wr.event_id().map_err(Wrapped)?;
+            let mut events = vec![wr
+                .event_with_id(
+                    created_id.clone(),
+                    &state.session_id,
+                    scope.clone(),
+                    EventData::NodeCreated(NodeCreated {
+                        node_kind: NodeKind::Checkpoint,
+                        parent_node_id: Some(state.node_id.clone()),
+                        workflow_hash: ctx.workflow_hash.clone(),
+                        snapshot_ref,
+                    }),
+                )
+                .map_err(Wrapped)?];
+            events.extend(
+                output_events(wr, &state.session_id, &scope, &attempt.attempt_id, Some(&input.output))
+                    .map_err(Wrapped)?,
+            );
+            // The edge is the plan's last event: replays end their prefix there.
+            events.push(
+                wr.event(
+                    &state.session_id,
+                    EventScope::Run(state.run_id.clone()),
+                    EventData::EdgeCreated(EdgeCreated {
+                        edge_kind: EdgeKind::Checkpoint,
+                        from_node_id: state.node_id.clone(),
+                        to_node_id: checkpoint_node.clone(),
+                        cause: EdgeCause {
+                            kind: EdgeCauseKind::CheckpointCreated,
+                            event_id: created_id,
+                        },
+                    }),
+                )
+                .map_err(Wrapped)?,
+            );
+            events
+        };
+        let NodeContext { compiled, workflow_hash, state: engine_state, loaded } = fresh;
+        drop(loaded);
+        gate.append(AppendPlan { events })?;
+        let committed = NodeContext { loaded: gate.shared(), compiled, workflow_hash, state: engine_state };
+        replay(wr, &committed, state, &checkpoint_node)
+            .map_err(Wrapped)?
+            .ok_or_else(|| Wrapped(invariant("a checkpoint was committed but its edge is missing")))
+    });
+    outcome.map_err(|w: Wrapped| w.0)
+}
+
+struct Wrapped(ErrorEnvelope);
+
+impl From<StoreError> for Wrapped {
+    fn from(e: StoreError) -> Self {
+        Self(e.to_envelope(true))
+    }
+}

@@ -1,0 +1,110 @@
+//! Read-only facts about one run, derived from a prefix of committed events.
+//!
+//! Responses are pure functions of "the events committed when the response was first given"
+//! (a prefix of the log), so replaying an attempt rebuilds byte-identical responses from
+//! recorded facts without recomputing anything (locks §1.2 "Replay is fact-returning").
+
+use serde_json::{Map, Value};
+use workrail_spec::closed::{EdgeKind, OutputChannel};
+use workrail_spec::event::{
+    AdvanceRecorded, EffectivePreferences, EventData, OutputPayload, SessionEvent,
+};
+use workrail_spec::ids::{AttemptId, NodeId, RunId};
+
+use crate::projections::{
+    NodeInfo, RunView, SessionProjection, TipPolicy, effective_preferences, project,
+};
+
+/// The global defaults when nothing else applies (guided preset, locks §4).
+pub const GLOBAL_DEFAULTS: EffectivePreferences = EffectivePreferences::GUIDED;
+
+/// Facts of a session prefix.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    pub events: &'a [SessionEvent],
+    pub projection: SessionProjection,
+}
+
+impl<'a> Facts<'a> {
+    pub fn new(events: &'a [SessionEvent]) -> Self {
+        Self {
+            events,
+            projection: project(events, TipPolicy::Latest),
+        }
+    }
+
+    pub fn run(&self, run: &RunId) -> Option<&RunView> {
+        self.projection.runs.get(run)
+    }
+
+    pub fn node(&self, run: &RunId, node: &NodeId) -> Option<&NodeInfo> {
+        self.run(run).and_then(|r| r.dag.nodes.get(node))
+    }
+
+    /// Ack attempts recorded at `node`, in order, with the index of their record.
+    pub fn advance_records(&self, node: &NodeId) -> Vec<(usize, &AdvanceRecorded)> {
+        self.events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match (e.data(), e.scope().node_id()) {
+                (EventData::AdvanceRecorded(a), Some(n)) if n == node => Some((i, a)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The record of `attempt` at `node`, with its index in the log.
+    pub fn advance_record(
+        &self,
+        node: &NodeId,
+        attempt: &AttemptId,
+    ) -> Option<(usize, &AdvanceRecorded)> {
+        self.advance_records(node)
+            .into_iter()
+            .find(|(_, a)| &a.attempt_id == attempt)
+    }
+
+    /// Checkpoint edges leaving `node`.
+    pub fn checkpoint_count(&self, run: &RunId, node: &NodeId) -> u64 {
+        self.run(run).map_or(0, |r| {
+            r.dag
+                .edges
+                .iter()
+                .filter(|e| e.edge_kind == EdgeKind::Checkpoint && &e.from_node_id == node)
+                .count() as u64
+        })
+    }
+
+    /// Effective preferences at `node` (node-attached, else global defaults).
+    pub fn preferences(&self, run: &RunId, node: &NodeId) -> EffectivePreferences {
+        match self.run(run) {
+            Some(view) => effective_preferences(self.events, view, node, None, GLOBAL_DEFAULTS),
+            None => GLOBAL_DEFAULTS,
+        }
+    }
+
+    /// The run's current durable context (the latest `context_set`), empty when none.
+    pub fn context(&self, run: &RunId) -> Map<String, Value> {
+        self.events
+            .iter()
+            .rev()
+            .find_map(|e| match (e.data(), e.scope().run_id()) {
+                (EventData::ContextSet(c), Some(r)) if r == run => Some(c.context.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// The current recap notes of `node`, if any.
+    pub fn recap_notes(&self, run: &RunId, node: &NodeId) -> Option<&str> {
+        let view = self.run(run)?;
+        match &view
+            .current_outputs
+            .get(&(node.clone(), OutputChannel::Recap))?
+            .payload
+        {
+            OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str()),
+            OutputPayload::ArtifactRef { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Read-only inspection: `inspect_workflow` (metadata or preview, compiled hash, warnings) and
+//! the CLI's session view (run DAG, preferred tip, status, outputs). Nothing here writes.
+
+use std::fmt::Write as _;
+
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
+use workrail_spec::ids::{NodeId, SessionId};
+use workrail_spec::tools::{
+    InspectMode, InspectWorkflowInput, InspectWorkflowOutput, StepPreview, Warning,
+};
+
+use serde::{Deserialize, Serialize};
+use workrail_spec::closed::RunStatus;
+use workrail_spec::ids::{RunId, WorkflowId};
+
+use super::facts::Facts;
+use super::{GLOBAL_DEFAULTS, Workrail, run_label};
+use crate::sources::Catalog;
+use crate::store::{CacheKey, CacheLookup, LoadedSession, SessionRead, StoreError};
+
+/// One run at a glance (cached per session; derived, never truth).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub run_id: RunId,
+    pub workflow_id: WorkflowId,
+    pub label: String,
+    pub status: RunStatus,
+    pub nodes: usize,
+    pub preferred_tip: Option<NodeId>,
+    pub tip_last_activity: u64,
+    pub unresolved_gaps: usize,
+}
+
+/// Every run of a session at a glance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub runs: Vec<RunSummary>,
+}
+
+fn summarize(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
+    let facts = Facts::new(&loaded.events);
+    let runs = facts
+        .projection
+        .runs
+        .iter()
+        .map(|(run, view)| {
+            let label = wr
+                .pinned
+                .get(&view.dag.started.workflow_hash)
+                .map(|c| run_label(&c, run))
+                .unwrap_or_else(|_| run.to_string());
+            let tip_complete = view
+                .preferred_tip
+                .as_ref()
+                .is_some_and(|tip| wr.snapshot_complete(&facts, run, tip));
+            let autonomy = view
+                .preferred_tip
+                .as_ref()
+                .map_or(GLOBAL_DEFAULTS, |tip| facts.preferences(run, tip))
+                .autonomy;
+            RunSummary {
+                run_id: run.clone(),
+                workflow_id: view.dag.started.workflow_id.clone(),
+                label,
+                status: view.status(|_| tip_complete, autonomy),
+                nodes: view.dag.nodes.len(),
+                preferred_tip: view.preferred_tip.clone(),
+                tip_last_activity: view.tip_last_activity,
+                unresolved_gaps: view.unresolved_gaps.len(),
+            }
+        })
+        .collect();
+    SessionSummary { runs }
+}
+
+/// The session summary, from the projection cache when it matches the log position, else
+/// rebuilt and cached.
+pub(super) fn session_summary(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
+    let key = CacheKey::of(loaded);
+    if let CacheLookup::Hit(summary) = wr.cache.get(&loaded.session_id, key) {
+        return summary;
+    }
+    let summary = summarize(wr, loaded);
+    // The cache is an optimisation: failing to write it changes nothing.
+    let _ = wr.cache.put(&loaded.session_id, key, &summary);
+    summary
+}
+
+pub(super) fn inspect_workflow(
+    catalog: &Catalog,
+    input: InspectWorkflowInput,
+) -> Result<InspectWorkflowOutput, ErrorEnvelope> {
+    let resolved = catalog.resolve(&input.workflow_id).ok_or_else(|| {
+        ErrorEnvelope::new(
+            ErrorCode::WorkflowNotFound,
+            format!(
+                "inspect_workflow: no workflow has the id {:?}.",
+                input.workflow_id
+            ),
+            "Call list_workflows and pass one of its ids exactly.",
+            Retry::NotRetryable,
+        )
+    })?;
+    let compiled = &resolved.workflow.compiled;
+    let steps = match input.mode {
+        InspectMode::Metadata => Vec::new(),
+        InspectMode::Preview => compiled
+            .snapshot
+            .body
+            .steps
+            .iter()
+            .map(|s| StepPreview {
+                step_id: s.step_id.clone(),
+                title: s.title.clone(),
+                prompt: s.prompt.clone(),
+            })
+            .collect(),
+    };
+    let mut warnings: Vec<Warning> = resolved.warnings.iter().map(|w| w.to_warning()).collect();
+    warnings.extend(
+        compiled
+            .snapshot
+            .body
+            .compiled_warnings
+            .iter()
+            .map(|w| Warning {
+                code: w.code.as_str().to_owned(),
+                message: w.message.clone(),
+            }),
+    );
+    Ok(InspectWorkflowOutput {
+        workflow: resolved.summary.clone(),
+        workflow_hash: compiled.workflow_hash.clone(),
+        steps,
+        warnings,
+    })
+}
+
+fn tree(
+    out: &mut String,
+    facts: &Facts<'_>,
+    run: &workrail_spec::ids::RunId,
+    node: &NodeId,
+    depth: usize,
+    tip: Option<&NodeId>,
+) {
+    let Some(info) = facts.node(run, node) else {
+        return;
+    };
+    let notes = facts
+        .recap_notes(run, node)
+        .map(|n| {
+            let line: String = n.split_whitespace().collect::<Vec<_>>().join(" ");
+            let cut = workrail_spec::budget::floor_char_boundary(&line, 100);
+            if cut < line.len() {
+                format!(" — {}…", &line[..cut])
+            } else {
+                format!(" — {line}")
+            }
+        })
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{}- {} ({}){}{}",
+        "  ".repeat(depth),
+        node,
+        info.kind,
+        if Some(node) == tip {
+            " [preferred tip]"
+        } else {
+            ""
+        },
+        notes
+    );
+    for child in &info.children {
+        tree(out, facts, run, child, depth + 1, tip);
+    }
+}
+
+pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String, ErrorEnvelope> {
+    let session = SessionId::parse(session_id).map_err(|e| {
+        ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            format!("{e}"),
+            "Pass a session id as shown in a WorkRail response (`sess_…`).",
+            Retry::NotRetryable,
+        )
+    })?;
+    let loaded = wr
+        .sessions
+        .load(&session)
+        .map_err(|e: StoreError| e.to_envelope(false))?;
+    let facts = Facts::new(&loaded.events);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "session {session}: {} events, health {}",
+        loaded.events.len(),
+        loaded.health.kind()
+    );
+    if let Some(c) = loaded.health.corruption() {
+        let _ = writeln!(
+            out,
+            "  SALVAGE VIEW: validation stopped at manifest record {} ({}): {}",
+            c.manifest_index, c.reason, c.detail
+        );
+    }
+    let summary = session_summary(wr, &loaded);
+    for run in &summary.runs {
+        let _ = writeln!(
+            out,
+            "\nrun {} \"{}\" workflow {}\n  status: {}\n  nodes: {}, unresolved gaps: {}",
+            run.run_id, run.label, run.workflow_id, run.status, run.nodes, run.unresolved_gaps
+        );
+        if let Some(view) = facts.run(&run.run_id)
+            && let Some(root) = &view.dag.root
+        {
+            tree(
+                &mut out,
+                &facts,
+                &run.run_id,
+                root,
+                1,
+                run.preferred_tip.as_ref(),
+            );
+        }
+    }
+    Ok(out)
+}

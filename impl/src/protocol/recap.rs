@@ -1,0 +1,133 @@
+//! Bounded recaps for rehydration (contract "Resumption vs rewind behavior", "Recap budgets and
+//! truncation").
+//!
+//! On a tip node: the recap notes along its branch, most recent kept. On a node that already has
+//! children (a rewind): the existing branches, then a recap of the preferred branch downstream,
+//! and the reminder that advancing forks. Byte-budgeted: most recent entries are kept, older ones
+//! are dropped and counted, and a single over-long entry is cut with the canonical marker.
+
+use workrail_spec::budget::truncate_with_marker;
+use workrail_spec::ids::{NodeId, RunId};
+use workrail_spec::tools::RecapView;
+
+use super::facts::Facts;
+
+/// Budget of a recap's text, in UTF-8 bytes.
+pub const RECAP_MAX_BYTES: usize = 4096;
+/// Budget of one branch summary line.
+const BRANCH_SNIPPET_MAX_BYTES: usize = 256;
+
+/// Keeps the most recent entries within `budget`; returns (text, omitted, cut).
+fn most_recent_within(entries: &[String], budget: usize) -> (String, u32, bool) {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut used = 0usize;
+    for entry in entries.iter().rev() {
+        let cost = entry.len() + if kept.is_empty() { 0 } else { 2 };
+        if used + cost > budget {
+            break;
+        }
+        used += cost;
+        kept.push(entry);
+    }
+    let omitted = (entries.len() - kept.len()) as u32;
+    if kept.is_empty()
+        && let Some(last) = entries.last()
+    {
+        // The newest entry alone is too long: keep its beginning, marked.
+        let cut = truncate_with_marker(last, budget)
+            .map(|t| t.text.into_owned())
+            .unwrap_or_default();
+        return (cut, omitted.saturating_sub(1), true);
+    }
+    kept.reverse();
+    (kept.join("\n\n"), omitted, false)
+}
+
+fn snippet(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    truncate_with_marker(&one_line, BRANCH_SNIPPET_MAX_BYTES)
+        .map(|t| t.text.into_owned())
+        .unwrap_or_default()
+}
+
+/// Recap entries (step notes) on the path `from` (exclusive) .. `to` (inclusive).
+fn notes_on_path(facts: &Facts<'_>, run: &RunId, path: &[NodeId]) -> Vec<String> {
+    path.iter()
+        .filter_map(|n| facts.recap_notes(run, n))
+        .enumerate()
+        .map(|(i, notes)| format!("[{}] {notes}", i + 1))
+        .collect()
+}
+
+/// The recap for rehydrating `node`, or `None` when there is nothing to recall.
+pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView> {
+    let view = facts.run(run)?;
+    let info = view.dag.nodes.get(node)?;
+    if info.children.is_empty() {
+        let entries = notes_on_path(facts, run, &view.ancestry(node));
+        if entries.is_empty() {
+            return None;
+        }
+        let (body, omitted, cut) = most_recent_within(&entries, RECAP_MAX_BYTES);
+        let header = if omitted > 0 {
+            format!("[recap: {omitted} earlier entries omitted; kept the most recent]\n")
+        } else {
+            String::new()
+        };
+        return Some(RecapView {
+            text: format!("{header}{body}"),
+            truncated: omitted > 0 || cut,
+            omitted_entries: omitted,
+        });
+    }
+    // A rewind: this point already has branches.
+    let mut text = format!(
+        "This step was already completed {} time(s) from here; advancing again creates a new branch.\n",
+        info.children.len()
+    );
+    for (i, child) in info.children.iter().enumerate() {
+        let is_tip_branch = view
+            .preferred_tip
+            .as_ref()
+            .is_some_and(|tip| view.ancestry(tip).contains(child));
+        let summary = facts
+            .recap_notes(run, child)
+            .map(snippet)
+            .unwrap_or_else(|| "(no notes)".to_owned());
+        text.push_str(&format!(
+            "- branch {}{}: {summary}\n",
+            i + 1,
+            if is_tip_branch { " (preferred)" } else { "" }
+        ));
+    }
+    let downstream: Vec<NodeId> = match &view.preferred_tip {
+        Some(tip) => {
+            let path = view.ancestry(tip);
+            match path.iter().position(|n| n == node) {
+                Some(at) => path[at + 1..].to_vec(),
+                None => Vec::new(),
+            }
+        }
+        None => Vec::new(),
+    };
+    let entries = notes_on_path(facts, run, &downstream);
+    let room = RECAP_MAX_BYTES.saturating_sub(text.len() + 64);
+    let (body, omitted, cut) = most_recent_within(&entries, room);
+    if !entries.is_empty() {
+        text.push_str("Preferred branch since here:\n");
+        if omitted > 0 {
+            text.push_str(&format!(
+                "[recap: {omitted} earlier entries omitted; kept the most recent]\n"
+            ));
+        }
+        text.push_str(&body);
+    }
+    let text = truncate_with_marker(&text, RECAP_MAX_BYTES)
+        .map(|t| t.text.into_owned())
+        .unwrap_or_default();
+    Some(RecapView {
+        truncated: omitted > 0 || cut || text.ends_with(workrail_spec::budget::TRUNCATION_MARKER),
+        text,
+        omitted_entries: omitted,
+    })
+}

@@ -1,0 +1,221 @@
+//! Execution responses: the JSON backbone (`ExecutionOutput`) and its deterministic text-first
+//! rendering (contract "Recorded decisions: text-first + JSON backbone").
+//!
+//! A response is built only from facts (a prefix of the event log, the pinned workflow, the
+//! node's snapshot) so a replay rebuilds it byte for byte.
+
+use workrail_spec::blocker::Blocker;
+use workrail_spec::closed::{NextIntent, RunStatus};
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::event::EffectivePreferences;
+use workrail_spec::ids::{NodeId, RunId, SessionId, WorkflowHash};
+use workrail_spec::snapshot::EngineState;
+use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
+use workrail_spec::tools::{
+    ExecutionKind, ExecutionOutput, PendingView, RecapView, RunView, SessionView, Warning,
+};
+
+use super::derive::{AttemptKind, attempt};
+use crate::tokens::TokenCodec;
+
+/// Everything a response is made of.
+#[derive(Debug)]
+pub struct ResponseFacts<'a> {
+    pub session: &'a SessionId,
+    pub run: &'a RunId,
+    pub node: &'a NodeId,
+    pub compiled: &'a CompiledWorkflowSnapshotV1,
+    pub workflow_hash: &'a WorkflowHash,
+    /// The snapshot state of `node`.
+    pub state: &'a EngineState,
+    pub preferences: EffectivePreferences,
+    pub status: RunStatus,
+    /// Ordinal of the ack attempt to mint (ignored when the run is complete).
+    pub ack_ordinal: u64,
+    pub checkpoint_ordinal: u64,
+    /// Non-empty for a blocked response.
+    pub blockers: Vec<Blocker>,
+    pub recap: Option<RecapView>,
+}
+
+/// A short human label for a run, shown beside its tokens.
+pub fn run_label(compiled: &CompiledWorkflowSnapshotV1, run: &RunId) -> String {
+    let name = compiled
+        .body
+        .name
+        .clone()
+        .unwrap_or_else(|| compiled.body.workflow_id.to_string());
+    let tail: String = run
+        .as_str()
+        .chars()
+        .rev()
+        .take(4)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("{name} #{tail}")
+}
+
+/// Warnings when the effective mode exceeds the workflow's recommendation (locks §5: closed
+/// partial orders; never blocking).
+fn recommendation_warnings(
+    compiled: &CompiledWorkflowSnapshotV1,
+    prefs: EffectivePreferences,
+) -> Vec<Warning> {
+    let rec = &compiled.body.recommendations;
+    let mut warnings = Vec::new();
+    if let Some(max) = rec.recommended_autonomy
+        && prefs.autonomy.rank() > max.rank()
+    {
+        warnings.push(Warning {
+            code: "autonomy_exceeds_recommendation".into(),
+            message: format!(
+                "This workflow recommends autonomy `{max}` at most; the effective autonomy is `{}`. Continuing as chosen.",
+                prefs.autonomy
+            ),
+        });
+    }
+    if let Some(max) = rec.recommended_risk_policy
+        && prefs.risk_policy.rank() > max.rank()
+    {
+        warnings.push(Warning {
+            code: "risk_policy_exceeds_recommendation".into(),
+            message: format!(
+                "This workflow recommends riskPolicy `{max}` at most; the effective riskPolicy is `{}`. Continuing as chosen.",
+                prefs.risk_policy
+            ),
+        });
+    }
+    warnings
+}
+
+pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
+    let state_token = codec.mint(&TokenPayload::State(StatePayload {
+        session_id: facts.session.clone(),
+        run_id: facts.run.clone(),
+        node_id: facts.node.clone(),
+        workflow_hash: facts.workflow_hash.clone(),
+    }));
+    let attempt_payload = |kind, ordinal| AttemptPayload {
+        session_id: facts.session.clone(),
+        run_id: facts.run.clone(),
+        node_id: facts.node.clone(),
+        attempt_id: attempt(facts.session, facts.node, kind, ordinal),
+    };
+    let pending = facts.state.pending_step().and_then(|p| {
+        facts.compiled.step(&p.step_id).map(|step| PendingView {
+            step_id: step.step_id.clone(),
+            title: step.title.clone(),
+            prompt: step.prompt.clone(),
+            require_confirmation: step.require_confirmation,
+        })
+    });
+    let is_complete = facts.state.is_complete();
+    let ack_token = (!is_complete).then(|| {
+        codec.mint(&TokenPayload::Ack(attempt_payload(
+            AttemptKind::Ack,
+            facts.ack_ordinal,
+        )))
+    });
+    let checkpoint_token = Some(codec.mint(&TokenPayload::Checkpoint(attempt_payload(
+        AttemptKind::Checkpoint,
+        facts.checkpoint_ordinal,
+    ))));
+    let next_intent = match &pending {
+        _ if is_complete => NextIntent::Complete,
+        Some(p) if p.require_confirmation => NextIntent::AwaitUserConfirmation,
+        _ => NextIntent::PerformPendingThenContinue,
+    };
+    ExecutionOutput {
+        kind: if facts.blockers.is_empty() {
+            ExecutionKind::Ok
+        } else {
+            ExecutionKind::Blocked
+        },
+        state_token,
+        ack_token,
+        checkpoint_token,
+        pending,
+        is_complete,
+        next_intent,
+        session: SessionView {
+            session_id: facts.session.clone(),
+            run_id: facts.run.clone(),
+        },
+        run: RunView {
+            workflow_id: facts.compiled.body.workflow_id.clone(),
+            label: run_label(facts.compiled, facts.run),
+            status: facts.status,
+        },
+        preferences: facts.preferences,
+        blockers: facts.blockers,
+        recap: facts.recap,
+        warnings: recommendation_warnings(facts.compiled, facts.preferences),
+    }
+}
+
+/// The deterministic text rendering of an execution response (`content[0].text`).
+pub fn render_text(output: &ExecutionOutput) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "WorkRail run \"{}\" ({}) — status: {}\n",
+        output.run.label, output.run.workflow_id, output.run.status
+    ));
+    if let Some(recap) = &output.recap {
+        out.push_str("\n## Recap\n");
+        out.push_str(&recap.text);
+        out.push('\n');
+    }
+    if !output.blockers.is_empty() {
+        out.push_str("\n## Blocked: fix these, then call continue_workflow again with the same stateToken and the NEW ackToken below\n");
+        for b in &output.blockers {
+            out.push_str(&format!(
+                "- {} ({}): {}\n",
+                b.code,
+                b.pointer.kind(),
+                b.message.as_str()
+            ));
+            if let Some(fix) = &b.suggested_fix {
+                out.push_str(&format!("  fix: {}\n", fix.as_str()));
+            }
+        }
+    }
+    match &output.pending {
+        Some(p) => {
+            out.push_str(&format!("\n## Pending step: {} [{}]\n", p.title, p.step_id));
+            out.push_str(&p.prompt);
+            out.push('\n');
+            if p.require_confirmation {
+                out.push_str(
+                    "\n(This step requires the user's confirmation before you continue.)\n",
+                );
+            }
+        }
+        None if output.is_complete => out.push_str("\nThe workflow is complete.\n"),
+        None => {}
+    }
+    for w in &output.warnings {
+        out.push_str(&format!("\nWarning ({}): {}\n", w.code, w.message));
+    }
+    out.push_str(&format!(
+        "\n## Tokens for run \"{}\" (copy exactly; never edit)\nstateToken: {}\n",
+        output.run.label, output.state_token
+    ));
+    if let Some(ack) = &output.ack_token {
+        out.push_str(&format!("ackToken: {ack}\n"));
+    }
+    if let Some(chk) = &output.checkpoint_token {
+        out.push_str(&format!("checkpointToken: {chk}\n"));
+    }
+    out.push_str(&format!(
+        "\nNext: {}\n",
+        match output.next_intent {
+            NextIntent::Complete => "nothing; the run is complete. Use checkpoint_workflow to record further notes if needed.",
+            NextIntent::AwaitUserConfirmation => "show the step to the user and wait for confirmation; then do it and call continue_workflow with stateToken, ackToken and output.notesMarkdown (a fresh recap of this step only).",
+            NextIntent::PerformPendingThenContinue => "do the pending step, then call continue_workflow with stateToken, ackToken and output.notesMarkdown (a fresh recap of this step only).",
+            NextIntent::RehydrateOnly => "call continue_workflow with only the stateToken to recover the pending step.",
+        }
+    ));
+    out
+}

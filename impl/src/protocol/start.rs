@@ -1,0 +1,179 @@
+//! `start_workflow`: resolve and pin the compiled workflow, start the interpreter, and commit
+//! `session_created`, `run_started`, the root `node_created` (plus initial context, preferences
+//! and decision trace) as one append plan.
+
+use workrail_spec::closed::{ContextSource, NodeKind, PreferenceSource};
+use workrail_spec::context::ContextError;
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
+use workrail_spec::event::{
+    ContextSet, EventData, EventScope, NodeCreated, PreferencesChanged, RunStarted, SessionCreated,
+};
+use workrail_spec::ids::{ChangeId, ContextId, NodeId, RunId, SessionId, TraceId};
+use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
+use workrail_spec::tools::{ExecutionOutput, StartWorkflowInput};
+
+use super::advance::respond_at;
+use super::derive::start_scoped;
+use super::{NodeContext, Workrail, invariant};
+use crate::engine;
+use crate::store::AppendPlan;
+
+fn entropy_error(e: crate::entropy::EntropyError) -> ErrorEnvelope {
+    ErrorEnvelope::new(
+        ErrorCode::StoreIoError,
+        e.to_string(),
+        "Retry the call; if it keeps failing, the system's random source is unavailable.",
+        Retry::RetryableImmediate,
+    )
+}
+
+pub(super) fn start(
+    wr: &Workrail,
+    input: StartWorkflowInput,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
+    if let Some(context) = &input.context {
+        workrail_spec::context::check_context_map(context).map_err(|e| match e {
+            ContextError::OverBudget { measured_bytes, .. } => {
+                ErrorEnvelope::context_over_budget("start_workflow", measured_bytes)
+            }
+            other => ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!("start_workflow: {other}"),
+                "Pass `context` as a JSON object of external inputs (ids, paths, parameters) without the keys __proto__, constructor or prototype.",
+                Retry::NotRetryable,
+            ),
+        })?;
+    }
+    let catalog = (wr.catalog)();
+    let resolved = catalog.resolve(&input.workflow_id).ok_or_else(|| {
+        let available: Vec<String> = catalog
+            .summaries()
+            .iter()
+            .map(|s| s.workflow_id.to_string())
+            .collect();
+        ErrorEnvelope::new(
+            ErrorCode::WorkflowNotFound,
+            format!(
+                "start_workflow: no workflow has the id {:?}.",
+                input.workflow_id
+            ),
+            format!(
+                "Call list_workflows and pass one of its ids exactly; available now: {}.",
+                available.join(", ")
+            ),
+            Retry::NotRetryable,
+        )
+        .with_details(serde_json::json!({"available": available}))
+    })?;
+    let workflow = resolved.workflow;
+    let compiled = &workflow.compiled.snapshot;
+    let workflow_hash = wr.pinned.put(compiled).map_err(|e| e.to_envelope(true))?;
+    let transition = engine::start(compiled, &EngineState::Init)
+        .map_err(|e| invariant(format!("the interpreter cannot start this workflow: {e}")))?;
+    let snapshot = ExecutionSnapshotFileV1 {
+        workflow_hash: workflow_hash.clone(),
+        engine_payload: EnginePayloadV1::new(transition.state.clone())
+            .map_err(|e| invariant(e.to_string()))?,
+    };
+    let snapshot_ref = wr
+        .snapshots
+        .put(&snapshot)
+        .map_err(|e| e.to_envelope(true))?;
+
+    let bytes = |wr: &Workrail| wr.entropy.id_bytes().map_err(entropy_error);
+    let session = SessionId::from_entropy(&bytes(wr)?);
+    let run = RunId::from_entropy(&bytes(wr)?);
+    let root = NodeId::from_entropy(&bytes(wr)?);
+    let root_scope = EventScope::Node(run.clone(), root.clone());
+    let prefs = super::GLOBAL_DEFAULTS.apply(&input.preferences);
+
+    let mut events = vec![
+        wr.event(
+            &session,
+            EventScope::Session,
+            EventData::SessionCreated(SessionCreated {}),
+        )?,
+        wr.event(
+            &session,
+            EventScope::Run(run.clone()),
+            EventData::RunStarted(RunStarted {
+                workflow_id: workflow.workflow_id.clone(),
+                workflow_hash: workflow_hash.clone(),
+                workflow_source_kind: workflow.source_kind,
+                workflow_source_ref: workflow.source_ref.clone(),
+            }),
+        )?,
+        wr.event(
+            &session,
+            root_scope.clone(),
+            EventData::NodeCreated(NodeCreated {
+                node_kind: NodeKind::Step,
+                parent_node_id: None,
+                workflow_hash: workflow_hash.clone(),
+                snapshot_ref,
+            }),
+        )?,
+    ];
+    if !input.preferences.is_empty() {
+        events.push(wr.event(
+            &session,
+            root_scope.clone(),
+            EventData::PreferencesChanged(PreferencesChanged {
+                change_id: ChangeId::from_digest(&start_scoped(&root, "preferences")),
+                source: PreferenceSource::User,
+                delta: input.preferences.clone(),
+                effective: prefs,
+            }),
+        )?);
+    }
+    if let Some(context) = input.context.clone().filter(|c| !c.is_empty()) {
+        events.push(wr.event(
+            &session,
+            EventScope::Run(run.clone()),
+            EventData::ContextSet(ContextSet {
+                context_id: ContextId::from_digest(&start_scoped(&root, "context")),
+                context,
+                source: ContextSource::Initial,
+            }),
+        )?);
+    }
+    if let Some(trace) = transition.trace_event(TraceId::from_digest(&start_scoped(&root, "trace")))
+    {
+        events.push(wr.event(
+            &session,
+            root_scope,
+            EventData::DecisionTraceAppended(trace),
+        )?);
+    }
+
+    let mut output = wr
+        .sessions
+        .with_append_gate(&session, |gate| {
+            gate.append(AppendPlan { events })?;
+            Ok::<_, crate::store::StoreError>(gate.shared())
+        })
+        .map_err(|e| e.to_envelope(true))
+        .and_then(|loaded| {
+            let ctx = NodeContext {
+                loaded,
+                compiled: compiled.clone(),
+                workflow_hash,
+                state: transition.state.clone(),
+            };
+            respond_at(
+                wr,
+                &ctx.loaded.events,
+                &session,
+                &run,
+                &root,
+                &ctx,
+                &transition.state,
+                Vec::new(),
+                false,
+            )
+        })?;
+    output
+        .warnings
+        .extend(resolved.warnings.iter().map(|w| w.to_warning()));
+    Ok(output)
+}

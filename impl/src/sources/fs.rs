@@ -1,0 +1,80 @@
+//! Directory sources: every `*.json` file directly inside one directory (the only module of the
+//! compiler side that touches the filesystem).
+
+use std::path::PathBuf;
+
+use workrail_spec::closed::WorkflowSourceKind;
+
+use super::{SourceDocument, SourceIoError, WorkflowSource};
+
+/// The `*.json` files of one directory, read in file-name order. A missing directory is an
+/// empty source, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirSource {
+    kind: WorkflowSourceKind,
+    root: PathBuf,
+    /// Prefix of every source ref, e.g. `project/workflows` (never an absolute path).
+    label: String,
+}
+
+impl DirSource {
+    pub fn new(kind: WorkflowSourceKind, root: PathBuf, label: &str) -> Self {
+        Self {
+            kind,
+            root,
+            label: label.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+impl WorkflowSource for DirSource {
+    fn kind(&self) -> WorkflowSourceKind {
+        self.kind
+    }
+
+    fn documents(&self) -> Vec<Result<SourceDocument, SourceIoError>> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(e) => {
+                return vec![Err(SourceIoError {
+                    source_ref: self.label.clone(),
+                    message: e.to_string(),
+                })];
+            }
+        };
+        let mut files: Vec<(String, PathBuf)> = Vec::new();
+        let mut out = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(entry) => {
+                    let path = entry.path();
+                    let is_json = path.extension().is_some_and(|e| e == "json");
+                    if is_json && path.is_file() {
+                        files.push((entry.file_name().to_string_lossy().into_owned(), path));
+                    }
+                }
+                Err(e) => out.push(Err(SourceIoError {
+                    source_ref: self.label.clone(),
+                    message: e.to_string(),
+                })),
+            }
+        }
+        files.sort();
+        for (name, path) in files {
+            let source_ref = format!("{}/{name}", self.label);
+            out.push(match std::fs::read_to_string(&path) {
+                Ok(text) => Ok(SourceDocument { source_ref, text }),
+                Err(e) => Err(SourceIoError {
+                    source_ref,
+                    message: e.to_string(),
+                }),
+            });
+        }
+        out
+    }
+}

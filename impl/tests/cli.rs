@@ -1,0 +1,319 @@
+//! The `workrail` command line, run as a real process.
+//!
+//! Guards against: `validate` hiding problems or printing a workflowHash that differs from the
+//! golden one; wrong exit codes (0 success, 1 failure, 2 usage); `inspect` and `keys rotate`
+//! failing on a fresh data directory or losing the tokens minted before a rotation; the default
+//! command not being the MCP server; and logs leaking onto stdout, which belongs to MCP.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A `workrail` command isolated in `dir` (data dir, home and working directory).
+fn workrail(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_workrail"));
+    cmd.env("WORKRAIL_DATA_DIR", dir)
+        .env("HOME", dir)
+        .env_remove("WORKRAIL_WORKFLOW_DIRS")
+        .env_remove("WORKRAIL_LOG")
+        .current_dir(dir);
+    cmd
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    workrail(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+#[test]
+fn help_and_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = run(dir.path(), &["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    for needle in [
+        "mcp",
+        "validate",
+        "inspect",
+        "keys",
+        "WORKRAIL_DATA_DIR",
+        "WORKRAIL_WORKFLOW_DIRS",
+        "WORKRAIL_LOG",
+    ] {
+        assert!(
+            stdout(&help).contains(needle),
+            "--help lacks {needle}:\n{}",
+            stdout(&help)
+        );
+    }
+    assert_eq!(
+        run(dir.path(), &["validate", "--help"]).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        run(dir.path(), &["keys", "rotate", "--help"]).status.code(),
+        Some(0)
+    );
+    assert_eq!(run(dir.path(), &["--version"]).status.code(), Some(0));
+    for bad in [
+        &["frobnicate"][..],
+        &["validate"],
+        &["inspect"],
+        &["keys"],
+        &["mcp", "extra"],
+    ] {
+        let out = run(dir.path(), bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "{bad:?}");
+    }
+}
+
+#[test]
+fn validate_prints_the_golden_workflow_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = workspace().join("fixtures/workflows");
+    for (source, hash, bundled) in [
+        ("nested_loops.source.json", "nested_loops.hash", false),
+        ("wr.coding_task.source.json", "wr.coding_task.hash", true),
+    ] {
+        let file = fixtures.join(source);
+        let mut args = vec!["validate", file.to_str().unwrap()];
+        if bundled {
+            args.push("--bundled");
+        }
+        let out = run(dir.path(), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{source}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let golden = std::fs::read_to_string(fixtures.join(hash)).unwrap();
+        assert_eq!(stdout(&out).trim(), golden.trim(), "{source}");
+        assert!(stderr(&out).contains("ok, workflow"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn validate_reports_every_problem_with_pointer_and_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.json");
+    std::fs::write(
+        &file,
+        json!({
+            "id": "project.demo",
+            "name": "Demo",
+            "description": "d",
+            "steps": [
+                {"id": "a", "title": "A"},
+                {"id": "b", "title": "B", "prompt": "p", "bogus": 1},
+            ],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = run(dir.path(), &["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("2 problems"), "{text}");
+    assert!(text.contains("at /steps/0/promptBlocks"), "{text}");
+    assert!(
+        text.contains("error[unknown_field] at /steps/1/bogus"),
+        "{text}"
+    );
+    assert_eq!(text.matches("\n  fix: ").count(), 2, "{text}");
+    assert!(
+        text.contains(r#"auto-fix (RFC 6902): {"op":"remove","path":"/steps/1/bogus"}"#),
+        "{text}"
+    );
+
+    // A bundled id outside the bundled source is rejected at /id.
+    let bundled = workspace().join("fixtures/workflows/wr.coding_task.source.json");
+    let out = run(dir.path(), &["validate", bundled.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("error[reserved_namespace] at /id"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Not JSON, and a missing file.
+    std::fs::write(&file, "{ not json").unwrap();
+    let out = run(dir.path(), &["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("error[invalid_json]"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(dir.path(), &["validate", "does-not-exist.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot read does-not-exist.json"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn inspect_reports_unknown_sessions_as_envelopes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("data");
+    let out = workrail(dir.path())
+        .env("WORKRAIL_DATA_DIR", &fresh)
+        .args(["inspect", "sess_nothere"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("SESSION_NOT_FOUND"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("suggestion:"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+    assert!(fresh.is_dir(), "the data directory is created on first use");
+    let out = run(dir.path(), &["inspect", "../etc"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("VALIDATION_ERROR"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// One short MCP session on `dir`: sends `calls` as `tools/call`, returns their results.
+fn mcp_session(cmd: &mut Command, calls: &[(&str, Value)]) -> (Vec<Value>, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = vec![
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cli-test", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ];
+    for (i, (name, args)) in calls.iter().enumerate() {
+        lines.push(json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": name, "arguments": args}}));
+    }
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut results = Vec::new();
+    // Send one request at a time so the order of effects is the order of calls.
+    let mut line = String::new();
+    for message in &lines {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+        let Some(id) = message.get("id") else {
+            continue;
+        };
+        loop {
+            line.clear();
+            assert!(reader.read_line(&mut line).unwrap() > 0, "stdout closed");
+            let v: Value = serde_json::from_str(&line).expect("stdout carries only JSON-RPC");
+            if &v["id"] == id {
+                if id != &json!(0) {
+                    results.push(v["result"].clone());
+                }
+                break;
+            }
+        }
+    }
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+    assert!(
+        rest.trim().is_empty(),
+        "unexpected stdout after EOF: {rest}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "the server exits 0 on EOF");
+    (results, String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn keys_rotate_keeps_earlier_tokens_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (results, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("start_workflow", json!({"workflowId": "wr.coding_task"}))],
+    );
+    let s0 = results[0]["structuredContent"].clone();
+    assert!(s0["stateToken"].is_string(), "{}", results[0]);
+    let out = run(dir.path(), &["keys", "rotate"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Rotated"));
+    assert!(dir.path().join("keys/keyring.json").is_file());
+    // The default command (no arguments) is the MCP server; old tokens still verify.
+    let (results, _) = mcp_session(
+        &mut workrail(dir.path()),
+        &[(
+            "continue_workflow",
+            json!({"stateToken": s0["stateToken"], "ackToken": s0["ackToken"], "output": {"notesMarkdown": "done"}}),
+        )],
+    );
+    assert_eq!(results[0]["isError"], false, "{}", results[0]);
+    assert_ne!(
+        results[0]["structuredContent"]["stateToken"],
+        s0["stateToken"]
+    );
+    // `inspect` shows the session.
+    let session = s0["session"]["sessionId"].as_str().unwrap();
+    let out = run(dir.path(), &["inspect", session]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains(session), "{}", stdout(&out));
+    assert!(stdout(&out).contains("done"), "{}", stdout(&out));
+}
+
+#[test]
+fn logs_go_to_stderr_never_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (results, logs) = mcp_session(
+        workrail(dir.path())
+            .args(["mcp"])
+            .env("WORKRAIL_LOG", "debug"),
+        &[
+            ("list_workflows", json!({})),
+            ("start_workflow", json!({"bad": true})),
+        ],
+    );
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[1]["isError"], true);
+    assert!(
+        logs.contains("DEBUG"),
+        "WORKRAIL_LOG=debug should log to stderr: {logs}"
+    );
+    // An invalid filter falls back to the default with a notice, and still serves.
+    let (results, logs) = mcp_session(
+        workrail(dir.path())
+            .args(["mcp"])
+            .env("WORKRAIL_LOG", "=[bad"),
+        &[("list_workflows", json!({}))],
+    );
+    assert_eq!(results[0]["isError"], false);
+    assert!(logs.contains("ignoring invalid WORKRAIL_LOG"), "{logs}");
+}

@@ -1,0 +1,410 @@
+//! Retention and CAS garbage collection through `Workrail::gc`, with the clock under test
+//! control.
+//!
+//! Guards against: deleting a kept or young session, or a snapshot, pinned workflow or artifact
+//! a retained session still needs; keeping expired sessions or unreachable old objects forever;
+//! deleting CAS objects before (or without) the sessions that held them; any deletion while a
+//! session is corrupt or of an unknown version (safe mode) or while a session is locked by
+//! another writer; a dry run that writes; a missing or invalid retention config handled
+//! silently.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bundle_support;
+mod protocol_support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bundle_support::*;
+use serde_json::json;
+use workrail::bundle::NoProgress;
+use workrail::gc::{
+    GcOptions, GcReport, GcWarningCode, RETENTION_CONFIG_PATH, RetentionConfig, RetentionDecision,
+};
+use workrail::protocol::Workrail;
+use workrail::store::fs::StoreFs;
+use workrail::store::memfs::MemFs;
+use workrail::store::{ArtifactStore, PinnedWorkflowStore, SnapshotStore, layout};
+use workrail_spec::closed::SessionHealthKind;
+use workrail_spec::error::ErrorCode;
+use workrail_spec::event::{EventData, OutputPayload};
+use workrail_spec::ids::{SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
+
+use protocol_support::rehydrate;
+
+fn gc(wr: &Workrail, clock: &TestClock, options: GcOptions) -> GcReport {
+    wr.gc(&options, clock, &NoProgress).unwrap()
+}
+
+fn write_config(fs: &dyn StoreFs, ttl_days: u64, keep: &[&SessionId]) {
+    RetentionConfig {
+        ttl_days,
+        keep: keep.iter().map(|s| (*s).clone()).collect(),
+    }
+    .save(fs)
+    .unwrap();
+}
+
+/// Everything a session needs: its node snapshots, its runs' workflows, its artifacts.
+fn needs(
+    wr: &Workrail,
+    session: &SessionId,
+) -> (Vec<SnapshotRef>, Vec<WorkflowHash>, Vec<Sha256Digest>) {
+    let (mut s, mut w, mut a) = (Vec::new(), Vec::new(), Vec::new());
+    for e in events(wr, session) {
+        match e.data() {
+            EventData::NodeCreated(n) => s.push(n.snapshot_ref.clone()),
+            EventData::RunStarted(r) => w.push(r.workflow_hash.clone()),
+            EventData::NodeOutputAppended(o) => {
+                if let OutputPayload::ArtifactRef { sha256, .. } = &o.payload {
+                    a.push(sha256.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    (s, w, a)
+}
+
+fn assert_intact(fs: &MemFs, wr: &Workrail, built: &Built) {
+    let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
+    let (snapshots, workflows, artifacts) = needs(wr, &built.session);
+    for s in snapshots {
+        SnapshotStore::new(Arc::clone(&shared)).get(&s).unwrap();
+    }
+    for w in workflows {
+        PinnedWorkflowStore::new(Arc::clone(&shared))
+            .get(&w)
+            .unwrap();
+    }
+    for a in artifacts {
+        ArtifactStore::new(Arc::clone(&shared)).get(&a).unwrap();
+    }
+    wr.continue_workflow(rehydrate(&built.last().state_token))
+        .unwrap();
+}
+
+/// lock: L-GC-RETENTION, L-GC-ROOTS, L-GC-REACHABILITY, L-GC-DELETE-ORDER
+#[test]
+fn expired_sessions_go_first_then_only_unreachable_old_objects() {
+    let rec = RecordingFs::new(MemFs::new());
+    let fs = rec.inner.clone();
+    let wr = rec.open(41);
+    let advance = Op::Advance {
+        artifact: true,
+        decide: None,
+    };
+    let old_demo = build_session(&wr, "project.demo", &[advance.clone(), advance.clone()]);
+    let one = std::slice::from_ref(&advance);
+    let young_demo = build_session(&wr, "project.demo", one);
+    let kept = build_session(&wr, "wr.coding_task", one);
+    let old_bug = build_session(&wr, "wr.bug_investigation", one);
+    let clock = TestClock::new();
+    clock.set_session_age(&old_demo.session, 90);
+    clock.set_session_age(&young_demo.session, 10);
+    clock.set_session_age(&kept.session, 365);
+    clock.set_session_age(&old_bug.session, 61);
+    write_config(&fs, 60, &[&kept.session]);
+    // An unreachable artifact that is old, and one written a minute ago (a writer in flight).
+    let artifacts = ArtifactStore::new(Arc::new(fs.clone()));
+    let (old_orphan, _) = artifacts.put_json(&json!({"orphan": "old"})).unwrap();
+    let (young_orphan, _) = artifacts.put_json(&json!({"orphan": "young"})).unwrap();
+    clock.set_age(
+        layout::artifact_path(&young_orphan),
+        std::time::Duration::from_secs(60),
+    );
+    let (old_needs, bug_needs) = (needs(&wr, &old_demo.session), needs(&wr, &old_bug.session));
+    let young_needs = needs(&wr, &young_demo.session);
+    rec.removed.lock().unwrap().clear();
+
+    let report = gc(&wr, &clock, GcOptions::default());
+    assert!(!report.safe_mode, "{:?}", report.warnings);
+    let mut deleted = report.deleted_sessions.clone();
+    deleted.sort();
+    let mut expected = vec![old_demo.session.clone(), old_bug.session.clone()];
+    expected.sort();
+    assert_eq!(deleted, expected);
+    let decision = |s: &SessionId| {
+        report
+            .sessions
+            .iter()
+            .find(|v| &v.session_id == s)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        decision(&kept.session).decision,
+        RetentionDecision::KeepListed
+    );
+    assert_eq!(
+        decision(&young_demo.session).decision,
+        RetentionDecision::WithinTtl
+    );
+    assert_eq!(decision(&young_demo.session).age_days, Some(10));
+    assert!(decision(&old_demo.session).deleted);
+    assert!(decision(&old_bug.session).deleted);
+    for gone in [&old_demo.session, &old_bug.session] {
+        assert!(
+            fs.files()
+                .iter()
+                .all(|p| !p.starts_with(layout::session_dir(gone)))
+        );
+    }
+    // Retained sessions have everything and continue.
+    assert_intact(&fs, &wr, &young_demo);
+    assert_intact(&fs, &wr, &kept);
+    // What only the deleted sessions needed is gone; shared objects (the demo workflow) stay.
+    assert!(report.deleted_pinned_workflows.contains(&bug_needs.1[0]));
+    assert!(!report.deleted_pinned_workflows.contains(&old_needs.1[0]));
+    assert_eq!(old_needs.1[0], young_needs.1[0]);
+    for s in bug_needs.0.iter().chain(&old_needs.0) {
+        if !young_needs.0.contains(s) {
+            assert!(report.deleted_snapshots.contains(s), "{s}");
+            assert!(!fs.files().contains(&layout::snapshot_path(s)));
+        }
+    }
+    assert!(report.deleted_artifacts.contains(&old_orphan));
+    assert!(!report.deleted_artifacts.contains(&young_orphan));
+    assert!(fs.files().contains(&layout::artifact_path(&young_orphan)));
+    assert_eq!(report.young_objects_kept, 1);
+    // Sessions were removed before any CAS object.
+    let removed = rec.removed();
+    assert!(removed.iter().any(|p| p.starts_with(layout::SNAPSHOTS_DIR)));
+    assert!(sessions_removed_before_cas(&removed), "{removed:?}");
+
+    // A second run has nothing left to do.
+    let again = gc(&wr, &clock, GcOptions::default());
+    assert!(again.deleted_sessions.is_empty());
+    assert!(again.deleted_snapshots.is_empty() && again.deleted_artifacts.is_empty());
+}
+
+/// lock: L-GC-SAFE-MODE, L-GC-VALIDATED-FIRST, L-HEALTH-CORRUPTION-CODES
+#[test]
+fn a_corrupt_or_unknown_version_session_stops_every_deletion() {
+    for unknown_version in [false, true] {
+        let fs = MemFs::new();
+        let wr = open_seeded(&fs, 42);
+        let expired = build_session(&wr, "project.demo", &[]);
+        let damaged = build_session(&wr, "project.demo", &[]);
+        if unknown_version {
+            fs.corrupt(&layout::manifest_path(&damaged.session), |bytes| {
+                let text = String::from_utf8(bytes.clone()).unwrap();
+                *bytes = text.replacen("\"v\":1", "\"v\":7", 1).into_bytes();
+            });
+        } else {
+            let dir = layout::events_dir(&damaged.session);
+            let segment = fs.list_dir(&dir).unwrap().pop().unwrap();
+            fs.corrupt(&dir.join(segment), |b| b[10] ^= 0x20);
+        }
+        let artifacts = ArtifactStore::new(Arc::new(fs.clone()));
+        artifacts.put_json(&json!({"orphan": true})).unwrap();
+        write_config(&fs, 1, &[]);
+        let clock = TestClock::new();
+        clock.set_session_age(&expired.session, 30);
+        clock.set_session_age(&damaged.session, 30);
+        let wr = open_seeded(&fs, 42); // a fresh process: validates from disk
+        let before = fs.snapshot();
+        for dry_run in [true, false] {
+            let report = gc(
+                &wr,
+                &clock,
+                GcOptions {
+                    dry_run,
+                    ttl_days: None,
+                },
+            );
+            assert!(report.safe_mode);
+            assert!(report.deleted_sessions.is_empty());
+            assert!(report.deleted_snapshots.is_empty());
+            assert!(report.deleted_pinned_workflows.is_empty());
+            assert!(report.deleted_artifacts.is_empty());
+            let warning = report
+                .warnings
+                .iter()
+                .find(|w| w.session_id.as_ref() == Some(&damaged.session))
+                .expect("a warning naming the damaged session");
+            if unknown_version {
+                assert_eq!(warning.code, GcWarningCode::SafeModeUnknownVersion);
+                assert_eq!(warning.health, Some(SessionHealthKind::UnknownVersion));
+                assert_eq!(warning.reason.as_deref(), Some("unknown_version"));
+            } else {
+                assert_eq!(warning.code, GcWarningCode::SafeModeCorruptSession);
+                assert_eq!(warning.health, Some(SessionHealthKind::CorruptHead));
+                assert_eq!(warning.reason.as_deref(), Some("segment_digest_mismatch"));
+            }
+            assert!(warning.message.contains("safe mode"));
+            assert_eq!(
+                fs.snapshot(),
+                before,
+                "safe mode wrote or deleted something"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dry_run_reports_exactly_what_a_real_run_deletes_and_writes_nothing() {
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 43);
+    let old = build_session(
+        &wr,
+        "project.demo",
+        &[Op::Advance {
+            artifact: true,
+            decide: None,
+        }],
+    );
+    let young = build_session(&wr, "wr.coding_task", &[]);
+    let clock = TestClock::new();
+    clock.set_session_age(&old.session, 70);
+    clock.set_session_age(&young.session, 3);
+    let before = fs.snapshot();
+    let dry = gc(
+        &wr,
+        &clock,
+        GcOptions {
+            dry_run: true,
+            ttl_days: None,
+        },
+    );
+    assert_eq!(fs.snapshot(), before, "a dry run wrote something");
+    assert!(
+        !fs.files()
+            .contains(&Path::new(RETENTION_CONFIG_PATH).to_path_buf())
+    );
+    assert_eq!(dry.ttl_days, 60, "the default TTL");
+    assert_eq!(dry.deleted_sessions, vec![old.session.clone()]);
+    assert!(!dry.deleted_snapshots.is_empty() && !dry.deleted_artifacts.is_empty());
+    assert!(dry.sessions.iter().all(|s| !s.deleted));
+    let real = gc(&wr, &clock, GcOptions::default());
+    assert_eq!(real.deleted_sessions, dry.deleted_sessions);
+    assert_eq!(real.deleted_snapshots, dry.deleted_snapshots);
+    assert_eq!(real.deleted_pinned_workflows, dry.deleted_pinned_workflows);
+    assert_eq!(real.deleted_artifacts, dry.deleted_artifacts);
+    assert_intact(&fs, &wr, &young);
+}
+
+/// lock: L-GC-RETENTION
+#[test]
+fn the_retention_config_is_created_on_demand_validated_and_overridable() {
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 44);
+    let session = build_session(&wr, "project.demo", &[]);
+    let clock = TestClock::new();
+    clock.set_session_age(&session.session, 20);
+    let report = gc(&wr, &clock, GcOptions::default());
+    assert!(report.deleted_sessions.is_empty());
+    let config: serde_json::Value =
+        serde_json::from_slice(&fs.read(Path::new(RETENTION_CONFIG_PATH)).unwrap().unwrap())
+            .unwrap();
+    assert_eq!(config, json!({"ttlDays": 60, "keep": []}));
+
+    // An invalid config is an error, and nothing is deleted.
+    fs.write_new(Path::new(RETENTION_CONFIG_PATH), br#"{"ttlDays": "soon"}"#)
+        .unwrap();
+    let before = fs.snapshot();
+    let err = wr
+        .gc(
+            &GcOptions {
+                dry_run: false,
+                ttl_days: Some(0),
+            },
+            &clock,
+            &NoProgress,
+        )
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::ValidationError);
+    assert!(err.message.contains(RETENTION_CONFIG_PATH));
+    assert_eq!(fs.snapshot(), before);
+
+    // The keep list protects a session from any TTL; the override applies to this run only.
+    write_config(&fs, 60, &[&session.session]);
+    let kept = gc(
+        &wr,
+        &clock,
+        GcOptions {
+            dry_run: false,
+            ttl_days: Some(0),
+        },
+    );
+    assert_eq!(kept.ttl_days, 0);
+    assert!(kept.deleted_sessions.is_empty());
+    write_config(&fs, 60, &[]);
+    let expired = gc(
+        &wr,
+        &clock,
+        GcOptions {
+            dry_run: false,
+            ttl_days: Some(7),
+        },
+    );
+    assert_eq!(expired.deleted_sessions, vec![session.session.clone()]);
+    assert_eq!(RetentionConfig::load(&fs).unwrap().unwrap().ttl_days, 60);
+}
+
+/// lock: L-GC-REACHABILITY
+#[test]
+fn an_expired_session_locked_by_another_writer_is_retained_with_its_objects() {
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 45);
+    let busy = build_session(
+        &wr,
+        "project.demo",
+        &[Op::Advance {
+            artifact: true,
+            decide: None,
+        }],
+    );
+    let clock = TestClock::new();
+    clock.set_session_age(&busy.session, 100);
+    let lock = fs.try_lock(&layout::lock_path(&busy.session)).unwrap();
+    let report = gc(&wr, &clock, GcOptions::default());
+    drop(lock);
+    assert!(report.deleted_sessions.is_empty());
+    let verdict = &report.sessions[0];
+    assert_eq!(verdict.decision, RetentionDecision::Locked);
+    assert!(!verdict.deleted);
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.code == GcWarningCode::SessionLocked
+                && w.session_id.as_ref() == Some(&busy.session))
+    );
+    assert!(report.deleted_snapshots.is_empty() && report.deleted_artifacts.is_empty());
+    assert_intact(&fs, &wr, &busy);
+    // Once the lock is free it goes.
+    let report = gc(&wr, &clock, GcOptions::default());
+    assert_eq!(report.deleted_sessions, vec![busy.session.clone()]);
+}
+
+#[test]
+fn an_imported_session_keeps_its_objects_alive() {
+    let source_fs = MemFs::new();
+    let source = open_seeded(&source_fs, 46);
+    let built = build_session(
+        &source,
+        "project.demo",
+        &[Op::Advance {
+            artifact: true,
+            decide: None,
+        }],
+    );
+    let text = export(&source, &built.session).text;
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 47);
+    let report = wr
+        .import_bundle(&text, &Default::default(), &NoProgress)
+        .unwrap();
+    let clock = TestClock::new();
+    clock.set_session_age(&report.session_id, 1);
+    let gc_report = gc(&wr, &clock, GcOptions::default());
+    assert!(gc_report.deleted_sessions.is_empty());
+    assert!(gc_report.deleted_snapshots.is_empty());
+    assert!(gc_report.deleted_pinned_workflows.is_empty());
+    assert!(gc_report.deleted_artifacts.is_empty());
+    let resumed = report.runs[0].resume.clone().unwrap();
+    wr.continue_workflow(rehydrate(&resumed.state_token))
+        .unwrap();
+}

@@ -1,0 +1,564 @@
+//! End to end over real stdio: the built `workrail` binary, spoken to as an MCP client would
+//! (newline-delimited JSON-RPC: `initialize`, `notifications/initialized`, `tools/list`,
+//! `tools/call`), with a fresh `WORKRAIL_DATA_DIR` per test.
+//!
+//! Guards against: the server writing anything but MCP to stdout, failing the handshake, or not
+//! exiting 0 on stdin EOF; execution responses whose text is not the protocol's rendering of
+//! their `structuredContent`; a bundled workflow that cannot be driven to completion by an agent
+//! that follows the blocked responses' examples; replayed acks that are not byte-identical;
+//! rewinds that do not fork; tampered tokens that are not rejected as `TOKEN_BAD_SIGNATURE`;
+//! runs that cannot continue from the same tokens after a server restart; and bad arguments or
+//! over-budget context surfacing as anything but `VALIDATION_ERROR` tool results.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use workrail_spec::tools::{ExecutionOutput, TOOL_NAMES};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `workrail mcp` child process.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    next_id: i64,
+}
+
+impl Server {
+    /// Spawns `workrail mcp` on `data_dir`, isolated from the developer's home and project
+    /// workflow directories.
+    fn spawn(data_dir: &Path) -> Server {
+        // Run where no project workflow directories exist (the data dir may not exist yet).
+        let cwd = data_dir.ancestors().find(|p| p.is_dir()).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+            .arg("mcp")
+            .env("WORKRAIL_DATA_DIR", data_dir)
+            .env("HOME", data_dir)
+            .env_remove("WORKRAIL_WORKFLOW_DIRS")
+            .env_remove("XDG_DATA_HOME")
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn workrail");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Server {
+            child,
+            stdin,
+            lines: rx,
+            next_id: 0,
+        }
+    }
+
+    /// Spawns and completes the MCP handshake.
+    fn start(data_dir: &Path) -> Server {
+        let mut server = Server::spawn(data_dir);
+        let init = server.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "workrail-e2e", "version": "0"},
+            }),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "workrail", "{init}");
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        let mut line = serde_json::to_string(message).unwrap();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a request and returns its response. Every stdout line must be JSON-RPC.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no response to {method} within {TIMEOUT:?}")
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("server closed stdout during {method}")
+                }
+            };
+            let value: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line:?}"));
+            assert_eq!(value["jsonrpc"], "2.0", "not JSON-RPC: {line}");
+            if value["id"] == json!(id) {
+                return value;
+            }
+        }
+    }
+
+    /// `tools/call`; returns the tool result (never a JSON-RPC error).
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let response = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        assert!(
+            response.get("error").is_none(),
+            "{tool} became a JSON-RPC error: {response}"
+        );
+        response["result"].clone()
+    }
+
+    /// A successful execution call; checks it is text-first and returns `structuredContent`.
+    fn exec(&mut self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments.clone());
+        assert_eq!(
+            result["isError"], false,
+            "{tool} {arguments} failed: {result}"
+        );
+        assert_text_first(&result);
+        result["structuredContent"].clone()
+    }
+
+    /// An error result; returns the envelope.
+    fn error(&mut self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments);
+        assert_eq!(result["isError"], true, "{result}");
+        let envelope = result["structuredContent"].clone();
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(envelope["code"].as_str().unwrap()), "{text}");
+        assert!(
+            text.contains(envelope["suggestion"].as_str().unwrap()),
+            "{text}"
+        );
+        envelope
+    }
+
+    /// Closes stdin and waits for the exit status.
+    fn close(mut self) -> ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the server did not exit after stdin EOF");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `content[0].text` is exactly the protocol's rendering of `structuredContent`.
+fn assert_text_first(result: &Value) {
+    let output: ExecutionOutput = serde_json::from_value(result["structuredContent"].clone())
+        .unwrap_or_else(|e| panic!("structuredContent is not an ExecutionOutput ({e}): {result}"));
+    assert_eq!(result["content"][0]["type"], "text");
+    assert_eq!(
+        result["content"][0]["text"].as_str().unwrap(),
+        workrail::protocol::render_text(&output),
+        "content[0].text is not the rendering of structuredContent"
+    );
+}
+
+/// The artifacts a blocked response asks for, from its blockers' examples; loop decisions are
+/// set to `stop` so loops end after one pass.
+fn artifacts_from_blockers(out: &Value) -> Vec<Value> {
+    let blockers = out["blockers"]
+        .as_array()
+        .expect("a blocked response has blockers");
+    assert!(!blockers.is_empty());
+    blockers
+        .iter()
+        .map(|b| {
+            assert_eq!(
+                b["code"], "MISSING_REQUIRED_OUTPUT",
+                "unexpected blocker {b}"
+            );
+            let fix = b["suggestedFix"]
+                .as_str()
+                .expect("the blocker suggests a fix");
+            let start = fix
+                .find('{')
+                .unwrap_or_else(|| panic!("no example in {fix:?}"));
+            let mut example: Value = serde_json::from_str(&fix[start..])
+                .unwrap_or_else(|e| panic!("the example does not parse ({e}): {fix:?}"));
+            if example["kind"] == "wr.loop_control" {
+                example["decision"] = json!("stop");
+            }
+            example
+        })
+        .collect()
+}
+
+/// The ack an agent sends for `out`: notes, plus the artifacts a blocked response asked for.
+fn ack_args(out: &Value, notes: &str) -> Value {
+    let mut output = json!({"notesMarkdown": notes});
+    if out["kind"] == "blocked" {
+        output["artifacts"] = Value::Array(artifacts_from_blockers(out));
+    }
+    json!({"stateToken": out["stateToken"], "ackToken": out["ackToken"], "output": output})
+}
+
+/// Drives a run from `out` to completion; returns every response in order.
+fn drive_to_completion(server: &mut Server, mut out: Value) -> Vec<Value> {
+    let mut seen = vec![out.clone()];
+    for n in 1..=100 {
+        if out["isComplete"] == true {
+            return seen;
+        }
+        assert_execution_shape(&out);
+        out = server.exec(
+            "continue_workflow",
+            ack_args(&out, &format!("step {n} done")),
+        );
+        seen.push(out.clone());
+    }
+    panic!("the run did not complete within 100 acks");
+}
+
+/// A not-yet-complete execution response carries every token and a pending step.
+fn assert_execution_shape(out: &Value) {
+    for field in ["stateToken", "ackToken", "checkpointToken"] {
+        assert!(
+            out[field].as_str().is_some_and(|t| !t.is_empty()),
+            "{field} missing: {out}"
+        );
+    }
+    assert!(out["pending"]["stepId"].is_string(), "{out}");
+    assert!(
+        out["pending"]["prompt"]
+            .as_str()
+            .is_some_and(|p| !p.is_empty()),
+        "{out}"
+    );
+    assert_eq!(out["isComplete"], false);
+    assert!(out["session"]["sessionId"].is_string() && out["session"]["runId"].is_string());
+}
+
+fn data_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// lock: L-MCP-TOOL-SET, L-MCP-NO-PROJECTION-TOOLS
+#[test]
+fn stdio_lists_exactly_the_tools_and_exits_zero_on_eof() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let list = server.request("tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, TOOL_NAMES.to_vec());
+    let catalog: Value = serde_json::from_str(&workrail::mcp::catalog::render_catalog()).unwrap();
+    // What is served is exactly the generated catalog entry.
+    assert_eq!(list["result"]["tools"], catalog["tools"]);
+    assert!(server.close().success());
+    // The data directory is created on first use, with no configuration.
+    let fresh = dir.path().join("nested/not-yet-created");
+    let mut server = Server::start(&fresh);
+    let out = server.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    assert_execution_shape(&out);
+    assert!(server.close().success());
+    assert!(fresh.join("sessions").is_dir());
+}
+
+#[test]
+fn eof_before_and_during_the_handshake_exits_zero() {
+    let dir = data_dir();
+    let server = Server::spawn(dir.path());
+    assert!(server.close().success(), "EOF before initialize");
+    let mut server = Server::spawn(dir.path());
+    server.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}));
+    assert!(server.close().success(), "EOF right after initialize");
+}
+
+/// lock: L-MCP-TEXT-FIRST, L-MCP-EXECUTION-RESPONSE, L-MCP-INSPECT-READ-ONLY
+#[test]
+fn bundled_workflows_run_to_completion_over_stdio() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let list = server.call("list_workflows", json!({}));
+    assert_eq!(list["isError"], false, "{list}");
+    let ids: Vec<String> = list["structuredContent"]["workflows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workflowId"].as_str().unwrap().to_owned())
+        .collect();
+    let bundled: Vec<&String> = ids.iter().filter(|id| id.starts_with("wr.")).collect();
+    assert!(!bundled.is_empty(), "no bundled workflows listed: {ids:?}");
+    let text = list["content"][0]["text"].as_str().unwrap();
+    for id in &bundled {
+        assert!(text.contains(id.as_str()), "{text}");
+    }
+    // Discovery writes nothing.
+    let inspect = server.call(
+        "inspect_workflow",
+        json!({"workflowId": bundled[0], "mode": "preview"}),
+    );
+    assert_eq!(inspect["isError"], false, "{inspect}");
+    assert!(
+        inspect["structuredContent"]["workflowHash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(
+        !dir.path().join("sessions").exists()
+            || std::fs::read_dir(dir.path().join("sessions"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+
+    for id in &bundled {
+        let start = server.exec("start_workflow", json!({"workflowId": id}));
+        let responses = drive_to_completion(&mut server, start);
+        let last = responses.last().unwrap();
+        assert_eq!(last["isComplete"], true, "{id}");
+        assert!(
+            last["pending"].is_null(),
+            "{id}: pending must be null once complete"
+        );
+        assert_eq!(last["nextIntent"], "complete", "{id}");
+        assert!(
+            matches!(
+                last["run"]["status"].as_str(),
+                Some("complete" | "complete_with_gaps")
+            ),
+            "{id}: {}",
+            last["run"]
+        );
+        assert!(responses.len() > 2, "{id} completed suspiciously fast");
+    }
+    assert!(server.close().success());
+}
+
+/// lock: L-TOKEN-ACK-IDEMPOTENT, L-TOKEN-REPLAY-FACTS
+#[test]
+fn a_replayed_ack_returns_the_byte_identical_response() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    let args = ack_args(&s0, "first step");
+    let first = server.call("continue_workflow", args.clone());
+    let again = server.call("continue_workflow", args.clone());
+    assert_eq!(
+        serde_json::to_string(&first["structuredContent"]).unwrap(),
+        serde_json::to_string(&again["structuredContent"]).unwrap(),
+        "replay differs"
+    );
+    assert_eq!(first["content"], again["content"]);
+    // The replay did not advance twice: the next step follows the first one directly.
+    let s1 = first["structuredContent"].clone();
+    let s2 = server.exec("continue_workflow", ack_args(&s1, "second step"));
+    assert_ne!(s2["pending"]["stepId"], s1["pending"]["stepId"]);
+    let replay_late = server.call("continue_workflow", args);
+    assert_eq!(
+        replay_late["structuredContent"], s1,
+        "a late replay still returns the recorded response"
+    );
+    assert!(server.close().success());
+}
+
+/// lock: L-DAG-NON-TIP-AUTO-FORK, L-TOKEN-ACK-ATTEMPTS, L-MCP-NON-TIP-CONTEXT
+#[test]
+fn rewinding_to_an_older_state_token_forks_a_new_branch() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    let s1 = server.exec(
+        "continue_workflow",
+        ack_args(&s0, "original branch, step 1"),
+    );
+    let s2 = server.exec(
+        "continue_workflow",
+        ack_args(&s1, "original branch, step 2"),
+    );
+    assert_ne!(s2["pending"]["stepId"], s1["pending"]["stepId"]);
+    // The user rewinds the chat to the first response: rehydrate from its stateToken.
+    let back = server.exec("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+    assert_eq!(back["stateToken"], s0["stateToken"]);
+    assert_eq!(back["pending"]["stepId"], s0["pending"]["stepId"]);
+    assert_ne!(
+        back["ackToken"], s0["ackToken"],
+        "a fresh attempt ack for the fork"
+    );
+    let recap = back["recap"]["text"]
+        .as_str()
+        .expect("a non-tip rehydrate explains the branch");
+    assert!(recap.contains("original branch, step 1"), "{recap}");
+    // Acking it forks: a new node beside the old child, same next step.
+    let fork = server.exec(
+        "continue_workflow",
+        ack_args(&back, "forked branch, step 1"),
+    );
+    assert_ne!(fork["stateToken"], s1["stateToken"]);
+    assert_eq!(fork["pending"]["stepId"], s1["pending"]["stepId"]);
+    assert_eq!(
+        fork["session"], s0["session"],
+        "the fork stays in the same run"
+    );
+    // Both branches keep advancing independently.
+    let on_fork = server.exec(
+        "continue_workflow",
+        ack_args(&fork, "forked branch, step 2"),
+    );
+    let on_old = server.exec(
+        "continue_workflow",
+        ack_args(&s2, "original branch, step 3"),
+    );
+    assert_eq!(on_fork["pending"]["stepId"], s2["pending"]["stepId"]);
+    assert_ne!(on_old["stateToken"], on_fork["stateToken"]);
+    assert!(server.close().success());
+    // The CLI shows both branches.
+    let session = s0["session"]["sessionId"].as_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .args(["inspect", session])
+        .env("WORKRAIL_DATA_DIR", dir.path())
+        .env("HOME", dir.path())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for notes in ["original branch, step 2", "forked branch, step 2"] {
+        assert!(text.contains(notes), "{text}");
+    }
+}
+
+/// lock: L-TOKEN-ERRORS, L-ERR-ENVELOPE, L-ERR-DOMAIN-BOUNDARY
+#[test]
+fn a_tampered_token_is_rejected_with_bad_signature() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    let state = s0["stateToken"].as_str().unwrap();
+    // One byte changed in the payload, then one in the signature.
+    for pos in [state.len() / 3, state.len() - 10] {
+        let mut bytes = state.as_bytes().to_vec();
+        bytes[pos] = if bytes[pos] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(bytes).unwrap();
+        for args in [
+            json!({"stateToken": tampered}),
+            json!({"stateToken": tampered, "ackToken": s0["ackToken"], "output": {"notesMarkdown": "x"}}),
+        ] {
+            let e = server.error("continue_workflow", args);
+            assert_eq!(e["code"], "TOKEN_BAD_SIGNATURE", "{e}");
+            assert_eq!(e["retry"]["kind"], "not_retryable");
+        }
+    }
+    // The untouched tokens still work.
+    let s1 = server.exec(
+        "continue_workflow",
+        ack_args(&s0, "after the tamper attempts"),
+    );
+    assert_execution_shape(&s1);
+    assert!(server.close().success());
+}
+
+/// lock: L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn a_restarted_server_continues_from_the_same_tokens() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec(
+        "start_workflow",
+        json!({"workflowId": "wr.bug_investigation"}),
+    );
+    let s1 = server.exec("continue_workflow", ack_args(&s0, "before the restart"));
+    assert!(server.close().success());
+
+    let mut server = Server::start(dir.path());
+    // The pending step is recovered from the token alone.
+    let back = server.exec("continue_workflow", json!({"stateToken": s1["stateToken"]}));
+    assert_eq!(back["pending"]["stepId"], s1["pending"]["stepId"]);
+    // A replay of the pre-restart ack returns the recorded response.
+    let replay = server.exec("continue_workflow", ack_args(&s0, "before the restart"));
+    assert_eq!(replay, s1);
+    // And the run advances from the pre-restart tokens, then completes.
+    let s2 = server.exec("continue_workflow", ack_args(&s1, "after the restart"));
+    assert_ne!(s2["pending"]["stepId"], s1["pending"]["stepId"]);
+    let responses = drive_to_completion(&mut server, s2);
+    assert_eq!(responses.last().unwrap()["isComplete"], true);
+    assert!(server.close().success());
+}
+
+/// lock: L-ERR-NO-PANIC, L-CONTEXT-FAIL-FAST, L-ERR-BUDGET-DETAILS
+#[test]
+fn bad_arguments_are_tool_errors_over_stdio() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let e = server.error("start_workflow", json!({"workflowID": "wr.coding_task"}));
+    assert_eq!(e["code"], "VALIDATION_ERROR");
+    assert_eq!(e["details"]["field"], "workflowID");
+    let e = server.error("continue_workflow", json!({}));
+    assert_eq!(e["details"]["field"], "stateToken");
+    let e = server.error("no_such_tool", json!({}));
+    assert_eq!(e["code"], "VALIDATION_ERROR");
+    let e = server.error(
+        "inspect_workflow",
+        json!({"workflowId": "wr.does_not_exist"}),
+    );
+    assert_eq!(e["code"], "WORKFLOW_NOT_FOUND");
+    // Over-budget context fails fast with the measured size, the maximum and the method.
+    let blob = "x".repeat(300 * 1024);
+    let e = server.error(
+        "start_workflow",
+        json!({"workflowId": "wr.coding_task", "context": {"blob": blob}}),
+    );
+    assert_eq!(e["code"], "VALIDATION_ERROR");
+    assert!(
+        e["details"]["measuredBytes"].as_u64().unwrap() > 256 * 1024,
+        "{e}"
+    );
+    assert_eq!(e["details"]["maxBytes"], 256 * 1024);
+    assert!(e["details"]["measurement"].as_str().is_some());
+    // The server is still healthy afterwards.
+    let ok = server.exec(
+        "start_workflow",
+        json!({"workflowId": "wr.coding_task", "context": {"ticket": "T-1"}}),
+    );
+    assert!(
+        !ok.to_string().contains("T-1"),
+        "context must not be echoed"
+    );
+    assert!(server.close().success());
+}

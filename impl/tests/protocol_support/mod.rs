@@ -1,0 +1,94 @@
+//! A WorkRail over the in-memory filesystem with the bundled workflows plus a small demo.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use workrail::entropy::SeededEntropy;
+use workrail::protocol::{CatalogLoader, Workrail};
+use workrail::sources::bundled::BundledSource;
+use workrail::sources::memory::MemorySource;
+use workrail::sources::{Catalog, WorkflowSource};
+use workrail::store::fs::StoreFs;
+use workrail::store::memfs::MemFs;
+use workrail_spec::closed::WorkflowSourceKind;
+use workrail_spec::tools::{
+    ContinueWorkflowInput, ExecutionOutput, OutputInput, StartWorkflowInput,
+};
+
+pub const DEMO: &str = r#"{
+  "id": "project.demo",
+  "name": "Demo",
+  "description": "Plan, then implement and decide in a bounded loop, then wrap up.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"id": "plan", "title": "Plan", "prompt": "Plan the work."},
+    {"type": "loop", "loopId": "build", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 3,
+     "body": [
+       {"id": "implement", "title": "Implement", "prompt": "Implement the next slice."},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether another iteration is needed.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]},
+    {"id": "wrap", "title": "Wrap up", "prompt": "Summarize what was done."}
+  ]
+}"#;
+
+pub fn catalog() -> CatalogLoader {
+    Arc::new(|| {
+        let bundled = BundledSource;
+        let project = MemorySource::new(WorkflowSourceKind::Project)
+            .with("project/workflows/demo.json", DEMO);
+        let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
+        Catalog::load(&sources)
+    })
+}
+
+pub fn open(fs: &MemFs) -> Workrail {
+    let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
+    Workrail::with_parts(shared, catalog(), Arc::new(SeededEntropy::new(7))).unwrap()
+}
+
+pub fn start(wr: &Workrail, workflow: &str) -> ExecutionOutput {
+    wr.start_workflow(StartWorkflowInput {
+        workflow_id: workflow.into(),
+        context: None,
+        preferences: vec![],
+    })
+    .unwrap()
+}
+
+pub fn ack(out: &ExecutionOutput, notes: &str, artifacts: Vec<Value>) -> ContinueWorkflowInput {
+    ContinueWorkflowInput {
+        state_token: out.state_token.clone(),
+        ack_token: out.ack_token.clone(),
+        context: None,
+        output: Some(OutputInput {
+            notes_markdown: Some(notes.into()),
+            artifacts: artifacts
+                .into_iter()
+                .map(|a| a.as_object().unwrap().clone())
+                .collect(),
+        }),
+        preferences: vec![],
+    }
+}
+
+pub fn rehydrate(state_token: &str) -> ContinueWorkflowInput {
+    ContinueWorkflowInput {
+        state_token: state_token.into(),
+        ack_token: None,
+        context: None,
+        output: None,
+        preferences: vec![],
+    }
+}
+
+pub fn loop_control(decision: &str) -> Value {
+    json!({"kind": "wr.loop_control", "loopId": "build", "decision": decision, "summary": "decided"})
+}
+
+pub fn pending(out: &ExecutionOutput) -> &str {
+    out.pending
+        .as_ref()
+        .map_or("<none>", |p| p.step_id.as_str())
+}
