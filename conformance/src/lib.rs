@@ -1,5 +1,29 @@
 //! `workrail-conformance`: judges any WorkRail v2 server through its MCP stdio surface and any
 //! implementation's pure rules through the offline vectors in `fixtures/vectors/`. It depends on
 //! `workrail-spec` only, never on the production crate.
+//!
+//! - [`scenario`]: the scenario file format (`fixtures/conformance/scenarios/*.json`);
+//! - [`runner`]: one fresh server and data directory per scenario, steps interpreted in order;
+//! - [`checks`]: the checkers, each citing the lock ids it asserts;
+//! - [`expr`]: scenario expressions (`${name.path}`, `$operator` objects);
+//! - [`surface`]: adapts the suite to a server whose tool surface differs, enables optional
+//!   profiles and disables scenarios with a reason;
+//! - [`vectors`]: the offline vectors against an implementation's adapter process;
+//! - [`adapter`]: the reference adapter over `workrail-spec`;
+//! - [`mcp`]: a tiny MCP stdio client with a deadline per request.
+//!
+//! How to run it and how to read its output: `conformance/README.md`.
 
 #![forbid(unsafe_code)]
+
+pub mod adapter;
+pub mod checks;
+pub mod expr;
+pub mod mcp;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod schema;
+pub mod store;
+pub mod surface;
+pub mod vectors;

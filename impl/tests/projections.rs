@@ -116,6 +116,7 @@ impl Log {
                     None => GapResolution::Unresolved,
                 },
                 evidence_refs: None,
+                details: None,
             }),
         );
     }

@@ -533,3 +533,57 @@ fn the_projection_cache_is_versioned_rebuilt_on_mismatch_and_never_truth() {
         .unwrap();
     assert_eq!(pending(&next), "decide");
 }
+
+/// lock: L-LOOP-LIMIT-ERROR
+#[test]
+fn a_loop_limit_carries_structured_details_in_blockers_and_gaps() {
+    let fs = MemFs::new();
+    for autonomy in [Autonomy::Guided, Autonomy::FullAutoNeverStop] {
+        let wr = open(&fs);
+        let mut out = wr
+            .start_workflow(StartWorkflowInput {
+                workflow_id: "project.demo".into(),
+                context: None,
+                preferences: vec![PreferenceDelta::Autonomy(autonomy)],
+            })
+            .unwrap();
+        out = wr.continue_workflow(ack(&out, "Planned.", vec![])).unwrap();
+        for i in 0..3 {
+            out = wr.continue_workflow(ack(&out, "Slice.", vec![])).unwrap();
+            let decision = wr
+                .continue_workflow(ack(&out, "Again.", vec![loop_control("continue")]))
+                .unwrap();
+            if i < 2 {
+                out = decision;
+                continue;
+            }
+            let expected = json!({"kind": "loop_limit", "loopId": "build", "iteration": 2, "maxIterations": 3});
+            if autonomy == Autonomy::Guided {
+                let details =
+                    serde_json::to_value(decision.blockers[0].details.as_ref().unwrap()).unwrap();
+                assert_eq!(details, expected);
+            } else {
+                assert_eq!(decision.kind, ExecutionKind::Ok, "never-stop goes on");
+                let loaded = wr.sessions().load(&out.session.session_id).unwrap();
+                let gap = loaded
+                    .events
+                    .iter()
+                    .rev()
+                    .find_map(|e| match e.data() {
+                        EventData::GapRecorded(g) => Some(g.clone()),
+                        _ => None,
+                    })
+                    .unwrap();
+                assert_eq!(
+                    serde_json::to_value(gap.details.unwrap()).unwrap(),
+                    expected
+                );
+                assert!(
+                    !gap.summary.as_str().contains("Acknowledge"),
+                    "{}",
+                    gap.summary.as_str()
+                );
+            }
+        }
+    }
+}

@@ -926,6 +926,7 @@ fn push_gaps(
                 summary: BoundedText::truncating(&finding.message),
                 resolution: GapResolution::Unresolved,
                 evidence_refs: None,
+                details: None,
             }),
         )?;
     }

@@ -15,7 +15,7 @@ use crate::budget::{
     BLOCKER_MESSAGE_MAX_BYTES, BLOCKER_SUGGESTED_FIX_MAX_BYTES, BoundedText, MAX_BLOCKERS,
 };
 use crate::closed::{Capability, closed_set};
-use crate::ids::{ContextKey, StepId};
+use crate::ids::{ContextKey, LoopId, StepId};
 
 closed_set!(
     /// Blocker codes (locks §1 "Blocker.code"), derived from a `ReasonCode`.
@@ -72,6 +72,26 @@ impl BlockerPointer {
     }
 }
 
+/// Bounded structured details of a blocker or gap (closed union by `kind`), for reasons whose
+/// lock requires machine-readable data beyond the message (locks §9 "Failure mode": a loop
+/// limit carries `loopId`, `iteration` and `maxIterations`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum ReasonDetails {
+    /// A loop was asked to continue when `iteration + 1 == maxIterations`.
+    LoopLimit {
+        loop_id: LoopId,
+        /// The 0-based iteration that asked to continue.
+        iteration: u32,
+        max_iterations: u32,
+    },
+}
+
 /// One reason a run cannot advance.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -83,6 +103,9 @@ pub struct Blocker {
     /// At most 1024 UTF-8 bytes; optional but strongly recommended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggested_fix: Option<BoundedText<BLOCKER_SUGGESTED_FIX_MAX_BYTES>>,
+    /// Structured details where the reason's lock asks for them (decision D33).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<ReasonDetails>,
 }
 
 impl Blocker {
@@ -108,7 +131,14 @@ impl Blocker {
             pointer,
             message,
             suggested_fix,
+            details: None,
         })
+    }
+
+    /// The same blocker with structured details.
+    pub fn with_details(mut self, details: ReasonDetails) -> Self {
+        self.details = Some(details);
+        self
     }
 
     /// The locked sort key `(code, pointer.kind, pointer.* stable fields)`, all by their wire

@@ -160,6 +160,7 @@ fn one_of_each_kind() -> Vec<(EventScope, EventData)> {
                 evidence_refs: Some(vec![EvidenceRef::Event {
                     event_id: event_id(2),
                 }]),
+                details: None,
             }),
         ),
         (

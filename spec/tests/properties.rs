@@ -1178,6 +1178,7 @@ fn body_gap_recorded() -> BoxedStrategy<(At, EventData)> {
                     summary: BoundedText::new(summary).unwrap(),
                     resolution,
                     evidence_refs,
+                    details: None,
                 };
                 (At::Node, EventData::GapRecorded(data))
             },

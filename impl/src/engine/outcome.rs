@@ -64,12 +64,34 @@ pub struct Finding {
 impl Finding {
     /// The blocker this finding becomes in a blocking mode.
     pub fn to_blocker(&self) -> Result<Blocker, BlockerReportError> {
-        Blocker::new(
+        let blocker = Blocker::new(
             self.reason.blocker_code(),
             self.pointer.clone(),
             self.message.clone(),
             Some(self.suggested_fix.clone()),
-        )
+        )?;
+        Ok(match self.reason_details() {
+            Some(details) => blocker.with_details(details),
+            None => blocker,
+        })
+    }
+
+    /// The structured details the reason's lock requires (a loop limit names its loop,
+    /// iteration and maxIterations), for blockers and gaps alike.
+    pub fn reason_details(&self) -> Option<workrail_spec::blocker::ReasonDetails> {
+        match &self.detail {
+            FindingDetail::LoopLimit {
+                loop_id,
+                iteration,
+                max_iterations,
+                ..
+            } => Some(workrail_spec::blocker::ReasonDetails::LoopLimit {
+                loop_id: loop_id.clone(),
+                iteration: *iteration,
+                max_iterations: *max_iterations,
+            }),
+            _ => None,
+        }
     }
 
     /// The severity of the gap to record, if any.

@@ -318,8 +318,9 @@ fn gap_event(
     let Some(severity) = finding.gap_severity() else {
         return Ok(None);
     };
-    let summary =
-        BoundedText::truncating(&format!("{} {}", finding.message, finding.suggested_fix));
+    // The message states what happened; the fix addresses a blocked caller, which a gap's
+    // reader (execution went on) is not.
+    let summary = BoundedText::truncating(&finding.message);
     wr.event(
         session,
         scope,
@@ -330,6 +331,7 @@ fn gap_event(
             summary,
             resolution: GapResolution::Unresolved,
             evidence_refs: evidence.map(|e| vec![e]),
+            details: finding.reason_details(),
         }),
     )
     .map(Some)

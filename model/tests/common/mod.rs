@@ -266,6 +266,7 @@ impl Log {
                     },
                 },
                 evidence_refs: None,
+                details: None,
             }),
         )
     }

@@ -510,6 +510,9 @@ pub struct GapRecorded {
     pub resolution: GapResolution,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_refs: Option<Vec<EvidenceRef>>,
+    /// Structured details where the reason's lock asks for them (e.g. a loop limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<crate::blocker::ReasonDetails>,
 }
 
 /// `divergence_recorded`: intentional off-script behaviour.

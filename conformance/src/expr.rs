@@ -1,0 +1,285 @@
+//! Scenario expressions: saved values, `${name.path}` references and `$operator` objects
+//! (documented in `conformance/README.md`, "Scenario format").
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Map, Value, json};
+use workrail_spec::jcs;
+
+use crate::checks::{brief, brief_json};
+use crate::mcp::{CallOutcome, ToolResult};
+use crate::runner::describe;
+
+/// A saved value: a tool call's outcome or any JSON value.
+#[derive(Debug, Clone)]
+pub enum Var {
+    Call { outcome: CallOutcome },
+    Value(Value),
+}
+
+/// The variables of one scenario run.
+#[derive(Debug, Clone, Default)]
+pub struct Vars(BTreeMap<String, Var>);
+
+impl Vars {
+    pub fn insert(&mut self, name: &str, var: Var) {
+        self.0.insert(name.to_owned(), var);
+    }
+
+    pub fn value(&self, name: &str) -> Result<Value, String> {
+        match self.0.get(name) {
+            Some(Var::Value(v)) => Ok(v.clone()),
+            Some(Var::Call { .. }) => Err(format!("`{name}` is a call result, not a value")),
+            None => Err(format!(
+                "no variable `{name}` (an earlier step did not save it)"
+            )),
+        }
+    }
+
+    pub fn result(&self, name: &str) -> Result<ToolResult, String> {
+        match self.0.get(name) {
+            Some(Var::Call {
+                outcome: CallOutcome::Result(r),
+            }) => Ok(r.clone()),
+            Some(Var::Call { outcome }) => Err(format!(
+                "`{name}` is not a tool result: {}",
+                describe(outcome)
+            )),
+            Some(Var::Value(_)) => Err(format!("`{name}` is a value, not a call result")),
+            None => Err(format!(
+                "no variable `{name}` (an earlier step did not save it)"
+            )),
+        }
+    }
+
+    pub fn eval_string(&self, v: &Value) -> Result<String, String> {
+        match self.eval(v)? {
+            Value::String(s) => Ok(s),
+            other => Err(format!("expected a string, got {}", brief_json(&other))),
+        }
+    }
+
+    /// Evaluates an expression: `${var.path}` references, `$op` objects, plain JSON.
+    pub fn eval(&self, v: &Value) -> Result<Value, String> {
+        match v {
+            Value::String(s) => self.interpolate(s),
+            Value::Array(items) => items
+                .iter()
+                .map(|i| self.eval(i))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array),
+            Value::Object(map) if map.len() == 1 && map.keys().all(|k| k.starts_with('$')) => {
+                let (op, arg) = map.iter().next().ok_or("empty operator")?;
+                self.operator(op, arg)
+            }
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (k, v) in map {
+                    out.insert(k.clone(), self.eval(v)?);
+                }
+                Ok(Value::Object(out))
+            }
+            other => Ok(other.clone()),
+        }
+    }
+
+    fn interpolate(&self, s: &str) -> Result<Value, String> {
+        if let Some(inner) = s.strip_prefix("${").and_then(|r| r.strip_suffix('}'))
+            && !inner.contains("${")
+            && !inner.contains('}')
+        {
+            return self.resolve(inner);
+        }
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let end = after
+                .find('}')
+                .ok_or_else(|| format!("unterminated ${{ in {s:?}"))?;
+            match self.resolve(&after[..end])? {
+                Value::String(v) => out.push_str(&v),
+                other => out.push_str(&other.to_string()),
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(Value::String(out))
+    }
+
+    fn resolve(&self, path: &str) -> Result<Value, String> {
+        let mut segs = path.split('.');
+        let name = segs.next().unwrap_or("");
+        let mut current = match self.0.get(name) {
+            Some(Var::Value(v)) => v.clone(),
+            Some(Var::Call {
+                outcome: CallOutcome::Result(r),
+            }) => {
+                let mut segs2 = path.split('.').skip(1).peekable();
+                match segs2.peek().copied() {
+                    Some("@text") => return Ok(Value::String(r.text.clone())),
+                    Some("@isError") => return Ok(Value::Bool(r.is_error)),
+                    _ => r.structured.clone(),
+                }
+            }
+            Some(Var::Call { outcome }) => {
+                return Err(format!(
+                    "`${{{path}}}`: `{name}` is not a tool result: {}",
+                    describe(outcome)
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "`${{{path}}}`: no variable `{name}` (an earlier step did not save it)"
+                ));
+            }
+        };
+        for seg in segs {
+            let next = match &current {
+                Value::Object(o) => o.get(seg).cloned(),
+                Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i).cloned()),
+                _ => None,
+            };
+            current = next
+                .ok_or_else(|| format!("`${{{path}}}`: no `{seg}` in {}", brief_json(&current)))?;
+        }
+        Ok(current)
+    }
+
+    fn operator(&self, op: &str, arg: &Value) -> Result<Value, String> {
+        let args = || -> Result<Vec<Value>, String> {
+            match self.eval(arg)? {
+                Value::Array(a) => Ok(a),
+                other => Ok(vec![other]),
+            }
+        };
+        let string = |v: &Value| -> Result<String, String> {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{op}: expected a string, got {}", brief_json(v)))
+        };
+        let count = |v: &Value| -> Result<usize, String> {
+            v.as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| format!("{op}: expected a count, got {}", brief_json(v)))
+        };
+        match op {
+            "$literal" => Ok(arg.clone()),
+            "$repeat" => {
+                let a = args()?;
+                let (Some(s), Some(n)) = (a.first(), a.get(1)) else {
+                    return Err("$repeat takes [text, count]".into());
+                };
+                Ok(Value::String(string(s)?.repeat(count(n)?)))
+            }
+            "$concat" => {
+                let mut out = String::new();
+                for v in args()? {
+                    out.push_str(&string(&v)?);
+                }
+                Ok(Value::String(out))
+            }
+            "$contextOfBytes" => {
+                // {"blob":"<n-11 bytes>"} is exactly n bytes in RFC 8785 form.
+                let n = count(&self.eval(arg)?)?;
+                let fill = n
+                    .checked_sub(11)
+                    .ok_or("$contextOfBytes needs at least 11 bytes")?;
+                Ok(json!({ "blob": "a".repeat(fill) }))
+            }
+            "$jcsBytes" => {
+                let v = self.eval(arg)?;
+                let bytes = jcs::to_canonical_bytes(&v).map_err(|e| format!("$jcsBytes: {e}"))?;
+                Ok(Value::from(bytes.len()))
+            }
+            "$len" => match self.eval(arg)? {
+                Value::Array(a) => Ok(Value::from(a.len())),
+                Value::String(s) => Ok(Value::from(s.len())),
+                Value::Object(o) => Ok(Value::from(o.len())),
+                other => Err(format!(
+                    "$len: expected an array, string or object, got {}",
+                    brief_json(&other)
+                )),
+            },
+            "$prefixBytes" => {
+                let a = args()?;
+                let (Some(s), Some(n)) = (a.first(), a.get(1)) else {
+                    return Err("$prefixBytes takes [text, count]".into());
+                };
+                let s = string(s)?;
+                let cut = workrail_spec::budget::floor_char_boundary(&s, count(n)?);
+                Ok(Value::String(s[..cut].to_owned()))
+            }
+            "$tamperSignature" => {
+                let token = string(&self.eval(arg)?)?;
+                let parts: Vec<&str> = token.split('.').collect();
+                let [p, v, payload, sig] = parts.as_slice() else {
+                    return Err(format!(
+                        "$tamperSignature: not a 4-part token: {}",
+                        brief(&token)
+                    ));
+                };
+                let mut chars = sig.chars();
+                let first = chars.next().ok_or("$tamperSignature: empty signature")?;
+                let swapped = if first == 'A' { 'B' } else { 'A' };
+                Ok(Value::String(format!(
+                    "{p}.{v}.{payload}.{swapped}{}",
+                    chars.as_str()
+                )))
+            }
+            "$splice" => {
+                // [payload from this token, signature from that one]
+                let a = args()?;
+                let (Some(x), Some(y)) = (a.first(), a.get(1)) else {
+                    return Err("$splice takes [tokenA, tokenB]".into());
+                };
+                let (x, y) = (string(x)?, string(y)?);
+                let px: Vec<&str> = x.split('.').collect();
+                let py: Vec<&str> = y.split('.').collect();
+                if px.len() != 4 || py.len() != 4 {
+                    return Err("$splice: tokens must have 4 parts".into());
+                }
+                Ok(Value::String(format!(
+                    "{}.{}.{}.{}",
+                    px[0], px[1], px[2], py[3]
+                )))
+            }
+            "$withTokenVersion" => {
+                let a = args()?;
+                let (Some(t), Some(v)) = (a.first(), a.get(1)) else {
+                    return Err("$withTokenVersion takes [token, version]".into());
+                };
+                let (t, v) = (string(t)?, string(v)?);
+                let mut parts: Vec<&str> = t.split('.').collect();
+                if parts.len() != 4 {
+                    return Err(format!(
+                        "$withTokenVersion: not a 4-part token: {}",
+                        brief(&t)
+                    ));
+                }
+                parts[1] = &v;
+                Ok(Value::String(parts.join(".")))
+            }
+            "$tokenField" => {
+                let a = args()?;
+                let (Some(t), Some(f)) = (a.first(), a.get(1)) else {
+                    return Err("$tokenField takes [token, field]".into());
+                };
+                let (t, f) = (string(t)?, string(f)?);
+                let payload = t.split('.').nth(2).ok_or("$tokenField: not a token")?;
+                let bytes = URL_SAFE_NO_PAD
+                    .decode(payload.trim_end_matches('='))
+                    .map_err(|e| format!("$tokenField: payload is not base64url: {e}"))?;
+                let v: Value =
+                    serde_json::from_slice(&bytes).map_err(|e| format!("$tokenField: {e}"))?;
+                v.get(&f)
+                    .cloned()
+                    .ok_or_else(|| format!("$tokenField: no `{f}` in the payload"))
+            }
+            other => Err(format!("unknown operator {other}")),
+        }
+    }
+}

@@ -1,0 +1,770 @@
+//! Runs scenarios against a server: one fresh server process and data directory per scenario,
+//! steps interpreted in order, every failed expectation recorded with its lock ids.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::checks::{self, Problem, brief, brief_json};
+use crate::expr::{Var, Vars};
+use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
+use crate::report::{Failure, Status, Verdict};
+use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step};
+use crate::schema;
+use crate::store;
+use crate::surface::{Surface, merge_args};
+
+/// Tools whose non-error results are execution responses.
+pub const EXECUTION_TOOLS: [&str; 3] =
+    ["start_workflow", "continue_workflow", "checkpoint_workflow"];
+
+/// Everything a run needs besides the scenarios.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The server command, split into words.
+    pub server: Vec<String>,
+    pub surface: Surface,
+    /// `--env K=V` pairs (override the surface's env).
+    pub env: Vec<(String, String)>,
+    /// Optional profiles enabled besides `core`.
+    pub profiles: Vec<String>,
+    /// `--only`: names or lock ids; empty runs everything.
+    pub only: Vec<String>,
+    /// `--skip`: name or lock id, and the reason.
+    pub skip: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// The fixture workflow directory given to the server.
+    pub workflows_dir: PathBuf,
+    /// Keep the MCP transcript for failing scenarios.
+    pub verbose: bool,
+}
+
+impl RunConfig {
+    fn selected(&self, s: &Scenario) -> bool {
+        self.only.is_empty()
+            || self
+                .only
+                .iter()
+                .any(|o| *o == s.name || s.lock_ids.contains(o))
+    }
+
+    fn skip_reason(&self, s: &Scenario) -> Option<String> {
+        if let Some((_, reason)) = self
+            .skip
+            .iter()
+            .find(|(sel, _)| *sel == s.name || s.lock_ids.contains(sel))
+        {
+            return Some(reason.clone());
+        }
+        if let Some(reason) = self.surface.disabled_reason(&s.name, &s.lock_ids) {
+            return Some(format!("disabled by the surface file: {reason}"));
+        }
+        if s.profile != CORE_PROFILE && !self.profiles.contains(&s.profile) {
+            return Some(format!(
+                "optional profile `{}` is not enabled (use --profile {})",
+                s.profile, s.profile
+            ));
+        }
+        None
+    }
+}
+
+/// Runs the selected scenarios in order, calling `each` with every verdict as it comes.
+pub fn run(
+    scenarios: &[Scenario],
+    config: &RunConfig,
+    each: &mut dyn FnMut(&Verdict),
+) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for s in scenarios.iter().filter(|s| config.selected(s)) {
+        let verdict = match config.skip_reason(s) {
+            Some(reason) => verdict_of(s, Status::Skip(reason), Vec::new(), 0, Vec::new()),
+            None => run_one(s, config),
+        };
+        each(&verdict);
+        out.push(verdict);
+    }
+    out
+}
+
+fn verdict_of(
+    s: &Scenario,
+    status: Status,
+    failures: Vec<Failure>,
+    duration_ms: u128,
+    transcript: Vec<String>,
+) -> Verdict {
+    Verdict {
+        name: s.name.clone(),
+        profile: s.profile.clone(),
+        lock_ids: s.lock_ids.clone(),
+        status,
+        failures,
+        duration_ms,
+        note: None,
+        transcript,
+    }
+}
+
+fn setup_failure(s: &Scenario, what: &str, error: String, started: Instant) -> Verdict {
+    verdict_of(
+        s,
+        Status::Fail,
+        vec![Failure {
+            step: 0,
+            action: "set-up".into(),
+            lock: Vec::new(),
+            expected: what.to_owned(),
+            got: error,
+        }],
+        started.elapsed().as_millis(),
+        Vec::new(),
+    )
+}
+
+/// Runs one scenario against a fresh server and data directory.
+pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
+    let started = Instant::now();
+    let tmp = match tempfile::Builder::new()
+        .prefix("workrail-conformance-")
+        .tempdir()
+    {
+        Ok(t) => t,
+        Err(e) => return setup_failure(s, "a temporary directory", e.to_string(), started),
+    };
+    let data_dir = tmp.path().join("data");
+    if let Err(e) = std::fs::create_dir_all(&data_dir) {
+        return setup_failure(s, "a data directory", e.to_string(), started);
+    }
+    let mut env: Vec<(String, String)> = config
+        .surface
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.push((config.surface.data_dir_env.clone(), path_string(&data_dir)));
+    env.push((
+        config.surface.workflow_dirs_env.clone(),
+        path_string(&config.workflows_dir),
+    ));
+    env.extend(config.env.iter().cloned());
+    let launch = Launch {
+        argv: config.server.clone(),
+        env,
+        cwd: Some(tmp.path().to_owned()),
+        stderr: Some(tmp.path().join("server.stderr")),
+        timeout: config.timeout,
+    };
+    let mut client = match McpClient::spawn(&launch) {
+        Ok(c) => c,
+        Err(e) => return setup_failure(s, "a server process", e, started),
+    };
+    if let Err(e) = client.initialize() {
+        return setup_failure(s, "an answer to `initialize`", e, started);
+    }
+    let tools = match client.list_tools() {
+        Ok(t) => t,
+        Err(e) => return setup_failure(s, "an answer to `tools/list`", e, started),
+    };
+    let names: Vec<String> = tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .map(|n| config.surface.canonical_tool(n).to_owned())
+        .collect();
+    let missing: Vec<&String> = s
+        .requires_tools
+        .iter()
+        .filter(|t| !names.contains(t))
+        .collect();
+    if !missing.is_empty() {
+        let reason = s.skip_reason.clone().unwrap_or_else(|| {
+            format!(
+                "server does not expose {}",
+                missing
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+        return verdict_of(
+            s,
+            Status::Skip(reason),
+            Vec::new(),
+            started.elapsed().as_millis(),
+            Vec::new(),
+        );
+    }
+    let mut interp = Interp {
+        config,
+        client,
+        has_checkpoint: names.iter().any(|n| n == "checkpoint_workflow"),
+        vars: Vars::default(),
+        data_dir,
+        failures: Vec::new(),
+        step: 0,
+        action: String::new(),
+    };
+    for (i, noted) in s.steps.iter().enumerate() {
+        interp.step = i + 1;
+        interp.action = noted.step.label();
+        if let Err(abort) = interp.run_step(&noted.step) {
+            let got = format!("{abort}{}", interp.client.stderr_tail());
+            interp.fail(&[], "the step to run (the scenario stops here)", got);
+            break;
+        }
+    }
+    let failures = std::mem::take(&mut interp.failures);
+    let status = if failures.is_empty() {
+        Status::Pass
+    } else {
+        Status::Fail
+    };
+    let transcript = if config.verbose && status == Status::Fail {
+        std::mem::take(&mut interp.client.transcript)
+    } else {
+        Vec::new()
+    };
+    interp.client.shutdown();
+    drop(interp);
+    drop(tmp);
+    verdict_of(
+        s,
+        status,
+        failures,
+        started.elapsed().as_millis(),
+        transcript,
+    )
+}
+
+struct Interp<'a> {
+    config: &'a RunConfig,
+    client: McpClient,
+    has_checkpoint: bool,
+    vars: Vars,
+    data_dir: PathBuf,
+    failures: Vec<Failure>,
+    step: usize,
+    action: String,
+}
+
+impl Interp<'_> {
+    fn fail(&mut self, lock: &[String], expected: impl Into<String>, got: impl Into<String>) {
+        self.failures.push(Failure {
+            step: self.step,
+            action: self.action.clone(),
+            lock: lock.to_vec(),
+            expected: expected.into(),
+            got: got.into(),
+        });
+    }
+
+    fn problem(&mut self, p: Problem) {
+        self.fail(&p.lock, p.expected, p.got);
+    }
+
+    fn mismatches(&mut self, lock: &[String], found: Vec<checks::Mismatch>) {
+        for (expected, got) in found {
+            self.fail(lock, expected, got);
+        }
+    }
+
+    fn run_step(&mut self, step: &Step) -> Result<(), String> {
+        let surface = &self.config.surface;
+        match step {
+            Step::Call {
+                tool,
+                args,
+                autonomy,
+                save,
+                expect,
+                code,
+                lock,
+            } => {
+                let mut args = self.vars.eval(args)?;
+                if let Some(mode) = autonomy {
+                    merge_args(&mut args, &surface.autonomy_arguments(mode));
+                }
+                let server_args = surface.to_server(&args);
+                let outcome = self
+                    .client
+                    .call_tool(surface.server_tool(tool), &server_args)?;
+                let outcome = match outcome {
+                    CallOutcome::Result(mut r) => {
+                        r.structured = surface.to_canonical(&r.structured);
+                        CallOutcome::Result(r)
+                    }
+                    other => other,
+                };
+                self.auto_checks(tool, &outcome);
+                self.expectation(*expect, code, lock, &outcome);
+                if let Some(name) = save {
+                    self.vars.insert(name, Var::Call { outcome });
+                }
+            }
+            Step::ListTools { save } => {
+                let tools = self.client.list_tools()?;
+                let canonical: Vec<Value> = tools
+                    .into_iter()
+                    .map(|mut t| {
+                        if let Some(name) = t.get("name").and_then(Value::as_str) {
+                            let c = self.config.surface.canonical_tool(name).to_owned();
+                            if let Some(o) = t.as_object_mut() {
+                                o.insert("name".into(), Value::String(c));
+                            }
+                        }
+                        t
+                    })
+                    .collect();
+                self.vars.insert(save, Var::Value(Value::Array(canonical)));
+            }
+            Step::StoreDigest {
+                save,
+                require_events,
+                lock,
+            } => {
+                let d = store::digest(&self.data_dir)?;
+                if *require_events && d["eventFiles"].as_u64() == Some(0) {
+                    self.fail(
+                        lock,
+                        format!(
+                            "the durable store in the locked layout under the data directory (`{}`): sessions/<sessionId>/events/*.jsonl and manifest.jsonl",
+                            self.config.surface.data_dir_env
+                        ),
+                        format!("no event segment under {}/sessions", self.data_dir.display()),
+                    );
+                }
+                self.vars.insert(save, Var::Value(d));
+            }
+            Step::StoreEvents { save, lock } => {
+                let events = store::events(&self.data_dir)?;
+                if events.is_empty() {
+                    self.fail(
+                        lock,
+                        "session events in the locked layout: sessions/<sessionId>/events/*.jsonl, one JSON event per line",
+                        format!("no event under {}/sessions", self.data_dir.display()),
+                    );
+                }
+                self.vars.insert(save, Var::Value(Value::Array(events)));
+            }
+            Step::Events {
+                events,
+                pattern,
+                at_least,
+                at_most,
+                what,
+                lock,
+            } => {
+                let list = self.vars.value(events)?;
+                let pattern = self.vars.eval(pattern)?;
+                let n = list.as_array().map_or(0, |a| {
+                    a.iter().filter(|e| store::matches(e, &pattern)).count()
+                }) as u64;
+                let too_many = at_most.is_some_and(|m| n > m);
+                if n < *at_least || too_many {
+                    let range = match at_most {
+                        Some(m) => format!("{at_least} to {m}"),
+                        None => format!("at least {at_least}"),
+                    };
+                    let kinds: Vec<&str> = list
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|e| e.get("kind").and_then(Value::as_str))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    self.fail(
+                        lock,
+                        format!("{what}: {range} events matching {}", brief_json(&pattern)),
+                        format!(
+                            "{n} matching; event kinds in the store: {}",
+                            brief(&kinds.join(", "))
+                        ),
+                    );
+                }
+            }
+            Step::StoreInvariants {
+                events,
+                strict,
+                lock,
+            } => {
+                let list = self.vars.value(events)?;
+                let found =
+                    checks::store_invariants(list.as_array().map_or(&[], Vec::as_slice), *strict);
+                self.mismatches(lock, found);
+            }
+            Step::Let { name, value } => {
+                let v = self.vars.eval(value)?;
+                self.vars.insert(name, Var::Value(v));
+            }
+            Step::ToolSet {
+                tools,
+                required,
+                optional,
+                lock,
+            } => {
+                let list = self.vars.value(tools)?;
+                let names: Vec<String> = list
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| {
+                                t.get("name").and_then(Value::as_str).map(str::to_owned)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let found = checks::tool_set(&names, required, optional);
+                self.mismatches(lock, found);
+            }
+            Step::SchemaAccepts {
+                tools,
+                tool,
+                example,
+                lock,
+            } => {
+                let schema = self.input_schema(tools, tool)?;
+                let example = self.config.surface.to_server(&self.vars.eval(example)?);
+                let problems = schema::validate(&example, &schema);
+                if !problems.is_empty() {
+                    self.fail(
+                        lock,
+                        format!(
+                            "the inputSchema of {tool} to accept {}",
+                            brief_json(&example)
+                        ),
+                        problems.join("; "),
+                    );
+                }
+            }
+            Step::SchemaRequires {
+                tools,
+                tool,
+                fields,
+                lock,
+            } => {
+                let schema = self.input_schema(tools, tool)?;
+                let required: Vec<&str> = schema
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                for f in fields {
+                    let server_name = self.config.surface.fields.get(f).unwrap_or(f);
+                    if !required.contains(&server_name.as_str()) {
+                        self.fail(
+                            lock,
+                            format!("the inputSchema of {tool} to require `{server_name}`"),
+                            format!("required: {required:?}"),
+                        );
+                    }
+                }
+            }
+            Step::Same { a, b, what, lock } => {
+                let (va, vb) = (self.vars.eval(a)?, self.vars.eval(b)?);
+                if va != vb {
+                    let diff = first_difference(&va, &vb, "").unwrap_or_default();
+                    self.fail(
+                        lock,
+                        format!("{what}: equal values"),
+                        format!("{} vs {}{diff}", brief_json(&va), brief_json(&vb)),
+                    );
+                }
+            }
+            Step::Differ { a, b, what, lock } => {
+                let (va, vb) = (self.vars.eval(a)?, self.vars.eval(b)?);
+                if va == vb {
+                    self.fail(
+                        lock,
+                        format!("{what}: different values"),
+                        format!("both {}", brief_json(&va)),
+                    );
+                }
+            }
+            Step::AtMost {
+                value,
+                max,
+                what,
+                lock,
+            } => {
+                let v = self.vars.eval(value)?;
+                match v.as_u64() {
+                    Some(n) if n <= *max => {}
+                    _ => self.fail(lock, format!("{what}: at most {max}"), brief_json(&v)),
+                }
+            }
+            Step::SameResponse { a, b, lock } => {
+                let (ra, rb) = (self.vars.result(a)?, self.vars.result(b)?);
+                if ra.is_error != rb.is_error {
+                    self.fail(
+                        lock,
+                        format!("{a} and {b} both errors or both not"),
+                        format!("isError {} vs {}", ra.is_error, rb.is_error),
+                    );
+                }
+                if ra.structured != rb.structured {
+                    let diff =
+                        first_difference(&ra.structured, &rb.structured, "").unwrap_or_default();
+                    self.fail(
+                        lock,
+                        format!("byte-identical structuredContent in {a} and {b}"),
+                        format!("they differ{diff}"),
+                    );
+                }
+                if ra.text != rb.text {
+                    let at = ra
+                        .text
+                        .bytes()
+                        .zip(rb.text.bytes())
+                        .position(|(x, y)| x != y)
+                        .unwrap_or(ra.text.len().min(rb.text.len()));
+                    self.fail(
+                        lock,
+                        format!("byte-identical content[0].text in {a} and {b}"),
+                        format!("they differ from byte {at}"),
+                    );
+                }
+            }
+            Step::Blockers {
+                result,
+                codes,
+                pointer,
+                lock,
+            } => {
+                let r = self.vars.result(result)?;
+                let pointer = pointer.as_ref().map(|p| self.vars.eval(p)).transpose()?;
+                let found = checks::blockers(&r.structured, codes, pointer.as_ref());
+                self.mismatches(lock, found);
+            }
+            Step::ContextBudget {
+                result,
+                measured_bytes,
+                max_bytes,
+                lock,
+            } => {
+                let r = self.vars.result(result)?;
+                let measured = self
+                    .vars
+                    .eval(measured_bytes)?
+                    .as_u64()
+                    .ok_or_else(|| "measuredBytes is not a non-negative integer".to_owned())?;
+                let found = checks::context_budget(&r.structured, measured, max_bytes);
+                self.mismatches(lock, found);
+            }
+            Step::Absent { result, text, lock } => {
+                let r = self.vars.result(result)?;
+                let needle = self.vars.eval_string(text)?;
+                if checks::occurs(&r, &needle) {
+                    self.fail(
+                        lock,
+                        format!("{} absent from {result}", brief(&needle)),
+                        format!("present: {}", brief(&r.text)),
+                    );
+                }
+            }
+            Step::Present { result, text, lock } => {
+                let r = self.vars.result(result)?;
+                let needle = self.vars.eval_string(text)?;
+                if !checks::occurs(&r, &needle) {
+                    self.fail(
+                        lock,
+                        format!("{} present in {result}", brief(&needle)),
+                        format!(
+                            "text: {}; structuredContent: {}",
+                            brief(&r.text),
+                            brief_json(&r.structured)
+                        ),
+                    );
+                }
+            }
+            Step::Mentions {
+                result,
+                values,
+                structured,
+                lock,
+            } => {
+                let r = self.vars.result(result)?;
+                let values = values
+                    .iter()
+                    .map(|v| self.vars.eval(v))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let found = checks::mentions(&r, &values, *structured);
+                self.mismatches(lock, found);
+            }
+            Step::Discovery {
+                result,
+                includes,
+                lock,
+            } => {
+                let r = self.vars.result(result)?;
+                let found = checks::discovery(&r.structured, includes);
+                self.mismatches(lock, found);
+            }
+            Step::StrictErrorEnvelope { result, lock } => {
+                let r = self.vars.result(result)?;
+                if r.is_error {
+                    let found = checks::strict_error_envelope(&r.structured);
+                    self.mismatches(lock, found);
+                } else {
+                    self.fail(lock, "an error result", describe(&CallOutcome::Result(r)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that hold for every response, whatever the step expects.
+    fn auto_checks(&mut self, tool: &str, outcome: &CallOutcome) {
+        match outcome {
+            CallOutcome::RpcError { code, message } => self.problem(Problem::new(
+                &["L-ERR-NO-PANIC"],
+                "a tool result (errors are data: isError with the error envelope), never a JSON-RPC error",
+                format!("JSON-RPC error {code}: {message}"),
+            )),
+            CallOutcome::Result(r) if r.is_error => {
+                for p in checks::error_envelope(&r.structured) {
+                    self.problem(p);
+                }
+            }
+            CallOutcome::Result(r) if EXECUTION_TOOLS.contains(&tool) => {
+                for p in checks::execution_response(r, self.has_checkpoint) {
+                    self.problem(p);
+                }
+            }
+            CallOutcome::Result(_) => {}
+        }
+    }
+
+    fn expectation(
+        &mut self,
+        expect: Expect,
+        codes: &[String],
+        lock: &[String],
+        outcome: &CallOutcome,
+    ) {
+        let got = describe(outcome);
+        let CallOutcome::Result(r) = outcome else {
+            self.fail(lock, expected_text(expect, codes), got);
+            return;
+        };
+        let blocked = r.structured.get("kind").and_then(Value::as_str) == Some("blocked");
+        let ok = match expect {
+            Expect::Ok => !r.is_error && !blocked,
+            Expect::Blocked => !r.is_error && blocked,
+            Expect::NotError => !r.is_error,
+            Expect::Error => {
+                let code = r
+                    .structured
+                    .get("code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                r.is_error && (codes.is_empty() || codes.iter().any(|c| c == code))
+            }
+        };
+        if !ok {
+            self.fail(lock, expected_text(expect, codes), got);
+        }
+    }
+
+    fn input_schema(&self, tools: &str, tool: &str) -> Result<Value, String> {
+        let list = self.vars.value(tools)?;
+        let def = list
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+            })
+            .ok_or_else(|| format!("tools/list has no tool `{tool}`"))?;
+        def.get("inputSchema")
+            .cloned()
+            .ok_or_else(|| format!("tool `{tool}` has no inputSchema"))
+    }
+}
+
+fn expected_text(expect: Expect, codes: &[String]) -> String {
+    match expect {
+        Expect::Ok => "an ok result (not an error, not blocked)".into(),
+        Expect::Blocked => "a result with kind \"blocked\"".into(),
+        Expect::NotError => "a result that is not an error".into(),
+        Expect::Error if codes.is_empty() => "an error result (isError: true)".into(),
+        Expect::Error => format!("an error result with code {}", codes.join(" or ")),
+    }
+}
+
+/// A one-line description of an outcome for reports.
+pub fn describe(outcome: &CallOutcome) -> String {
+    match outcome {
+        CallOutcome::RpcError { code, message } => format!("JSON-RPC error {code}: {message}"),
+        CallOutcome::Result(r) if r.is_error => format!(
+            "error {}: {}",
+            r.structured
+                .get("code")
+                .and_then(Value::as_str)
+                .unwrap_or("<no code>"),
+            brief_json(&r.structured)
+        ),
+        CallOutcome::Result(r) => {
+            let kind = r
+                .structured
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("ok");
+            let step = r
+                .structured
+                .get("pending")
+                .and_then(|p| p.get("stepId"))
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            format!(
+                "{kind} (pending step {step}): {}",
+                brief_json(&r.structured)
+            )
+        }
+    }
+}
+
+/// The first JSON path where two values differ, for reports.
+fn first_difference(a: &Value, b: &Value, at: &str) -> Option<String> {
+    if a == b {
+        return None;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for k in x.keys().chain(y.keys()) {
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => {
+                        if let Some(d) = first_difference(p, q, &format!("{at}/{k}")) {
+                            return Some(d);
+                        }
+                    }
+                    _ => return Some(format!(" at {at}/{k}: present in only one")),
+                }
+            }
+            None
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(p, q, &format!("{at}/{i}"))),
+        _ => Some(format!(
+            " at {}: {} vs {}",
+            if at.is_empty() { "/" } else { at },
+            brief_json(a),
+            brief_json(b)
+        )),
+    }
+}
+
+/// The default fixture root: `fixtures/conformance` of this repository when it exists,
+/// else `./fixtures/conformance`.
+pub fn default_fixtures() -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/conformance");
+    if repo.is_dir() {
+        repo
+    } else {
+        PathBuf::from("fixtures/conformance")
+    }
+}

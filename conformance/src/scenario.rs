@@ -1,0 +1,440 @@
+//! The scenario file format (`fixtures/conformance/scenarios/*.json`), documented in
+//! `conformance/README.md`.
+//!
+//! A scenario is data: a name, the lock ids it checks, the profile it belongs to and a list of
+//! steps. Steps either talk to the server (`call`, `listTools`, `storeDigest`) or check what came
+//! back (every other step kind); each check names the lock ids it asserts.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The profile every server is judged by: only what the locks fix.
+pub const CORE_PROFILE: &str = "core";
+/// Optional profile: decisions WorkRail-rs made where the locks leave a choice.
+pub const WORKRAIL_RS_PROFILE: &str = "workrail-rs";
+/// Every profile a scenario may name.
+pub const PROFILES: [&str; 2] = [CORE_PROFILE, WORKRAIL_RS_PROFILE];
+
+/// Locks the runner asserts on every response of every `call` step (the error envelope on every
+/// error, the execution response shape on every start/continue/checkpoint result). A scenario
+/// with calls may cite them without a dedicated check step.
+pub const AUTO_LOCKS: [&str; 11] = [
+    "L-ERR-ENVELOPE",
+    "L-ERR-RETRY-UNION",
+    "L-ERR-SELF-CORRECTING",
+    "L-ERR-NO-PANIC",
+    "L-MCP-EXECUTION-RESPONSE",
+    "L-MCP-TEXT-FIRST",
+    "L-MCP-NEXT-INTENT",
+    "L-TOKEN-FORMAT",
+    "L-TOKEN-PAYLOAD-FIELDS",
+    "L-TOKEN-SCOPED",
+    "L-ID-DELIMITER-SAFE",
+];
+
+/// One scenario file.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub lock_ids: Vec<String>,
+    pub profile: String,
+    /// Canonical tool names the scenario needs; without them it is skipped.
+    pub requires_tools: Vec<String>,
+    /// The skip reason printed when a required tool is missing.
+    pub skip_reason: Option<String>,
+    pub steps: Vec<NotedStep>,
+    pub file: PathBuf,
+}
+
+/// A step with its optional human note.
+#[derive(Debug, Clone)]
+pub struct NotedStep {
+    pub note: Option<String>,
+    pub step: Step,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ScenarioFile {
+    name: String,
+    description: String,
+    lock_ids: Vec<String>,
+    profile: String,
+    #[serde(default)]
+    requires_tools: Vec<String>,
+    #[serde(default)]
+    skip_reason: Option<String>,
+    steps: Vec<Value>,
+}
+
+/// What a `call` step expects back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Expect {
+    /// A tool result that is not an error and not `kind: "blocked"`.
+    Ok,
+    /// A tool result with `kind: "blocked"`.
+    Blocked,
+    /// Not an error; blocked or not.
+    NotError,
+    /// A tool result with `isError: true` and an error envelope.
+    Error,
+}
+
+/// One step. `lock` lists the lock ids a check asserts (each must be in the scenario's
+/// `lockIds`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "do", rename_all = "camelCase", deny_unknown_fields)]
+pub enum Step {
+    /// Calls a tool (canonical name) with `args` (expressions), optionally selecting an
+    /// autonomy mode through the surface's `autonomyArgs`.
+    #[serde(rename_all = "camelCase")]
+    Call {
+        tool: String,
+        #[serde(default = "empty_object")]
+        args: Value,
+        #[serde(default)]
+        autonomy: Option<String>,
+        #[serde(default)]
+        save: Option<String>,
+        expect: Expect,
+        /// Allowed error codes when `expect` is `error` (any code when empty).
+        #[serde(default)]
+        code: Vec<String>,
+        #[serde(default)]
+        lock: Vec<String>,
+    },
+    /// Saves `tools/list` (canonical names) under `save`.
+    ListTools { save: String },
+    /// Saves a digest of the durable store (`sessions/*/events/*`, `sessions/*/manifest.jsonl`)
+    /// under `save` as `{digest, sessions, eventFiles}`.
+    #[serde(rename_all = "camelCase")]
+    StoreDigest {
+        save: String,
+        /// Fail when no `sessions/<id>/events/*.jsonl` exists (so digests cannot be vacuous).
+        #[serde(default)]
+        require_events: bool,
+        #[serde(default)]
+        lock: Vec<String>,
+    },
+    /// Saves every event of the durable store (`sessions/*/events/*.jsonl`, locked layout and
+    /// envelope) under `save` as an array; fails when there is none.
+    StoreEvents {
+        save: String,
+        #[serde(default)]
+        lock: Vec<String>,
+    },
+    /// Counts the saved events that contain `match` (objects by subset of keys): at least
+    /// `atLeast` (default 1), at most `atMost` when given.
+    #[serde(rename_all = "camelCase")]
+    Events {
+        events: String,
+        #[serde(rename = "match")]
+        pattern: Value,
+        #[serde(default = "one")]
+        at_least: u64,
+        #[serde(default)]
+        at_most: Option<u64>,
+        what: String,
+        lock: Vec<String>,
+    },
+    /// Invariants of the saved events (see `checks::store_invariants`); `strict` also parses
+    /// each event with `workrail-spec` (`workrail-rs` profile).
+    StoreInvariants {
+        events: String,
+        #[serde(default)]
+        strict: bool,
+        lock: Vec<String>,
+    },
+    /// Binds `name` to the value of an expression.
+    Let { name: String, value: Value },
+    /// The tool set: every `required` tool, nothing outside `required` + `optional`.
+    ToolSet {
+        tools: String,
+        required: Vec<String>,
+        #[serde(default)]
+        optional: Vec<String>,
+        lock: Vec<String>,
+    },
+    /// The tool's `inputSchema` accepts `example`.
+    SchemaAccepts {
+        tools: String,
+        tool: String,
+        example: Value,
+        lock: Vec<String>,
+    },
+    /// The tool's `inputSchema` lists `fields` as required.
+    SchemaRequires {
+        tools: String,
+        tool: String,
+        fields: Vec<String>,
+        lock: Vec<String>,
+    },
+    /// Two expressions are equal.
+    Same {
+        a: Value,
+        b: Value,
+        what: String,
+        lock: Vec<String>,
+    },
+    /// Two expressions differ.
+    Differ {
+        a: Value,
+        b: Value,
+        what: String,
+        lock: Vec<String>,
+    },
+    /// A number is at most `max` (use `$len` for array lengths and string byte lengths).
+    AtMost {
+        value: Value,
+        max: u64,
+        what: String,
+        lock: Vec<String>,
+    },
+    /// Two saved responses are identical: `structuredContent`, `content[0].text`, `isError`.
+    SameResponse {
+        a: String,
+        b: String,
+        lock: Vec<String>,
+    },
+    /// A blocked response carries a valid, ordered, bounded blocker list.
+    Blockers {
+        result: String,
+        /// Allowed codes (any locked code when empty).
+        #[serde(default)]
+        codes: Vec<String>,
+        /// Fields the first blocker's pointer must have.
+        #[serde(default)]
+        pointer: Option<Value>,
+        lock: Vec<String>,
+    },
+    /// An error reports a context budget violation with measured bytes, max bytes and method.
+    #[serde(rename_all = "camelCase")]
+    ContextBudget {
+        result: String,
+        measured_bytes: Value,
+        max_bytes: Vec<u64>,
+        lock: Vec<String>,
+    },
+    /// The text is in neither `content[0].text` nor the serialized `structuredContent`.
+    Absent {
+        result: String,
+        text: Value,
+        lock: Vec<String>,
+    },
+    /// The text is in `content[0].text` or in a string of `structuredContent`.
+    Present {
+        result: String,
+        text: Value,
+        lock: Vec<String>,
+    },
+    /// Every value occurs in the response: as structured data (a JSON value anywhere in
+    /// `structuredContent` outside prose strings) when `structured`, else anywhere as text.
+    Mentions {
+        result: String,
+        values: Vec<Value>,
+        #[serde(default)]
+        structured: bool,
+        lock: Vec<String>,
+    },
+    /// `list_workflows` rows: closed discovery fields, locked sort order, listed ids present.
+    Discovery {
+        result: String,
+        includes: Vec<String>,
+        lock: Vec<String>,
+    },
+    /// The envelope of an error, strictly: exactly `{code, message, suggestion, retry,
+    /// details?}` and a code from WorkRail-rs's closed set (`workrail-rs` profile).
+    StrictErrorEnvelope { result: String, lock: Vec<String> },
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+impl Step {
+    /// The lock ids this step asserts.
+    pub fn locks(&self) -> &[String] {
+        match self {
+            Self::Call { lock, .. }
+            | Self::StoreDigest { lock, .. }
+            | Self::ToolSet { lock, .. }
+            | Self::SchemaAccepts { lock, .. }
+            | Self::SchemaRequires { lock, .. }
+            | Self::Same { lock, .. }
+            | Self::Differ { lock, .. }
+            | Self::SameResponse { lock, .. }
+            | Self::AtMost { lock, .. }
+            | Self::StoreEvents { lock, .. }
+            | Self::Events { lock, .. }
+            | Self::StoreInvariants { lock, .. }
+            | Self::Blockers { lock, .. }
+            | Self::ContextBudget { lock, .. }
+            | Self::Absent { lock, .. }
+            | Self::Present { lock, .. }
+            | Self::Mentions { lock, .. }
+            | Self::Discovery { lock, .. }
+            | Self::StrictErrorEnvelope { lock, .. } => lock,
+            Self::ListTools { .. } | Self::Let { .. } => &[],
+        }
+    }
+
+    /// A short label for reports, e.g. `call continue_workflow`.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Call { tool, .. } => format!("call {tool}"),
+            Self::ListTools { .. } => "listTools".into(),
+            Self::StoreDigest { .. } => "storeDigest".into(),
+            Self::StoreEvents { .. } => "storeEvents".into(),
+            Self::Events { what, .. } => format!("events: {what}"),
+            Self::StoreInvariants { events, .. } => format!("store invariants of {events}"),
+            Self::Let { name, .. } => format!("let {name}"),
+            Self::ToolSet { .. } => "toolSet".into(),
+            Self::SchemaAccepts { tool, .. } => format!("schemaAccepts {tool}"),
+            Self::SchemaRequires { tool, .. } => format!("schemaRequires {tool}"),
+            Self::Same { what, .. } => format!("same: {what}"),
+            Self::Differ { what, .. } => format!("differ: {what}"),
+            Self::SameResponse { a, b, .. } => format!("sameResponse {a} {b}"),
+            Self::AtMost { what, .. } => format!("atMost: {what}"),
+            Self::Blockers { result, .. } => format!("blockers of {result}"),
+            Self::ContextBudget { result, .. } => format!("contextBudget of {result}"),
+            Self::Absent { result, .. } => format!("absent from {result}"),
+            Self::Present { result, .. } => format!("present in {result}"),
+            Self::Mentions { result, .. } => format!("mentions in {result}"),
+            Self::Discovery { result, .. } => format!("discovery rows of {result}"),
+            Self::StrictErrorEnvelope { result, .. } => format!("strict envelope of {result}"),
+        }
+    }
+}
+
+impl Scenario {
+    /// Parses one scenario file.
+    pub fn parse(text: &str, file: &Path) -> Result<Self, String> {
+        let raw: ScenarioFile =
+            serde_json::from_str(text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut steps = Vec::with_capacity(raw.steps.len());
+        for (i, value) in raw.steps.into_iter().enumerate() {
+            let mut value = value;
+            let note = value
+                .as_object_mut()
+                .and_then(|m| m.remove("note"))
+                .and_then(|n| n.as_str().map(str::to_owned));
+            let step: Step = serde_json::from_value(value)
+                .map_err(|e| format!("{}: step {}: {e}", file.display(), i + 1))?;
+            steps.push(NotedStep { note, step });
+        }
+        let scenario = Self {
+            name: raw.name,
+            description: raw.description,
+            lock_ids: raw.lock_ids,
+            profile: raw.profile,
+            requires_tools: raw.requires_tools,
+            skip_reason: raw.skip_reason,
+            steps,
+            file: file.to_owned(),
+        };
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Structural rules every scenario obeys.
+    fn validate(&self) -> Result<(), String> {
+        let at = self.file.display();
+        if !self
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            || self.name.is_empty()
+        {
+            return Err(format!("{at}: name {:?} must match [a-z0-9_]+", self.name));
+        }
+        if !PROFILES.contains(&self.profile.as_str()) {
+            return Err(format!(
+                "{at}: profile {:?} is not one of {PROFILES:?}",
+                self.profile
+            ));
+        }
+        if self.lock_ids.is_empty() {
+            return Err(format!("{at}: lockIds is empty"));
+        }
+        if self.steps.is_empty() {
+            return Err(format!("{at}: steps is empty"));
+        }
+        let mut asserted = std::collections::BTreeSet::new();
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s.step, Step::Call { .. }))
+        {
+            asserted.extend(AUTO_LOCKS.iter().map(|s| (*s).to_owned()));
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            if let Step::Call {
+                expect: Expect::Error | Expect::Blocked,
+                lock,
+                ..
+            } = &s.step
+                && lock.is_empty()
+            {
+                return Err(format!(
+                    "{at}: step {} expects an error or a block, so it must name the lock ids that expectation checks",
+                    i + 1
+                ));
+            }
+            for id in s.step.locks() {
+                if !self.lock_ids.contains(id) && !AUTO_LOCKS.contains(&id.as_str()) {
+                    return Err(format!(
+                        "{at}: step {} asserts {id}, which is not in lockIds",
+                        i + 1
+                    ));
+                }
+                asserted.insert(id.clone());
+            }
+        }
+        for id in &self.lock_ids {
+            if !asserted.contains(id) {
+                return Err(format!(
+                    "{at}: lockIds names {id} but no step asserts it (cite only checked locks)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads every `*.json` scenario in `dir`, sorted by file name; names must be unique.
+pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read scenario directory {}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let mut out: Vec<Scenario> = Vec::with_capacity(files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let scenario = Scenario::parse(&text, &file)?;
+        if out.iter().any(|s| s.name == scenario.name) {
+            return Err(format!(
+                "{}: duplicate scenario name {}",
+                file.display(),
+                scenario.name
+            ));
+        }
+        out.push(scenario);
+    }
+    if out.is_empty() {
+        return Err(format!("no scenarios in {}", dir.display()));
+    }
+    Ok(out)
+}

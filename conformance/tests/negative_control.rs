@@ -1,0 +1,380 @@
+//! Negative control: guards against a suite that passes everything. The real server must pass
+//! every enabled scenario, and a deliberately broken server (the `broken-proxy` wrapped around
+//! the real one) must FAIL exactly the scenarios that check what it breaks, with failures that
+//! name the right locks. The same for the offline vectors: the reference adapter passes what
+//! `workrail-spec` can answer, a perturbed adapter fails the truncation vectors.
+//!
+//! The real server is `<workspace>/target/debug/workrail`, built here first with
+//! `cargo build -p workrail --bin workrail`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// Builds the real server once per test binary and returns its path.
+fn server() -> &'static Path {
+    static SERVER: OnceLock<PathBuf> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
+            .current_dir(workspace())
+            .status()
+            .expect("cargo runs");
+        assert!(
+            status.success(),
+            "cargo build -p workrail --bin workrail failed"
+        );
+        let bin = workspace().join("target/debug/workrail");
+        assert!(bin.is_file(), "{} was not built", bin.display());
+        bin
+    })
+}
+
+struct Run {
+    exit_ok: bool,
+    stdout: String,
+    report: Value,
+}
+
+impl Run {
+    fn names(&self, status: &str) -> BTreeSet<String> {
+        self.report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == status)
+            .map(|r| r["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Lock ids named by the failures of one scenario.
+    fn failed_locks(&self, name: &str) -> BTreeSet<String> {
+        self.report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["name"] == name)
+            .flat_map(|r| r["failures"].as_array().unwrap().iter())
+            .flat_map(|f| f["lockIds"].as_array().unwrap().iter())
+            .map(|l| l.as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+fn conformance(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .current_dir(workspace())
+        .output()
+        .expect("the suite runs");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}); stdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }))
+    .unwrap();
+    Run {
+        exit_ok: out.status.success(),
+        stdout,
+        report,
+    }
+}
+
+fn surface() -> String {
+    workspace()
+        .join("fixtures/conformance/servers/workrail-rs.json")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn proxied(mode: &str) -> String {
+    format!(
+        "{} {mode} {} mcp",
+        env!("CARGO_BIN_EXE_workrail-conformance-broken-proxy"),
+        server().display()
+    )
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The reference server passes every scenario that is not skipped, and the closing line and
+/// exit code agree.
+#[test]
+fn the_real_server_passes_every_enabled_scenario() {
+    let server = format!("{} mcp", server().display());
+    let run = conformance(&["--server", &server, "--surface", &surface()]);
+    assert!(
+        run.names("fail").is_empty(),
+        "the real server failed scenarios:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.exit_ok,
+        "non-zero exit without failures:\n{}",
+        run.stdout
+    );
+    let passed = run.names("pass");
+    assert!(passed.len() >= 20, "too few scenarios ran:\n{}", run.stdout);
+    let summary = &run.report["summary"];
+    let last = run.stdout.lines().last().unwrap();
+    assert_eq!(last, summary["line"].as_str().unwrap());
+    assert_eq!(
+        last,
+        format!(
+            "{} passed, 0 failed, {} skipped",
+            passed.len(),
+            run.names("skip").len()
+        )
+    );
+    // Skips carry their reasons: the tools our server does not offer, and the known deviation.
+    let skipped = run.names("skip");
+    assert_eq!(
+        skipped,
+        set(&[
+            "export_import",
+            "loop_limit_structured_details",
+            "resume_ranking"
+        ]),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("reason: server does not expose resume_session/export")
+    );
+}
+
+/// A server that answers a replayed ack with a response differing in one byte fails the
+/// replay scenarios, and only those.
+/// lock: L-TOKEN-ACK-IDEMPOTENT, L-TOKEN-REPLAY-FACTS
+#[test]
+fn a_drifting_replay_fails_the_replay_scenarios() {
+    let only = [
+        "replay_identity",
+        "fork_from_old_state",
+        "blocked_in_blocking_modes",
+        "start_advance_complete",
+        "rehydrate_purity",
+        "token_tampering",
+    ];
+    let mut args = vec![
+        "--server".to_owned(),
+        proxied("replay-drift"),
+        "--surface".into(),
+        surface(),
+    ];
+    for o in only {
+        args.extend(["--only".to_owned(), o.to_owned()]);
+    }
+    let run = conformance(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        !run.exit_ok,
+        "the suite must exit non-zero:\n{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.names("fail"),
+        set(&[
+            "replay_identity",
+            "fork_from_old_state",
+            "blocked_in_blocking_modes"
+        ]),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.names("pass"),
+        set(&[
+            "start_advance_complete",
+            "rehydrate_purity",
+            "token_tampering"
+        ]),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.failed_locks("replay_identity")
+            .contains("L-TOKEN-ACK-IDEMPOTENT")
+    );
+    assert!(
+        run.failed_locks("blocked_in_blocking_modes")
+            .contains("L-TOKEN-REPLAY-FACTS")
+    );
+    assert!(
+        run.stdout
+            .contains("expected: byte-identical structuredContent"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.ends_with("3 passed, 3 failed\n"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// A server that lets tampered and unknown-version tokens through (the proxy swaps them for
+/// the genuine token) fails the token scenarios with the token lock ids.
+/// lock: L-TOKEN-ERRORS, L-VERSION-UNKNOWN-FAILS-FAST
+#[test]
+fn accepting_tampered_tokens_fails_the_token_scenarios() {
+    let only = [
+        "token_tampering",
+        "token_unsupported_version",
+        "token_scope_mismatch",
+        "replay_identity",
+    ];
+    let mut args = vec![
+        "--server".to_owned(),
+        proxied("accept-tampered"),
+        "--surface".into(),
+        surface(),
+    ];
+    for o in only {
+        args.extend(["--only".to_owned(), o.to_owned()]);
+    }
+    let run = conformance(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!run.exit_ok);
+    assert_eq!(
+        run.names("fail"),
+        set(&["token_tampering", "token_unsupported_version"]),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.names("pass"),
+        set(&["token_scope_mismatch", "replay_identity"]),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.failed_locks("token_tampering")
+            .contains("L-TOKEN-ERRORS")
+    );
+    assert!(
+        run.failed_locks("token_unsupported_version")
+            .contains("L-VERSION-UNKNOWN-FAILS-FAST")
+    );
+    assert!(
+        run.stdout
+            .contains("expected: an error result with code TOKEN_BAD_SIGNATURE"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// A server that hangs fails the scenario at the request deadline instead of hanging the suite.
+#[test]
+fn a_hung_server_fails_at_the_deadline() {
+    let started = std::time::Instant::now();
+    let run = conformance(&[
+        "--server",
+        "sleep 30",
+        "--timeout",
+        "1",
+        "--only",
+        "tool_set",
+    ]);
+    assert!(!run.exit_ok);
+    assert_eq!(run.names("fail"), set(&["tool_set"]));
+    assert!(
+        run.stdout.contains("no answer before the deadline"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        started.elapsed().as_secs() < 15,
+        "the deadline was not honoured"
+    );
+}
+
+fn adapter_run(adapter: &str) -> Run {
+    conformance(&["vectors", "--impl", adapter])
+}
+
+/// The reference adapter answers every op `workrail-spec` can answer; projection files are
+/// skipped with the reason.
+/// lock: L-JCS-RFC8785, L-BLOCKER-ORDER, L-TOKEN-FORMAT, L-SKEY-FORMAT, L-DEDUPE-RECIPES, L-REASON-BLOCKER-MAPPING
+#[test]
+fn the_reference_adapter_passes_the_spec_vectors() {
+    let run = adapter_run(env!("CARGO_BIN_EXE_workrail-conformance-adapter"));
+    assert!(run.exit_ok, "{}", run.stdout);
+    assert_eq!(
+        run.names("pass"),
+        set(&[
+            "blocker_order.json",
+            "dedupe_keys.json",
+            "jcs.json",
+            "reason_mapping.json",
+            "sha256.json",
+            "step_instance_keys.json",
+            "tokens.json",
+            "truncation.json",
+        ]),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.names("skip"),
+        set(&[
+            "preferred_tip.json",
+            "resume_ranking.json",
+            "run_status.json"
+        ]),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("projections live in workrail-model"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.ends_with("8 passed, 0 failed, 3 skipped\n"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// An adapter whose truncation drops the marker's newlines fails truncation.json only.
+/// lock: L-BUDGET-TRUNCATION-MARKER
+#[test]
+fn a_wrong_truncation_marker_fails_the_truncation_vectors() {
+    let adapter = format!(
+        "{} vector-truncate {}",
+        env!("CARGO_BIN_EXE_workrail-conformance-broken-proxy"),
+        env!("CARGO_BIN_EXE_workrail-conformance-adapter")
+    );
+    let run = adapter_run(&adapter);
+    assert!(!run.exit_ok);
+    assert_eq!(
+        run.names("fail"),
+        set(&["truncation.json"]),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.failed_locks("truncation.json")
+            .contains("L-BUDGET-TRUNCATION-MARKER")
+    );
+}
