@@ -587,3 +587,41 @@ fn a_loop_limit_carries_structured_details_in_blockers_and_gaps() {
         }
     }
 }
+
+/// lock: L-CAP-PROBE-INJECTED, L-AUTHOR-CONTRACT-ENFORCED
+#[test]
+fn a_capability_probe_accepts_only_an_observation_of_its_own_capability() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let mut out = start(&wr, "wr.bug_investigation");
+    // Walk to the delegation probe, following each blocked response's example.
+    for _ in 0..12 {
+        if pending(&out) == "capability_probe_delegation" {
+            break;
+        }
+        let attempt = wr.continue_workflow(ack(&out, "Done.", vec![])).unwrap();
+        out = if attempt.kind == ExecutionKind::Blocked {
+            let fix = attempt.blockers[0].suggested_fix.as_ref().unwrap().as_str();
+            let example: serde_json::Value =
+                serde_json::from_str(&fix[fix.find('{').unwrap()..]).unwrap();
+            wr.continue_workflow(ack(&attempt, "Done.", vec![example]))
+                .unwrap()
+        } else {
+            attempt
+        };
+    }
+    assert_eq!(pending(&out), "capability_probe_delegation");
+    let wrong = json!({"kind": "wr.capability_observation", "capability": "web_browsing", "status": "available", "evidence": "fetched a page"});
+    let blocked = wr
+        .continue_workflow(ack(&out, "Probed.", vec![wrong]))
+        .unwrap();
+    assert_eq!(blocked.kind, ExecutionKind::Blocked);
+    assert_eq!(blocked.blockers[0].code, BlockerCode::InvalidRequiredOutput);
+    let fix = blocked.blockers[0].suggested_fix.as_ref().unwrap().as_str();
+    assert!(fix.contains("\"capability\":\"delegation\""), "{fix}");
+    let right = json!({"kind": "wr.capability_observation", "capability": "delegation", "status": "available", "evidence": "spawned a subagent"});
+    let next = wr
+        .continue_workflow(ack(&blocked, "Probed.", vec![right]))
+        .unwrap();
+    assert_eq!(next.kind, ExecutionKind::Ok);
+}

@@ -59,7 +59,16 @@ pub(crate) fn contract(
     problems: Vec<ContractProblem>,
     autonomy: Autonomy,
 ) -> Finding {
-    let example = example_for(contract, loop_id);
+    let mut example = example_for(contract, loop_id);
+    // A probe step's example names the capability it probes.
+    if let Some(probed) = workrail_spec::closed::Capability::ALL
+        .iter()
+        .find(|c| step_id.as_str() == crate::builtins::templates::probe_step_id(**c))
+        && let Some(map) = example.as_object_mut()
+        && map.contains_key("capability")
+    {
+        map.insert("capability".into(), Value::from(probed.as_str()));
+    }
     let (reason, message, fix) = match problems.first() {
         None => (
             ContractViolationReason::MissingRequiredOutput,

@@ -151,12 +151,22 @@ pub fn advance(
                     }
                 }
                 if contract_ref == CAPABILITY_OBSERVATION {
-                    findings.extend(findings::capabilities(
-                        compiled,
-                        &step.step_id,
-                        &artifacts,
-                        autonomy,
-                    ));
+                    if let Some(problem) = probe_mismatch(step, &artifacts) {
+                        findings.push(findings::contract(
+                            contract,
+                            &step.step_id,
+                            loop_id,
+                            vec![problem],
+                            autonomy,
+                        ));
+                    } else {
+                        findings.extend(findings::capabilities(
+                            compiled,
+                            &step.step_id,
+                            &artifacts,
+                            autonomy,
+                        ));
+                    }
                 }
             }
         }
@@ -200,6 +210,44 @@ pub fn advance(
 }
 
 /// The decision of the last valid `wr.loop_control` artifact, which must name the enclosing loop.
+/// A probe injected for one capability must report on that capability: an observation of
+/// another one says nothing about the capability this step exists to learn.
+fn probe_mismatch(
+    step: &workrail_spec::compiled::CompiledStep,
+    artifacts: &[(usize, serde_json::Map<String, Value>)],
+) -> Option<ContractProblem> {
+    let from_template =
+        step.provenance.origin_id.as_deref() == Some(crate::builtins::templates::CAPABILITY_PROBE);
+    let probed = workrail_spec::closed::Capability::ALL
+        .iter()
+        .find(|c| step.step_id.as_str() == crate::builtins::templates::probe_step_id(**c))?;
+    if !from_template
+        || artifacts
+            .iter()
+            .any(|(_, a)| a.get("capability").and_then(Value::as_str) == Some(probed.as_str()))
+    {
+        return None;
+    }
+    let (index, found) = artifacts
+        .first()
+        .map(|(i, a)| {
+            (
+                *i,
+                a.get("capability")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(none)"),
+            )
+        })
+        .unwrap_or((0, "(none)"));
+    Some(ContractProblem {
+        artifact_index: index,
+        instance_path: "/capability".to_owned(),
+        message: format!(
+            "this probe asks about '{probed}', but the observation reports on '{found}'; set capability to '{probed}'"
+        ),
+    })
+}
+
 fn loop_decision(
     artifacts: &[(usize, serde_json::Map<String, Value>)],
     loop_id: Option<&str>,
