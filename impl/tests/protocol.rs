@@ -625,3 +625,53 @@ fn a_capability_probe_accepts_only_an_observation_of_its_own_capability() {
         .unwrap();
     assert_eq!(next.kind, ExecutionKind::Ok);
 }
+
+/// lock: L-PREF-PRECEDENCE, L-PREF-GLOBAL-COPIED
+#[test]
+fn global_defaults_are_copied_into_a_run_at_start_and_never_rewrite_it() {
+    use workrail::store::fs::StoreFs;
+    let fs = MemFs::new();
+    fs.create_dir_all(std::path::Path::new("config")).unwrap();
+    fs.write_new(
+        std::path::Path::new("config/preferences.json"),
+        br#"{"autonomy": "full_auto_never_stop"}"#,
+    )
+    .unwrap();
+    let wr = open(&fs);
+    let out = start(&wr, "project.demo");
+    assert_eq!(out.preferences.autonomy, Autonomy::FullAutoNeverStop);
+    // A call's delta wins over the global defaults.
+    let mine = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "project.demo".into(),
+            context: None,
+            preferences: vec![PreferenceDelta::Autonomy(Autonomy::Guided)],
+        })
+        .unwrap();
+    assert_eq!(mine.preferences.autonomy, Autonomy::Guided);
+    // Changing the global config later does not touch the existing run.
+    fs.write_new(
+        std::path::Path::new("config/preferences.json"),
+        br#"{"autonomy": "guided", "riskPolicy": "aggressive"}"#,
+    )
+    .unwrap();
+    let again = wr.continue_workflow(rehydrate(&out.state_token)).unwrap();
+    assert_eq!(again.preferences.autonomy, Autonomy::FullAutoNeverStop);
+    let fresh = start(&wr, "project.demo");
+    assert_eq!(fresh.preferences.risk_policy.as_str(), "aggressive");
+    // A broken config is a clear error, not a silent default.
+    fs.write_new(
+        std::path::Path::new("config/preferences.json"),
+        b"{\"autonomy\": 3}",
+    )
+    .unwrap();
+    let err = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "project.demo".into(),
+            context: None,
+            preferences: vec![],
+        })
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::ValidationError);
+    assert!(err.message.contains("config/preferences.json"));
+}

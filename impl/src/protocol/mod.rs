@@ -44,6 +44,9 @@ use crate::store::{
 };
 use crate::tokens::TokenCodec;
 
+/// Global preference defaults, relative to the data directory.
+pub const GLOBAL_PREFERENCES_FILE: &str = "config/preferences.json";
+
 /// The environment variable naming the data directory.
 pub const DATA_DIR_ENV: &str = "WORKRAIL_DATA_DIR";
 
@@ -109,6 +112,7 @@ impl WorkrailConfig {
 
 /// WorkRail: stores, tokens and workflow sources.
 pub struct Workrail {
+    fs: Arc<dyn StoreFs>,
     sessions: SessionStore,
     snapshots: SnapshotStore,
     pinned: PinnedWorkflowStore,
@@ -194,6 +198,7 @@ impl Workrail {
             .load_or_create(entropy.as_ref())
             .map_err(store_envelope(false))?;
         Ok(Self {
+            fs: Arc::clone(&fs),
             sessions: SessionStore::new(Arc::clone(&fs)),
             snapshots: SnapshotStore::new(Arc::clone(&fs)),
             pinned: PinnedWorkflowStore::new(Arc::clone(&fs)),
@@ -492,6 +497,44 @@ impl Workrail {
             .node(run, node)
             .and_then(|n| self.snapshots.get(&n.snapshot_ref).ok())
             .is_some_and(|s| s.engine_payload.engine_state.is_complete())
+    }
+
+    /// Global preference defaults: `config/preferences.json` in the data directory
+    /// (`{"autonomy": …, "riskPolicy": …}`, both optional), else the guided preset. Read at each
+    /// start and copied into the new run.
+    fn global_preferences(
+        &self,
+    ) -> Result<workrail_spec::event::EffectivePreferences, ErrorEnvelope> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct GlobalConfig {
+            autonomy: Option<workrail_spec::closed::Autonomy>,
+            risk_policy: Option<workrail_spec::closed::RiskPolicy>,
+        }
+        let path = std::path::Path::new(GLOBAL_PREFERENCES_FILE);
+        let Some(bytes) = self.fs.read(path).map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                format!("cannot read {GLOBAL_PREFERENCES_FILE}: {e}"),
+                "Check the data directory's permissions.",
+                Retry::RetryableImmediate,
+            )
+        })?
+        else {
+            return Ok(GLOBAL_DEFAULTS);
+        };
+        let config: GlobalConfig = serde_json::from_slice(&bytes).map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!("{GLOBAL_PREFERENCES_FILE} in the data directory is invalid: {e}"),
+                "Fix it to {\"autonomy\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"riskPolicy\": \"conservative\" | \"balanced\" | \"aggressive\"} (both optional), or delete it to use the guided preset.",
+                Retry::NotRetryable,
+            )
+        })?;
+        Ok(workrail_spec::event::EffectivePreferences {
+            autonomy: config.autonomy.unwrap_or(GLOBAL_DEFAULTS.autonomy),
+            risk_policy: config.risk_policy.unwrap_or(GLOBAL_DEFAULTS.risk_policy),
+        })
     }
 
     /// A fresh, random event id.

@@ -27,6 +27,22 @@ fn entropy_error(e: crate::entropy::EntropyError) -> ErrorEnvelope {
     )
 }
 
+/// The keys where `to` differs from `from`, as a preference delta.
+fn preference_diff(
+    from: workrail_spec::event::EffectivePreferences,
+    to: workrail_spec::event::EffectivePreferences,
+) -> Vec<workrail_spec::event::PreferenceDelta> {
+    use workrail_spec::event::PreferenceDelta;
+    let mut delta = Vec::new();
+    if from.autonomy != to.autonomy {
+        delta.push(PreferenceDelta::Autonomy(to.autonomy));
+    }
+    if from.risk_policy != to.risk_policy {
+        delta.push(PreferenceDelta::RiskPolicy(to.risk_policy));
+    }
+    delta
+}
+
 pub(super) fn start(
     wr: &Workrail,
     input: StartWorkflowInput,
@@ -85,7 +101,23 @@ pub(super) fn start(
     let run = RunId::from_entropy(&bytes(wr)?);
     let root = NodeId::from_entropy(&bytes(wr)?);
     let root_scope = EventScope::Node(run.clone(), root.clone());
-    let prefs = super::GLOBAL_DEFAULTS.apply(&input.preferences);
+    // Global defaults are copied into the run at its start, so later changes to the global
+    // config never rewrite past runs (locks §4 "Durability + precedence").
+    let global = wr.global_preferences()?;
+    let prefs = global.apply(&input.preferences);
+    let (delta, source) = if input.preferences.is_empty() {
+        (
+            preference_diff(super::GLOBAL_DEFAULTS, global),
+            PreferenceSource::System,
+        )
+    } else {
+        let mut delta = preference_diff(super::GLOBAL_DEFAULTS, global)
+            .into_iter()
+            .filter(|d| !input.preferences.iter().any(|u| u.key() == d.key()))
+            .collect::<Vec<_>>();
+        delta.extend(input.preferences.iter().copied());
+        (delta, PreferenceSource::User)
+    };
 
     let mut events = vec![
         wr.event(
@@ -114,14 +146,14 @@ pub(super) fn start(
             }),
         )?,
     ];
-    if !input.preferences.is_empty() {
+    if !delta.is_empty() {
         events.push(wr.event(
             &session,
             root_scope.clone(),
             EventData::PreferencesChanged(PreferencesChanged {
                 change_id: ChangeId::from_digest(&start_scoped(&root, "preferences")),
-                source: PreferenceSource::User,
-                delta: input.preferences.clone(),
+                source,
+                delta,
                 effective: prefs,
             }),
         )?);
