@@ -1,4 +1,25 @@
 //! `workrail-harness`: drives `workrail-model` and the production `workrail` crate with the same
 //! generated command sequences and compares every observable result.
+//!
+//! - [`ops`]: the generated commands (proptest strategies; `arbitrary` with feature `fuzzing`).
+//! - [`fixture`]: the workflow the harness drives and the outputs an agent sends.
+//! - [`system`]: the systems under test: the use-cases over `MemFs`, and the stdio MCP server.
+//! - [`driver`]: applies each command to the model and a system and compares every observable.
+//! - [`truth`]: the durable truth of a run, in model ids through an id bijection.
+//! - [`crash`]: crash at every mutating I/O point of a command, restart, and classify.
+//! - [`fuzzing`]: the entry points of the cargo-fuzz targets in `fuzz/` (also used by the
+//!   regression tests of their findings).
 
 #![forbid(unsafe_code)]
+
+pub mod crash;
+pub mod driver;
+pub mod fixture;
+pub mod fuzzing;
+pub mod ops;
+pub mod system;
+pub mod truth;
+
+pub use driver::{Harness, Stats, World};
+pub use ops::Op;
+pub use system::{InProcess, Stdio, System};

@@ -1,0 +1,175 @@
+//! The workflow the harness drives, the catalog that serves it, and the outputs an agent sends.
+//!
+//! `project.harness` is small but reaches every branch the protocol has: a plain step, a
+//! `loop_control` loop of at most two iterations whose decision step carries the
+//! `wr.contracts.loop_control` contract (missing, malformed, `continue`, `stop`, and `continue`
+//! at the last iteration, which is a loop-limit failure), a step with the
+//! `wr.contracts.verification_report` contract, and a final step, so runs complete.
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Map, Value, json};
+use workrail::protocol::CatalogLoader;
+use workrail::sources::memory::MemorySource;
+use workrail::sources::{Catalog, WorkflowSource};
+use workrail_spec::closed::WorkflowSourceKind;
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::tools::OutputInput;
+
+/// The id of the harness workflow.
+pub const WORKFLOW_ID: &str = "project.harness";
+
+/// Where the catalog says the workflow comes from (the file name the stdio server reads too).
+pub const WORKFLOW_FILE: &str = "harness.json";
+
+/// The harness workflow's authoring JSON.
+pub const WORKFLOW_JSON: &str = r#"{
+  "id": "project.harness",
+  "name": "Harness",
+  "description": "Plan, then a bounded build loop, then verify and wrap up.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"id": "plan", "title": "Plan", "prompt": "Plan the work."},
+    {"type": "loop", "loopId": "build", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 2,
+     "body": [
+       {"id": "implement", "title": "Implement", "prompt": "Implement the next slice."},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether another iteration is needed.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]},
+    {"id": "verify", "title": "Verify", "prompt": "Verify the result.", "output": {"contractRef": "wr.contracts.verification_report"}},
+    {"id": "wrap", "title": "Wrap up", "prompt": "Summarize what was done."}
+  ]
+}"#;
+
+/// The loop id of the harness workflow.
+pub const LOOP_ID: &str = "build";
+
+/// The in-memory catalog: the harness workflow as a project workflow (no bundled ones, so the
+/// catalog loads fast; the stdio server serves the bundled ones too, which changes nothing here).
+/// The catalog is compiled once per test process (the source never changes).
+pub fn catalog() -> CatalogLoader {
+    static CATALOG: OnceLock<Catalog> = OnceLock::new();
+    Arc::new(|| {
+        CATALOG
+            .get_or_init(|| {
+                let project = MemorySource::new(WorkflowSourceKind::Project)
+                    .with(&format!("workflows/{WORKFLOW_FILE}"), WORKFLOW_JSON);
+                let sources: Vec<&dyn WorkflowSource> = vec![&project];
+                Catalog::load(&sources)
+            })
+            .clone()
+    })
+}
+
+/// The compiled snapshot the model is given: the one the production compiler pins, so both
+/// sides run the same `workflowHash`.
+pub fn compiled() -> CompiledWorkflowSnapshotV1 {
+    static COMPILED: OnceLock<CompiledWorkflowSnapshotV1> = OnceLock::new();
+    COMPILED
+        .get_or_init(|| {
+            let catalog = catalog()();
+            match catalog.resolve(WORKFLOW_ID) {
+                Some(resolved) => resolved.workflow.compiled.snapshot.clone(),
+                None => panic!(
+                    "the harness workflow does not compile: {:?}",
+                    catalog.problems()
+                ),
+            }
+        })
+        .clone()
+}
+
+/// An artifact an agent may send with an ack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub enum ArtifactSpec {
+    /// A valid `wr.loop_control` artifact with `decision: "continue"`.
+    LoopContinue,
+    /// A valid `wr.loop_control` artifact with `decision: "stop"`.
+    LoopStop,
+    /// `wr.loop_control` for this loop with a decision outside the closed set (invalid).
+    LoopBadDecision,
+    /// `wr.loop_control` for this loop with a field the contract does not allow (invalid).
+    LoopExtraField,
+    /// `wr.loop_control` naming another loop (so, for this loop, missing).
+    LoopOtherLoop,
+    /// A valid `wr.verification_report` (the contract pack's own example).
+    Verification,
+    /// An artifact no contract asks for.
+    Note(u8),
+}
+
+impl ArtifactSpec {
+    pub const ALL_FIXED: [ArtifactSpec; 6] = [
+        Self::LoopContinue,
+        Self::LoopStop,
+        Self::LoopBadDecision,
+        Self::LoopExtraField,
+        Self::LoopOtherLoop,
+        Self::Verification,
+    ];
+
+    /// A `wr.loop_control` artifact for the harness loop (valid or not).
+    pub fn is_loop_control(self) -> bool {
+        matches!(
+            self,
+            Self::LoopContinue | Self::LoopStop | Self::LoopBadDecision | Self::LoopExtraField
+        )
+    }
+
+    pub fn to_json(self) -> Map<String, Value> {
+        let value = match self {
+            Self::LoopContinue => {
+                json!({"kind": "wr.loop_control", "loopId": LOOP_ID, "decision": "continue", "summary": "again"})
+            }
+            Self::LoopStop => {
+                json!({"kind": "wr.loop_control", "loopId": LOOP_ID, "decision": "stop"})
+            }
+            Self::LoopBadDecision => {
+                json!({"kind": "wr.loop_control", "loopId": LOOP_ID, "decision": "maybe"})
+            }
+            Self::LoopExtraField => {
+                json!({"kind": "wr.loop_control", "loopId": LOOP_ID, "decision": "stop", "why": "extra"})
+            }
+            Self::LoopOtherLoop => {
+                json!({"kind": "wr.loop_control", "loopId": "elsewhere", "decision": "stop"})
+            }
+            Self::Verification => workrail::builtins::contracts::find(
+                workrail::builtins::contracts::VERIFICATION_REPORT,
+            )
+            .map_or_else(
+                || json!({"kind": "wr.verification_report"}),
+                |p| p.example(),
+            ),
+            Self::Note(n) => json!({"kind": "harness.note", "n": n}),
+        };
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+}
+
+/// What an agent sends as `output` with an ack.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub struct OutputSpec {
+    /// `Some(n)`: `notesMarkdown` is a short recap naming `n`.
+    pub notes: Option<u8>,
+    pub artifacts: Vec<ArtifactSpec>,
+}
+
+impl OutputSpec {
+    /// The `output` field: `None` when there are neither notes nor artifacts.
+    pub fn to_input(&self) -> Option<OutputInput> {
+        if self.notes.is_none() && self.artifacts.is_empty() {
+            return None;
+        }
+        Some(OutputInput {
+            notes_markdown: self.notes.map(|n| format!("Recap {n}: did the step.")),
+            artifacts: self.artifacts.iter().map(|a| a.to_json()).collect(),
+        })
+    }
+
+    /// The same output for the model (which has no "absent output": absent is empty).
+    pub fn to_model(&self) -> OutputInput {
+        self.to_input().unwrap_or_default()
+    }
+}

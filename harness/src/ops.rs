@@ -1,0 +1,188 @@
+//! The generated commands: what an agent (or a second process, or a crash) can do to WorkRail.
+//!
+//! Commands name runs, nodes and earlier calls by *selector* (an index taken modulo how many
+//! exist when the command runs), so any sequence is meaningful, shrinking keeps sequences valid,
+//! and the same commands drive the model, the in-process use-cases and the stdio server.
+
+use proptest::prelude::*;
+use workrail_spec::closed::{Autonomy, RiskPolicy};
+use workrail_spec::event::PreferenceDelta;
+
+use crate::fixture::{ArtifactSpec, OutputSpec};
+
+/// A preference change sent with `start_workflow` or with an ack (locks §4 closed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub enum PrefSpec {
+    Autonomy(u8),
+    Risk(u8),
+    Both(u8, u8),
+}
+
+fn autonomy(n: u8) -> Autonomy {
+    match n % 3 {
+        0 => Autonomy::Guided,
+        1 => Autonomy::FullAutoStopOnUserDeps,
+        _ => Autonomy::FullAutoNeverStop,
+    }
+}
+
+fn risk(n: u8) -> RiskPolicy {
+    match n % 3 {
+        0 => RiskPolicy::Conservative,
+        1 => RiskPolicy::Balanced,
+        _ => RiskPolicy::Aggressive,
+    }
+}
+
+impl PrefSpec {
+    pub fn delta(self) -> Vec<PreferenceDelta> {
+        match self {
+            Self::Autonomy(a) => vec![PreferenceDelta::Autonomy(autonomy(a))],
+            Self::Risk(r) => vec![PreferenceDelta::RiskPolicy(risk(r))],
+            Self::Both(a, r) => vec![
+                PreferenceDelta::Autonomy(autonomy(a)),
+                PreferenceDelta::RiskPolicy(risk(r)),
+            ],
+        }
+    }
+}
+
+/// One command.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub enum Op {
+    /// `start_workflow` (a new session and run), optionally with preferences.
+    Start { prefs: Option<PrefSpec> },
+    /// `continue_workflow` with only the stateToken of a known node (current or old).
+    Rehydrate { node: u8 },
+    /// Ack the current attempt of a known node: at a tip this extends the branch, at an older
+    /// node it forks (the harness rehydrates first when it holds no current ackToken, as an agent
+    /// after a rewind would). Optionally with a preference delta on the ack.
+    Advance {
+        node: u8,
+        output: OutputSpec,
+        prefs: Option<PrefSpec>,
+    },
+    /// Send a recorded ack again; `other_output` changes its `output` (a replay must ignore it).
+    ReplayAck { ack: u8, other_output: bool },
+    /// `checkpoint_workflow` with the current checkpoint attempt of a known node.
+    Checkpoint { node: u8, notes: u8 },
+    /// Send a recorded checkpoint again.
+    ReplayCheckpoint { checkpoint: u8 },
+    /// Another process holds the session lock while a fresh ack (or checkpoint) arrives.
+    SecondWriter { node: u8, checkpoint: bool },
+    /// The process restarts (a new `Workrail` on the same data, or a new server process).
+    Restart,
+}
+
+impl Op {
+    /// Whether the command may append (the crash harness crashes inside these).
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Self::Start { .. } | Self::Advance { .. } | Self::Checkpoint { .. }
+        )
+    }
+}
+
+fn pref_strategy() -> impl Strategy<Value = Option<PrefSpec>> {
+    prop_oneof![
+        4 => Just(None),
+        1 => (0u8..3).prop_map(|a| Some(PrefSpec::Autonomy(a))),
+        1 => (0u8..3).prop_map(|r| Some(PrefSpec::Risk(r))),
+        1 => (0u8..3, 0u8..3).prop_map(|(a, r)| Some(PrefSpec::Both(a, r))),
+    ]
+}
+
+/// Whether to generate the inputs on which the model and production are known to disagree
+/// pending a decision (see `harness/README.md`, "Known disagreements"):
+/// `WORKRAIL_HARNESS_DISPUTED=1`.
+pub fn disputed() -> bool {
+    std::env::var("WORKRAIL_HARNESS_DISPUTED").is_ok_and(|v| v == "1")
+}
+
+fn artifact_strategy() -> impl Strategy<Value = ArtifactSpec> {
+    // A loop-control artifact naming another loop: "missing" for the model, "invalid" for
+    // production (disagreement 1).
+    let other_loop = u32::from(disputed());
+    prop_oneof![
+        4 => Just(ArtifactSpec::LoopContinue),
+        4 => Just(ArtifactSpec::LoopStop),
+        1 => Just(ArtifactSpec::LoopBadDecision),
+        1 => Just(ArtifactSpec::LoopExtraField),
+        other_loop => Just(ArtifactSpec::LoopOtherLoop),
+        4 => Just(ArtifactSpec::Verification),
+        1 => (0u8..3).prop_map(ArtifactSpec::Note),
+    ]
+}
+
+/// Outputs: mostly a recap with zero to two artifacts.
+pub fn output_strategy() -> impl Strategy<Value = OutputSpec> {
+    let several_decisions = disputed();
+    (
+        prop_oneof![1 => Just(None), 4 => (0u8..8).prop_map(Some)],
+        prop::collection::vec(artifact_strategy(), 0..3),
+    )
+        .prop_map(move |(notes, mut artifacts)| {
+            if !several_decisions {
+                // Several loop-control artifacts for the loop in one ack: the model lets the
+                // last one decide, production rejects any invalid one (disagreement 2).
+                let last = artifacts.iter().rposition(|a| a.is_loop_control());
+                let mut i = 0;
+                artifacts.retain(|a| {
+                    i += 1;
+                    !a.is_loop_control() || Some(i - 1) == last
+                });
+            }
+            OutputSpec { notes, artifacts }
+        })
+}
+
+/// One command, weighted towards the paths that grow the DAG.
+pub fn op_strategy() -> impl Strategy<Value = Op> {
+    // Selectors: half the time the newest node (an agent continuing), else any (a rewind).
+    let sel = || prop_oneof![1 => Just(0u8), 1 => any::<u8>()];
+    prop_oneof![
+        2 => pref_strategy().prop_map(|prefs| Op::Start { prefs }),
+        3 => sel().prop_map(|node| Op::Rehydrate { node }),
+        10 => (sel(), output_strategy(), pref_strategy())
+            .prop_map(|(node, output, prefs)| Op::Advance { node, output, prefs }),
+        2 => (sel(), any::<bool>()).prop_map(|(ack, other_output)| Op::ReplayAck { ack, other_output }),
+        2 => (sel(), 0u8..4).prop_map(|(node, notes)| Op::Checkpoint { node, notes }),
+        1 => sel().prop_map(|checkpoint| Op::ReplayCheckpoint { checkpoint }),
+        1 => (sel(), any::<bool>()).prop_map(|(node, checkpoint)| Op::SecondWriter { node, checkpoint }),
+        1 => Just(Op::Restart),
+    ]
+}
+
+/// A command sequence; it always begins with a start, so there is something to act on.
+pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    (
+        pref_strategy(),
+        prop::collection::vec(op_strategy(), 1..max_len.max(2)),
+    )
+        .prop_map(|(prefs, rest)| {
+            let mut ops = vec![Op::Start { prefs }];
+            ops.extend(rest);
+            ops
+        })
+}
+
+/// The number of cases a property runs: `WORKRAIL_PROPTEST_CASES` (64 when unset) divided by
+/// `divisor` for the heavier properties, at least 1.
+pub fn cases(divisor: u32) -> u32 {
+    let base = std::env::var("WORKRAIL_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(64);
+    (base / divisor.max(1)).max(1)
+}
+
+/// A proptest config with [`cases`] and no persisted failure files (the harness's regressions
+/// are written down as explicit tests instead).
+pub fn config(divisor: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(divisor),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}

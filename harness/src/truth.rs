@@ -1,0 +1,312 @@
+//! Durable truth, compared: the observable shape of a run, computed by the *model's* projections
+//! from an event log, with every id translated into the model's id space through the bijection
+//! the harness builds as nodes and attempts appear (the model derives its ids, production mints
+//! or derives them differently, so only structure can be compared).
+//!
+//! The shape holds everything a client or a later call can observe about a run: the DAG (node
+//! kinds, parent links, snapshot refs, edge kinds and causes, all in creation order), the
+//! preferred tip, the run status, the unresolved gaps (node, severity, reason), the current
+//! outputs per node (channel and payload), the recorded attempts per node (attempt, outcome,
+//! blocker codes and pointer kinds), and the effective preferences at every node. Production's
+//! own projection of the same log must agree on the preferred tip and the status.
+
+use std::collections::BTreeMap;
+
+use workrail_model::Model;
+use workrail_model::projections::{
+    PreferenceDefaults, RunDag, advance_records, effective_preferences, node_outputs,
+    preferred_tip, run_status, unresolved_gaps_in_run,
+};
+use workrail_spec::closed::{
+    Autonomy, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind, OutputChannel, RunStatus,
+};
+use workrail_spec::event::{AdvanceOutcome, EffectivePreferences, OutputPayload, SessionEvent};
+use workrail_spec::ids::{AttemptId, NodeId, RunId, SnapshotRef};
+use workrail_spec::reason::GapReason;
+
+/// A one-to-one map between model ids and production ids, grown as they appear.
+#[derive(Debug, Clone)]
+pub struct BiMap<T: Ord + Clone + std::fmt::Debug> {
+    m2i: BTreeMap<T, T>,
+    i2m: BTreeMap<T, T>,
+}
+
+impl<T: Ord + Clone + std::fmt::Debug> Default for BiMap<T> {
+    fn default() -> Self {
+        Self {
+            m2i: BTreeMap::new(),
+            i2m: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: Ord + Clone + std::fmt::Debug> BiMap<T> {
+    /// Links `m` (model) and `i` (production); refuses to break the bijection.
+    pub fn link(&mut self, m: &T, i: &T) -> Result<(), String> {
+        match (self.m2i.get(m), self.i2m.get(i)) {
+            (Some(known), _) if known != i => Err(format!(
+                "model {m:?} is already paired with production {known:?}, now {i:?} claims it"
+            )),
+            (_, Some(known)) if known != m => Err(format!(
+                "production {i:?} is already paired with model {known:?}, now {m:?} claims it"
+            )),
+            _ => {
+                self.m2i.insert(m.clone(), i.clone());
+                self.i2m.insert(i.clone(), m.clone());
+                Ok(())
+            }
+        }
+    }
+
+    pub fn to_impl(&self, m: &T) -> Option<&T> {
+        self.m2i.get(m)
+    }
+
+    pub fn to_model(&self, i: &T) -> Option<&T> {
+        self.i2m.get(i)
+    }
+
+    pub fn len(&self) -> usize {
+        self.m2i.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.m2i.is_empty()
+    }
+}
+
+/// The id bijections.
+#[derive(Debug, Clone, Default)]
+pub struct Bijection {
+    pub nodes: BiMap<NodeId>,
+    pub attempts: BiMap<AttemptId>,
+}
+
+/// An output payload without its ids.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PayloadShape {
+    Notes(String),
+    Artifact {
+        sha256: String,
+        content_type: String,
+        byte_length: u64,
+    },
+}
+
+/// One recorded ack attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutcomeShape {
+    Advanced {
+        to: NodeId,
+    },
+    Blocked {
+        blockers: Vec<(String, &'static str)>,
+    },
+}
+
+/// Everything observable about one run, in model ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunShape {
+    /// `(node, kind, parent, snapshotRef)` in creation order.
+    pub nodes: Vec<(NodeId, NodeKind, Option<NodeId>, SnapshotRef)>,
+    /// `(kind, from, to, cause)` in creation order.
+    pub edges: Vec<(EdgeKind, NodeId, NodeId, EdgeCauseKind)>,
+    pub tip: Option<NodeId>,
+    pub status: Option<RunStatus>,
+    /// Unresolved gaps `(node, severity, reason)`, sorted.
+    pub gaps: Vec<(NodeId, GapSeverity, GapReason)>,
+    /// Current outputs `(node, channel, payload)`, sorted.
+    pub outputs: Vec<(NodeId, OutputChannel, PayloadShape)>,
+    /// Recorded attempts per node, in record order.
+    pub attempts: Vec<(NodeId, AttemptId, OutcomeShape)>,
+    /// Effective preferences at every node, in creation order.
+    pub preferences: Vec<(NodeId, EffectivePreferences)>,
+}
+
+/// Translates production ids into model ids; an id never seen is an error.
+struct Translate<'a> {
+    bij: Option<&'a Bijection>,
+    unknown: Vec<String>,
+}
+
+impl Translate<'_> {
+    fn node(&mut self, id: &NodeId) -> NodeId {
+        match self.bij {
+            None => id.clone(),
+            Some(b) => match b.nodes.to_model(id) {
+                Some(m) => m.clone(),
+                None => {
+                    self.unknown.push(format!("node {id}"));
+                    id.clone()
+                }
+            },
+        }
+    }
+
+    fn attempt(&mut self, id: &AttemptId) -> AttemptId {
+        match self.bij {
+            None => id.clone(),
+            Some(b) => match b.attempts.to_model(id) {
+                Some(m) => m.clone(),
+                None => {
+                    self.unknown.push(format!("attempt {id}"));
+                    id.clone()
+                }
+            },
+        }
+    }
+}
+
+/// The shape of `run` in `events` (the model's own log when `bij` is `None`, a production log
+/// translated through `bij` otherwise). `is_complete` says whether a snapshot is complete.
+pub fn run_shape(
+    events: &[SessionEvent],
+    run: &RunId,
+    bij: Option<&Bijection>,
+    is_complete: &dyn Fn(&SnapshotRef) -> bool,
+    defaults: &PreferenceDefaults,
+) -> Result<RunShape, String> {
+    let dag = RunDag::build(events, run);
+    let mut t = Translate {
+        bij,
+        unknown: Vec::new(),
+    };
+    let mut by_creation: Vec<_> = dag.nodes.values().collect();
+    by_creation.sort_by_key(|n| n.created_at);
+    let mut nodes = Vec::new();
+    let mut preferences = Vec::new();
+    let mut attempts = Vec::new();
+    let mut outputs = Vec::new();
+    for n in &by_creation {
+        let id = t.node(&n.node_id);
+        let parent = n.parent.as_ref().map(|p| t.node(p));
+        nodes.push((id.clone(), n.kind, parent, n.snapshot_ref.clone()));
+        preferences.push((
+            id.clone(),
+            effective_preferences(events, &dag, &n.node_id, defaults),
+        ));
+        for record in advance_records(events, run, &n.node_id) {
+            let outcome = match &record.outcome {
+                AdvanceOutcome::Advanced { to_node_id } => OutcomeShape::Advanced {
+                    to: t.node(to_node_id),
+                },
+                AdvanceOutcome::Blocked { blockers } => OutcomeShape::Blocked {
+                    blockers: blockers
+                        .blockers()
+                        .iter()
+                        .map(|b| (b.code.to_string(), b.pointer.kind()))
+                        .collect(),
+                },
+            };
+            attempts.push((id.clone(), t.attempt(&record.attempt_id), outcome));
+        }
+        for record in node_outputs(events, run, &n.node_id).current_set() {
+            let payload = match &record.payload {
+                OutputPayload::Notes { notes_markdown } => {
+                    PayloadShape::Notes(notes_markdown.as_str().to_owned())
+                }
+                OutputPayload::ArtifactRef {
+                    sha256,
+                    content_type,
+                    byte_length,
+                } => PayloadShape::Artifact {
+                    sha256: sha256.to_string(),
+                    content_type: content_type.clone(),
+                    byte_length: *byte_length,
+                },
+            };
+            outputs.push((id.clone(), record.channel, payload));
+        }
+    }
+    outputs.sort();
+    let edges = dag
+        .edges
+        .iter()
+        .map(|e| (e.kind, t.node(&e.from), t.node(&e.to), e.cause))
+        .collect();
+    let tip = preferred_tip(events, &dag).map(|tip| t.node(&tip.node_id));
+    let status = run_status(events, &dag, is_complete, defaults);
+    let mut gaps: Vec<_> = unresolved_gaps_in_run(events, run)
+        .into_iter()
+        .map(|g| (t.node(&g.node_id), g.severity, g.reason))
+        .collect();
+    gaps.sort_by_key(|g| format!("{g:?}"));
+    if !t.unknown.is_empty() {
+        return Err(format!(
+            "production's log has ids the harness never saw in a response: {}",
+            t.unknown.join(", ")
+        ));
+    }
+    Ok(RunShape {
+        nodes,
+        edges,
+        tip,
+        status,
+        gaps,
+        outputs,
+        attempts,
+        preferences,
+    })
+}
+
+/// The model's shape of a run.
+pub fn model_shape(
+    model: &Model,
+    session: &workrail_spec::ids::SessionId,
+    run: &RunId,
+) -> Result<RunShape, String> {
+    let events = model
+        .events(session)
+        .ok_or_else(|| format!("the model has no session {session}"))?;
+    let defaults = model
+        .preference_defaults(session)
+        .ok_or_else(|| format!("the model has no defaults for {session}"))?;
+    run_shape(events, run, None, &|r| model.is_complete(r), &defaults)
+}
+
+/// Production's own projection of its log must agree with the model's projections of the same
+/// log on the preferred tip and the run status (locks §2, §2.1).
+pub fn cross_check_production_projection(
+    events: &[SessionEvent],
+    run: &RunId,
+    is_complete: &dyn Fn(&SnapshotRef) -> bool,
+) -> Result<(), String> {
+    let projection =
+        workrail::projections::project(events, workrail::projections::TipPolicy::Latest);
+    let Some(view) = projection.runs.get(run) else {
+        return Err(format!("production's projection has no run {run}"));
+    };
+    let dag = RunDag::build(events, run);
+    let model_tip = preferred_tip(events, &dag).map(|t| t.node_id);
+    if view.preferred_tip != model_tip {
+        return Err(format!(
+            "preferred tip: production's projection says {:?}, the model's projection of the same log says {model_tip:?}",
+            view.preferred_tip
+        ));
+    }
+    let defaults = PreferenceDefaults {
+        session_baseline: None,
+        global: workrail::protocol::GLOBAL_DEFAULTS,
+    };
+    let autonomy: Autonomy =
+        view.preferred_tip
+            .as_ref()
+            .map_or(workrail::protocol::GLOBAL_DEFAULTS.autonomy, |tip| {
+                workrail::projections::effective_preferences(
+                    events,
+                    view,
+                    tip,
+                    None,
+                    workrail::protocol::GLOBAL_DEFAULTS,
+                )
+                .autonomy
+            });
+    let production_status = view.status(is_complete, autonomy);
+    let model_status = run_status(events, &dag, is_complete, &defaults);
+    if Some(production_status) != model_status {
+        return Err(format!(
+            "run status: production's projection says {production_status:?}, the model's projection of the same log says {model_status:?}"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Every fuzz target's seed corpus (`fixtures/fuzz/<target>/`) and every input a fuzz run ever
+//! found a failure with (`fixtures/fuzz/<target>/regressions/`, kept with the finding's name)
+//! run through the same entry points as `fuzz/`, so a fuzz finding stays fixed without cargo-fuzz.
+//!
+//! Structured targets read their bytes the way libFuzzer hands them over: through
+//! `arbitrary::Unstructured`. `WORKRAIL_BLESS=1` regenerates the seed corpora.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use arbitrary::{Arbitrary, Unstructured};
+use workrail_harness::fuzzing;
+
+fn corpus(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/fuzz")
+        .join(target)
+}
+
+/// Every file of the target's corpus and regressions, sorted.
+fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for dir in [corpus(target), corpus(target).join("regressions")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_file() {
+                out.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn structured<T: for<'a> Arbitrary<'a>>(bytes: &[u8]) -> Option<T> {
+    T::arbitrary_take_rest(Unstructured::new(bytes)).ok()
+}
+
+fn run_all(target: &str, check: impl Fn(&[u8])) {
+    let inputs = inputs(target);
+    assert!(
+        !inputs.is_empty(),
+        "no seed corpus for {target}: run with WORKRAIL_BLESS=1"
+    );
+    for (path, bytes) in inputs {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&bytes)));
+        assert!(outcome.is_ok(), "{target}: {} fails", path.display());
+    }
+}
+
+#[test]
+fn token_decode_corpus() {
+    run_all("token_decode", fuzzing::token_decode);
+}
+
+#[test]
+fn workflow_compile_corpus() {
+    run_all("workflow_compile", fuzzing::workflow_compile);
+}
+
+#[test]
+fn session_load_corpus() {
+    run_all("session_load", |b| {
+        if let Some(input) = structured(b) {
+            fuzzing::session_load(&input);
+        }
+    });
+}
+
+#[test]
+fn mcp_request_corpus() {
+    run_all("mcp_request", |b| {
+        if let Some(input) = structured(b) {
+            fuzzing::mcp_request(&input);
+        }
+    });
+}
+
+#[test]
+fn crash_sequence_corpus() {
+    run_all("crash_sequence", |b| {
+        if let Some(input) = structured(b) {
+            fuzzing::crash_sequence(&input);
+        }
+    });
+}
+
+#[test]
+fn bundle_import_corpus() {
+    run_all("bundle_import", |b| {
+        if let Some(input) = structured(b) {
+            fuzzing::bundle_import(&input);
+        }
+    });
+}
+
+/// `WORKRAIL_BLESS=1`: writes the seed corpora (real tokens, the workflows in the repository,
+/// and pseudo-random byte strings for the structured targets).
+#[test]
+fn bless_seed_corpora() {
+    if std::env::var("WORKRAIL_BLESS").ok().as_deref() != Some("1") {
+        return;
+    }
+    let write = |target: &str, name: &str, bytes: &[u8]| {
+        let dir = corpus(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
+    };
+    for (i, token) in fuzzing::seed_tokens().iter().enumerate() {
+        write("token_decode", &format!("signed-{i}"), token.as_bytes());
+        write(
+            "token_decode",
+            &format!("wrapped-{i}"),
+            format!("`{token}`\n").as_bytes(),
+        );
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    write(
+        "workflow_compile",
+        "harness.json",
+        workrail_harness::fixture::WORKFLOW_JSON.as_bytes(),
+    );
+    for dir in ["impl/workflows", "fixtures/workflows"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !name.ends_with(".compiled.json") {
+                write(
+                    "workflow_compile",
+                    &name,
+                    &std::fs::read(entry.path()).unwrap(),
+                );
+            }
+        }
+    }
+    // xorshift64*: deterministic bytes for the structured targets.
+    let mut state: u64 = 0x5eed_5eed_5eed_5eed;
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                state ^= state >> 12;
+                state ^= state << 25;
+                state ^= state >> 27;
+                (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+            })
+            .collect()
+    };
+    for target in [
+        "session_load",
+        "mcp_request",
+        "crash_sequence",
+        "bundle_import",
+    ] {
+        for (i, n) in [48usize, 160, 512, 1500].iter().enumerate() {
+            write(target, &format!("seed-{i}"), &bytes(*n));
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The harness catches planted bugs (feature `test-mutations` of `workrail`, each switched on
+//! only for the calling thread, so no other test ever sees it): a property that cannot fail
+//! proves nothing.
+//!
+//! - **pins before close**: `snapshot_pinned` records written before their `segment_closed`
+//!   (breaking pin-after-close). Caught by the crash-state harness, and by the state machine as
+//!   soon as a restarted process reads the manifest.
+//! - **replay from the current log**: an ack replay rebuilt from today's log instead of the
+//!   recorded prefix (replay recomputes instead of returning recorded facts). Caught by the
+//!   state machine's byte-identical replay check.
+//!
+//! Each test runs the *same* property functions the CI runs, at CI case counts, and requires
+//! them to fail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use workrail::protocol::Workrail;
+use workrail::store::SessionStore;
+use workrail_harness::crash::{POLICIES, check_crashes};
+use workrail_harness::driver::check_sequences;
+use workrail_harness::fixture::OutputSpec;
+use workrail_harness::ops::{self, Op};
+use workrail_harness::{Harness, InProcess};
+
+/// Switches a planted bug on for this thread, and off again even if the test fails.
+struct Planted(fn(bool));
+
+impl Planted {
+    fn on(switch: fn(bool)) -> Self {
+        switch(true);
+        Self(switch)
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        (self.0)(false);
+    }
+}
+
+fn adv() -> Op {
+    Op::Advance {
+        node: 0,
+        output: OutputSpec {
+            notes: Some(1),
+            artifacts: vec![],
+        },
+        prefs: None,
+    }
+}
+
+/// lock: L-STORE-COMMIT-PIN, L-STORE-CRASH-BEFORE-PINS
+#[test]
+fn the_crash_harness_catches_pins_written_before_the_segment_is_closed() {
+    // Without the bug the same check passes.
+    let prefix = [Op::Start { prefs: None }, adv()];
+    check_crashes(&prefix, &adv(), 1, &POLICIES).unwrap();
+    let _bug = Planted::on(SessionStore::plant_pins_before_close);
+    let caught = check_crashes(&prefix, &adv(), 1, &POLICIES);
+    assert!(caught.is_err(), "the crash harness missed the planted bug");
+}
+
+/// lock: L-STORE-COMMIT-PIN
+#[test]
+fn the_state_machine_catches_pins_written_before_the_segment_is_closed() {
+    let _bug = Planted::on(SessionStore::plant_pins_before_close);
+    let caught = check_sequences(ops::config(2), 24, InProcess::new);
+    assert!(
+        caught.is_err(),
+        "the generated sequences missed the planted bug"
+    );
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn the_state_machine_catches_a_replay_that_recomputes() {
+    // A known-failing sequence: replay the first ack after the run moved on.
+    let known = [
+        Op::Start { prefs: None },
+        adv(),
+        adv(),
+        Op::ReplayAck {
+            ack: 0,
+            other_output: false,
+        },
+    ];
+    Harness::new(InProcess::new(2)).run(&known).unwrap();
+    let _bug = Planted::on(Workrail::plant_replay_from_current_log);
+    let err = Harness::new(InProcess::new(2)).run(&known).unwrap_err();
+    assert!(err.contains("not byte-identical"), "{err}");
+    // And the generated sequences find it on their own.
+    let caught = check_sequences(ops::config(2), 24, InProcess::new);
+    assert!(
+        caught.is_err(),
+        "the generated sequences missed the planted bug"
+    );
+}
