@@ -146,15 +146,11 @@ fn the_real_server_passes_every_enabled_scenario() {
             run.names("skip").len()
         )
     );
-    // Skips carry their reasons: the tools our server does not offer, and the known deviation.
+    // Skips carry their reasons: the tools our server does not offer.
     let skipped = run.names("skip");
     assert_eq!(
         skipped,
-        set(&[
-            "export_import",
-            "loop_limit_structured_details",
-            "resume_ranking"
-        ]),
+        set(&["export_import", "resume_ranking"]),
         "{}",
         run.stdout
     );
