@@ -378,7 +378,7 @@ fn fails_fast(
                     trial
                         .sys
                         .continue_workflow(&workrail_spec::tools::ContinueWorkflowInput {
-                            state_token: token,
+                            state_token: Some(token),
                             ack_token: None,
                             context: None,
                             output: None,

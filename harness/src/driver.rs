@@ -633,7 +633,7 @@ impl<S: System> Harness<S> {
             .is_some_and(|dag| !dag.step_children(&nref.node_id).is_empty());
         Ok(Some(Prepared {
             call: Call::Continue(ContinueWorkflowInput {
-                state_token,
+                state_token: Some(state_token),
                 ack_token: Some(ack_token),
                 context: None,
                 output: output.to_input(),
@@ -1045,7 +1045,7 @@ fn replayed<I>(
 
 fn rehydrate_input(state_token: String) -> ContinueWorkflowInput {
     ContinueWorkflowInput {
-        state_token,
+        state_token: Some(state_token),
         ack_token: None,
         context: None,
         output: None,

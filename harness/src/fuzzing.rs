@@ -507,7 +507,7 @@ pub fn session_load(input: &SessionLoadInput) {
         Err(e) => panic!("WorkRail does not open: {e:?}"),
     };
     let reply = workrail.continue_workflow(ContinueWorkflowInput {
-        state_token: base.state_token.clone(),
+        state_token: Some(base.state_token.clone()),
         ack_token: None,
         context: None,
         output: None,
@@ -952,7 +952,7 @@ pub fn bundle_import(input: &BundleInput) {
             for run in &report.runs {
                 let Some(resume) = &run.resume else { continue };
                 let again = workrail.continue_workflow(ContinueWorkflowInput {
-                    state_token: resume.state_token.clone(),
+                    state_token: Some(resume.state_token.clone()),
                     ack_token: None,
                     context: None,
                     output: None,

@@ -19,7 +19,7 @@ use crate::store::{Keyring, SigningKey};
 type HmacSha256 = hmac::Hmac<Sha256>;
 
 /// How an agent recovers from any unusable token.
-const RECOVER: &str = "Copy the tokens exactly as they appear in the latest WorkRail response (do not edit, shorten or re-wrap them). If you no longer have them, call continue_workflow with only the last stateToken you do have (it returns that step's current tokens), or start the workflow again.";
+const RECOVER: &str = "Copy the tokens exactly as they appear in the latest WorkRail response (do not edit, shorten or re-wrap them). If you no longer have them, call continue_workflow with only the last stateToken you do have (it returns that step's current tokens), or call resume_session to find the run again (it returns the run's current stateToken), or start the workflow again.";
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

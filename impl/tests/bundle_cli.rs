@@ -55,7 +55,7 @@ fn session_in(dir: &Path) -> String {
         })
         .unwrap();
     wr.continue_workflow(ContinueWorkflowInput {
-        state_token: out.state_token.clone(),
+        state_token: Some(out.state_token.clone()),
         ack_token: out.ack_token.clone(),
         context: None,
         output: Some(OutputInput {
@@ -127,7 +127,7 @@ fn export_import_and_continue_across_data_directories() {
     let wr = open(target.path());
     let next = wr
         .continue_workflow(ContinueWorkflowInput {
-            state_token,
+            state_token: Some(state_token),
             ack_token: Some(ack_token),
             context: None,
             output: Some(OutputInput {

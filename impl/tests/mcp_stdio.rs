@@ -530,7 +530,8 @@ fn bad_arguments_are_tool_errors_over_stdio() {
     assert_eq!(e["code"], "VALIDATION_ERROR");
     assert_eq!(e["details"]["field"], "workflowID");
     let e = server.error("continue_workflow", json!({}));
-    assert_eq!(e["details"]["field"], "stateToken");
+    assert_eq!(e["details"]["field"], "ackToken");
+    assert_eq!(e["details"]["problem"], "missing_field");
     let e = server.error("no_such_tool", json!({}));
     assert_eq!(e["code"], "VALIDATION_ERROR");
     let e = server.error(

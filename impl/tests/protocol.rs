@@ -352,7 +352,7 @@ fn mixed_tampered_and_unknown_tokens_are_refused_with_their_codes() {
         ErrorCode::TokenBadSignature
     );
     let swapped = ContinueWorkflowInput {
-        state_token: a.ack_token.clone().unwrap(),
+        state_token: Some(a.ack_token.clone().unwrap()),
         ack_token: Some(a.state_token.clone()),
         ..ack(&a, "x", vec![])
     };
@@ -674,4 +674,88 @@ fn global_defaults_are_copied_into_a_run_at_start_and_never_rewrite_it() {
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::ValidationError);
     assert!(err.message.contains("config/preferences.json"));
+}
+
+/// Decision D34: `ackToken` alone advances (its payload scopes session, run and node); the
+/// response, replay and fork behaviour are exactly those of the state + ack pair.
+/// lock: L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn an_ack_token_alone_advances_exactly_like_the_pair() {
+    let with_pair = {
+        let fs = MemFs::new();
+        let wr = open(&fs);
+        let out = start(&wr, "project.demo");
+        wr.continue_workflow(ack(&out, "Planned.", vec![])).unwrap()
+    };
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.demo");
+    let ack_only = ContinueWorkflowInput {
+        state_token: None,
+        ..ack(&out, "Planned.", vec![])
+    };
+    let first = wr.continue_workflow(ack_only.clone()).unwrap();
+    // Same seeded entropy, same calls: the ack alone answers byte for byte like the pair.
+    assert_eq!(
+        serde_json::to_value(&first).unwrap(),
+        serde_json::to_value(&with_pair).unwrap()
+    );
+    assert_eq!(
+        first.pending.as_ref().unwrap().step_id.as_str(),
+        "implement"
+    );
+    // Replaying the ack alone is idempotent and writes nothing.
+    let before = fs.snapshot();
+    let again = wr.continue_workflow(ack_only).unwrap();
+    assert_eq!(again, first);
+    assert_eq!(fs.snapshot(), before);
+    // The pinned workflow comes from the store: the run still executes its pinned snapshot.
+    let next = wr
+        .continue_workflow(ContinueWorkflowInput {
+            state_token: None,
+            ..ack(&first, "Implemented.", vec![])
+        })
+        .unwrap();
+    assert_eq!(next.pending.as_ref().unwrap().step_id.as_str(), "decide");
+}
+
+/// Decision D34: with no token at all, or an ack of an unknown run, the error says what to send.
+/// lock: L-TOKEN-ERRORS
+#[test]
+fn continue_without_any_token_or_with_an_unknown_ack_explains_what_to_send() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.demo");
+    let before = fs.snapshot();
+    let none = ContinueWorkflowInput {
+        state_token: None,
+        ack_token: None,
+        ..ack(&out, "x", vec![])
+    };
+    let err = wr.continue_workflow(none).unwrap_err();
+    assert_eq!(err.code, ErrorCode::ValidationError);
+    assert!(err.suggestion.contains("ackToken") && err.suggestion.contains("resume_session"));
+    // An ack passed where only a state token fits is a wrong-kind error naming both prefixes.
+    let swapped = wr
+        .continue_workflow(rehydrate(out.ack_token.as_ref().unwrap()))
+        .unwrap_err();
+    assert_eq!(swapped.code, ErrorCode::TokenInvalidFormat);
+    assert!(swapped.message.contains("ack") && swapped.message.contains("st."));
+    assert_eq!(fs.snapshot(), before);
+    // A signed ack whose session is gone: TOKEN_UNKNOWN_NODE, with a way back.
+    use workrail::store::fs::StoreFs;
+    fs.remove_dir_all(
+        std::path::Path::new("sessions")
+            .join(out.session.session_id.as_str())
+            .as_path(),
+    )
+    .unwrap();
+    let err = open(&fs)
+        .continue_workflow(ContinueWorkflowInput {
+            state_token: None,
+            ..ack(&out, "x", vec![])
+        })
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::TokenUnknownNode);
+    assert!(err.suggestion.contains("resume_session"));
 }

@@ -175,3 +175,50 @@ fn harmless_wrapping_is_tolerated() {
         );
     }
 }
+
+/// Token lengths are fixed by the locked payload fields and the 16-character id bodies
+/// (decision D35); the README states them, and this keeps it true.
+#[test]
+fn token_lengths_are_fixed_and_match_the_readme() {
+    let codec = TokenCodec::new(Keyring {
+        current: key(1),
+        previous: None,
+    });
+    let digest = |s: &str| workrail_spec::jcs::sha256(s.as_bytes());
+    let session = SessionId::from_entropy(&[1; 10]);
+    let run = RunId::from_entropy(&[2; 10]);
+    // A derived node id (non-root nodes) and a minted one have the same length.
+    let node = NodeId::from_digest(&digest("node"));
+    assert_eq!(
+        node.as_str().len(),
+        NodeId::from_entropy(&[3; 10]).as_str().len()
+    );
+    let attempt = AttemptId::from_digest(&digest("attempt"));
+    let state = codec.mint(&TokenPayload::State(StatePayload {
+        session_id: session.clone(),
+        run_id: run.clone(),
+        node_id: node.clone(),
+        workflow_hash: WorkflowHash::from_digest(digest("workflow")),
+    }));
+    let attempt_payload = AttemptPayload {
+        session_id: session,
+        run_id: run,
+        node_id: node,
+        attempt_id: attempt,
+    };
+    let ack = codec.mint(&TokenPayload::Ack(attempt_payload.clone()));
+    let checkpoint = codec.mint(&TokenPayload::Checkpoint(attempt_payload));
+    assert_eq!((state.len(), ack.len(), checkpoint.len()), (353, 279, 289));
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for stated in [
+        "a stateToken is 353 characters",
+        "an ackToken 279",
+        "checkpointToken 289",
+    ] {
+        assert!(readme.contains(stated), "README no longer says {stated:?}");
+    }
+}

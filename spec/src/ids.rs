@@ -128,12 +128,14 @@ macro_rules! prefixed_id {
             }
 
             /// Derives an id deterministically from a digest (used for ids that must be stable
-            /// under retries, e.g. ids derived from an attempt identity).
+            /// under retries, e.g. ids derived from an attempt identity). The body is the first
+            /// 80 bits of the digest, as long as a minted body (decision D35): derived ids land in
+            /// tokens, and every character of a token is one an agent can mangle.
             pub fn from_digest(digest: &Sha256Digest) -> Self {
                 Self(format!(
                     "{}_{}",
                     $prefix,
-                    base32_body(&digest.bytes(), ID_BODY_MAX_LEN.min(26))
+                    base32_body(&digest.bytes(), MINTED_ID_BODY_LEN)
                 ))
             }
 

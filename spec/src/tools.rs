@@ -120,10 +120,16 @@ pub struct StartWorkflowInput {
 }
 
 /// `continue_workflow` input: with `ackToken` it advances; without, it rehydrates (no writes).
+///
+/// **Decision D34:** `ackToken` alone is enough to advance (its signed payload already names the
+/// session, run and node; the run's pinned `workflowHash` comes from the store). `stateToken` is
+/// required only to rehydrate; when both are sent they must name the same node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContinueWorkflowInput {
-    pub state_token: String,
+    /// Required to rehydrate (no `ackToken`); optional when `ackToken` is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_token: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ack_token: Option<String>,
     /// A delta merged into the run's stored context on advance.

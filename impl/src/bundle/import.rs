@@ -246,7 +246,7 @@ pub fn import_bundle(
             workflow_hash: view.dag.started.workflow_hash.clone(),
         }));
         let resume = match wr.continue_workflow(ContinueWorkflowInput {
-            state_token,
+            state_token: Some(state_token),
             ack_token: None,
             context: None,
             output: None,

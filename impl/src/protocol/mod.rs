@@ -253,15 +253,26 @@ impl Workrail {
         start::start(self, input)
     }
 
-    /// With `ackToken`: advance (or replay a recorded attempt). Without: rehydrate, which
-    /// writes nothing.
+    /// With `ackToken`: advance (or replay a recorded attempt); `stateToken` is then optional
+    /// (decision D34). Without `ackToken`: rehydrate the `stateToken`'s node, which writes nothing.
     pub fn continue_workflow(
         &self,
         input: ContinueWorkflowInput,
     ) -> Result<ExecutionOutput, ErrorEnvelope> {
-        let state = self.verify_state(&input.state_token)?;
-        match &input.ack_token {
-            None => {
+        match (&input.state_token, &input.ack_token) {
+            (None, None) => Err(ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                "continue_workflow needs a token: neither `ackToken` nor `stateToken` was sent.",
+                "To complete the pending step, send the ackToken from the latest response of the run (stateToken is optional then). To only recover the pending step, send its stateToken. If you have neither, call resume_session to find the run again, or start the workflow with start_workflow.",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "tool": "continue_workflow",
+                "field": "ackToken",
+                "problem": "missing_field",
+            }))),
+            (Some(state), None) => {
+                let state = self.verify_state(state)?;
                 if input.output.is_some()
                     || input.context.is_some()
                     || !input.preferences.is_empty()
@@ -275,8 +286,14 @@ impl Workrail {
                 }
                 advance::rehydrate(self, &state)
             }
-            Some(ack) => {
+            (Some(state), Some(ack)) => {
+                let state = self.verify_state(state)?;
                 let ack = self.verify_attempt(ack, TokenKind::Ack, "ackToken", &state)?;
+                advance::advance(self, &state, &ack, &input)
+            }
+            (None, Some(ack)) => {
+                let ack = self.verify_attempt_token(ack, TokenKind::Ack, "ackToken")?;
+                let state = self.state_of_attempt(&ack)?;
                 advance::advance(self, &state, &ack, &input)
             }
         }
@@ -364,6 +381,56 @@ impl Workrail {
         }
     }
 
+    /// Verifies the signature and kind of an ack or checkpoint token.
+    fn verify_attempt_token(
+        &self,
+        raw: &str,
+        kind: TokenKind,
+        field: &str,
+    ) -> Result<AttemptPayload, ErrorEnvelope> {
+        match self.codec().verify(raw, kind) {
+            Ok(TokenPayload::Ack(p) | TokenPayload::Checkpoint(p)) => Ok(p),
+            Ok(TokenPayload::State(_)) => Err(invariant(
+                "a verified attempt token decoded to a state token",
+            )),
+            Err(e) => Err(e.to_envelope(field)),
+        }
+    }
+
+    /// The state an ack names on its own (decision D34): its session, run and node, and the
+    /// workflow the run is pinned to, read from the store.
+    fn state_of_attempt(&self, ack: &AttemptPayload) -> Result<StatePayload, ErrorEnvelope> {
+        let unknown = || {
+            ErrorEnvelope::new(
+                ErrorCode::TokenUnknownNode,
+                format!(
+                    "ackToken is signed by this WorkRail but names a session, run or node ({}) that is not in this data directory.",
+                    ack.node_id
+                ),
+                "If the session lives in another WorkRail data directory, use that one (or import its exported bundle); otherwise call resume_session to find the run, or start the workflow again with start_workflow.",
+                Retry::NotRetryable,
+            )
+        };
+        let loaded = self
+            .sessions
+            .load_healthy(&ack.session_id)
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => unknown(),
+                other => other.to_envelope(true),
+            })?;
+        let facts = Facts::new(&loaded.events);
+        let view = facts.run(&ack.run_id).ok_or_else(unknown)?;
+        if !view.dag.nodes.contains_key(&ack.node_id) {
+            return Err(unknown());
+        }
+        Ok(StatePayload {
+            session_id: ack.session_id.clone(),
+            run_id: ack.run_id.clone(),
+            node_id: ack.node_id.clone(),
+            workflow_hash: view.dag.started.workflow_hash.clone(),
+        })
+    }
+
     /// Verifies an ack or checkpoint token and that it belongs to the same node as `state`.
     fn verify_attempt(
         &self,
@@ -372,15 +439,7 @@ impl Workrail {
         field: &str,
         state: &StatePayload,
     ) -> Result<AttemptPayload, ErrorEnvelope> {
-        let attempt = match self.codec().verify(raw, kind) {
-            Ok(TokenPayload::Ack(p) | TokenPayload::Checkpoint(p)) => p,
-            Ok(TokenPayload::State(_)) => {
-                return Err(invariant(
-                    "a verified attempt token decoded to a state token",
-                ));
-            }
-            Err(e) => return Err(e.to_envelope(field)),
-        };
+        let attempt = self.verify_attempt_token(raw, kind, field)?;
         if attempt.session_id != state.session_id
             || attempt.run_id != state.run_id
             || attempt.node_id != state.node_id

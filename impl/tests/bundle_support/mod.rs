@@ -122,7 +122,7 @@ fn ack_input(
         artifacts.push(loop_control(if again { "continue" } else { "stop" }));
     }
     ContinueWorkflowInput {
-        state_token: from.state_token.clone(),
+        state_token: Some(from.state_token.clone()),
         ack_token: from.ack_token.clone(),
         context: None,
         output: Some(OutputInput {

@@ -59,7 +59,7 @@ pub fn start(wr: &Workrail, workflow: &str) -> ExecutionOutput {
 
 pub fn ack(out: &ExecutionOutput, notes: &str, artifacts: Vec<Value>) -> ContinueWorkflowInput {
     ContinueWorkflowInput {
-        state_token: out.state_token.clone(),
+        state_token: Some(out.state_token.clone()),
         ack_token: out.ack_token.clone(),
         context: None,
         output: Some(OutputInput {
@@ -75,7 +75,7 @@ pub fn ack(out: &ExecutionOutput, notes: &str, artifacts: Vec<Value>) -> Continu
 
 pub fn rehydrate(state_token: &str) -> ContinueWorkflowInput {
     ContinueWorkflowInput {
-        state_token: state_token.into(),
+        state_token: Some(state_token.into()),
         ack_token: None,
         context: None,
         output: None,
