@@ -1,0 +1,235 @@
+//! Invariants of the event log that production writes, checked over one rich session: a loop,
+//! a blocked attempt, a replay, a checkpoint, a fork and rehydrates.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod protocol_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use protocol_support::*;
+use serde_json::{Value, json};
+use workrail::store::fs::StoreFs;
+use workrail::store::memfs::MemFs;
+use workrail::store::{ArtifactStore, PinnedWorkflowStore, SnapshotStore};
+use workrail_spec::event::{EventData, EventScope, OutputPayload, SessionEvent};
+use workrail_spec::ids::{NodeId, RunId, SessionId};
+use workrail_spec::tools::{CheckpointWorkflowInput, OutputInput};
+
+struct Session {
+    fs: MemFs,
+    session: SessionId,
+    /// The committed log after each call, in call order.
+    logs: Vec<Vec<SessionEvent>>,
+    /// How many calls carried an ackToken (each records exactly one attempt, replays none).
+    distinct_acks: usize,
+}
+
+fn load(wr: &workrail::protocol::Workrail, session: &SessionId) -> Vec<SessionEvent> {
+    wr.sessions().load(session).unwrap().events.clone()
+}
+
+fn rich_session() -> Session {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let start = start(&wr, "project.demo");
+    let session = start.session.session_id.clone();
+    let mut logs = vec![load(&wr, &session)];
+    let mut distinct_acks = 0;
+    let mut step = |input, fresh_ack: bool, logs: &mut Vec<Vec<SessionEvent>>| {
+        let out = wr.continue_workflow(input).unwrap();
+        distinct_acks += usize::from(fresh_ack);
+        logs.push(load(&wr, &session));
+        out
+    };
+    let planned = step(ack(&start, "Planned.", vec![]), true, &mut logs);
+    let built = step(ack(&planned, "Implemented.", vec![]), true, &mut logs);
+    // A blocked attempt (no loop decision), then its fix with the fresh ack of the blocked response.
+    let blocked = step(ack(&built, "Decided?", vec![]), true, &mut logs);
+    assert!(!blocked.blockers.is_empty());
+    // Rehydrate and replay write nothing.
+    step(rehydrate(&blocked.state_token), false, &mut logs);
+    step(ack(&built, "Decided?", vec![]), false, &mut logs);
+    let decided = step(
+        ack(&blocked, "Decided.", vec![loop_control("stop")]),
+        true,
+        &mut logs,
+    );
+    let checkpoint = wr
+        .checkpoint_workflow(CheckpointWorkflowInput {
+            state_token: decided.state_token.clone(),
+            checkpoint_token: decided.checkpoint_token.clone().unwrap(),
+            output: OutputInput {
+                notes_markdown: Some("Explored outside the steps.".into()),
+                artifacts: vec![],
+            },
+        })
+        .unwrap();
+    logs.push(load(&wr, &session));
+    step(ack(&checkpoint, "Wrapped.", vec![]), true, &mut logs);
+    // A rewind to the first step forks a new branch.
+    let rewound = step(rehydrate(&start.state_token), false, &mut logs);
+    step(ack(&rewound, "Planned again.", vec![]), true, &mut logs);
+    Session {
+        fs,
+        session,
+        logs,
+        distinct_acks,
+    }
+}
+
+fn data_json(event: &SessionEvent) -> Value {
+    serde_json::to_value(event).unwrap()["data"].clone()
+}
+
+fn keys(value: &Value) -> BTreeSet<String> {
+    value.as_object().unwrap().keys().cloned().collect()
+}
+
+/// lock: L-EVENT-SESSION-CREATED, L-EVENT-INDEX-ORDERING
+#[test]
+fn the_log_opens_with_an_empty_session_marker_and_indexes_are_dense() {
+    let s = rich_session();
+    let events = s.logs.last().unwrap();
+    assert!(matches!(events[0].data(), EventData::SessionCreated(_)));
+    assert_eq!(
+        data_json(&events[0]),
+        json!({}),
+        "a marker carries no fields"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e.data(), EventData::SessionCreated(_)))
+            .count(),
+        1
+    );
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event.event_index().get(), i as u64, "dense, in log order");
+    }
+    // Events carry no wall-clock time at all, so nothing but the index can order them.
+    for event in events {
+        let value = serde_json::to_value(event).unwrap();
+        let text = value.to_string();
+        assert!(
+            !text.contains("timestamp") && !text.contains("createdAt"),
+            "{text}"
+        );
+    }
+}
+
+/// lock: L-OUTPUT-APPEND-ONLY, L-EVENT-ADVANCE-ACK-ONLY
+#[test]
+fn every_call_only_appends_and_each_ack_records_exactly_one_attempt() {
+    let s = rich_session();
+    for pair in s.logs.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        assert!(after.len() >= before.len());
+        assert_eq!(
+            &after[..before.len()],
+            &before[..],
+            "nothing is edited in place"
+        );
+    }
+    let events = s.logs.last().unwrap();
+    let attempts = events
+        .iter()
+        .filter(|e| matches!(e.data(), EventData::AdvanceRecorded(_)))
+        .count();
+    assert_eq!(
+        attempts, s.distinct_acks,
+        "one advance_recorded per ack attempt, none for rehydrates, replays or checkpoints"
+    );
+    // Every advance_recorded is node-scoped.
+    for event in events {
+        if let EventData::AdvanceRecorded(_) = event.data() {
+            assert!(matches!(event.scope(), EventScope::Node(..)));
+        }
+    }
+}
+
+/// lock: L-EVENT-NODE-CREATED, L-EVENT-NODE-HASH-MATCH, L-EVENT-RUN-HASH-AUTHORITY, L-DAG-EDGE-SAME-RUN
+#[test]
+fn nodes_and_edges_stay_inside_their_run_and_its_pinned_workflow() {
+    let s = rich_session();
+    let events = s.logs.last().unwrap();
+    let shared: Arc<dyn StoreFs> = Arc::new(s.fs.clone());
+    let pinned = PinnedWorkflowStore::new(Arc::clone(&shared));
+    let snapshots = SnapshotStore::new(shared);
+    let mut run_hash = BTreeMap::new();
+    let mut node_run: BTreeMap<NodeId, RunId> = BTreeMap::new();
+    for event in events {
+        match (event.data(), event.scope()) {
+            (EventData::RunStarted(started), EventScope::Run(run)) => {
+                // The hash, not the source ref, is the authority: it resolves to the pinned
+                // compiled workflow.
+                pinned.get(&started.workflow_hash).unwrap();
+                run_hash.insert(run.clone(), started.workflow_hash.clone());
+            }
+            (EventData::NodeCreated(node), EventScope::Node(run, id)) => {
+                assert_eq!(
+                    keys(&data_json(event)),
+                    ["nodeKind", "parentNodeId", "snapshotRef", "workflowHash"]
+                        .map(String::from)
+                        .into()
+                );
+                assert_eq!(node.workflow_hash, run_hash[run], "node hash = run pin");
+                let snapshot = snapshots.get(&node.snapshot_ref).unwrap();
+                assert_eq!(snapshot.workflow_hash, run_hash[run]);
+                if let Some(parent) = &node.parent_node_id {
+                    assert_eq!(&node_run[parent], run, "a parent is in the same run");
+                }
+                node_run.insert(id.clone(), run.clone());
+            }
+            (EventData::EdgeCreated(edge), EventScope::Run(run)) => {
+                assert_eq!(&node_run[&edge.from_node_id], run);
+                assert_eq!(&node_run[&edge.to_node_id], run);
+            }
+            _ => {}
+        }
+    }
+    assert!(node_run.len() >= 6);
+}
+
+/// lock: L-OUTPUT-PAYLOAD, L-OUTPUT-ARTIFACT-REF
+#[test]
+fn outputs_are_typed_and_artifacts_are_referenced_by_their_digest() {
+    let s = rich_session();
+    let events = s.logs.last().unwrap();
+    let artifacts = ArtifactStore::new(Arc::new(s.fs.clone()));
+    let mut seen_artifact = false;
+    for event in events {
+        let EventData::NodeOutputAppended(output) = event.data() else {
+            continue;
+        };
+        let data = data_json(event);
+        let allowed: BTreeSet<String> =
+            ["outputId", "supersedesOutputId", "outputChannel", "payload"]
+                .map(String::from)
+                .into();
+        assert!(keys(&data).is_subset(&allowed), "{data}");
+        match &output.payload {
+            OutputPayload::Notes { .. } => {
+                assert_eq!(data["payload"]["payloadKind"], "notes");
+                assert_eq!(data["outputChannel"], "recap");
+            }
+            OutputPayload::ArtifactRef {
+                sha256,
+                byte_length,
+                ..
+            } => {
+                seen_artifact = true;
+                assert_eq!(data["payload"]["payloadKind"], "artifact_ref");
+                let stored = artifacts.get(sha256).unwrap();
+                let bytes = workrail_spec::jcs::to_canonical_bytes(&stored).unwrap();
+                assert_eq!(&workrail_spec::jcs::sha256(&bytes), sha256);
+                assert_eq!(bytes.len() as u64, *byte_length);
+                // The content lives in the artifact store, not in the event.
+                assert!(!data.to_string().contains("\"decision\""), "{data}");
+            }
+        }
+    }
+    assert!(seen_artifact, "the loop decision was stored as an artifact");
+    let _ = s.session;
+}
