@@ -403,7 +403,7 @@ fn check(seed: u64, specs: &[SessionSpec], queries: &[QuerySpec]) -> Result<(), 
 proptest! {
     #![proptest_config(ops::config(2))]
 
-    /// lock: L-RESUME-TIP-ONLY, L-RESUME-TIERS, L-RESUME-TIE-ORDER, L-RESUME-BUDGET, L-RESUME-WHY-MATCHED, L-RESUME-NORMALIZE, L-RESUME-TOKEN-MATCH, L-RESUME-CORPUS, L-RESUME-HEALTHY-ONLY, L-EVENT-OBSERVATION-LATEST
+    /// lock: L-RESUME-TIP-ONLY, L-RESUME-TIERS, L-RESUME-TIE-ORDER, L-RESUME-BUDGET, L-RESUME-WHY-MATCHED, L-RESUME-NORMALIZE, L-RESUME-TOKEN-MATCH, L-RESUME-CORPUS, L-RESUME-HEALTHY-ONLY
     #[test]
     fn production_ranks_like_the_model(
         seed in any::<u64>(),

@@ -251,6 +251,8 @@ fn ties_go_to_recent_activity_then_the_smaller_session_id() {
         out.candidates[0].last_activity_event_index > out.candidates[1].last_activity_event_index
     );
     assert_locked_order(&out);
+    // Deterministic for an unchanged store, tokens included.
+    assert_eq!(resume(&wr, json!({})), out);
 }
 
 /// lock: L-RESUME-BUDGET, L-RESUME-CORPUS
@@ -447,6 +449,82 @@ fn git_fields_are_never_filled_in_from_the_server_workspace() {
             .iter()
             .any(|w| matches!(w, WhyMatched::MatchedHeadSha | WhyMatched::MatchedBranch))
     }));
+}
+
+/// A later observation of a key replaces the earlier one for ranking (appended here through
+/// the store directly: WorkRail itself observes only at start).
+/// lock: L-EVENT-OBSERVATION-LATEST
+#[test]
+fn the_latest_observation_of_a_key_is_the_one_ranked() {
+    use workrail::store::{AppendPlan, SessionStore};
+    use workrail_spec::budget::BoundedText;
+    use workrail_spec::ids::{EventId, EventIndex};
+
+    let fs = MemFs::new();
+    let s = id(&session(
+        &open_at(
+            &fs,
+            95,
+            Some(identity("/repo/a", Some("old-branch"), Some(SHA_A))),
+        ),
+        &[],
+    ));
+    let store = SessionStore::new(Arc::new(fs.clone()));
+    let moved = |key, value, n: u8| {
+        workrail_spec::event::SessionEvent::new(
+            EventId::from_entropy(&[n; 10]),
+            EventIndex::ZERO,
+            s.clone(),
+            EventScope::Session,
+            EventData::ObservationRecorded(ObservationRecorded {
+                key,
+                value,
+                confidence: Confidence::High,
+            }),
+        )
+        .unwrap()
+    };
+    store
+        .with_append_gate(&s, |gate| {
+            gate.append(AppendPlan {
+                events: vec![
+                    moved(
+                        ObservationKey::GitBranch,
+                        ObservationValue::ShortString {
+                            value: BoundedText::new("new-branch").unwrap(),
+                        },
+                        1,
+                    ),
+                    moved(
+                        ObservationKey::GitHeadSha,
+                        ObservationValue::GitSha1 {
+                            value: workrail_spec::event::GitSha1::parse(SHA_B).unwrap(),
+                        },
+                        2,
+                    ),
+                ],
+            })
+            .map(|_| ())
+        })
+        .unwrap();
+    let wr = open_at(&fs, 96, None);
+    let why = |query: Value| resume(&wr, query).candidates[0].why_matched.clone();
+    assert_eq!(
+        why(json!({"gitBranch": "new"})),
+        vec![WhyMatched::MatchedBranch]
+    );
+    assert_eq!(
+        why(json!({"gitBranch": "old"})),
+        vec![WhyMatched::RecencyFallback]
+    );
+    assert_eq!(
+        why(json!({"gitHeadSha": SHA_B})),
+        vec![WhyMatched::MatchedHeadSha]
+    );
+    assert_eq!(
+        why(json!({"gitHeadSha": SHA_A})),
+        vec![WhyMatched::RecencyFallback]
+    );
 }
 
 #[test]
