@@ -674,7 +674,7 @@ fn the_feature_flag_switches_resume_session_off_and_on() {
         off_server
             .tools()
             .iter()
-            .all(|t| t.name.to_string() != "resume_session")
+            .all(|t| t.name != "resume_session")
     );
     let checkpoint_off = open_at(&MemFs::new(), 104, None)
         .with_feature_overrides(&FeatureOverrides::parse_env("-checkpoint_workflow").unwrap());
