@@ -40,6 +40,8 @@ fn open(dir: &Path) -> Workrail {
         data_dir: dir.to_path_buf(),
         sources: SourceConfig::new(Some(dir), dir, None),
         entropy: Arc::new(OsEntropy),
+        features: Default::default(),
+        workspace: Arc::new(workrail::workspace::NoWorkspace),
     })
     .unwrap()
 }

@@ -1,4 +1,4 @@
-//! The MCP tool surface stays exactly the locked five tools, generated from one source.
+//! The MCP tool surface stays exactly the locked tools, generated from one source.
 //!
 //! Guards against: a tool being added, removed or renamed (including any projection tool);
 //! tool schemas drifting from the `workrail_spec::tools` types or the committed
@@ -22,7 +22,8 @@ use workrail::mcp::{ToolBackend, WorkrailServer};
 use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, StartWorkflowInput, TOOL_NAMES,
+    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
+    ResumeSessionOutput, StartWorkflowInput, TOOL_NAMES,
 };
 
 const BLESS_HINT: &str =
@@ -99,7 +100,7 @@ fn generated_tool_list_in_docs_is_current() {
 
 /// lock: L-MCP-TOOL-SET, L-MCP-NO-PROJECTION-TOOLS
 #[test]
-fn registry_is_exactly_the_five_locked_tools() {
+fn registry_is_exactly_the_locked_tools() {
     let names: Vec<&str> = tool_defs().iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, TOOL_NAMES.to_vec());
     // The closed enum, the definitions and the catalog file agree.
@@ -117,8 +118,25 @@ fn registry_is_exactly_the_five_locked_tools() {
     let server = WorkrailServer::new(std::sync::Arc::new(NoBackend));
     let served: Vec<String> = server.tools().iter().map(|t| t.name.to_string()).collect();
     assert_eq!(served, TOOL_NAMES.map(str::to_owned).to_vec());
-    // No projection surface hides behind another name.
-    for name in &served {
+    // The four core tools, then only flagged tools the contract names.
+    assert_eq!(
+        served[..4],
+        [
+            "list_workflows",
+            "inspect_workflow",
+            "start_workflow",
+            "continue_workflow"
+        ]
+    );
+    for name in &served[4..] {
+        assert!(
+            ["checkpoint_workflow", "start_session", "resume_session"].contains(&name.as_str()),
+            "{name} is not a flagged tool of the contract"
+        );
+    }
+    // No projection surface hides behind another name (resume_session is the contract's
+    // read-only lookup, not a projection tool).
+    for name in served.iter().filter(|n| n.as_str() != "resume_session") {
         for word in [
             "session",
             "projection",
@@ -250,6 +268,9 @@ impl ToolBackend for NoBackend {
         &self,
         _: CheckpointWorkflowInput,
     ) -> Result<ExecutionOutput, ErrorEnvelope> {
+        unreachable!()
+    }
+    fn resume_session(&self, _: ResumeSessionInput) -> Result<ResumeSessionOutput, ErrorEnvelope> {
         unreachable!()
     }
     fn render_execution(&self, _: &ExecutionOutput) -> String {

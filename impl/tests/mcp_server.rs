@@ -19,7 +19,8 @@ use workrail::mcp::{ToolBackend, WorkrailServer};
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, StartWorkflowInput, TOOL_NAMES,
+    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
+    ResumeSessionOutput, StartWorkflowInput, TOOL_NAMES,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -129,6 +130,13 @@ impl ToolBackend for Fake {
     ) -> Result<ExecutionOutput, ErrorEnvelope> {
         self.record("checkpoint_workflow");
         Ok(execution(&input.state_token))
+    }
+    fn resume_session(&self, _: ResumeSessionInput) -> Result<ResumeSessionOutput, ErrorEnvelope> {
+        self.record("resume_session");
+        Ok(ResumeSessionOutput {
+            candidates: Vec::new(),
+            skipped_unhealthy_sessions: 0,
+        })
     }
     fn render_execution(&self, output: &ExecutionOutput) -> String {
         format!("RENDERED {}", output.state_token)

@@ -49,3 +49,34 @@ fn execution_responses_render_deterministically() {
         .unwrap();
     insta::assert_snapshot!("complete", render_text(&done));
 }
+
+/// lock: L-MCP-TEXT-FIRST
+#[test]
+fn resume_results_render_deterministically() {
+    use workrail::mcp::render::resume_text;
+    use workrail_spec::tools::{ResumeQueryInput, ResumeSessionInput};
+
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    insta::assert_snapshot!(
+        "resume_empty",
+        resume_text(&wr.resume_session(ResumeSessionInput::default()).unwrap())
+    );
+    let started = start(&wr, "project.demo");
+    wr.continue_workflow(ack(
+        &started,
+        "Planned the billing fix.\nNext: reproduce the zebracorn bug.",
+        vec![],
+    ))
+    .unwrap();
+    let out = wr
+        .resume_session(ResumeSessionInput {
+            query: Some(ResumeQueryInput {
+                text: Some("zebracorn".into()),
+                ..Default::default()
+            }),
+        })
+        .unwrap();
+    assert_eq!(resume_text(&out), resume_text(&out.clone()));
+    insta::assert_snapshot!("resume", resume_text(&out));
+}

@@ -16,7 +16,8 @@ use crate::snapshot::ExecutionSnapshotFileV1;
 use crate::token::TokenPayload;
 use crate::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, StartWorkflowInput,
+    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
+    ResumeSessionOutput, StartWorkflowInput,
 };
 
 /// One generated schema file.
@@ -63,5 +64,7 @@ pub fn all_schemas() -> Vec<GeneratedSchema> {
         render::<ExecutionOutput>("tools", "continue_workflow.output"),
         render::<CheckpointWorkflowInput>("tools", "checkpoint_workflow.input"),
         render::<ExecutionOutput>("tools", "checkpoint_workflow.output"),
+        render::<ResumeSessionInput>("tools", "resume_session.input"),
+        render::<ResumeSessionOutput>("tools", "resume_session.output"),
     ]
 }

@@ -9,17 +9,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::blocker::Blocker;
-use crate::closed::{NextIntent, RunStatus, WorkflowKind, WorkflowSourceKind};
+use crate::closed::{NextIntent, RunStatus, WhyMatched, WorkflowKind, WorkflowSourceKind};
 use crate::event::{EffectivePreferences, PreferenceDelta};
-use crate::ids::{IdStatus, RunId, SessionId, StepId, WorkflowHash, WorkflowId};
+use crate::ids::{
+    EventIndex, IdStatus, NodeId, RunId, SessionId, StepId, WorkflowHash, WorkflowId,
+};
 
-/// The exact, locked tool set (contract "Tool Set"; no projection tools, locks §6).
-pub const TOOL_NAMES: [&str; 5] = [
+/// Every tool of the locked set this implementation offers (contract "Tool Set"; no projection
+/// tools, locks §6): the four core tools, then the feature-flagged `checkpoint_workflow` and
+/// `resume_session`. A server lists the core tools plus the flagged tools switched on.
+pub const TOOL_NAMES: [&str; 6] = [
     "list_workflows",
     "inspect_workflow",
     "start_workflow",
     "continue_workflow",
     "checkpoint_workflow",
+    "resume_session",
 ];
 
 /// `list_workflows` takes no arguments.
@@ -229,4 +234,74 @@ pub struct ExecutionOutput {
     pub recap: Option<RecapView>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
+}
+
+/// What `resume_session` looks for. Every field is optional; an empty field (or a text without
+/// tokens) matches nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeQueryInput {
+    /// Free text matched token by token (NFKC, lowercase, tokens `[a-z0-9_-]+`) against the
+    /// tip's current recap notes, then against the workflow id and name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The full 40-character lowercase HEAD commit (`git rev-parse HEAD`), matched exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_head_sha: Option<String>,
+    /// A branch name or its beginning (`git branch --show-current`): matches the recorded
+    /// branches it is a prefix of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_branch: Option<String>,
+}
+
+/// `resume_session` input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeSessionInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<ResumeQueryInput>,
+}
+
+/// The step a resume candidate waits at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumePendingView {
+    pub step_id: StepId,
+    pub title: String,
+}
+
+/// One resume target: the preferred tip of a run (locks §2.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeCandidateView {
+    pub session_id: SessionId,
+    pub run_id: RunId,
+    /// The run's preferred tip.
+    pub node_id: NodeId,
+    pub workflow_id: WorkflowId,
+    /// The same short run label execution responses show.
+    pub run_label: String,
+    pub status: RunStatus,
+    /// The step the tip waits at; absent when the run is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<ResumePendingView>,
+    pub is_complete: bool,
+    /// Every criterion met, in tier order, or only `recency_fallback`.
+    pub why_matched: Vec<WhyMatched>,
+    /// The tip's current recap notes, at most 1024 UTF-8 bytes (with the canonical truncation
+    /// marker when cut); empty when the tip has none.
+    pub snippet: String,
+    /// The highest EventIndex touching the tip's history.
+    pub last_activity_event_index: EventIndex,
+    /// A state token for the tip: `continue_workflow` with it alone rehydrates the run.
+    pub state_token: String,
+}
+
+/// `resume_session` output: at most 5 candidates, best first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeSessionOutput {
+    pub candidates: Vec<ResumeCandidateView>,
+    /// Sessions left out because they are not `healthy` (corrupt or of an unknown version).
+    pub skipped_unhealthy_sessions: u64,
 }

@@ -7,12 +7,19 @@
 use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, StartWorkflowInput,
+    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
+    ResumeSessionOutput, StartWorkflowInput,
 };
 
-/// The synchronous use-cases behind the five tools (they do file I/O and fsync; the server
-/// calls them on the blocking thread pool).
+use crate::features::Features;
+
+/// The synchronous use-cases behind the tools (they do file I/O and fsync; the server calls
+/// them on the blocking thread pool).
 pub trait ToolBackend: Send + Sync + 'static {
+    /// The feature flags: which flagged tools the server lists and accepts.
+    fn features(&self) -> Features {
+        Features::default()
+    }
     fn list_workflows(
         &self,
         input: ListWorkflowsInput,
@@ -30,11 +37,18 @@ pub trait ToolBackend: Send + Sync + 'static {
         &self,
         input: CheckpointWorkflowInput,
     ) -> Result<ExecutionOutput, ErrorEnvelope>;
+    fn resume_session(
+        &self,
+        input: ResumeSessionInput,
+    ) -> Result<ResumeSessionOutput, ErrorEnvelope>;
     /// The deterministic text-first rendering of an execution response (`content[0].text`).
     fn render_execution(&self, output: &ExecutionOutput) -> String;
 }
 
 impl ToolBackend for crate::protocol::Workrail {
+    fn features(&self) -> Features {
+        crate::protocol::Workrail::features(self).clone()
+    }
     fn list_workflows(
         &self,
         input: ListWorkflowsInput,
@@ -61,6 +75,12 @@ impl ToolBackend for crate::protocol::Workrail {
         input: CheckpointWorkflowInput,
     ) -> Result<ExecutionOutput, ErrorEnvelope> {
         crate::protocol::Workrail::checkpoint_workflow(self, input)
+    }
+    fn resume_session(
+        &self,
+        input: ResumeSessionInput,
+    ) -> Result<ResumeSessionOutput, ErrorEnvelope> {
+        crate::protocol::Workrail::resume_session(self, input)
     }
     fn render_execution(&self, output: &ExecutionOutput) -> String {
         crate::protocol::render_text(output)

@@ -63,13 +63,18 @@ pub fn render_doc_block() -> String {
     let mut out = String::new();
     out.push_str(DOC_BEGIN);
     out.push_str(
-        "\n\n| tool | title | read-only | idempotent | arguments |\n|---|---|---|---|---|\n",
+        "\n\n| tool | title | read-only | idempotent | feature flag | arguments |\n|---|---|---|---|---|---|\n",
     );
     let defs = tool_defs();
     for def in &defs {
         let args = argument_list(&def.input_schema);
+        let flag = match def.name.feature() {
+            None => "none (core)".to_owned(),
+            Some(f) if f.default_on() => format!("`{f}` (on by default)"),
+            Some(f) => format!("`{f}` (off by default)"),
+        };
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {flag} | {} |\n",
             def.name.as_str(),
             def.title,
             yes_no(def.hints.read_only),

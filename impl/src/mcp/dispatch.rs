@@ -14,12 +14,13 @@ use serde_json::{Value, json};
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    ListWorkflowsInput, StartWorkflowInput, TOOL_NAMES,
+    ListWorkflowsInput, ResumeSessionInput, StartWorkflowInput,
 };
 
 use super::backend::ToolBackend;
 use super::render;
 use super::tools::{ToolName, tool_defs};
+use crate::features::{FEATURES_ENV, FEATURES_FILE, Feature, Features};
 
 /// A tool result before it is put on the wire.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,9 +79,13 @@ pub fn call_tool<B: ToolBackend + ?Sized>(
     name: &str,
     arguments: Option<Value>,
 ) -> ToolOutcome {
+    let features = backend.features();
     let Some(tool) = ToolName::parse(name) else {
-        return ToolOutcome::error(name, &unknown_tool(name));
+        return ToolOutcome::error(name, &unknown_tool(name, &features));
     };
+    if let Some(feature) = tool.feature().filter(|f| !features.enabled(*f)) {
+        return ToolOutcome::error(name, &switched_off(tool, feature, &features));
+    }
     match catch_unwind(AssertUnwindSafe(|| dispatch(backend, tool, arguments))) {
         Ok(outcome) => outcome,
         Err(panic) => {
@@ -136,6 +141,14 @@ fn dispatch<B: ToolBackend + ?Sized>(
             parse_args::<CheckpointWorkflowInput>(tool, arguments)
                 .and_then(|input| backend.checkpoint_workflow(input)),
         ),
+        ToolName::ResumeSession => {
+            match parse_args::<ResumeSessionInput>(tool, arguments)
+                .and_then(|input| backend.resume_session(input))
+            {
+                Ok(out) => structured(name, render::resume_text(&out), &out),
+                Err(e) => ToolOutcome::error(name, &e),
+            }
+        }
     }
 }
 
@@ -328,19 +341,44 @@ fn validation(message: String, suggestion: String, details: Value) -> ErrorEnvel
     .with_details(details)
 }
 
-fn unknown_tool(name: &str) -> ErrorEnvelope {
+/// The tools this server lists, in `TOOL_NAMES` order.
+fn listed(features: &Features) -> Vec<&'static str> {
+    ToolName::ALL
+        .into_iter()
+        .filter(|t| t.enabled(features))
+        .map(ToolName::as_str)
+        .collect()
+}
+
+fn unknown_tool(name: &str, features: &Features) -> ErrorEnvelope {
     // Bound the echoed name: it comes from the caller.
     let shown: String = name.chars().take(64).collect();
+    let tools = listed(features);
     validation(
         format!(
-            "unknown tool `{shown}`: WorkRail has exactly {} tools.",
-            TOOL_NAMES.len()
+            "unknown tool `{shown}`: this WorkRail server has exactly {} tools.",
+            tools.len()
         ),
         format!(
             "Call one of: {}. Use the names exactly as `tools/list` shows them.",
-            TOOL_NAMES.join(", ")
+            tools.join(", ")
         ),
-        json!({"tool": shown, "problem": "unknown_tool", "tools": TOOL_NAMES}),
+        json!({"tool": shown, "problem": "unknown_tool", "tools": tools}),
+    )
+}
+
+fn switched_off(tool: ToolName, feature: Feature, features: &Features) -> ErrorEnvelope {
+    let tools = listed(features);
+    validation(
+        format!(
+            "{}: this tool is switched off on this WorkRail server (feature flag `{feature}` is off).",
+            tool.as_str()
+        ),
+        format!(
+            "Use the tools `tools/list` shows ({}). To switch it on, the user sets {FEATURES_ENV}=+{feature} in the server's environment (or {{\"{feature}\": true}} in {FEATURES_FILE} in its data directory) and restarts the server.",
+            tools.join(", ")
+        ),
+        json!({"tool": tool.as_str(), "problem": "tool_switched_off", "feature": feature.as_str(), "tools": tools}),
     )
 }
 

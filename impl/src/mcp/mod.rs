@@ -1,4 +1,4 @@
-//! The MCP server: five tools over stdio, text-first `content` plus a JSON `structuredContent`
+//! The MCP server: the locked tools over stdio (flagged ones per `crate::features`), text-first `content` plus a JSON `structuredContent`
 //! backbone (contract "Tool Set", "Recorded decisions"; locks §6, §8, §12).
 //!
 //! - [`tools`]: the one canonical source of tool names, titles, descriptions and schemas;

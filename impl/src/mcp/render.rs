@@ -4,9 +4,13 @@
 //! discovery tools get a compact, stable text here (optional by the contract, but agents read
 //! text first). No timestamps, no map iteration order: the same output renders the same text.
 
+use std::fmt::Write as _;
+
 use serde::Serialize;
 use workrail_spec::error::ErrorEnvelope;
-use workrail_spec::tools::{InspectWorkflowOutput, ListWorkflowsOutput, WorkflowSummary};
+use workrail_spec::tools::{
+    InspectWorkflowOutput, ListWorkflowsOutput, ResumeSessionOutput, WorkflowSummary,
+};
 
 /// The serde spelling of a closed-set value (`workflow`, `legacy`, `bundled`).
 fn wire<T: Serialize>(value: &T) -> String {
@@ -117,4 +121,62 @@ pub fn error_text(tool: &str, envelope: &ErrorEnvelope) -> String {
         envelope.message.trim_end(),
         envelope.suggestion.trim_end()
     )
+}
+
+/// The deterministic text-first rendering of a `resume_session` result.
+pub fn resume_text(out: &ResumeSessionOutput) -> String {
+    let mut text = String::new();
+    match out.candidates.len() {
+        0 => text.push_str(
+            "No run to resume: this WorkRail data directory holds no healthy session yet.\n\nNext: if the user has a stateToken from an earlier chat, call continue_workflow with it; otherwise pick a workflow with list_workflows and start a run with start_workflow.\n",
+        ),
+        n => {
+            let _ = writeln!(
+                text,
+                "{n} run{} to resume, best match first:",
+                if n == 1 { "" } else { "s" }
+            );
+            for (i, c) in out.candidates.iter().enumerate() {
+                let at = match &c.pending {
+                    Some(p) => format!("waiting at step \"{}\" [{}]", p.title, p.step_id),
+                    None if c.is_complete => "complete".to_owned(),
+                    None => "no pending step".to_owned(),
+                };
+                let why: Vec<&str> = c.why_matched.iter().map(|w| w.as_str()).collect();
+                let _ = writeln!(
+                    text,
+                    "\n{}. run \"{}\" ({}) — status: {}, {at}\n   matched: {}; last activity: event {}\n   session {}, run {}, node {}",
+                    i + 1,
+                    c.run_label,
+                    c.workflow_id,
+                    c.status,
+                    why.join(", "),
+                    c.last_activity_event_index,
+                    c.session_id,
+                    c.run_id,
+                    c.node_id,
+                );
+                if !c.snippet.is_empty() {
+                    text.push_str("   latest recap:\n");
+                    for line in c.snippet.lines() {
+                        let _ = writeln!(text, "   > {line}");
+                    }
+                }
+                let _ = writeln!(text, "   stateToken: {}", c.state_token);
+            }
+            text.push_str(
+                "\nNext: pick the run the user means (ask when more than one fits), then call continue_workflow with only its stateToken: that recovers the pending step and a recap without writing anything. To narrow the search, pass query.text (words from the recap or the workflow), query.gitBranch or query.gitHeadSha (from `git rev-parse HEAD`).\n",
+            );
+        }
+    }
+    if out.skipped_unhealthy_sessions > 0 {
+        let n = out.skipped_unhealthy_sessions;
+        let _ = writeln!(
+            text,
+            "\n{n} session{} left out because {} failed validation (corrupt, or written by a newer WorkRail); run `workrail inspect <sessionId>` to see why, or `workrail export` to salvage a validated prefix.",
+            if n == 1 { " was" } else { "s were" },
+            if n == 1 { "it" } else { "they" },
+        );
+    }
+    text
 }

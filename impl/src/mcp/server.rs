@@ -15,10 +15,10 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 
 use super::backend::ToolBackend;
 use super::dispatch;
-use super::tools::tool_defs;
+use super::tools::enabled_tool_defs;
 
 /// Short, agent-facing server instructions (the tool descriptions carry the details).
-pub const INSTRUCTIONS: &str = "WorkRail runs workflows one step at a time and keeps the durable record. Typical loop: list_workflows -> (inspect_workflow) -> start_workflow -> perform pending.prompt -> continue_workflow with the returned stateToken + ackToken (and output.notesMarkdown) -> repeat until isComplete is true. Tokens are opaque: round-trip them unchanged. Call continue_workflow without ackToken to recover the pending step after a restart or rewind; reuse an older stateToken to fork. Errors are tool results with isError=true and an error envelope: follow its suggestion.";
+pub const INSTRUCTIONS: &str = "WorkRail runs workflows one step at a time and keeps the durable record. Typical loop: list_workflows -> (inspect_workflow) -> start_workflow -> perform pending.prompt -> continue_workflow with the returned stateToken + ackToken (and output.notesMarkdown) -> repeat until isComplete is true. Tokens are opaque: round-trip them unchanged. Call continue_workflow without ackToken to recover the pending step after a restart or rewind; reuse an older stateToken to fork. In a new chat without a stateToken, resume_session (when listed) finds the run to continue. Errors are tool results with isError=true and an error envelope: follow its suggestion.";
 
 /// The MCP server over a [`ToolBackend`].
 pub struct WorkrailServer<B: ToolBackend> {
@@ -45,14 +45,18 @@ impl<B: ToolBackend> Clone for WorkrailServer<B> {
 
 impl<B: ToolBackend> WorkrailServer<B> {
     pub fn new(backend: Arc<B>) -> Self {
-        let tools = tool_defs().iter().map(|d| d.to_rmcp()).collect();
+        // Flagged tools that are switched off are not listed (and refused by dispatch).
+        let tools = enabled_tool_defs(&backend.features())
+            .iter()
+            .map(|d| d.to_rmcp())
+            .collect();
         Self {
             backend,
             tools: Arc::new(tools),
         }
     }
 
-    /// The tool definitions `tools/list` returns.
+    /// The tool definitions `tools/list` returns (the tools the feature flags switch on).
     pub fn tools(&self) -> &[Tool] {
         &self.tools
     }

@@ -14,10 +14,13 @@ use serde_json::{Map, Value};
 use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, StartWorkflowInput,
+    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
+    ResumeSessionOutput, StartWorkflowInput,
 };
 
-/// The five tools, as a closed set (the order of `workrail_spec::tools::TOOL_NAMES`).
+use crate::features::{Feature, Features};
+
+/// The tools, as a closed set (the order of `workrail_spec::tools::TOOL_NAMES`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolName {
     ListWorkflows,
@@ -25,16 +28,18 @@ pub enum ToolName {
     StartWorkflow,
     ContinueWorkflow,
     CheckpointWorkflow,
+    ResumeSession,
 }
 
 impl ToolName {
     /// Every tool, in `TOOL_NAMES` order.
-    pub const ALL: [ToolName; 5] = [
+    pub const ALL: [ToolName; 6] = [
         ToolName::ListWorkflows,
         ToolName::InspectWorkflow,
         ToolName::StartWorkflow,
         ToolName::ContinueWorkflow,
         ToolName::CheckpointWorkflow,
+        ToolName::ResumeSession,
     ];
 
     /// The wire name.
@@ -45,7 +50,25 @@ impl ToolName {
             ToolName::StartWorkflow => "start_workflow",
             ToolName::ContinueWorkflow => "continue_workflow",
             ToolName::CheckpointWorkflow => "checkpoint_workflow",
+            ToolName::ResumeSession => "resume_session",
         }
+    }
+
+    /// The feature flag that switches the tool on and off; `None` for the core tools.
+    pub fn feature(self) -> Option<Feature> {
+        match self {
+            ToolName::ListWorkflows
+            | ToolName::InspectWorkflow
+            | ToolName::StartWorkflow
+            | ToolName::ContinueWorkflow => None,
+            ToolName::CheckpointWorkflow => Some(Feature::CheckpointWorkflow),
+            ToolName::ResumeSession => Some(Feature::ResumeSession),
+        }
+    }
+
+    /// Whether `features` switch the tool on (core tools always are).
+    pub fn enabled(self, features: &Features) -> bool {
+        self.feature().is_none_or(|f| features.enabled(f))
     }
 
     /// Looks a wire name up.
@@ -99,6 +122,8 @@ const START_DESCRIPTION: &str = "Start a new run of a workflow and get its first
 const CONTINUE_DESCRIPTION: &str = "Advance or resume a run. With `ackToken` (from the latest response; `stateToken` may be sent too, from the same response, or left out): acknowledge that you performed the pending step and advance. Idempotent: repeating the same ackToken returns the identical recorded response and never advances twice. Attach `output` on the ack: `output.notesMarkdown` is a fresh recap of this step only (what you did, found, decided; not cumulative; at most 4096 UTF-8 bytes, longer notes are truncated) and `output.artifacts` are the structured results the step's contract asks for (each `{kind, ...}`). When the response is `kind: \"blocked\"`, read `blockers` (code, pointer, message, suggestedFix) and the example they show, fix the output or context, and call again with the tokens of that blocked response. Optional `context` is a JSON delta merged into the run's inputs (JSON only, at most 256 KiB, not echoed). Without `ackToken`: rehydrate only; it re-shows the pending step and a bounded recap of earlier steps and writes nothing; use it after a restart, a rewind or a lost chat. To fork (e.g. after the user rewound the chat), call with an older `stateToken` and its `ackToken`: WorkRail starts a new branch from that snapshot, nothing is lost. In full-auto modes, never silently skip a question meant for the user: gather context, make an explicit assumption and disclose it (and anything skipped) in `output.notesMarkdown`. Stop when `isComplete` is true (`pending` is null). ";
 
 const CHECKPOINT_DESCRIPTION: &str = "Record durable progress without advancing the run: use it when substantial work happens outside the step loop, so it survives chat rewinds and restarts. Arguments: `stateToken` and `checkpointToken` from the latest response of that run, and `output` (`notesMarkdown`: a fresh recap, at most 4096 UTF-8 bytes; optional `artifacts`). Idempotent: the same `(stateToken, checkpointToken)` never records twice and returns the same response. The pending step stays the same; continue with the tokens this call returns. ";
+
+const RESUME_DESCRIPTION: &str = "Find the run to resume in a brand-new chat, when the user has no stateToken at hand (\"resume my session about the billing bug\"). Read-only: it never writes. Returns at most 5 candidates, best first, each the latest tip of one run: `sessionId`, `runId`, `nodeId`, `workflowId`, `runLabel`, `status`, `pending` {stepId, title} (absent when complete), `whyMatched`, `snippet` (the tip's latest recap notes, at most 1024 bytes), `lastActivityEventIndex` and a `stateToken` (opaque: copy it exactly). Ranking is deterministic, in tiers: same git HEAD commit, then git branch (your `gitBranch` is a prefix of the recorded branch), then every word of `text` in the tip's latest recap notes, then every word of `text` in the workflow id or name, then most recent activity. Arguments: optional `query` {`text`, `gitHeadSha`, `gitBranch`}. WorkRail does not read your workspace for this: to match by git, run `git rev-parse HEAD` and `git branch --show-current` in the user's repository and pass the results as `gitHeadSha` (all 40 characters) and `gitBranch`. Sessions that fail validation are never offered; `skippedUnhealthySessions` counts them. Next: confirm the candidate with the user when several fit, then call `continue_workflow` with only its `stateToken` to recover the pending step (and keep going from that response's tokens).";
 
 /// Every tool definition, in `workrail_spec::tools::TOOL_NAMES` order.
 pub fn tool_defs() -> Vec<ToolDef> {
@@ -158,12 +183,31 @@ pub fn tool_defs() -> Vec<ToolDef> {
             input_schema: schema_of::<CheckpointWorkflowInput>(),
             output_schema: schema_of::<ExecutionOutput>(),
         },
+        ToolDef {
+            name: ToolName::ResumeSession,
+            title: "Find a run to resume",
+            description: RESUME_DESCRIPTION,
+            hints: ToolHints {
+                read_only: true,
+                idempotent: true,
+            },
+            input_schema: schema_of::<ResumeSessionInput>(),
+            output_schema: schema_of::<ResumeSessionOutput>(),
+        },
     ]
+}
+
+/// The definitions of the tools `features` switch on, in `TOOL_NAMES` order.
+pub fn enabled_tool_defs(features: &Features) -> Vec<ToolDef> {
+    tool_defs()
+        .into_iter()
+        .filter(|d| d.name.enabled(features))
+        .collect()
 }
 
 impl ToolDef {
     /// The full agent-facing description: the tool's own text plus the shared token and error
-    /// rules (execution tools) or the error rule (discovery tools).
+    /// rules (execution tools) or the error rule (read-only tools).
     pub fn full_description(&self) -> String {
         if self.name.is_execution() {
             format!(

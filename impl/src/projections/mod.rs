@@ -5,6 +5,7 @@
 //! so loading and projecting a 100k-event session stays linear.
 
 mod dag;
+pub mod resume;
 
 pub use dag::{
     NodeInfo, RunDag, RunView, SessionProjection, TipPolicy, effective_preferences, project,

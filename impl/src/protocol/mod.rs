@@ -14,6 +14,7 @@ mod facts;
 mod inspect;
 mod recap;
 mod respond;
+mod resume;
 mod start;
 
 use std::path::PathBuf;
@@ -28,13 +29,15 @@ use workrail_spec::snapshot::EngineState;
 use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, StartWorkflowInput,
+    InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
+    ResumeSessionOutput, StartWorkflowInput,
 };
 
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
 pub use self::inspect::{RunSummary, SessionSummary};
 pub use self::respond::{render_text, run_label};
 use crate::entropy::{Entropy, OsEntropy};
+use crate::features::{FEATURES_ENV, FeatureOverrides, Features};
 use crate::projections::NodeInfo;
 use crate::sources::{Catalog, SourceConfig, WorkflowSource};
 use crate::store::fs::{OsFs, StoreFs};
@@ -43,6 +46,8 @@ use crate::store::{
     SessionStore, SnapshotStore, StoreError,
 };
 use crate::tokens::TokenCodec;
+use crate::workspace::fs::ProcessWorkspace;
+use crate::workspace::{NoWorkspace, Workspace};
 
 /// Global preference defaults, relative to the data directory.
 pub const GLOBAL_PREFERENCES_FILE: &str = "config/preferences.json";
@@ -59,6 +64,10 @@ pub struct WorkrailConfig {
     pub data_dir: PathBuf,
     pub sources: SourceConfig,
     pub entropy: Arc<dyn Entropy>,
+    /// Feature flag overrides applied over `config/features.json` (from `WORKRAIL_FEATURES`).
+    pub features: FeatureOverrides,
+    /// Where runs start, for `observation_recorded` (the process's working directory).
+    pub workspace: Arc<dyn Workspace>,
 }
 
 impl std::fmt::Debug for WorkrailConfig {
@@ -66,6 +75,8 @@ impl std::fmt::Debug for WorkrailConfig {
         f.debug_struct("WorkrailConfig")
             .field("data_dir", &self.data_dir)
             .field("sources", &self.sources)
+            .field("features", &self.features)
+            .field("workspace", &self.workspace)
             .finish_non_exhaustive()
     }
 }
@@ -102,10 +113,21 @@ impl WorkrailConfig {
             })?;
         let sources = SourceConfig::from_process_env()
             .map_err(|e| format!("cannot read the current directory: {e}"))?;
+        let features = match std::env::var(FEATURES_ENV) {
+            Ok(value) => FeatureOverrides::parse_env(&value)?,
+            Err(std::env::VarError::NotPresent) => FeatureOverrides::default(),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(format!(
+                    "{FEATURES_ENV} is not valid UTF-8; set it to a comma-separated list such as -resume_session"
+                ));
+            }
+        };
         Ok(Self {
             data_dir,
             sources,
             entropy: Arc::new(OsEntropy),
+            features,
+            workspace: Arc::new(ProcessWorkspace),
         })
     }
 }
@@ -122,6 +144,8 @@ pub struct Workrail {
     codec: RwLock<TokenCodec>,
     entropy: Arc<dyn Entropy>,
     catalog: CatalogLoader,
+    features: Features,
+    workspace: Arc<dyn Workspace>,
 }
 
 impl std::fmt::Debug for Workrail {
@@ -184,10 +208,14 @@ impl Workrail {
             let refs: Vec<&dyn WorkflowSource> = sources.iter().map(|s| s.as_ref()).collect();
             Catalog::load(&refs)
         });
-        Self::with_parts(fs, catalog, config.entropy)
+        Ok(Self::with_parts(fs, catalog, config.entropy)?
+            .with_feature_overrides(&config.features)
+            .with_workspace(config.workspace))
     }
 
-    /// Opens WorkRail over any filesystem and catalog (tests, harnesses).
+    /// Opens WorkRail over any filesystem and catalog (tests, harnesses). Feature flags come
+    /// from `config/features.json` on `fs`; no workspace is observed (see
+    /// [`Workrail::with_workspace`]).
     pub fn with_parts(
         fs: Arc<dyn StoreFs>,
         catalog: CatalogLoader,
@@ -197,6 +225,7 @@ impl Workrail {
         let keyring = keys
             .load_or_create(entropy.as_ref())
             .map_err(store_envelope(false))?;
+        let features = Features::load(fs.as_ref())?;
         Ok(Self {
             fs: Arc::clone(&fs),
             sessions: SessionStore::new(Arc::clone(&fs)),
@@ -208,7 +237,26 @@ impl Workrail {
             codec: RwLock::new(TokenCodec::new(keyring)),
             entropy,
             catalog,
+            features,
+            workspace: Arc::new(NoWorkspace),
         })
+    }
+
+    /// The same WorkRail observing `workspace` when runs start.
+    pub fn with_workspace(mut self, workspace: Arc<dyn Workspace>) -> Self {
+        self.workspace = workspace;
+        self
+    }
+
+    /// The same WorkRail with flag overrides applied (e.g. from `WORKRAIL_FEATURES`).
+    pub fn with_feature_overrides(mut self, overrides: &FeatureOverrides) -> Self {
+        self.features = self.features.with(overrides);
+        self
+    }
+
+    /// The effective feature flags.
+    pub fn features(&self) -> &Features {
+        &self.features
     }
 
     fn codec(&self) -> TokenCodec {
@@ -311,6 +359,15 @@ impl Workrail {
             &state,
         )?;
         checkpoint::checkpoint(self, &state, &attempt, &input)
+    }
+
+    /// Ranks the preferred tips of every healthy session's runs for a brand-new chat (locks
+    /// §2.3). Read-only.
+    pub fn resume_session(
+        &self,
+        input: ResumeSessionInput,
+    ) -> Result<ResumeSessionOutput, ErrorEnvelope> {
+        resume::resume_session(self, input)
     }
 
     /// Every run of a session at a glance (cached; derived, never truth).

@@ -1,6 +1,7 @@
 //! `start_workflow`: resolve and pin the compiled workflow, start the interpreter, and commit
-//! `session_created`, `run_started`, the root `node_created` (plus initial context, preferences
-//! and decision trace) as one append plan.
+//! `session_created`, the workspace's `observation_recorded` events (git branch, HEAD, repo root
+//! hash, when the server runs inside a git repository), `run_started`, the root `node_created`
+//! (plus initial context, preferences and decision trace) as one append plan.
 
 use workrail_spec::closed::{ContextSource, NodeKind, PreferenceSource};
 use workrail_spec::context::ContextError;
@@ -119,12 +120,23 @@ pub(super) fn start(
         (delta, PreferenceSource::User)
     };
 
-    let mut events = vec![
-        wr.event(
-            &session,
-            EventScope::Session,
-            EventData::SessionCreated(SessionCreated {}),
-        )?,
+    let mut events = vec![wr.event(
+        &session,
+        EventScope::Session,
+        EventData::SessionCreated(SessionCreated {}),
+    )?];
+    // Workspace anchors for resume ranking, session-scoped, committed with the session itself
+    // (never recorded later: rehydrate writes nothing).
+    if let Some(identity) = wr.workspace.git_identity() {
+        for observation in crate::workspace::observations(&identity) {
+            events.push(wr.event(
+                &session,
+                EventScope::Session,
+                EventData::ObservationRecorded(observation),
+            )?);
+        }
+    }
+    events.extend([
         wr.event(
             &session,
             EventScope::Run(run.clone()),
@@ -145,7 +157,7 @@ pub(super) fn start(
                 snapshot_ref,
             }),
         )?,
-    ];
+    ]);
     if !delta.is_empty() {
         events.push(wr.event(
             &session,
