@@ -265,20 +265,8 @@ fn advance_model(
                 imp: imp_root,
             });
         }
-        Expect::Advance {
-            node,
-            before,
-            command,
-            after,
-            ..
-        } => {
-            for c in before {
-                apply(world, c)?;
-            }
+        Expect::Advance { node, command, .. } => {
             let obs = apply(world, command)?;
-            for c in after {
-                apply(world, c)?;
-            }
             if let Observation::Advanced { to_node_id, .. } = obs {
                 pair_new_child(world, *node, &to_node_id, sys)?;
             }
@@ -383,6 +371,7 @@ fn fails_fast(
                             context: None,
                             output: None,
                             preferences: vec![],
+                            preset: None,
                         });
                 if !matches!(&rehydrate, Err(e) if e.code == ErrorCode::SessionCorrupt) {
                     return Err(format!(

@@ -8,22 +8,18 @@
 //! returns the recorded response byte for byte; a second writer gets `TOKEN_SESSION_LOCKED`
 //! with `retryable_after_ms` and nothing changes.
 //!
-//! **Preferences sent with an ack.** The model has no "ack with a preference delta"; production
-//! judges the ack under the node's preferences plus the delta and records the change on the new
-//! node only (nothing is recorded when the ack is blocked). The driver expresses exactly that in
-//! model commands: change the preferences at the node, advance, then change them back at the
-//! node. The model's preference projection (a change on an ancestor counts only for children
-//! created before the next change there) then gives every node the preferences production gives
-//! it, and the extra events touch the same histories as production's `advance_recorded` at the
-//! node, so the preferred tip is unaffected.
+//! **Preferences sent with an ack** go to the model's ack command as the same resolved delta
+//! (D43): both sides judge the ack under the changed snapshot and record the change (and, above
+//! the workflow's recommendation, the preference warning) on the new node, or on the attempted
+//! node when the ack is blocked.
 
 use std::collections::BTreeMap;
 
 use workrail_model::projections::PreferenceDefaults;
-use workrail_model::{AttemptAt, Command, Model, NodeRef, Observation, PreferenceChange, StartRun};
-use workrail_spec::closed::{PreferenceSource, WorkflowSourceKind};
-use workrail_spec::event::{EffectivePreferences, EventData, PreferenceDelta};
-use workrail_spec::ids::{AttemptId, ChangeId, NodeId, RunId, SessionId};
+use workrail_model::{AckAt, AttemptAt, Command, Model, NodeRef, Observation, StartRun};
+use workrail_spec::closed::WorkflowSourceKind;
+use workrail_spec::event::EventData;
+use workrail_spec::ids::{AttemptId, NodeId, RunId, SessionId};
 use workrail_spec::snapshot::PendingStep;
 use workrail_spec::token::{TokenParts, TokenPayload};
 use workrail_spec::tools::{
@@ -148,9 +144,7 @@ pub enum Expect {
     },
     Advance {
         node: usize,
-        before: Vec<Command>,
         command: Command,
-        after: Vec<Command>,
         forks: bool,
     },
     Checkpoint {
@@ -218,13 +212,6 @@ fn expect_ok(reply: &Reply, what: &str) -> Result<ExecutionOutput, String> {
 
 fn json(out: &ExecutionOutput) -> String {
     serde_json::to_string(out).unwrap_or_else(|e| format!("<unserializable: {e}>"))
-}
-
-fn full_delta(p: EffectivePreferences) -> Vec<PreferenceDelta> {
-    vec![
-        PreferenceDelta::Autonomy(p.autonomy),
-        PreferenceDelta::RiskPolicy(p.risk_policy),
-    ]
 }
 
 impl World {
@@ -489,6 +476,7 @@ impl<S: System> Harness<S> {
                         workflow_id: fixture::WORKFLOW_ID.into(),
                         context: None,
                         preferences,
+                        preset: None,
                     }),
                     expect: Expect::Start {
                         command,
@@ -608,24 +596,6 @@ impl<S: System> Harness<S> {
         let mut output = output.clone();
         output.artifacts.truncate(4);
         let delta = prefs.map(PrefSpec::delta).unwrap_or_default();
-        let (mut before, mut after) = (Vec::new(), Vec::new());
-        if !delta.is_empty() {
-            let old = self
-                .world
-                .model
-                .effective_preferences(&nref)
-                .ok_or("the model lost a node")?;
-            for (list, delta) in [(&mut before, delta.clone()), (&mut after, full_delta(old))] {
-                let n = self.world.mint();
-                list.push(Command::ChangePreferences(PreferenceChange {
-                    node: nref.clone(),
-                    change_id: ChangeId::parse(&format!("prefchg_h{n}"))
-                        .map_err(|e| format!("harness change id: {e}"))?,
-                    source: PreferenceSource::User,
-                    delta,
-                }));
-            }
-        }
         let forks = self
             .world
             .model
@@ -637,17 +607,17 @@ impl<S: System> Harness<S> {
                 ack_token: Some(ack_token),
                 context: None,
                 output: output.to_input(),
-                preferences: delta,
+                preferences: delta.clone(),
+                preset: None,
             }),
             expect: Expect::Advance {
                 node,
-                before,
-                command: Command::Advance(AttemptAt {
+                command: Command::Advance(AckAt {
                     node: nref,
                     attempt_id: m,
                     output: output.to_model(),
+                    preferences: delta,
                 }),
-                after,
                 forks,
             },
         }))
@@ -746,23 +716,12 @@ impl<S: System> Harness<S> {
             }
             Expect::Advance {
                 node,
-                before,
                 command,
-                after,
                 forks,
             } => {
                 let out = expect_ok(reply, "advance")?;
                 let observation = match mode {
-                    Mode::Fresh => {
-                        for c in before {
-                            w.apply(c)?;
-                        }
-                        let obs = w.apply(command)?;
-                        for c in after {
-                            w.apply(c)?;
-                        }
-                        obs
-                    }
+                    Mode::Fresh => w.apply(command)?,
                     Mode::Repeat => {
                         let snapshot = w.model.clone();
                         let obs = w.apply(command)?;
@@ -1050,6 +1009,7 @@ fn rehydrate_input(state_token: String) -> ContinueWorkflowInput {
         context: None,
         output: None,
         preferences: vec![],
+        preset: None,
     }
 }
 

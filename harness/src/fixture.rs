@@ -4,7 +4,9 @@
 //! `loop_control` loop of at most two iterations whose decision step carries the
 //! `wr.contracts.loop_control` contract (missing, malformed, `continue`, `stop`, and `continue`
 //! at the last iteration, which is a loop-limit failure), a step with the
-//! `wr.contracts.verification_report` contract, and a final step, so runs complete.
+//! `wr.contracts.verification_report` contract, and a final step, so runs complete. It recommends
+//! at most `full_auto_stop_on_user_deps` with `balanced`, so generated preferences above either
+//! record preference warnings (`L-PREF-WARNINGS`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -27,6 +29,7 @@ pub const WORKFLOW_JSON: &str = r#"{
   "id": "project.harness",
   "name": "Harness",
   "description": "Plan, then a bounded build loop, then verify and wrap up.",
+  "recommendations": {"recommendedAutonomy": "full_auto_stop_on_user_deps", "recommendedRiskPolicy": "balanced"},
   "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
   "steps": [
     {"id": "plan", "title": "Plan", "prompt": "Plan the work."},
@@ -106,14 +109,6 @@ impl ArtifactSpec {
         Self::LoopOtherLoop,
         Self::Verification,
     ];
-
-    /// A `wr.loop_control` artifact for the harness loop (valid or not).
-    pub fn is_loop_control(self) -> bool {
-        matches!(
-            self,
-            Self::LoopContinue | Self::LoopStop | Self::LoopBadDecision | Self::LoopExtraField
-        )
-    }
 
     pub fn to_json(self) -> Map<String, Value> {
         let value = match self {

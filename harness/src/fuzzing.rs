@@ -512,6 +512,7 @@ pub fn session_load(input: &SessionLoadInput) {
         context: None,
         output: None,
         preferences: vec![],
+        preset: None,
     });
     let healthy = matches!(&first, Ok(l) if l.health.is_healthy());
     if !healthy {
@@ -957,6 +958,7 @@ pub fn bundle_import(input: &BundleInput) {
                     context: None,
                     output: None,
                     preferences: vec![],
+                    preset: None,
                 });
                 match again {
                     Ok(out) => assert_eq!(

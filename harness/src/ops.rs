@@ -93,48 +93,26 @@ fn pref_strategy() -> impl Strategy<Value = Option<PrefSpec>> {
     ]
 }
 
-/// Whether to generate the inputs on which the model and production are known to disagree
-/// pending a decision (see `harness/README.md`, "Known disagreements"):
-/// `WORKRAIL_HARNESS_DISPUTED=1`.
-pub fn disputed() -> bool {
-    std::env::var("WORKRAIL_HARNESS_DISPUTED").is_ok_and(|v| v == "1")
-}
-
 fn artifact_strategy() -> impl Strategy<Value = ArtifactSpec> {
-    // A loop-control artifact naming another loop: "missing" for the model, "invalid" for
-    // production (disagreement 1).
-    let other_loop = u32::from(disputed());
     prop_oneof![
         4 => Just(ArtifactSpec::LoopContinue),
         4 => Just(ArtifactSpec::LoopStop),
         1 => Just(ArtifactSpec::LoopBadDecision),
         1 => Just(ArtifactSpec::LoopExtraField),
-        other_loop => Just(ArtifactSpec::LoopOtherLoop),
+        1 => Just(ArtifactSpec::LoopOtherLoop),
         4 => Just(ArtifactSpec::Verification),
         1 => (0u8..3).prop_map(ArtifactSpec::Note),
     ]
 }
 
-/// Outputs: mostly a recap with zero to two artifacts.
+/// Outputs: mostly a recap with zero to two artifacts (several loop-control artifacts in one
+/// ack included: D45 decides them).
 pub fn output_strategy() -> impl Strategy<Value = OutputSpec> {
-    let several_decisions = disputed();
     (
         prop_oneof![1 => Just(None), 4 => (0u8..8).prop_map(Some)],
         prop::collection::vec(artifact_strategy(), 0..3),
     )
-        .prop_map(move |(notes, mut artifacts)| {
-            if !several_decisions {
-                // Several loop-control artifacts for the loop in one ack: the model lets the
-                // last one decide, production rejects any invalid one (disagreement 2).
-                let last = artifacts.iter().rposition(|a| a.is_loop_control());
-                let mut i = 0;
-                artifacts.retain(|a| {
-                    i += 1;
-                    !a.is_loop_control() || Some(i - 1) == last
-                });
-            }
-            OutputSpec { notes, artifacts }
-        })
+        .prop_map(|(notes, artifacts)| OutputSpec { notes, artifacts })
 }
 
 /// One command, weighted towards the paths that grow the DAG.

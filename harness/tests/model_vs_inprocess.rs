@@ -85,8 +85,13 @@ fn a_walk_through_every_command_matches_the_model() {
             node: 0,
             output: out(1, &[]),
             prefs: Some(PrefSpec::Autonomy(0)),
-        }, // guided ack: blocked
-        adv(0, out(1, &[])), // never-stop: a gap, and the loop exits
+        }, // guided ack: blocked, and guided stays recorded on the node (D43)
+        adv(0, out(1, &[])), // still guided: blocked again
+        Op::Advance {
+            node: 0,
+            output: out(1, &[]),
+            prefs: Some(PrefSpec::Both(2, 2)),
+        }, // never-stop + aggressive: a gap, the loop exits, and a preference warning
         Op::ReplayAck {
             ack: 0,
             other_output: false,
@@ -95,14 +100,14 @@ fn a_walk_through_every_command_matches_the_model() {
     let stats = run(&ops, 1);
     assert!(
         stats.advanced == 11
-            && stats.blocked >= 5
+            && stats.blocked >= 6
             && stats.forks >= 1
             && stats.completed >= 1
             && stats.replays == 2
             && stats.checkpoints == 2
             && stats.checkpoint_replays == 1
             && stats.writer_busy == 2
-            && stats.with_preferences == 1
+            && stats.with_preferences == 2
             && stats.skipped == 0,
         "the walk did not reach every state it is written for: {stats:?}"
     );
@@ -127,4 +132,95 @@ fn generated_sequences_match_the_model() {
             && stats.restarts > 0,
         "the generated sequences missed a kind of command: {stats:?}"
     );
+}
+
+/// Preferences sent with acks (D43), on both sides: a blocked ack records its change on the
+/// attempted node (and its warning above the recommendation), its replay is byte-identical, the
+/// retry and the child inherit the change, and a later change on a node with children leaves
+/// those children alone.
+/// lock: L-PREF-NODE-ATTACHED, L-PREF-WARNINGS
+#[test]
+fn preferences_sent_with_acks_match_the_model() {
+    use ArtifactSpec::*;
+    use workrail_model::NodeRef;
+    use workrail_spec::closed::{Autonomy, RiskPolicy};
+    use workrail_spec::event::{EffectivePreferences, EventData};
+    let ops = vec![
+        Op::Start { prefs: None },
+        adv(0, out(1, &[])), // R -> A
+        adv(0, out(2, &[])), // A -> B (decide)
+        Op::Advance {
+            node: 0,
+            output: out(3, &[]),
+            prefs: Some(PrefSpec::Risk(2)),
+        }, // no decision, aggressive: blocked, recorded on B with a warning
+        Op::ReplayAck {
+            ack: 2,
+            other_output: true,
+        },
+        adv(0, out(4, &[LoopStop])), // B -> C (verify), inherits aggressive
+        Op::Advance {
+            node: 1,
+            output: out(5, &[]),
+            prefs: Some(PrefSpec::Autonomy(2)),
+        }, // fork from B in never-stop: a gap, B -> D, a new warning on D
+        Op::Advance {
+            node: 2,
+            output: out(6, &[]),
+            prefs: Some(PrefSpec::Risk(0)),
+        }, // back on B, guided + conservative: blocked, C and D keep theirs
+        Op::Restart,
+        Op::Rehydrate { node: 0 },
+        Op::Rehydrate { node: 1 },
+    ];
+    let mut h = Harness::new(InProcess::new(3));
+    if let Err(e) = h.run(&ops) {
+        panic!("{e}");
+    }
+    let w = &h.world;
+    assert!(
+        w.stats.with_preferences == 3
+            && w.stats.blocked == 2
+            && w.stats.forks == 1
+            && w.stats.replays == 1
+            && w.stats.skipped == 0,
+        "{:?}",
+        w.stats
+    );
+    let at = |i: usize| NodeRef {
+        session_id: w.runs[0].model_session.clone(),
+        run_id: w.runs[0].model_run.clone(),
+        node_id: w.nodes[i].model.clone(),
+    };
+    let prefs = |i: usize| w.model.effective_preferences(&at(i)).unwrap();
+    let p = |autonomy, risk_policy| EffectivePreferences {
+        autonomy,
+        risk_policy,
+    };
+    // Nodes in order: R, A, B, C, D.
+    assert_eq!(
+        prefs(2),
+        p(Autonomy::Guided, RiskPolicy::Conservative),
+        "B, last changed"
+    );
+    assert_eq!(
+        prefs(3),
+        p(Autonomy::Guided, RiskPolicy::Aggressive),
+        "C kept its snapshot"
+    );
+    assert_eq!(
+        prefs(4),
+        p(Autonomy::FullAutoNeverStop, RiskPolicy::Aggressive),
+        "D too"
+    );
+    // Both blocked plans hold the change on B, right before nothing but B's own records.
+    let events = w.model.events(&w.runs[0].model_session).unwrap();
+    let changes_on_b = events
+        .iter()
+        .filter(|e| {
+            e.scope().node_id() == Some(&w.nodes[2].model)
+                && matches!(e.data(), EventData::PreferencesChanged(_))
+        })
+        .count();
+    assert_eq!(changes_on_b, 2);
 }

@@ -235,6 +235,7 @@ fn output(notes: Option<&Notes>, artifacts: Vec<ArtifactSpec>) -> Option<OutputI
 
 fn rehydrate(state_token: &str) -> ContinueWorkflowInput {
     ContinueWorkflowInput {
+        preset: None,
         state_token: Some(state_token.to_owned()),
         ack_token: None,
         context: None,
@@ -255,6 +256,7 @@ fn build(fs: &MemFs, seed: u64, index: usize, spec: &SessionSpec) -> SessionId {
         .with_workspace(Arc::new(FixedWorkspace(identity)));
     let first = wr
         .start_workflow(StartWorkflowInput {
+            preset: None,
             workflow_id: fixture::WORKFLOW_ID.into(),
             context: None,
             preferences: vec![],
@@ -276,6 +278,7 @@ fn build(fs: &MemFs, seed: u64, index: usize, spec: &SessionSpec) -> SessionId {
                     _ => vec![],
                 };
                 wr.continue_workflow(ContinueWorkflowInput {
+                    preset: None,
                     state_token: Some(current.state_token.clone()),
                     ack_token: Some(ack),
                     context: None,

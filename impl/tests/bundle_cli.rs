@@ -54,6 +54,7 @@ fn session_in(dir: &Path) -> String {
             workflow_id: "wr.coding_task".into(),
             context: None,
             preferences: vec![],
+            preset: None,
         })
         .unwrap();
     wr.continue_workflow(ContinueWorkflowInput {
@@ -65,6 +66,7 @@ fn session_in(dir: &Path) -> String {
             artifacts: vec![],
         }),
         preferences: vec![],
+        preset: None,
     })
     .unwrap();
     out.session.session_id.to_string()
@@ -137,6 +139,7 @@ fn export_import_and_continue_across_data_directories() {
                 artifacts: vec![],
             }),
             preferences: vec![],
+            preset: None,
         })
         .unwrap();
     assert_eq!(next.session.session_id.as_str(), session);

@@ -47,6 +47,7 @@ fn context_is_auto_loaded_and_survives_restarts_and_rewinds() {
     let wr = open(&fs);
     let start = wr
         .start_workflow(StartWorkflowInput {
+            preset: None,
             workflow_id: "project.demo".into(),
             context: Some(object(json!({
                 "ticket": "AUTH-1234",
@@ -129,6 +130,7 @@ fn a_delta_that_changes_nothing_records_nothing_and_reserved_keys_are_refused() 
     let wr = open(&fs);
     let start = wr
         .start_workflow(StartWorkflowInput {
+            preset: None,
             workflow_id: "project.demo".into(),
             context: Some(object(json!({"ticket": "AUTH-1"}))),
             preferences: vec![],

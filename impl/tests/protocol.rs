@@ -264,6 +264,7 @@ fn never_stop_records_a_critical_gap_and_continues() {
             workflow_id: "project.demo".into(),
             context: None,
             preferences: vec![PreferenceDelta::Autonomy(Autonomy::FullAutoNeverStop)],
+            preset: None,
         })
         .unwrap();
     assert_eq!(out.preferences.autonomy, Autonomy::FullAutoNeverStop);
@@ -434,6 +435,7 @@ fn context_is_budgeted_durable_and_never_echoed() {
             workflow_id: "project.demo".into(),
             context: Some(big),
             preferences: vec![],
+            preset: None,
         })
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::ValidationError);
@@ -450,6 +452,7 @@ fn context_is_budgeted_durable_and_never_echoed() {
             workflow_id: "project.demo".into(),
             context: Some(ctx),
             preferences: vec![],
+            preset: None,
         })
         .unwrap();
     assert!(
@@ -545,6 +548,7 @@ fn a_loop_limit_carries_structured_details_in_blockers_and_gaps() {
                 workflow_id: "project.demo".into(),
                 context: None,
                 preferences: vec![PreferenceDelta::Autonomy(autonomy)],
+                preset: None,
             })
             .unwrap();
         out = wr.continue_workflow(ack(&out, "Planned.", vec![])).unwrap();
@@ -646,6 +650,7 @@ fn global_defaults_are_copied_into_a_run_at_start_and_never_rewrite_it() {
             workflow_id: "project.demo".into(),
             context: None,
             preferences: vec![PreferenceDelta::Autonomy(Autonomy::Guided)],
+            preset: None,
         })
         .unwrap();
     assert_eq!(mine.preferences.autonomy, Autonomy::Guided);
@@ -670,6 +675,7 @@ fn global_defaults_are_copied_into_a_run_at_start_and_never_rewrite_it() {
             workflow_id: "project.demo".into(),
             context: None,
             preferences: vec![],
+            preset: None,
         })
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::ValidationError);

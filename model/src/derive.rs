@@ -102,6 +102,21 @@ pub fn start_change_id(session: &SessionId, run: &RunId) -> ChangeId {
     ]))
 }
 
+/// The preference change recorded by an ack attempt that changes its node's snapshot (D43).
+pub fn ack_change_id(session: &SessionId, attempt: &AttemptId) -> ChangeId {
+    ChangeId::from_digest(&digest(&[
+        "ack_preferences",
+        session.as_str(),
+        attempt.as_str(),
+    ]))
+}
+
+/// The preference warning output recorded beside a new preference snapshot, by what recorded
+/// the snapshot (`origin`: an attempt id, or the root node id for a start).
+pub fn preference_warning_output_id(session: &SessionId, origin: &str) -> OutputId {
+    OutputId::from_digest(&digest(&["preference_warning", session.as_str(), origin]))
+}
+
 /// Event ids are informational (never part of a dedupeKey): the model names them by position.
 pub fn event_id(session: &SessionId, index: EventIndex) -> EventId {
     let index = index.get().to_string();

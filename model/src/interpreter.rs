@@ -17,8 +17,10 @@
 //!   iteration of the loop has run;
 //! - the decision is read from the `wr.loop_control` artifacts sent with the ack that completes
 //!   the iteration (**decision:** snapshots carry no decisions, D13, so a decision made by an
-//!   earlier ack could not be carried to a later node; when several artifacts name the loop, the
-//!   last one in `output.artifacts[]` is the most recent and decides);
+//!   earlier ack could not be carried to a later node). Every artifact of kind `wr.loop_control`
+//!   is the contract's business (D45): one naming another loop, or a malformed one, makes the
+//!   output invalid, even next to a valid one; when all are valid the last one in
+//!   `output.artifacts[]` is the most recent and decides;
 //! - a `continue` at the last allowed iteration is a loop-limit failure
 //!   (`unexpected:invariant_violation`); missing or invalid loop control is a
 //!   `contract_violation`. Neither ever exits the loop silently: each is a [`Finding`], which
@@ -28,9 +30,9 @@
 //!
 //! Required outputs: a step whose `output.contractRef` names a pack requires an artifact of that
 //! pack's `artifactKind`, checked before the step completes. For `wr.contracts.loop_control` the
-//! artifact is read exactly as the loop reads it, for the step's innermost enclosing loop
-//! (`kind`, `loopId`, `decision`, optional `summary` of at most 512 bytes, no other fields): none
-//! is missing, a malformed one is invalid. **Scope:** for other packs the model checks presence
+//! artifacts are read exactly as the loop reads them, for the step's innermost enclosing loop
+//! (`kind`, `loopId` equal to that loop, `decision`, optional `summary` of at most 512 bytes, no
+//! other fields): none is missing, any malformed one or one for another loop is invalid. **Scope:** for other packs the model checks presence
 //! only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
 //! and pointer is disclosed once.
 
@@ -100,43 +102,49 @@ impl std::error::Error for InterpreterError {}
 /// How a loop-control reading for one loop came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoopControlReading {
-    /// No `wr.loop_control` artifact names this loop.
+    /// No `wr.loop_control` artifact at all.
     Missing,
-    /// The most recent artifact naming this loop is malformed.
+    /// A `wr.loop_control` artifact is malformed or names another loop.
     Invalid,
     Decision(LoopDecision),
 }
 
-/// Reads the loop-control decision for `loop_id` from an ack's artifacts (the last artifact of
-/// kind `wr.loop_control` whose `loopId` is this loop decides).
+/// Reads the loop-control decision for `loop_id` from an ack's artifacts (D45): without any
+/// `wr.loop_control` artifact it is missing; if any of them is malformed or names another loop
+/// it is invalid (a mistake is reported, never skipped over); otherwise the last one decides.
 pub fn read_loop_control(output: Option<&OutputInput>, loop_id: &LoopId) -> LoopControlReading {
     let Some(output) = output else {
         return LoopControlReading::Missing;
     };
-    let latest = output.artifacts.iter().rev().find(|a| {
-        a.get("kind").and_then(|v| v.as_str()) == Some(LOOP_CONTROL_ARTIFACT_KIND)
-            && a.get("loopId").and_then(|v| v.as_str()) == Some(loop_id.as_str())
-    });
-    let Some(artifact) = latest else {
-        return LoopControlReading::Missing;
-    };
-    let known_fields = artifact
-        .keys()
-        .all(|k| ["kind", "loopId", "decision", "summary"].contains(&k.as_str()));
-    let summary_ok = match artifact.get("summary") {
-        None => true,
-        Some(v) => v
-            .as_str()
-            .is_some_and(|s| s.len() <= LOOP_CONTROL_SUMMARY_MAX_BYTES),
-    };
-    let decision = artifact
-        .get("decision")
-        .and_then(|v| v.as_str())
-        .and_then(LoopDecision::parse);
-    match decision {
-        Some(d) if known_fields && summary_ok => LoopControlReading::Decision(d),
-        _ => LoopControlReading::Invalid,
+    let mut reading = LoopControlReading::Missing;
+    for artifact in output
+        .artifacts
+        .iter()
+        .filter(|a| a.get("kind").and_then(|v| v.as_str()) == Some(LOOP_CONTROL_ARTIFACT_KIND))
+    {
+        let for_this_loop =
+            artifact.get("loopId").and_then(|v| v.as_str()) == Some(loop_id.as_str());
+        let known_fields = artifact
+            .keys()
+            .all(|k| ["kind", "loopId", "decision", "summary"].contains(&k.as_str()));
+        let summary_ok = match artifact.get("summary") {
+            None => true,
+            Some(v) => v
+                .as_str()
+                .is_some_and(|s| s.len() <= LOOP_CONTROL_SUMMARY_MAX_BYTES),
+        };
+        let decision = artifact
+            .get("decision")
+            .and_then(|v| v.as_str())
+            .and_then(LoopDecision::parse);
+        match decision {
+            Some(d) if for_this_loop && known_fields && summary_ok => {
+                reading = LoopControlReading::Decision(d);
+            }
+            _ => return LoopControlReading::Invalid,
+        }
     }
+    reading
 }
 
 /// The state of a new run: settle from the first item of the top-level sequence. There is no

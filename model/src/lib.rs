@@ -24,5 +24,5 @@ pub mod model;
 pub mod projections;
 
 pub use model::{
-    AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
+    AckAt, AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
 };

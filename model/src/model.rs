@@ -12,9 +12,10 @@
 //!
 //! | operation | what it does | lock ids |
 //! |---|---|---|
-//! | [`Command::Start`] | `session_created` (new session), `run_started`, root `node_created` with the first pending step; optional `preferences_changed` on the root; the same run id again is a no-op returning the recorded start | `L-EVENT-RUN-STARTED`, `L-EVENT-NODE-PARENT`, `L-EVENT-NODE-HASH-MATCH`, `L-PREF-GLOBAL-COPIED`, `L-DEDUPE-NOOP` |
+//! | [`Command::Start`] | `session_created` (new session), `run_started`, root `node_created` with the first pending step; optional `preferences_changed` on the root, and a preference warning output on the root when its snapshot exceeds the workflow's recommendation; the same run id again is a no-op returning the recorded start | `L-EVENT-RUN-STARTED`, `L-EVENT-NODE-PARENT`, `L-EVENT-NODE-HASH-MATCH`, `L-PREF-GLOBAL-COPIED`, `L-DEDUPE-NOOP` |
 //! | [`Command::Rehydrate`] | the node's pending step, completeness, whether it is a tip, effective preferences; never changes the model | `L-TOKEN-REHYDRATE-PURE`, `L-MCP-REHYDRATE-NO-EVENTS`, `L-EVENT-ADVANCE-ACK-ONLY` |
 //! | [`Command::Advance`], fresh attempt, outputs valid | child `node_created` + `acked_step` edge + outputs on the child + `advance_recorded{advanced}` on the node | `L-EVENT-ADVANCE-RECORDED`, `L-EVENT-ADVANCED-HAS-NODE-EDGE`, `L-DAG-ACKED-STEP-EDGE`, `L-OUTPUT-ORDER`, `L-OUTPUT-ID-DERIVED`, `L-TOKEN-ACK-ATTEMPTS` |
+//! | [`Command::Advance`] with a preference delta that changes the node's snapshot | judged under the changed snapshot; `preferences_changed` on the child (advanced) or on the attempted node before its `advance_recorded` (blocked), plus a preference warning output beside it when the new snapshot exceeds the workflow's recommendation (D43, D44) | `L-PREF-NODE-ATTACHED`, `L-PREF-WARNINGS` |
 //! | [`Command::Advance`] at a node that already has a step child | the same, as a new sibling with cause `non_tip_advance` | `L-DAG-NON-TIP-AUTO-FORK`, `L-DAG-NO-FORK-EDGE-KIND` |
 //! | [`Command::Advance`], a recorded attempt | returns the recorded outcome; appends nothing, recomputes nothing | `L-TOKEN-ACK-IDEMPOTENT`, `L-TOKEN-REPLAY-FACTS`, `L-EVENT-ADVANCE-ATTEMPT-KEY`, `L-EVENT-ATTEMPTS-APPENDABLE` |
 //! | [`Command::Advance`], missing/invalid required output or loop control, loop limit | blocking modes: `advance_recorded{blocked}` (same pending step; the next attempt is fresh), plus a critical gap for `unexpected:*`; never-stop: critical gap on the child and advance | `L-REASON-SINGLE-MODEL`, `L-REASON-BLOCKING-MODES`, `L-REASON-NEVER-STOP`, `L-REASON-UNEXPECTED`, `L-LOOP-MISSING-CONTROL-BLOCKING`, `L-LOOP-MISSING-CONTROL-NEVER-STOP`, `L-LOOP-LIMIT-ERROR` |
@@ -37,6 +38,12 @@
 //!   children for the preferred-tip policy (leaves), as the DAG says.
 //! - **Artifacts** become `artifact_ref` outputs: `sha256` of the artifact's RFC 8785 bytes,
 //!   `contentType` `application/json`, `byteLength` those bytes; identical artifacts collapse.
+//!   WorkRail's own preference warning (`workrail_spec::preferences::PreferenceWarningV1`, its
+//!   own content type) joins them in the `(sha256, contentType)` order.
+//! - **Preferences sent with an ack** (D43) are recorded only when they change the attempted
+//!   node's effective snapshot: on the new node when the ack advances, on the attempted node when
+//!   it is blocked (the change explains the judgement, and applies to later acks from that node
+//!   and to children created after it, never to children that already exist).
 //! - **Start** settles on the first pending step (the root snapshot is `running` or `complete`;
 //!   the model never stores `init`). A session's baseline preferences are fixed when the session
 //!   is created: the start command's baseline, else a copy of the model's global defaults.
@@ -60,6 +67,7 @@ use workrail_spec::ids::{
     AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, SnapshotRef, WorkflowHash,
 };
 use workrail_spec::jcs::{JcsError, jcs_digest, to_canonical_bytes};
+use workrail_spec::preferences::{PREFERENCE_WARNING_CONTENT_TYPE, PreferenceWarningV1};
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1, PendingStep};
 use workrail_spec::tools::OutputInput;
 
@@ -103,6 +111,16 @@ pub struct AttemptAt {
     pub output: OutputInput,
 }
 
+/// An ack attempt at a node, with the preference delta sent along (already resolved from any
+/// preset: `workrail_spec::preferences::requested_delta`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckAt {
+    pub node: NodeRef,
+    pub attempt_id: AttemptId,
+    pub output: OutputInput,
+    pub preferences: Vec<PreferenceDelta>,
+}
+
 /// A node-attached preference change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreferenceChange {
@@ -117,7 +135,7 @@ pub struct PreferenceChange {
 pub enum Command {
     Start(Box<StartRun>),
     Rehydrate(NodeRef),
-    Advance(AttemptAt),
+    Advance(AckAt),
     Checkpoint(AttemptAt),
     ChangePreferences(PreferenceChange),
 }
@@ -481,6 +499,11 @@ impl Model {
                 }),
             )?;
         }
+        if let Some(warning) =
+            preference_warning(session_id, root.as_str(), &start.workflow, effective)?
+        {
+            plan.push(root_scope.clone(), EventData::NodeOutputAppended(warning))?;
+        }
         push_gaps(&mut plan, &root_scope, root.as_str(), &disclosed)?;
 
         let session = next
@@ -536,7 +559,7 @@ impl Model {
         })
     }
 
-    fn advance(&self, attempt: &AttemptAt) -> Result<(Model, Observation), ModelError> {
+    fn advance(&self, attempt: &AckAt) -> Result<(Model, Observation), ModelError> {
         let NodeRef {
             session_id,
             run_id,
@@ -565,14 +588,26 @@ impl Model {
         let workflow = self.workflows.get(&workflow_hash).ok_or_else(|| {
             ModelError::Invariant(format!("workflow {workflow_hash} is not pinned"))
         })?;
-        let autonomy =
-            effective_preferences(events, &dag, node_id, &self.defaults(session_id)?).autonomy;
-        let progress = interpreter::ack(workflow, state, &attempt.output, autonomy)?;
+        let before = effective_preferences(events, &dag, node_id, &self.defaults(session_id)?);
+        let effective = before.apply(&attempt.preferences);
+        // A delta is recorded only when it changes the node's snapshot (D43).
+        let change =
+            (!attempt.preferences.is_empty() && effective != before).then(|| PreferencesChanged {
+                change_id: derive::ack_change_id(session_id, &attempt.attempt_id),
+                source: PreferenceSource::User,
+                delta: attempt.preferences.clone(),
+                effective,
+            });
+        let origin = attempt.attempt_id.as_str();
+        let warning = match &change {
+            Some(_) => preference_warning(session_id, origin, workflow, effective)?,
+            None => None,
+        };
+        let progress = interpreter::ack(workflow, state, &attempt.output, effective.autonomy)?;
 
         let mut next = self.clone();
         let mut plan = Plan::new(session_id, events.len());
         let here = EventScope::Node(run_id.clone(), node_id.clone());
-        let origin = attempt.attempt_id.as_str();
         let outcome = match progress {
             Progress::Moved { state, disclosed } => {
                 let child = derive::child_node_id(session_id, run_id, &attempt.attempt_id);
@@ -583,10 +618,12 @@ impl Model {
                 } else {
                     EdgeCauseKind::NonTipAdvance
                 };
-                let outputs = outputs_of(session_id, &attempt.attempt_id, &attempt.output)?;
-                // node_created, edge_created, outputs, gaps, then advance_recorded: the edge's
-                // cause names the advance_recorded event of the same plan.
-                let record_ahead = 2 + outputs.len() as u64 + disclosed.len() as u64;
+                let outputs =
+                    outputs_of(session_id, &attempt.attempt_id, &attempt.output, warning)?;
+                // node_created, edge_created, outputs, gaps, the preference change, then
+                // advance_recorded: the edge's cause names the advance_recorded of the same plan.
+                let record_ahead =
+                    2 + outputs.len() as u64 + disclosed.len() as u64 + u64::from(change.is_some());
                 let record_event = plan.event_id_ahead(record_ahead)?;
                 plan.push(
                     child_scope.clone(),
@@ -613,9 +650,19 @@ impl Model {
                     plan.push(child_scope.clone(), EventData::NodeOutputAppended(output))?;
                 }
                 push_gaps(&mut plan, &child_scope, origin, &disclosed)?;
+                if let Some(change) = change {
+                    plan.push(child_scope, EventData::PreferencesChanged(change))?;
+                }
                 AdvanceOutcome::Advanced { to_node_id: child }
             }
             Progress::Blocked { blocker, gaps } => {
+                // The change that judged the attempt stays on the attempted node (D43).
+                if let Some(change) = change {
+                    plan.push(here.clone(), EventData::PreferencesChanged(change))?;
+                }
+                if let Some(warning) = warning {
+                    plan.push(here.clone(), EventData::NodeOutputAppended(warning))?;
+                }
                 push_gaps(&mut plan, &here, origin, &gaps)?;
                 AdvanceOutcome::Blocked {
                     blockers: BlockerReport::new(vec![to_blocker(&blocker)?])?,
@@ -706,7 +753,7 @@ impl Model {
             return Err(ModelError::UnknownAttempt(attempt.attempt_id.clone()));
         }
         let workflow_hash = pinned_hash(&dag)?;
-        let outputs = outputs_of(session_id, &attempt.attempt_id, &attempt.output)?;
+        let outputs = outputs_of(session_id, &attempt.attempt_id, &attempt.output, None)?;
         let mut plan = Plan::new(session_id, events.len());
         let node_event = plan.event_id_ahead(0)?;
         let scope = EventScope::Node(run_id.clone(), checkpoint.clone());
@@ -869,11 +916,13 @@ fn pinned_hash(dag: &RunDag) -> Result<WorkflowHash, ModelError> {
 }
 
 /// The outputs of an attempt, in the locked order: the recap first (when notes were sent), then
-/// the artifacts by `(sha256, contentType)` ascending (`L-OUTPUT-ORDER`).
+/// the artifacts, WorkRail's own `warning` among them, by `(sha256, contentType)` ascending
+/// (`L-OUTPUT-ORDER`).
 fn outputs_of(
     session_id: &SessionId,
     attempt_id: &AttemptId,
     output: &OutputInput,
+    warning: Option<NodeOutputAppended>,
 ) -> Result<Vec<NodeOutputAppended>, ModelError> {
     let mut outputs = Vec::new();
     if let Some(notes) = &output.notes_markdown {
@@ -888,25 +937,72 @@ fn outputs_of(
     for artifact in &output.artifacts {
         let (sha256, _) = jcs_digest(artifact)?;
         let byte_length = to_canonical_bytes(artifact)?.len() as u64;
-        artifacts.insert(sha256, byte_length);
+        let output_id = derive::output_id(
+            session_id,
+            attempt_id,
+            &format!("artifact:{}:{ARTIFACT_CONTENT_TYPE}", sha256.hex()),
+        );
+        let payload = OutputPayload::ArtifactRef {
+            sha256: sha256.clone(),
+            content_type: ARTIFACT_CONTENT_TYPE.to_owned(),
+            byte_length,
+        };
+        artifacts.insert(
+            (sha256, ARTIFACT_CONTENT_TYPE.to_owned()),
+            (output_id, payload),
+        );
     }
-    for (sha256, byte_length) in artifacts {
+    if let Some(w) = warning
+        && let OutputPayload::ArtifactRef {
+            sha256,
+            content_type,
+            ..
+        } = &w.payload
+    {
+        artifacts.insert(
+            (sha256.clone(), content_type.clone()),
+            (w.output_id, w.payload),
+        );
+    }
+    for (output_id, payload) in artifacts.into_values() {
         outputs.push(NodeOutputAppended {
-            output_id: derive::output_id(
-                session_id,
-                attempt_id,
-                &format!("artifact:{}:{ARTIFACT_CONTENT_TYPE}", sha256.hex()),
-            ),
+            output_id,
             supersedes_output_id: None,
             output_channel: OutputChannel::Artifact,
-            payload: OutputPayload::ArtifactRef {
-                sha256,
-                content_type: ARTIFACT_CONTENT_TYPE.to_owned(),
-                byte_length,
-            },
+            payload,
         });
     }
     Ok(outputs)
+}
+
+/// WorkRail's preference warning for a node whose new snapshot `effective` exceeds the
+/// workflow's recommendation (`L-PREF-WARNINGS`): an `artifact` output referencing the
+/// warning's RFC 8785 bytes, or `None` when nothing exceeds.
+fn preference_warning(
+    session_id: &SessionId,
+    origin: &str,
+    workflow: &CompiledWorkflowSnapshotV1,
+    effective: EffectivePreferences,
+) -> Result<Option<NodeOutputAppended>, ModelError> {
+    let Some(warning) = PreferenceWarningV1::evaluate(effective, &workflow.body.recommendations)
+    else {
+        return Ok(None);
+    };
+    let value = warning
+        .to_value()
+        .map_err(|e| ModelError::Invariant(format!("a preference warning: {e}")))?;
+    let (sha256, _) = jcs_digest(&value)?;
+    let byte_length = to_canonical_bytes(&value)?.len() as u64;
+    Ok(Some(NodeOutputAppended {
+        output_id: derive::preference_warning_output_id(session_id, origin),
+        supersedes_output_id: None,
+        output_channel: OutputChannel::Artifact,
+        payload: OutputPayload::ArtifactRef {
+            sha256,
+            content_type: PREFERENCE_WARNING_CONTENT_TYPE.to_owned(),
+            byte_length,
+        },
+    }))
 }
 
 /// Records findings as gaps (`L-REASON-GAP-MAPPING`: category and detail from the reason code).

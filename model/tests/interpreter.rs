@@ -190,7 +190,7 @@ fn missing_or_invalid_loop_control_never_exits_the_loop_implicitly() {
     for (output, expected) in [
         (no_output(), MISSING),
         (bad_decision, INVALID),
-        (wrong_loop, MISSING),
+        (wrong_loop, INVALID), // D45: a decision for another loop is an invalid output
         (extra_field, INVALID),
         (long_summary, INVALID),
     ] {
@@ -220,6 +220,18 @@ fn missing_or_invalid_loop_control_never_exits_the_loop_implicitly() {
         ],
     };
     assert_eq!(key(&next(&wf, &state, &two, GUIDED_MODE)), "pass@1::work");
+    // D45: a bad one is never skipped over, even before a valid last one.
+    let bad_then_good = OutputInput {
+        notes_markdown: None,
+        artifacts: vec![
+            artifact(json!({"kind": "wr.loop_control", "loopId": "other", "decision": "stop"})),
+            artifact(json!({"kind": "wr.loop_control", "loopId": "pass", "decision": "continue"})),
+        ],
+    };
+    match interpreter::ack(&wf, &state, &bad_then_good, GUIDED_MODE).unwrap() {
+        Progress::Blocked { blocker, .. } => assert_eq!(reason(&blocker), INVALID),
+        other => panic!("expected blocked, got {other:?}"),
+    }
 }
 
 /// lock: L-LOOP-TERMINATION-REASON, L-LOOP-MAX-ITERATIONS

@@ -15,7 +15,7 @@ use serde_json::json;
 use workrail_model::derive;
 use workrail_model::projections::{RunDag, node_outputs, unresolved_gaps_at_node};
 use workrail_model::{
-    AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
+    AckAt, AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
 };
 use workrail_spec::blocker::BlockerCode;
 use workrail_spec::closed::{
@@ -68,10 +68,11 @@ fn started(
 fn advance(model: &Model, at: &NodeId, output: OutputInput) -> (Model, Observation) {
     let attempt_id = model.current_ack_attempt(&node(at)).unwrap();
     model
-        .apply(&Command::Advance(AttemptAt {
+        .apply(&Command::Advance(AckAt {
             node: node(at),
             attempt_id,
             output,
+            preferences: vec![],
         }))
         .unwrap()
 }
@@ -215,10 +216,11 @@ fn a_fresh_attempt_creates_a_child_with_its_edge_outputs_and_record() {
         ],
     };
     let (model, obs) = model
-        .apply(&Command::Advance(AttemptAt {
+        .apply(&Command::Advance(AckAt {
             node: node(&root),
             attempt_id: attempt.clone(),
             output,
+            preferences: vec![],
         }))
         .unwrap();
     let child = derive::child_node_id(&sid("s"), &rid("r"), &attempt);
@@ -293,10 +295,11 @@ fn replaying_an_attempt_returns_the_recorded_outcome_and_appends_nothing() {
     let (model, root) = started(linear(), None);
     let attempt_id = model.current_ack_attempt(&node(&root)).unwrap();
     let cmd = |output| {
-        Command::Advance(AttemptAt {
+        Command::Advance(AckAt {
             node: node(&root),
             attempt_id: attempt_id.clone(),
             output,
+            preferences: vec![],
         })
     };
     let (model, first) = model.apply(&cmd(notes("first"))).unwrap();
@@ -309,10 +312,11 @@ fn replaying_an_attempt_returns_the_recorded_outcome_and_appends_nothing() {
     }
     // An attempt that was never current is refused, without effect.
     let bogus = derive::ack_attempt_id(&sid("s"), &rid("r"), &root, 7);
-    let refused = model.apply(&Command::Advance(AttemptAt {
+    let refused = model.apply(&Command::Advance(AckAt {
         node: node(&root),
         attempt_id: bogus.clone(),
         output: no_output(),
+        preferences: vec![],
     }));
     assert_eq!(refused, Err(ModelError::UnknownAttempt(bogus)));
     // An attempt of another node is not an attempt of this one.
@@ -321,10 +325,11 @@ fn replaying_an_attempt_returns_the_recorded_outcome_and_appends_nothing() {
     let foreign = derive::ack_attempt_id(&sid("s"), &rid("r"), &child, 1);
     assert!(
         model
-            .apply(&Command::Advance(AttemptAt {
+            .apply(&Command::Advance(AckAt {
                 node: node(&root),
                 attempt_id: foreign,
-                output: no_output()
+                output: no_output(),
+                preferences: vec![],
             }))
             .is_err()
     );
@@ -406,10 +411,11 @@ fn a_blocked_attempt_keeps_the_pending_step_and_the_retry_is_a_fresh_attempt() {
     assert!(matches!(retried, Observation::Advanced { .. }));
     // Replaying the blocked attempt, even with the artifact now, returns the recorded block.
     let (same, replay) = model
-        .apply(&Command::Advance(AttemptAt {
+        .apply(&Command::Advance(AckAt {
             node: node(&root),
             attempt_id: blocked_attempt,
             output: findings,
+            preferences: vec![],
         }))
         .unwrap();
     assert_eq!((same, replay), (model, obs));
@@ -497,10 +503,11 @@ fn a_loop_limit_blocks_and_records_a_critical_unexpected_gap_on_the_attempted_no
         Some(RunStatus::CompleteWithGaps)
     );
     assert_eq!(
-        model.apply(&Command::Advance(AttemptAt {
+        model.apply(&Command::Advance(AckAt {
             node: node(&to_node(&obs)),
             attempt_id: model.current_ack_attempt(&node(&to_node(&obs))).unwrap(),
-            output: no_output()
+            output: no_output(),
+            preferences: vec![],
         })),
         Err(ModelError::NothingPending(to_node(&obs)))
     );
@@ -646,4 +653,117 @@ fn a_run_walks_to_completion_and_status_follows_the_tip() {
         Some(RunStatus::Complete)
     );
     assert_eq!(len(&model), 3 + 3 * 4);
+}
+
+/// Preferences sent with an ack (D43) and the recommendation warning (D44), in the model: the
+/// ack is judged under the changed snapshot; the change lands on the new node when it advances
+/// and on the attempted node (before its record) when it is blocked, each with a warning output
+/// when the new snapshot exceeds the recommendation; a delta that changes nothing records
+/// nothing; a later change on a node never reaches its existing children.
+/// lock: L-PREF-NODE-ATTACHED, L-PREF-WARNINGS
+#[test]
+fn an_acks_preferences_attach_where_the_judgement_lands() {
+    use workrail_spec::closed::{Autonomy, RiskPolicy};
+    use workrail_spec::compiled::Recommendations;
+    use workrail_spec::preferences::PREFERENCE_WARNING_CONTENT_TYPE;
+    let mut wf = workflow(
+        vec![
+            compiled_step("report", Some("wr.contracts.findings")),
+            compiled_step("after", None),
+        ],
+        vec![s("report"), s("after")],
+        vec![],
+    );
+    wf.body.recommendations = Recommendations {
+        recommended_autonomy: Some(Autonomy::FullAutoStopOnUserDeps),
+        recommended_risk_policy: None,
+    };
+    let wf = CompiledWorkflowSnapshotV1::new(wf.body).unwrap();
+    let (model, root) = started(wf, None);
+    let ack_with = |model: &Model, at: &NodeId, output, preferences| {
+        let attempt_id = model.current_ack_attempt(&node(at)).unwrap();
+        model
+            .apply(&Command::Advance(AckAt {
+                node: node(at),
+                attempt_id,
+                output,
+                preferences,
+            }))
+            .unwrap()
+    };
+    let is_warning = |e: &workrail_spec::event::SessionEvent| {
+        matches!(e.data(), EventData::NodeOutputAppended(o) if matches!(&o.payload,
+            OutputPayload::ArtifactRef { content_type, .. } if content_type == PREFERENCE_WARNING_CONTENT_TYPE))
+    };
+    let prefs_at = |model: &Model, at: &NodeId| model.effective_preferences(&node(at)).unwrap();
+
+    // Blocked in guided with a change to aggressive (not above this recommendation): the change
+    // is recorded on the root, before the record, and judged the attempt.
+    let before = len(&model);
+    let (model, obs) = ack_with(
+        &model,
+        &root,
+        no_output(),
+        vec![PreferenceDelta::RiskPolicy(RiskPolicy::Aggressive)],
+    );
+    assert!(matches!(obs, Observation::Blocked { .. }), "{obs:?}");
+    assert_eq!(
+        kinds(&model, before),
+        [EventKind::PreferencesChanged, EventKind::AdvanceRecorded]
+    );
+    assert_eq!(
+        prefs_at(&model, &root),
+        prefs(Autonomy::Guided, RiskPolicy::Aggressive)
+    );
+    // Blocked again, now switching to never-stop: never-stop does not block, so it advances,
+    // and the change (above the recommendation) lands on the child with its warning.
+    let before = len(&model);
+    let (model, obs) = ack_with(
+        &model,
+        &root,
+        no_output(),
+        vec![PreferenceDelta::Autonomy(Autonomy::FullAutoNeverStop)],
+    );
+    let child = to_node(&obs);
+    let plan = &model.events(&sid("s")).unwrap()[before..];
+    assert_eq!(
+        plan.iter()
+            .filter(|e| is_warning(e) && e.scope().node_id() == Some(&child))
+            .count(),
+        1
+    );
+    assert!(
+        plan.iter()
+            .any(|e| matches!(e.data(), EventData::PreferencesChanged(p)
+        if p.effective == prefs(Autonomy::FullAutoNeverStop, RiskPolicy::Aggressive))
+                && e.scope().node_id() == Some(&child))
+    );
+    assert_eq!(
+        prefs_at(&model, &root),
+        prefs(Autonomy::Guided, RiskPolicy::Aggressive),
+        "the advancing change stays on the new node"
+    );
+    // A later blocked change on the root (guided: the findings are still missing) leaves the
+    // existing child alone.
+    let (model, obs) = ack_with(
+        &model,
+        &root,
+        no_output(),
+        vec![PreferenceDelta::RiskPolicy(RiskPolicy::Conservative)],
+    );
+    assert!(matches!(obs, Observation::Blocked { .. }), "{obs:?}");
+    assert_eq!(prefs_at(&model, &root), GUIDED);
+    assert_eq!(
+        prefs_at(&model, &child),
+        prefs(Autonomy::FullAutoNeverStop, RiskPolicy::Aggressive)
+    );
+    // A delta equal to the snapshot records nothing.
+    let before = len(&model);
+    let (model, _) = ack_with(
+        &model,
+        &root,
+        no_output(),
+        vec![PreferenceDelta::Autonomy(Autonomy::Guided)],
+    );
+    assert_eq!(kinds(&model, before), [EventKind::AdvanceRecorded]);
 }

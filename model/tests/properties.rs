@@ -19,7 +19,9 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::json;
 use workrail_model::projections::advance_records;
-use workrail_model::{AttemptAt, Command, Model, NodeRef, Observation, PreferenceChange, StartRun};
+use workrail_model::{
+    AckAt, AttemptAt, Command, Model, NodeRef, Observation, PreferenceChange, StartRun,
+};
 use workrail_spec::closed::{
     Autonomy, PreferenceSource, RiskPolicy, RunStatus, WorkflowSourceKind,
 };
@@ -160,10 +162,11 @@ fn command(model: &Model, op: &Op, step: usize) -> Command {
                 }
                 _ => model.current_ack_attempt(&node(&at)).unwrap(),
             };
-            Command::Advance(AttemptAt {
+            Command::Advance(AckAt {
                 node: node(&at),
                 attempt_id,
                 output: output(*o),
+                preferences: vec![],
             })
         }
         Op::Checkpoint { node: n, replay } => {
@@ -301,7 +304,7 @@ proptest! {
         let mut created = BTreeSet::new();
         for _ in 0..n {
             let attempt_id = model.current_ack_attempt(&node(&from)).unwrap();
-            let (next, obs) = model.apply(&Command::Advance(AttemptAt { node: node(&from), attempt_id, output: notes("x") })).unwrap();
+            let (next, obs) = model.apply(&Command::Advance(AckAt { node: node(&from), attempt_id, output: notes("x"), preferences: vec![] })).unwrap();
             let Observation::Advanced { to_node_id, .. } = obs else {
                 return Err(TestCaseError::fail(format!("expected advanced, got {obs:?}")));
             };

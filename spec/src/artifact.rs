@@ -21,6 +21,7 @@ closed_set!(
         CompiledWorkflow = "compiled_workflow",
         ExportBundle = "export_bundle",
         TokenPayload = "token_payload",
+        PreferenceWarning = "preference_warning",
     }
 );
 

@@ -28,6 +28,7 @@ pub mod event;
 pub mod ids;
 pub mod jcs;
 pub mod manifest;
+pub mod preferences;
 pub mod reason;
 pub mod schema_catalog;
 pub mod skey;

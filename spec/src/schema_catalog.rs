@@ -12,6 +12,7 @@ use crate::compiled::CompiledWorkflowSnapshotV1;
 use crate::error::ErrorEnvelope;
 use crate::event::SessionEvent;
 use crate::manifest::ManifestRecord;
+use crate::preferences::PreferenceWarningV1;
 use crate::snapshot::ExecutionSnapshotFileV1;
 use crate::token::TokenPayload;
 use crate::tools::{
@@ -53,6 +54,7 @@ pub fn all_schemas() -> Vec<GeneratedSchema> {
         render::<ExportBundleV1>("durable", "ExportBundleV1"),
         render::<TokenPayload>("durable", "TokenPayload"),
         render::<BlockerReport>("durable", "BlockerReport"),
+        render::<PreferenceWarningV1>("durable", "PreferenceWarningV1"),
         render::<ErrorEnvelope>("tools", "ErrorEnvelope"),
         render::<ListWorkflowsInput>("tools", "list_workflows.input"),
         render::<ListWorkflowsOutput>("tools", "list_workflows.output"),

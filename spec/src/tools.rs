@@ -14,6 +14,7 @@ use crate::event::{EffectivePreferences, PreferenceDelta};
 use crate::ids::{
     EventIndex, IdStatus, NodeId, RunId, SessionId, StepId, WorkflowHash, WorkflowId,
 };
+use crate::preferences::{ModePreset, PreferenceWarningV1};
 
 /// Every tool of the locked set this implementation offers (contract "Tool Set"; no projection
 /// tools, locks §6): the four core tools, then the feature-flagged `checkpoint_workflow` and
@@ -120,8 +121,12 @@ pub struct StartWorkflowInput {
     /// External inputs (JSON object, at most 256 KiB as RFC 8785 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
+    /// Preference changes, each key at most once; an entry overrides `preset` for its key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preferences: Vec<PreferenceDelta>,
+    /// A WorkRail mode preset: sets both `autonomy` and `riskPolicy` (locks §4 "Mode presets").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<ModePreset>,
 }
 
 /// `continue_workflow` input: with `ackToken` it advances; without, it rehydrates (no writes).
@@ -142,9 +147,12 @@ pub struct ContinueWorkflowInput {
     pub context: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputInput>,
-    /// Applied on advance only.
+    /// Applied on advance only, each key at most once; an entry overrides `preset` for its key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preferences: Vec<PreferenceDelta>,
+    /// A WorkRail mode preset, applied on advance only: sets both `autonomy` and `riskPolicy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<ModePreset>,
 }
 
 /// `checkpoint_workflow` input.
@@ -190,6 +198,30 @@ pub struct RunView {
 pub struct Warning {
     pub code: String,
     pub message: String,
+    /// The structured form of a `preferences_exceed_recommendation` warning (the same record
+    /// WorkRail stores on the node whose preferences it judges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference_warning: Option<Box<PreferenceWarningV1>>,
+}
+
+impl Warning {
+    /// A warning with only a code and a message.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            preference_warning: None,
+        }
+    }
+
+    /// The response form of a recorded preference warning.
+    pub fn preferences(warning: PreferenceWarningV1) -> Self {
+        Self {
+            code: crate::preferences::PREFERENCE_WARNING_CODE.to_owned(),
+            message: warning.message.clone(),
+            preference_warning: Some(Box::new(warning)),
+        }
+    }
 }
 
 /// A bounded recap of earlier steps (rehydrate responses).

@@ -251,6 +251,7 @@ pub fn import_bundle(
             context: None,
             output: None,
             preferences: Vec::new(),
+            preset: None,
         }) {
             Ok(out) => Some(out),
             Err(e) => {

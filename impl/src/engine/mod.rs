@@ -209,7 +209,6 @@ pub fn advance(
     }
 }
 
-/// The decision of the last valid `wr.loop_control` artifact, which must name the enclosing loop.
 /// A probe injected for one capability must report on that capability: an observation of
 /// another one says nothing about the capability this step exists to learn.
 fn probe_mismatch(
@@ -248,24 +247,19 @@ fn probe_mismatch(
     })
 }
 
+/// The decision of a schema-valid set of `wr.loop_control` artifacts (D45): each must name the
+/// enclosing loop (one for another loop is an invalid output even beside a right one, so the
+/// mistake is reported instead of skipped); the last one decides.
 fn loop_decision(
     artifacts: &[(usize, serde_json::Map<String, Value>)],
     loop_id: Option<&str>,
 ) -> Result<LoopDecision, ContractProblem> {
-    let Some((index, artifact)) = artifacts.last() else {
+    if let Some((index, named)) = artifacts.iter().find_map(|(i, a)| {
+        let named = a.get("loopId").and_then(Value::as_str).unwrap_or_default();
+        (Some(named) != loop_id).then_some((*i, named))
+    }) {
         return Err(ContractProblem {
-            artifact_index: 0,
-            instance_path: String::new(),
-            message: "no wr.loop_control artifact".to_owned(),
-        });
-    };
-    let named = artifact
-        .get("loopId")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if Some(named) != loop_id {
-        return Err(ContractProblem {
-            artifact_index: *index,
+            artifact_index: index,
             instance_path: "/loopId".to_owned(),
             message: format!(
                 "loopId '{named}' does not match the enclosing loop '{}'",
@@ -273,6 +267,13 @@ fn loop_decision(
             ),
         });
     }
+    let Some((index, artifact)) = artifacts.last() else {
+        return Err(ContractProblem {
+            artifact_index: 0,
+            instance_path: String::new(),
+            message: "no wr.loop_control artifact".to_owned(),
+        });
+    };
     artifact
         .get("decision")
         .and_then(Value::as_str)

@@ -153,8 +153,11 @@ pub struct SessionProjection {
     pub anomalies: Vec<String>,
 }
 
-/// Effective preferences at `node` (locks §4): the latest `preferences_changed` on its
-/// ancestry, else the session baseline, else the global defaults.
+/// Effective preferences at `node` (locks §4): node-attached, else the session baseline, else
+/// the global defaults. The node-attached snapshot is the latest `preferences_changed` on the
+/// node itself, else the one its parent had when the node was created, and so on up (D43): a
+/// change recorded on a node after it already had children (a blocked ack's delta) applies to
+/// later acks from it and to children created afterwards, never to existing descendants.
 pub fn effective_preferences(
     events: &[SessionEvent],
     run: &RunView,
@@ -162,12 +165,26 @@ pub fn effective_preferences(
     session_baseline: Option<EffectivePreferences>,
     global_defaults: EffectivePreferences,
 ) -> EffectivePreferences {
-    let ancestry: HashSet<NodeId> = run.ancestry(node).into_iter().collect();
+    // Each ancestor counts only for changes recorded before the path towards `node` left it.
+    let mut cutoff: HashMap<NodeId, u64> = HashMap::new();
+    let mut below: Option<u64> = None;
+    let mut current = Some(node.clone());
+    while let Some(id) = current {
+        let info = run.dag.nodes.get(&id);
+        cutoff.insert(id, below.unwrap_or(u64::MAX));
+        below = info.map(|n| n.created_index);
+        current = info.and_then(|n| n.parent.clone());
+    }
+    // In-effect changes on the path are ordered by depth in the log, so the latest one in the
+    // log is the nearest.
     events
         .iter()
         .rev()
         .find_map(|e| match (e.data(), e.scope().node_id()) {
-            (EventData::PreferencesChanged(p), Some(n)) if ancestry.contains(n) => {
+            (EventData::PreferencesChanged(p), Some(n))
+                if e.scope().run_id() == Some(&run.dag.run_id)
+                    && cutoff.get(n).is_some_and(|c| e.event_index().get() < *c) =>
+            {
                 Some(p.effective)
             }
             _ => None,

@@ -6,22 +6,23 @@ use workrail_spec::blocker::Blocker;
 use workrail_spec::budget::BoundedText;
 use workrail_spec::closed::{
     AdvanceIntent, ContextSource, DecisionTraceKind, EdgeCauseKind, EdgeKind, NodeKind,
-    OutputChannel, PreferenceSource,
+    OutputChannel,
 };
 use workrail_spec::context::{ContextError, merge_context};
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{
     AdvanceOutcome as Recorded, AdvanceRecorded, ContextSet, EdgeCause, EdgeCreated, EventData,
     EventScope, EvidenceRef, GapRecorded, GapResolution, NodeCreated, NodeOutputAppended,
-    OutputPayload, PreferencesChanged, SessionEvent, TraceEntry,
+    OutputPayload, SessionEvent, TraceEntry,
 };
-use workrail_spec::ids::{AttemptId, NodeId, RunId, SessionId};
+use workrail_spec::ids::{AttemptId, NodeId, OutputId, RunId, SessionId};
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
 use workrail_spec::token::{AttemptPayload, StatePayload};
 use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput, OutputInput};
 
 use super::derive::{self, AttemptKind};
 use super::facts::Facts;
+use super::preferences::{AckPreferences, requested};
 use super::recap::recap;
 use super::respond::{ResponseFacts, build};
 use super::{NodeContext, Workrail, invariant};
@@ -202,6 +203,7 @@ pub(super) fn advance(
     if let Some(delta) = delta {
         workrail_spec::context::check_context_map(delta).map_err(context_error)?;
     }
+    requested("continue_workflow", input.preset, &input.preferences)?;
     let ctx = wr.node_context(state)?;
     // Fast path without the lock: a recorded attempt is a replay.
     if let Some(outcome) = try_replay(wr, &ctx, state, &ack.attempt_id)? {
@@ -337,16 +339,18 @@ fn gap_event(
     .map(Some)
 }
 
+/// The outputs an attempt appends at `scope`: the agent's `output`, plus WorkRail's own
+/// artifact output (`owned`, a preference warning) placed among the artifacts in the locked order.
 pub(super) fn output_events(
     wr: &Workrail,
     session: &SessionId,
     scope: &EventScope,
     attempt: &AttemptId,
     output: Option<&OutputInput>,
+    owned: Option<(OutputId, OutputPayload)>,
 ) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
-    let Some(output) = output else {
-        return Ok(Vec::new());
-    };
+    let empty = OutputInput::default();
+    let output = output.unwrap_or(&empty);
     let mut payloads = Vec::new();
     if let Some(notes) = output
         .notes_markdown
@@ -385,15 +389,36 @@ pub(super) fn output_events(
     });
     artifacts.dedup();
     payloads.extend(artifacts.into_iter().map(|p| (OutputChannel::Artifact, p)));
-    payloads
+    // The agent's outputs keep their positional ids; WorkRail's own joins the artifacts in
+    // `(sha256, contentType)` order.
+    let mut outputs: Vec<_> = payloads
         .into_iter()
         .enumerate()
-        .map(|(i, (channel, payload))| {
+        .map(|(i, (channel, payload))| (derive::output(attempt, i), channel, payload))
+        .collect();
+    if let Some((id, payload)) = owned {
+        let key = |p: &OutputPayload| match p {
+            OutputPayload::ArtifactRef {
+                sha256,
+                content_type,
+                ..
+            } => Some((sha256.clone(), content_type.clone())),
+            OutputPayload::Notes { .. } => None,
+        };
+        let at = outputs
+            .iter()
+            .position(|(_, c, p)| *c == OutputChannel::Artifact && key(p) > key(&payload))
+            .unwrap_or(outputs.len());
+        outputs.insert(at, (id, OutputChannel::Artifact, payload));
+    }
+    outputs
+        .into_iter()
+        .map(|(output_id, channel, payload)| {
             wr.event(
                 session,
                 scope.clone(),
                 EventData::NodeOutputAppended(NodeOutputAppended {
-                    output_id: derive::output(attempt, i),
+                    output_id,
                     supersedes_output_id: None,
                     output_channel: channel,
                     payload,
@@ -415,11 +440,15 @@ fn plan_advance(
     let run = &state.run_id;
     let node = &state.node_id;
     let node_scope = EventScope::Node(run.clone(), node.clone());
-    let before = facts.preferences(run, node);
-    let prefs = before.apply(&input.preferences);
+    let prefs = AckPreferences::new(
+        facts,
+        run,
+        node,
+        requested("continue_workflow", input.preset, &input.preferences)?,
+    );
     let empty = OutputInput::default();
     let output = input.output.as_ref().unwrap_or(&empty);
-    let outcome = engine::advance(&ctx.compiled, &ctx.state, output, prefs.autonomy)
+    let outcome = engine::advance(&ctx.compiled, &ctx.state, output, prefs.effective.autonomy)
         .map_err(|e| invariant(format!("the interpreter refused the pinned state: {e}")))?;
     let record_id = wr.event_id()?;
     match outcome {
@@ -427,7 +456,8 @@ fn plan_advance(
             let report = blocked
                 .blocker_report()
                 .map_err(|e| invariant(format!("blocker report over budget: {e}")))?;
-            let mut events = Vec::new();
+            let mut events =
+                prefs.blocked_records(wr, session, &node_scope, attempt, &ctx.compiled)?;
             for (i, finding) in blocked.gaps().enumerate() {
                 let evidence = Some(EvidenceRef::Event {
                     event_id: record_id.clone(),
@@ -512,6 +542,7 @@ fn plan_advance(
                 &child_scope,
                 attempt,
                 input.output.as_ref(),
+                prefs.warning(wr, &ctx.compiled, attempt)?,
             )?);
             for (i, finding) in transition.gaps.iter().enumerate() {
                 let evidence = Some(EvidenceRef::Event {
@@ -527,18 +558,7 @@ fn plan_advance(
                     evidence,
                 )?);
             }
-            if !input.preferences.is_empty() {
-                events.push(wr.event(
-                    session,
-                    child_scope.clone(),
-                    EventData::PreferencesChanged(PreferencesChanged {
-                        change_id: derive::change(attempt),
-                        source: PreferenceSource::User,
-                        delta: input.preferences.clone(),
-                        effective: prefs,
-                    }),
-                )?);
-            }
+            events.extend(prefs.change_event(wr, session, &child_scope, attempt)?);
             if let Some(delta) = &input.context {
                 let base: Map<String, Value> = facts.context(run);
                 let merged = merge_context(&base, delta).map_err(context_error)?;

@@ -107,7 +107,7 @@ pub(super) fn checkpoint(
                 )
                 .map_err(Wrapped)?];
             events.extend(
-                output_events(wr, &state.session_id, &scope, &attempt.attempt_id, Some(&input.output))
+                output_events(wr, &state.session_id, &scope, &attempt.attempt_id, Some(&input.output), None)
                     .map_err(Wrapped)?,
             );
             // The edge is the plan's last event: replays end their prefix there.

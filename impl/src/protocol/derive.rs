@@ -83,6 +83,12 @@ pub fn change(attempt: &AttemptId) -> ChangeId {
     ChangeId::from_digest(&digest(&["workrail.prefchg.v1", attempt.as_str()]))
 }
 
+/// The preference warning output recorded beside a new preference snapshot; `origin` is the
+/// attempt id (or, for a start, the root node id) that recorded the snapshot.
+pub fn preference_warning(origin: &str) -> OutputId {
+    OutputId::from_digest(&digest(&["workrail.prefwarn.v1", origin]))
+}
+
 /// The context record an attempt writes.
 pub fn context(attempt: &AttemptId) -> ContextId {
     ContextId::from_digest(&digest(&["workrail.ctx.v1", attempt.as_str()]))

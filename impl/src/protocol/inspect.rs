@@ -125,10 +125,7 @@ pub(super) fn inspect_workflow(
             .body
             .compiled_warnings
             .iter()
-            .map(|w| Warning {
-                code: w.code.as_str().to_owned(),
-                message: w.message.clone(),
-            }),
+            .map(|w| Warning::new(w.code.as_str(), w.message.clone())),
     );
     Ok(InspectWorkflowOutput {
         workflow: resolved.summary.clone(),

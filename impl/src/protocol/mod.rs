@@ -12,6 +12,7 @@ mod checkpoint;
 pub mod derive;
 mod facts;
 mod inspect;
+mod preferences;
 mod recap;
 mod respond;
 mod resume;
@@ -324,11 +325,12 @@ impl Workrail {
                 if input.output.is_some()
                     || input.context.is_some()
                     || !input.preferences.is_empty()
+                    || input.preset.is_some()
                 {
                     return Err(ErrorEnvelope::new(
                         ErrorCode::ValidationError,
-                        "continue_workflow: `output`, `context` and `preferences` are recorded only when you acknowledge a step, and this call has no `ackToken` (without it, continue_workflow only rehydrates and writes nothing).",
-                        "Send the ackToken from the same response as this stateToken to complete the step with this output; or drop output/context/preferences to just recover the pending step.",
+                        "continue_workflow: `output`, `context`, `preferences` and `preset` are recorded only when you acknowledge a step, and this call has no `ackToken` (without it, continue_workflow only rehydrates and writes nothing).",
+                        "Send the ackToken from the same response as this stateToken to complete the step with this output; or drop output/context/preferences/preset to just recover the pending step.",
                         Retry::NotRetryable,
                     ));
                 }
@@ -616,14 +618,15 @@ impl Workrail {
     }
 
     /// Global preference defaults: `config/preferences.json` in the data directory
-    /// (`{"autonomy": …, "riskPolicy": …}`, both optional), else the guided preset. Read at each
-    /// start and copied into the new run.
+    /// (`{"preset": …, "autonomy": …, "riskPolicy": …}`, all optional; a key overrides the
+    /// preset), else the guided preset. Read at each start and copied into the new run.
     fn global_preferences(
         &self,
     ) -> Result<workrail_spec::event::EffectivePreferences, ErrorEnvelope> {
         #[derive(serde::Deserialize)]
         #[serde(rename_all = "camelCase", deny_unknown_fields)]
         struct GlobalConfig {
+            preset: Option<workrail_spec::preferences::ModePreset>,
             autonomy: Option<workrail_spec::closed::Autonomy>,
             risk_policy: Option<workrail_spec::closed::RiskPolicy>,
         }
@@ -643,13 +646,14 @@ impl Workrail {
             ErrorEnvelope::new(
                 ErrorCode::ValidationError,
                 format!("{GLOBAL_PREFERENCES_FILE} in the data directory is invalid: {e}"),
-                "Fix it to {\"autonomy\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"riskPolicy\": \"conservative\" | \"balanced\" | \"aggressive\"} (both optional), or delete it to use the guided preset.",
+                "Fix it to {\"preset\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"autonomy\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"riskPolicy\": \"conservative\" | \"balanced\" | \"aggressive\"} (all optional; autonomy and riskPolicy override the preset), or delete it to use the guided preset.",
                 Retry::NotRetryable,
             )
         })?;
+        let base = config.preset.map_or(GLOBAL_DEFAULTS, |p| p.preferences());
         Ok(workrail_spec::event::EffectivePreferences {
-            autonomy: config.autonomy.unwrap_or(GLOBAL_DEFAULTS.autonomy),
-            risk_policy: config.risk_policy.unwrap_or(GLOBAL_DEFAULTS.risk_policy),
+            autonomy: config.autonomy.unwrap_or(base.autonomy),
+            risk_policy: config.risk_policy.unwrap_or(base.risk_policy),
         })
     }
 

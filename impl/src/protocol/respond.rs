@@ -12,7 +12,7 @@ use workrail_spec::ids::{NodeId, RunId, SessionId, WorkflowHash};
 use workrail_spec::snapshot::EngineState;
 use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
 use workrail_spec::tools::{
-    ExecutionKind, ExecutionOutput, PendingView, RecapView, RunView, SessionView, Warning,
+    ExecutionKind, ExecutionOutput, PendingView, RecapView, RunView, SessionView,
 };
 
 use super::derive::{AttemptKind, attempt};
@@ -55,39 +55,6 @@ pub fn run_label(compiled: &CompiledWorkflowSnapshotV1, run: &RunId) -> String {
         .rev()
         .collect();
     format!("{name} #{tail}")
-}
-
-/// Warnings when the effective mode exceeds the workflow's recommendation (locks §5: closed
-/// partial orders; never blocking).
-fn recommendation_warnings(
-    compiled: &CompiledWorkflowSnapshotV1,
-    prefs: EffectivePreferences,
-) -> Vec<Warning> {
-    let rec = &compiled.body.recommendations;
-    let mut warnings = Vec::new();
-    if let Some(max) = rec.recommended_autonomy
-        && prefs.autonomy.rank() > max.rank()
-    {
-        warnings.push(Warning {
-            code: "autonomy_exceeds_recommendation".into(),
-            message: format!(
-                "This workflow recommends autonomy `{max}` at most; the effective autonomy is `{}`. Continuing as chosen.",
-                prefs.autonomy
-            ),
-        });
-    }
-    if let Some(max) = rec.recommended_risk_policy
-        && prefs.risk_policy.rank() > max.rank()
-    {
-        warnings.push(Warning {
-            code: "risk_policy_exceeds_recommendation".into(),
-            message: format!(
-                "This workflow recommends riskPolicy `{max}` at most; the effective riskPolicy is `{}`. Continuing as chosen.",
-                prefs.risk_policy
-            ),
-        });
-    }
-    warnings
 }
 
 pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
@@ -151,7 +118,7 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
         preferences: facts.preferences,
         blockers: facts.blockers,
         recap: facts.recap,
-        warnings: recommendation_warnings(facts.compiled, facts.preferences),
+        warnings: super::preferences::response_warnings(facts.compiled, facts.preferences),
     }
 }
 

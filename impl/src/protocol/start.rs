@@ -7,14 +7,15 @@ use workrail_spec::closed::{ContextSource, NodeKind, PreferenceSource};
 use workrail_spec::context::ContextError;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{
-    ContextSet, EventData, EventScope, NodeCreated, PreferencesChanged, RunStarted, SessionCreated,
+    ContextSet, EventData, EventScope, NodeCreated, RunStarted, SessionCreated,
 };
 use workrail_spec::ids::{ChangeId, ContextId, NodeId, RunId, SessionId, TraceId};
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
 use workrail_spec::tools::{ExecutionOutput, StartWorkflowInput};
 
 use super::advance::respond_at;
-use super::derive::start_scoped;
+use super::derive::{self, start_scoped};
+use super::preferences::{change_event, requested, warning_event, warning_payload};
 use super::{NodeContext, Workrail, invariant};
 use crate::engine;
 use crate::store::AppendPlan;
@@ -61,6 +62,7 @@ pub(super) fn start(
             ),
         })?;
     }
+    let requested = requested("start_workflow", input.preset, &input.preferences)?;
     let catalog = (wr.catalog)();
     let resolved = catalog.resolve(&input.workflow_id).ok_or_else(|| {
         let available: Vec<String> = catalog
@@ -105,8 +107,8 @@ pub(super) fn start(
     // Global defaults are copied into the run at its start, so later changes to the global
     // config never rewrite past runs (locks §4 "Durability + precedence").
     let global = wr.global_preferences()?;
-    let prefs = global.apply(&input.preferences);
-    let (delta, source) = if input.preferences.is_empty() {
+    let prefs = global.apply(&requested);
+    let (delta, source) = if requested.is_empty() {
         (
             preference_diff(super::GLOBAL_DEFAULTS, global),
             PreferenceSource::System,
@@ -114,9 +116,9 @@ pub(super) fn start(
     } else {
         let mut delta = preference_diff(super::GLOBAL_DEFAULTS, global)
             .into_iter()
-            .filter(|d| !input.preferences.iter().any(|u| u.key() == d.key()))
+            .filter(|d| !requested.iter().any(|u| u.key() == d.key()))
             .collect::<Vec<_>>();
-        delta.extend(input.preferences.iter().copied());
+        delta.extend(requested.iter().copied());
         (delta, PreferenceSource::User)
     };
 
@@ -159,15 +161,24 @@ pub(super) fn start(
         )?,
     ]);
     if !delta.is_empty() {
-        events.push(wr.event(
+        events.push(change_event(
+            wr,
             &session,
-            root_scope.clone(),
-            EventData::PreferencesChanged(PreferencesChanged {
-                change_id: ChangeId::from_digest(&start_scoped(&root, "preferences")),
-                source,
-                delta,
-                effective: prefs,
-            }),
+            &root_scope,
+            ChangeId::from_digest(&start_scoped(&root, "preferences")),
+            source,
+            delta,
+            prefs,
+        )?);
+    }
+    // The run's snapshot exceeding the recommendation is recorded on the root (L-PREF-WARNINGS).
+    if let Some(payload) = warning_payload(wr, compiled, prefs)? {
+        events.push(warning_event(
+            wr,
+            &session,
+            &root_scope,
+            derive::preference_warning(root.as_str()),
+            payload,
         )?);
     }
     if let Some(context) = input.context.clone().filter(|c| !c.is_empty()) {

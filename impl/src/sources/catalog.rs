@@ -92,10 +92,7 @@ impl SourceWarning {
                 "'{alias}' is a legacy alias of the bundled workflow '{canonical_id}'; use '{canonical_id}'."
             ),
         };
-        Warning {
-            code: self.code().to_owned(),
-            message,
-        }
+        Warning::new(self.code(), message)
     }
 }
 

@@ -49,13 +49,13 @@ impl PinnedDrift {
                 format!("its source no longer compiles ({error_count} problem(s))")
             }
         };
-        Warning {
-            code: Self::CODE.to_owned(),
-            message: format!(
+        Warning::new(
+            Self::CODE,
+            format!(
                 "This run stays pinned to workflow '{}' {}; {what}. The run continues on its pinned snapshot; start a new run to use the current source.",
                 self.workflow_id, self.pinned_hash
             ),
-        }
+        )
     }
 
     /// The structured form.

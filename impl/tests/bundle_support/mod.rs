@@ -133,6 +133,7 @@ fn ack_input(
                 .collect(),
         }),
         preferences: vec![],
+        preset: None,
     }
 }
 

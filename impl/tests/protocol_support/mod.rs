@@ -53,6 +53,7 @@ pub fn start(wr: &Workrail, workflow: &str) -> ExecutionOutput {
         workflow_id: workflow.into(),
         context: None,
         preferences: vec![],
+        preset: None,
     })
     .unwrap()
 }
@@ -70,6 +71,7 @@ pub fn ack(out: &ExecutionOutput, notes: &str, artifacts: Vec<Value>) -> Continu
                 .collect(),
         }),
         preferences: vec![],
+        preset: None,
     }
 }
 
@@ -80,6 +82,7 @@ pub fn rehydrate(state_token: &str) -> ContinueWorkflowInput {
         context: None,
         output: None,
         preferences: vec![],
+        preset: None,
     }
 }
 

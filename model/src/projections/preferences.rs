@@ -10,7 +10,8 @@
 //! nodes until another preference change occurs" together with "replaying an older stateToken
 //! replays with the preference state that was effective at that node": a change made on A after a
 //! rewind (a user changing modes on an older node, then forking) applies to the new branch, never
-//! retroactively to branches that already existed.
+//! retroactively to branches that already existed (D43: a blocked ack records its change on the
+//! attempted node, which may already have children).
 
 use workrail_spec::event::{EffectivePreferences, EventData, SessionEvent};
 use workrail_spec::ids::{EventIndex, NodeId};
