@@ -269,7 +269,7 @@ fn check(name: &str, template: Template, mangled: &Tokens, fields: &[Field], exp
 }
 
 /// Every named mutation in every token field of every call.
-/// lock: L-TOKEN-ERRORS, L-ERR-SELF-CORRECTING, L-TOKEN-FORMAT, L-TOKEN-HMAC
+/// lock: L-TOKEN-ERRORS, L-ERR-SELF-CORRECTING, L-TOKEN-FORMAT
 #[test]
 fn every_named_mutation_is_tolerated_or_refused_precisely() {
     let w = world();
