@@ -43,6 +43,65 @@ pub const WORKFLOW_JSON: &str = r#"{
   ]
 }"#;
 
+/// A plain workflow of three steps (no loop, no contract).
+pub const LINEAR_ID: &str = "project.linear";
+pub const LINEAR_FILE: &str = "linear.json";
+pub const LINEAR_JSON: &str = r#"{
+  "id": "project.linear",
+  "name": "Linear",
+  "description": "Gather, draft, publish.",
+  "steps": [
+    {"id": "gather", "title": "Gather", "prompt": "Gather the facts."},
+    {"id": "draft", "title": "Draft", "prompt": "Draft the text."},
+    {"id": "publish", "title": "Publish", "prompt": "Publish it."}
+  ]
+}"#;
+
+/// A workflow whose second step carries an output contract (`wr.contracts.verification_report`).
+pub const REVIEW_ID: &str = "project.review";
+pub const REVIEW_FILE: &str = "review.json";
+pub const REVIEW_JSON: &str = r#"{
+  "id": "project.review",
+  "name": "Review",
+  "description": "Read the change, then report the verification.",
+  "steps": [
+    {"id": "read", "title": "Read the change", "prompt": "Read the change."},
+    {"id": "report", "title": "Report", "prompt": "Report what you verified.", "output": {"contractRef": "wr.contracts.verification_report"}},
+    {"id": "close", "title": "Close", "prompt": "Close the review."}
+  ]
+}"#;
+
+/// The workflows the multi-run harnesses start: `(id, file name, authoring JSON)`. The harness
+/// workflow has a loop and contract steps; the other two are a plain one and a contract one.
+pub const MULTI_WORKFLOWS: [(&str, &str, &str); 3] = [
+    (WORKFLOW_ID, WORKFLOW_FILE, WORKFLOW_JSON),
+    (LINEAR_ID, LINEAR_FILE, LINEAR_JSON),
+    (REVIEW_ID, REVIEW_FILE, REVIEW_JSON),
+];
+
+/// A catalog serving [`MULTI_WORKFLOWS`] (compiled once per test process).
+pub fn multi_catalog() -> CatalogLoader {
+    static CATALOG: OnceLock<Catalog> = OnceLock::new();
+    Arc::new(|| {
+        CATALOG
+            .get_or_init(|| {
+                let mut project = MemorySource::new(WorkflowSourceKind::Project);
+                for (_, file, json) in MULTI_WORKFLOWS {
+                    project = project.with(&format!("workflows/{file}"), json);
+                }
+                let sources: Vec<&dyn WorkflowSource> = vec![&project];
+                let catalog = Catalog::load(&sources);
+                assert!(
+                    catalog.problems().is_empty(),
+                    "the multi-run workflows do not compile: {:?}",
+                    catalog.problems()
+                );
+                catalog
+            })
+            .clone()
+    })
+}
+
 /// The loop id of the harness workflow.
 pub const LOOP_ID: &str = "build";
 

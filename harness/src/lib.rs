@@ -7,6 +7,9 @@
 //! - [`driver`]: applies each command to the model and a system and compares every observable.
 //! - [`truth`]: the durable truth of a run, in model ids through an id bijection.
 //! - [`crash`]: crash at every mutating I/O point of a command, restart, and classify.
+//! - [`multirun`]: several runs in one data directory, with tokens mixed at random across
+//!   runs and nodes, and the payload-only oracle of what each call must do.
+//! - [`mangle`]: tokens mangled the way agents mangle them, and the tolerated-or-refused oracle.
 //! - [`fuzzing`]: the entry points of the cargo-fuzz targets in `fuzz/` (also used by the
 //!   regression tests of their findings).
 
@@ -16,6 +19,8 @@ pub mod crash;
 pub mod driver;
 pub mod fixture;
 pub mod fuzzing;
+pub mod mangle;
+pub mod multirun;
 pub mod ops;
 pub mod system;
 pub mod truth;

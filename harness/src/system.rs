@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workrail::entropy::SeededEntropy;
-use workrail::protocol::Workrail;
+use workrail::protocol::{CatalogLoader, Workrail};
 use workrail::store::fs::{OsFs, StoreFs};
 use workrail::store::memfs::MemFs;
 use workrail::store::{LoadedSession, SessionRead, SessionStore, StoreError, layout};
@@ -64,6 +64,7 @@ pub trait System {
 pub struct InProcess {
     pub fs: MemFs,
     pub workrail: Workrail,
+    catalog: CatalogLoader,
     seed: u64,
     restarts: u64,
 }
@@ -79,12 +80,17 @@ impl std::fmt::Debug for InProcess {
 
 /// Opens a `Workrail` on `fs` (a new process: its own entropy stream).
 pub fn open_workrail(fs: &MemFs, seed: u64) -> Result<Workrail, ErrorEnvelope> {
+    open_workrail_with(fs, seed, fixture::catalog())
+}
+
+/// Opens a `Workrail` on `fs` serving `catalog`.
+pub fn open_workrail_with(
+    fs: &MemFs,
+    seed: u64,
+    catalog: CatalogLoader,
+) -> Result<Workrail, ErrorEnvelope> {
     let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
-    Workrail::with_parts(
-        shared,
-        fixture::catalog(),
-        Arc::new(SeededEntropy::new(seed)),
-    )
+    Workrail::with_parts(shared, catalog, Arc::new(SeededEntropy::new(seed)))
 }
 
 impl InProcess {
@@ -95,13 +101,19 @@ impl InProcess {
 
     /// A process starting on an existing data directory.
     pub fn on(fs: MemFs, seed: u64) -> Self {
-        let workrail = match open_workrail(&fs, seed) {
+        Self::with_catalog(fs, seed, fixture::catalog())
+    }
+
+    /// A process serving another catalog (e.g. [`fixture::multi_catalog`]).
+    pub fn with_catalog(fs: MemFs, seed: u64, catalog: CatalogLoader) -> Self {
+        let workrail = match open_workrail_with(&fs, seed, catalog.clone()) {
             Ok(w) => w,
             Err(e) => panic!("WorkRail does not open on a MemFs: {e:?}"),
         };
         Self {
             fs,
             workrail,
+            catalog,
             seed,
             restarts: 0,
         }
@@ -121,7 +133,7 @@ impl InProcess {
     /// Continues on a different filesystem image (the one a crash left), as a new process.
     pub fn reopen_on(&mut self, fs: MemFs) -> Result<(), ErrorEnvelope> {
         self.restarts += 1;
-        let workrail = open_workrail(&fs, self.process_seed())?;
+        let workrail = open_workrail_with(&fs, self.process_seed(), self.catalog.clone())?;
         self.fs = fs;
         self.workrail = workrail;
         Ok(())
@@ -416,7 +428,14 @@ impl std::fmt::Debug for Stdio {
 }
 
 impl Stdio {
+    /// The server with the harness workflow.
     pub fn new() -> Self {
+        Self::with_workflows(&[(fixture::WORKFLOW_FILE, fixture::WORKFLOW_JSON)])
+    }
+
+    /// The server with these workflow files (`(file name, authoring JSON)`) in its workflow
+    /// directory, besides the bundled ones.
+    pub fn with_workflows(files: &[(&str, &str)]) -> Self {
         let dir = match tempfile::Builder::new()
             .prefix("workrail-harness-")
             .tempdir()
@@ -426,12 +445,11 @@ impl Stdio {
         };
         let workflows = dir.path().join("workflows");
         if let Err(e) = std::fs::create_dir_all(&workflows).and_then(|()| {
-            std::fs::write(
-                workflows.join(fixture::WORKFLOW_FILE),
-                fixture::WORKFLOW_JSON,
-            )
+            files
+                .iter()
+                .try_for_each(|(file, json)| std::fs::write(workflows.join(file), json))
         }) {
-            panic!("cannot write the harness workflow: {e}");
+            panic!("cannot write the harness workflows: {e}");
         }
         std::fs::create_dir_all(dir.path().join("home")).ok();
         let mut this = Self {

@@ -765,3 +765,127 @@ fn continue_without_any_token_or_with_an_unknown_ack_explains_what_to_send() {
     assert_eq!(err.code, ErrorCode::TokenUnknownNode);
     assert!(err.suggestion.contains("resume_session"));
 }
+
+/// Several runs in one chat: responses name their run (label, workflowId, step) beside their
+/// tokens; a pair from two runs, or from two points of one run, is `TOKEN_SCOPE_MISMATCH`
+/// naming each token's run and step and what to send instead; swapped fields are named as
+/// swapped. Nothing refused writes anything.
+/// lock: L-TOKEN-SCOPED, L-ERR-SELF-CORRECTING
+#[test]
+fn mixed_and_swapped_tokens_say_which_run_each_belongs_to_and_what_to_send() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let a0 = start(&wr, "project.demo");
+    let a1 = wr.continue_workflow(ack(&a0, "planned", vec![])).unwrap();
+    let b = start(&wr, "project.demo");
+    let text = workrail::protocol::render_text(&a1);
+    assert!(
+        text.contains(&format!(
+            "## Tokens for run \"{}\" (project.demo) at step \"Implement\"",
+            a1.run.label
+        )),
+        "{text}"
+    );
+    let before = fs.snapshot();
+    // Across runs.
+    let mixed = ContinueWorkflowInput {
+        ack_token: b.ack_token.clone(),
+        ..ack(&a1, "x", vec![])
+    };
+    let e = wr.continue_workflow(mixed).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TokenScopeMismatch);
+    for needle in [
+        format!(
+            "`ackToken` belongs to run \"{}\" (project.demo) at step \"Plan\"",
+            b.run.label
+        ),
+        format!(
+            "`stateToken` belongs to run \"{}\" (project.demo) at step \"Implement\"",
+            a1.run.label
+        ),
+        "(another run)".to_owned(),
+    ] {
+        assert!(
+            e.message.contains(&needle),
+            "{needle:?} not in {}",
+            e.message
+        );
+    }
+    for needle in [
+        "send that ackToken alone",
+        "same response",
+        "exactly",
+        "resume_session",
+    ] {
+        assert!(
+            e.suggestion.contains(needle),
+            "{needle:?} not in {}",
+            e.suggestion
+        );
+    }
+    let d = e.details.unwrap();
+    assert_eq!(d["problem"], "scope_mismatch");
+    assert_eq!(d["sameRun"], false);
+    assert_eq!(d["ackToken"]["label"], b.run.label.as_str());
+    assert_eq!(d["ackToken"]["step"], "Plan");
+    assert_eq!(d["stateToken"]["label"], a1.run.label.as_str());
+    assert_eq!(d["stateToken"]["workflowId"], "project.demo");
+    assert_eq!(d["stateToken"]["runId"], a1.session.run_id.as_str());
+    // Two points of one run: the message says which token is the later one.
+    let within = ContinueWorkflowInput {
+        ack_token: a0.ack_token.clone(),
+        ..ack(&a1, "x", vec![])
+    };
+    let e = wr.continue_workflow(within).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TokenScopeMismatch);
+    assert!(
+        e.message.contains("same run") && e.message.contains("`stateToken` is from the later one"),
+        "{}",
+        e.message
+    );
+    // A checkpoint token of another run.
+    let e = wr
+        .checkpoint_workflow(CheckpointWorkflowInput {
+            state_token: a1.state_token.clone(),
+            checkpoint_token: b.checkpoint_token.clone().unwrap(),
+            output: OutputInput {
+                notes_markdown: Some("n".into()),
+                artifacts: vec![],
+            },
+        })
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::TokenScopeMismatch);
+    assert!(
+        e.suggestion
+            .contains("send the checkpointToken from the same response as that stateToken"),
+        "{}",
+        e.suggestion
+    );
+    // Swapped fields.
+    let swapped = ContinueWorkflowInput {
+        state_token: a1.ack_token.clone(),
+        ack_token: Some(a1.state_token.clone()),
+        ..ack(&a1, "x", vec![])
+    };
+    let e = wr.continue_workflow(swapped).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TokenInvalidFormat);
+    assert_eq!(e.details.unwrap()["problem"], "swapped");
+    assert!(
+        e.message
+            .contains("`stateToken` and `ackToken` are swapped"),
+        "{}",
+        e.message
+    );
+    let e = wr
+        .checkpoint_workflow(CheckpointWorkflowInput {
+            state_token: a1.checkpoint_token.clone().unwrap(),
+            checkpoint_token: a1.state_token.clone(),
+            output: OutputInput {
+                notes_markdown: Some("n".into()),
+                artifacts: vec![],
+            },
+        })
+        .unwrap_err();
+    assert!(e.message.contains("are swapped"), "{}", e.message);
+    assert_eq!(fs.snapshot(), before, "a refused call wrote");
+}

@@ -6,9 +6,9 @@
 
 use hmac::{KeyInit, Mac};
 use workrail::store::{Keyring, SigningKey};
-use workrail::tokens::{TokenCodec, TokenError};
+use workrail::tokens::{SignatureFailure, TokenCodec, TokenError};
 use workrail_spec::closed::TokenKind;
-use workrail_spec::error::ErrorCode;
+use workrail_spec::error::{ErrorCode, Retry};
 use workrail_spec::ids::*;
 use workrail_spec::token::{AttemptPayload, StatePayload, TokenParts, TokenPayload};
 
@@ -77,7 +77,7 @@ fn verification_tries_current_then_previous_and_forgets_older_keys() {
     });
     assert_eq!(
         twice.verify(&token, TokenKind::State),
-        Err(TokenError::BadSignature)
+        Err(TokenError::BadSignature(SignatureFailure::Unverified))
     );
 }
 
@@ -153,6 +153,8 @@ fn mangled_tokens_get_their_locked_code_and_a_recovery_path() {
     );
 }
 
+/// Decisions D46 and D47: wrapping and punctuation that can never be part of a token are
+/// removed at the boundary; the signature still covers every payload byte.
 /// lock: L-TOKEN-FORMAT
 #[test]
 fn harmless_wrapping_is_tolerated() {
@@ -162,11 +164,53 @@ fn harmless_wrapping_is_tolerated() {
     });
     let token = codec.mint(&state());
     let (a, b) = token.split_at(40);
+    let standard = token
+        .split('.')
+        .enumerate()
+        .map(|(i, p)| {
+            let p = p.replace('-', "+").replace('_', "/");
+            if i >= 2 && p.len() % 4 != 0 {
+                format!("{p}{}", "=".repeat(4 - p.len() % 4))
+            } else {
+                p
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".");
+    let url_encoded: String = token
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_string()
+            } else {
+                format!("%{:02X}", c as u32)
+            }
+        })
+        .collect();
     for wrapped in [
         format!("  {token}\n"),
         format!("`{token}`"),
         format!("\"{token}\""),
+        format!("'{token}'"),
+        format!("\u{201C}{token}\u{201D}"),
         format!("{a}\n{b}"),
+        format!("{a}\r\n  {b}"),
+        format!("{a}\u{200B}{b}"),
+        // D46: Markdown code fences, with or without an info string; a field label.
+        format!("```{token}```"),
+        format!("```\n{token}\n```"),
+        format!("```text\n{a}\n{b}\n```\n"),
+        format!("stateToken: {token}"),
+        format!("\"stateToken\": \"{token}\""),
+        format!("<{token}>"),
+        format!("({token})"),
+        // D47: trailing punctuation, the standard base64 alphabet, URL-encoding.
+        format!("{token}."),
+        format!("{token},"),
+        format!("`{token}`;"),
+        standard,
+        url_encoded,
+        format!("%22{token}%22"),
     ] {
         assert_eq!(
             codec.verify(&wrapped, TokenKind::State).unwrap(),
@@ -174,6 +218,196 @@ fn harmless_wrapping_is_tolerated() {
             "{wrapped:?}"
         );
     }
+}
+
+/// Each malformed token names its specific problem (in the message and in `details.problem`),
+/// the field that held it, and the recovery path.
+/// lock: L-TOKEN-ERRORS, L-ERR-SELF-CORRECTING
+#[test]
+fn malformed_tokens_name_their_specific_problem() {
+    let codec = TokenCodec::new(Keyring {
+        current: key(9),
+        previous: None,
+    });
+    let token = codec.mint(&ack());
+    let dots: Vec<usize> = token.match_indices('.').map(|(i, _)| i).collect();
+    let sig = dots[2] + 1;
+    let mut duplicated = token.clone();
+    duplicated.insert(sig + 5, 'x');
+    let cases: Vec<(&str, String, ErrorCode, &str, &str)> = vec![
+        (
+            "empty",
+            String::new(),
+            ErrorCode::TokenInvalidFormat,
+            "empty",
+            "empty",
+        ),
+        (
+            "cut inside the prefix",
+            token[..2].to_owned(),
+            ErrorCode::TokenInvalidFormat,
+            "cut_off",
+            "1 of the 4",
+        ),
+        (
+            "cut before the signature",
+            token[..sig].to_owned(),
+            ErrorCode::TokenInvalidFormat,
+            "cut_off",
+            "3 of the 4",
+        ),
+        (
+            "cut inside the signature",
+            token[..token.len() - 3].to_owned(),
+            ErrorCode::TokenInvalidFormat,
+            "cut_off",
+            "40 characters where a signature is exactly 43",
+        ),
+        (
+            "a character added to the signature",
+            duplicated,
+            ErrorCode::TokenInvalidFormat,
+            "extra_text",
+            "44 characters",
+        ),
+        (
+            "two tokens",
+            format!("{token} {token}"),
+            ErrorCode::TokenInvalidFormat,
+            "extra_text",
+            "more than one token",
+        ),
+        (
+            "prose before",
+            format!("token: {token}"),
+            ErrorCode::TokenInvalidFormat,
+            "extra_text",
+            "text was pasted before",
+        ),
+        (
+            "upper case",
+            token.to_ascii_uppercase(),
+            ErrorCode::TokenInvalidFormat,
+            "prefix",
+            "case-sensitive",
+        ),
+        (
+            "upper-case version",
+            token.replacen("v1", "V1", 1),
+            ErrorCode::TokenInvalidFormat,
+            "version",
+            "case-sensitive",
+        ),
+        (
+            "shortened",
+            format!("{}…{}", &token[..30], &token[token.len() - 5..]),
+            ErrorCode::TokenInvalidFormat,
+            "cut_off",
+            "ellipsis",
+        ),
+        (
+            "shortened with dots",
+            format!("{}...", &token[..30]),
+            ErrorCode::TokenInvalidFormat,
+            "cut_off",
+            "ellipsis",
+        ),
+        (
+            "another version",
+            token.replacen("v1", "v3", 1),
+            ErrorCode::TokenUnsupportedVersion,
+            "unsupported_version",
+            "v3",
+        ),
+        (
+            "a state token",
+            codec.mint(&state()),
+            ErrorCode::TokenInvalidFormat,
+            "wrong_kind",
+            "holds a state token",
+        ),
+    ];
+    for (name, raw, code, problem, phrase) in cases {
+        let envelope = codec
+            .verify(&raw, TokenKind::Ack)
+            .unwrap_err()
+            .to_envelope("ackToken");
+        assert_eq!(envelope.code, code, "{name}: {envelope:?}");
+        assert_eq!(envelope.retry, Retry::NotRetryable, "{name}");
+        assert_eq!(
+            envelope.details.as_ref().unwrap()["problem"],
+            problem,
+            "{name}: {envelope:?}"
+        );
+        assert!(
+            envelope.message.contains("`ackToken`") && envelope.message.contains(phrase),
+            "{name}: {envelope:?}"
+        );
+        assert!(
+            envelope.suggestion.contains("exactly")
+                && envelope.suggestion.contains("resume_session"),
+            "{name}: {envelope:?}"
+        );
+    }
+}
+
+/// A signature that does not verify: a payload that no longer decodes was certainly altered;
+/// an intact payload may be altered or from another data directory, and the message says both.
+/// lock: L-TOKEN-ERRORS, L-TOKEN-KEYRING-VERIFY
+#[test]
+fn a_bad_signature_says_whether_the_token_was_altered_or_may_be_foreign() {
+    let codec = TokenCodec::new(Keyring {
+        current: key(9),
+        previous: None,
+    });
+    let token = codec.mint(&state());
+    let foreign = TokenCodec::new(Keyring {
+        current: key(10),
+        previous: None,
+    })
+    .mint(&state());
+    let err = codec.verify(&foreign, TokenKind::State).unwrap_err();
+    assert_eq!(err, TokenError::BadSignature(SignatureFailure::Unverified));
+    let envelope = err.to_envelope("stateToken");
+    assert_eq!(envelope.code, ErrorCode::TokenBadSignature);
+    assert!(
+        envelope.message.contains("altered")
+            && envelope.message.contains("another WorkRail data directory"),
+        "{envelope:?}"
+    );
+    assert!(
+        envelope.suggestion.contains("WORKRAIL_DATA_DIR"),
+        "{envelope:?}"
+    );
+    // One payload character with its case changed: the base64 still decodes, the bytes no longer
+    // form a payload, so the token was altered.
+    let start = token.find('.').unwrap() + 4;
+    let altered = (start..token.len())
+        .find_map(|i| {
+            let c = token.as_bytes()[i] as char;
+            if !c.is_ascii_alphabetic() {
+                return None;
+            }
+            let mut t = token.clone();
+            t.replace_range(i..=i, &c.to_ascii_uppercase().to_string());
+            match codec.verify(&t, TokenKind::State) {
+                Err(TokenError::BadSignature(SignatureFailure::PayloadAltered { .. })) => Some(t),
+                _ => None,
+            }
+        })
+        .unwrap();
+    let envelope = codec
+        .verify(&altered, TokenKind::State)
+        .unwrap_err()
+        .to_envelope("stateToken");
+    assert_eq!(envelope.code, ErrorCode::TokenBadSignature);
+    assert_eq!(envelope.details.unwrap()["problem"], "altered");
+    assert!(
+        envelope.message.contains("was altered")
+            && envelope.message.contains("payload part does not decode"),
+        "{}",
+        envelope.message
+    );
 }
 
 /// Token lengths are fixed by the locked payload fields and the 16-character id bodies

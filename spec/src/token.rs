@@ -57,11 +57,52 @@ pub enum TokenPayload {
 /// A token could not be decoded. Each variant maps to one locked `TOKEN_*` code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenFormatError {
-    #[error("token is not `<st|ack|chk>.v<version>.<payload>.<signature>`: {detail}")]
-    InvalidFormat { detail: String },
+    #[error("{detail}")]
+    InvalidFormat {
+        problem: FormatProblem,
+        detail: String,
+    },
     #[error("token version {found} is not supported; this server reads v{TOKEN_VERSION}")]
     UnsupportedVersion { found: String },
 }
+
+/// What is wrong with a malformed token, as a closed set: agents (and their error handling)
+/// recover differently from a cut-off token than from a garbled one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FormatProblem {
+    /// Nothing was sent.
+    Empty,
+    /// Parts or characters are missing at the end (or a part is empty).
+    CutOff,
+    /// More parts or characters than a token has: pasted text, or two tokens in one.
+    ExtraText,
+    /// The first part is not `st`, `ack` or `chk`.
+    Prefix,
+    /// The second part is not `v<digits>`.
+    Version,
+    /// The payload part does not decode to a locked payload.
+    Payload,
+    /// The signature part is not base64url.
+    Signature,
+}
+
+impl FormatProblem {
+    /// The snake_case name used in error `details`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Empty => "empty",
+            Self::CutOff => "cut_off",
+            Self::ExtraText => "extra_text",
+            Self::Prefix => "prefix",
+            Self::Version => "version",
+            Self::Payload => "payload",
+            Self::Signature => "signature",
+        }
+    }
+}
+
+/// The length of the `<sig>` part: 32 bytes in unpadded base64url.
+pub const SIGNATURE_CHARS: usize = (SIGNATURE_BYTES * 8).div_ceil(6);
 
 impl TokenFormatError {
     pub fn code(&self) -> ErrorCode {
@@ -71,8 +112,17 @@ impl TokenFormatError {
         }
     }
 
-    fn invalid(detail: impl ToString) -> Self {
+    /// The specific problem of a malformed token (`None` for an unsupported version).
+    pub fn problem(&self) -> Option<FormatProblem> {
+        match self {
+            Self::InvalidFormat { problem, .. } => Some(*problem),
+            Self::UnsupportedVersion { .. } => None,
+        }
+    }
+
+    fn new(problem: FormatProblem, detail: impl ToString) -> Self {
         Self::InvalidFormat {
+            problem,
             detail: detail.to_string(),
         }
     }
@@ -138,18 +188,23 @@ impl TokenPayload {
         bytes: &[u8],
         expected: TokenKind,
     ) -> Result<Self, TokenFormatError> {
+        let garbled = |why: String| {
+            TokenFormatError::new(
+                FormatProblem::Payload,
+                format!("the payload part does not decode: {why}"),
+            )
+        };
         let text = std::str::from_utf8(bytes)
-            .map_err(|e| TokenFormatError::invalid(format!("payload is not UTF-8: {e}")))?;
-        let value: Value = crate::jcs::parse_strict(text)
-            .map_err(|e| TokenFormatError::invalid(format!("payload is not JSON: {e}")))?;
-        let canonical = to_canonical_bytes(&value).map_err(TokenFormatError::invalid)?;
+            .map_err(|e| garbled(format!("its bytes are not UTF-8 ({e})")))?;
+        let value: Value =
+            crate::jcs::parse_strict(text).map_err(|e| garbled(format!("it is not JSON ({e})")))?;
+        let canonical =
+            to_canonical_bytes(&value).map_err(|e| garbled(format!("it is not JCS ({e})")))?;
         if canonical != bytes {
-            return Err(TokenFormatError::invalid(
-                "payload is not in RFC 8785 canonical form",
-            ));
+            return Err(garbled("it is not in RFC 8785 canonical form".into()));
         }
         let Value::Object(mut map) = value else {
-            return Err(TokenFormatError::invalid("payload is not a JSON object"));
+            return Err(garbled("it is not a JSON object".into()));
         };
         match map.remove("tokenVersion") {
             Some(Value::Number(n)) if n.as_u64() == Some(TOKEN_VERSION) => {}
@@ -158,20 +213,21 @@ impl TokenPayload {
                     found: other.to_string(),
                 });
             }
-            None => return Err(TokenFormatError::invalid("payload lacks tokenVersion")),
+            None => return Err(garbled("it lacks tokenVersion".into())),
         }
         let kind = match map.remove("tokenKind") {
-            Some(Value::String(s)) => TokenKind::parse(&s)
-                .ok_or_else(|| TokenFormatError::invalid(format!("unknown tokenKind {s:?}")))?,
-            _ => return Err(TokenFormatError::invalid("payload lacks tokenKind")),
+            Some(Value::String(s)) => {
+                TokenKind::parse(&s).ok_or_else(|| garbled(format!("unknown tokenKind {s:?}")))?
+            }
+            _ => return Err(garbled("it lacks tokenKind".into())),
         };
         if kind != expected {
-            return Err(TokenFormatError::invalid(format!(
-                "payload is a {kind} token but the prefix says {expected}"
+            return Err(garbled(format!(
+                "it is a {kind} payload but the prefix says {expected}"
             )));
         }
         let rest = Value::Object(map);
-        let field_error = |e: serde_json::Error| TokenFormatError::invalid(e.to_string());
+        let field_error = |e: serde_json::Error| garbled(e.to_string());
         Ok(match kind {
             TokenKind::State => Self::State(serde_json::from_value(rest).map_err(field_error)?),
             TokenKind::Ack => Self::Ack(serde_json::from_value(rest).map_err(field_error)?),
@@ -193,47 +249,94 @@ pub struct TokenParts {
 
 impl TokenParts {
     /// Splits and decodes `<prefix>.v<version>.<payload>.<sig>`. The version is checked before
-    /// anything else is interpreted.
+    /// anything else is interpreted. Errors name the specific problem (cut off, extra text,
+    /// changed case, garbled part) because agents copying long tokens make each of these.
     pub fn parse(token: &str) -> Result<Self, TokenFormatError> {
-        let mut parts = token.split('.');
-        let (Some(prefix), Some(version), Some(payload), Some(sig), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(TokenFormatError::invalid(
-                "expected four dot-separated parts",
-            ));
+        use FormatProblem as P;
+        if token.is_empty() {
+            return Err(TokenFormatError::new(P::Empty, "the value is empty"));
+        }
+        let parts: Vec<&str> = token.split('.').collect();
+        let [prefix, version, payload, sig] = parts.as_slice() else {
+            return Err(if parts.len() < 4 {
+                TokenFormatError::new(
+                    P::CutOff,
+                    format!(
+                        "it has {} of the 4 dot-separated parts of `<st|ack|chk>.v1.<payload>.<signature>`, so it looks cut off",
+                        parts.len()
+                    ),
+                )
+            } else {
+                TokenFormatError::new(
+                    P::ExtraText,
+                    format!(
+                        "it has {} dot-separated parts where a token has 4 (`<st|ack|chk>.v1.<payload>.<signature>`): it holds extra text or more than one token",
+                        parts.len()
+                    ),
+                )
+            });
         };
-        let kind = TokenKind::from_prefix(prefix).ok_or_else(|| {
-            TokenFormatError::invalid(format!(
-                "unknown prefix {prefix:?}; expected st, ack or chk"
-            ))
-        })?;
+        let Some(kind) = TokenKind::from_prefix(prefix) else {
+            return Err(prefix_error(prefix));
+        };
         let Some(number) = version.strip_prefix('v') else {
-            return Err(TokenFormatError::invalid("version part must look like v1"));
+            return Err(version_error(version));
         };
         if number != TOKEN_VERSION.to_string() {
             if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(TokenFormatError::UnsupportedVersion {
-                    found: version.to_owned(),
+                    found: (*version).to_owned(),
                 });
             }
-            return Err(TokenFormatError::invalid("version part must look like v1"));
+            return Err(version_error(version));
         }
-        let payload_bytes = URL_SAFE_NO_PAD
-            .decode(payload)
-            .map_err(|e| TokenFormatError::invalid(format!("payload is not base64url: {e}")))?;
-        let sig = URL_SAFE_NO_PAD
-            .decode(sig)
-            .map_err(|e| TokenFormatError::invalid(format!("signature is not base64url: {e}")))?;
-        let signature: [u8; SIGNATURE_BYTES] = sig.try_into().map_err(|s: Vec<u8>| {
-            TokenFormatError::invalid(format!(
-                "signature is {} bytes, expected {SIGNATURE_BYTES}",
-                s.len()
-            ))
+        if payload.is_empty() {
+            return Err(TokenFormatError::new(
+                P::CutOff,
+                "the payload part is empty, so the token looks cut off",
+            ));
+        }
+        let payload_bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|e| {
+            TokenFormatError::new(
+                P::Payload,
+                format!(
+                    "the payload part does not decode as base64url ({e}): characters were changed, dropped or added, or their case changed"
+                ),
+            )
+        })?;
+        let sig_chars = sig.chars().count();
+        if sig_chars < SIGNATURE_CHARS {
+            return Err(TokenFormatError::new(
+                P::CutOff,
+                format!(
+                    "the signature part is {sig_chars} characters where a signature is exactly {SIGNATURE_CHARS}, so the token looks cut off (or characters were dropped)"
+                ),
+            ));
+        }
+        if sig_chars > SIGNATURE_CHARS {
+            return Err(TokenFormatError::new(
+                P::ExtraText,
+                format!(
+                    "the signature part is {sig_chars} characters where a signature is exactly {SIGNATURE_CHARS}: characters were added or duplicated, or text follows the token"
+                ),
+            ));
+        }
+        let decoded = URL_SAFE_NO_PAD.decode(sig).map_err(|e| {
+            TokenFormatError::new(
+                P::Signature,
+                format!(
+                    "the signature part does not decode as base64url ({e}): characters were changed or their case changed"
+                ),
+            )
+        })?;
+        let signature: [u8; SIGNATURE_BYTES] = decoded.try_into().map_err(|s: Vec<u8>| {
+            TokenFormatError::new(
+                P::Signature,
+                format!(
+                    "the signature part decodes to {} bytes, expected {SIGNATURE_BYTES}",
+                    s.len()
+                ),
+            )
         })?;
         Ok(Self {
             kind,
@@ -246,6 +349,40 @@ impl TokenParts {
     pub fn payload(&self) -> Result<TokenPayload, TokenFormatError> {
         TokenPayload::from_canonical_bytes(&self.payload_bytes, self.kind)
     }
+}
+
+/// An unknown prefix, with the likely cause when one is recognisable.
+fn prefix_error(prefix: &str) -> TokenFormatError {
+    let known = ["st", "ack", "chk"];
+    let lower = prefix.to_ascii_lowercase();
+    let cause = if known.contains(&lower.as_str()) {
+        format!(" (tokens are case-sensitive: it should be `{lower}`)")
+    } else if known.iter().any(|k| prefix.ends_with(k)) {
+        " (text was pasted before the token)".to_owned()
+    } else {
+        String::new()
+    };
+    let problem = if cause.starts_with(" (text") {
+        FormatProblem::ExtraText
+    } else {
+        FormatProblem::Prefix
+    };
+    TokenFormatError::new(
+        problem,
+        format!("it starts with {prefix:?} where a token starts with `st`, `ack` or `chk`{cause}"),
+    )
+}
+
+fn version_error(version: &str) -> TokenFormatError {
+    let cause = if version.eq_ignore_ascii_case("v1") {
+        " (tokens are case-sensitive)"
+    } else {
+        ""
+    };
+    TokenFormatError::new(
+        FormatProblem::Version,
+        format!("its version part is {version:?} where it must be `v1`{cause}"),
+    )
 }
 
 /// Assembles a token string from a payload and its signature.

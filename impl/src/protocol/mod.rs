@@ -337,6 +337,7 @@ impl Workrail {
                 advance::rehydrate(self, &state)
             }
             (Some(state), Some(ack)) => {
+                swapped(state, ack, TokenKind::Ack, "ackToken")?;
                 let state = self.verify_state(state)?;
                 let ack = self.verify_attempt(ack, TokenKind::Ack, "ackToken", &state)?;
                 advance::advance(self, &state, &ack, &input)
@@ -353,6 +354,12 @@ impl Workrail {
         &self,
         input: CheckpointWorkflowInput,
     ) -> Result<ExecutionOutput, ErrorEnvelope> {
+        swapped(
+            &input.state_token,
+            &input.checkpoint_token,
+            TokenKind::Checkpoint,
+            "checkpointToken",
+        )?;
         let state = self.verify_state(&input.state_token)?;
         let attempt = self.verify_attempt(
             &input.checkpoint_token,
@@ -491,6 +498,8 @@ impl Workrail {
     }
 
     /// Verifies an ack or checkpoint token and that it belongs to the same node as `state`.
+    /// A mismatch names the run and step of each token, in the words responses use beside
+    /// their tokens, and says exactly what to send instead.
     fn verify_attempt(
         &self,
         raw: &str,
@@ -499,61 +508,93 @@ impl Workrail {
         state: &StatePayload,
     ) -> Result<AttemptPayload, ErrorEnvelope> {
         let attempt = self.verify_attempt_token(raw, kind, field)?;
-        if attempt.session_id != state.session_id
-            || attempt.run_id != state.run_id
-            || attempt.node_id != state.node_id
+        if attempt.session_id == state.session_id
+            && attempt.run_id == state.run_id
+            && attempt.node_id == state.node_id
         {
-            let describe = |run: &workrail_spec::ids::RunId, node: &NodeId, session: &SessionId| {
-                self.describe_node(session, run, node)
-            };
-            let state_is = describe(&state.run_id, &state.node_id, &state.session_id);
-            let attempt_is = describe(&attempt.run_id, &attempt.node_id, &attempt.session_id);
-            let same_run = attempt.run_id == state.run_id && attempt.session_id == state.session_id;
-            return Err(ErrorEnvelope::new(
-                ErrorCode::TokenScopeMismatch,
-                format!(
-                    "`{field}` belongs to {attempt_is}, but `stateToken` belongs to {state_is}{}.",
-                    if same_run { " (another step of the same run)" } else { " (another run)" }
-                ),
-                format!(
-                    "Send the stateToken and the {field} that came in the SAME response; every response names its run beside its tokens. If unsure, call continue_workflow with only the stateToken of the run you mean to continue: it returns that run's current tokens."
-                ),
-                Retry::NotRetryable,
-            )
-            .with_details(serde_json::json!({
-                "stateToken": {"sessionId": state.session_id, "runId": state.run_id, "nodeId": state.node_id, "run": state_is},
-                field: {"sessionId": attempt.session_id, "runId": attempt.run_id, "nodeId": attempt.node_id, "run": attempt_is},
-            })));
+            return Ok(attempt);
         }
-        Ok(attempt)
+        let state_at = self.place(&state.session_id, &state.run_id, &state.node_id);
+        let attempt_at = self.place(&attempt.session_id, &attempt.run_id, &attempt.node_id);
+        let same_run = attempt.run_id == state.run_id && attempt.session_id == state.session_id;
+        let relation = if same_run {
+            let later = match (attempt_at.created_index, state_at.created_index) {
+                (Some(a), Some(s)) if a > s => format!("; `{field}` is from the later one"),
+                (Some(a), Some(s)) if a < s => "; `stateToken` is from the later one".to_owned(),
+                _ => String::new(),
+            };
+            format!(" (two different points of the same run{later})")
+        } else {
+            " (another run)".to_owned()
+        };
+        let (state_is, attempt_is) = (state_at.describe(), attempt_at.describe());
+        let instead = if kind == TokenKind::Ack {
+            format!(
+                "To complete the step of {attempt_is}, send that ackToken alone (it names its own run and step; stateToken may be left out). To act on {state_is} instead, send the ackToken from the same response as that stateToken, or only the stateToken to get that step's current tokens."
+            )
+        } else {
+            format!(
+                "To checkpoint {state_is}, send the checkpointToken from the same response as that stateToken. To checkpoint {attempt_is}, send the stateToken from the response that gave you this checkpointToken."
+            )
+        };
+        Err(ErrorEnvelope::new(
+            ErrorCode::TokenScopeMismatch,
+            format!(
+                "`{field}` belongs to {attempt_is}, but `stateToken` belongs to {state_is}{relation}: they came from different responses."
+            ),
+            format!(
+                "{instead} Copy the tokens exactly as they appear in the latest response of the run you mean (every response names its run beside its tokens); if you lost track of a run, call resume_session to find it again."
+            ),
+            Retry::NotRetryable,
+        )
+        .with_details(serde_json::json!({
+            "problem": "scope_mismatch",
+            "sameRun": same_run,
+            "stateToken": state_at.to_json(&state.session_id, &state.run_id, &state.node_id),
+            field: attempt_at.to_json(&attempt.session_id, &attempt.run_id, &attempt.node_id),
+        })))
     }
 
-    /// `run "<label>" at step "<title>"` for error messages (best effort, read-only).
-    fn describe_node(
+    /// Where a token points (best effort, read-only): the run's label and workflow and the
+    /// node's pending step, as responses show them.
+    fn place(
         &self,
         session: &SessionId,
         run: &workrail_spec::ids::RunId,
         node: &NodeId,
-    ) -> String {
-        let fallback = format!("run {run}");
+    ) -> TokenPlace {
+        let mut place = TokenPlace {
+            run: run.to_string(),
+            ..TokenPlace::default()
+        };
         let Ok(loaded) = self.sessions.load(session) else {
-            return fallback;
+            return place;
         };
         let facts = Facts::new(&loaded.events);
         let (Some(view), Some(info)) = (facts.run(run), facts.node(run, node)) else {
-            return fallback;
+            return place;
         };
+        place.created_index = Some(info.created_index);
         let Ok(compiled) = self.pinned.get(&view.dag.started.workflow_hash) else {
-            return fallback;
+            return place;
         };
-        let step = self
-            .snapshots
-            .get(&info.snapshot_ref)
-            .ok()
-            .and_then(|s| s.engine_payload.engine_state.pending_step().cloned())
-            .and_then(|p| compiled.step(&p.step_id).map(|s| s.title.clone()))
-            .unwrap_or_else(|| "(complete)".into());
-        format!("run \"{}\" at step \"{step}\"", run_label(&compiled, run))
+        place.label = Some(run_label(&compiled, run));
+        place.workflow_id = Some(compiled.body.workflow_id.to_string());
+        let Ok(snapshot) = self.snapshots.get(&info.snapshot_ref) else {
+            return place;
+        };
+        let engine = &snapshot.engine_payload.engine_state;
+        place.complete = engine.is_complete();
+        if let Some(pending) = engine.pending_step() {
+            place.step_id = Some(pending.step_id.to_string());
+            place.step = compiled.step(&pending.step_id).map(|s| s.title.clone());
+            place.loops = pending
+                .loop_path
+                .iter()
+                .map(|l| format!("loop `{}` iteration {}", l.loop_id, l.iteration + 1))
+                .collect();
+        }
+        place
     }
 
     /// Loads what execution needs for the node a state token names, with the locked token
@@ -579,7 +620,7 @@ impl Workrail {
             return Err(ErrorEnvelope::new(
                 ErrorCode::TokenWorkflowHashMismatch,
                 "stateToken names a workflow version (workflowHash) that is not the one this run is pinned to.",
-                "Use the stateToken from the latest response of this run, or start the workflow again.",
+                "Copy the stateToken exactly as it appears in the latest response of this run; if you no longer have it, call resume_session to find the run again (it returns the run's current stateToken), or start the workflow again.",
                 Retry::NotRetryable,
             ));
         }
@@ -701,7 +742,94 @@ fn unknown_node(state: &StatePayload) -> ErrorEnvelope {
             "stateToken is signed by this WorkRail but names a session, run or node ({}) that is not in this data directory.",
             state.node_id
         ),
-        "If the session lives in another WorkRail data directory, use that one (or import its exported bundle); otherwise start the workflow again with start_workflow.",
+        "If the session lives in another WorkRail data directory, use that one (or import its exported bundle); otherwise copy the tokens exactly from the latest response of the run, call resume_session to find the run again, or start the workflow again with start_workflow.",
         Retry::NotRetryable,
     )
+}
+
+/// Where a token points, for scope-mismatch messages and details.
+#[derive(Debug, Default)]
+struct TokenPlace {
+    run: String,
+    label: Option<String>,
+    workflow_id: Option<String>,
+    step: Option<String>,
+    step_id: Option<String>,
+    /// `loop `build` iteration 2` for each enclosing loop, outermost first.
+    loops: Vec<String>,
+    complete: bool,
+    created_index: Option<u64>,
+}
+
+impl TokenPlace {
+    /// `run "Demo #hzmk" (project.demo) at step "Implement" (loop `build` iteration 2)`.
+    fn describe(&self) -> String {
+        let Some(label) = &self.label else {
+            return format!("run {}", self.run);
+        };
+        let workflow = self.workflow_id.as_deref().unwrap_or("?");
+        let at = match (&self.step, self.complete) {
+            (Some(step), _) if self.loops.is_empty() => format!(" at step \"{step}\""),
+            (Some(step), _) => format!(" at step \"{step}\" ({})", self.loops.join(", ")),
+            (None, true) => ", which is complete".to_owned(),
+            (None, false) => String::new(),
+        };
+        format!("run \"{label}\" ({workflow}){at}")
+    }
+
+    fn to_json(
+        &self,
+        session: &SessionId,
+        run: &workrail_spec::ids::RunId,
+        node: &NodeId,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "sessionId": session,
+            "runId": run,
+            "nodeId": node,
+            "run": self.describe(),
+            "label": self.label,
+            "workflowId": self.workflow_id,
+            "step": self.step,
+            "stepId": self.step_id,
+            "complete": self.complete,
+        })
+    }
+}
+
+/// Refuses a call whose two token fields hold each other's tokens, naming both fields (a more
+/// useful error than a wrong-kind error on the first field alone).
+fn swapped(
+    state_raw: &str,
+    other_raw: &str,
+    other_kind: TokenKind,
+    other_field: &str,
+) -> Result<(), ErrorEnvelope> {
+    use crate::tokens::{RECOVER, claimed_kind};
+    if claimed_kind(state_raw) != Some(other_kind)
+        || claimed_kind(other_raw) != Some(TokenKind::State)
+    {
+        return Ok(());
+    }
+    let prefix = other_kind.prefix();
+    let also = if other_kind == TokenKind::Ack {
+        " (or only the ackToken: it is enough to advance)"
+    } else {
+        ""
+    };
+    Err(ErrorEnvelope::new(
+        ErrorCode::TokenInvalidFormat,
+        format!(
+            "`stateToken` and `{other_field}` are swapped: `stateToken` holds the {other_kind} token (`{prefix}.v1.…`) and `{other_field}` holds the state token (`st.v1.…`)."
+        ),
+        format!(
+            "Send each token in its own field: stateToken is the one starting with `st.`, {other_field} the one starting with `{prefix}.`{also}. {RECOVER}"
+        ),
+        Retry::NotRetryable,
+    )
+    .with_details(serde_json::json!({
+        "field": "stateToken",
+        "problem": "swapped",
+        "fields": ["stateToken", other_field],
+    })))
 }

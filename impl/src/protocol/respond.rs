@@ -165,9 +165,16 @@ pub fn render_text(output: &ExecutionOutput) -> String {
     for w in &output.warnings {
         out.push_str(&format!("\nWarning ({}): {}\n", w.code, w.message));
     }
+    // The run's label, workflow and step right beside its tokens: with several runs in one
+    // chat, this is how an agent keeps each run's tokens together.
+    let at = match &output.pending {
+        Some(p) => format!(" at step \"{}\"", p.title),
+        None if output.is_complete => ", complete".to_owned(),
+        None => String::new(),
+    };
     out.push_str(&format!(
-        "\n## Tokens for run \"{}\" (copy exactly; never edit)\nstateToken: {}\n",
-        output.run.label, output.state_token
+        "\n## Tokens for run \"{}\" ({}){at} (copy exactly; never edit)\nstateToken: {}\n",
+        output.run.label, output.run.workflow_id, output.state_token
     ));
     if let Some(ack) = &output.ack_token {
         out.push_str(&format!("ackToken: {ack}\n"));
