@@ -33,16 +33,23 @@ pub enum Feature {
     CheckpointWorkflow,
     /// `resume_session` (on by default).
     ResumeSession,
+    /// `start_session` (off by default: checkpoint-only sessions are opt-in, decision D48).
+    StartSession,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 2] = [Feature::CheckpointWorkflow, Feature::ResumeSession];
+    pub const ALL: [Feature; 3] = [
+        Feature::CheckpointWorkflow,
+        Feature::ResumeSession,
+        Feature::StartSession,
+    ];
 
     /// The flag's name: the tool's name.
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::CheckpointWorkflow => "checkpoint_workflow",
             Feature::ResumeSession => "resume_session",
+            Feature::StartSession => "start_session",
         }
     }
 
@@ -50,11 +57,14 @@ impl Feature {
         Feature::ALL.into_iter().find(|f| f.as_str() == name)
     }
 
-    /// Whether the flag is on when nothing configures it. Both tools meet their unflag gates
-    /// (locks "Rollout flags"), so they ship on; the flag remains the way to switch one off.
+    /// Whether the flag is on when nothing configures it. `checkpoint_workflow` and
+    /// `resume_session` meet their unflag gates (locks "Rollout flags"), so they ship on; the
+    /// flag remains the way to switch one off. `start_session` is opt-in: the contract keeps
+    /// WorkRail from "checkpointing every chat" unless a user asks for it.
     pub fn default_on(self) -> bool {
         match self {
             Feature::CheckpointWorkflow | Feature::ResumeSession => true,
+            Feature::StartSession => false,
         }
     }
 

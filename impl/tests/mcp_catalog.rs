@@ -117,7 +117,13 @@ fn registry_is_exactly_the_locked_tools() {
     // What the server actually serves on `tools/list`.
     let server = WorkrailServer::new(std::sync::Arc::new(NoBackend));
     let served: Vec<String> = server.tools().iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(served, TOOL_NAMES.map(str::to_owned).to_vec());
+    // Under the default flags: every tool but the opt-in `start_session`.
+    let on_by_default: Vec<String> = TOOL_NAMES
+        .iter()
+        .filter(|name| **name != "start_session")
+        .map(|name| (*name).to_owned())
+        .collect();
+    assert_eq!(served, on_by_default);
     // The four core tools, then only flagged tools the contract names.
     assert_eq!(
         served[..4],
@@ -271,6 +277,12 @@ impl ToolBackend for NoBackend {
         unreachable!()
     }
     fn resume_session(&self, _: ResumeSessionInput) -> Result<ResumeSessionOutput, ErrorEnvelope> {
+        unreachable!()
+    }
+    fn start_session(
+        &self,
+        _: workrail_spec::tools::StartSessionInput,
+    ) -> Result<ExecutionOutput, ErrorEnvelope> {
         unreachable!()
     }
     fn render_execution(&self, _: &ExecutionOutput) -> String {

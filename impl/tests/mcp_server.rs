@@ -82,6 +82,14 @@ impl Fake {
 }
 
 impl ToolBackend for Fake {
+    /// Every flagged tool on, so the fake serves the whole tool set.
+    fn features(&self) -> workrail::features::Features {
+        let mut all = workrail::features::FeatureOverrides::default();
+        for feature in workrail::features::Feature::ALL {
+            all.set(feature, true);
+        }
+        workrail::features::Features::default().with(&all)
+    }
     fn list_workflows(&self, _: ListWorkflowsInput) -> Result<ListWorkflowsOutput, ErrorEnvelope> {
         self.record("list_workflows");
         Ok(serde_json::from_value(json!({"workflows": [summary()]})).unwrap())
@@ -130,6 +138,13 @@ impl ToolBackend for Fake {
     ) -> Result<ExecutionOutput, ErrorEnvelope> {
         self.record("checkpoint_workflow");
         Ok(execution(&input.state_token))
+    }
+    fn start_session(
+        &self,
+        _: workrail_spec::tools::StartSessionInput,
+    ) -> Result<ExecutionOutput, ErrorEnvelope> {
+        self.record("start_session");
+        Ok(execution("st.session"))
     }
     fn resume_session(&self, _: ResumeSessionInput) -> Result<ResumeSessionOutput, ErrorEnvelope> {
         self.record("resume_session");

@@ -18,7 +18,7 @@ use crate::token::TokenPayload;
 use crate::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
     InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
-    ResumeSessionOutput, StartWorkflowInput,
+    ResumeSessionOutput, StartSessionInput, StartWorkflowInput,
 };
 
 /// One generated schema file.
@@ -68,5 +68,7 @@ pub fn all_schemas() -> Vec<GeneratedSchema> {
         render::<ExecutionOutput>("tools", "checkpoint_workflow.output"),
         render::<ResumeSessionInput>("tools", "resume_session.input"),
         render::<ResumeSessionOutput>("tools", "resume_session.output"),
+        render::<StartSessionInput>("tools", "start_session.input"),
+        render::<ExecutionOutput>("tools", "start_session.output"),
     ]
 }

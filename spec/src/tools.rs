@@ -17,15 +17,17 @@ use crate::ids::{
 use crate::preferences::{ModePreset, PreferenceWarningV1};
 
 /// Every tool of the locked set this implementation offers (contract "Tool Set"; no projection
-/// tools, locks §6): the four core tools, then the feature-flagged `checkpoint_workflow` and
-/// `resume_session`. A server lists the core tools plus the flagged tools switched on.
-pub const TOOL_NAMES: [&str; 6] = [
+/// tools, locks §6): the four core tools, then the feature-flagged `checkpoint_workflow`,
+/// `resume_session` and `start_session`. A server lists the core tools plus the flagged tools
+/// switched on.
+pub const TOOL_NAMES: [&str; 7] = [
     "list_workflows",
     "inspect_workflow",
     "start_workflow",
     "continue_workflow",
     "checkpoint_workflow",
     "resume_session",
+    "start_session",
 ];
 
 /// `list_workflows` takes no arguments.
@@ -285,6 +287,13 @@ pub struct ResumeQueryInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_branch: Option<String>,
 }
+
+/// `start_session` takes no arguments: it opens a checkpoint-only session (decision D48) and
+/// answers like `start_workflow`, with the `stateToken` and `checkpointToken` that
+/// `checkpoint_workflow` takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartSessionInput {}
 
 /// `resume_session` input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@ use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
     InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
-    ResumeSessionOutput, StartWorkflowInput,
+    ResumeSessionOutput, StartSessionInput, StartWorkflowInput,
 };
 
 use crate::features::Features;
@@ -41,6 +41,7 @@ pub trait ToolBackend: Send + Sync + 'static {
         &self,
         input: ResumeSessionInput,
     ) -> Result<ResumeSessionOutput, ErrorEnvelope>;
+    fn start_session(&self, input: StartSessionInput) -> Result<ExecutionOutput, ErrorEnvelope>;
     /// The deterministic text-first rendering of an execution response (`content[0].text`).
     fn render_execution(&self, output: &ExecutionOutput) -> String;
 }
@@ -81,6 +82,9 @@ impl ToolBackend for crate::protocol::Workrail {
         input: ResumeSessionInput,
     ) -> Result<ResumeSessionOutput, ErrorEnvelope> {
         crate::protocol::Workrail::resume_session(self, input)
+    }
+    fn start_session(&self, input: StartSessionInput) -> Result<ExecutionOutput, ErrorEnvelope> {
+        crate::protocol::Workrail::start_session(self, input)
     }
     fn render_execution(&self, output: &ExecutionOutput) -> String {
         crate::protocol::render_text(output)

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
-    ListWorkflowsInput, ResumeSessionInput, StartWorkflowInput,
+    ListWorkflowsInput, ResumeSessionInput, StartSessionInput, StartWorkflowInput,
 };
 
 use super::backend::ToolBackend;
@@ -140,6 +140,12 @@ fn dispatch<B: ToolBackend + ?Sized>(
             name,
             parse_args::<CheckpointWorkflowInput>(tool, arguments)
                 .and_then(|input| backend.checkpoint_workflow(input)),
+        ),
+        ToolName::StartSession => execution(
+            backend,
+            name,
+            parse_args::<StartSessionInput>(tool, arguments)
+                .and_then(|input| backend.start_session(input)),
         ),
         ToolName::ResumeSession => {
             match parse_args::<ResumeSessionInput>(tool, arguments)

@@ -15,7 +15,7 @@ use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
     InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
-    ResumeSessionOutput, StartWorkflowInput,
+    ResumeSessionOutput, StartSessionInput, StartWorkflowInput,
 };
 
 use crate::features::{Feature, Features};
@@ -29,17 +29,19 @@ pub enum ToolName {
     ContinueWorkflow,
     CheckpointWorkflow,
     ResumeSession,
+    StartSession,
 }
 
 impl ToolName {
     /// Every tool, in `TOOL_NAMES` order.
-    pub const ALL: [ToolName; 6] = [
+    pub const ALL: [ToolName; 7] = [
         ToolName::ListWorkflows,
         ToolName::InspectWorkflow,
         ToolName::StartWorkflow,
         ToolName::ContinueWorkflow,
         ToolName::CheckpointWorkflow,
         ToolName::ResumeSession,
+        ToolName::StartSession,
     ];
 
     /// The wire name.
@@ -51,6 +53,7 @@ impl ToolName {
             ToolName::ContinueWorkflow => "continue_workflow",
             ToolName::CheckpointWorkflow => "checkpoint_workflow",
             ToolName::ResumeSession => "resume_session",
+            ToolName::StartSession => "start_session",
         }
     }
 
@@ -63,6 +66,7 @@ impl ToolName {
             | ToolName::ContinueWorkflow => None,
             ToolName::CheckpointWorkflow => Some(Feature::CheckpointWorkflow),
             ToolName::ResumeSession => Some(Feature::ResumeSession),
+            ToolName::StartSession => Some(Feature::StartSession),
         }
     }
 
@@ -80,7 +84,10 @@ impl ToolName {
     pub fn is_execution(self) -> bool {
         matches!(
             self,
-            ToolName::StartWorkflow | ToolName::ContinueWorkflow | ToolName::CheckpointWorkflow
+            ToolName::StartWorkflow
+                | ToolName::ContinueWorkflow
+                | ToolName::CheckpointWorkflow
+                | ToolName::StartSession
         )
     }
 }
@@ -124,6 +131,8 @@ const CONTINUE_DESCRIPTION: &str = "Advance or resume a run. With `ackToken` (fr
 const CHECKPOINT_DESCRIPTION: &str = "Record durable progress without advancing the run: use it when substantial work happens outside the step loop, so it survives chat rewinds and restarts. Arguments: `stateToken` and `checkpointToken` from the latest response of that run, and `output` (`notesMarkdown`: a fresh recap, at most 4096 UTF-8 bytes; optional `artifacts`). Idempotent: the same `(stateToken, checkpointToken)` never records twice and returns the same response. The pending step stays the same; continue with the tokens this call returns. ";
 
 const RESUME_DESCRIPTION: &str = "Find the run to resume in a brand-new chat, when the user has no stateToken at hand (\"resume my session about the billing bug\"). Read-only: it never writes. Returns at most 5 candidates, best first, each the latest tip of one run: `sessionId`, `runId`, `nodeId`, `workflowId`, `runLabel`, `status`, `pending` {stepId, title} (absent when complete), `whyMatched`, `snippet` (the tip's latest recap notes, at most 1024 bytes), `lastActivityEventIndex` and a `stateToken` (opaque: copy it exactly). Ranking is deterministic, in tiers: same git HEAD commit, then git branch (your `gitBranch` is a prefix of the recorded branch), then every word of `text` in the tip's latest recap notes, then every word of `text` in the workflow id or name, then most recent activity. Arguments: optional `query` {`text`, `gitHeadSha`, `gitBranch`}. WorkRail does not read your workspace for this: to match by git, run `git rev-parse HEAD` and `git branch --show-current` in the user's repository and pass the results as `gitHeadSha` (all 40 characters) and `gitBranch`. Sessions that fail validation are never offered; `skippedUnhealthySessions` counts them. Next: confirm the candidate with the user when several fit, then call `continue_workflow` with only its `stateToken` to recover the pending step (and keep going from that response's tokens).";
+
+const START_SESSION_DESCRIPTION: &str = "Open a checkpoint-only session: durable notes for work that happens without a workflow (the user asked to keep track of it, but no workflow fits). No arguments. It starts a run of WorkRail's own one-step workflow `wr.checkpoint_session` and answers like `start_workflow`: keep its `stateToken` and `checkpointToken`, and after each substantial piece of work call `checkpoint_workflow` with them and `output.notesMarkdown` (a fresh recap of that piece only); continue with the tokens each checkpoint returns. The notes survive rewinds and new chats (`resume_session` finds them). To follow a real workflow instead, call `start_workflow`. Acknowledge the session's pending step (`continue_workflow` with its ackToken) only to close the session. ";
 
 /// Every tool definition, in `workrail_spec::tools::TOOL_NAMES` order.
 pub fn tool_defs() -> Vec<ToolDef> {
@@ -193,6 +202,17 @@ pub fn tool_defs() -> Vec<ToolDef> {
             },
             input_schema: schema_of::<ResumeSessionInput>(),
             output_schema: schema_of::<ResumeSessionOutput>(),
+        },
+        ToolDef {
+            name: ToolName::StartSession,
+            title: "Start a checkpoint-only session",
+            description: START_SESSION_DESCRIPTION,
+            hints: ToolHints {
+                read_only: false,
+                idempotent: false,
+            },
+            input_schema: schema_of::<StartSessionInput>(),
+            output_schema: schema_of::<ExecutionOutput>(),
         },
     ]
 }

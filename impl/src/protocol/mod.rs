@@ -16,6 +16,7 @@ mod preferences;
 mod recap;
 mod respond;
 mod resume;
+mod session;
 mod start;
 
 use std::path::PathBuf;
@@ -372,6 +373,15 @@ impl Workrail {
 
     /// Ranks the preferred tips of every healthy session's runs for a brand-new chat (locks
     /// §2.3). Read-only.
+    /// Opens a checkpoint-only session (decision D48): a run of WorkRail's own one-step
+    /// workflow `wr.checkpoint_session`, answered like `start_workflow`.
+    pub fn start_session(
+        &self,
+        input: workrail_spec::tools::StartSessionInput,
+    ) -> Result<ExecutionOutput, ErrorEnvelope> {
+        session::start_session(self, input)
+    }
+
     pub fn resume_session(
         &self,
         input: ResumeSessionInput,

@@ -49,6 +49,16 @@ pub(super) fn start(
     wr: &Workrail,
     input: StartWorkflowInput,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
+    start_in(wr, &(wr.catalog)(), input)
+}
+
+/// Starts a run of a workflow of `catalog` (the configured sources, or WorkRail's own
+/// checkpoint-only workflow for `start_session`).
+pub(super) fn start_in(
+    wr: &Workrail,
+    catalog: &crate::sources::Catalog,
+    input: StartWorkflowInput,
+) -> Result<ExecutionOutput, ErrorEnvelope> {
     if let Some(context) = &input.context {
         workrail_spec::context::check_context_map(context).map_err(|e| match e {
             ContextError::OverBudget { measured_bytes, .. } => {
@@ -63,7 +73,6 @@ pub(super) fn start(
         })?;
     }
     let requested = requested("start_workflow", input.preset, &input.preferences)?;
-    let catalog = (wr.catalog)();
     let resolved = catalog.resolve(&input.workflow_id).ok_or_else(|| {
         let available: Vec<String> = catalog
             .summaries()
