@@ -169,3 +169,46 @@ fn a_delta_that_changes_nothing_records_nothing_and_reserved_keys_are_refused() 
     }
     assert_eq!(fs.snapshot(), before, "refused deltas write nothing");
 }
+
+/// lock: L-CONTEXT-JSON-ONLY
+#[test]
+fn context_must_be_a_json_object_over_mcp() {
+    use workrail::mcp::dispatch::call_tool;
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let before = fs.snapshot();
+    for bad in [json!("ticket=AUTH-1"), json!([1, 2]), json!(5), json!(true)] {
+        let outcome = call_tool(
+            &wr,
+            "start_workflow",
+            Some(json!({"workflowId": "project.demo", "context": bad})),
+        );
+        assert!(outcome.is_error, "{bad}");
+        let e: workrail_spec::error::ErrorEnvelope =
+            serde_json::from_value(outcome.structured).unwrap();
+        assert_eq!(e.code, ErrorCode::ValidationError, "{bad}");
+        assert_eq!(e.details.unwrap()["field"], "context", "{bad}");
+    }
+    assert_eq!(fs.snapshot(), before);
+}
+
+/// lock: L-CONTEXT-NO-AUTHORED-SCHEMA
+#[test]
+fn workflows_cannot_author_a_context_schema() {
+    use workrail::compiler::{CompileContext, compile};
+    for field in ["contextSchema", "context", "inputs"] {
+        let mut src = json!({
+            "id": "project.with_inputs",
+            "name": "With inputs",
+            "description": "Tries to declare its context.",
+            "steps": [{"id": "go", "title": "Go", "prompt": "Go."}]
+        });
+        src[field] = json!({"type": "object", "required": ["ticket"]});
+        let errors = compile(&src, &CompileContext::load("project"))
+            .expect_err("a workflow-level context schema is refused");
+        assert!(
+            errors.to_string().contains(field),
+            "{field}: the error names the field: {errors}"
+        );
+    }
+}

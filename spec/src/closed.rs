@@ -416,6 +416,16 @@ closed_set!(
 );
 
 closed_set!(
+    /// How a recap was cut to its budget (contract "Recap budgets and truncation").
+    RecapTruncationPolicy {
+        /// Whole entries were kept, newest first, while they fit; older ones were omitted.
+        KeptMostRecent = "kept_most_recent",
+        /// The newest entry alone exceeds the budget: its beginning is kept, marked.
+        CutNewestEntry = "cut_newest_entry",
+    }
+);
+
+closed_set!(
     /// Why a resume candidate matched (locks §2.3 "Match explanations").
     WhyMatched {
         MatchedHeadSha = "matched_head_sha",

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::blocker::Blocker;
-use crate::closed::{NextIntent, RunStatus, WhyMatched, WorkflowKind, WorkflowSourceKind};
+use crate::closed::{
+    NextIntent, RecapTruncationPolicy, RunStatus, WhyMatched, WorkflowKind, WorkflowSourceKind,
+};
 use crate::event::{EffectivePreferences, PreferenceDelta};
 use crate::ids::{
     EventIndex, IdStatus, NodeId, RunId, SessionId, StepId, WorkflowHash, WorkflowId,
@@ -234,6 +236,9 @@ pub struct RecapView {
     pub truncated: bool,
     /// How many recap entries were left out (most recent entries are kept).
     pub omitted_entries: u32,
+    /// How the recap was cut, present exactly when `truncated` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<RecapTruncationPolicy>,
 }
 
 /// The response kind of an execution tool.

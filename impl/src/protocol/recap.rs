@@ -7,6 +7,7 @@
 //! are dropped and counted, and a single over-long entry is cut with the canonical marker.
 
 use workrail_spec::budget::truncate_with_marker;
+use workrail_spec::closed::RecapTruncationPolicy;
 use workrail_spec::ids::{NodeId, RunId};
 use workrail_spec::tools::RecapView;
 
@@ -16,6 +17,31 @@ use super::facts::Facts;
 pub const RECAP_MAX_BYTES: usize = 4096;
 /// Budget of one branch summary line.
 const BRANCH_SNIPPET_MAX_BYTES: usize = 256;
+
+/// Room kept for the truncation header in front of a tip recap.
+const HEADER_RESERVE_BYTES: usize = 128;
+
+/// The explicit marker in front of a truncated recap: that it was cut, how many entries were
+/// omitted, and the policy (contract "Recap budgets and truncation").
+fn truncation_header(omitted: u32, cut: bool) -> String {
+    match (omitted, cut) {
+        (0, false) => String::new(),
+        (omitted, false) => format!(
+            "[recap truncated: {omitted} earlier entries omitted; policy kept_most_recent]\n"
+        ),
+        (omitted, true) => format!(
+            "[recap truncated: the newest entry alone exceeds {RECAP_MAX_BYTES} bytes and is cut; {omitted} earlier entries omitted; policy cut_newest_entry]\n"
+        ),
+    }
+}
+
+fn policy(omitted: u32, cut: bool) -> Option<RecapTruncationPolicy> {
+    match (omitted, cut) {
+        (_, true) => Some(RecapTruncationPolicy::CutNewestEntry),
+        (0, false) => None,
+        (_, false) => Some(RecapTruncationPolicy::KeptMostRecent),
+    }
+}
 
 /// Keeps the most recent entries within `budget`; returns (text, omitted, cut).
 fn most_recent_within(entries: &[String], budget: usize) -> (String, u32, bool) {
@@ -68,16 +94,15 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         if entries.is_empty() {
             return None;
         }
-        let (body, omitted, cut) = most_recent_within(&entries, RECAP_MAX_BYTES);
-        let header = if omitted > 0 {
-            format!("[recap: {omitted} earlier entries omitted; kept the most recent]\n")
-        } else {
-            String::new()
-        };
+        // The header's own bytes come out of the budget, so the whole text stays within it.
+        let (body, omitted, cut) =
+            most_recent_within(&entries, RECAP_MAX_BYTES - HEADER_RESERVE_BYTES);
+        let header = truncation_header(omitted, cut);
         return Some(RecapView {
             text: format!("{header}{body}"),
             truncated: omitted > 0 || cut,
             omitted_entries: omitted,
+            policy: policy(omitted, cut),
         });
     }
     // A rewind: this point already has branches.
@@ -115,19 +140,17 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     let (body, omitted, cut) = most_recent_within(&entries, room);
     if !entries.is_empty() {
         text.push_str("Preferred branch since here:\n");
-        if omitted > 0 {
-            text.push_str(&format!(
-                "[recap: {omitted} earlier entries omitted; kept the most recent]\n"
-            ));
-        }
+        text.push_str(&truncation_header(omitted, cut));
         text.push_str(&body);
     }
     let text = truncate_with_marker(&text, RECAP_MAX_BYTES)
         .map(|t| t.text.into_owned())
         .unwrap_or_default();
+    let cut = cut || text.ends_with(workrail_spec::budget::TRUNCATION_MARKER);
     Some(RecapView {
-        truncated: omitted > 0 || cut || text.ends_with(workrail_spec::budget::TRUNCATION_MARKER),
+        truncated: omitted > 0 || cut,
         text,
         omitted_entries: omitted,
+        policy: policy(omitted, cut),
     })
 }
