@@ -681,8 +681,28 @@ macro_rules! index_newtype {
             Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
             JsonSchema,
         )]
-        #[serde(transparent)]
+        // Deserialization goes through the same bound as `new`, so no artifact can carry an
+        // index JCS would change.
+        #[serde(try_from = "u64", into = "u64")]
         pub struct $name(u64);
+
+        impl TryFrom<u64> for $name {
+            type Error = String;
+            fn try_from(value: u64) -> Result<Self, String> {
+                Self::new(value).ok_or_else(|| {
+                    format!(
+                        "{} {value} exceeds 2^53-1, the largest integer RFC 8785 carries exactly",
+                        stringify!($name)
+                    )
+                })
+            }
+        }
+
+        impl From<$name> for u64 {
+            fn from(index: $name) -> u64 {
+                index.0
+            }
+        }
 
         impl $name {
             /// Indices are 0-based (locks §1 "EventIndex origin").
