@@ -202,6 +202,7 @@ pub(super) fn start(
                 &transition.state,
                 Vec::new(),
                 false,
+                None,
             )
         })?;
     output
