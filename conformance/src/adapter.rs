@@ -178,9 +178,9 @@ fn reason_mapping(request: &Value) -> Outcome {
         .parse()
         .map_err(|e| format!("{e}"))?;
     let autonomy = Autonomy::parse(text(request, "autonomy")?).ok_or("unknown autonomy")?;
-    let required = field(request, "capabilityRequired")?
+    let required = field(request, "subjectRequired")?
         .as_bool()
-        .ok_or("`capabilityRequired` is not a boolean")?;
+        .ok_or("`subjectRequired` is not a boolean")?;
     let d =
         serde_json::to_value(code.disposition(autonomy, required)).map_err(|e| e.to_string())?;
     Ok(Ok(json!({

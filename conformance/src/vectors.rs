@@ -461,7 +461,7 @@ fn reason_mapping(run: &mut FileRun<'_>, doc: &Value) {
         run.cases += 1;
         let n = name(case);
         for d in list(case, "dispositions") {
-            let required: Vec<bool> = match d.get("capabilityRequired").and_then(Value::as_bool) {
+            let required: Vec<bool> = match d.get("subjectRequired").and_then(Value::as_bool) {
                 Some(r) => vec![r],
                 None => vec![true, false],
             };
@@ -470,10 +470,10 @@ fn reason_mapping(run: &mut FileRun<'_>, doc: &Value) {
                     "op": "reason_mapping",
                     "reasonCode": case["reasonCode"],
                     "autonomy": d["autonomy"],
-                    "capabilityRequired": req,
+                    "subjectRequired": req,
                 });
                 let label = format!(
-                    "{n} ({}, capabilityRequired={req})",
+                    "{n} ({}, subjectRequired={req})",
                     d["autonomy"].as_str().unwrap_or("?")
                 );
                 if let Some(got) = run.result(&label, request) {

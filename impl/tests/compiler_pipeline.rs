@@ -568,3 +568,69 @@ fn the_authoring_reference_example_compiles_as_written() {
     );
     assert!(c.snapshot.body.compiled_warnings.is_empty());
 }
+
+/// lock: L-GAP-NON-ASSUMABLE-CHOICE
+#[test]
+fn non_assumable_choices_compile_sorted_into_the_step_and_its_prompt() {
+    let marked = compiled(&base(json!([
+        {"id": "ship", "title": "Ship", "prompt": "Ship it.", "nonAssumableChoices": ["scope_boundary", "irreversible_action", "scope_boundary"]},
+        {"id": "plain", "title": "Plain", "prompt": "Nothing to decide."}
+    ])));
+    let ship = &marked.snapshot.body.steps[0];
+    let kinds: Vec<&str> = ship
+        .non_assumable_choices
+        .iter()
+        .map(|c| c.as_str())
+        .collect();
+    assert_eq!(kinds, ["irreversible_action", "scope_boundary"]);
+    assert!(
+        ship.prompt
+            .contains("(`irreversible_action`, `scope_boundary`): never assume them")
+            && ship.prompt.contains("`needs_user_choice`"),
+        "{}",
+        ship.prompt
+    );
+    // A step without choices carries no field, so workflows that never mark one keep their hash.
+    let plain = serde_json::to_value(&marked.snapshot.body.steps[1]).unwrap();
+    assert!(plain.get("nonAssumableChoices").is_none(), "{plain}");
+    assert!(!marked.snapshot.body.steps[1].prompt.contains("user_only"));
+    // The marking is behaviour, so it is hashed.
+    let unmarked = compiled(&base(json!([
+        {"id": "ship", "title": "Ship", "prompt": "Ship it."},
+        {"id": "plain", "title": "Plain", "prompt": "Nothing to decide."}
+    ])));
+    assert_ne!(marked.workflow_hash, unmarked.workflow_hash);
+}
+
+/// lock: L-CAP-REQUIREMENTS, L-CAP-OBSERVED-ONLY
+#[test]
+fn preferred_capabilities_render_the_lazy_attempt_and_fallback_into_every_step() {
+    let mut src = base(json!([
+        {"id": "a", "title": "A", "prompt": "Do A."},
+        {"id": "b", "title": "B", "prompt": "Do B."}
+    ]));
+    src["capabilities"] = json!({"delegation": "preferred"});
+    src["features"] = json!(["wr.features.capabilities"]);
+    let c = compiled(&src);
+    for step in &c.snapshot.body.steps {
+        let p = &step.prompt;
+        assert!(
+            p.contains("try it once")
+                && p.contains("fall back (do the sub-tasks yourself one after another)")
+                && p.contains("`wr.capability_observation`")
+                && p.contains("`status` `unavailable`")
+                && p.contains("`failureCode`"),
+            "{}: {p}",
+            step.step_id
+        );
+    }
+    // The guidance is rendered from the requirement, so the requirement is in the hash.
+    src["capabilities"] = json!({"delegation": "disabled"});
+    let disabled = compiled(&src);
+    assert_ne!(disabled.workflow_hash, c.workflow_hash);
+    assert!(
+        disabled.snapshot.body.steps[0]
+            .prompt
+            .contains("disabled for this workflow")
+    );
+}

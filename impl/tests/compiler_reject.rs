@@ -838,3 +838,28 @@ fn errors_convert_to_the_unified_envelope() {
         json!({"op": "replace", "path": "/steps/0/id", "value": "a_b"})
     );
 }
+
+/// lock: L-GAP-NON-ASSUMABLE-CHOICE
+#[test]
+fn non_assumable_choices_are_a_closed_set_and_user_only_dependencies_cannot_be_required() {
+    let errs = rejected(&with_steps(json!([
+        {"id": "a", "title": "A", "prompt": "Do A.", "nonAssumableChoices": ["irreversible_action", "whatever"]},
+        {"id": "b", "title": "B", "prompt": "Do B.", "nonAssumableChoices": "scope_boundary"},
+        {"id": "c", "title": "C", "prompt": "Do C.", "output": {"contractRef": "wr.contracts.user_only_dependency"}}
+    ])));
+    let kind = find(&errs, Code::InvalidValue, "/steps/0/nonAssumableChoices/1");
+    assert!(
+        kind.message.contains("preference_tradeoff") && kind.message.contains("`whatever`"),
+        "{}",
+        kind.message
+    );
+    find(&errs, Code::WrongType, "/steps/1/nonAssumableChoices");
+    let required = find(&errs, Code::InvalidValue, "/steps/2/output/contractRef");
+    assert!(
+        required.message.contains("cannot be required"),
+        "{}",
+        required.message
+    );
+    assert!(required.suggestion.contains("nonAssumableChoices"));
+    assert_eq!(required.fix, remove("/steps/2/output/contractRef"));
+}

@@ -407,22 +407,99 @@ fn a_required_capability_reported_unavailable_blocks_or_records_a_gap() {
 #[test]
 fn a_preferred_capability_reported_unavailable_is_only_a_warning_gap() {
     let c = probe_workflow("preferred");
-    let t = moved(
+    // In every mode, never-stop included: a preferred capability never makes a run "complete
+    // with gaps" (decision D39).
+    for autonomy in Autonomy::ALL.iter().copied() {
+        let t =
+            moved(engine::advance(&c, &start(&c), &observation("unavailable"), autonomy).unwrap());
+        assert_eq!(at(&t.state), "research", "{autonomy}");
+        assert_eq!(t.gaps.len(), 1, "{autonomy}");
+        assert_eq!(
+            t.gaps[0].gap_severity(),
+            Some(GapSeverity::Warning),
+            "{autonomy}"
+        );
+        assert_eq!(
+            t.gaps[0].reason.to_string(),
+            "capability_missing:required_capability_unavailable"
+        );
+        // The observation itself is reported for the durable record.
+        assert_eq!(t.reports.observations.len(), 1);
+    }
+}
+
+/// lock: L-CAP-OBSERVED-ONLY, L-REASON-BLOCKING-MODES
+#[test]
+fn only_steps_after_the_first_probe_depend_on_a_required_capability() {
+    use workrail::engine::reports::depends_on;
+    let c = compiled(json!({
+        "id": "project.deps", "name": "Deps", "description": "A lazy probe in the middle.",
+        "capabilities": {"web_browsing": "required", "delegation": "preferred"},
+        "steps": [
+            {"id": "plan", "title": "Plan", "prompt": "Plan."},
+            {"type": "template_call", "templateId": "wr.templates.capability_probe", "args": {"capability": "web_browsing", "when": "lazy_on_first_use"}},
+            {"id": "research", "title": "Research", "prompt": "Research."}
+        ]
+    }));
+    let dep = |id: &str, cap: Capability| {
+        let step = c
+            .step(&workrail_spec::ids::StepId::parse(id).unwrap())
+            .unwrap();
+        depends_on(&c, step, cap)
+    };
+    assert!(!dep("plan", Capability::WebBrowsing), "before the probe");
+    assert!(
+        !dep("capability_probe_web_browsing", Capability::WebBrowsing),
+        "the probe learns, it does not depend"
+    );
+    assert!(dep("research", Capability::WebBrowsing));
+    assert!(
+        !dep("research", Capability::Delegation),
+        "preferred capabilities never gate"
+    );
+    // Nothing known about the branch: the dependent step is unknown, the earlier one is not.
+    let state = start(&c);
+    let t = moved(engine::advance(&c, &state, &OutputInput::default(), Autonomy::Guided).unwrap());
+    assert_eq!(at(&t.state), "capability_probe_web_browsing");
+    let probe = artifacts(vec![
+        json!({"kind": "wr.capability_observation", "capability": "web_browsing", "status": "available", "evidence": "Fetched a page."}),
+    ]);
+    let after_probe = moved(engine::advance(&c, &t.state, &probe, Autonomy::Guided).unwrap());
+    assert_eq!(at(&after_probe.state), "research");
+    // Without the branch facts (the protocol supplies them) the capability is unknown.
+    let b = blocked(
         engine::advance(
             &c,
-            &start(&c),
-            &observation("unavailable"),
+            &after_probe.state,
+            &OutputInput::default(),
             Autonomy::Guided,
         )
         .unwrap(),
     );
-    assert_eq!(at(&t.state), "research");
-    assert_eq!(t.gaps.len(), 1);
-    assert_eq!(t.gaps[0].gap_severity(), Some(GapSeverity::Warning));
     assert_eq!(
-        t.gaps[0].reason.to_string(),
-        "capability_missing:required_capability_unavailable"
+        b.blocker_report().unwrap().blockers()[0].code,
+        BlockerCode::RequiredCapabilityUnknown
     );
+    let branch = workrail::engine::BranchFacts {
+        strong_status: [(
+            Capability::WebBrowsing,
+            workrail_spec::closed::CapabilityStatus::Available,
+        )]
+        .into_iter()
+        .collect(),
+        open_gaps: Vec::new(),
+    };
+    let done = moved(
+        engine::advance_on(
+            &c,
+            &after_probe.state,
+            &OutputInput::default(),
+            Autonomy::Guided,
+            &branch,
+        )
+        .unwrap(),
+    );
+    assert!(done.gaps.is_empty());
 }
 
 /// lock: L-BLOCKER-BUDGETS, L-BLOCKER-BUDGET-FAIL-FAST

@@ -359,8 +359,9 @@ impl Walker<'_, '_> {
     /// Applies the reason table: a blocking finding ends the walk (`Some`), a non-blocking one
     /// is disclosed and the walk goes on (`None`).
     fn judge(&mut self, finding: Finding) -> Option<Progress> {
-        // The model's findings never concern a capability, so `capability_required` is moot.
-        let disposition = finding.reason.disposition(self.autonomy, false);
+        // The model's findings concern a step's declared (so required) output or a loop limit:
+        // their subject is always required.
+        let disposition = finding.reason.disposition(self.autonomy, true);
         if disposition.blocks {
             let mut gaps = std::mem::take(&mut self.disclosed);
             if let Some(severity) = disposition.gap_severity {

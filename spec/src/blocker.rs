@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::budget::{
     BLOCKER_MESSAGE_MAX_BYTES, BLOCKER_SUGGESTED_FIX_MAX_BYTES, BoundedText, MAX_BLOCKERS,
 };
-use crate::closed::{Capability, closed_set};
+use crate::closed::{Capability, NonAssumableChoiceKind, closed_set};
 use crate::ids::{ContextKey, LoopId, StepId};
 
 closed_set!(
@@ -90,6 +90,12 @@ pub enum ReasonDetails {
         iteration: u32,
         max_iterations: u32,
     },
+    /// The capability a `capability_missing:*` reason is about, so a gap can be matched by the
+    /// observation that later resolves it (decision D40).
+    Capability { capability: Capability },
+    /// The non-assumable choice a `user_only_dependency:needs_user_choice` reason is about
+    /// (locks §3: that reason exists only for a choice the workflow marks non-assumable).
+    NonAssumableChoice { choice: NonAssumableChoiceKind },
 }
 
 /// One reason a run cannot advance.

@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use crate::artifact::{self, ArtifactError, ArtifactKind};
 use crate::closed::{
-    Autonomy, Capability, CapabilityRequirement, LoopDecision, RiskPolicy, StepSource, closed_set,
+    Autonomy, Capability, CapabilityRequirement, LoopDecision, NonAssumableChoiceKind, RiskPolicy,
+    StepSource, closed_set,
 };
 use crate::ids::{ConditionId, LoopId, Sha256Digest, StepId, WorkflowHash, WorkflowId};
 use crate::jcs::{JcsError, jcs_digest};
@@ -124,6 +125,11 @@ pub struct CompiledStep {
     pub provenance: StepProvenance,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub injected_refs: Vec<RefProvenance>,
+    /// Choices this step marks non-assumable (locks §3): the only choices for which the agent may
+    /// report `needs_user_choice`. Sorted and unique; absent when empty, so steps without it keep
+    /// their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub non_assumable_choices: Vec<NonAssumableChoiceKind>,
 }
 
 /// One item of an execution sequence: a step, or a loop.
@@ -364,6 +370,15 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
             return Err(invariant(
                 "integers are JCS-safe",
                 format!("ref {} bytes exceed 2^53-1", r.ref_id),
+            ));
+        }
+        if !strictly_sorted(&step.non_assumable_choices, |c| c.as_str()) {
+            return Err(invariant(
+                "nonAssumableChoices deduped and sorted",
+                format!(
+                    "step {} lists nonAssumableChoices out of order or twice",
+                    step.step_id
+                ),
             ));
         }
         if !step_ids.insert(&step.step_id) {

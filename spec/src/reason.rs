@@ -110,23 +110,35 @@ impl ReasonCode {
     }
 
     /// What this reason does in the given mode (locks §3 "Deterministic mapping").
-    /// `capability_required` only matters for `capability_missing:*`: a capability the compiled
-    /// workflow does not require never blocks.
-    pub fn disposition(self, autonomy: Autonomy, capability_required: bool) -> Disposition {
+    ///
+    /// `subject_required` says whether the compiled workflow requires what the reason is about:
+    /// the capability for `capability_missing:*`, the output for `contract_violation:*` (a
+    /// step's `output.contractRef`, or a user-only dependency report, which asks to stop). It
+    /// only matters for rows with [`BlockingRule::BlockIfRequired`]: a subject the workflow does
+    /// not require (a preferred capability, an optional report such as a divergence marker)
+    /// never blocks and is disclosed as a `warning` gap in every mode, so it never turns a run
+    /// into `complete_with_gaps` (decisions D9, D39).
+    pub fn disposition(self, autonomy: Autonomy, subject_required: bool) -> Disposition {
         let row = self.row();
+        let required = match row.blocking_mode {
+            BlockingRule::Block => true,
+            BlockingRule::BlockIfRequired => subject_required,
+        };
+        if !required {
+            return Disposition {
+                blocks: false,
+                gap_severity: Some(GapSeverity::Warning),
+            };
+        }
         if !autonomy.is_blocking() {
             return Disposition {
                 blocks: false,
                 gap_severity: Some(row.never_stop_gap_severity),
             };
         }
-        let blocks = match row.blocking_mode {
-            BlockingRule::Block => true,
-            BlockingRule::BlockIfCapabilityRequired => capability_required,
-        };
         Disposition {
-            blocks,
-            gap_severity: row.blocking_mode_gap_severity(blocks),
+            blocks: true,
+            gap_severity: row.blocking_mode_gap_severity(),
         }
     }
 }
@@ -136,8 +148,9 @@ impl ReasonCode {
 pub enum BlockingRule {
     /// Always `blocked`.
     Block,
-    /// `blocked` iff the capability is required by the compiled workflow.
-    BlockIfCapabilityRequired,
+    /// `blocked` iff the compiled workflow requires the reason's subject (the capability, or
+    /// the output); otherwise a `warning` gap in every mode.
+    BlockIfRequired,
 }
 
 /// One row of the locked mapping table.
@@ -153,18 +166,10 @@ pub struct ReasonRow {
 }
 
 impl ReasonRow {
-    /// Gap recorded in a blocking mode: `unexpected:*` always records a critical gap; a
-    /// capability that is not required (so does not block) is disclosed as a warning gap
-    /// (decision: "degrade gracefully and surface a warning", contract "Probing and
-    /// degradation"); other blocking reasons are accounted for by `advance_recorded` alone.
-    fn blocking_mode_gap_severity(&self, blocks: bool) -> Option<GapSeverity> {
-        if self.always_records_gap {
-            Some(GapSeverity::Critical)
-        } else if !blocks {
-            Some(GapSeverity::Warning)
-        } else {
-            None
-        }
+    /// Gap recorded when the reason blocks: `unexpected:*` always records a critical gap; other
+    /// blocking reasons are accounted for by `advance_recorded` alone.
+    fn blocking_mode_gap_severity(&self) -> Option<GapSeverity> {
+        self.always_records_gap.then_some(GapSeverity::Critical)
     }
 }
 
@@ -237,25 +242,25 @@ pub const REASON_TABLE: &[ReasonRow] = &[
     row!(
         G::ContractViolation(Contract::MissingRequiredOutput),
         MissingRequiredOutput,
-        Block,
+        BlockIfRequired,
         false
     ),
     row!(
         G::ContractViolation(Contract::InvalidRequiredOutput),
         InvalidRequiredOutput,
-        Block,
+        BlockIfRequired,
         false
     ),
     row!(
         G::CapabilityMissing(Cap::RequiredCapabilityUnknown),
         RequiredCapabilityUnknown,
-        BlockIfCapabilityRequired,
+        BlockIfRequired,
         false
     ),
     row!(
         G::CapabilityMissing(Cap::RequiredCapabilityUnavailable),
         RequiredCapabilityUnavailable,
-        BlockIfCapabilityRequired,
+        BlockIfRequired,
         false
     ),
     row!(

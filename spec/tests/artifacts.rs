@@ -922,6 +922,7 @@ fn sample_compiled() -> CompiledWorkflowSnapshotV1 {
             origin_id: None,
         },
         injected_refs: vec![],
+        non_assumable_choices: vec![],
     };
     CompiledWorkflowSnapshotV1::new(CompiledWorkflowBody {
         workflow_id: WorkflowId::parse("project.sample").unwrap(),

@@ -1395,7 +1395,6 @@ fn scope_for(at: At, run: &RunId, node: &NodeId) -> EventScope {
     }
 }
 
-/// Arbitrary valid events of every kind.
 /// Arbitrary valid events whose integers all fit an IEEE double exactly (what RFC 8785 can
 /// represent).
 fn arb_jcs_safe_event() -> impl Strategy<Value = SessionEvent> {

@@ -460,16 +460,18 @@ fn reason_mapping_vectors() {
             code.gap_reason(),
             "{FILE} case {n}: gap reason parses back"
         );
-        let capability = text_code.starts_with("capability_missing:");
+        // Reasons about something the workflow may or may not require name that in every row.
+        let conditional = text_code.starts_with("capability_missing:")
+            || text_code.starts_with("contract_violation:");
         let mut covered = BTreeSet::new();
         for d in case["dispositions"].as_array().unwrap() {
             let autonomy = Autonomy::parse(text(d, "autonomy")).unwrap();
-            let required: Vec<bool> = match d.get("capabilityRequired") {
+            let required: Vec<bool> = match d.get("subjectRequired") {
                 Some(v) => vec![v.as_bool().unwrap()],
                 None => {
                     assert!(
-                        !capability,
-                        "{FILE} case {n}: capability dispositions name it"
+                        !conditional,
+                        "{FILE} case {n}: capability and contract dispositions name subjectRequired"
                     );
                     vec![true, false]
                 }
@@ -480,14 +482,14 @@ fn reason_mapping_vectors() {
                 assert_eq!(
                     serde_json::to_value(got).unwrap(),
                     json!({"blocks": d["blocks"], "gapSeverity": d["gapSeverity"]}),
-                    "{FILE} case {n}: disposition in {autonomy} with capabilityRequired={req}"
+                    "{FILE} case {n}: disposition in {autonomy} with subjectRequired={req}"
                 );
             }
         }
         assert_eq!(
             covered.len(),
             Autonomy::ALL.len() * 2,
-            "{FILE} case {n}: every autonomy and capabilityRequired value is covered"
+            "{FILE} case {n}: every autonomy and subjectRequired value is covered"
         );
     }
     let all: BTreeSet<String> = ReasonCode::all().map(|c| c.to_string()).collect();

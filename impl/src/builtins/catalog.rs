@@ -44,6 +44,7 @@ pub fn catalog_value() -> Value {
             "contractRef": c.contract_ref,
             "artifactKind": c.artifact_kind,
             "summary": c.summary,
+            "requirable": c.requirable,
             "schema": c.schema(),
             "example": c.example(),
         })).collect::<Vec<_>>(),

@@ -11,7 +11,10 @@
 
 use serde_json::{Value, json};
 use workrail_spec::budget::{LOOP_CONTROL_SUMMARY_MAX_BYTES, SUMMARY_MAX_BYTES};
-use workrail_spec::closed::{Capability, DivergenceReason, LoopDecision};
+use workrail_spec::closed::{
+    AttemptFailureCode, Capability, ClaimedBy, DivergenceReason, LoopDecision,
+    NonAssumableChoiceKind, UserOnlyDependencyReason,
+};
 
 /// The namespace every contract pack lives in.
 pub const CONTRACT_PREFIX: &str = "wr.contracts.";
@@ -30,6 +33,8 @@ pub const CAPABILITY_OBSERVATION: &str = "wr.contracts.capability_observation";
 pub const WORKFLOW_DIVERGENCE: &str = "wr.contracts.workflow_divergence";
 /// `wr.contracts.verification_report`: makes a `verify` block enforceable.
 pub const VERIFICATION_REPORT: &str = "wr.contracts.verification_report";
+/// `wr.contracts.user_only_dependency`: what the agent reports when only the user can unblock.
+pub const USER_ONLY_DEPENDENCY: &str = "wr.contracts.user_only_dependency";
 
 /// Max checks in one verification report.
 pub const VERIFICATION_MAX_CHECKS: usize = 50;
@@ -44,6 +49,9 @@ pub struct ContractPack {
     pub artifact_kind: &'static str,
     /// One line for the builtins catalog and blocked responses.
     pub summary: &'static str,
+    /// Whether a step may require the pack with `output.contractRef`. A user-only dependency is
+    /// reported when it happens; requiring one on every ack of a step would mean nothing.
+    pub requirable: bool,
     schema: fn() -> Value,
     example: fn() -> Value,
 }
@@ -66,6 +74,7 @@ pub const CONTRACTS: &[ContractPack] = &[
         contract_ref: CAPABILITY_OBSERVATION,
         artifact_kind: "wr.capability_observation",
         summary: "Whether a capability (delegation, web_browsing) worked when the agent tried it.",
+        requirable: true,
         schema: capability_observation_schema,
         example: capability_observation_example,
     },
@@ -73,13 +82,23 @@ pub const CONTRACTS: &[ContractPack] = &[
         contract_ref: LOOP_CONTROL,
         artifact_kind: "wr.loop_control",
         summary: "The loop decision (continue or stop) for the enclosing loop, with a short why.",
+        requirable: true,
         schema: loop_control_schema,
         example: loop_control_example,
+    },
+    ContractPack {
+        contract_ref: USER_ONLY_DEPENDENCY,
+        artifact_kind: "wr.user_only_dependency",
+        summary: "Something only the user can provide or decide (closed reason); blocks in blocking modes, a critical gap in full_auto_never_stop.",
+        requirable: false,
+        schema: user_only_dependency_schema,
+        example: user_only_dependency_example,
     },
     ContractPack {
         contract_ref: VERIFICATION_REPORT,
         artifact_kind: "wr.verification_report",
         summary: "Each verification check with its status and the evidence behind it.",
+        requirable: true,
         schema: verification_report_schema,
         example: verification_report_example,
     },
@@ -87,6 +106,7 @@ pub const CONTRACTS: &[ContractPack] = &[
         contract_ref: WORKFLOW_DIVERGENCE,
         artifact_kind: "workflow_divergence",
         summary: "An intentional deviation from the step's instructions, with reason and summary.",
+        requirable: true,
         schema: workflow_divergence_schema,
         example: workflow_divergence_example,
     },
@@ -152,18 +172,48 @@ fn loop_control_example() -> Value {
     })
 }
 
+/// `{"not": {"required": [field]}}`: the field must be absent.
+fn absent(field: &str) -> Value {
+    json!({"not": {"required": [field]}})
+}
+
 fn capability_observation_schema() -> Value {
-    object(
+    let mut schema = object(
         "wr.capability_observation",
         json!({
             "capability": {"enum": strings(Capability::ALL, Capability::as_str)},
             "status": {"enum": ["available", "unavailable"]},
             "evidence": bounded_string(LOOP_CONTROL_SUMMARY_MAX_BYTES),
             "remediation": bounded_string(LOOP_CONTROL_SUMMARY_MAX_BYTES),
+            "basis": {"enum": OBSERVATION_BASES},
+            "claimedBy": {"enum": strings(ClaimedBy::ALL, ClaimedBy::as_str)},
+            "failureCode": {"enum": strings(AttemptFailureCode::ALL, AttemptFailureCode::as_str)},
         }),
         &["capability", "evidence", "status"],
-    )
+    );
+    // `claimedBy` belongs to a claim; `failureCode` to an attempt that failed.
+    if let Some(map) = schema.as_object_mut() {
+        map.insert(
+            "allOf".into(),
+            json!([
+                {
+                    "if": {"properties": {"basis": {"const": "claim"}}, "required": ["basis"]},
+                    "then": absent("failureCode"),
+                    "else": absent("claimedBy"),
+                },
+                {
+                    "if": {"properties": {"status": {"const": "available"}}},
+                    "then": absent("failureCode"),
+                },
+            ]),
+        );
+    }
+    schema
 }
+
+/// `basis` of a capability observation: `attempt` (the agent tried it; the default) or `claim`
+/// (said without trying, by the agent or the user: never enforcement-grade).
+pub const OBSERVATION_BASES: [&str; 2] = ["attempt", "claim"];
 
 fn capability_observation_example() -> Value {
     json!({
@@ -171,6 +221,59 @@ fn capability_observation_example() -> Value {
         "capability": "web_browsing",
         "status": "available",
         "evidence": "Fetched https://example.com and read its title.",
+    })
+}
+
+/// `status` of a user-only dependency report: `needed` (the default: only the user can unblock)
+/// or `supplied` (the user has since provided it; resolves the disclosed gap).
+pub const USER_DEPENDENCY_STATUSES: [&str; 2] = ["needed", "supplied"];
+
+fn user_only_dependency_schema() -> Value {
+    let mut schema = object(
+        "wr.user_only_dependency",
+        json!({
+            "reason": {"enum": strings(UserOnlyDependencyReason::ALL, UserOnlyDependencyReason::as_str)},
+            "summary": bounded_string(SUMMARY_MAX_BYTES),
+            "nonAssumableChoice": {"enum": strings(NonAssumableChoiceKind::ALL, NonAssumableChoiceKind::as_str)},
+            "status": {"enum": USER_DEPENDENCY_STATUSES},
+        }),
+        &["reason", "summary"],
+    );
+    // `needs_user_choice` names the non-assumable choice; no other reason does (locks §3).
+    if let Some(map) = schema.as_object_mut() {
+        map.insert(
+            "allOf".into(),
+            json!([{
+                "if": {
+                    "properties": {"reason": {"const": UserOnlyDependencyReason::NeedsUserChoice.as_str()}},
+                    "required": ["reason"],
+                },
+                "then": {"required": ["nonAssumableChoice"]},
+                "else": absent("nonAssumableChoice"),
+            }]),
+        );
+    }
+    schema
+}
+
+/// The constraint a step that marks choices non-assumable carries (rendered into its prompt, so
+/// it is pinned by the workflow hash), or `None` when it marks none.
+pub fn non_assumable_choices_line(choices: &[NonAssumableChoiceKind]) -> Option<String> {
+    if choices.is_empty() {
+        return None;
+    }
+    let kinds: Vec<String> = choices.iter().map(|c| format!("`{c}`")).collect();
+    Some(format!(
+        "Only the user may decide these choices in this step ({}): never assume them. Ask the user; if they have not decided, acknowledge with a `wr.user_only_dependency` artifact (`reason` `needs_user_choice`, `nonAssumableChoice` set to the kind, `summary` naming the decision). `guided` and `full_auto_stop_on_user_deps` then block until the user decides; `full_auto_never_stop` records a critical gap, and you continue with the most reversible option and say which in output.notesMarkdown.",
+        kinds.join(", ")
+    ))
+}
+
+fn user_only_dependency_example() -> Value {
+    json!({
+        "kind": "wr.user_only_dependency",
+        "reason": "needs_user_secret_or_token",
+        "summary": "The deploy step needs an API token for the staging registry; none is configured.",
     })
 }
 

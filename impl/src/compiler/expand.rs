@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use workrail_spec::closed::{Capability, CapabilityRequirement, StepSource};
+use workrail_spec::closed::{
+    Capability, CapabilityRequirement, NonAssumableChoiceKind, StepSource,
+};
 use workrail_spec::compiled::{CompiledWarning, CompiledWarningCode, StepProvenance};
 use workrail_spec::ids::StepId;
 
@@ -101,10 +103,17 @@ fn expand_list(
 }
 
 fn authored(step: &NormalStep, workflow_role: Option<&str>) -> StepIr {
-    let (text, blocks) = match &step.body {
+    let (text, mut blocks) = match &step.body {
         StepBody::Prompt(text) => (Some(text.clone()), SourceBlocks::default()),
         StepBody::Blocks(blocks) => (None, blocks.clone()),
     };
+    // Canonical order is lexical by wire value, like every other compiled list.
+    let mut choices: Vec<NonAssumableChoiceKind> =
+        step.non_assumable_choices.iter().copied().collect();
+    choices.sort_by_key(|c| c.as_str());
+    if let Some(line) = crate::builtins::contracts::non_assumable_choices_line(&choices) {
+        blocks.constraints.push(PromptValue::Text(line));
+    }
     let output = step.output.clone().unwrap_or_default();
     StepIr {
         step_id: step.id.clone(),
@@ -119,6 +128,7 @@ fn authored(step: &NormalStep, workflow_role: Option<&str>) -> StepIr {
         contract_ref: output.contract_ref,
         probe_capability: None,
         hints: output.hints,
+        non_assumable_choices: choices,
         provenance: StepProvenance {
             source: StepSource::Authored,
             origin_id: None,
@@ -161,6 +171,7 @@ fn template_step(
         contract_ref: Some(step.contract_ref),
         probe_capability: Some(capability),
         hints: Default::default(),
+        non_assumable_choices: Vec::new(),
         provenance: StepProvenance {
             source: StepSource::TemplateInjected,
             origin_id: Some(CAPABILITY_PROBE.to_owned()),

@@ -75,6 +75,12 @@ fn push_constraints(step: &mut StepIr, lines: &[String]) {
         .extend(lines.iter().cloned().map(PromptValue::Text));
 }
 
+/// The failure codes an attempted use may report, as the capability lines name them.
+const FAILURE_CODES: &str = "`tool_missing`, `tool_error`, `policy_blocked` or `unknown`";
+
+/// One constraint per declared capability. A preferred capability gets the lazy-attempt pattern
+/// (contract "Delegation preferred: lazy attempt + sequential fallback"): try once, fall back to
+/// the sequential path, and report the attempt so the observation is durable and strong.
 fn capability_lines(capabilities: &BTreeMap<Capability, CapabilityRequirement>) -> Vec<String> {
     capabilities
         .iter()
@@ -92,12 +98,13 @@ fn capability_lines(capabilities: &BTreeMap<Capability, CapabilityRequirement>) 
                     "rely on the repository and what the user provided, and list the facts you could not check",
                 ),
             };
+            let id = capability.as_str();
             match requirement {
                 CapabilityRequirement::Required => format!(
-                    "{name} is required by this workflow: {use_it} where this step needs it; if it stops working, say so in output.notesMarkdown instead of guessing."
+                    "{name} is required by this workflow: {use_it} where this step needs it. If it stops working, do not guess: add a `wr.capability_observation` artifact to `output.artifacts` with `capability` `{id}`, `status` `unavailable`, a `failureCode` ({FAILURE_CODES}) and the `evidence` of what you tried."
                 ),
                 CapabilityRequirement::Preferred => format!(
-                    "{name} is preferred: {use_it} when it is available; otherwise {without}, and say so in output.notesMarkdown."
+                    "{name} is preferred: where this step can use it, try it once ({use_it}). If that fails, fall back ({without}) and add a `wr.capability_observation` artifact to `output.artifacts` with `capability` `{id}`, `status` `unavailable`, a `failureCode` ({FAILURE_CODES}) and the `evidence` of what you tried; the first time it works in this run, report `status` `available` the same way."
                 ),
                 CapabilityRequirement::Disabled => format!(
                     "{name} is disabled for this workflow: do not use it, even if it is available."

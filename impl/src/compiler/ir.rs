@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use workrail_spec::closed::Capability;
+use workrail_spec::closed::{Capability, NonAssumableChoiceKind};
 use workrail_spec::compiled::StepProvenance;
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 
@@ -32,6 +32,8 @@ pub(crate) struct StepIr {
     /// The capability a template-injected probe step observes.
     pub probe_capability: Option<Capability>,
     pub hints: BTreeMap<String, String>,
+    /// Choices only the user may make at this step, sorted (compiled as `nonAssumableChoices`).
+    pub non_assumable_choices: Vec<NonAssumableChoiceKind>,
     pub provenance: StepProvenance,
     /// The source pointer errors about this step refer to (the template call for expansions).
     pub pointer: String,

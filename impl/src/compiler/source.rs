@@ -4,10 +4,12 @@
 //! that every rejection can be reported with its JSON pointer. Each node keeps the pointer it was
 //! read from for the later phases' errors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
-use workrail_spec::closed::{Capability, CapabilityRequirement, LoopDecision};
+use workrail_spec::closed::{
+    Capability, CapabilityRequirement, LoopDecision, NonAssumableChoiceKind,
+};
 use workrail_spec::compiled::Recommendations;
 use workrail_spec::ids::{ConditionId, LoopId, StepId, WorkflowId};
 
@@ -57,7 +59,8 @@ pub enum ConditionKind {
 /// A step of `steps[]` or of a loop `body[]`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceStep {
-    Normal(NormalStep),
+    /// Boxed: a normal step is much larger than the other kinds.
+    Normal(Box<NormalStep>),
     TemplateCall(TemplateCall),
     Loop(LoopStep),
 }
@@ -71,6 +74,8 @@ pub struct NormalStep {
     pub require_confirmation: bool,
     pub body: StepBody,
     pub output: Option<SourceOutput>,
+    /// Choices only the user may make at this step (`nonAssumableChoices`, locks §3).
+    pub non_assumable_choices: BTreeSet<NonAssumableChoiceKind>,
     pub pointer: String,
 }
 

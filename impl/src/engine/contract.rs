@@ -90,6 +90,23 @@ pub(crate) fn bounded(text: &str, max: usize) -> String {
     format!("{}{ellipsis}", &text[..cut])
 }
 
+/// The schema violations of one artifact (`index` is its place in `output.artifacts`).
+pub fn problems_of(
+    validator: &Validator,
+    index: usize,
+    artifact: &Map<String, Value>,
+) -> Vec<ContractProblem> {
+    let instance = Value::Object(artifact.clone());
+    validator
+        .iter_errors(&instance)
+        .map(|error| ContractProblem {
+            artifact_index: index,
+            instance_path: error.instance_path().as_str().to_owned(),
+            message: bounded(&error.to_string(), PROBLEM_MESSAGE_MAX_BYTES),
+        })
+        .collect()
+}
+
 /// Checks every artifact whose `kind` is the contract's artifact kind. Other artifacts are not
 /// this contract's business.
 pub fn check(
@@ -109,14 +126,7 @@ pub fn check(
     let validator = validator(&contract.schema)?;
     let mut problems = Vec::new();
     for (index, artifact) in &matching {
-        let instance = Value::Object((*artifact).clone());
-        for error in validator.iter_errors(&instance) {
-            problems.push(ContractProblem {
-                artifact_index: *index,
-                instance_path: error.instance_path().as_str().to_owned(),
-                message: bounded(&error.to_string(), PROBLEM_MESSAGE_MAX_BYTES),
-            });
-        }
+        problems.extend(problems_of(&validator, *index, artifact));
     }
     if problems.is_empty() {
         Ok(ContractCheck::Valid(

@@ -1,13 +1,14 @@
 //! Building findings: the reason code, blocker pointer, bounded message and fix, structured
 //! details and the disposition in the effective mode.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use workrail_spec::blocker::BlockerPointer;
 use workrail_spec::budget::{BLOCKER_MESSAGE_MAX_BYTES, BLOCKER_SUGGESTED_FIX_MAX_BYTES};
-use workrail_spec::closed::{Autonomy, Capability, CapabilityRequirement, LoopDecision};
-use workrail_spec::compiled::{
-    CompiledCondition, CompiledContract, CompiledLoop, CompiledWorkflowSnapshotV1,
+use workrail_spec::closed::{
+    Autonomy, Capability, CapabilityStatus, LoopDecision, NonAssumableChoiceKind,
+    UserOnlyDependencyReason,
 };
+use workrail_spec::compiled::{CompiledCondition, CompiledContract, CompiledLoop};
 use workrail_spec::ids::StepId;
 use workrail_spec::reason::{
     CapabilityMissingReason, ContractViolationReason, GapReason, ReasonCode, UnexpectedReason,
@@ -23,7 +24,7 @@ fn finding(
     fix: String,
     detail: FindingDetail,
     autonomy: Autonomy,
-    capability_required: bool,
+    subject_required: bool,
 ) -> Finding {
     let reason = ReasonCode::new(reason);
     Finding {
@@ -32,7 +33,7 @@ fn finding(
         message: bounded(&message, BLOCKER_MESSAGE_MAX_BYTES),
         suggested_fix: bounded(&fix, BLOCKER_SUGGESTED_FIX_MAX_BYTES),
         detail,
-        disposition: reason.disposition(autonomy, capability_required),
+        disposition: reason.disposition(autonomy, subject_required),
     }
 }
 
@@ -113,7 +114,60 @@ pub(crate) fn contract(
             example,
         },
         autonomy,
-        false,
+        true,
+    )
+}
+
+/// An optional report (an artifact WorkRail reads on any step: a capability observation, a
+/// divergence marker, a user-only dependency) that does not satisfy its pack. `required` is true
+/// for a user-only dependency, which asks to stop: judging it like a required output keeps a
+/// malformed stop request from silently becoming an advance (decision D41); other reports are
+/// disclosed as warnings (D42).
+pub(crate) fn invalid_report(
+    contract: &CompiledContract,
+    step_id: &StepId,
+    problems: Vec<ContractProblem>,
+    autonomy: Autonomy,
+    required: bool,
+) -> Finding {
+    let example = contract.example.clone();
+    let first = problems.first().cloned().unwrap_or(ContractProblem {
+        artifact_index: 0,
+        instance_path: String::new(),
+        message: "invalid".into(),
+    });
+    let consequence = if required {
+        "so WorkRail cannot tell what the user must do"
+    } else {
+        "so it was not recorded"
+    };
+    finding(
+        GapReason::ContractViolation(ContractViolationReason::InvalidRequiredOutput),
+        BlockerPointer::OutputContract {
+            contract_ref: contract.contract_ref.clone(),
+        },
+        format!(
+            "Step '{step_id}': artifact {} ('{}') does not satisfy {} at '{}': {}; {consequence}.",
+            first.artifact_index,
+            contract.artifact_kind,
+            contract.contract_ref,
+            first.instance_path,
+            first.message
+        ),
+        format!(
+            "Fix the fields listed in the details ({} problem(s)) and acknowledge again, or leave the artifact out. A valid example: {}",
+            problems.len(),
+            compact(&example)
+        ),
+        FindingDetail::Contract {
+            step_id: step_id.clone(),
+            contract_ref: contract.contract_ref.clone(),
+            artifact_kind: contract.artifact_kind.clone(),
+            problems,
+            example,
+        },
+        autonomy,
+        required,
     )
 }
 
@@ -153,73 +207,165 @@ pub(crate) fn loop_limit(
             step_id,
         },
         autonomy,
-        false,
+        true,
     )
 }
 
-/// Probe observations that report a declared capability unavailable.
-pub(crate) fn capabilities(
-    compiled: &CompiledWorkflowSnapshotV1,
-    step_id: &StepId,
-    artifacts: &[(usize, Map<String, Value>)],
-    autonomy: Autonomy,
-) -> Vec<Finding> {
-    let mut out: Vec<Finding> = Vec::new();
-    for (_, artifact) in artifacts {
-        let capability = artifact
-            .get("capability")
-            .and_then(Value::as_str)
-            .and_then(Capability::parse);
-        let unavailable = artifact.get("status").and_then(Value::as_str) == Some("unavailable");
-        let Some(capability) = capability else {
-            continue;
-        };
-        let requirement = compiled.body.capabilities.get(&capability).copied();
-        let required = match requirement {
-            Some(CapabilityRequirement::Required) => true,
-            Some(CapabilityRequirement::Preferred) => false,
-            // Undeclared or disabled: nothing depends on it.
-            _ => continue,
-        };
-        if !unavailable || out.iter().any(|f| matches!(f.detail, FindingDetail::Capability { capability: c, .. } if c == capability)) {
-            continue;
-        }
-        let remediation = artifact
-            .get("remediation")
-            .and_then(Value::as_str)
-            .map(|r| format!(" The agent suggested: {r}"))
-            .unwrap_or_default();
-        let (message, fix) = if required {
-            (
-                format!(
-                    "The probe in step '{step_id}' reported '{capability}' unavailable, and this workflow requires it."
-                ),
-                format!(
-                    "Make '{capability}' available to the agent (enable a tool that provides it) or supply the material it would fetch, then acknowledge the probe again with a new observation.{remediation}"
-                ),
-            )
-        } else {
-            (
-                format!(
-                    "The probe in step '{step_id}' reported '{capability}' unavailable; this workflow only prefers it and continues without it."
-                ),
-                format!(
-                    "Nothing is required; enabling '{capability}' would let later steps use the enhanced path.{remediation}"
-                ),
-            )
-        };
-        out.push(finding(
-            GapReason::CapabilityMissing(CapabilityMissingReason::RequiredCapabilityUnavailable),
-            BlockerPointer::Capability { capability },
-            message,
-            fix,
-            FindingDetail::Capability {
-                capability,
-                step_id: step_id.clone(),
-            },
-            autonomy,
-            required,
-        ));
+fn capability_name(capability: Capability) -> &'static str {
+    match capability {
+        Capability::Delegation => "delegation (subagents)",
+        Capability::WebBrowsing => "web browsing",
     }
-    out
+}
+
+/// A declared capability observed `unavailable` with enforcement-grade provenance. Blocks only
+/// when the workflow requires it; a preferred one is a warning (contract "Probing and
+/// degradation": degrade gracefully and surface a warning).
+pub(crate) fn capability_unavailable(
+    capability: Capability,
+    step_id: &StepId,
+    required: bool,
+    remediation: Option<&str>,
+    autonomy: Autonomy,
+) -> Finding {
+    let name = capability_name(capability);
+    let remediation = remediation
+        .map(|r| format!(" The agent suggested: {r}"))
+        .unwrap_or_default();
+    let (message, fix) = if required {
+        (
+            format!(
+                "Step '{step_id}' observed '{capability}' unavailable, and this workflow requires it."
+            ),
+            format!(
+                "Make {name} available to the agent (enable a tool that provides it) or supply the material it would fetch, then acknowledge again with a new `wr.capability_observation` of `{capability}` (`basis` `attempt`, `status` `available`).{remediation}"
+            ),
+        )
+    } else {
+        (
+            format!(
+                "Step '{step_id}' observed '{capability}' unavailable; this workflow only prefers it and continues on the sequential path."
+            ),
+            format!(
+                "Nothing is required; enabling {name} would let later steps use the enhanced path.{remediation}"
+            ),
+        )
+    };
+    finding(
+        GapReason::CapabilityMissing(CapabilityMissingReason::RequiredCapabilityUnavailable),
+        BlockerPointer::Capability { capability },
+        message,
+        fix,
+        FindingDetail::Capability {
+            capability,
+            step_id: step_id.clone(),
+            status: CapabilityStatus::Unavailable,
+        },
+        autonomy,
+        required,
+    )
+}
+
+/// A step that depends on a required capability was acknowledged while the capability's
+/// enforcement-grade status on the branch is `unknown` (or `unavailable`).
+pub(crate) fn capability_dependency(
+    capability: Capability,
+    step_id: &StepId,
+    status: CapabilityStatus,
+    autonomy: Autonomy,
+) -> Finding {
+    let name = capability_name(capability);
+    let observe = format!(
+        "try {name} once in this step and acknowledge again with a `wr.capability_observation` artifact (`capability` `{capability}`, `basis` `attempt`, `status` from what happened, and the `evidence`); a claim without an attempt does not count"
+    );
+    let (detail, message, fix) = if status == CapabilityStatus::Unavailable {
+        (
+            CapabilityMissingReason::RequiredCapabilityUnavailable,
+            format!(
+                "Step '{step_id}' depends on '{capability}', which this workflow requires, but the latest attempt on this branch found it unavailable."
+            ),
+            format!("Make {name} available to the agent, then {observe}."),
+        )
+    } else {
+        (
+            CapabilityMissingReason::RequiredCapabilityUnknown,
+            format!(
+                "Step '{step_id}' depends on '{capability}', which this workflow requires, but no attempt on this branch has shown whether it works (the probe was skipped, or only a claim was reported)."
+            ),
+            format!("To find out, {observe}."),
+        )
+    };
+    finding(
+        GapReason::CapabilityMissing(detail),
+        BlockerPointer::Capability { capability },
+        message,
+        fix,
+        FindingDetail::Capability {
+            capability,
+            step_id: step_id.clone(),
+            status,
+        },
+        autonomy,
+        true,
+    )
+}
+
+/// What the user must do for each reason, as the blocked response's fix.
+fn user_only_fix(
+    reason: UserOnlyDependencyReason,
+    choice: Option<NonAssumableChoiceKind>,
+) -> String {
+    let ask = match reason {
+        UserOnlyDependencyReason::NeedsUserSecretOrToken => {
+            "Ask the user to provide the secret or token through their own secure channel; never invent, guess or print one.".to_owned()
+        }
+        UserOnlyDependencyReason::NeedsUserAccountAccess => {
+            "Ask the user to grant the account access (sign in, grant the permission) or to do the step with their account.".to_owned()
+        }
+        UserOnlyDependencyReason::NeedsUserArtifact => {
+            "Ask the user for the file, document or data described in the summary.".to_owned()
+        }
+        UserOnlyDependencyReason::NeedsUserChoice => format!(
+            "Ask the user to decide ({}); record their decision in output.notesMarkdown.",
+            choice.map_or("the choice", |c| c.as_str())
+        ),
+        UserOnlyDependencyReason::NeedsUserApproval => {
+            "Ask the user for explicit approval and quote it in output.notesMarkdown.".to_owned()
+        }
+        UserOnlyDependencyReason::NeedsUserEnvironmentAction => {
+            "Ask the user to perform the action in their environment (install, start or configure what the summary names).".to_owned()
+        }
+    };
+    format!(
+        "{ask} Then acknowledge this step again, with the new ackToken, without the `wr.user_only_dependency` artifact."
+    )
+}
+
+/// The agent reported that only the user can unblock the step.
+pub(crate) fn user_only_dependency(
+    step_id: &StepId,
+    reason: UserOnlyDependencyReason,
+    choice: Option<NonAssumableChoiceKind>,
+    summary: &str,
+    autonomy: Autonomy,
+) -> Finding {
+    let what = match choice {
+        Some(c) => format!("{reason}, {c}"),
+        None => reason.as_str().to_owned(),
+    };
+    finding(
+        GapReason::UserOnlyDependency(reason),
+        BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        format!("Step '{step_id}' needs the user ({what}): {summary}"),
+        user_only_fix(reason, choice),
+        FindingDetail::UserOnlyDependency {
+            step_id: step_id.clone(),
+            reason,
+            non_assumable_choice: choice,
+        },
+        autonomy,
+        true,
+    )
 }

@@ -1,14 +1,17 @@
 //! The interpreter: a pure state machine over a compiled snapshot and an `EngineState`.
 //!
-//! `start(compiled, Init)` selects the first pending step. `advance(compiled, state, output,
-//! autonomy)` validates the pending step's required output (its contract, and for a loop
-//! decision step the `wr.loop_control` artifact), then either blocks (state unchanged) or
-//! completes the step and walks to the next pending step, entering and leaving loops with a
-//! full decision trace. Nothing here does I/O; the protocol layer records what it returns.
+//! `start(compiled, Init)` selects the first pending step. `advance_on(compiled, state, output,
+//! autonomy, branch)` validates the pending step's required output (its contract, and for a loop
+//! decision step the `wr.loop_control` artifact), judges the reports any step may carry
+//! (capability observations, divergences, user-only dependencies; [`reports`]) against the
+//! branch's durable facts, then either blocks (state unchanged) or completes the step and walks
+//! to the next pending step, entering and leaving loops with a full decision trace. Nothing here
+//! does I/O; the protocol layer derives `branch` from the log and records what it returns.
 
 pub mod contract;
 mod findings;
 pub mod outcome;
+pub mod reports;
 mod trace;
 mod walk;
 
@@ -20,7 +23,10 @@ use workrail_spec::snapshot::{CompletedSet, EngineState, LoopFrame, Pending, Pen
 use workrail_spec::tools::OutputInput;
 
 use self::contract::{ContractCheck, ContractProblem};
-pub use self::outcome::{AdvanceOutcome, Blocked, EngineError, Finding, FindingDetail, Transition};
+pub use self::outcome::{
+    AdvanceOutcome, Blocked, BranchFacts, Divergence, EngineError, Finding, FindingDetail,
+    ObservedCapability, OpenGap, Reports, Resolution, Transition,
+};
 pub use self::trace::Termination;
 use self::walk::{Halt, Landing, LoopSignal, Walker, inconsistent, locate};
 use crate::builtins::contracts::{CAPABILITY_OBSERVATION, LOOP_CONTROL};
@@ -78,15 +84,32 @@ pub fn start(
         state: running(CompletedSet::default(), walker.frames, landing)?,
         trace: walker.trace,
         gaps: Vec::new(),
+        reports: Reports::default(),
     })
 }
 
-/// Acknowledges the pending step with the agent's `output` under the effective `autonomy`.
+/// Acknowledges the pending step with the agent's `output` under the effective `autonomy`,
+/// knowing nothing of the branch (every capability `unknown`, no open gaps).
 pub fn advance(
     compiled: &CompiledWorkflowSnapshotV1,
     state: &EngineState,
     output: &OutputInput,
     autonomy: Autonomy,
+) -> Result<AdvanceOutcome, EngineError> {
+    advance_on(compiled, state, output, autonomy, &BranchFacts::default())
+}
+
+/// Acknowledges the pending step on a branch whose durable facts are `branch`: the step's
+/// required output is validated, then every report of the ack is judged (capability
+/// observations, divergences, user-only dependencies) and a step that depends on a required
+/// capability is checked against its status; then the reason table decides (block, or disclose
+/// and go on).
+pub fn advance_on(
+    compiled: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+    output: &OutputInput,
+    autonomy: Autonomy,
+    branch: &BranchFacts,
 ) -> Result<AdvanceOutcome, EngineError> {
     let (completed, frames, pending) = match state {
         EngineState::Init => return Err(EngineError::NotStarted),
@@ -113,66 +136,66 @@ pub fn advance(
 
     let mut findings = Vec::new();
     let mut signal = None;
+    let mut accepted: Option<reports::Accepted> = None;
     let contract_ref = step.output.as_ref().and_then(|o| o.contract_ref.as_deref());
     if let Some(contract_ref) = contract_ref {
         let contract = compiled
             .contract(contract_ref)
             .ok_or_else(|| inconsistent(format!("contract {contract_ref} is not embedded")))?;
-        match contract::check(contract, &output.artifacts).map_err(inconsistent)? {
-            ContractCheck::Missing => {
-                findings.push(findings::contract(
-                    contract,
-                    &step.step_id,
-                    loop_id,
-                    Vec::new(),
-                    autonomy,
-                ));
-            }
-            ContractCheck::Invalid(problems) => {
-                findings.push(findings::contract(
-                    contract,
-                    &step.step_id,
-                    loop_id,
-                    problems,
-                    autonomy,
-                ));
-            }
+        let problems = match contract::check(contract, &output.artifacts).map_err(inconsistent)? {
+            ContractCheck::Missing => Some(Vec::new()),
+            ContractCheck::Invalid(problems) => Some(problems),
             ContractCheck::Valid(artifacts) => {
-                if contract_ref == LOOP_CONTROL {
+                let mut problems: Vec<ContractProblem> = artifacts
+                    .iter()
+                    .flat_map(|(i, a)| {
+                        reports::semantic_problems(compiled, step, contract_ref, *i, a)
+                    })
+                    .collect();
+                if contract_ref == LOOP_CONTROL && problems.is_empty() {
                     match loop_decision(&artifacts, loop_id) {
                         Ok(decision) => signal = Some(LoopSignal::Decision(decision)),
-                        Err(problem) => findings.push(findings::contract(
-                            contract,
-                            &step.step_id,
-                            loop_id,
-                            vec![problem],
-                            autonomy,
-                        )),
+                        Err(problem) => problems.push(problem),
                     }
                 }
-                if contract_ref == CAPABILITY_OBSERVATION {
-                    if let Some(problem) = probe_mismatch(step, &artifacts) {
-                        findings.push(findings::contract(
-                            contract,
-                            &step.step_id,
-                            loop_id,
-                            vec![problem],
-                            autonomy,
-                        ));
-                    } else {
-                        findings.extend(findings::capabilities(
-                            compiled,
-                            &step.step_id,
-                            &artifacts,
-                            autonomy,
-                        ));
-                    }
+                if contract_ref == CAPABILITY_OBSERVATION && problems.is_empty() {
+                    problems.extend(probe_mismatch(step, &artifacts));
+                }
+                if problems.is_empty() {
+                    accepted = Some(artifacts);
+                    None
+                } else {
+                    problems.truncate(contract::MAX_PROBLEMS);
+                    Some(problems)
                 }
             }
+        };
+        if let Some(problems) = problems {
+            findings.push(findings::contract(
+                contract,
+                &step.step_id,
+                loop_id,
+                problems,
+                autonomy,
+            ));
         }
     }
+    let (report_findings, mut reports) = reports::Judge {
+        compiled,
+        step,
+        artifacts: &output.artifacts,
+        autonomy,
+        branch,
+        required: contract_ref.map(|r| (r, accepted.as_ref())),
+    }
+    .run()
+    .map_err(inconsistent)?;
+    findings.extend(report_findings);
     if findings.iter().any(|f| f.disposition.blocks) {
-        return Ok(AdvanceOutcome::Blocked(Blocked { findings }));
+        // The step is not done: a divergence describes completed work, so the agent sends it
+        // again with the fix; observations are facts about the environment and are kept.
+        reports.divergences.clear();
+        return Ok(AdvanceOutcome::Blocked(Blocked { findings, reports }));
     }
     if contract_ref == Some(LOOP_CONTROL) && signal.is_none() {
         // Never-stop with a missing or invalid decision: fail safe, never run away.
@@ -193,6 +216,7 @@ pub fn advance(
                 state: running(completed, walker.frames, landing)?,
                 trace: walker.trace,
                 gaps: walker.gaps,
+                reports,
             };
             Ok(if done {
                 AdvanceOutcome::Complete(transition)
@@ -203,7 +227,8 @@ pub fn advance(
         Err(Halt::Blocked(finding)) => {
             let mut findings = walker.gaps;
             findings.push(*finding);
-            Ok(AdvanceOutcome::Blocked(Blocked { findings }))
+            reports.divergences.clear();
+            Ok(AdvanceOutcome::Blocked(Blocked { findings, reports }))
         }
         Err(Halt::Error(e)) => Err(e),
     }
@@ -215,15 +240,10 @@ fn probe_mismatch(
     step: &workrail_spec::compiled::CompiledStep,
     artifacts: &[(usize, serde_json::Map<String, Value>)],
 ) -> Option<ContractProblem> {
-    let from_template =
-        step.provenance.origin_id.as_deref() == Some(crate::builtins::templates::CAPABILITY_PROBE);
-    let probed = workrail_spec::closed::Capability::ALL
+    let probed = reports::probed_capability(step)?;
+    if artifacts
         .iter()
-        .find(|c| step.step_id.as_str() == crate::builtins::templates::probe_step_id(**c))?;
-    if !from_template
-        || artifacts
-            .iter()
-            .any(|(_, a)| a.get("capability").and_then(Value::as_str) == Some(probed.as_str()))
+        .any(|(_, a)| a.get("capability").and_then(Value::as_str) == Some(probed.as_str()))
     {
         return None;
     }

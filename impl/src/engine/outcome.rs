@@ -2,13 +2,20 @@
 //! a `ReasonCode` plus the blocker pointer and bounded structured details, so the protocol layer
 //! builds `BlockerReport`s and `gap_recorded` events without re-deriving anything.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::{Value, json};
-use workrail_spec::blocker::{Blocker, BlockerPointer, BlockerReport, BlockerReportError};
-use workrail_spec::closed::{Capability, GapSeverity};
-use workrail_spec::event::{DecisionTraceAppended, TraceEntry};
-use workrail_spec::ids::{LoopId, StepId, TraceId};
-use workrail_spec::reason::{Disposition, ReasonCode};
+use workrail_spec::blocker::{
+    Blocker, BlockerPointer, BlockerReport, BlockerReportError, ReasonDetails,
+};
+use workrail_spec::closed::{
+    Capability, CapabilityStatus, DivergenceReason, GapSeverity, NonAssumableChoiceKind,
+    UserOnlyDependencyReason,
+};
+use workrail_spec::event::{DecisionTraceAppended, Provenance, TraceEntry};
+use workrail_spec::ids::{GapId, LoopId, StepId, TraceId};
+use workrail_spec::reason::{Disposition, GapReason, ReasonCode};
 use workrail_spec::snapshot::EngineState;
 
 use super::contract::ContractProblem;
@@ -39,10 +46,20 @@ pub enum FindingDetail {
         max_iterations: u32,
         step_id: StepId,
     },
-    /// A probe reported a declared capability unavailable.
+    /// A declared capability was observed unavailable, or a step that depends on a required
+    /// capability was acknowledged while its enforcement-grade status is not `available`.
     Capability {
         capability: Capability,
         step_id: StepId,
+        /// The enforcement-grade status the step was judged with.
+        status: CapabilityStatus,
+    },
+    /// The agent reported that only the user can unblock this step.
+    UserOnlyDependency {
+        step_id: StepId,
+        reason: UserOnlyDependencyReason,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        non_assumable_choice: Option<NonAssumableChoiceKind>,
     },
 }
 
@@ -78,19 +95,26 @@ impl Finding {
 
     /// The structured details the reason's lock requires (a loop limit names its loop,
     /// iteration and maxIterations), for blockers and gaps alike.
-    pub fn reason_details(&self) -> Option<workrail_spec::blocker::ReasonDetails> {
+    pub fn reason_details(&self) -> Option<ReasonDetails> {
         match &self.detail {
             FindingDetail::LoopLimit {
                 loop_id,
                 iteration,
                 max_iterations,
                 ..
-            } => Some(workrail_spec::blocker::ReasonDetails::LoopLimit {
+            } => Some(ReasonDetails::LoopLimit {
                 loop_id: loop_id.clone(),
                 iteration: *iteration,
                 max_iterations: *max_iterations,
             }),
-            _ => None,
+            FindingDetail::Capability { capability, .. } => Some(ReasonDetails::Capability {
+                capability: *capability,
+            }),
+            FindingDetail::UserOnlyDependency {
+                non_assumable_choice: Some(choice),
+                ..
+            } => Some(ReasonDetails::NonAssumableChoice { choice: *choice }),
+            FindingDetail::UserOnlyDependency { .. } | FindingDetail::Contract { .. } => None,
         }
     }
 
@@ -105,11 +129,73 @@ impl Finding {
     }
 }
 
+/// What the interpreter needs to know about the acknowledged node's branch, derived by the
+/// caller from durable events (the engine does no I/O).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BranchFacts {
+    /// The enforcement-grade (strong) status of each capability on the node's lineage
+    /// (decision D27); a capability that is absent is `unknown`.
+    pub strong_status: BTreeMap<Capability, CapabilityStatus>,
+    /// Gaps on the node's lineage that no later gap resolves, oldest first.
+    pub open_gaps: Vec<OpenGap>,
+}
+
+/// An unresolved gap on the branch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenGap {
+    pub gap_id: GapId,
+    pub severity: GapSeverity,
+    pub reason: GapReason,
+    pub details: Option<ReasonDetails>,
+}
+
+/// A capability observation reported with the ack, with the provenance WorkRail derived for it
+/// (decision D40), ready to record as `capability_observed`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedCapability {
+    pub capability: Capability,
+    pub status: CapabilityStatus,
+    pub provenance: Provenance,
+}
+
+/// A valid `workflow_divergence` marker, ready to record as `divergence_recorded`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Divergence {
+    pub reason: DivergenceReason,
+    /// Non-empty, at most 1024 UTF-8 bytes (checked by the pack's schema).
+    pub summary: String,
+    pub related_step_id: Option<StepId>,
+}
+
+/// An earlier gap of the branch that this ack resolves (recorded as a `gap_recorded` linking
+/// to it: gaps are never mutated).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolution {
+    pub resolves: GapId,
+    pub reason: GapReason,
+    pub details: Option<ReasonDetails>,
+    pub summary: String,
+    /// The observation of this ack that resolved it (its index in `Reports::observations`).
+    pub observation: Option<usize>,
+}
+
+/// The durable facts an ack reports besides its outputs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reports {
+    pub observations: Vec<ObservedCapability>,
+    pub divergences: Vec<Divergence>,
+    pub resolutions: Vec<Resolution>,
+}
+
 /// The pending step cannot be acknowledged; the state is unchanged.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocked {
     /// Every finding of the attempt; at least one blocks.
     pub findings: Vec<Finding>,
+    /// What the attempt reported that is recorded even though it is blocked: capability
+    /// observations (facts about the environment) and the resolutions they cause. Divergences
+    /// describe completed work and are dropped (the agent sends them again with the fix).
+    pub reports: Reports,
 }
 
 impl Blocked {
@@ -137,8 +223,10 @@ pub struct Transition {
     pub state: EngineState,
     /// Decision trace entries in order (unbounded; see [`Transition::trace_event`]).
     pub trace: Vec<TraceEntry>,
-    /// Findings recorded as gaps instead of blocking (never-stop, or a non-required capability).
+    /// Findings recorded as gaps instead of blocking (never-stop, or a non-required subject).
     pub gaps: Vec<Finding>,
+    /// Observations, divergences and resolutions the ack reported.
+    pub reports: Reports,
 }
 
 impl Transition {

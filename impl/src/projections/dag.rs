@@ -83,12 +83,28 @@ impl RunView {
     /// its ancestry says available. Weak claims (e.g. an agent's say-so) never unlock and never
     /// re-lock (locks appendix "capability observation provenance").
     pub fn capability_unlocked(&self, node: &NodeId, capability: Capability) -> bool {
+        self.strong_status(node, capability) == Some(CapabilityStatus::Available)
+    }
+
+    /// The enforcement-grade status of `capability` at `node`: the latest strong observation of
+    /// the nearest node on its ancestry that has one (the node itself first), or `None` when no
+    /// strong observation exists (`unknown`). Weak claims never count (decision D27).
+    pub fn strong_status(&self, node: &NodeId, capability: Capability) -> Option<CapabilityStatus> {
         self.ancestry(node)
             .iter()
             .rev()
-            .filter_map(|n| self.strong_capabilities.get(&(n.clone(), capability)))
-            .next()
-            .is_some_and(|o| o.status == CapabilityStatus::Available)
+            .find_map(|n| self.strong_capabilities.get(&(n.clone(), capability)))
+            .map(|o| o.status)
+    }
+
+    /// Unresolved gaps recorded on the path root -> `node`, in log order.
+    pub fn open_gaps_on(&self, node: &NodeId) -> Vec<&GapRecorded> {
+        let lineage: HashSet<NodeId> = self.ancestry(node).into_iter().collect();
+        self.unresolved_gaps
+            .iter()
+            .filter(|(n, _)| lineage.contains(n))
+            .map(|(_, g)| g)
+            .collect()
     }
 
     /// The latest observation on the node's ancestry (status is derived, never stored).

@@ -5,20 +5,20 @@ use serde_json::{Map, Value};
 use workrail_spec::blocker::Blocker;
 use workrail_spec::budget::BoundedText;
 use workrail_spec::closed::{
-    AdvanceIntent, ContextSource, DecisionTraceKind, EdgeCauseKind, EdgeKind, NodeKind,
-    OutputChannel,
+    AdvanceIntent, Capability, ContextSource, DecisionTraceKind, EdgeCauseKind, EdgeKind,
+    GapSeverity, NodeKind, OutputChannel,
 };
 use workrail_spec::context::{ContextError, merge_context};
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{
-    AdvanceOutcome as Recorded, AdvanceRecorded, ContextSet, EdgeCause, EdgeCreated, EventData,
-    EventScope, EvidenceRef, GapRecorded, GapResolution, NodeCreated, NodeOutputAppended,
-    OutputPayload, SessionEvent, TraceEntry,
+    AdvanceOutcome as Recorded, AdvanceRecorded, CapabilityObserved, ContextSet,
+    DivergenceRecorded, EdgeCause, EdgeCreated, EventData, EventScope, EvidenceRef, GapRecorded,
+    GapResolution, NodeCreated, NodeOutputAppended, OutputPayload, SessionEvent, TraceEntry,
 };
-use workrail_spec::ids::{AttemptId, NodeId, OutputId, RunId, SessionId};
+use workrail_spec::ids::{AttemptId, EventId, NodeId, OutputId, RunId, SessionId};
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
 use workrail_spec::token::{AttemptPayload, StatePayload};
-use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput, OutputInput};
+use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput, OutputInput, Warning};
 
 use super::derive::{self, AttemptKind};
 use super::facts::Facts;
@@ -26,7 +26,7 @@ use super::preferences::{AckPreferences, requested};
 use super::recap::recap;
 use super::respond::{ResponseFacts, build};
 use super::{NodeContext, Workrail, invariant};
-use crate::engine::{self, AdvanceOutcome, Finding};
+use crate::engine::{self, AdvanceOutcome, BranchFacts, Finding, OpenGap, Reports};
 use crate::store::{AppendPlan, StoreError};
 
 /// Builds the response for `node` from a prefix of the log (fresh responses and replays use
@@ -42,6 +42,7 @@ pub(super) fn respond_at(
     state: &EngineState,
     blockers: Vec<Blocker>,
     with_recap: bool,
+    attempt_record: Option<&EventId>,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
     let facts = Facts::new(prefix);
     let view = facts
@@ -57,7 +58,7 @@ pub(super) fn respond_at(
         .as_ref()
         .map_or(super::GLOBAL_DEFAULTS, |tip| facts.preferences(run, tip));
     let status = view.status(|_| tip_complete, tip_prefs.autonomy);
-    Ok(build(
+    let mut output = build(
         ResponseFacts {
             session,
             run,
@@ -77,7 +78,65 @@ pub(super) fn respond_at(
             },
         },
         &wr.codec(),
-    ))
+    );
+    if let Some(record) = attempt_record {
+        output.warnings.extend(gap_warnings(prefix, record));
+    }
+    Ok(output)
+}
+
+/// The gaps an ack attempt recorded (their evidence names its `advance_recorded`), as response
+/// warnings: never-stop's "structured warnings plus durable disclosure" (contract "User-only
+/// dependencies"), rebuilt from the log so replays stay byte-identical (decision D42).
+fn gap_warnings(prefix: &[SessionEvent], record: &EventId) -> Vec<Warning> {
+    prefix
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::GapRecorded(g)
+                if g.evidence_refs.as_ref().is_some_and(|refs| {
+                    refs.contains(&EvidenceRef::Event {
+                        event_id: record.clone(),
+                    })
+                }) =>
+            {
+                Some(g)
+            }
+            _ => None,
+        })
+        .map(|g| {
+            let reason = workrail_spec::reason::ReasonCode::new(g.reason);
+            match &g.resolution {
+                GapResolution::Resolves { resolves_gap_id } => Warning::new(
+                    "gap_resolved",
+                    format!(
+                        "Gap {resolves_gap_id} ({reason}) is resolved: {}",
+                        g.summary.as_str()
+                    ),
+                ),
+                GapResolution::Unresolved => {
+                    let next = match g.reason {
+                        workrail_spec::reason::GapReason::UserOnlyDependency(r)
+                            if g.severity == GapSeverity::Critical =>
+                        {
+                            format!(
+                                " Continue with the most reasonable assumption and disclose it in output.notesMarkdown; once the user supplies it, report a `wr.user_only_dependency` artifact with `reason` `{r}` and `status` `supplied` to resolve this gap."
+                            )
+                        }
+                        _ => String::new(),
+                    };
+                    Warning::new(
+                        "gap_recorded",
+                        format!(
+                            "Recorded a {} gap {} ({reason}): {}{next}",
+                            g.severity,
+                            g.gap_id,
+                            g.summary.as_str()
+                        ),
+                    )
+                }
+            }
+        })
+        .collect()
 }
 
 /// Rehydrate: the pending step of the token's node, a bounded recap, and the node's current
@@ -97,6 +156,7 @@ pub(super) fn rehydrate(
         &ctx.state,
         Vec::new(),
         true,
+        None,
     )
 }
 
@@ -126,6 +186,7 @@ fn replay(
     record: &AdvanceRecorded,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
     let prefix = &ctx.loaded.events[..=record_index];
+    let record_id = ctx.loaded.events[record_index].event_id().clone();
     // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
     // rebuild the replay from today's log instead of the recorded prefix.
     #[cfg(feature = "test-mutations")]
@@ -145,6 +206,7 @@ fn replay(
             &ctx.state,
             blockers.blockers().to_vec(),
             false,
+            Some(&record_id),
         ),
         Recorded::Advanced { to_node_id } => {
             let facts = Facts::new(prefix);
@@ -166,6 +228,7 @@ fn replay(
                 &to_state,
                 Vec::new(),
                 false,
+                Some(&record_id),
             )
         }
     }
@@ -315,7 +378,7 @@ fn gap_event(
     attempt: &AttemptId,
     index: usize,
     finding: &Finding,
-    evidence: Option<EvidenceRef>,
+    evidence: EvidenceRef,
 ) -> Result<Option<SessionEvent>, ErrorEnvelope> {
     let Some(severity) = finding.gap_severity() else {
         return Ok(None);
@@ -332,11 +395,121 @@ fn gap_event(
             reason: finding.reason.gap_reason(),
             summary,
             resolution: GapResolution::Unresolved,
-            evidence_refs: evidence.map(|e| vec![e]),
+            evidence_refs: Some(vec![evidence]),
             details: finding.reason_details(),
         }),
     )
     .map(Some)
+}
+
+/// What the interpreter needs to know about `node`'s branch (decision D40).
+fn branch_facts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> BranchFacts {
+    let Some(view) = facts.run(run) else {
+        return BranchFacts::default();
+    };
+    BranchFacts {
+        strong_status: Capability::ALL
+            .iter()
+            .filter_map(|c| view.strong_status(node, *c).map(|s| (*c, s)))
+            .collect(),
+        open_gaps: view
+            .open_gaps_on(node)
+            .into_iter()
+            .map(|g| OpenGap {
+                gap_id: g.gap_id.clone(),
+                severity: g.severity,
+                reason: g.reason,
+                details: g.details.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The records an attempt discloses where it lands (the new node when it advanced, the
+/// attempted node when blocked), in plan order: `capability_observed`, `divergence_recorded`,
+/// the gaps of its findings, then the gaps resolving earlier ones. Every gap's evidence names the
+/// attempt's `advance_recorded`; a resolution caused by an observation names that one too.
+#[allow(clippy::too_many_arguments)]
+fn disclosures<'f>(
+    wr: &Workrail,
+    session: &SessionId,
+    scope: &EventScope,
+    attempt: &AttemptId,
+    record_id: &EventId,
+    reports: &Reports,
+    findings: impl Iterator<Item = &'f Finding>,
+) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
+    let mut events = Vec::new();
+    let mut observed = Vec::new();
+    for (i, o) in reports.observations.iter().enumerate() {
+        let event = wr.event(
+            session,
+            scope.clone(),
+            EventData::CapabilityObserved(CapabilityObserved {
+                cap_obs_id: derive::cap_obs(attempt, i),
+                capability: o.capability,
+                status: o.status,
+                provenance: o.provenance.clone(),
+            }),
+        )?;
+        observed.push(event.event_id().clone());
+        events.push(event);
+    }
+    for (i, d) in reports.divergences.iter().enumerate() {
+        events.push(wr.event(
+            session,
+            scope.clone(),
+            EventData::DivergenceRecorded(DivergenceRecorded {
+                divergence_id: derive::divergence(attempt, i),
+                reason: d.reason,
+                summary: BoundedText::truncating(&d.summary),
+                related_step_id: d.related_step_id.clone(),
+            }),
+        )?);
+    }
+    let record = EvidenceRef::Event {
+        event_id: record_id.clone(),
+    };
+    let mut index = 0;
+    for finding in findings {
+        if let Some(event) = gap_event(
+            wr,
+            session,
+            scope.clone(),
+            attempt,
+            index,
+            finding,
+            record.clone(),
+        )? {
+            events.push(event);
+            index += 1;
+        }
+    }
+    for r in &reports.resolutions {
+        let mut evidence = vec![record.clone()];
+        if let Some(event_id) = r.observation.and_then(|o| observed.get(o)) {
+            evidence.push(EvidenceRef::Event {
+                event_id: event_id.clone(),
+            });
+        }
+        events.push(wr.event(
+            session,
+            scope.clone(),
+            EventData::GapRecorded(GapRecorded {
+                gap_id: derive::gap(attempt, index),
+                severity: GapSeverity::Info,
+                reason: r.reason,
+                summary: BoundedText::truncating(&r.summary),
+                resolution: GapResolution::Resolves {
+                    resolves_gap_id: r.resolves.clone(),
+                },
+                evidence_refs: Some(evidence),
+                details: r.details.clone(),
+            }),
+        )?);
+        index += 1;
+    }
+    Ok(events)
 }
 
 /// The outputs an attempt appends at `scope`: the agent's `output`, plus WorkRail's own
@@ -448,30 +621,43 @@ fn plan_advance(
     );
     let empty = OutputInput::default();
     let output = input.output.as_ref().unwrap_or(&empty);
-    let outcome = engine::advance(&ctx.compiled, &ctx.state, output, prefs.effective.autonomy)
-        .map_err(|e| invariant(format!("the interpreter refused the pinned state: {e}")))?;
+    let branch = branch_facts(facts, run, node);
+    let outcome = engine::advance_on(
+        &ctx.compiled,
+        &ctx.state,
+        output,
+        prefs.effective.autonomy,
+        &branch,
+    )
+    .map_err(|e| invariant(format!("the interpreter refused the pinned state: {e}")))?;
     let record_id = wr.event_id()?;
     match outcome {
         AdvanceOutcome::Blocked(blocked) => {
-            let report = blocked
-                .blocker_report()
-                .map_err(|e| invariant(format!("blocker report over budget: {e}")))?;
+            let report = blocked.blocker_report().map_err(|e| match e {
+                // Fail fast rather than drop a reason (locks §1 "BlockerReport" budgets): only
+                // an agent reporting many user-only dependencies at once can get here.
+                workrail_spec::blocker::BlockerReportError::TooMany { count } => ErrorEnvelope::new(
+                    ErrorCode::ValidationError,
+                    format!(
+                        "continue_workflow: this acknowledgement raises {count} blocking reasons, more than the {} a blocked response may carry; nothing was recorded.",
+                        workrail_spec::budget::MAX_BLOCKERS
+                    ),
+                    "Send fewer `wr.user_only_dependency` reports at once (the ones the user must answer first), then acknowledge again with the same tokens.",
+                    Retry::NotRetryable,
+                ),
+                other => invariant(format!("blocker report over budget: {other}")),
+            })?;
             let mut events =
                 prefs.blocked_records(wr, session, &node_scope, attempt, &ctx.compiled)?;
-            for (i, finding) in blocked.gaps().enumerate() {
-                let evidence = Some(EvidenceRef::Event {
-                    event_id: record_id.clone(),
-                });
-                events.extend(gap_event(
-                    wr,
-                    session,
-                    node_scope.clone(),
-                    attempt,
-                    i,
-                    finding,
-                    evidence,
-                )?);
-            }
+            events.extend(disclosures(
+                wr,
+                session,
+                &node_scope,
+                attempt,
+                &record_id,
+                &blocked.reports,
+                blocked.gaps(),
+            )?);
             events.push(wr.event_with_id(
                 record_id,
                 session,
@@ -544,20 +730,15 @@ fn plan_advance(
                 input.output.as_ref(),
                 prefs.warning(wr, &ctx.compiled, attempt)?,
             )?);
-            for (i, finding) in transition.gaps.iter().enumerate() {
-                let evidence = Some(EvidenceRef::Event {
-                    event_id: record_id.clone(),
-                });
-                events.extend(gap_event(
-                    wr,
-                    session,
-                    child_scope.clone(),
-                    attempt,
-                    i,
-                    finding,
-                    evidence,
-                )?);
-            }
+            events.extend(disclosures(
+                wr,
+                session,
+                &child_scope,
+                attempt,
+                &record_id,
+                &transition.reports,
+                transition.gaps.iter(),
+            )?);
             events.extend(prefs.change_event(wr, session, &child_scope, attempt)?);
             if let Some(delta) = &input.context {
                 let base: Map<String, Value> = facts.context(run);

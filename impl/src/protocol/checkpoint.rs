@@ -40,6 +40,7 @@ fn replay(
         &ctx.state,
         Vec::new(),
         false,
+        None,
     )
     .map(Some)
 }

@@ -8,14 +8,15 @@
 //!   a fresh attempt (a fork), while replaying a used attempt returns its recorded outcome.
 //! - The k-th checkpoint attempt of N: `attempt(session, N, "checkpoint", k)` with k = number of
 //!   checkpoint edges from N.
-//! - Everything an attempt creates (child node, outputs, gaps, trace, preference change,
-//!   context record) is derived from the attempt id and a discriminator, so a retry of the same
-//!   attempt produces the same ids and dedupes.
+//! - Everything an attempt creates (child node, outputs, gaps, capability observations,
+//!   divergences, trace, preference change, context record) is derived from the attempt id and a
+//!   discriminator, so a retry of the same attempt produces the same ids and dedupes.
 //!
 //! Each derivation hashes a versioned, `|`-separated domain string with SHA-256.
 
 use workrail_spec::ids::{
-    AttemptId, ChangeId, ContextId, GapId, NodeId, OutputId, SessionId, TraceId,
+    AttemptId, CapObsId, ChangeId, ContextId, DivergenceId, GapId, NodeId, OutputId, SessionId,
+    TraceId,
 };
 use workrail_spec::jcs::sha256;
 
@@ -68,6 +69,24 @@ pub fn output(attempt: &AttemptId, index: usize) -> OutputId {
 pub fn gap(attempt: &AttemptId, index: usize) -> GapId {
     GapId::from_digest(&digest(&[
         "workrail.gap.v1",
+        attempt.as_str(),
+        &index.to_string(),
+    ]))
+}
+
+/// The `index`-th capability observation an attempt records (in artifact order).
+pub fn cap_obs(attempt: &AttemptId, index: usize) -> CapObsId {
+    CapObsId::from_digest(&digest(&[
+        "workrail.capobs.v1",
+        attempt.as_str(),
+        &index.to_string(),
+    ]))
+}
+
+/// The `index`-th divergence marker an attempt records (in artifact order).
+pub fn divergence(attempt: &AttemptId, index: usize) -> DivergenceId {
+    DivergenceId::from_digest(&digest(&[
+        "workrail.div.v1",
         attempt.as_str(),
         &index.to_string(),
     ]))

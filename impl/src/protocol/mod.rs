@@ -170,7 +170,10 @@ pub(crate) fn invariant(message: impl Into<String>) -> ErrorEnvelope {
         "This is a WorkRail bug, not something the caller did; report it with the call that caused it. Nothing partial was written.",
         Retry::NotRetryable,
     )
-    .with_details(serde_json::json!({"reason": "unexpected:invariant_violation"}))
+    .with_details(serde_json::json!({
+        "reason": "unexpected:invariant_violation",
+        "reasonCode": "unexpected:invariant_violation",
+    }))
 }
 
 /// What export/import and GC use of a [`Workrail`] (see [`Workrail::parts`]).

@@ -234,6 +234,7 @@ pub(super) fn start_in(
                 &transition.state,
                 Vec::new(),
                 false,
+                None,
             )
         })?;
     output

@@ -35,9 +35,15 @@ pub enum StoreError {
     Internal { detail: String },
 }
 
+/// `unexpected:storage_corruption_detected`, as error details name it.
+const STORAGE_CORRUPTION: &str = "unexpected:storage_corruption_detected";
+
 impl StoreError {
     /// The envelope for this error. `token_flow` selects the token domain for lock contention
     /// (locks §12 boundary rule, §15).
+    /// Every corruption error names the unified ReasonCode in `details.reasonCode`: the call
+    /// fails fast and writes nothing, because no append may follow a failed health gate
+    /// (decision D42).
     pub fn to_envelope(&self, token_flow: bool) -> ErrorEnvelope {
         match self {
             Self::Locked { .. } => ErrorEnvelope::session_locked(token_flow),
@@ -66,6 +72,10 @@ impl StoreError {
                     "health": health.kind(),
                     "reason": corruption.map(|c| c.reason.as_str()),
                     "manifestIndex": corruption.map(|c| c.manifest_index),
+                    // The unified ReasonCode (locks §3): a corrupt session is storage corruption;
+                    // an unknown version is not (a newer WorkRail wrote it).
+                    "reasonCode": (code == ErrorCode::SessionCorrupt)
+                        .then_some(STORAGE_CORRUPTION),
                 }))
             }
             Self::Io { op, .. } => ErrorEnvelope::new(
@@ -87,13 +97,15 @@ impl StoreError {
                 format!("Stored object {what} does not match its content address."),
                 "The data directory is damaged; restore it from a backup or import an exported bundle.",
                 Retry::NotRetryable,
-            ),
+            )
+            .with_details(serde_json::json!({"reasonCode": STORAGE_CORRUPTION})),
             Self::MissingObject { what } => ErrorEnvelope::new(
                 ErrorCode::StoreCorruptionDetected,
                 format!("Stored object {what} is missing."),
                 "The data directory is incomplete; restore it from a backup or import an exported bundle.",
                 Retry::NotRetryable,
-            ),
+            )
+            .with_details(serde_json::json!({"reasonCode": STORAGE_CORRUPTION})),
             Self::InvalidPlan { .. } | Self::Internal { .. } => ErrorEnvelope::new(
                 ErrorCode::InternalError,
                 format!("WorkRail broke one of its own invariants: {self}"),

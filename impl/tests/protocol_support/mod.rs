@@ -33,11 +33,57 @@ pub const DEMO: &str = r#"{
   ]
 }"#;
 
+/// Non-assumable choices, a preferred capability and a required report (a golden fixture).
+pub const REASONS: &str = include_str!("../../../fixtures/workflows/reasons.source.json");
+
+/// `web_browsing` is required and its (authored) probe sits in a loop that never runs, so the
+/// steps after it are acknowledged while the capability is still `unknown`.
+pub const NEEDS_WEB: &str = r#"{
+  "id": "project.needs_web",
+  "name": "Needs the web",
+  "description": "A required capability whose probe is skipped.",
+  "capabilities": {"web_browsing": "required"},
+  "conditions": [{"id": "never", "kind": "always_false"}],
+  "steps": [
+    {"type": "loop", "loopId": "skipped", "while": {"kind": "condition_ref", "conditionId": "never"}, "maxIterations": 1,
+     "body": [{"type": "template_call", "templateId": "wr.templates.capability_probe", "args": {"capability": "web_browsing", "when": "lazy_on_first_use"}}]},
+    {"id": "research", "title": "Research", "prompt": "Research the topic on the web."},
+    {"id": "report", "title": "Report", "prompt": "Report the findings."}
+  ]
+}"#;
+
+/// `web_browsing` is required: the compiler injects its probe first.
+pub const WEB: &str = r#"{
+  "id": "project.web",
+  "name": "Web",
+  "description": "A required capability with its injected probe.",
+  "capabilities": {"web_browsing": "required"},
+  "steps": [
+    {"id": "research", "title": "Research", "prompt": "Research the topic on the web."},
+    {"id": "report", "title": "Report", "prompt": "Report the findings."}
+  ]
+}"#;
+
+/// A step that requires a divergence marker, then a plain step.
+pub const DIVERGE: &str = r#"{
+  "id": "project.diverge",
+  "name": "Diverge",
+  "description": "A step that must say how it deviated.",
+  "steps": [
+    {"id": "triage", "title": "Triage", "prompt": "Triage, and say what you skipped.", "output": {"contractRef": "wr.contracts.workflow_divergence"}},
+    {"id": "wrap", "title": "Wrap up", "prompt": "Summarize."}
+  ]
+}"#;
+
 pub fn catalog() -> CatalogLoader {
     Arc::new(|| {
         let bundled = BundledSource;
         let project = MemorySource::new(WorkflowSourceKind::Project)
-            .with("project/workflows/demo.json", DEMO);
+            .with("project/workflows/demo.json", DEMO)
+            .with("project/workflows/reasons.json", REASONS)
+            .with("project/workflows/needs_web.json", NEEDS_WEB)
+            .with("project/workflows/web.json", WEB)
+            .with("project/workflows/diverge.json", DIVERGE);
         let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
         Catalog::load(&sources)
     })
@@ -94,4 +140,31 @@ pub fn pending(out: &ExecutionOutput) -> &str {
     out.pending
         .as_ref()
         .map_or("<none>", |p| p.step_id.as_str())
+}
+
+/// Starts `workflow` with `autonomy` as the run's preference.
+pub fn start_in(
+    wr: &Workrail,
+    workflow: &str,
+    autonomy: workrail_spec::closed::Autonomy,
+) -> ExecutionOutput {
+    wr.start_workflow(StartWorkflowInput {
+        preset: None,
+        workflow_id: workflow.into(),
+        context: None,
+        preferences: vec![workrail_spec::event::PreferenceDelta::Autonomy(autonomy)],
+    })
+    .unwrap()
+}
+
+/// The committed events of the response's session.
+pub fn session_events(
+    wr: &Workrail,
+    out: &ExecutionOutput,
+) -> Vec<workrail_spec::event::SessionEvent> {
+    wr.sessions()
+        .load(&out.session.session_id)
+        .unwrap()
+        .events
+        .clone()
 }

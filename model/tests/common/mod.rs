@@ -448,6 +448,7 @@ pub fn compiled_step(id: &str, contract: Option<&str>) -> CompiledStep {
             origin_id: None,
         },
         injected_refs: Vec::new(),
+        non_assumable_choices: Vec::new(),
     }
 }
 

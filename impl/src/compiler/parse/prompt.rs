@@ -353,6 +353,23 @@ pub(super) fn output(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option
 fn contract_ref(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<&'static str> {
     let raw = string(p, value, pointer, "`contractRef`")?;
     if let Some(pack) = contracts::find(raw) {
+        if !pack.requirable {
+            p.error(
+                CompileError::new(
+                    Code::InvalidValue,
+                    pointer,
+                    format!(
+                        "`{raw}` cannot be required: agents report a `{}` artifact on any step when it happens, and a step cannot demand one on every acknowledgement.",
+                        pack.artifact_kind
+                    ),
+                    "Remove `contractRef`; to mark a decision that only the user may take, list it in the step's `nonAssumableChoices`.",
+                )
+                .with_fix(AutoFix::Remove {
+                    path: pointer.to_owned(),
+                }),
+            );
+            return None;
+        }
         return Some(pack.contract_ref);
     }
     let known: Vec<&str> = contracts::CONTRACTS

@@ -2,8 +2,10 @@
 //! authoring": delimiter-safe ids, explicit ordered body, required `maxIterations`, `while` as a
 //! condition reference).
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
-use workrail_spec::closed::Capability;
+use workrail_spec::closed::{Capability, NonAssumableChoiceKind};
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 
 use super::fields::{Fields, array, non_blank, one_of, string, type_name};
@@ -24,6 +26,7 @@ const NORMAL: &[&str] = &[
     "promptBlocks",
     "requireConfirmation",
     "output",
+    "nonAssumableChoices",
 ];
 const TEMPLATE_CALL: &[&str] = &["type", "templateId", "args"];
 const LOOP: &[&str] = &["type", "loopId", "while", "maxIterations", "body"];
@@ -65,7 +68,7 @@ fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> 
         return None;
     };
     match map.get("type") {
-        None => normal(p, value, pointer).map(SourceStep::Normal),
+        None => normal(p, value, pointer).map(|n| SourceStep::Normal(Box::new(n))),
         Some(t) => {
             let at = format!("{pointer}/type");
             match one_of(p, t, &at, "step `type`", &["loop", "template_call"])? {
@@ -158,6 +161,10 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
     let output = f
         .opt("output")
         .map(|v| prompt::output(p, v, &f.at("output")));
+    let choices = match f.opt("nonAssumableChoices") {
+        None => Some(BTreeSet::new()),
+        Some(v) => non_assumable_choices(p, v, &f.at("nonAssumableChoices")),
+    };
     f.finish(p);
     Some(NormalStep {
         id: id?,
@@ -172,8 +179,42 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
             Some(o) => Some(o?),
             None => None,
         },
+        non_assumable_choices: choices?,
         pointer: pointer.to_owned(),
     })
+}
+
+/// `nonAssumableChoices`: the choices of this step only the user may make (locks §3
+/// `NonAssumableChoiceKind`). Order and repeats do not matter: the set is what is compiled.
+fn non_assumable_choices(
+    p: &mut Parser<'_>,
+    value: &Value,
+    pointer: &str,
+) -> Option<BTreeSet<NonAssumableChoiceKind>> {
+    let items = array(p, value, pointer, "`nonAssumableChoices`")?;
+    let allowed: Vec<&str> = NonAssumableChoiceKind::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .collect();
+    let mut out = BTreeSet::new();
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        match one_of(
+            p,
+            item,
+            &index(pointer, i),
+            "a non-assumable choice",
+            &allowed,
+        )
+        .and_then(NonAssumableChoiceKind::parse)
+        {
+            Some(choice) => {
+                out.insert(choice);
+            }
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
 }
 
 /// A text-only prompt value as one string (parts joined by a space).
