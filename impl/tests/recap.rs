@@ -92,7 +92,7 @@ fn a_long_history_keeps_the_most_recent_entries_and_says_so() {
     // The kept entries are the most recent ones, in order, and the text says what was dropped.
     let kept = 8 - recap.omitted_entries as usize;
     assert!(recap.text.starts_with(&format!(
-        "[recap truncated: {} earlier entries omitted; policy kept_most_recent]\n",
+        "[recap truncated: policy kept_most_recent; {} earlier entries omitted]\n",
         recap.omitted_entries
     )));
     for i in (8 - kept + 1)..=8 {
@@ -131,7 +131,7 @@ fn a_newest_entry_over_the_budget_is_cut_with_the_canonical_marker() {
     assert!(
         recap
             .text
-            .starts_with("[recap truncated: the newest entry alone exceeds")
+            .starts_with("[recap truncated: policy cut_newest_entry; 1 earlier entries omitted]\n")
     );
     assert_eq!(
         recap.omitted_entries, 1,

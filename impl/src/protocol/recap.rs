@@ -18,19 +18,16 @@ pub const RECAP_MAX_BYTES: usize = 4096;
 /// Budget of one branch summary line.
 const BRANCH_SNIPPET_MAX_BYTES: usize = 256;
 
-/// Room kept for the truncation header in front of a tip recap.
-const HEADER_RESERVE_BYTES: usize = 128;
-
 /// The explicit marker in front of a truncated recap: that it was cut, how many entries were
 /// omitted, and the policy (contract "Recap budgets and truncation").
 fn truncation_header(omitted: u32, cut: bool) -> String {
     match (omitted, cut) {
         (0, false) => String::new(),
         (omitted, false) => format!(
-            "[recap truncated: {omitted} earlier entries omitted; policy kept_most_recent]\n"
+            "[recap truncated: policy kept_most_recent; {omitted} earlier entries omitted]\n"
         ),
         (omitted, true) => format!(
-            "[recap truncated: the newest entry alone exceeds {RECAP_MAX_BYTES} bytes and is cut; {omitted} earlier entries omitted; policy cut_newest_entry]\n"
+            "[recap truncated: policy cut_newest_entry; {omitted} earlier entries omitted]\n"
         ),
     }
 }
@@ -94,9 +91,14 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         if entries.is_empty() {
             return None;
         }
-        // The header's own bytes come out of the budget, so the whole text stays within it.
-        let (body, omitted, cut) =
-            most_recent_within(&entries, RECAP_MAX_BYTES - HEADER_RESERVE_BYTES);
+        // Everything fits: no header. Otherwise the header's own bytes come out of the budget,
+        // so the whole text stays within it.
+        let (mut body, mut omitted, mut cut) = most_recent_within(&entries, RECAP_MAX_BYTES);
+        if omitted > 0 || cut {
+            // Two bytes of slack: the omitted count may gain a digit in the second pass.
+            let reserve = truncation_header(omitted, cut).len() + 2;
+            (body, omitted, cut) = most_recent_within(&entries, RECAP_MAX_BYTES - reserve);
+        }
         let header = truncation_header(omitted, cut);
         return Some(RecapView {
             text: format!("{header}{body}"),
