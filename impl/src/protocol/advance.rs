@@ -272,13 +272,23 @@ pub(super) fn advance(
     if let Some(outcome) = try_replay(wr, &ctx, state, &ack.attempt_id)? {
         return Ok(outcome);
     }
+    // Only the pinned workflow and the node's state go into the gate. The pre-lock view of the
+    // session is released first: while anyone else holds it, a commit cannot extend the gate's
+    // view in place and would copy the whole session instead.
+    let NodeContext {
+        loaded: pre_lock_view,
+        compiled: pinned_workflow,
+        workflow_hash: pinned_hash,
+        state: node_state,
+    } = ctx;
+    drop(pre_lock_view);
     let result = wr.sessions.with_append_gate(&state.session_id, |gate| {
         // Re-read under the lock: another process may have recorded this attempt meanwhile.
         let fresh = NodeContext {
             loaded: gate.shared(),
-            compiled: ctx.compiled.clone(),
-            workflow_hash: ctx.workflow_hash.clone(),
-            state: ctx.state.clone(),
+            compiled: pinned_workflow,
+            workflow_hash: pinned_hash,
+            state: node_state,
         };
         if let Some(outcome) = try_replay(wr, &fresh, state, &ack.attempt_id)? {
             return Ok(outcome);

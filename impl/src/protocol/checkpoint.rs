@@ -69,12 +69,21 @@ pub(super) fn checkpoint(
     if let Some(done) = replay(wr, &ctx, state, &checkpoint_node)? {
         return Ok(done);
     }
+    // Release the pre-lock view of the session before the gate (see `advance`): a commit
+    // extends the gate's view in place only when nobody else holds it.
+    let NodeContext {
+        loaded: pre_lock_view,
+        compiled: pinned_workflow,
+        workflow_hash: pinned_hash,
+        state: node_state,
+    } = ctx;
+    drop(pre_lock_view);
     let outcome = wr.sessions.with_append_gate(&state.session_id, |gate| {
         let fresh = NodeContext {
             loaded: gate.shared(),
-            compiled: ctx.compiled.clone(),
-            workflow_hash: ctx.workflow_hash.clone(),
-            state: ctx.state.clone(),
+            compiled: pinned_workflow,
+            workflow_hash: pinned_hash.clone(),
+            state: node_state,
         };
         if let Some(done) = replay(wr, &fresh, state, &checkpoint_node).map_err(Wrapped)? {
             return Ok(done);
@@ -102,7 +111,7 @@ pub(super) fn checkpoint(
                     EventData::NodeCreated(NodeCreated {
                         node_kind: NodeKind::Checkpoint,
                         parent_node_id: Some(state.node_id.clone()),
-                        workflow_hash: ctx.workflow_hash.clone(),
+                        workflow_hash: pinned_hash.clone(),
                         snapshot_ref,
                     }),
                 )
