@@ -44,7 +44,7 @@ pub(super) fn respond_at(
     with_recap: bool,
     attempt_record: Option<&EventId>,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
-    let facts = Facts::new(prefix);
+    let facts = wr.memo.facts(session, prefix);
     let view = facts
         .run(run)
         .ok_or_else(|| invariant("the run vanished from its own log"))?;
@@ -209,7 +209,7 @@ fn replay(
             Some(&record_id),
         ),
         Recorded::Advanced { to_node_id } => {
-            let facts = Facts::new(prefix);
+            let facts = wr.memo.facts(&state.session_id, prefix);
             let info = facts
                 .node(&state.run_id, to_node_id)
                 .ok_or_else(|| invariant("a recorded advance names a node that does not exist"))?;
@@ -294,7 +294,7 @@ pub(super) fn advance(
             return Ok(outcome);
         }
         let plan = {
-            let facts = Facts::new(&fresh.loaded.events);
+            let facts = wr.memo.facts(&state.session_id, &fresh.loaded.events);
             let ordinal = facts.advance_records(&state.node_id).len() as u64;
             let current =
                 derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal);

@@ -12,7 +12,6 @@ use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput};
 
 use super::advance::{output_events, respond_at};
 use super::derive::{self, AttemptKind};
-use super::facts::Facts;
 use super::{NodeContext, Workrail, invariant};
 use crate::store::{AppendPlan, StoreError};
 
@@ -89,7 +88,7 @@ pub(super) fn checkpoint(
             return Ok(done);
         }
         let events = {
-            let facts = Facts::new(&fresh.loaded.events);
+            let facts = wr.memo.facts(&state.session_id, &fresh.loaded.events);
             let ordinal = facts.checkpoint_count(&state.run_id, &state.node_id);
             let current = derive::attempt(&state.session_id, &state.node_id, AttemptKind::Checkpoint, ordinal);
             if current != attempt.attempt_id {

@@ -4,16 +4,68 @@
 //! (a prefix of the log), so replaying an attempt rebuilds byte-identical responses from
 //! recorded facts without recomputing anything (locks §1.2 "Replay is fact-returning").
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use serde_json::{Map, Value};
 use workrail_spec::closed::{EdgeKind, OutputChannel};
 use workrail_spec::event::{
     AdvanceRecorded, EffectivePreferences, EventData, OutputPayload, SessionEvent,
 };
-use workrail_spec::ids::{AttemptId, NodeId, RunId};
+use workrail_spec::ids::{AttemptId, EventId, NodeId, RunId, SessionId};
 
 use crate::projections::{
     NodeInfo, RunView, SessionProjection, TipPolicy, effective_preferences, project,
 };
+
+/// How many sessions' latest projections [`ProjectionMemo`] keeps.
+const MEMO_SESSIONS: usize = 64;
+
+/// The projection of each session's latest log seen, so the several reads of one advance (and
+/// the next call on the same session) project the log once. The key is the session, the log
+/// length and the last event's id: committed events are append-only, so that names one exact
+/// log (a log rewritten under the same length would have a different last event id).
+#[derive(Debug, Default)]
+pub struct ProjectionMemo {
+    latest: Mutex<HashMap<SessionId, Memoized>>,
+}
+
+/// A log's length, its last event's id, and its projection.
+type Memoized = (usize, EventId, Arc<SessionProjection>);
+
+impl ProjectionMemo {
+    /// Facts of `events`, a session's log (or a prefix of it).
+    pub fn facts<'a>(&self, session: &SessionId, events: &'a [SessionEvent]) -> Facts<'a> {
+        let Some(last) = events.last() else {
+            return Facts::new(events);
+        };
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((len, id, projection)) = latest.get(session)
+            && *len == events.len()
+            && id == last.event_id()
+        {
+            return Facts {
+                events,
+                projection: Arc::clone(projection),
+            };
+        }
+        drop(latest);
+        let facts = Facts::new(events);
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if latest.len() >= MEMO_SESSIONS && !latest.contains_key(session) {
+            latest.clear();
+        }
+        latest.insert(
+            session.clone(),
+            (
+                events.len(),
+                last.event_id().clone(),
+                Arc::clone(&facts.projection),
+            ),
+        );
+        facts
+    }
+}
 
 /// The global defaults when nothing else applies (guided preset, locks §4).
 pub const GLOBAL_DEFAULTS: EffectivePreferences = EffectivePreferences::GUIDED;
@@ -22,14 +74,14 @@ pub const GLOBAL_DEFAULTS: EffectivePreferences = EffectivePreferences::GUIDED;
 #[derive(Debug)]
 pub struct Facts<'a> {
     pub events: &'a [SessionEvent],
-    pub projection: SessionProjection,
+    pub projection: Arc<SessionProjection>,
 }
 
 impl<'a> Facts<'a> {
     pub fn new(events: &'a [SessionEvent]) -> Self {
         Self {
             events,
-            projection: project(events, TipPolicy::Latest),
+            projection: Arc::new(project(events, TipPolicy::Latest)),
         }
     }
 

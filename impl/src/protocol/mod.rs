@@ -148,6 +148,8 @@ pub struct Workrail {
     catalog: CatalogLoader,
     features: Features,
     workspace: Arc<dyn Workspace>,
+    /// The latest projection per session (derived, never truth).
+    memo: facts::ProjectionMemo,
 }
 
 impl std::fmt::Debug for Workrail {
@@ -244,6 +246,7 @@ impl Workrail {
             catalog,
             features,
             workspace: Arc::new(NoWorkspace),
+            memo: facts::ProjectionMemo::default(),
         })
     }
 
@@ -620,7 +623,7 @@ impl Workrail {
                 StoreError::NotFound { .. } => unknown_node(state),
                 other => other.to_envelope(true),
             })?;
-        let facts = Facts::new(&loaded.events);
+        let facts = self.memo.facts(&state.session_id, &loaded.events);
         let view = facts
             .run(&state.run_id)
             .ok_or_else(|| unknown_node(state))?;
