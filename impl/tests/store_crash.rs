@@ -1,9 +1,12 @@
 //! Crash at every I/O point of the append transaction, restart, and check that the store holds
-//! the old truth, the new truth, or (only for a crash between `segment_closed` and its pins) a
-//! session that fails fast, never anything in between (locks §1 "Crash-state intent").
+//! the old truth or the new truth, never anything in between (locks §1 "Crash-state intent").
+//! Close and pins are one write (D49), so "attested without pins" can only come from a write
+//! torn by a power cut; then `repair` (D51) must bring back exactly the new truth.
 //!
-//! Also: arbitrary damage to segment and manifest bytes never panics the loader and always
-//! yields a classified health.
+//! Also: a single failed I/O operation (ENOSPC, EIO, with or without a short write) at any step
+//! of an append leaves the truth before or after, the error says honestly which, and a retry
+//! succeeds; and arbitrary damage to segment and manifest bytes never panics the loader and
+//! always yields a classified health.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,33 +18,70 @@ use proptest::prelude::*;
 use store_support::*;
 use workrail::store::fs::StoreFs;
 use workrail::store::memfs::{MemFs, UnsyncedData};
-use workrail::store::{AppendPlan, CorruptionReason, SessionHealth, SessionRead};
+use workrail::store::{
+    AppendPlan, Committed, CorruptionReason, RepairOutcome, SessionHealth, SessionRead, StoreError,
+};
 use workrail_spec::event::EventKind;
 
-const POLICIES: [UnsyncedData; 4] = [
-    UnsyncedData::Lost,
-    UnsyncedData::Kept,
-    UnsyncedData::Torn {
-        keep_per_mille: 500,
-    },
-    UnsyncedData::Torn {
-        keep_per_mille: 999,
-    },
-];
+/// splitmix64: the tear fractions of a run, from `WORKRAIL_CRASH_SEED` or the clock (printed
+/// on failure so a run can be repeated).
+fn tears(salt: u64) -> (u64, [u16; 2]) {
+    let seed = std::env::var("WORKRAIL_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(7, |d| d.as_nanos() as u64)
+        });
+    let mut z = seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = || {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut x = z;
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((x ^ (x >> 31)) % 1001) as u16
+    };
+    (seed, [next(), next()])
+}
+
+/// What a crash leaves of unsynced bytes: lost, kept, and torn at random points.
+fn policies(random: [u16; 2]) -> [UnsyncedData; 4] {
+    [
+        UnsyncedData::Lost,
+        UnsyncedData::Kept,
+        UnsyncedData::Torn {
+            keep_per_mille: random[0],
+        },
+        UnsyncedData::Torn {
+            keep_per_mille: random[1],
+        },
+    ]
+}
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 enum Outcome {
     OldTruth,
     NewTruth,
-    FailsFastMissingPins,
+    /// A power cut tore the close+pins write: attested without pins, and `repair` restored
+    /// the new truth.
+    TornThenRepaired,
 }
 
-/// Commits `setup`, then runs `plan` with a crash at mutating operation `k`, restarts with
-/// `policy`, and classifies what load finds.
+fn verify_snapshot(
+    fx: &Fixture,
+) -> impl Fn(&workrail_spec::ids::SnapshotRef) -> Result<(), StoreError> + '_ {
+    move |r| fx.snapshots.get(r).map(drop)
+}
+
+/// Commits `setup`, then runs `plan` with a crash at mutating operation `k` (a write there
+/// lands `tear` thousandths of its bytes), restarts with `policy`, and classifies what load
+/// finds.
 fn crash_once(
     setup: &[fn(&Fixture) -> AppendPlan],
     plan: fn(&Fixture) -> AppendPlan,
     k: u64,
+    tear: u16,
     policy: UnsyncedData,
 ) -> (Outcome, bool) {
     let fx = Fixture::new();
@@ -51,7 +91,7 @@ fn crash_once(
     let old: Vec<EventKind> = fx.kinds();
     let plan = plan(&fx);
     let new_len = old.len() + plan.events.len();
-    fx.fs.crash_at(k);
+    fx.fs.crash_at_torn(k, tear);
     let result = fx.append(plan);
     let crashed = fx.fs.has_crashed();
     assert_eq!(
@@ -60,9 +100,13 @@ fn crash_once(
         "an append fails exactly when it crashed"
     );
     let restarted = Fixture::on(fx.fs.after_crash(policy));
+    let context = format!("crash at op {k} (write torn at {tear}/1000) with {policy:?}");
     let outcome = match restarted.store.load(&session()) {
         Err(_) => {
-            assert!(old.is_empty(), "a committed session never disappears");
+            assert!(
+                old.is_empty(),
+                "a committed session never disappears ({context})"
+            );
             Outcome::OldTruth
         }
         Ok(loaded) => match &loaded.health {
@@ -71,48 +115,69 @@ fn crash_once(
             SessionHealth::CorruptTail(c) | SessionHealth::CorruptHead(c)
                 if c.reason == CorruptionReason::MissingSnapshotPins =>
             {
+                // Only a torn write can split close from its pins now.
+                assert!(
+                    policy != UnsyncedData::Lost && tear != 0 && tear != 1000
+                        || matches!(policy, UnsyncedData::Torn { .. }),
+                    "attested without pins, yet no write was torn ({context})"
+                );
                 assert_eq!(
                     loaded.events.len(),
                     old.len(),
-                    "salvage never includes the unpinned segment"
+                    "salvage never includes the unpinned segment ({context})"
                 );
-                Outcome::FailsFastMissingPins
+                let verify = verify_snapshot(&restarted);
+                let repaired = restarted
+                    .store
+                    .repair_missing_pins(&session(), &verify)
+                    .unwrap_or_else(|e| panic!("repair refused ({context}): {e}"));
+                assert!(
+                    matches!(repaired, RepairOutcome::Repaired { .. }),
+                    "{repaired:?}"
+                );
+                let after = restarted.store.load(&session()).unwrap();
+                assert!(after.health.is_healthy(), "{:?} ({context})", after.health);
+                assert_eq!(after.events.len(), new_len, "repair restores the new truth");
+                Outcome::TornThenRepaired
             }
             other => panic!(
-                "crash at op {k} with {policy:?} left {other:?} and {} events",
+                "{context} left {other:?} and {} events",
                 loaded.events.len()
             ),
         },
     };
-    if outcome != Outcome::FailsFastMissingPins {
-        // The survivor can always append again, over any orphan or torn manifest tail.
-        restarted.append(notes_plan(9)).unwrap();
-        let after = restarted.store.load(&session()).unwrap();
-        assert!(after.health.is_healthy(), "{:?}", after.health);
-    }
+    // The survivor can always append again, over any orphan or torn manifest tail.
+    restarted.append(notes_plan(9)).unwrap();
+    let after = restarted.store.load(&session()).unwrap();
+    assert!(after.health.is_healthy(), "{:?}", after.health);
     (outcome, crashed)
 }
 
-/// Runs every crash point of `plan` under every unsynced-data policy; returns the outcomes seen.
+/// Runs every crash point of `plan`, tearing the write at the crash point at random and not at
+/// all, under every unsynced-data policy; returns the outcomes seen.
 fn every_crash_point(
     setup: &[fn(&Fixture) -> AppendPlan],
     plan: fn(&Fixture) -> AppendPlan,
 ) -> Vec<(u64, UnsyncedData, Outcome)> {
     let mut seen = Vec::new();
     for k in 1.. {
+        let (seed, random) = tears(k);
         let mut crashed_any = false;
-        for policy in POLICIES {
-            let (outcome, crashed) = crash_once(setup, plan, k, policy);
-            crashed_any |= crashed;
-            seen.push((k, policy, outcome));
+        for tear in [0, 1000, random[0], random[1]] {
+            for policy in policies(random) {
+                let run = std::panic::catch_unwind(|| crash_once(setup, plan, k, tear, policy));
+                let Ok((outcome, crashed)) = run else {
+                    panic!("failed with WORKRAIL_CRASH_SEED={seed}");
+                };
+                crashed_any |= crashed;
+                seen.push((k, policy, outcome));
+            }
         }
         if !crashed_any {
-            // k is past the last operation: every policy must see the new truth.
+            // k is past the last operation: a power cut now must keep the new truth.
             assert!(
-                seen.iter()
-                    .rev()
-                    .take(POLICIES.len())
-                    .all(|s| s.2 == Outcome::NewTruth)
+                seen.iter().rev().take(16).all(|s| s.2 == Outcome::NewTruth),
+                "an acknowledged append was lost: {seen:?}"
             );
             break;
         }
@@ -130,50 +195,54 @@ fn notes(_: &Fixture) -> AppendPlan {
     notes_plan(1)
 }
 
-/// lock: L-STORE-CRASH-BEFORE-CLOSE, L-STORE-CRASH-BEFORE-PINS, L-STORE-CRASH-AFTER-PINS, L-STORE-ATOMIC-WRITE
+/// lock: L-STORE-CRASH-BEFORE-CLOSE, L-STORE-CRASH-AFTER-PINS, L-STORE-ATOMIC-WRITE, L-STORE-COMMIT-PIN
 #[test]
-fn every_crash_point_of_an_append_with_pins_yields_old_new_or_fail_fast() {
+fn every_crash_point_of_an_append_with_pins_yields_old_or_new_truth() {
     let seen = every_crash_point(&[start], advance);
-    // The transaction is: write temp, fsync, rename, fsync dir, append segment_closed, fsync,
-    // append pins, fsync. Crash before the segment_closed line is durable: old truth.
+    // The transaction is: write temp, fsync, rename, fsync dir, append close+pins, fsync. A
+    // crash before the attestation is durable loses nothing committed: old truth.
     for &(k, policy, outcome) in &seen {
-        if k <= 5 {
+        if k <= 4 {
             assert_eq!(
                 outcome,
                 Outcome::OldTruth,
                 "crash at op {k} ({policy:?}) is before step 2"
             );
         }
+        // Close without pins needs a torn write; a cut that keeps only synced bytes never
+        // shows it.
+        if policy == UnsyncedData::Lost {
+            assert_ne!(outcome, Outcome::TornThenRepaired, "op {k}");
+        }
     }
-    // Crash after the attestation but before the pins are durable: fail fast, never repaired.
-    assert!(
-        seen.iter()
-            .any(|&(k, _, o)| k == 7 && o == Outcome::FailsFastMissingPins),
-        "{seen:?}"
-    );
-    assert!(
-        seen.iter().any(|&(k, p, o)| k == 8
-            && p == UnsyncedData::Lost
-            && o == Outcome::FailsFastMissingPins)
-    );
-    // After the pins are durable: new truth.
     assert!(seen.iter().any(|&(_, _, o)| o == Outcome::NewTruth));
+}
+
+/// lock: L-STORE-CRASH-BEFORE-PINS
+#[test]
+fn a_power_cut_tearing_close_from_its_pins_fails_fast_until_repaired() {
+    // The manifest append is op 5 of an advance (temp, fsync, rename, fsync dir, append).
+    // Tear it so the close line lands whole and the pin line does not.
+    for tear in [600, 700, 800, 900] {
+        let (outcome, crashed) = crash_once(&[start], advance, 5, tear, UnsyncedData::Kept);
+        assert!(crashed);
+        if outcome == Outcome::TornThenRepaired {
+            return;
+        }
+    }
+    panic!("no tear of the close+pins write split close from its pins");
 }
 
 /// lock: L-STORE-CRASH-BEFORE-CLOSE, L-STORE-CRASH-AFTER-PINS
 #[test]
 fn every_crash_point_of_a_session_start_and_of_a_pinless_plan_is_old_or_new_truth() {
-    // The first plan of a session creates the manifest (one more directory sync) and pins the
-    // root snapshot: all three crash states occur, and the session never half-exists.
+    // The first plan of a session creates its directories and the manifest (each directory
+    // entry made durable by a parent fsync) and pins the root snapshot.
     let outcomes: Vec<Outcome> = every_crash_point(&[], start)
         .into_iter()
         .map(|s| s.2)
         .collect();
-    for expected in [
-        Outcome::OldTruth,
-        Outcome::FailsFastMissingPins,
-        Outcome::NewTruth,
-    ] {
+    for expected in [Outcome::OldTruth, Outcome::NewTruth] {
         assert!(
             outcomes.contains(&expected),
             "{expected:?} never seen: {outcomes:?}"
@@ -182,10 +251,104 @@ fn every_crash_point_of_a_session_start_and_of_a_pinless_plan_is_old_or_new_trut
     for (k, policy, outcome) in every_crash_point(&[start], notes) {
         assert_ne!(
             outcome,
-            Outcome::FailsFastMissingPins,
-            "a plan without snapshots has no pin step (op {k}, {policy:?})"
+            Outcome::TornThenRepaired,
+            "a plan without snapshots has no pins (op {k}, {policy:?})"
         );
     }
+}
+
+/// Mutating operations of `plan` after `setup` (each one a failure point).
+fn operations_of(setup: &[fn(&Fixture) -> AppendPlan], plan: fn(&Fixture) -> AppendPlan) -> u64 {
+    let fx = Fixture::new();
+    for step in setup {
+        fx.append(step(&fx)).unwrap();
+    }
+    let plan = plan(&fx);
+    let before = fx.fs.ops();
+    fx.append(plan).unwrap();
+    fx.fs.ops() - before
+}
+
+/// lock: L-STORE-ATOMIC-WRITE, L-STORE-APPEND-ONLY-MUTATION
+#[test]
+fn a_single_failed_io_at_any_step_leaves_old_or_new_truth_and_a_retry_succeeds() {
+    const ENOSPC: i32 = 28;
+    const EIO: i32 = 5;
+    let mut checked = 0;
+    for (setup, plan) in [
+        (&[][..], start as fn(&Fixture) -> AppendPlan),
+        (&[start as fn(&Fixture) -> AppendPlan][..], advance),
+        (&[start as fn(&Fixture) -> AppendPlan][..], notes),
+    ] {
+        let ops = operations_of(setup, plan);
+        for k in 1..=ops {
+            let (seed, random) = tears(k + 100);
+            for errno in [ENOSPC, EIO] {
+                for written in [0, random[0], 1000] {
+                    let context = format!(
+                        "errno {errno} at op {k} of {ops}, {written}/1000 written, WORKRAIL_CRASH_SEED={seed}"
+                    );
+                    let fx = Fixture::new();
+                    for step in setup {
+                        fx.append(step(&fx)).unwrap();
+                    }
+                    let old = fx.kinds().len();
+                    let the_plan = plan(&fx);
+                    let new_len = old + the_plan.events.len();
+                    fx.fs.fail_at_with(k, errno, written);
+                    let result = fx.append(the_plan.clone());
+                    let live = fx
+                        .store
+                        .load(&session())
+                        .map(|l| (l.health.clone(), l.events.len()));
+                    match &result {
+                        Ok(()) => panic!("a failed operation was reported as success ({context})"),
+                        Err(StoreError::Write {
+                            committed,
+                            errno: name,
+                            path,
+                            ..
+                        }) => {
+                            assert_eq!(*committed, Committed::Nothing, "{context}");
+                            assert!(name.is_some() && !path.is_empty(), "{context}");
+                            // "Nothing was committed" holds now and after a power cut.
+                            match &live {
+                                Ok((health, len)) => {
+                                    assert!(health.is_healthy(), "{health:?} ({context})");
+                                    assert_eq!(*len, old, "{context}");
+                                }
+                                Err(StoreError::NotFound { .. }) => assert_eq!(old, 0, "{context}"),
+                                Err(e) => panic!("{e} ({context})"),
+                            }
+                            for policy in [UnsyncedData::Lost, UnsyncedData::Kept] {
+                                let cut = Fixture::on(fx.fs.after_crash(policy));
+                                let len = cut.store.load(&session()).map_or(0, |l| {
+                                    assert!(l.health.is_healthy(), "{:?} ({context})", l.health);
+                                    l.events.len()
+                                });
+                                assert_eq!(len, old, "{policy:?} ({context})");
+                            }
+                        }
+                        Err(other) => panic!("unexpected error {other:?} ({context})"),
+                    }
+                    // The retry commits the plan once.
+                    fx.append(the_plan)
+                        .unwrap_or_else(|e| panic!("retry failed: {e} ({context})"));
+                    let loaded = fx.store.load(&session()).unwrap();
+                    assert!(loaded.health.is_healthy(), "{context}");
+                    assert_eq!(loaded.events.len(), new_len, "{context}");
+                    let cut = Fixture::on(fx.fs.after_crash(UnsyncedData::Lost));
+                    assert_eq!(
+                        cut.store.load(&session()).unwrap().events.len(),
+                        new_len,
+                        "{context}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} failure points");
 }
 
 fn committed_fs() -> MemFs {

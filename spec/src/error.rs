@@ -161,8 +161,8 @@ impl ErrorEnvelope {
         };
         Self::new(
             code,
-            "Another WorkRail process is writing to this session right now.",
-            "Retry in about a second with the same arguments. If this persists, make sure no other WorkRail process is running against the same data directory.",
+            "Another WorkRail server is writing to this session, and held it longer than this call waits.",
+            "Retry in about a second with the same arguments: the other write finishes first, and a retry never records anything twice.",
             Retry::RetryableAfterMs {
                 after_ms: DEFAULT_LOCK_RETRY_AFTER_MS,
             },

@@ -5,6 +5,7 @@
 //! workrail mcp                  serve MCP over stdio
 //! workrail validate <file>      compile a workflow source: its errors, or its workflowHash
 //! workrail inspect <sessionId>  print a session's run DAG, preferred tip, status and outputs
+//! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited)
 //! workrail keys rotate          rotate the token signing key
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
@@ -74,6 +75,16 @@ enum Command {
     /// Print a session's run DAG, preferred tip, status and outputs.
     Inspect {
         /// The session id (`session.sessionId` in any execution response).
+        session_id: String,
+    },
+    /// Restore the snapshot pins a session's last write lacks (after a write torn by a power
+    /// cut), when every snapshot to pin is intact in the snapshot store.
+    ///
+    /// Never automatic: load reports such a session as corrupt until this is run. Prints what it
+    /// appended; refuses, writing nothing, for any other damage and names what is missing.
+    Repair {
+        /// The session id (`session.sessionId` in any execution response, or the one a
+        /// `SESSION_CORRUPT` error names).
         session_id: String,
     },
     /// Export a session as one self-verifying JSON bundle (no tokens).
@@ -190,6 +201,14 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Err(e) => Err(envelope_text(&e)),
             }
         }
+        Command::Repair { session_id } => {
+            let workrail = open(cli.data_dir)?;
+            let report = workrail
+                .repair_session(&session_id)
+                .map_err(|e| envelope_text(&e))?;
+            print_stdout(&report);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Export { session_id, output } => {
             let workrail = open(cli.data_dir)?;
             let bar = StderrProgress::new();
@@ -289,7 +308,7 @@ fn open(data_dir: Option<PathBuf>) -> Result<Workrail, String> {
     if let Some(dir) = data_dir {
         config.data_dir = dir;
     }
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+    crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
         format!(
             "cannot create the data directory {}: {e} (set WORKRAIL_DATA_DIR or --data-dir to a writable directory)",
             config.data_dir.display()

@@ -57,6 +57,30 @@ pub const GLOBAL_PREFERENCES_FILE: &str = "config/preferences.json";
 /// The environment variable naming the data directory.
 pub const DATA_DIR_ENV: &str = "WORKRAIL_DATA_DIR";
 
+/// The environment variable bounding how long a call waits for another server's hold on a
+/// session lock, in milliseconds (default: [`crate::store::DEFAULT_LOCK_WAIT`]).
+pub const LOCK_WAIT_ENV: &str = "WORKRAIL_LOCK_WAIT_MS";
+
+fn lock_wait_from_env() -> Result<Option<std::time::Duration>, ErrorEnvelope> {
+    let Some(raw) = std::env::var_os(LOCK_WAIT_ENV).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    raw.to_str()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&ms| ms <= 60_000)
+        .map(|ms| Some(std::time::Duration::from_millis(ms)))
+        .ok_or_else(|| {
+            ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "{LOCK_WAIT_ENV} is {raw:?}, not a whole number of milliseconds from 0 to 60000."
+                ),
+                format!("Set {LOCK_WAIT_ENV} to e.g. 2000, or unset it for the default."),
+                Retry::NotRetryable,
+            )
+        })
+}
+
 /// Loads the workflow catalog (every call sees the sources as they are now).
 pub type CatalogLoader = Arc<dyn Fn() -> Catalog + Send + Sync>;
 
@@ -200,7 +224,7 @@ impl Workrail {
     /// Opens WorkRail on the real filesystem; the data directory and keyring are created on
     /// first use.
     pub fn open(config: WorkrailConfig) -> Result<Workrail, ErrorEnvelope> {
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
             ErrorEnvelope::new(
                 ErrorCode::StoreIoError,
                 format!("cannot create the WorkRail data directory: {e}"),
@@ -215,9 +239,14 @@ impl Workrail {
             let refs: Vec<&dyn WorkflowSource> = sources.iter().map(|s| s.as_ref()).collect();
             Catalog::load(&refs)
         });
-        Ok(Self::with_parts(fs, catalog, config.entropy)?
+        let lock_wait = lock_wait_from_env()?;
+        let mut workrail = Self::with_parts(fs, catalog, config.entropy)?
             .with_feature_overrides(&config.features)
-            .with_workspace(config.workspace))
+            .with_workspace(config.workspace);
+        if let Some(wait) = lock_wait {
+            workrail.sessions = workrail.sessions.with_lock_wait(wait);
+        }
+        Ok(workrail)
     }
 
     /// Opens WorkRail over any filesystem and catalog (tests, harnesses). Feature flags come
@@ -410,6 +439,57 @@ impl Workrail {
     /// A human-readable view of a session: health, runs, DAG, preferred tips, status, outputs.
     pub fn inspect_session(&self, session_id: &str) -> Result<String, ErrorEnvelope> {
         inspect::inspect_session(self, session_id)
+    }
+
+    /// `workrail repair`: appends the snapshot pins the session's last write lacks when every
+    /// such snapshot is intact in the CAS (decision D51), and says what it did; refuses any
+    /// other state, writing nothing. Logged at warn: it changes the control stream.
+    pub fn repair_session(&self, session_id: &str) -> Result<String, ErrorEnvelope> {
+        let session = SessionId::parse(session_id).map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!("`{session_id}` is not a session id: {e}"),
+                "Pass the session id exactly as a WorkRail response or error shows it (sess_…).",
+                Retry::NotRetryable,
+            )
+        })?;
+        let verify =
+            |snapshot: &workrail_spec::ids::SnapshotRef| self.snapshots.get(snapshot).map(drop);
+        let outcome = self
+            .sessions
+            .repair_missing_pins(&session, &verify)
+            .map_err(store_envelope(false))?;
+        let cut = |bytes: u64| {
+            if bytes == 0 {
+                String::new()
+            } else {
+                format!(" Cut {bytes} bytes of a torn, uncommitted manifest line.")
+            }
+        };
+        Ok(match outcome {
+            crate::store::RepairOutcome::AlreadyHealthy { cut_torn_bytes } => format!(
+                "Session {session} is healthy; nothing to repair.{}",
+                cut(cut_torn_bytes)
+            ),
+            crate::store::RepairOutcome::Repaired {
+                pinned,
+                cut_torn_bytes,
+            } => {
+                let list: Vec<String> = pinned
+                    .iter()
+                    .map(|(snapshot, index)| {
+                        format!("  pinned {snapshot} (node_created at eventIndex {index})")
+                    })
+                    .collect();
+                tracing::warn!(session = %session, pins = pinned.len(), "repair appended missing snapshot pins");
+                format!(
+                    "Session {session} repaired: appended {} missing snapshot pin(s), each snapshot verified against its address.{}\n{}\nThe session is healthy again; continue it with its latest tokens, or call resume_session.",
+                    pinned.len(),
+                    cut(cut_torn_bytes),
+                    list.join("\n")
+                )
+            }
+        })
     }
 
     /// Exports a session as one self-verifying bundle (`impl/docs/bundles.md`); a

@@ -12,35 +12,49 @@ use workrail_spec::ids::{SnapshotRef, WorkflowHash};
 use workrail_spec::jcs::to_canonical_bytes;
 use workrail_spec::snapshot::ExecutionSnapshotFileV1;
 
-use super::error::StoreError;
+use super::error::{Committed, StoreError};
 use super::fs::StoreFs;
 use super::layout;
 
-/// Writes bytes durably and atomically: temp, fsync, rename, fsync the directory.
+/// Writes an immutable object durably and atomically: a temp file no other writer uses, fsync,
+/// rename, fsync the directory. An object that is already there is checked byte for byte (a
+/// damaged one is replaced), and its directory entry is made durable all the same: the writer
+/// that created it may have died before its directory fsync.
 fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let io = |op: &'static str| {
-        move |e: std::io::Error| StoreError::Io {
-            session: None,
-            op,
-            detail: e.to_string(),
-        }
-    };
-    if fs.len(path).map_err(io("stat object"))?.is_some() {
-        return Ok(());
-    }
     let dir = path.parent().unwrap_or(Path::new(""));
-    fs.create_dir_all(dir)
-        .map_err(io("create object directory"))?;
+    fn failed<'a>(op: &'static str, at: &'a Path) -> impl Fn(std::io::Error) -> StoreError + 'a {
+        move |e| StoreError::write(None, op, at, &e, Committed::Nothing)
+    }
+    let existing = fs
+        .read(path)
+        .map_err(failed("read the stored object", path))?;
+    if existing.as_deref() == Some(bytes) {
+        return fs
+            .sync_dir(dir)
+            .map_err(failed("sync the object directory", dir));
+    }
+    fs.create_dir_durable(dir)
+        .map_err(failed("create the object directory", dir))?;
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp: PathBuf = dir.join(format!(".tmp-{file_name}"));
-    fs.write_new(&tmp, bytes)
+    let tmp: PathBuf = dir.join(layout::temp_file_name(&file_name));
+    let written = fs
+        .write_new(&tmp, bytes)
         .and_then(|()| fs.sync_file(&tmp))
-        .and_then(|()| fs.rename(&tmp, path))
-        .and_then(|()| fs.sync_dir(dir))
-        .map_err(io("write object"))
+        .map_err(failed("write a stored object", &tmp))
+        .and_then(|()| {
+            fs.rename(&tmp, path)
+                .map_err(failed("rename a stored object into place", path))
+        });
+    if written.is_err() {
+        // Best effort: a leftover temp file is never read and GC skips it.
+        let _ = fs.remove_file(&tmp);
+    }
+    written?;
+    fs.sync_dir(dir)
+        .map_err(failed("sync the object directory", dir))
 }
 
 fn read_object(fs: &dyn StoreFs, path: &Path, what: &str) -> Result<String, StoreError> {

@@ -23,6 +23,21 @@ pub enum StoreError {
         op: &'static str,
         detail: String,
     },
+    /// A write of the commit path failed; `committed` says exactly what durable truth holds.
+    #[error("{op} failed on {path}: {os_error} ({committed})")]
+    Write {
+        session: Option<SessionId>,
+        op: &'static str,
+        /// The path relative to the data directory.
+        path: String,
+        /// The OS error as the OS words it.
+        os_error: String,
+        /// The errno name (`ENOSPC`, `EIO`, …) when known.
+        errno: Option<&'static str>,
+        committed: Committed,
+    },
+    #[error("session {session} was not repaired: {reason}")]
+    RepairRefused { session: SessionId, reason: String },
     #[error("an earlier I/O failure poisoned this append gate for session {session}")]
     Poisoned { session: SessionId },
     #[error("invalid append plan for session {session}: {detail}")]
@@ -33,6 +48,76 @@ pub enum StoreError {
     MissingObject { what: String },
     #[error("internal store invariant broken: {detail}")]
     Internal { detail: String },
+}
+
+/// What a failed write left committed (closed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// Nothing: the failure came before the records were attested, or the attestation was
+    /// undone (the manifest cut back to its committed length, durably).
+    Nothing,
+    /// The records may or may not be committed: they were written but neither confirmed on
+    /// disk nor undone. The next load decides; a retry of the same call is idempotent.
+    Unknown,
+}
+
+impl Committed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Nothing => "nothing",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Committed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Nothing => f.write_str("nothing was committed"),
+            Self::Unknown => f.write_str("the write may or may not be committed"),
+        }
+    }
+}
+
+/// The errno name of an OS error, for error details (`ENOSPC on sessions/…/manifest.jsonl`).
+pub fn errno_name(e: &std::io::Error) -> Option<&'static str> {
+    Some(match e.raw_os_error()? {
+        1 => "EPERM",
+        2 => "ENOENT",
+        5 => "EIO",
+        9 => "EBADF",
+        12 => "ENOMEM",
+        13 => "EACCES",
+        17 => "EEXIST",
+        20 => "ENOTDIR",
+        21 => "EISDIR",
+        24 => "EMFILE",
+        27 => "EFBIG",
+        28 => "ENOSPC",
+        30 => "EROFS",
+        122 => "EDQUOT",
+        _ => return None,
+    })
+}
+
+impl StoreError {
+    /// A failed write on `path` (relative to the data directory).
+    pub fn write(
+        session: Option<&SessionId>,
+        op: &'static str,
+        path: &std::path::Path,
+        e: &std::io::Error,
+        committed: Committed,
+    ) -> Self {
+        Self::Write {
+            session: session.cloned(),
+            op,
+            path: path.display().to_string(),
+            os_error: e.to_string(),
+            errno: errno_name(e),
+            committed,
+        }
+    }
 }
 
 /// `unexpected:storage_corruption_detected`, as error details name it.
@@ -78,14 +163,62 @@ impl StoreError {
                         .then_some(STORAGE_CORRUPTION),
                 }))
             }
-            Self::Io { op, .. } => ErrorEnvelope::new(
+            Self::Io { op, detail, .. } => ErrorEnvelope::new(
                 ErrorCode::StoreIoError,
-                format!(
-                    "A filesystem operation failed during {op}; nothing partial was committed."
-                ),
-                "Retry the same call; if it keeps failing, check free disk space and permissions of the WorkRail data directory.",
+                format!("A filesystem operation failed during {op}: {detail}."),
+                "Retry the same call; if it keeps failing, check free disk space and the permissions of the WorkRail data directory.",
                 Retry::RetryableImmediate,
-            ),
+            )
+            .with_details(serde_json::json!({"op": op, "osError": detail})),
+            Self::Write {
+                op,
+                path,
+                os_error,
+                errno,
+                committed,
+                ..
+            } => {
+                let what = errno.unwrap_or("I/O error");
+                let message = match committed {
+                    Committed::Nothing => format!(
+                        "WorkRail could not {op}: {what} on {path} ({os_error}). Nothing was committed: the session is exactly as before this call."
+                    ),
+                    Committed::Unknown => format!(
+                        "WorkRail could not {op}: {what} on {path} ({os_error}). The step's records were written but could be neither confirmed on disk nor undone, so this call may or may not have been recorded."
+                    ),
+                };
+                let fix = match *errno {
+                    Some("ENOSPC" | "EDQUOT") => {
+                        "Free disk space on the volume of the WorkRail data directory, then retry the same call with the same arguments (a retry never records anything twice)."
+                    }
+                    Some("EACCES" | "EPERM" | "EROFS") => {
+                        "Make the WorkRail data directory writable by this user, then retry the same call with the same arguments (a retry never records anything twice)."
+                    }
+                    _ => {
+                        "Retry the same call with the same arguments: a retry never records anything twice, and it answers with what was recorded if this call was. If it keeps failing, check the disk that holds the WorkRail data directory."
+                    }
+                };
+                ErrorEnvelope::new(
+                    ErrorCode::StoreIoError,
+                    message,
+                    fix,
+                    Retry::RetryableImmediate,
+                )
+                .with_details(serde_json::json!({
+                    "op": op,
+                    "path": path,
+                    "errno": errno,
+                    "osError": os_error,
+                    "committed": committed.as_str(),
+                }))
+            }
+            Self::RepairRefused { session, reason } => ErrorEnvelope::new(
+                ErrorCode::SessionCorrupt,
+                format!("Session {session} was not repaired: {reason}."),
+                "Nothing was written. `workrail repair` only restores snapshot pins whose snapshots are intact; for other damage, export the validated prefix with `workrail export <sessionId> -o bundle.json` and import it with `workrail import bundle.json --allow-salvage`.",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({"reason": reason})),
             Self::Poisoned { .. } => ErrorEnvelope::new(
                 ErrorCode::StoreIoError,
                 "An earlier filesystem failure stopped further writes in this operation.",

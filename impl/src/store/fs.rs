@@ -26,13 +26,22 @@ pub enum LockError {
 }
 
 /// The store's view of a filesystem. All paths are relative to the data directory.
+///
+/// Everything the store creates is private to the owner (directories 0700, files 0600 on Unix),
+/// whatever the process umask.
 pub trait StoreFs: Send + Sync + fmt::Debug {
-    /// Creates a directory and its parents (no-op when it exists).
+    /// Creates a directory and its parents (no-op when it exists). Not durable by itself: see
+    /// [`StoreFs::create_dir_durable`].
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Creates one directory whose parent exists; `Ok(false)` when it already existed. The new
+    /// entry is durable only after `sync_dir` of the parent.
+    fn create_dir(&self, dir: &Path) -> io::Result<bool>;
     /// Creates or truncates `path` and writes `bytes` (not yet durable).
     fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
-    /// Appends `bytes` to `path`, creating it when missing (not yet durable).
+    /// Appends `bytes` to `path` with one write, creating it when missing (not yet durable).
     fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Cuts `path` to `len` bytes (not yet durable: `sync_file` makes it so).
+    fn set_len(&self, path: &Path, len: u64) -> io::Result<()>;
     /// Makes the file's contents durable.
     fn sync_file(&self, path: &Path) -> io::Result<()>;
     /// Atomically renames `from` to `to`, replacing `to`.
@@ -53,17 +62,114 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     fn write_private(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (creating the file), without waiting.
     fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError>;
+    /// Takes a shared lock on an existing lock file, without waiting; `Ok(None)` when the file
+    /// does not exist (no writer ever locked it, so there is nothing to wait for).
+    fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError>;
+
+    /// Creates `dir` and its missing parents and makes every entry on the way durable: the
+    /// parent of each directory is fsynced unless this filesystem already knows that entry to
+    /// be durable. Knowing is what keeps it cheap, and it is not the same as the directory
+    /// existing: an earlier attempt (or another process) may have created it and failed or died
+    /// before its parent fsync.
+    fn create_dir_durable(&self, dir: &Path) -> io::Result<()> {
+        create_dir_durable_with(self, dir, &KnownDurable::default())
+    }
+}
+
+/// Directory entries this process has made (or seen made) durable, so `create_dir_durable` syncs
+/// each parent once per process instead of on every call.
+#[derive(Debug, Default)]
+pub struct KnownDurable(std::sync::Mutex<std::collections::HashSet<PathBuf>>);
+
+impl KnownDurable {
+    fn contains(&self, dir: &Path) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(dir)
+    }
+
+    fn insert(&self, dir: &Path) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(dir.to_path_buf());
+    }
+
+    /// Forgets `dir` and everything below it (after a removal).
+    pub fn forget_below(&self, dir: &Path) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|d| !d.starts_with(dir));
+    }
+}
+
+/// The body of [`StoreFs::create_dir_durable`] over a filesystem's own [`KnownDurable`].
+pub fn create_dir_durable_with<F: StoreFs + ?Sized>(
+    fs: &F,
+    dir: &Path,
+    known: &KnownDurable,
+) -> io::Result<()> {
+    let mut chain: Vec<&Path> = dir
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .collect();
+    chain.reverse();
+    for component in chain {
+        if known.contains(component) {
+            continue;
+        }
+        fs.create_dir(component)?;
+        if super::planted::is_planted(super::planted::PlantedBug::SkipDirectorySync) {
+            continue;
+        }
+        fs.sync_dir(component.parent().unwrap_or(Path::new("")))?;
+        known.insert(component);
+    }
+    Ok(())
+}
+
+/// Creates the data directory root private to its owner (0700 on Unix, whatever the umask),
+/// and tightens an existing root this user owns: everything below it is then unreachable for
+/// other local users, including the session lock files.
+pub fn create_private_root(root: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(root)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(root)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            // Only the owner may change the mode; a root someone else owns stays as it is.
+            match fs::set_permissions(root, fs::Permissions::from_mode(0o700)) {
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {}
+                other => other?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The real filesystem under a root directory.
 #[derive(Debug, Clone)]
 pub struct OsFs {
     root: PathBuf,
+    known_durable: std::sync::Arc<KnownDurable>,
 }
 
 impl OsFs {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            known_durable: std::sync::Arc::default(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -91,22 +197,63 @@ fn not_found_as_none<T>(result: io::Result<T>) -> io::Result<Option<T>> {
     }
 }
 
+/// Open options for a private (0600) file; the umask can only remove bits, so the mode holds.
+fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+}
+
+fn private_dir_builder(recursive: bool) -> fs::DirBuilder {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(recursive);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
+}
+
 impl StoreFs for OsFs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        fs::create_dir_all(self.abs(dir))
+        private_dir_builder(true).create(self.abs(dir))
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<bool> {
+        match private_dir_builder(false).create(self.abs(dir)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut file = File::create(self.abs(path))?;
+        let mut file = private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.abs(path))?;
         file.write_all(bytes)
     }
 
     fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut file = OpenOptions::new()
+        let mut file = private_file()
             .create(true)
             .append(true)
             .open(self.abs(path))?;
         file.write_all(bytes)
+    }
+
+    fn set_len(&self, path: &Path, len: u64) -> io::Result<()> {
+        OpenOptions::new()
+            .write(true)
+            .open(self.abs(path))?
+            .set_len(len)
     }
 
     fn sync_file(&self, path: &Path) -> io::Result<()> {
@@ -146,29 +293,32 @@ impl StoreFs for OsFs {
     }
 
     fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.known_durable.forget_below(dir);
         not_found_as_none(fs::remove_dir_all(self.abs(dir))).map(drop)
+    }
+
+    fn create_dir_durable(&self, dir: &Path) -> io::Result<()> {
+        create_dir_durable_with(self, dir, &self.known_durable)
     }
 
     fn write_private(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let abs = self.abs(path);
-        let tmp = abs.with_extension("tmp");
-        let mut options = OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
+        let tmp = abs.with_file_name(crate::store::layout::temp_file_name(
+            &abs.file_name().unwrap_or_default().to_string_lossy(),
+        ));
+        let mut file = private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| fs::rename(&tmp, &abs));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
         }
-        let mut file = options.open(&tmp)?;
-        #[cfg(unix)]
-        {
-            // An existing file keeps its old mode through `open`; force 0600.
-            use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(fs::Permissions::from_mode(0o600))?;
-        }
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, &abs)?;
+        written?;
         if let Some(parent) = abs.parent() {
             File::open(parent)?.sync_all()?;
         }
@@ -176,7 +326,7 @@ impl StoreFs for OsFs {
     }
 
     fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError> {
-        let file = OpenOptions::new()
+        let file = private_file()
             .create(true)
             .truncate(false)
             .write(true)
@@ -184,6 +334,19 @@ impl StoreFs for OsFs {
             .map_err(LockError::Io)?;
         match file.try_lock() {
             Ok(()) => Ok(Box::new(OsLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Err(LockError::Busy),
+            Err(fs::TryLockError::Error(e)) => Err(LockError::Io(e)),
+        }
+    }
+
+    fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        let file = match File::open(self.abs(path)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LockError::Io(e)),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(Box::new(OsLock { _file: file }))),
             Err(fs::TryLockError::WouldBlock) => Err(LockError::Busy),
             Err(fs::TryLockError::Error(e)) => Err(LockError::Io(e)),
         }

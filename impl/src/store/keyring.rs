@@ -166,7 +166,7 @@ impl KeyringStore {
     /// Runs `f` holding `keys/.lock`, waiting briefly for another process to finish.
     fn locked<T>(&self, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
         self.fs
-            .create_dir_all(Path::new(layout::KEYS_DIR))
+            .create_dir_durable(Path::new(layout::KEYS_DIR))
             .map_err(Self::io("create keys directory"))?;
         let lock_path = Path::new(layout::KEYS_DIR).join(".lock");
         for _ in 0..200 {

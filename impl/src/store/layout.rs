@@ -50,7 +50,49 @@ pub fn segment_path(session: &SessionId, first: EventIndex, last: EventIndex) ->
 
 /// Where a segment is written before its rename (a leftover one is an orphan, never read).
 pub fn temp_segment_path(session: &SessionId, first: EventIndex, last: EventIndex) -> PathBuf {
-    events_dir(session).join(format!(".tmp-{:08}-{:08}.jsonl", first.get(), last.get()))
+    events_dir(session).join(temp_file_name(&format!(
+        "{:08}-{:08}.jsonl",
+        first.get(),
+        last.get()
+    )))
+}
+
+/// Whether a directory entry is a writer's temp file (in flight, or left by a crash): never
+/// truth, never read, skipped by listings and GC.
+pub fn is_temp_file_name(name: &str) -> bool {
+    name.starts_with(TEMP_PREFIX)
+}
+
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// A temp file name no other writer uses: `.tmp-<pid>-<process nonce>-<sequence>-<name>`.
+/// Several WorkRail processes share one data directory, so a fixed temp name per object would
+/// let two writers interleave bytes in one file or rename it from under each other.
+pub fn temp_file_name(final_name: &str) -> String {
+    if super::planted::is_planted(super::planted::PlantedBug::SharedTempName) {
+        return format!("{TEMP_PREFIX}{final_name}");
+    }
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let nonce = *NONCE.get_or_init(|| {
+        let mut bytes = [0u8; 8];
+        // A pid is reused after a crash; the nonce tells two lives of one pid apart. Without
+        // entropy the address of this static and the time still differ between processes.
+        if getrandom::fill(&mut bytes).is_err() {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            bytes = nanos.to_le_bytes();
+        }
+        u64::from_le_bytes(bytes)
+    });
+    let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{TEMP_PREFIX}{}-{nonce:016x}-{sequence}-{final_name}",
+        std::process::id()
+    )
 }
 
 pub fn snapshot_path(snapshot: &SnapshotRef) -> PathBuf {

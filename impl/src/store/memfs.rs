@@ -2,13 +2,16 @@
 //! harness.
 //!
 //! Each file keeps two images: its **live** bytes (what reads see now) and its **synced** bytes
-//! (what survives a crash). Directory entries too: a create or rename is live at once but durable
-//! only after `sync_dir` of the parent. A fault plan stops the world at the N-th mutating
-//! operation: that operation fails (a write or append may land torn: only a prefix of its bytes)
-//! and every later call fails, like a dead process. [`MemFs::after_crash`] then builds the
-//! filesystem a restart would find. Directories themselves are treated as durable once created
-//! (the store still syncs parents; modelling directory creation adds no crash state the
-//! protocol depends on).
+//! (what survives a crash). Directory entries too, for files and directories alike: a create or
+//! rename is live at once but durable only after `sync_dir` of the parent, and a crash loses
+//! every entry below a directory whose own entry was not durable. A fault plan stops the world
+//! at the N-th mutating operation: that operation fails (a write or append may land torn: a
+//! prefix of its bytes, of a length the plan chooses) and every later call fails, like a dead
+//! process. [`MemFs::after_crash`] then builds the filesystem a restart would find. A failure
+//! plan makes one operation fail with an OS error (`ENOSPC`, `EIO`, …) and lets the process go
+//! on; a failed write may still have written a prefix, as a real short write does.
+//!
+//! Locks model `flock`: one exclusive holder or any number of shared holders.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -34,16 +37,46 @@ struct Inode {
     synced: Vec<u8>,
 }
 
+/// Who holds a lock file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Exclusive,
+    Shared(u32),
+}
+
+/// A planned I/O failure: the operation number, the OS error and, for a write, how much of it
+/// lands before the error (thousandths).
+#[derive(Debug, Clone, Copy)]
+struct PlannedFailure {
+    op: u64,
+    errno: i32,
+    written_per_mille: u16,
+}
+
+/// A writer parked in the middle of a write (see [`MemFs::pause_at`]).
+#[derive(Debug, Default)]
+struct Gate {
+    released: Mutex<bool>,
+    wake: std::sync::Condvar,
+    reached: Mutex<bool>,
+    arrived: std::sync::Condvar,
+}
+
 #[derive(Debug, Default)]
 struct State {
     inodes: Vec<Inode>,
     live: BTreeMap<PathBuf, usize>,
     durable: BTreeMap<PathBuf, usize>,
     dirs: BTreeSet<PathBuf>,
-    locks: BTreeSet<PathBuf>,
+    /// Directories whose own entry is durable in their parent.
+    durable_dirs: BTreeSet<PathBuf>,
+    locks: BTreeMap<PathBuf, Held>,
     ops: u64,
     crash_at: Option<u64>,
-    fail_at: Option<u64>,
+    /// How much of the write at the crash point lands (thousandths; default half).
+    crash_tear_per_mille: u16,
+    fail_at: Option<PlannedFailure>,
+    pause_at: Option<(u64, Arc<Gate>)>,
     crashed: bool,
     /// Every path read, in order (to prove what load never opens).
     reads: Vec<PathBuf>,
@@ -53,6 +86,9 @@ struct State {
 #[derive(Debug, Clone, Default)]
 pub struct MemFs {
     state: Arc<Mutex<State>>,
+    /// What `create_dir_durable` knows to be durable (shared by clones; a restart after a crash
+    /// starts with nothing known, like a new process).
+    known_durable: Arc<super::fs::KnownDurable>,
 }
 
 fn crashed_error() -> io::Error {
@@ -62,10 +98,18 @@ fn crashed_error() -> io::Error {
 /// Outcome of counting one mutating operation against the fault plan.
 enum Step {
     Proceed,
-    /// This operation is the crash point.
-    Crash,
-    /// This operation fails with an I/O error; the filesystem keeps working.
-    Fail,
+    /// This operation is the crash point; a write lands this many thousandths of its bytes.
+    Crash {
+        written_per_mille: u16,
+    },
+    /// This operation fails with an OS error; the filesystem keeps working. A write lands this
+    /// many thousandths of its bytes first (a short write).
+    Fail {
+        errno: i32,
+        written_per_mille: u16,
+    },
+    /// A write lands half its bytes, then parks until the gate opens (another thread reads).
+    Pause(Arc<Gate>),
 }
 
 impl MemFs {
@@ -83,17 +127,46 @@ impl MemFs {
         self.lock().ops
     }
 
-    /// The `op`-th mutating operation from now (1-based) crashes the process.
+    /// The `op`-th mutating operation from now (1-based) crashes the process; a write at that
+    /// point lands half its bytes.
     pub fn crash_at(&self, op: u64) {
-        let mut s = self.lock();
-        s.crash_at = Some(s.ops + op);
+        self.crash_at_torn(op, 500);
     }
 
-    /// The `op`-th mutating operation from now (1-based) fails with an I/O error (e.g. a failed
-    /// fsync), without crashing.
-    pub fn fail_at(&self, op: u64) {
+    /// Like [`MemFs::crash_at`], with a write at the crash point landing `written_per_mille`
+    /// thousandths of its bytes (0 = none, 1000 = all).
+    pub fn crash_at_torn(&self, op: u64, written_per_mille: u16) {
         let mut s = self.lock();
-        s.fail_at = Some(s.ops + op);
+        s.crash_at = Some(s.ops + op);
+        s.crash_tear_per_mille = written_per_mille.min(1000);
+    }
+
+    /// The `op`-th mutating operation from now (1-based) fails with an I/O error (EIO), without
+    /// crashing; a failed write lands nothing.
+    pub fn fail_at(&self, op: u64) {
+        self.fail_at_with(op, 5, 0);
+    }
+
+    /// The `op`-th mutating operation from now (1-based) fails with OS error `errno` (e.g. 28,
+    /// `ENOSPC`), without crashing; a failed write first lands `written_per_mille` thousandths
+    /// of its bytes, like a short write.
+    pub fn fail_at_with(&self, op: u64, errno: i32, written_per_mille: u16) {
+        let mut s = self.lock();
+        s.fail_at = Some(PlannedFailure {
+            op: s.ops + op,
+            errno,
+            written_per_mille: written_per_mille.min(1000),
+        });
+    }
+
+    /// The `op`-th mutating operation from now (1-based), if it is a write, lands half its bytes
+    /// and then parks the writing thread until the returned [`Pause`] is released (or dropped),
+    /// so another thread can look at the file mid-write.
+    pub fn pause_at(&self, op: u64) -> Pause {
+        let gate = Arc::new(Gate::default());
+        let mut s = self.lock();
+        s.pause_at = Some((s.ops + op, Arc::clone(&gate)));
+        Pause { gate }
     }
 
     pub fn has_crashed(&self) -> bool {
@@ -125,16 +198,43 @@ impl MemFs {
                 synced: survived,
             });
         }
+        // An entry survives only when every directory above it survived too.
+        let reachable = |p: &Path| {
+            p.ancestors()
+                .skip(1)
+                .filter(|a| !a.as_os_str().is_empty())
+                .all(|a| s.durable_dirs.contains(a))
+        };
+        let dirs: BTreeSet<PathBuf> = s
+            .durable_dirs
+            .iter()
+            .filter(|d| reachable(d))
+            .cloned()
+            .collect();
+        let durable: BTreeMap<PathBuf, usize> = s
+            .durable
+            .iter()
+            .filter(|(p, _)| reachable(p))
+            .map(|(p, &ino)| (p.clone(), ino))
+            .collect();
         let state = State {
             inodes,
-            live: s.durable.clone(),
-            durable: s.durable.clone(),
-            dirs: s.dirs.clone(),
+            live: durable.clone(),
+            durable,
+            durable_dirs: dirs.clone(),
+            dirs,
+            crash_tear_per_mille: 500,
             ..State::default()
         };
         MemFs {
             state: Arc::new(Mutex::new(state)),
+            known_durable: Arc::default(),
         }
+    }
+
+    /// Directories whose entries are all durable (for "this directory survives" checks).
+    pub fn durable_dirs(&self) -> Vec<PathBuf> {
+        self.lock().durable_dirs.iter().cloned().collect()
     }
 
     /// Rewrites a file's bytes in both images (for corruption tests).
@@ -175,11 +275,25 @@ impl State {
         self.ops += 1;
         if self.crash_at == Some(self.ops) {
             self.crashed = true;
-            return Ok(Step::Crash);
+            return Ok(Step::Crash {
+                written_per_mille: self.crash_tear_per_mille,
+            });
         }
-        if self.fail_at == Some(self.ops) {
+        if let Some(planned) = self.fail_at
+            && planned.op == self.ops
+        {
             self.fail_at = None;
-            return Ok(Step::Fail);
+            return Ok(Step::Fail {
+                errno: planned.errno,
+                written_per_mille: planned.written_per_mille,
+            });
+        }
+        if let Some((op, gate)) = &self.pause_at
+            && *op == self.ops
+        {
+            let gate = Arc::clone(gate);
+            self.pause_at = None;
+            return Ok(Step::Pause(gate));
         }
         Ok(Step::Proceed)
     }
@@ -208,14 +322,8 @@ impl State {
         self.inodes.len() - 1
     }
 
-    /// Writes `bytes` (or, when crashing, a torn half of them) to a file's live image.
-    fn write_bytes(
-        &mut self,
-        path: &Path,
-        bytes: &[u8],
-        append: bool,
-        step: Step,
-    ) -> io::Result<()> {
+    /// The inode behind `path`, created when missing.
+    fn inode_for_write(&mut self, path: &Path, append: bool) -> io::Result<usize> {
         self.parent_exists(path)?;
         let ino = match self.live.get(path) {
             Some(&ino) => ino,
@@ -225,29 +333,62 @@ impl State {
                 ino
             }
         };
-        let inode = &mut self.inodes[ino];
         if !append {
-            inode.live.clear();
+            self.inodes[ino].live.clear();
         }
-        match step {
-            Step::Proceed => {
-                inode.live.extend_from_slice(bytes);
-                Ok(())
-            }
-            Step::Crash => {
-                inode.live.extend_from_slice(&bytes[..bytes.len() / 2]);
-                Err(crashed_error())
-            }
-            Step::Fail => Err(io::Error::other("simulated write failure")),
-        }
+        Ok(ino)
     }
+}
+
+fn prefix(bytes: &[u8], per_mille: u16) -> &[u8] {
+    &bytes[..bytes.len() * usize::from(per_mille.min(1000)) / 1000]
 }
 
 fn outcome(step: Step) -> io::Result<bool> {
     match step {
-        Step::Proceed => Ok(true),
-        Step::Crash => Err(crashed_error()),
-        Step::Fail => Err(io::Error::other("simulated I/O failure")),
+        Step::Proceed | Step::Pause(_) => Ok(true),
+        Step::Crash { .. } => Err(crashed_error()),
+        Step::Fail { errno, .. } => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Releases a writer parked by [`MemFs::pause_at`]; dropping it releases too.
+#[derive(Debug)]
+pub struct Pause {
+    gate: Arc<Gate>,
+}
+
+impl Pause {
+    /// Waits until the writer is parked mid-write (at most `timeout`); false if it never came.
+    pub fn wait_until_parked(&self, timeout: std::time::Duration) -> bool {
+        let reached = self.gate.reached.lock().unwrap_or_else(|p| p.into_inner());
+        let (reached, _) = self
+            .gate
+            .arrived
+            .wait_timeout_while(reached, timeout, |r| !*r)
+            .unwrap_or_else(|p| p.into_inner());
+        *reached
+    }
+
+    pub fn release(self) {}
+}
+
+impl Drop for Pause {
+    fn drop(&mut self) {
+        *self.gate.released.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.gate.wake.notify_all();
+    }
+}
+
+impl Gate {
+    fn park(&self) {
+        *self.reached.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.arrived.notify_all();
+        let released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        let _released = self
+            .wake
+            .wait_while(released, |r| !*r)
+            .unwrap_or_else(|p| p.into_inner());
     }
 }
 
@@ -262,7 +403,54 @@ impl LockGuard for MemLock {}
 impl Drop for MemLock {
     fn drop(&mut self) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.locks.remove(&self.path);
+        match s.locks.get(&self.path).copied() {
+            Some(Held::Shared(n)) if n > 1 => {
+                s.locks.insert(self.path.clone(), Held::Shared(n - 1));
+            }
+            _ => {
+                s.locks.remove(&self.path);
+            }
+        }
+    }
+}
+
+impl MemFs {
+    /// A write or append: the whole of `bytes`, or what the fault plan lets land.
+    fn write_bytes(&self, path: &Path, bytes: &[u8], append: bool) -> io::Result<()> {
+        let mut s = self.lock();
+        let step = s.step()?;
+        let ino = s.inode_for_write(path, append)?;
+        match step {
+            Step::Proceed => {
+                s.inodes[ino].live.extend_from_slice(bytes);
+                Ok(())
+            }
+            Step::Crash { written_per_mille } => {
+                s.inodes[ino]
+                    .live
+                    .extend_from_slice(prefix(bytes, written_per_mille));
+                Err(crashed_error())
+            }
+            Step::Fail {
+                errno,
+                written_per_mille,
+            } => {
+                s.inodes[ino]
+                    .live
+                    .extend_from_slice(prefix(bytes, written_per_mille));
+                Err(io::Error::from_raw_os_error(errno))
+            }
+            Step::Pause(gate) => {
+                let half = bytes.len() / 2;
+                s.inodes[ino].live.extend_from_slice(&bytes[..half]);
+                drop(s);
+                gate.park();
+                let mut s = self.lock();
+                s.check_alive()?;
+                s.inodes[ino].live.extend_from_slice(&bytes[half..]);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -278,16 +466,38 @@ impl StoreFs for MemFs {
         Ok(())
     }
 
-    fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    fn create_dir(&self, dir: &Path) -> io::Result<bool> {
         let mut s = self.lock();
+        if s.dirs.contains(dir) {
+            s.check_alive()?;
+            return Ok(false);
+        }
         let step = s.step()?;
-        s.write_bytes(path, bytes, false, step)
+        outcome(step)?;
+        s.parent_exists(dir)?;
+        s.dirs.insert(dir.to_path_buf());
+        Ok(true)
+    }
+
+    fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.write_bytes(path, bytes, false)
     }
 
     fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.write_bytes(path, bytes, true)
+    }
+
+    fn set_len(&self, path: &Path, len: u64) -> io::Result<()> {
         let mut s = self.lock();
         let step = s.step()?;
-        s.write_bytes(path, bytes, true, step)
+        outcome(step)?;
+        let ino = *s
+            .live
+            .get(path)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        s.inodes[ino].live.resize(len, 0);
+        Ok(())
     }
 
     fn sync_file(&self, path: &Path) -> io::Result<()> {
@@ -328,6 +538,12 @@ impl StoreFs for MemFs {
                 s.durable.insert(p.clone(), ino);
             }
         }
+        s.durable_dirs.retain(|p| !in_dir(p));
+        for p in &s.dirs {
+            if in_dir(p) {
+                s.durable_dirs.insert(p.clone());
+            }
+        }
         Ok(())
     }
 
@@ -366,13 +582,19 @@ impl StoreFs for MemFs {
         Ok(())
     }
 
+    fn create_dir_durable(&self, dir: &Path) -> io::Result<()> {
+        super::fs::create_dir_durable_with(self, dir, &self.known_durable)
+    }
+
     fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.known_durable.forget_below(dir);
         let mut s = self.lock();
         let step = s.step()?;
         outcome(step)?;
         s.live.retain(|p, _| !p.starts_with(dir));
         s.durable.retain(|p, _| !p.starts_with(dir));
         s.dirs.retain(|p| !p.starts_with(dir));
+        s.durable_dirs.retain(|p| !p.starts_with(dir));
         Ok(())
     }
 
@@ -388,7 +610,7 @@ impl StoreFs for MemFs {
     fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError> {
         let mut s = self.lock();
         s.check_alive().map_err(LockError::Io)?;
-        if !s.locks.insert(path.to_path_buf()) {
+        if s.locks.contains_key(path) {
             return Err(LockError::Busy);
         }
         // Like the OS implementation, locking creates the (empty) lock file. It holds no truth,
@@ -399,10 +621,29 @@ impl StoreFs for MemFs {
             s.live.insert(path.to_path_buf(), ino);
             s.durable.insert(path.to_path_buf(), ino);
         }
+        s.locks.insert(path.to_path_buf(), Held::Exclusive);
         Ok(Box::new(MemLock {
             state: Arc::clone(&self.state),
             path: path.to_path_buf(),
         }))
+    }
+
+    fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        let mut s = self.lock();
+        s.check_alive().map_err(LockError::Io)?;
+        if !s.live.contains_key(path) {
+            return Ok(None);
+        }
+        let held = match s.locks.get(path) {
+            None => Held::Shared(1),
+            Some(Held::Shared(n)) => Held::Shared(n + 1),
+            Some(Held::Exclusive) => return Err(LockError::Busy),
+        };
+        s.locks.insert(path.to_path_buf(), held);
+        Ok(Some(Box::new(MemLock {
+            state: Arc::clone(&self.state),
+            path: path.to_path_buf(),
+        })))
     }
 }
 

@@ -11,15 +11,18 @@ mod keyring;
 pub mod layout;
 mod load;
 pub mod memfs;
+pub mod planted;
+mod repair;
 mod session;
 
 pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
 pub use cas::{ArtifactStore, PinnedWorkflowStore, SnapshotStore};
-pub use error::StoreError;
+pub use error::{Committed, StoreError, errno_name};
 pub use health::{Corruption, CorruptionReason, SessionHealth};
 pub use keyring::{KEY_BYTES, Keyring, KeyringStore, SigningKey};
 pub use load::LoadedSession;
+pub use repair::RepairOutcome;
 pub use session::{
-    AppendGate, AppendPlan, AppendedEvent, SegmentLimits, SessionRead, SessionStore,
-    plan_snapshot_refs,
+    AppendGate, AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits, SessionRead,
+    SessionStore, plan_snapshot_refs,
 };

@@ -2,15 +2,23 @@
 //! the read side.
 //!
 //! Write path (locks §1 "Append transaction protocol"), all under `sessions/<id>/.lock`:
-//! 1. write the plan's events to `events/.tmp-<first>-<last>.jsonl`, fsync it, rename it to
+//! 1. write the plan's events to a temp file no other writer uses, fsync it, rename it to
 //!    `events/<first>-<last>.jsonl`, fsync `events/`;
-//! 2. append `segment_closed` (bounds, relative path, sha256, byte count) to `manifest.jsonl`,
-//!    fsync it;
-//! 3. append one `snapshot_pinned` per snapshot the segment introduced, fsync it.
+//! 2. append `segment_closed` (bounds, relative path, sha256, byte count) followed by one
+//!    `snapshot_pinned` per snapshot the segment introduced to `manifest.jsonl`, in one write,
+//!    and fsync it once (decision D49: close and pins are one durable step).
+//!
+//! A failed write is undone before the error is returned: the manifest is cut back to its
+//! committed length and synced, so the error can say exactly what was committed.
 //!
 //! One plan is one segment: a segment is attested atomically, so splitting a plan across
 //! segments would let a crash commit half a plan. The hybrid rotation thresholds (max events or
 //! max bytes, first hit wins) therefore bound a plan, and every plan starts a new segment.
+//!
+//! Several processes share a data directory. Writers take the exclusive OS lock, waiting a
+//! bounded moment for another writer; readers never block a healthy read, and a verdict that
+//! the session is damaged is only given under the shared lock, so a reader never mistakes
+//! another process's commit in flight for corruption (decision D50).
 //!
 //! The witness: [`AppendGate`] is minted only by [`SessionStore::with_append_gate`] after the lock
 //! is held and the session is healthy, and it is lent to the caller's closure for the closure's
@@ -21,6 +29,7 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use workrail_spec::dedupe::DedupeKey;
 use workrail_spec::event::{EventData, SessionEvent};
@@ -28,7 +37,7 @@ use workrail_spec::ids::{EventIndex, ManifestIndex, SessionId, SnapshotRef};
 use workrail_spec::jcs::{sha256, to_canonical_string};
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, segment_rel_path};
 
-use super::error::StoreError;
+use super::error::{Committed, StoreError};
 use super::fs::{LockError, StoreFs};
 use super::health::SessionHealth;
 use super::layout;
@@ -89,10 +98,15 @@ pub trait SessionRead {
     fn list_sessions(&self) -> Result<Vec<SessionId>, StoreError>;
 }
 
+/// How long a call waits for another process's hold on a session lock before it answers
+/// `SESSION_LOCKED` (a commit takes milliseconds; a waiting call is cheaper than a retry).
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// The durable session store.
 pub struct SessionStore {
     fs: Arc<dyn StoreFs>,
     limits: SegmentLimits,
+    lock_wait: Duration,
     /// Validated sessions, reused while the manifest length is unchanged (append-only file).
     cache: Mutex<HashMap<SessionId, Arc<LoadedSession>>>,
 }
@@ -102,6 +116,7 @@ impl fmt::Debug for SessionStore {
         f.debug_struct("SessionStore")
             .field("fs", &self.fs)
             .field("limits", &self.limits)
+            .field("lock_wait", &self.lock_wait)
             .finish_non_exhaustive()
     }
 }
@@ -111,6 +126,28 @@ fn io_error(session: &SessionId, op: &'static str, e: io::Error) -> StoreError {
         session: Some(session.clone()),
         op,
         detail: e.to_string(),
+    }
+}
+
+/// Polls `try_take` until it succeeds or `wait` has passed (the OS offers no timed flock).
+fn with_backoff<T>(
+    wait: Duration,
+    mut try_take: impl FnMut() -> Result<T, LockError>,
+) -> Result<Option<T>, io::Error> {
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match try_take() {
+            Ok(taken) => return Ok(Some(taken)),
+            Err(LockError::Io(e)) => return Err(e),
+            Err(LockError::Busy) => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
@@ -139,8 +176,19 @@ impl SessionStore {
         Self {
             fs,
             limits,
+            lock_wait: DEFAULT_LOCK_WAIT,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same store waiting at most `wait` for another process's hold on a session lock.
+    pub fn with_lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    pub fn lock_wait(&self) -> Duration {
+        self.lock_wait
     }
 
     pub fn fs(&self) -> &Arc<dyn StoreFs> {
@@ -156,6 +204,11 @@ impl SessionStore {
     }
 
     /// Loads from the cache when the manifest is unchanged, else from disk.
+    ///
+    /// A read never blocks on a healthy session. When another process holds the lock, the
+    /// session is read as it is; only a verdict that it is damaged waits for the shared lock and
+    /// is confirmed by a second read, because what looked like damage may be that process's
+    /// commit in flight.
     fn load_inner(&self, session: &SessionId) -> Result<Option<Arc<LoadedSession>>, StoreError> {
         let manifest = layout::manifest_path(session);
         let len = self
@@ -163,13 +216,38 @@ impl SessionStore {
             .len(&manifest)
             .map_err(|e| io_error(session, "stat manifest", e))?;
         if let Some(cached) = self.cache().get(session)
+            // A torn tail may be cut and replaced by a record of the same length: only a view
+            // without one is known to be current when the length matches.
+            && cached.manifest_file_bytes == cached.manifest_committed_bytes
             && Some(cached.manifest_file_bytes) == len
         {
             return Ok(Some(Arc::clone(cached)));
         }
-        let loaded =
-            load_session(&*self.fs, session).map_err(|e| io_error(session, "load session", e))?;
-        let loaded = loaded.map(Arc::new);
+        let lock_path = layout::lock_path(session);
+        let loaded = match self.fs.try_lock_shared(&lock_path) {
+            Ok(_shared) => self.load_from_disk(session)?,
+            Err(LockError::Io(e)) => return Err(io_error(session, "lock session for reading", e)),
+            Err(LockError::Busy) => {
+                let optimistic = self.load_from_disk(session)?;
+                let suspicious = optimistic.as_ref().is_some_and(|l| !l.health.is_healthy());
+                if !suspicious
+                    || super::planted::is_planted(super::planted::PlantedBug::UnlockedRead)
+                {
+                    optimistic
+                } else {
+                    let shared =
+                        with_backoff(self.lock_wait, || self.fs.try_lock_shared(&lock_path))
+                            .map_err(|e| io_error(session, "lock session for reading", e))?;
+                    let Some(_shared) = shared else {
+                        // Still being written: say so, never call it damaged.
+                        return Err(StoreError::Locked {
+                            session: session.clone(),
+                        });
+                    };
+                    self.load_from_disk(session)?
+                }
+            }
+        };
         match &loaded {
             Some(l) => {
                 self.cache().insert(session.clone(), Arc::clone(l));
@@ -179,29 +257,43 @@ impl SessionStore {
         Ok(loaded)
     }
 
-    /// Runs `f` with the append witness for `session`: takes the OS lock (fails fast when busy),
-    /// loads and requires a healthy session (a new session is empty and healthy), and lends the
-    /// gate to `f`. The lock is released when `f` returns.
+    fn load_from_disk(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        load_session(&*self.fs, session)
+            .map(|l| l.map(Arc::new))
+            .map_err(|e| io_error(session, "load session", e))
+    }
+
+    /// Runs `f` with the append witness for `session`: takes the OS lock (waiting a bounded
+    /// moment for another writer), loads and requires a healthy session (a new session is empty
+    /// and healthy), and lends the gate to `f`. The lock is released when `f` returns.
     pub fn with_append_gate<T, E, F>(&self, session: &SessionId, f: F) -> Result<T, E>
     where
         E: From<StoreError>,
         F: for<'w> FnOnce(&mut AppendGate<'w>) -> Result<T, E>,
     {
         let dir = layout::session_dir(session);
-        self.fs
-            .create_dir_all(&layout::events_dir(session))
-            .map_err(|e| io_error(session, "create session directory", e))?;
-        let lock = match self.fs.try_lock(&layout::lock_path(session)) {
-            Ok(lock) => lock,
-            Err(LockError::Busy) => {
-                return Err(StoreError::Locked {
-                    session: session.clone(),
-                }
-                .into());
-            }
-            Err(LockError::Io(e)) => return Err(io_error(session, "lock session", e).into()),
-        };
-        let loaded = match self.load_inner(session)? {
+        let events = layout::events_dir(session);
+        self.fs.create_dir_durable(&events).map_err(|e| {
+            StoreError::write(
+                Some(session),
+                "create the session directory",
+                &events,
+                &e,
+                Committed::Nothing,
+            )
+        })?;
+        let lock = with_backoff(self.lock_wait, || {
+            self.fs.try_lock(&layout::lock_path(session))
+        })
+        .map_err(|e| io_error(session, "lock session", e))?
+        .ok_or_else(|| StoreError::Locked {
+            session: session.clone(),
+        })?;
+        // Under the exclusive lock nothing is in flight: this load is authoritative.
+        let loaded = match self.load_from_disk_or_cache(session)? {
             Some(loaded) => loaded,
             None => Arc::new(LoadedSession::empty(session.clone())),
         };
@@ -225,6 +317,53 @@ impl SessionStore {
         // before anything new is appended, so it can never end up in the middle of the file.
         gate.discard_torn_manifest_tail(&dir)?;
         f(&mut gate)
+    }
+
+    /// Runs `f` holding the session's exclusive lock (waiting a bounded moment for it), for
+    /// maintenance that is not an append (repair).
+    pub(crate) fn with_exclusive_lock<T>(
+        &self,
+        session: &SessionId,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let _lock = with_backoff(self.lock_wait, || {
+            self.fs.try_lock(&layout::lock_path(session))
+        })
+        .map_err(|e| io_error(session, "lock session", e))?
+        .ok_or_else(|| StoreError::Locked {
+            session: session.clone(),
+        })?;
+        f()
+    }
+
+    /// Validates the session from its bytes, bypassing the cache; `NotFound` without truth.
+    pub(crate) fn load_fresh(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
+        self.load_from_disk(session)?
+            .ok_or_else(|| StoreError::NotFound {
+                session: session.clone(),
+            })
+    }
+
+    pub(crate) fn forget_cached(&self, session: &SessionId) {
+        self.forget(session);
+    }
+
+    /// The cached view when the manifest is unchanged, else a fresh load (caller holds a lock).
+    fn load_from_disk_or_cache(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        let len = self
+            .fs
+            .len(&layout::manifest_path(session))
+            .map_err(|e| io_error(session, "stat manifest", e))?;
+        if let Some(cached) = self.cache().get(session)
+            && cached.manifest_file_bytes == cached.manifest_committed_bytes
+            && Some(cached.manifest_file_bytes) == len
+        {
+            return Ok(Some(Arc::clone(cached)));
+        }
+        self.load_from_disk(session)
     }
 }
 
@@ -317,6 +456,19 @@ impl AppendGate<'_> {
         io_error(&self.session.session_id, op, e)
     }
 
+    /// Poisons the gate for a failed write (the next gate reloads and revalidates from disk).
+    fn failed(
+        &mut self,
+        op: &'static str,
+        path: &Path,
+        e: &io::Error,
+        committed: Committed,
+    ) -> StoreError {
+        self.poisoned = true;
+        self.store.forget(&self.session.session_id);
+        StoreError::write(Some(&self.session.session_id), op, path, e, committed)
+    }
+
     fn discard_torn_manifest_tail(&mut self, session_dir: &Path) -> Result<(), StoreError> {
         let committed = self.session.manifest_committed_bytes;
         let manifest = session_dir.join("manifest.jsonl");
@@ -327,17 +479,19 @@ impl AppendGate<'_> {
         if actual <= committed {
             return Ok(());
         }
-        let bytes = match self.fs().read(&manifest) {
-            Ok(bytes) => bytes.unwrap_or_default(),
-            Err(e) => return Err(self.io("read manifest", e)),
-        };
-        let keep = &bytes[..committed as usize];
+        // A cut, not a rewrite: a reader in another process sees the committed records whole
+        // at every instant.
         if let Err(e) = self
             .fs()
-            .write_new(&manifest, keep)
+            .set_len(&manifest, committed)
             .and_then(|()| self.fs().sync_file(&manifest))
         {
-            return Err(self.io("truncate torn manifest tail", e));
+            return Err(self.failed(
+                "cut a torn manifest tail",
+                &manifest,
+                &e,
+                Committed::Nothing,
+            ));
         }
         Arc::make_mut(&mut self.session).manifest_file_bytes = committed;
         Ok(())
@@ -428,18 +582,31 @@ impl AppendGate<'_> {
         let final_path = layout::segment_path(&session_id, first, last);
         let manifest = layout::manifest_path(&session_id);
 
-        // 1) Segment: temp -> fsync -> rename -> fsync(dir).
-        let step1 = self
+        // 1) Segment: temp -> fsync -> rename -> fsync(dir). Until the manifest attests it, a
+        //    segment is an orphan: nothing is committed if anything here fails.
+        let written = self
             .fs()
             .write_new(&temp, segment.as_bytes())
             .and_then(|()| self.fs().sync_file(&temp))
-            .and_then(|()| self.fs().rename(&temp, &final_path))
-            .and_then(|()| self.fs().sync_dir(&events_dir));
-        if let Err(e) = step1 {
-            return Err(self.io("write segment", e));
+            .map_err(|e| ("write the event segment", temp.clone(), e))
+            .and_then(|()| {
+                self.fs()
+                    .rename(&temp, &final_path)
+                    .map_err(|e| ("rename the event segment", final_path.clone(), e))
+            })
+            .and_then(|()| {
+                self.fs()
+                    .sync_dir(&events_dir)
+                    .map_err(|e| ("sync the events directory", events_dir.clone(), e))
+            });
+        if let Err((op, path, e)) = written {
+            // Best effort: an orphan is never read, whatever its name.
+            let _ = self.fs().remove_file(&temp);
+            return Err(self.failed(op, &path, &e, Committed::Nothing));
         }
 
-        // 2) Attest the segment in the control stream.
+        // 2) Attest the segment and pin the snapshots it introduced, in one write and one
+        //    fsync (D49): the records stay in locked order (close, then pins), each its own line.
         let mut next_manifest = self.session.manifest.len() as u64;
         let closed = ManifestRecord::SegmentClosed(SegmentClosed {
             manifest_index: manifest_index(next_manifest)?,
@@ -451,36 +618,8 @@ impl AppendGate<'_> {
             bytes: segment.len() as u64,
         });
         next_manifest += 1;
-        let is_new_manifest = self.session.manifest.is_empty();
-        let line = record_line(&closed)?;
-        // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
-        // attest the segment only after its pins, breaking pin-after-close.
-        #[cfg(feature = "test-mutations")]
-        let close_after_pins = PINS_BEFORE_CLOSE.with(std::cell::Cell::get);
-        #[cfg(not(feature = "test-mutations"))]
-        let close_after_pins = false;
-        let step2 = if close_after_pins {
-            Ok(())
-        } else {
-            self.fs()
-                .append(&manifest, line.as_bytes())
-                .and_then(|()| self.fs().sync_file(&manifest))
-                .and_then(|()| {
-                    // A new manifest's directory entry must be durable too.
-                    if is_new_manifest {
-                        self.fs().sync_dir(&layout::session_dir(&session_id))
-                    } else {
-                        Ok(())
-                    }
-                })
-        };
-        if let Err(e) = step2 {
-            return Err(self.io("attest segment", e));
-        }
-        let mut appended_bytes = line.len() as u64;
+        let close_line = record_line(&closed)?;
         let mut records = vec![closed];
-
-        // 3) Pin the snapshots the segment introduced (pin-after-close).
         let mut pins = String::new();
         let mut newly_pinned = Vec::new();
         for (snapshot, i) in introduced_snapshots(&fresh) {
@@ -499,25 +638,42 @@ impl AppendGate<'_> {
             records.push(pin);
             newly_pinned.push(snapshot);
         }
-        if !pins.is_empty() {
-            let step3 = self
-                .fs()
-                .append(&manifest, pins.as_bytes())
-                .and_then(|()| self.fs().sync_file(&manifest));
-            if let Err(e) = step3 {
-                return Err(self.io("pin snapshots", e));
-            }
-            appended_bytes += pins.len() as u64;
-        }
-        if close_after_pins {
-            // TEST-ONLY planted bug (see above): the attestation comes last.
-            let late = self
-                .fs()
-                .append(&manifest, line.as_bytes())
-                .and_then(|()| self.fs().sync_file(&manifest));
-            if let Err(e) = late {
-                return Err(self.io("attest segment", e));
-            }
+        // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
+        // the pins come before the record that attests their segment.
+        #[cfg(feature = "test-mutations")]
+        let close_after_pins = PINS_BEFORE_CLOSE.with(std::cell::Cell::get);
+        #[cfg(not(feature = "test-mutations"))]
+        let close_after_pins = false;
+        let transaction = if close_after_pins {
+            format!("{pins}{close_line}")
+        } else {
+            format!("{close_line}{pins}")
+        };
+        let is_new_manifest = self.session.manifest.is_empty();
+        let committed_len = self.session.manifest_committed_bytes;
+        let attested = self
+            .fs()
+            .append(&manifest, transaction.as_bytes())
+            .map_err(|e| ("append to the manifest", manifest.clone(), e))
+            .and_then(|()| {
+                self.fs()
+                    .sync_file(&manifest)
+                    .map_err(|e| ("sync the manifest", manifest.clone(), e))
+            })
+            .and_then(|()| {
+                // A new manifest's directory entry must be durable too.
+                if is_new_manifest {
+                    let dir = layout::session_dir(&session_id);
+                    self.fs()
+                        .sync_dir(&dir)
+                        .map_err(|e| ("sync the session directory", dir, e))
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err((op, path, e)) = attested {
+            let committed = self.undo_manifest_append(&manifest, committed_len, is_new_manifest);
+            return Err(self.failed(op, &path, &e, committed));
         }
 
         // Committed: update the gate's view (handed back to the cache when the gate closes).
@@ -530,9 +686,33 @@ impl AppendGate<'_> {
         view.events.extend(fresh);
         view.manifest.extend(records);
         view.pinned.extend(newly_pinned);
-        view.manifest_committed_bytes += appended_bytes;
+        view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok(())
+    }
+
+    /// Undoes a manifest append whose write or fsync failed: cuts the manifest back to its
+    /// committed length and makes the cut durable. `Committed::Nothing` when that worked; else
+    /// the records may be on disk, whole or torn, and the next load decides.
+    fn undo_manifest_append(
+        &self,
+        manifest: &Path,
+        committed_len: u64,
+        is_new_manifest: bool,
+    ) -> Committed {
+        let undone = self
+            .fs()
+            .set_len(manifest, committed_len)
+            .and_then(|()| self.fs().sync_file(manifest));
+        match undone {
+            Ok(()) => Committed::Nothing,
+            // A manifest this call created holds no truth once cut, even if its entry lingers.
+            Err(_) if is_new_manifest => match self.fs().len(manifest) {
+                Ok(Some(0) | None) => Committed::Nothing,
+                _ => Committed::Unknown,
+            },
+            Err(_) => Committed::Unknown,
+        }
     }
 }
 

@@ -333,6 +333,22 @@ impl StoreFs for RecordingFs {
     fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
         self.inner.create_dir_all(dir)
     }
+    fn create_dir(&self, dir: &std::path::Path) -> std::io::Result<bool> {
+        self.inner.create_dir(dir)
+    }
+    fn create_dir_durable(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        self.inner.create_dir_durable(dir)
+    }
+    fn set_len(&self, path: &std::path::Path, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(path, len)
+    }
+    fn try_lock_shared(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
+    {
+        self.inner.try_lock_shared(path)
+    }
     fn write_new(&self, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
         self.inner.write_new(path, bytes)
     }
