@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod concurrency;
 pub mod crash;
 pub mod driver;
 pub mod fixture;

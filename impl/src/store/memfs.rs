@@ -53,9 +53,10 @@ struct PlannedFailure {
     written_per_mille: u16,
 }
 
-/// A writer parked in the middle of a write (see [`MemFs::pause_at`]).
+/// A writer parked in the middle of a write (see [`MemFs::pause_write_to`]).
 #[derive(Debug, Default)]
 struct Gate {
+    written_per_mille: u16,
     released: Mutex<bool>,
     wake: std::sync::Condvar,
     reached: Mutex<bool>,
@@ -76,7 +77,7 @@ struct State {
     /// How much of the write at the crash point lands (thousandths; default half).
     crash_tear_per_mille: u16,
     fail_at: Option<PlannedFailure>,
-    pause_at: Option<(u64, Arc<Gate>)>,
+    pause_on: Option<(PathBuf, Arc<Gate>)>,
     crashed: bool,
     /// Every path read, in order (to prove what load never opens).
     reads: Vec<PathBuf>,
@@ -108,7 +109,7 @@ enum Step {
         errno: i32,
         written_per_mille: u16,
     },
-    /// A write lands half its bytes, then parks until the gate opens (another thread reads).
+    /// A write lands part of its bytes, then parks until the gate opens (another thread reads).
     Pause(Arc<Gate>),
 }
 
@@ -159,13 +160,16 @@ impl MemFs {
         });
     }
 
-    /// The `op`-th mutating operation from now (1-based), if it is a write, lands half its bytes
-    /// and then parks the writing thread until the returned [`Pause`] is released (or dropped),
-    /// so another thread can look at the file mid-write.
-    pub fn pause_at(&self, op: u64) -> Pause {
-        let gate = Arc::new(Gate::default());
-        let mut s = self.lock();
-        s.pause_at = Some((s.ops + op, Arc::clone(&gate)));
+    /// The next write or append to `path` lands `written_per_mille` thousandths of its bytes
+    /// and then parks the writing thread until the returned [`Pause`] is released (or
+    /// dropped), so another thread can look at the file mid-write, as a reader in another
+    /// process can.
+    pub fn pause_write_to(&self, path: &Path, written_per_mille: u16) -> Pause {
+        let gate = Arc::new(Gate {
+            written_per_mille: written_per_mille.min(1000),
+            ..Gate::default()
+        });
+        self.lock().pause_on = Some((path.to_path_buf(), Arc::clone(&gate)));
         Pause { gate }
     }
 
@@ -288,13 +292,6 @@ impl State {
                 written_per_mille: planned.written_per_mille,
             });
         }
-        if let Some((op, gate)) = &self.pause_at
-            && *op == self.ops
-        {
-            let gate = Arc::clone(gate);
-            self.pause_at = None;
-            return Ok(Step::Pause(gate));
-        }
         Ok(Step::Proceed)
     }
 
@@ -352,7 +349,7 @@ fn outcome(step: Step) -> io::Result<bool> {
     }
 }
 
-/// Releases a writer parked by [`MemFs::pause_at`]; dropping it releases too.
+/// Releases a writer parked by [`MemFs::pause_write_to`]; dropping it releases too.
 #[derive(Debug)]
 pub struct Pause {
     gate: Arc<Gate>,
@@ -418,7 +415,13 @@ impl MemFs {
     /// A write or append: the whole of `bytes`, or what the fault plan lets land.
     fn write_bytes(&self, path: &Path, bytes: &[u8], append: bool) -> io::Result<()> {
         let mut s = self.lock();
-        let step = s.step()?;
+        let mut step = s.step()?;
+        if matches!(step, Step::Proceed)
+            && s.pause_on.as_ref().is_some_and(|(p, _)| p == path)
+            && let Some((_, gate)) = s.pause_on.take()
+        {
+            step = Step::Pause(gate);
+        }
         let ino = s.inode_for_write(path, append)?;
         match step {
             Step::Proceed => {
@@ -441,7 +444,7 @@ impl MemFs {
                 Err(io::Error::from_raw_os_error(errno))
             }
             Step::Pause(gate) => {
-                let half = bytes.len() / 2;
+                let half = prefix(bytes, gate.written_per_mille).len();
                 s.inodes[ino].live.extend_from_slice(&bytes[..half]);
                 drop(s);
                 gate.park();
