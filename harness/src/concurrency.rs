@@ -61,8 +61,10 @@ pub fn reader_during_commit(seed: u64, fractions: &[u16]) -> Result<InFlightRepo
     let fs = MemFs::new();
     let writer =
         open_workrail_with(&fs, seed, fixture::multi_catalog()).map_err(|e| format!("{e:?}"))?;
+    // The reader waits as a real server does, long enough for the parked writer to finish.
     let reader = open_workrail_with(&fs, seed ^ 0x5eed, fixture::multi_catalog())
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| format!("{e:?}"))?
+        .with_lock_wait(Duration::from_secs(5));
     let mut report = InFlightReport::default();
     for &fraction in fractions {
         let started = start(&writer)?;

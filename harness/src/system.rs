@@ -90,8 +90,14 @@ pub fn open_workrail_with(
     catalog: CatalogLoader,
 ) -> Result<Workrail, ErrorEnvelope> {
     let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
+    // One thread drives every simulated process, so a held lock is never released while a
+    // call waits for it: a short wait keeps `SecondWriter` cheap.
     Workrail::with_parts(shared, catalog, Arc::new(SeededEntropy::new(seed)))
+        .map(|w| w.with_lock_wait(SIMULATED_LOCK_WAIT))
 }
+
+/// How long a harness process waits for a session lock another (simulated) process holds.
+pub const SIMULATED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl InProcess {
     /// A fresh data directory.
@@ -275,6 +281,10 @@ impl Server {
         let mut child = match Command::new(binary)
             .arg("mcp")
             .env("WORKRAIL_DATA_DIR", data_dir)
+            .env(
+                "WORKRAIL_LOCK_WAIT_MS",
+                SIMULATED_LOCK_WAIT.as_millis().to_string(),
+            )
             .env("WORKRAIL_WORKFLOW_DIRS", workflow_dir)
             .env("HOME", home)
             .env_remove("XDG_DATA_HOME")

@@ -43,6 +43,10 @@ fn a_reader_never_reports_a_commit_in_flight_as_corruption() {
     println!("reader during commit: {report:?}");
     assert_eq!(report.reads, FRACTIONS.len() as u32);
     assert_eq!(report.false_corruption, 0, "{report:?}");
+    assert_eq!(
+        report.locked, 0,
+        "the reader waited for the commit: {report:?}"
+    );
 }
 
 #[test]

@@ -244,7 +244,7 @@ impl Workrail {
             .with_feature_overrides(&config.features)
             .with_workspace(config.workspace);
         if let Some(wait) = lock_wait {
-            workrail.sessions = workrail.sessions.with_lock_wait(wait);
+            workrail = workrail.with_lock_wait(wait);
         }
         Ok(workrail)
     }
@@ -277,6 +277,14 @@ impl Workrail {
             workspace: Arc::new(NoWorkspace),
             memo: facts::ProjectionMemo::default(),
         })
+    }
+
+    /// The same WorkRail waiting at most `wait` for another process's hold on a session lock
+    /// before answering `SESSION_LOCKED` (default [`crate::store::DEFAULT_LOCK_WAIT`], or
+    /// `WORKRAIL_LOCK_WAIT_MS` for [`Workrail::open`]).
+    pub fn with_lock_wait(mut self, wait: std::time::Duration) -> Self {
+        self.sessions = self.sessions.with_lock_wait(wait);
+        self
     }
 
     /// The same WorkRail observing `workspace` when runs start.
