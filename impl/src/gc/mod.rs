@@ -102,11 +102,11 @@ impl RetentionConfig {
     pub fn save(&self, fs: &dyn StoreFs) -> Result<(), ErrorEnvelope> {
         let path = Path::new(RETENTION_CONFIG_PATH);
         let dir = path.parent().unwrap_or(Path::new(""));
-        let tmp = dir.join(".tmp-retention.json");
+        let tmp = dir.join(crate::store::layout::temp_file_name("retention.json"));
         let mut text = serde_json::to_string_pretty(self)
             .map_err(|e| io_envelope("serializing the retention config", e))?;
         text.push('\n');
-        fs.create_dir_all(dir)
+        fs.create_dir_durable(dir)
             .and_then(|()| fs.write_new(&tmp, text.as_bytes()))
             .and_then(|()| fs.sync_file(&tmp))
             .and_then(|()| fs.rename(&tmp, path))

@@ -109,9 +109,16 @@ impl ProjectionCache {
         })?;
         let dir = layout::cache_dir(session);
         self.fs.create_dir_all(&dir).map_err(io)?;
-        let tmp = dir.join(".projections.json.tmp");
-        self.fs.write_new(&tmp, &bytes).map_err(io)?;
-        self.fs.rename(&tmp, &cache_path(session)).map_err(io)
+        // Another process may be writing the same cache file: its own temp name each.
+        let tmp = dir.join(layout::temp_file_name("projections.json"));
+        let written = self
+            .fs
+            .write_new(&tmp, &bytes)
+            .and_then(|()| self.fs.rename(&tmp, &cache_path(session)));
+        if written.is_err() {
+            let _ = self.fs.remove_file(&tmp);
+        }
+        written.map_err(io)
     }
 
     /// Deletes the cached file.
