@@ -574,3 +574,26 @@ fn sessions_are_listed_and_unknown_ones_are_not_found() {
         ]
     );
 }
+
+/// lock: L-SNAPSHOT-CAS-STORE
+#[test]
+fn storing_an_existing_object_again_refreshes_it_for_the_gc_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(dir.path()));
+    let snapshots = SnapshotStore::new(Arc::clone(&fs));
+    let r = snapshots.put(&snapshot(7)).unwrap();
+    let path = dir.path().join(workrail::store::layout::snapshot_path(&r));
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(30 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    // A new session reuses the object: it must not look unreachable-and-old to a running GC.
+    assert_eq!(snapshots.put(&snapshot(7)).unwrap(), r);
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    assert!(modified > old + std::time::Duration::from_secs(3600));
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "not rewritten");
+}

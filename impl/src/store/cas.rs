@@ -18,8 +18,9 @@ use super::layout;
 
 /// Writes an immutable object durably and atomically: a temp file no other writer uses, fsync,
 /// rename, fsync the directory. An object that is already there is checked byte for byte (a
-/// damaged one is replaced), and its directory entry is made durable all the same: the writer
-/// that created it may have died before its directory fsync.
+/// damaged one is replaced), its modification time is refreshed (so GC's grace period keeps it
+/// while the session that reuses it commits), and its directory entry is made durable all the
+/// same: the writer that created it may have died before its directory fsync.
 fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new(""));
     fn failed<'a>(op: &'static str, at: &'a Path) -> impl Fn(std::io::Error) -> StoreError + 'a {
@@ -29,6 +30,9 @@ fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreE
         .read(path)
         .map_err(failed("read the stored object", path))?;
     if existing.as_deref() == Some(bytes) {
+        // Fresh again for GC's grace period: a session is about to reference it.
+        fs.touch(path)
+            .map_err(failed("refresh the stored object", path))?;
         return fs
             .sync_dir(dir)
             .map_err(failed("sync the object directory", dir));

@@ -44,6 +44,9 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     fn set_len(&self, path: &Path, len: u64) -> io::Result<()>;
     /// Makes the file's contents durable.
     fn sync_file(&self, path: &Path) -> io::Result<()>;
+    /// Sets the file's modification time to now (GC's grace period protects a CAS object a
+    /// writer is about to reference again).
+    fn touch(&self, path: &Path) -> io::Result<()>;
     /// Atomically renames `from` to `to`, replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creates, renames, removals) durable.
@@ -258,6 +261,13 @@ impl StoreFs for OsFs {
 
     fn sync_file(&self, path: &Path) -> io::Result<()> {
         File::open(self.abs(path))?.sync_all()
+    }
+
+    fn touch(&self, path: &Path) -> io::Result<()> {
+        OpenOptions::new()
+            .write(true)
+            .open(self.abs(path))?
+            .set_modified(std::time::SystemTime::now())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

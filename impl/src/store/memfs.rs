@@ -516,6 +516,16 @@ impl StoreFs for MemFs {
         Ok(())
     }
 
+    fn touch(&self, path: &Path) -> io::Result<()> {
+        // No clock here: only the file's existence matters to what this model checks.
+        let s = self.lock();
+        s.check_alive()?;
+        match s.live.contains_key(path) {
+            true => Ok(()),
+            false => Err(io::Error::new(io::ErrorKind::NotFound, "no such file")),
+        }
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut s = self.lock();
         let step = s.step()?;

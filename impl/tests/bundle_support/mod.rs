@@ -339,6 +339,9 @@ impl StoreFs for RecordingFs {
     fn create_dir_durable(&self, dir: &std::path::Path) -> std::io::Result<()> {
         self.inner.create_dir_durable(dir)
     }
+    fn touch(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.inner.touch(path)
+    }
     fn set_len(&self, path: &std::path::Path, len: u64) -> std::io::Result<()> {
         self.inner.set_len(path, len)
     }
