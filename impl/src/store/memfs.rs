@@ -667,7 +667,7 @@ mod tests {
     #[test]
     fn unsynced_bytes_and_entries_do_not_survive_a_crash() {
         let fs = MemFs::new();
-        fs.create_dir_all(Path::new("d")).unwrap();
+        fs.create_dir_durable(Path::new("d")).unwrap();
         fs.write_new(Path::new("d/a"), b"hello").unwrap();
         fs.sync_file(Path::new("d/a")).unwrap();
         // The entry is not durable until the directory is synced.
@@ -685,6 +685,69 @@ mod tests {
             keep_per_mille: 500,
         });
         assert_eq!(torn.read(Path::new("d/a")).unwrap().unwrap(), b"hello wo");
+    }
+
+    #[test]
+    fn a_directory_survives_only_once_its_parent_is_synced() {
+        let fs = MemFs::new();
+        fs.create_dir_all(Path::new("d/e")).unwrap();
+        fs.write_new(Path::new("d/e/a"), b"x").unwrap();
+        fs.sync_file(Path::new("d/e/a")).unwrap();
+        fs.sync_dir(Path::new("d/e")).unwrap();
+        // `d/e/a` is durable in `d/e`, but neither `d` nor `d/e` is durable in its parent.
+        let cut = fs.after_crash(UnsyncedData::Kept);
+        assert!(cut.files().is_empty());
+        assert!(cut.list_dir(Path::new("")).unwrap().is_empty());
+        fs.sync_dir(Path::new("")).unwrap();
+        fs.sync_dir(Path::new("d")).unwrap();
+        let cut = fs.after_crash(UnsyncedData::Lost);
+        assert_eq!(cut.read(Path::new("d/e/a")).unwrap().unwrap(), b"x");
+        // `create_dir_durable` syncs every parent it has not seen made durable.
+        let fresh = MemFs::new();
+        fresh.create_dir_durable(Path::new("p/q/r")).unwrap();
+        let cut = fresh.after_crash(UnsyncedData::Lost);
+        assert_eq!(
+            cut.list_dir(Path::new("p/q")).unwrap(),
+            vec!["r".to_owned()]
+        );
+    }
+
+    #[test]
+    fn an_injected_failure_can_land_a_short_write_and_the_process_goes_on() {
+        let fs = MemFs::new();
+        fs.create_dir_durable(Path::new("d")).unwrap();
+        fs.fail_at_with(1, 28, 500);
+        let err = fs.append(Path::new("d/a"), b"12345678").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28));
+        assert_eq!(fs.read(Path::new("d/a")).unwrap().unwrap(), b"1234");
+        fs.set_len(Path::new("d/a"), 0).unwrap();
+        fs.append(Path::new("d/a"), b"ok").unwrap();
+        assert_eq!(fs.read(Path::new("d/a")).unwrap().unwrap(), b"ok");
+    }
+
+    #[test]
+    fn shared_locks_exclude_only_the_exclusive_one() {
+        let fs = MemFs::new();
+        assert!(fs.try_lock_shared(Path::new(".lock")).unwrap().is_none());
+        let exclusive = fs.try_lock(Path::new(".lock")).unwrap();
+        assert!(matches!(
+            fs.try_lock_shared(Path::new(".lock")),
+            Err(LockError::Busy)
+        ));
+        drop(exclusive);
+        let a = fs.try_lock_shared(Path::new(".lock")).unwrap().unwrap();
+        let b = fs.try_lock_shared(Path::new(".lock")).unwrap().unwrap();
+        assert!(matches!(
+            fs.try_lock(Path::new(".lock")),
+            Err(LockError::Busy)
+        ));
+        drop(a);
+        assert!(matches!(
+            fs.try_lock(Path::new(".lock")),
+            Err(LockError::Busy)
+        ));
+        drop(b);
+        assert!(fs.try_lock(Path::new(".lock")).is_ok());
     }
 
     #[test]
