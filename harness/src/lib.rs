@@ -21,6 +21,7 @@ pub mod driver;
 pub mod fixture;
 pub mod fuzzing;
 pub mod mangle;
+pub mod multiproc;
 pub mod multirun;
 pub mod ops;
 pub mod system;

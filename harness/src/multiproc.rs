@@ -1,0 +1,1807 @@
+//! Real `workrail mcp` processes on one data directory, as users run them: one server per chat
+//! window, several windows on the same data, and clients that kill their server on quit.
+//!
+//! Every scenario spawns the built binary ([`workrail_binary`]) several times on ONE temporary
+//! data directory, drives it over MCP stdio with the plain three-step workflow
+//! ([`fixture::LINEAR_ID`]), stops, and then judges the data with fresh processes.
+//!
+//! - [`race`]: N servers (default 8). Every client first calls `start_workflow` at the same
+//!   instant on the empty data directory, and again halfway with a workflow nobody started yet,
+//!   so the same new pinned workflow and root snapshot are written concurrently. Half of the
+//!   clients then advance the SAME run (client 0's), every one holding that run's latest tokens
+//!   (so they send the same ackToken at the same time: one commits, the others must get the
+//!   recorded response), retrying on `SESSION_LOCKED`; the others advance their own runs. A
+//!   completed run forks from an earlier node (rehydrate it, acknowledge its fresh attempt), so
+//!   runs never run out of steps.
+//! - [`readers`]: one writer advancing a run continuously while reader servers loop over a
+//!   rehydrate with only a stateToken, `resume_session`, and the CLI's `workrail export` and
+//!   `workrail inspect` as separate processes. A healthy session never exports as salvage, and
+//!   every read sees every node committed before it started.
+//! - [`kill_storm`]: servers each driving their own client (advance, rehydrate, replay an old
+//!   ack, fork from an older node, now and then a new run) while a killer `kill -9`s a random
+//!   server every 50–300 ms and starts a new one. A client whose server died mid-call sends the
+//!   same call to the new server: a replay of a committed ack must return the recorded response,
+//!   an uncommitted one commits now.
+//!
+//! **The oracle.** Every response a client receives goes into a [`Report`] ledger. After a
+//! scenario, with every server stopped, a fresh `workrail inspect` judges each session's health,
+//! the committed event log (the segments the manifest attests, read independently of the
+//! server's loader) is compared with the ledger, every content-addressed object is hashed, and a
+//! fresh server rehydrates every client's latest stateToken of every session. Counted:
+//!
+//! - `lost_events`: a node some response named, or an acknowledged attempt with its resulting
+//!   node, missing from the committed log;
+//! - `duplicate_attempts`: an attemptId recorded by more than one `advance_recorded`, or two
+//!   responses to one ackToken naming different nodes;
+//! - `replay_mismatches`: an ackToken answered twice with responses that differ in any byte;
+//! - `false_corruption`: `SESSION_CORRUPT` / `STORE_CORRUPTION_DETECTED`, a non-healthy
+//!   `inspect`, a salvage export or a skipped unhealthy session, seen while the session turns out
+//!   healthy at the end;
+//! - `store_io_errors`: `STORE_IO_ERROR` answers;
+//! - `unhealthy_sessions`: sessions not `healthy` afterwards (a directory without committed
+//!   truth, left by a start killed before its first commit, is no session: `uncommitted_dirs`);
+//! - `stale_tokens`: latest stateTokens that no longer rehydrate (or answer for another node);
+//! - `damaged_objects`: CAS objects whose bytes do not hash to their name;
+//! - `other_errors`: any other error, a server that exited by itself or hung, a read that missed
+//!   a committed node;
+//! - `locked_not_retryable`: a lock-busy error not marked retryable;
+//! - `session_locked`: lock-busy errors (allowed: retried as their `retry` says).
+//!
+//! Everything but `session_locked` must be 0. Loops are bounded in time and count; every child
+//! process is killed when its handle drops (also on panic).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
+use workrail_spec::token::TokenPayload;
+
+use crate::fixture;
+use crate::multirun::payload;
+use crate::system::workrail_binary;
+
+/// Seconds each scenario drives its servers (default [`Config::DEFAULT_SECS`]).
+pub const SECS_ENV: &str = "WORKRAIL_MULTIPROC_SECS";
+/// Servers of the race (default [`Config::DEFAULT_SERVERS`]); the other scenarios use half.
+pub const SERVERS_ENV: &str = "WORKRAIL_MULTIPROC_SERVERS";
+/// The PRNG seed (default: from the clock; every report prints it).
+pub const SEED_ENV: &str = "WORKRAIL_MULTIPROC_SEED";
+/// Set to `1` to keep the data directory (and server logs) for a post-mortem.
+pub const KEEP_ENV: &str = "WORKRAIL_MULTIPROC_KEEP";
+/// Another `workrail` binary to judge (default: [`workrail_binary`], rebuilt when its sources
+/// changed), e.g. one built from an older commit.
+pub const BINARY_ENV: &str = "WORKRAIL_MULTIPROC_BINARY";
+
+/// The longest a server may take to answer one call; longer counts as a hang.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a CLI process (`export`, `inspect`) may run.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a stopped server may take to exit after its stdin closes.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Retries after the drive phase: enough for a few lock waits, never unbounded.
+const GRACE: Duration = Duration::from_secs(20);
+/// Tries of one call (lock-busy answers and dead servers) before the client gives up.
+const MAX_TRIES: u32 = 40;
+/// Operations per client, a bound beside the time bound.
+const MAX_OPS_PER_CLIENT: u64 = 100_000;
+/// Answered acks each client keeps for replays.
+const SENT_ACKS: usize = 256;
+/// Failure samples kept per report.
+const MAX_SAMPLES: usize = 24;
+
+// -------------------------------------------------------------------------------------------
+// Configuration and randomness
+// -------------------------------------------------------------------------------------------
+
+/// How long, how wide and with which seed the scenarios run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Servers of the race; the readers and the kill storm use half of it (at least one).
+    pub servers: usize,
+    /// How long each scenario drives its servers (checks come after).
+    pub run_for: Duration,
+    pub seed: u64,
+}
+
+impl Config {
+    pub const DEFAULT_SECS: u64 = 15;
+    pub const DEFAULT_SERVERS: usize = 8;
+
+    /// The bounded defaults, overridden by [`SECS_ENV`], [`SERVERS_ENV`] and [`SEED_ENV`].
+    pub fn from_env() -> Result<Self, String> {
+        fn var<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String> {
+            match std::env::var(name) {
+                Ok(text) if !text.trim().is_empty() => text
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("{name}={text:?} is not a number")),
+                _ => Ok(None),
+            }
+        }
+        let secs = var::<u64>(SECS_ENV)?.unwrap_or(Self::DEFAULT_SECS).max(1);
+        let servers = var::<usize>(SERVERS_ENV)?
+            .unwrap_or(Self::DEFAULT_SERVERS)
+            .max(2);
+        let seed = match var::<u64>(SEED_ENV)? {
+            Some(seed) => seed,
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        };
+        Ok(Self {
+            servers,
+            run_for: Duration::from_secs(secs),
+            seed,
+        })
+    }
+
+    /// Servers of the readers scenario (besides the writer) and of the kill storm.
+    pub fn half(&self) -> usize {
+        (self.servers / 2).max(1)
+    }
+}
+
+/// splitmix64: small, seedable, good enough to pick operations and delays.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+
+    /// An independent stream for another thread.
+    pub fn split(&mut self) -> Self {
+        Self::new(self.next_u64())
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        items.get(self.below(items.len() as u64) as usize)
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// The report
+// -------------------------------------------------------------------------------------------
+
+/// The counts of one scenario run (see the module docs for what each one means).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub scenario: &'static str,
+    pub seed: u64,
+    pub servers: usize,
+    pub secs: u64,
+    /// Tool calls sent (every try counts).
+    pub calls: u64,
+    /// CLI processes run during the drive phase (`export`, `inspect`).
+    pub cli_runs: u64,
+    /// Sessions in the data directory at the end.
+    pub sessions: u64,
+    /// Session directories without committed truth (a start killed before its first commit):
+    /// no session, allowed.
+    pub uncommitted_dirs: u64,
+    /// Servers killed with SIGKILL.
+    pub kills: u64,
+    /// Calls cut off by a kill and sent again to the new server.
+    pub interrupted_calls: u64,
+    /// Distinct ack attempts answered.
+    pub acks: u64,
+    /// Answers to an attempt that had been answered before (the same ackToken sent again by a
+    /// racing client, a replay, or a retry after a kill).
+    pub ack_replays: u64,
+    pub lost_events: u64,
+    pub duplicate_attempts: u64,
+    pub replay_mismatches: u64,
+    pub false_corruption: u64,
+    pub store_io_errors: u64,
+    pub unhealthy_sessions: u64,
+    pub stale_tokens: u64,
+    pub damaged_objects: u64,
+    pub other_errors: u64,
+    pub locked_not_retryable: u64,
+    /// Allowed: lock-busy answers, each retried as its `retry` says.
+    pub session_locked: u64,
+    /// The first failures, for the assertion message.
+    pub samples: Vec<String>,
+    /// The first lock-busy answers (allowed), to see which operations met a held lock.
+    pub locked_samples: Vec<String>,
+}
+
+impl Report {
+    /// One line in a fixed format.
+    pub fn line(&self) -> String {
+        format!(
+            "multiprocess {}: servers={} secs={} calls={} acks={} ack_replays={} cli_runs={} sessions={} uncommitted_dirs={} kills={} interrupted_calls={} lost_events={} duplicate_attempts={} replay_mismatches={} false_corruption={} store_io_errors={} unhealthy_sessions={} stale_tokens={} damaged_objects={} other_errors={} locked_not_retryable={} session_locked={} seed={}",
+            self.scenario,
+            self.servers,
+            self.secs,
+            self.calls,
+            self.acks,
+            self.ack_replays,
+            self.cli_runs,
+            self.sessions,
+            self.uncommitted_dirs,
+            self.kills,
+            self.interrupted_calls,
+            self.lost_events,
+            self.duplicate_attempts,
+            self.replay_mismatches,
+            self.false_corruption,
+            self.store_io_errors,
+            self.unhealthy_sessions,
+            self.stale_tokens,
+            self.damaged_objects,
+            self.other_errors,
+            self.locked_not_retryable,
+            self.session_locked,
+            self.seed,
+        )
+    }
+
+    /// The sum of every count that must be 0 (all but `session_locked`).
+    pub fn failures(&self) -> u64 {
+        self.lost_events
+            + self.duplicate_attempts
+            + self.replay_mismatches
+            + self.false_corruption
+            + self.store_io_errors
+            + self.unhealthy_sessions
+            + self.stale_tokens
+            + self.damaged_objects
+            + self.other_errors
+            + self.locked_not_retryable
+    }
+
+    fn sample(&mut self, text: String) {
+        if self.samples.len() < MAX_SAMPLES {
+            self.samples.push(text);
+        }
+    }
+
+    fn locked(&mut self, text: String) {
+        self.session_locked += 1;
+        if self.locked_samples.len() < MAX_SAMPLES {
+            self.locked_samples.push(text);
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// The ledger: what clients were told
+// -------------------------------------------------------------------------------------------
+
+/// The first response to an acknowledged attempt.
+#[derive(Debug, Clone)]
+struct AckSeen {
+    session: String,
+    node: String,
+    result: Value,
+}
+
+/// Everything clients saw, shared by every client thread of a scenario.
+#[derive(Debug, Default)]
+struct Book {
+    report: Report,
+    /// attemptId -> its first successful response.
+    acks: HashMap<String, AckSeen>,
+    /// session -> every node a successful response named.
+    nodes: HashMap<String, HashSet<String>>,
+    /// (client, session) -> the latest stateToken that client received for that session.
+    latest: BTreeMap<(usize, String), String>,
+    /// One entry per corruption report: the session it was about, if known.
+    corruption: Vec<(Option<String>, String)>,
+    /// client -> arguments of acks it sent that were answered (recent ones), to replay.
+    sent_acks: HashMap<usize, Vec<Value>>,
+}
+
+impl Book {
+    fn other(&mut self, text: String) {
+        self.report.other_errors += 1;
+        self.report.sample(text);
+    }
+}
+
+/// A successful execution response, with what the oracle needs of it.
+#[derive(Debug, Clone)]
+struct Resp {
+    state_token: String,
+    ack_token: Option<String>,
+    session: String,
+    node: String,
+    complete: bool,
+    /// The whole tool result (text and structuredContent), for byte-for-byte replay checks.
+    result: Value,
+}
+
+impl Resp {
+    fn parse(result: Value) -> Result<Self, String> {
+        let structured = &result["structuredContent"];
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let state_token = text(&structured["stateToken"])
+            .ok_or_else(|| format!("a response without stateToken: {structured}"))?;
+        let node = payload(&state_token)?.node_id().to_string();
+        let session = text(&structured["session"]["sessionId"])
+            .ok_or_else(|| format!("a response without session.sessionId: {structured}"))?;
+        Ok(Self {
+            ack_token: text(&structured["ackToken"]),
+            complete: structured["isComplete"] == json!(true),
+            state_token,
+            session,
+            node,
+            result,
+        })
+    }
+}
+
+/// The attempt id an ackToken names.
+fn attempt_of(ack_token: &str) -> Result<String, String> {
+    match payload(ack_token)? {
+        TokenPayload::Ack(p) => Ok(p.attempt_id.to_string()),
+        other => Err(format!("not an ackToken: {other:?}")),
+    }
+}
+
+fn session_of(token: &str) -> Option<String> {
+    payload(token).ok().map(|p| p.session_id().to_string())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking client thread fails the test anyway; its data stays readable for the report.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// -------------------------------------------------------------------------------------------
+// Server processes
+// -------------------------------------------------------------------------------------------
+
+/// Why a call got no MCP answer.
+#[derive(Debug)]
+enum Transport {
+    /// The process is gone (stdout closed or stdin broken).
+    Died,
+    /// No answer within [`CALL_TIMEOUT`].
+    Hung,
+    /// An answer that is not a tool result.
+    Protocol(String),
+}
+
+/// A tool result: the result object, or the error envelope it carried.
+#[derive(Debug)]
+enum Answer {
+    Ok(Value),
+    Err(ErrorEnvelope),
+}
+
+#[derive(Debug)]
+struct Io {
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    next_id: i64,
+}
+
+/// One running `workrail mcp` process. Dropping it kills the process.
+#[derive(Debug)]
+struct Conn {
+    child: Mutex<Child>,
+    io: Mutex<Io>,
+    /// Set by the harness before it kills the process, so a death it did not cause is reported.
+    killed: AtomicBool,
+}
+
+impl Conn {
+    fn spawn(lab: &Lab, name: &str) -> Result<Self, String> {
+        let log = File::create(lab.logs().join(format!("{name}.log")))
+            .map_err(|e| format!("cannot create the server log: {e}"))?;
+        let mut child = lab
+            .command()
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot spawn {}: {e}", lab.binary.display()))?;
+        let (tx, rx) = channel();
+        if let Some(stdout) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let conn = Self {
+            io: Mutex::new(Io {
+                stdin: child.stdin.take(),
+                lines: rx,
+                next_id: 0,
+            }),
+            child: Mutex::new(child),
+            killed: AtomicBool::new(false),
+        };
+        let init = conn
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "workrail-multiproc", "version": "0"},
+                }),
+            )
+            .map_err(|e| format!("{name}: initialize failed: {e:?}"))?;
+        if init["result"]["serverInfo"]["name"] != "workrail" {
+            return Err(format!("{name}: unexpected initialize answer: {init}"));
+        }
+        conn.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .map_err(|e| format!("{name}: {e:?}"))?;
+        Ok(conn)
+    }
+
+    fn send(&self, message: &Value) -> Result<(), Transport> {
+        let mut io = lock(&self.io);
+        Self::send_on(&mut io, message)
+    }
+
+    fn send_on(io: &mut Io, message: &Value) -> Result<(), Transport> {
+        let stdin = io.stdin.as_mut().ok_or(Transport::Died)?;
+        let mut line = message.to_string();
+        line.push('\n');
+        stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|_| Transport::Died)
+    }
+
+    fn request(&self, method: &str, params: Value) -> Result<Value, Transport> {
+        let mut io = lock(&self.io);
+        io.next_id += 1;
+        let id = io.next_id;
+        Self::send_on(
+            &mut io,
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )?;
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match io.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => return Err(Transport::Hung),
+                Err(RecvTimeoutError::Disconnected) => return Err(Transport::Died),
+            };
+            let value: Value = serde_json::from_str(&line).map_err(|e| {
+                Transport::Protocol(format!("stdout carried a non-JSON line ({e}): {line:?}"))
+            })?;
+            if value["id"] == json!(id) {
+                return Ok(value);
+            }
+        }
+    }
+
+    fn call(&self, tool: &str, arguments: &Value) -> Result<Answer, Transport> {
+        let response = self.request("tools/call", json!({"name": tool, "arguments": arguments}))?;
+        if let Some(error) = response.get("error") {
+            return Err(Transport::Protocol(format!(
+                "{tool} became a JSON-RPC error: {error}"
+            )));
+        }
+        let result = response["result"].clone();
+        if result["isError"] == json!(true) {
+            serde_json::from_value::<ErrorEnvelope>(result["structuredContent"].clone())
+                .map(Answer::Err)
+                .map_err(|e| {
+                    Transport::Protocol(format!(
+                        "{tool}: an error without an envelope ({e}): {result}"
+                    ))
+                })
+        } else {
+            Ok(Answer::Ok(result))
+        }
+    }
+
+    fn is_dead(&self) -> bool {
+        matches!(lock(&self.child).try_wait(), Ok(Some(_)) | Err(_))
+    }
+
+    /// SIGKILL (`Child::kill`), and reap.
+    fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        let mut child = lock(&self.child);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Closes stdin and waits for a clean exit (the way a client quits politely).
+    fn close(&self) -> Result<(), String> {
+        drop(lock(&self.io).stdin.take());
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        loop {
+            let status = lock(&self.child).try_wait();
+            match status {
+                Ok(Some(status)) if status.success() || self.killed.load(Ordering::SeqCst) => {
+                    return Ok(());
+                }
+                Ok(Some(status)) => return Err(format!("a server exited with {status}")),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(None) => {
+                    self.kill();
+                    return Err(format!(
+                        "a server did not exit within {EXIT_TIMEOUT:?} of stdin EOF"
+                    ));
+                }
+                Err(e) => return Err(format!("cannot wait for a server: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let child = self.child.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Ok(None) = child.try_wait() {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+}
+
+/// A server position: the process currently serving it, replaced when it dies or is killed.
+#[derive(Debug)]
+struct Slot {
+    index: usize,
+    conn: Mutex<Option<Arc<Conn>>>,
+    spawns: AtomicU64,
+}
+
+impl Slot {
+    fn new(index: usize) -> Self {
+        Self {
+            index,
+            conn: Mutex::new(None),
+            spawns: AtomicU64::new(0),
+        }
+    }
+
+    fn spawn(&self, lab: &Lab) -> Result<Arc<Conn>, String> {
+        let n = self.spawns.fetch_add(1, Ordering::SeqCst);
+        Conn::spawn(lab, &format!("server-{}-{n}", self.index)).map(Arc::new)
+    }
+
+    /// The live server, starting one when there is none or it died.
+    fn get(&self, lab: &Lab) -> Result<Arc<Conn>, String> {
+        let mut current = lock(&self.conn);
+        if let Some(conn) = current.as_ref()
+            && !conn.is_dead()
+        {
+            return Ok(Arc::clone(conn));
+        }
+        let conn = self.spawn(lab)?;
+        *current = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// `kill -9` the current server and start a new one in its place.
+    fn kill_and_restart(&self, lab: &Lab) -> Result<bool, String> {
+        let mut current = lock(&self.conn);
+        let killed = match current.take() {
+            Some(conn) if !conn.is_dead() => {
+                conn.kill();
+                true
+            }
+            _ => false,
+        };
+        *current = Some(self.spawn(lab)?);
+        Ok(killed)
+    }
+
+    fn stop(&self) -> Result<(), String> {
+        match lock(&self.conn).take() {
+            Some(conn) => conn.close(),
+            None => Ok(()),
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// The lab: one data directory, its processes and the ledger
+// -------------------------------------------------------------------------------------------
+
+/// What a CLI process printed.
+#[derive(Debug)]
+struct CliOutput {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+#[derive(Debug)]
+struct Lab {
+    dir: tempfile::TempDir,
+    binary: PathBuf,
+    book: Mutex<Book>,
+    /// Clients start no new operation after this.
+    deadline: Instant,
+    /// Retries of an operation in flight stop here.
+    hard_deadline: Instant,
+    cli_seq: AtomicU64,
+}
+
+impl Lab {
+    fn new(config: &Config, scenario: &'static str, servers: usize) -> Result<Self, String> {
+        let mut dir = tempfile::Builder::new()
+            .prefix("workrail-multiproc-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+        if std::env::var(KEEP_ENV).is_ok_and(|v| v == "1") {
+            dir.disable_cleanup(true);
+            eprintln!("multiprocess {scenario}: keeping {}", dir.path().display());
+        }
+        for sub in ["data", "workflows", "home", "logs", "cli"] {
+            std::fs::create_dir_all(dir.path().join(sub))
+                .map_err(|e| format!("cannot create {sub}/: {e}"))?;
+        }
+        for (file, json) in [
+            (fixture::LINEAR_FILE, fixture::LINEAR_JSON),
+            (fixture::REVIEW_FILE, fixture::REVIEW_JSON),
+        ] {
+            std::fs::write(dir.path().join("workflows").join(file), json)
+                .map_err(|e| format!("cannot write the workflow {file}: {e}"))?;
+        }
+        let now = Instant::now();
+        Ok(Self {
+            dir,
+            binary: std::env::var_os(BINARY_ENV).map_or_else(workrail_binary, PathBuf::from),
+            book: Mutex::new(Book {
+                report: Report {
+                    scenario,
+                    seed: config.seed,
+                    servers,
+                    secs: config.run_for.as_secs(),
+                    ..Report::default()
+                },
+                ..Book::default()
+            }),
+            deadline: now + config.run_for,
+            hard_deadline: now + config.run_for + GRACE,
+            cli_seq: AtomicU64::new(0),
+        })
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn logs(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+
+    fn running(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// The binary with this lab's environment: its data and workflow directories, a private
+    /// HOME, and the default lock wait (what users get).
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .env("WORKRAIL_DATA_DIR", self.data_dir())
+            .env("WORKRAIL_WORKFLOW_DIRS", self.dir.path().join("workflows"))
+            .env("HOME", self.dir.path().join("home"))
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("WORKRAIL_LOG")
+            .env_remove("WORKRAIL_LOCK_WAIT_MS")
+            .env_remove("WORKRAIL_FEATURES")
+            .current_dir(self.dir.path().join("home"));
+        command
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        lock(&self.book)
+    }
+
+    fn other(&self, text: String) {
+        self.book().other(text);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Calls
+    // ---------------------------------------------------------------------------------------
+
+    /// One tool call as a careful client makes it: a lock-busy answer is retried after the
+    /// delay its `retry` names; a server that died mid-call is replaced and the same call is
+    /// sent again. Any other error is recorded and ends the call.
+    fn call(&self, slot: &Slot, tool: &str, args: &Value, session: Option<&str>) -> Option<Value> {
+        for tries in 1..=MAX_TRIES {
+            if Instant::now() > self.hard_deadline {
+                self.other(format!("{tool}: still unanswered at the hard deadline"));
+                return None;
+            }
+            let conn = match slot.get(self) {
+                Ok(conn) => conn,
+                Err(e) => {
+                    self.other(format!("server {}: {e}", slot.index));
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            self.book().report.calls += 1;
+            match conn.call(tool, args) {
+                Ok(Answer::Ok(result)) => return Some(result),
+                Ok(Answer::Err(envelope)) => {
+                    if !self.lock_busy(tool, &envelope) {
+                        self.failed(tool, session, &envelope);
+                        return None;
+                    }
+                }
+                Err(Transport::Died) => {
+                    if conn.killed.load(Ordering::SeqCst) {
+                        self.book().report.interrupted_calls += 1;
+                    } else {
+                        self.other(format!(
+                            "server {} exited by itself during {tool}",
+                            slot.index
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(Transport::Hung) => {
+                    self.other(format!("{tool}: no answer within {CALL_TIMEOUT:?}"));
+                    conn.kill();
+                }
+                Err(Transport::Protocol(text)) => {
+                    self.other(text);
+                    return None;
+                }
+            }
+            if tries == MAX_TRIES {
+                self.other(format!("{tool}: gave up after {MAX_TRIES} tries"));
+            }
+        }
+        None
+    }
+
+    /// Counts a lock-busy answer and waits as it says; false when the error is something else
+    /// or must not be retried.
+    fn lock_busy(&self, tool: &str, envelope: &ErrorEnvelope) -> bool {
+        if !matches!(
+            envelope.code,
+            ErrorCode::SessionLocked | ErrorCode::TokenSessionLocked
+        ) {
+            return false;
+        }
+        let wait = {
+            let mut book = self.book();
+            book.report
+                .locked(format!("{tool}: {}: {}", envelope.code, envelope.message));
+            match envelope.retry {
+                Retry::RetryableAfterMs { after_ms } => Duration::from_millis(after_ms),
+                Retry::RetryableImmediate => Duration::ZERO,
+                Retry::NotRetryable => {
+                    book.report.locked_not_retryable += 1;
+                    book.report.sample(format!(
+                        "{tool}: {} marked not retryable: {}",
+                        envelope.code, envelope.message
+                    ));
+                    return false;
+                }
+            }
+        };
+        std::thread::sleep(wait.min(self.hard_deadline.saturating_duration_since(Instant::now())));
+        true
+    }
+
+    /// Records an error answer by its class.
+    fn failed(&self, what: &str, session: Option<&str>, envelope: &ErrorEnvelope) {
+        self.failed_code(what, session, envelope.code, &envelope.message);
+    }
+
+    fn failed_code(&self, what: &str, session: Option<&str>, code: ErrorCode, message: &str) {
+        let mut book = self.book();
+        let text = format!("{what}: {code}: {message}");
+        match code {
+            // Lock-busy here only when it was not retryable (already counted).
+            ErrorCode::SessionLocked | ErrorCode::TokenSessionLocked => {}
+            ErrorCode::SessionCorrupt | ErrorCode::StoreCorruptionDetected => {
+                book.corruption.push((session.map(str::to_owned), text));
+            }
+            ErrorCode::StoreIoError => {
+                book.report.store_io_errors += 1;
+                book.report.sample(text);
+            }
+            _ => book.other(text),
+        }
+    }
+
+    /// Records a successful execution response of `client`.
+    fn saw(&self, client: usize, result: Value) -> Option<Resp> {
+        let resp = match Resp::parse(result) {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.other(e);
+                return None;
+            }
+        };
+        let mut book = self.book();
+        book.nodes
+            .entry(resp.session.clone())
+            .or_default()
+            .insert(resp.node.clone());
+        book.latest
+            .insert((client, resp.session.clone()), resp.state_token.clone());
+        Some(resp)
+    }
+
+    fn start(&self, client: usize, slot: &Slot, workflow_id: &str) -> Option<Resp> {
+        let args = json!({"workflowId": workflow_id});
+        let result = self.call(slot, "start_workflow", &args, None)?;
+        self.saw(client, result)
+    }
+
+    /// `continue_workflow` with only a stateToken: it must answer for the token's node.
+    fn rehydrate(&self, client: usize, slot: &Slot, state_token: &str) -> Option<Resp> {
+        let session = session_of(state_token);
+        let args = json!({"stateToken": state_token});
+        let result = self.call(slot, "continue_workflow", &args, session.as_deref())?;
+        let resp = self.saw(client, result)?;
+        let asked = payload(state_token).map(|p| p.node_id().to_string());
+        if asked.as_ref() != Ok(&resp.node) {
+            self.other(format!(
+                "a rehydrate of {asked:?} answered for node {}",
+                resp.node
+            ));
+        }
+        Some(resp)
+    }
+
+    /// Acknowledges the pending step of `at` (with or without its stateToken).
+    fn ack(&self, client: usize, slot: &Slot, at: &Resp, rng: &mut Rng) -> Option<Resp> {
+        let Some(ack_token) = at.ack_token.clone() else {
+            self.other(format!("node {} has no ackToken to acknowledge", at.node));
+            return None;
+        };
+        let mut args = json!({
+            "ackToken": ack_token,
+            "output": {"notesMarkdown": format!("Recap from client {client}: did the step.")},
+        });
+        if rng.below(2) == 0 {
+            args["stateToken"] = json!(at.state_token);
+        }
+        self.send_ack(client, slot, &args)
+    }
+
+    /// Sends an ack (first time or replay) and checks it against every earlier answer to the
+    /// same attempt.
+    fn send_ack(&self, client: usize, slot: &Slot, args: &Value) -> Option<Resp> {
+        let ack_token = args["ackToken"].as_str().unwrap_or_default();
+        let attempt = match attempt_of(ack_token) {
+            Ok(attempt) => attempt,
+            Err(e) => {
+                self.other(e);
+                return None;
+            }
+        };
+        let session = session_of(ack_token);
+        let result = self.call(slot, "continue_workflow", args, session.as_deref())?;
+        let resp = self.saw(client, result)?;
+        let mut book = self.book();
+        match book.acks.get(&attempt).cloned() {
+            None => {
+                book.report.acks += 1;
+                book.acks.insert(
+                    attempt,
+                    AckSeen {
+                        session: resp.session.clone(),
+                        node: resp.node.clone(),
+                        result: resp.result.clone(),
+                    },
+                );
+                let sent = book.sent_acks.entry(client).or_default();
+                sent.push(args.clone());
+                if sent.len() > SENT_ACKS {
+                    sent.remove(0);
+                }
+            }
+            Some(first) => {
+                book.report.ack_replays += 1;
+                if first.node != resp.node {
+                    book.report.duplicate_attempts += 1;
+                    book.report.sample(format!(
+                        "attempt {attempt} answered with node {} and with node {}",
+                        first.node, resp.node
+                    ));
+                } else if first.result != resp.result {
+                    book.report.replay_mismatches += 1;
+                    book.report.sample(format!(
+                        "attempt {attempt}: a replay differs from the recorded response:\n  first: {}\n  again: {}",
+                        first.result, resp.result
+                    ));
+                }
+            }
+        }
+        drop(book);
+        Some(resp)
+    }
+
+    /// Runs the CLI as its own process, output into files (a bundle may be large).
+    fn cli(&self, args: &[&str]) -> Result<CliOutput, String> {
+        let n = self.cli_seq.fetch_add(1, Ordering::SeqCst);
+        let out_path = self.dir.path().join("cli").join(format!("{n}.out"));
+        let err_path = self.dir.path().join("cli").join(format!("{n}.err"));
+        let out = File::create(&out_path).map_err(|e| format!("cli stdout file: {e}"))?;
+        let err = File::create(&err_path).map_err(|e| format!("cli stderr file: {e}"))?;
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot spawn workrail {args:?}: {e}"))?;
+        let deadline = Instant::now() + CLI_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("workrail {args:?} ran longer than {CLI_TIMEOUT:?}"));
+                }
+                Err(e) => return Err(format!("cannot wait for workrail {args:?}: {e}")),
+            }
+        };
+        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        let output = CliOutput {
+            success: status.success(),
+            stdout: read(&out_path),
+            stderr: read(&err_path),
+        };
+        let _ = std::fs::remove_file(&out_path);
+        let _ = std::fs::remove_file(&err_path);
+        Ok(output)
+    }
+
+    /// A failed CLI run: its `CODE: message` on stderr, classified like a tool error.
+    fn cli_failed(&self, what: &str, session: &str, output: &CliOutput) {
+        let line = output.stderr.lines().find(|l| l.starts_with("workrail: "));
+        let code = line
+            .and_then(|l| l.trim_start_matches("workrail: ").split(':').next())
+            .and_then(ErrorCode::parse);
+        match code {
+            Some(ErrorCode::SessionLocked | ErrorCode::TokenSessionLocked) => {
+                self.book()
+                    .report
+                    .locked(format!("{what}: {}", line.unwrap_or_default()));
+            }
+            Some(code) => self.failed_code(what, Some(session), code, line.unwrap_or_default()),
+            None => self.other(format!("{what} failed: {}", output.stderr.trim())),
+        }
+    }
+
+    fn corruption(&self, session: Option<&str>, text: String) {
+        self.book()
+            .corruption
+            .push((session.map(str::to_owned), text));
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// Driving runs
+// -------------------------------------------------------------------------------------------
+
+/// A run's latest response as its clients know it, and where to fork once it is complete.
+#[derive(Debug, Clone)]
+struct Board {
+    latest: Resp,
+    /// The stateToken of an earlier node to branch from once `latest` is complete.
+    fork_from: Option<String>,
+    /// StateTokens of incomplete nodes seen on this board (recent ones), fork candidates.
+    points: Vec<String>,
+}
+
+impl Board {
+    const POINTS: usize = 256;
+
+    fn new(first: Resp) -> Self {
+        let mut board = Self {
+            latest: first.clone(),
+            fork_from: None,
+            points: Vec::new(),
+        };
+        board.moved_to(first, &mut Rng::new(0));
+        board
+    }
+
+    fn moved_to(&mut self, next: Resp, rng: &mut Rng) {
+        if next.complete {
+            self.fork_from = rng.pick(&self.points).cloned();
+        } else {
+            self.points.push(next.state_token.clone());
+            if self.points.len() > Self::POINTS {
+                self.points.remove(0);
+            }
+        }
+        self.latest = next;
+    }
+}
+
+impl Lab {
+    /// One step of a run on `board`: acknowledge the latest pending step, or, when the run is
+    /// complete, rehydrate the fork point and acknowledge its fresh attempt (a new branch).
+    /// The board moves only if nobody moved it meanwhile, so every client holding it sends the
+    /// same ackToken next.
+    fn drive(&self, client: usize, slot: &Slot, board: &Mutex<Board>, rng: &mut Rng) -> bool {
+        let (from, fork_from) = {
+            let board = lock(board);
+            (board.latest.clone(), board.fork_from.clone())
+        };
+        let at = if from.complete {
+            let Some(fork_from) = fork_from else {
+                self.other("a complete run without a fork point".to_owned());
+                return false;
+            };
+            match self.rehydrate(client, slot, &fork_from) {
+                Some(resp) => resp,
+                None => return false,
+            }
+        } else {
+            from.clone()
+        };
+        let Some(next) = self.ack(client, slot, &at, rng) else {
+            return false;
+        };
+        let mut board = lock(board);
+        if board.latest.node == from.node {
+            board.moved_to(next, rng);
+        }
+        true
+    }
+}
+
+fn pause_after_failure(ok: bool) {
+    if !ok {
+        // A client whose call failed for good tries its next step a moment later.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// Scenarios
+// -------------------------------------------------------------------------------------------
+
+fn slots(n: usize, lab: &Lab) -> Result<Vec<Slot>, String> {
+    let slots: Vec<Slot> = (0..n).map(Slot::new).collect();
+    for slot in &slots {
+        slot.get(lab)?;
+    }
+    Ok(slots)
+}
+
+/// A meeting point for `n` threads that gives up after `timeout`, so a thread that never comes
+/// cannot hang the others.
+#[derive(Debug)]
+struct Gate {
+    arrived: Mutex<usize>,
+    all_here: Condvar,
+    n: usize,
+}
+
+impl Gate {
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    fn new(n: usize) -> Self {
+        Self {
+            arrived: Mutex::new(0),
+            all_here: Condvar::new(),
+            n,
+        }
+    }
+
+    fn wait(&self) {
+        let deadline = Instant::now() + Self::TIMEOUT;
+        let mut arrived = lock(&self.arrived);
+        *arrived += 1;
+        if *arrived >= self.n {
+            self.all_here.notify_all();
+            return;
+        }
+        while *arrived < self.n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            arrived = match self.all_here.wait_timeout(arrived, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+/// Scenario 1: N servers racing on one run, on their own runs, and on `start_workflow`.
+pub fn race(config: &Config) -> Result<Report, String> {
+    let n = config.servers;
+    let lab = Lab::new(config, "race", n)?;
+    let slots = slots(n, &lab)?;
+    let mut rng = Rng::new(config.seed);
+    // At least two clients share a run, so there is a race even with two servers.
+    let sharing = (n / 2).max(2).min(n);
+    // Client 0's first run, once it started.
+    let shared: OnceLock<Mutex<Board>> = OnceLock::new();
+    let (first_starts, shared_known, second_starts) = (Gate::new(n), Gate::new(n), Gate::new(n));
+    let halfway = lab.deadline - config.run_for / 2;
+    std::thread::scope(|scope| {
+        for (client, slot) in slots.iter().enumerate() {
+            let mut rng = rng.split();
+            let (lab, shared) = (&lab, &shared);
+            let (first_starts, shared_known, second_starts) =
+                (&first_starts, &shared_known, &second_starts);
+            scope.spawn(move || {
+                // Every server starts the same workflow at the same instant, on a data
+                // directory that holds none of its objects yet.
+                first_starts.wait();
+                let own = lab
+                    .start(client, slot, fixture::LINEAR_ID)
+                    .map(|r| Mutex::new(Board::new(r)));
+                if client == 0
+                    && let Some(own) = own.as_ref()
+                {
+                    let _ = shared.set(Mutex::new(lock(own).clone()));
+                }
+                shared_known.wait();
+                let board = match (client < sharing, shared.get(), own.as_ref()) {
+                    (true, Some(shared), _) => shared,
+                    (_, _, Some(own)) => own,
+                    _ => return,
+                };
+                let mut started_again = false;
+                for _ in 0..MAX_OPS_PER_CLIENT {
+                    if !lab.running() {
+                        break;
+                    }
+                    if !started_again && Instant::now() >= halfway {
+                        // Again at one instant, with a workflow nobody started yet: its pinned
+                        // workflow and root snapshot are new objects written concurrently.
+                        started_again = true;
+                        second_starts.wait();
+                        lab.start(client, slot, fixture::REVIEW_ID);
+                    }
+                    pause_after_failure(lab.drive(client, slot, board, &mut rng));
+                }
+            });
+        }
+    });
+    finish(lab, &slots)
+}
+
+/// Scenario 2: one writer, readers rehydrating, resuming, exporting and inspecting meanwhile.
+pub fn readers(config: &Config) -> Result<Report, String> {
+    let readers = config.half();
+    let lab = Lab::new(config, "readers", readers + 1)?;
+    let slots = slots(readers + 1, &lab)?;
+    let mut rng = Rng::new(config.seed);
+    let first = lab
+        .start(0, &slots[0], fixture::LINEAR_ID)
+        .ok_or_else(|| format!("the run did not start: {:?}", lab.book().report.samples))?;
+    let board = Mutex::new(Board::new(first));
+    std::thread::scope(|scope| {
+        let (lab, board) = (&lab, &board);
+        let mut writer_rng = rng.split();
+        let writer = &slots[0];
+        scope.spawn(move || {
+            for _ in 0..MAX_OPS_PER_CLIENT {
+                if !lab.running() {
+                    break;
+                }
+                pause_after_failure(lab.drive(0, writer, board, &mut writer_rng));
+            }
+        });
+        for (client, slot) in slots.iter().enumerate().skip(1) {
+            let mut rng = rng.split();
+            scope.spawn(move || {
+                for op in 0..MAX_OPS_PER_CLIENT {
+                    if !lab.running() {
+                        break;
+                    }
+                    let view = lock(board).clone();
+                    let ok = match (op + client as u64) % 4 {
+                        0 => read_by_rehydrate(lab, client, slot, &view, &mut rng),
+                        1 => read_by_resume(lab, client, slot, &view),
+                        2 => read_by_export(lab, &view),
+                        _ => read_by_inspect(lab, &view),
+                    };
+                    pause_after_failure(ok);
+                }
+            });
+        }
+    });
+    finish(lab, &slots)
+}
+
+/// A rehydrate with only a stateToken: the latest one, sometimes an earlier one.
+fn read_by_rehydrate(lab: &Lab, client: usize, slot: &Slot, view: &Board, rng: &mut Rng) -> bool {
+    let token = if rng.below(4) == 0 {
+        rng.pick(&view.points)
+            .cloned()
+            .unwrap_or_else(|| view.latest.state_token.clone())
+    } else {
+        view.latest.state_token.clone()
+    };
+    lab.rehydrate(client, slot, &token).is_some()
+}
+
+/// `resume_session`: the live session is offered and no session is skipped as unhealthy.
+fn read_by_resume(lab: &Lab, client: usize, slot: &Slot, view: &Board) -> bool {
+    let session = &view.latest.session;
+    let Some(result) = lab.call(slot, "resume_session", &json!({}), Some(session)) else {
+        return false;
+    };
+    let structured = &result["structuredContent"];
+    let skipped = structured["skippedUnhealthySessions"].as_u64().unwrap_or(0);
+    if skipped > 0 {
+        lab.corruption(
+            None,
+            format!("resume_session skipped {skipped} unhealthy session(s)"),
+        );
+    }
+    let candidates = structured["candidates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut offered = false;
+    for candidate in &candidates {
+        let (Some(sid), Some(token), Some(node)) = (
+            candidate["sessionId"].as_str(),
+            candidate["stateToken"].as_str(),
+            candidate["nodeId"].as_str(),
+        ) else {
+            lab.other(format!("a resume candidate without ids: {candidate}"));
+            continue;
+        };
+        offered |= sid == session;
+        let mut book = lab.book();
+        book.nodes
+            .entry(sid.to_owned())
+            .or_default()
+            .insert(node.to_owned());
+        book.latest
+            .insert((client, sid.to_owned()), token.to_owned());
+    }
+    if !offered && skipped == 0 {
+        lab.other(format!(
+            "resume_session did not offer the live session {session}: {structured}"
+        ));
+    }
+    offered
+}
+
+/// `workrail export`: a whole bundle (never salvage) holding every node committed before.
+fn read_by_export(lab: &Lab, view: &Board) -> bool {
+    let session = &view.latest.session;
+    let n = lab.cli_seq.fetch_add(1, Ordering::SeqCst);
+    let path = lab.dir.path().join("cli").join(format!("bundle-{n}.json"));
+    let path_text = path.to_string_lossy().into_owned();
+    let output = lab.cli(&["export", session, "-o", &path_text]);
+    lab.book().report.cli_runs += 1;
+    let output = match output {
+        Ok(output) => output,
+        Err(e) => {
+            lab.other(e);
+            return false;
+        }
+    };
+    if !output.success {
+        lab.cli_failed("workrail export", session, &output);
+        return false;
+    }
+    let bundle = std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()));
+    let _ = std::fs::remove_file(&path);
+    let bundle = match bundle {
+        Ok(bundle) => bundle,
+        Err(e) => {
+            lab.other(format!("workrail export wrote no readable bundle: {e}"));
+            return false;
+        }
+    };
+    if bundle.get("salvage").is_some() || output.stderr.contains("salvage") {
+        lab.corruption(
+            Some(session),
+            format!(
+                "a healthy session exported as salvage: {} {}",
+                bundle["salvage"],
+                output.stderr.trim()
+            ),
+        );
+        return false;
+    }
+    let has_node = bundle["session"]["events"]
+        .as_array()
+        .is_some_and(|events| {
+            events.iter().any(|e| {
+                e["kind"] == "node_created" && e["scope"]["nodeId"] == json!(view.latest.node)
+            })
+        });
+    if !has_node {
+        lab.other(format!(
+            "an export of {session} lacks node {}, committed before it started",
+            view.latest.node
+        ));
+    }
+    has_node
+}
+
+/// `workrail inspect`: healthy, and showing every node committed before it started.
+fn read_by_inspect(lab: &Lab, view: &Board) -> bool {
+    let session = &view.latest.session;
+    let output = lab.cli(&["inspect", session]);
+    lab.book().report.cli_runs += 1;
+    let output = match output {
+        Ok(output) => output,
+        Err(e) => {
+            lab.other(e);
+            return false;
+        }
+    };
+    if !output.success {
+        lab.cli_failed("workrail inspect", session, &output);
+        return false;
+    }
+    match health_of(&output.stdout) {
+        Some("healthy") => {}
+        health => {
+            lab.corruption(
+                Some(session),
+                format!("workrail inspect {session} said health {health:?} mid-run"),
+            );
+            return false;
+        }
+    }
+    if !output.stdout.contains(view.latest.node.as_str()) {
+        lab.other(format!(
+            "workrail inspect {session} lacks node {}, committed before it started",
+            view.latest.node
+        ));
+        return false;
+    }
+    true
+}
+
+/// The health word of `workrail inspect`'s first line (`session …: N events, health X`).
+fn health_of(inspect_stdout: &str) -> Option<&str> {
+    let first = inspect_stdout.lines().next()?;
+    let (_, health) = first.rsplit_once("health ")?;
+    Some(health.trim())
+}
+
+/// A kill-storm client's current run and its responses (fork points).
+#[derive(Debug, Default)]
+struct StormClient {
+    board: Option<Mutex<Board>>,
+    history: Vec<Resp>,
+}
+
+impl StormClient {
+    const HISTORY: usize = 128;
+
+    fn remember(&mut self, resp: &Resp) {
+        self.history.push(resp.clone());
+        if self.history.len() > Self::HISTORY {
+            self.history.remove(0);
+        }
+    }
+}
+
+/// Scenario 3: servers killed with SIGKILL and restarted while their clients keep going.
+pub fn kill_storm(config: &Config) -> Result<Report, String> {
+    let n = config.half();
+    let lab = Lab::new(config, "kill_storm", n)?;
+    let slots = slots(n, &lab)?;
+    let mut rng = Rng::new(config.seed);
+    std::thread::scope(|scope| {
+        let (lab, slots) = (&lab, &slots);
+        let mut killer_rng = rng.split();
+        scope.spawn(move || {
+            for _ in 0..MAX_OPS_PER_CLIENT {
+                let pause = Duration::from_millis(50 + killer_rng.below(251));
+                std::thread::sleep(
+                    pause.min(lab.deadline.saturating_duration_since(Instant::now())),
+                );
+                if !lab.running() {
+                    break;
+                }
+                let Some(slot) = killer_rng.pick(slots) else {
+                    break;
+                };
+                match slot.kill_and_restart(lab) {
+                    Ok(true) => lab.book().report.kills += 1,
+                    Ok(false) => {}
+                    Err(e) => lab.other(format!("server {}: {e}", slot.index)),
+                }
+            }
+        });
+        for (client, slot) in slots.iter().enumerate() {
+            let mut rng = rng.split();
+            scope.spawn(move || storm_client(lab, client, slot, &mut rng));
+        }
+    });
+    finish(lab, &slots)
+}
+
+/// One client of the storm: mostly advances, sometimes rehydrates, replays an answered ack,
+/// forks from an older node, or starts another run.
+fn storm_client(lab: &Lab, client: usize, slot: &Slot, rng: &mut Rng) {
+    let mut me = StormClient::default();
+    for _ in 0..MAX_OPS_PER_CLIENT {
+        if !lab.running() {
+            break;
+        }
+        let roll = rng.below(100);
+        let ok = match (&me.board, roll) {
+            (None, _) | (Some(_), 97..) => match lab.start(client, slot, fixture::LINEAR_ID) {
+                Some(resp) => {
+                    me.history.clear();
+                    me.remember(&resp);
+                    me.board = Some(Mutex::new(Board::new(resp)));
+                    true
+                }
+                None => false,
+            },
+            (Some(board), 0..55) => {
+                let ok = lab.drive(client, slot, board, rng);
+                if ok {
+                    let latest = lock(board).latest.clone();
+                    me.remember(&latest);
+                }
+                ok
+            }
+            (Some(board), 55..70) => {
+                let token = lock(board).latest.state_token.clone();
+                lab.rehydrate(client, slot, &token).is_some()
+            }
+            (Some(_), 70..85) => {
+                let sent = lab
+                    .book()
+                    .sent_acks
+                    .get(&client)
+                    .cloned()
+                    .unwrap_or_default();
+                match rng.pick(&sent) {
+                    Some(args) => lab.send_ack(client, slot, args).is_some(),
+                    None => true,
+                }
+            }
+            (Some(board), _) => {
+                let ok = fork(lab, client, slot, board, &me, rng);
+                if ok {
+                    let latest = lock(board).latest.clone();
+                    me.remember(&latest);
+                }
+                ok
+            }
+        };
+        pause_after_failure(ok);
+    }
+}
+
+/// Rehydrates an older node of the current run and acknowledges its fresh attempt: a new
+/// branch, which becomes the client's current one.
+fn fork(
+    lab: &Lab,
+    client: usize,
+    slot: &Slot,
+    board: &Mutex<Board>,
+    me: &StormClient,
+    rng: &mut Rng,
+) -> bool {
+    let Some(old) = rng.pick(&me.history).cloned() else {
+        return true;
+    };
+    let Some(at) = lab.rehydrate(client, slot, &old.state_token) else {
+        return false;
+    };
+    if at.complete {
+        return true;
+    }
+    let Some(next) = lab.ack(client, slot, &at, rng) else {
+        return false;
+    };
+    lock(board).moved_to(next, rng);
+    true
+}
+
+// -------------------------------------------------------------------------------------------
+// The checks, with every server stopped
+// -------------------------------------------------------------------------------------------
+
+/// What the manifest attests of one session: its nodes and its recorded ack attempts.
+#[derive(Debug, Default)]
+struct Committed {
+    nodes: HashSet<String>,
+    /// attemptId -> the node each of its `advance_recorded` events advanced to (None: blocked).
+    attempts: HashMap<String, Vec<Option<String>>>,
+}
+
+/// Reads the committed events: the segments named by the complete `segment_closed` lines of
+/// the manifest, independently of the server's loader (whose health verdict `inspect` gives).
+fn read_committed(session_dir: &Path) -> Result<Committed, String> {
+    let manifest = std::fs::read_to_string(session_dir.join("manifest.jsonl"))
+        .map_err(|e| format!("cannot read the manifest: {e}"))?;
+    let mut committed = Committed::default();
+    // Only `\n`-terminated lines are records; a torn tail is not.
+    let complete = manifest.rsplit_once('\n').map_or("", |(whole, _)| whole);
+    for line in complete.lines() {
+        let record: Value = serde_json::from_str(line)
+            .map_err(|e| format!("an unreadable manifest record ({e}): {line}"))?;
+        if record["kind"] != "segment_closed" {
+            continue;
+        }
+        let rel = record["segmentRelPath"].as_str().unwrap_or_default();
+        let segment = std::fs::read_to_string(session_dir.join(rel))
+            .map_err(|e| format!("cannot read the attested segment {rel}: {e}"))?;
+        for line in segment.lines() {
+            let event: Value = serde_json::from_str(line)
+                .map_err(|e| format!("an unreadable event in {rel} ({e}): {line}"))?;
+            match event["kind"].as_str() {
+                Some("node_created") => {
+                    if let Some(node) = event["scope"]["nodeId"].as_str() {
+                        committed.nodes.insert(node.to_owned());
+                    }
+                }
+                Some("advance_recorded") => {
+                    let data = &event["data"];
+                    let attempt = data["attemptId"].as_str().unwrap_or_default().to_owned();
+                    let to = data["outcome"]["toNodeId"].as_str().map(str::to_owned);
+                    committed.attempts.entry(attempt).or_default().push(to);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(committed)
+}
+
+/// Whether the manifest holds at least one complete record.
+fn has_committed_record(session_dir: &Path) -> bool {
+    std::fs::read(session_dir.join("manifest.jsonl")).is_ok_and(|bytes| bytes.contains(&b'\n'))
+}
+
+/// Content-addressed objects whose bytes do not hash to their file name (temp files skipped).
+fn damaged_objects(data_dir: &Path) -> (u64, Vec<String>) {
+    let mut damaged = 0;
+    let mut names = Vec::new();
+    for dir in ["snapshots", "workflows/pinned", "artifacts"] {
+        let Ok(entries) = std::fs::read_dir(data_dir.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(hex) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if name.starts_with(".tmp-") {
+                continue;
+            }
+            let ok = std::fs::read(entry.path())
+                .is_ok_and(|bytes| workrail_spec::jcs::sha256(&bytes).hex() == hex);
+            if !ok {
+                damaged += 1;
+                names.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    (damaged, names)
+}
+
+/// Stops every server, then judges the data directory with fresh processes.
+fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
+    for slot in slots {
+        if let Err(e) = slot.stop() {
+            lab.other(format!("server {}: {e}", slot.index));
+        }
+    }
+    let book = std::mem::take(&mut *lab.book());
+    let mut report = book.report;
+
+    // Health, by a fresh `workrail inspect` per session.
+    let sessions_dir = lab.data_dir().join("sessions");
+    let mut sessions: Vec<String> = std::fs::read_dir(&sessions_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with("sess_"))
+                .collect()
+        })
+        .unwrap_or_default();
+    sessions.sort();
+
+    let mut healthy: HashMap<String, bool> = HashMap::new();
+    let mut committed: HashMap<String, Committed> = HashMap::new();
+    for session in &sessions {
+        let dir = sessions_dir.join(session);
+        let verdict = match lab.cli(&["inspect", session]) {
+            Ok(out) if out.success => health_of(&out.stdout).map(str::to_owned),
+            // A start killed before its first commit leaves a directory without committed
+            // truth, which is no session (no response ever named it: the ledger checks that).
+            Ok(out) if out.stderr.contains("SESSION_NOT_FOUND") && !has_committed_record(&dir) => {
+                report.uncommitted_dirs += 1;
+                continue;
+            }
+            Ok(out) => Some(format!("(inspect failed: {})", out.stderr.trim())),
+            Err(e) => Some(format!("(inspect did not run: {e})")),
+        };
+        let is_healthy = verdict.as_deref() == Some("healthy");
+        if !is_healthy {
+            report.unhealthy_sessions += 1;
+            report.sample(format!("session {session} afterwards: health {verdict:?}"));
+        }
+        healthy.insert(session.clone(), is_healthy);
+        match read_committed(&dir) {
+            Ok(c) => {
+                committed.insert(session.clone(), c);
+            }
+            Err(e) => {
+                report.sample(format!("session {session}: {e}"));
+                committed.insert(session.clone(), Committed::default());
+            }
+        }
+    }
+    report.sessions = sessions.len() as u64 - report.uncommitted_dirs;
+    let (damaged, damaged_names) = damaged_objects(&lab.data_dir());
+    report.damaged_objects = damaged;
+    for name in damaged_names {
+        report.sample(format!("damaged object {name}"));
+    }
+
+    // Lost events: every node a client was shown and every answered attempt is committed.
+    let empty = Committed::default();
+    for (session, nodes) in &book.nodes {
+        let log = committed.get(session).unwrap_or(&empty);
+        for node in nodes {
+            if !log.nodes.contains(node) {
+                report.lost_events += 1;
+                report.sample(format!(
+                    "node {node} of {session} was answered but is not committed"
+                ));
+            }
+        }
+    }
+    for (attempt, seen) in &book.acks {
+        let log = committed.get(&seen.session).unwrap_or(&empty);
+        let recorded = log
+            .attempts
+            .get(attempt)
+            .is_some_and(|to| to.iter().any(|t| t.as_deref() == Some(seen.node.as_str())));
+        if !recorded {
+            report.lost_events += 1;
+            report.sample(format!(
+                "attempt {attempt} of {} was answered with node {} but that advance is not committed",
+                seen.session, seen.node
+            ));
+        }
+    }
+    // Duplicate attempts: one advance_recorded per attemptId.
+    for (session, log) in &committed {
+        for (attempt, records) in &log.attempts {
+            if records.len() > 1 {
+                report.duplicate_attempts += records.len() as u64 - 1;
+                report.sample(format!(
+                    "attempt {attempt} of {session} recorded {records:?}"
+                ));
+            }
+        }
+    }
+
+    // Every client's latest stateToken of every session rehydrates on a fresh server.
+    let check = Conn::spawn(&lab, "check")?;
+    for ((client, session), token) in &book.latest {
+        let asked = payload(token)
+            .map(|p| p.node_id().to_string())
+            .unwrap_or_default();
+        let answer = check.call("continue_workflow", &json!({"stateToken": token}));
+        let problem = match answer {
+            Ok(Answer::Ok(result)) => match Resp::parse(result) {
+                Ok(resp) if resp.node == asked => None,
+                Ok(resp) => Some(format!("answered for node {}", resp.node)),
+                Err(e) => Some(e),
+            },
+            Ok(Answer::Err(e)) => Some(format!("{}: {}", e.code, e.message)),
+            Err(e) => Some(format!("{e:?}")),
+        };
+        if let Some(problem) = problem {
+            report.stale_tokens += 1;
+            report.sample(format!(
+                "client {client}'s latest stateToken of {session} (node {asked}) does not rehydrate: {problem}"
+            ));
+        }
+    }
+    if let Err(e) = check.close() {
+        report.other_errors += 1;
+        report.sample(format!("the check server: {e}"));
+    }
+
+    // Corruption reports are false when the session turned out healthy (a report without a
+    // session: when every session is healthy and every object intact).
+    let all_sound = report.unhealthy_sessions == 0 && report.damaged_objects == 0;
+    for (session, text) in &book.corruption {
+        let sound = match session {
+            Some(session) => healthy.get(session).copied().unwrap_or(false),
+            None => all_sound,
+        };
+        if sound {
+            report.false_corruption += 1;
+            report.sample(format!("false corruption: {text}"));
+        } else {
+            report.sample(format!("corruption (the session is damaged): {text}"));
+        }
+    }
+    Ok(report)
+}
+
+/// A short walk on one server, then the last committed transaction is cut from the manifest
+/// (as if it had never been written), then the checks: they must count the answered advance
+/// as lost and its token as stale. Proves the oracle sees a lost commit.
+pub fn lost_commit_is_caught(config: &Config) -> Result<Report, String> {
+    let lab = Lab::new(config, "lost_commit", 1)?;
+    let slots = slots(1, &lab)?;
+    let mut rng = Rng::new(config.seed);
+    let first = lab
+        .start(0, &slots[0], fixture::LINEAR_ID)
+        .ok_or_else(|| format!("the run did not start: {:?}", lab.book().report.samples))?;
+    let board = Mutex::new(Board::new(first));
+    for _ in 0..2 {
+        if !lab.drive(0, &slots[0], &board, &mut rng) {
+            return Err(format!("the walk failed: {:?}", lab.book().report.samples));
+        }
+    }
+    for slot in &slots {
+        slot.stop()?;
+    }
+    let session = lock(&board).latest.session.clone();
+    let manifest = lab
+        .data_dir()
+        .join("sessions")
+        .join(&session)
+        .join("manifest.jsonl");
+    let text = std::fs::read_to_string(&manifest).map_err(|e| e.to_string())?;
+    // Keep every record before the last segment_closed (so its pins go too).
+    let lines: Vec<&str> = text.lines().collect();
+    let last_close = lines
+        .iter()
+        .rposition(|l| l.contains("\"kind\":\"segment_closed\""))
+        .ok_or("no segment_closed record")?;
+    let kept: String = lines[..last_close]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&manifest, kept).map_err(|e| e.to_string())?;
+    finish(lab, &slots)
+}
