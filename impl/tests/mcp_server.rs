@@ -151,6 +151,7 @@ impl ToolBackend for Fake {
         Ok(ResumeSessionOutput {
             candidates: Vec::new(),
             skipped_unhealthy_sessions: 0,
+            skipped_sessions: Vec::new(),
         })
     }
     fn render_execution(&self, output: &ExecutionOutput) -> String {

@@ -348,6 +348,23 @@ pub struct ResumeCandidateView {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResumeSessionOutput {
     pub candidates: Vec<ResumeCandidateView>,
-    /// Sessions left out because they are not `healthy` (corrupt or of an unknown version).
+    /// Sessions left out because they are not `healthy` (corrupt, of an unknown version, or
+    /// unreadable).
     pub skipped_unhealthy_sessions: u64,
+    /// The first of those sessions (at most 20, by session id), each with why it was left out;
+    /// absent when none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_sessions: Vec<SkippedSessionView>,
+}
+
+/// A session `resume_session` left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SkippedSessionView {
+    pub session_id: SessionId,
+    /// Its health, or `unreadable` when it could not be read at all.
+    pub health: String,
+    /// The closed-set reason (e.g. `missing_snapshot_pins`, `snapshot_missing`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

@@ -283,9 +283,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             print_stdout(&gc_text(&report));
             if report.safe_mode {
-                return Err(
-                    "gc is in safe mode: a session failed validation (see the warnings above), so nothing was deleted\n  suggestion: inspect the named session with `workrail inspect <sessionId>`, export its validated prefix if needed, then repair or remove it and run gc again".into(),
-                );
+                return Err(safe_mode_text(&report));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -394,6 +392,46 @@ fn import_text(report: &crate::bundle::ImportReport) -> String {
             None => out.push_str("(tokens unavailable; see the warnings)\n"),
         }
     }
+    out
+}
+
+/// The sessions that hold gc in safe mode, each with what clears it.
+fn safe_mode_text(report: &crate::gc::GcReport) -> String {
+    let holders: Vec<&crate::gc::GcWarning> = report
+        .warnings
+        .iter()
+        .filter(|w| {
+            matches!(
+                w.code,
+                crate::gc::GcWarningCode::SafeModeCorruptSession
+                    | crate::gc::GcWarningCode::SafeModeUnknownVersion
+                    | crate::gc::GcWarningCode::SafeModeUnreadableSession
+            )
+        })
+        .collect();
+    let mut out = format!(
+        "gc is in safe mode, so nothing was deleted: {} session{} failed validation:",
+        holders.len(),
+        if holders.len() == 1 { "" } else { "s" }
+    );
+    for w in holders {
+        let Some(session) = &w.session_id else {
+            continue;
+        };
+        let health = w
+            .health
+            .unwrap_or(workrail_spec::closed::SessionHealthKind::Healthy);
+        let what = match (&w.health, &w.reason) {
+            (Some(h), Some(r)) => format!("{h}: {r}"),
+            (Some(h), None) => h.to_string(),
+            _ => "unreadable".to_owned(),
+        };
+        out.push_str(&format!(
+            "\n  {session} ({what})\n    to clear: {}",
+            crate::store::how_to_clear(session, health, w.reason.as_deref())
+        ));
+    }
+    out.push_str("\n  suggestion: `workrail inspect <sessionId>` shows each one; clear them as above, then run `workrail gc` again");
     out
 }
 

@@ -382,14 +382,19 @@ pub fn run(
                     health: Some(loaded.health.kind()),
                     reason: corruption.map(|c| c.reason.as_str().to_owned()),
                     message: format!(
-                        "safe mode: session {id} is {}{}; gc deletes nothing until it is repaired or removed",
+                        "safe mode: session {id} is {}{}; gc deletes nothing until it is repaired or removed. To clear it: {}",
                         loaded.health.kind(),
                         corruption
                             .map(|c| format!(
                                 " ({} at manifest record {}: {})",
                                 c.reason, c.manifest_index, c.detail
                             ))
-                            .unwrap_or_default()
+                            .unwrap_or_default(),
+                        crate::store::how_to_clear(
+                            &id,
+                            loaded.health.kind(),
+                            corruption.map(|c| c.reason.as_str())
+                        )
                     ),
                 });
                 report.sessions.push(verdict(RetentionDecision::Unhealthy));
@@ -405,7 +410,8 @@ pub fn run(
                     GcWarningCode::SafeModeUnreadableSession,
                     Some(id.clone()),
                     format!(
-                        "safe mode: session {id} could not be validated ({e}); gc deletes nothing"
+                        "safe mode: session {id} could not be validated ({e}); gc deletes nothing. To clear it: {}",
+                        crate::store::how_to_clear(&id, SessionHealthKind::Healthy, None)
                     ),
                 ));
                 report.sessions.push(verdict(RetentionDecision::Unhealthy));

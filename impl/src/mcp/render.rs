@@ -173,10 +173,22 @@ pub fn resume_text(out: &ResumeSessionOutput) -> String {
         let n = out.skipped_unhealthy_sessions;
         let _ = writeln!(
             text,
-            "\n{n} session{} left out because {} failed validation (corrupt, or written by a newer WorkRail); run `workrail inspect <sessionId>` to see why, or `workrail export` to salvage a validated prefix.",
+            "\n{n} session{} left out because {} could not be validated (damaged, written by a newer WorkRail, or unreadable right now); a person can run `workrail inspect <sessionId>` to see why and how to recover it:",
             if n == 1 { " was" } else { "s were" },
             if n == 1 { "it" } else { "they" },
         );
+        for s in &out.skipped_sessions {
+            let why = s
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            let _ = writeln!(text, "- {} ({}{why})", s.session_id, s.health);
+        }
+        let named = out.skipped_sessions.len() as u64;
+        if named < n {
+            let _ = writeln!(text, "- and {} more", n - named);
+        }
     }
     text
 }

@@ -203,6 +203,11 @@ pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String,
             "  SALVAGE VIEW: validation stopped at manifest record {} ({}): {}",
             c.manifest_index, c.reason, c.detail
         );
+        let _ = writeln!(
+            out,
+            "  to recover: {}",
+            crate::store::how_to_clear(&session, loaded.health.kind(), Some(c.reason.as_str()))
+        );
     }
     let summary = session_summary(wr, &loaded);
     for run in &summary.runs {

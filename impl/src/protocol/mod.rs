@@ -264,7 +264,7 @@ impl Workrail {
         let features = Features::load(fs.as_ref())?;
         Ok(Self {
             fs: Arc::clone(&fs),
-            sessions: SessionStore::new(Arc::clone(&fs)),
+            sessions: SessionStore::new(Arc::clone(&fs)).with_object_check(),
             snapshots: SnapshotStore::new(Arc::clone(&fs)),
             pinned: PinnedWorkflowStore::new(Arc::clone(&fs)),
             artifacts: ArtifactStore::new(Arc::clone(&fs)),
@@ -585,7 +585,7 @@ impl Workrail {
             .sessions
             .load_healthy(&ack.session_id)
             .map_err(|e| match e {
-                StoreError::NotFound { .. } => unknown(),
+                StoreError::NotFound { .. } => self.session_gone(&ack.session_id, "ackToken"),
                 other => other.to_envelope(true),
             })?;
         let facts = Facts::new(&loaded.events);
@@ -708,7 +708,7 @@ impl Workrail {
             .sessions
             .load_healthy(&state.session_id)
             .map_err(|e| match e {
-                StoreError::NotFound { .. } => unknown_node(state),
+                StoreError::NotFound { .. } => self.session_gone(&state.session_id, "stateToken"),
                 other => other.to_envelope(true),
             })?;
         let facts = self.memo.facts(&state.session_id, &loaded.events);
@@ -747,6 +747,50 @@ impl Workrail {
             workflow_hash: state.workflow_hash.clone(),
             state: snapshot.engine_payload.engine_state,
         })
+    }
+
+    /// A verified token names a session without committed truth. Tokens are minted only after
+    /// a commit, so its history was there and is gone: say which way, never "unknown node".
+    fn session_gone(&self, session: &SessionId, field: &str) -> ErrorEnvelope {
+        let manifest = crate::store::layout::manifest_path(session);
+        let dir_entries = self
+            .fs
+            .list_dir(&crate::store::layout::session_dir(session))
+            .unwrap_or_default();
+        if dir_entries.is_empty() {
+            // The token names a node this data directory does not hold (locks §1.2's closed
+            // set of token errors), said with what most likely happened.
+            return ErrorEnvelope::new(
+                ErrorCode::TokenUnknownNode,
+                format!(
+                    "`{field}` is signed by this WorkRail but names session {session}, which is not in this data directory: it was deleted (e.g. by `workrail gc` after its retention period, or by hand), or the token comes from another data directory."
+                ),
+                "If you have an exported bundle of the session, import it with `workrail import` and continue with the tokens the import prints; if it lives in another data directory, use that one. Otherwise call resume_session to find another run, or start the workflow again with start_workflow.",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "sessionId": session,
+                "problem": "session_deleted",
+            }));
+        }
+        let (problem, what) = match self.fs.len(&manifest) {
+            Ok(Some(_)) => ("manifest_empty", "is empty"),
+            _ => ("manifest_missing", "is missing"),
+        };
+        ErrorEnvelope::new(
+            ErrorCode::SessionCorrupt,
+            format!(
+                "Session {session}'s control stream (sessions/{session}/manifest.jsonl) {what}, although the session directory exists: none of its history can be validated, so nothing was written."
+            ),
+            "Restore the session's manifest.jsonl (or the whole data directory) from a backup, or import an exported bundle of the session with `workrail import`; otherwise start the workflow again with start_workflow. Do not retry this call before that.",
+            Retry::NotRetryable,
+        )
+        .with_details(serde_json::json!({
+            "sessionId": session,
+            "health": workrail_spec::closed::SessionHealthKind::CorruptHead,
+            "reason": problem,
+            "reasonCode": "unexpected:storage_corruption_detected",
+        }))
     }
 
     /// Whether the snapshot of `node` is complete (for run status).

@@ -16,6 +16,7 @@ use workrail_spec::ids::{EventIndex, WorkflowHash};
 use workrail_spec::token::{StatePayload, TokenPayload};
 use workrail_spec::tools::{
     ResumeCandidateView, ResumePendingView, ResumeSessionInput, ResumeSessionOutput,
+    SkippedSessionView,
 };
 
 use super::facts::Facts;
@@ -29,14 +30,20 @@ pub(super) fn resume_session(
 ) -> Result<ResumeSessionOutput, ErrorEnvelope> {
     let query = query_of(input)?;
     let mut healthy: Vec<Arc<LoadedSession>> = Vec::new();
-    let mut skipped: u64 = 0;
+    let mut skipped = Skipped::default();
     for id in wr.sessions.list_sessions().map_err(store_envelope(false))? {
         match wr.sessions.load(&id) {
             Ok(loaded) if loaded.health.is_healthy() => healthy.push(loaded),
             // A directory without committed truth is not a session.
             Err(StoreError::NotFound { .. }) => {}
             // Corrupt, of an unknown version, or unreadable: never a candidate (L-RESUME-HEALTHY-ONLY).
-            Ok(_) | Err(_) => skipped += 1,
+            Ok(loaded) => skipped.add(
+                &id,
+                loaded.health.kind().as_str(),
+                loaded.health.corruption().map(|c| c.reason.as_str()),
+            ),
+            Err(StoreError::Locked { .. }) => skipped.add(&id, "locked", None),
+            Err(_) => skipped.add(&id, "unreadable", None),
         }
     }
     let facts: Vec<Facts<'_>> = healthy.iter().map(|l| Facts::new(&l.events)).collect();
@@ -57,22 +64,54 @@ pub(super) fn resume_session(
             .clone()
     };
     let ranked = rank(&sources, &mut workflow_name, &query);
-    let candidates = ranked
-        .into_iter()
-        .map(|tip| {
-            let at = sources
-                .iter()
-                .position(|s| s.session_id == &tip.session_id)
-                .ok_or_else(|| {
-                    invariant("a resume candidate names a session that was not ranked")
-                })?;
-            describe(wr, &facts[at], tip)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut candidates = Vec::with_capacity(ranked.len());
+    for tip in ranked {
+        let at = sources
+            .iter()
+            .position(|s| s.session_id == &tip.session_id)
+            .ok_or_else(|| invariant("a resume candidate names a session that was not ranked"))?;
+        let session_id = tip.session_id.clone();
+        match describe(wr, &facts[at], tip) {
+            Ok(candidate) => candidates.push(candidate),
+            // An object that vanished or was damaged after load: this session is left out,
+            // never the whole answer (one bad session never breaks a call about another).
+            Err(e) if e.code == ErrorCode::StoreCorruptionDetected => {
+                skipped.add(&session_id, "corrupt_tail", Some("object_unreadable"));
+            }
+            Err(e) if e.code == ErrorCode::StoreIoError => {
+                skipped.add(&session_id, "unreadable", None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(ResumeSessionOutput {
         candidates,
-        skipped_unhealthy_sessions: skipped,
+        skipped_unhealthy_sessions: skipped.count,
+        skipped_sessions: skipped.named,
     })
+}
+
+/// Most skipped sessions a response names (all are counted).
+const MAX_NAMED_SKIPPED: usize = 20;
+
+/// The sessions left out, counted, and named up to [`MAX_NAMED_SKIPPED`].
+#[derive(Default)]
+struct Skipped {
+    count: u64,
+    named: Vec<SkippedSessionView>,
+}
+
+impl Skipped {
+    fn add(&mut self, session: &workrail_spec::ids::SessionId, health: &str, reason: Option<&str>) {
+        self.count += 1;
+        if self.named.len() < MAX_NAMED_SKIPPED {
+            self.named.push(SkippedSessionView {
+                session_id: session.clone(),
+                health: health.to_owned(),
+                reason: reason.map(str::to_owned),
+            });
+        }
+    }
 }
 
 /// The query, with a self-correcting error for a HEAD that can never match.

@@ -4,12 +4,13 @@
 //! Objects are immutable: a put of an existing key writes nothing. Every get re-hashes what it
 //! read, so a damaged object is reported as corruption, never returned.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
-use workrail_spec::ids::{SnapshotRef, WorkflowHash};
-use workrail_spec::jcs::to_canonical_bytes;
+use workrail_spec::ids::{Sha256Digest, SnapshotRef, WorkflowHash};
+use workrail_spec::jcs::{sha256, to_canonical_bytes};
 use workrail_spec::snapshot::ExecutionSnapshotFileV1;
 
 use super::error::{Committed, StoreError};
@@ -197,6 +198,96 @@ impl PinnedWorkflowStore {
     pub fn list(&self) -> Result<Vec<WorkflowHash>, StoreError> {
         list_digests(&*self.fs, Path::new(layout::PINNED_WORKFLOWS_DIR))
             .map(|v| v.into_iter().map(WorkflowHash::from_digest).collect())
+    }
+}
+
+/// Whether a content-addressed object that committed events reference is usable.
+#[derive(Debug)]
+pub enum ObjectState {
+    Intact,
+    Missing,
+    /// Present, but its bytes do not hash to its address (what was found).
+    Damaged(String),
+    /// It could not be read (permissions, EIO): not a verdict on its bytes.
+    Unreadable(std::io::Error),
+}
+
+/// Most verified digests one process remembers; past it the set starts over (a re-check costs
+/// one read, never a wrong answer).
+const MAX_VERIFIED: usize = 1 << 16;
+
+/// Checks the snapshots and pinned workflows a session's events reference, so that load's
+/// health covers the whole session (decision D53). Objects are immutable: one that verified
+/// once in this process is not read again, while a fresh process checks everything.
+#[derive(Debug)]
+pub struct ObjectCheck {
+    fs: Arc<dyn StoreFs>,
+    verified: Mutex<HashSet<Sha256Digest>>,
+}
+
+impl ObjectCheck {
+    pub fn new(fs: Arc<dyn StoreFs>) -> Self {
+        Self {
+            fs,
+            verified: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn snapshot(&self, snapshot_ref: &SnapshotRef) -> ObjectState {
+        self.check(
+            snapshot_ref.digest(),
+            &layout::snapshot_path(snapshot_ref),
+            |text| {
+                let snapshot =
+                    ExecutionSnapshotFileV1::from_json_str(text).map_err(|e| e.to_string())?;
+                let actual = snapshot.snapshot_ref().map_err(|e| e.to_string())?;
+                Ok(actual.digest().clone())
+            },
+        )
+    }
+
+    pub fn workflow(&self, hash: &WorkflowHash) -> ObjectState {
+        self.check(hash.digest(), &layout::pinned_workflow_path(hash), |text| {
+            let compiled =
+                CompiledWorkflowSnapshotV1::from_json_str(text).map_err(|e| e.to_string())?;
+            let actual = compiled.workflow_hash().map_err(|e| e.to_string())?;
+            Ok(actual.digest().clone())
+        })
+    }
+
+    /// Stored bytes are the object's JCS form, so hashing them is the check; bytes in another
+    /// (non-canonical) form are parsed and canonicalized before they are judged.
+    fn check(
+        &self,
+        digest: &Sha256Digest,
+        path: &Path,
+        canonical_digest: impl Fn(&str) -> Result<Sha256Digest, String>,
+    ) -> ObjectState {
+        let verified = || self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if verified().contains(digest) {
+            return ObjectState::Intact;
+        }
+        let bytes = match self.fs.read(path) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return ObjectState::Missing,
+            Err(e) => return ObjectState::Unreadable(e),
+        };
+        if &sha256(&bytes) != digest {
+            let actual = std::str::from_utf8(&bytes)
+                .map_err(|e| format!("not UTF-8: {e}"))
+                .and_then(&canonical_digest);
+            match actual {
+                Ok(actual) if &actual == digest => {}
+                Ok(actual) => return ObjectState::Damaged(format!("content hashes to {actual}")),
+                Err(e) => return ObjectState::Damaged(e),
+            }
+        }
+        let mut set = verified();
+        if set.len() >= MAX_VERIFIED {
+            set.clear();
+        }
+        set.insert(digest.clone());
+        ObjectState::Intact
     }
 }
 

@@ -3,7 +3,7 @@
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::ids::SessionId;
 
-use super::health::SessionHealth;
+use super::health::{CorruptionReason, SessionHealth};
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,6 +120,41 @@ impl StoreError {
     }
 }
 
+/// How a person gets an unhealthy session back, by what is wrong with it (decisions D51, D53).
+pub fn recovery(session: &SessionId, health: &SessionHealth) -> String {
+    let salvage = if matches!(health, SessionHealth::CorruptHead(_)) {
+        // No validated prefix: there is nothing to salvage.
+        "restore the data directory from a backup, or start the workflow again with start_workflow (no part of this session validates, so there is nothing to export)".to_owned()
+    } else {
+        format!(
+            "export what is intact with `workrail export {session} -o {session}.json` and import it with `workrail import {session}.json --allow-salvage`: the import is a new, healthy session holding the validated prefix, with fresh tokens for every run"
+        )
+    };
+    let reason = health.corruption().map(|c| c.reason);
+    match (health, reason) {
+        (SessionHealth::UnknownVersion(_), _) => format!(
+            "A newer WorkRail wrote this session: continue it with that version. Do not retry this call. To keep working here, {salvage}."
+        ),
+        (_, Some(CorruptionReason::MissingSnapshotPins)) => format!(
+            "A write of this session was torn (e.g. by a power cut). A person can run `workrail repair {session}`: it restores the missing snapshot pins when the snapshots are intact, and refuses otherwise; then resend this call. If repair refuses, {salvage}. Do not retry this call before that."
+        ),
+        (
+            _,
+            Some(
+                CorruptionReason::SnapshotMissing
+                | CorruptionReason::SnapshotDamaged
+                | CorruptionReason::WorkflowMissing
+                | CorruptionReason::WorkflowDamaged,
+            ),
+        ) => format!(
+            "A stored object this session needs was deleted or damaged. Restore the data directory's `snapshots/` and `workflows/pinned/` from a backup, or {salvage}. Do not retry this call before that."
+        ),
+        _ => format!(
+            "The session's stored history is damaged. A person can {salvage}. Do not retry this call before that."
+        ),
+    }
+}
+
 /// `unexpected:storage_corruption_detected`, as error details name it.
 const STORAGE_CORRUPTION: &str = "unexpected:storage_corruption_detected";
 
@@ -144,13 +179,16 @@ impl StoreError {
                     _ => ErrorCode::SessionCorrupt,
                 };
                 let corruption = health.corruption();
+                let found = corruption
+                    .map(|c| format!(": {} ({})", c.reason, c.detail))
+                    .unwrap_or_default();
                 ErrorEnvelope::new(
                     code,
                     format!(
-                        "Session {session} failed validation ({}); execution needs a healthy session.",
+                        "Session {session} failed validation ({}{found}); execution needs a healthy session, so nothing was written.",
                         health.kind()
                     ),
-                    "Inspect or export the validated prefix (read-only salvage), then start a new run; do not retry this call.",
+                    recovery(session, health),
                     Retry::NotRetryable,
                 )
                 .with_details(serde_json::json!({

@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde::Serialize;
 use workrail_spec::closed::SessionHealthKind;
+use workrail_spec::ids::SessionId;
 
 /// Why a session is not healthy (closed set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -40,6 +41,14 @@ pub enum CorruptionReason {
     DuplicateDedupeKey,
     /// A record or event has a schema version this build does not read.
     UnknownVersion,
+    /// A committed `node_created` references a snapshot that is not in the CAS (decision D53).
+    SnapshotMissing,
+    /// A referenced snapshot's bytes do not hash to its ref.
+    SnapshotDamaged,
+    /// A committed `run_started` pins a workflow that is not in `workflows/pinned/`.
+    WorkflowMissing,
+    /// A pinned workflow's bytes do not hash to its workflowHash.
+    WorkflowDamaged,
 }
 
 impl CorruptionReason {
@@ -58,6 +67,10 @@ impl CorruptionReason {
             Self::MissingSnapshotPins => "missing_snapshot_pins",
             Self::DuplicateDedupeKey => "duplicate_dedupe_key",
             Self::UnknownVersion => "unknown_version",
+            Self::SnapshotMissing => "snapshot_missing",
+            Self::SnapshotDamaged => "snapshot_damaged",
+            Self::WorkflowMissing => "workflow_missing",
+            Self::WorkflowDamaged => "workflow_damaged",
         }
     }
 }
@@ -111,5 +124,33 @@ impl SessionHealth {
             Self::Healthy => None,
             Self::CorruptTail(c) | Self::CorruptHead(c) | Self::UnknownVersion(c) => Some(c),
         }
+    }
+}
+
+/// What a person runs to get an unhealthy session out of the way (for `workrail inspect` and
+/// gc's safe mode), by what is wrong with it.
+pub fn how_to_clear(
+    session: &SessionId,
+    health: SessionHealthKind,
+    reason: Option<&str>,
+) -> String {
+    let delete = format!("then delete the directory sessions/{session} of the data directory");
+    match (health, reason) {
+        (_, Some("missing_snapshot_pins")) => format!(
+            "run `workrail repair {session}` (it restores the snapshot pins a torn write dropped, when the snapshots are intact); if it refuses, export its validated prefix with `workrail export {session} -o {session}.json`, import that with `workrail import {session}.json --allow-salvage`, {delete}"
+        ),
+        (SessionHealthKind::UnknownVersion, _) => format!(
+            "a newer WorkRail wrote it: run gc with that version, or move sessions/{session} out of the data directory while this one runs gc"
+        ),
+        (SessionHealthKind::CorruptHead, _) => format!(
+            "no part of it validates: restore sessions/{session} from a backup, or {}",
+            delete.trim_start_matches("then ")
+        ),
+        (SessionHealthKind::CorruptTail, _) => format!(
+            "export its validated prefix with `workrail export {session} -o {session}.json`, import that with `workrail import {session}.json --allow-salvage` (a new, healthy session), {delete}"
+        ),
+        _ => format!(
+            "check that this user can read sessions/{session} and the data directory's snapshots/ and workflows/pinned/, then run gc again"
+        ),
     }
 }

@@ -17,6 +17,7 @@ use workrail_spec::ids::{SessionId, SnapshotRef};
 use workrail_spec::jcs::sha256;
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
 
+use super::cas::{ObjectCheck, ObjectState};
 use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
@@ -81,7 +82,7 @@ pub(crate) fn introduced_snapshots(events: &[SessionEvent]) -> Vec<(SnapshotRef,
         .collect()
 }
 
-struct Validator {
+struct Validator<'a> {
     session_id: SessionId,
     /// Events, records and pins accepted so far, possibly past the last complete transaction.
     events: Vec<SessionEvent>,
@@ -92,6 +93,22 @@ struct Validator {
     awaiting_pins: Vec<(SnapshotRef, usize)>,
     /// The last complete transaction boundary: (events, manifest records, manifest bytes).
     boundary: (usize, usize, u64),
+    /// Checks the objects committed events reference (None: the log alone is judged).
+    objects: Option<&'a ObjectCheck>,
+    /// Pinned workflows already found intact in this session.
+    workflows_checked: HashSet<workrail_spec::ids::WorkflowHash>,
+}
+
+/// Why validation stopped: damage (a verdict), or an I/O error (no verdict at all).
+enum Stop {
+    Corrupt(Corruption),
+    Io(io::Error),
+}
+
+impl From<Corruption> for Stop {
+    fn from(c: Corruption) -> Self {
+        Self::Corrupt(c)
+    }
 }
 
 fn version_or(reason: CorruptionReason, e: &ArtifactError) -> CorruptionReason {
@@ -102,7 +119,7 @@ fn version_or(reason: CorruptionReason, e: &ArtifactError) -> CorruptionReason {
     }
 }
 
-impl Validator {
+impl Validator<'_> {
     fn corruption(&self, reason: CorruptionReason, detail: impl ToString) -> Corruption {
         Corruption {
             reason,
@@ -139,7 +156,12 @@ impl Validator {
         }
     }
 
-    fn accept_segment(&mut self, fs: &dyn StoreFs, seg: &SegmentClosed) -> Result<(), Corruption> {
+    /// Reads and validates an attested segment; its events are returned, not yet accepted.
+    fn read_segment(
+        &mut self,
+        fs: &dyn StoreFs,
+        seg: &SegmentClosed,
+    ) -> Result<Vec<SessionEvent>, Corruption> {
         use CorruptionReason::*;
         let session = &self.session_id;
         let expected_first = self.events.len() as u64;
@@ -235,6 +257,10 @@ impl Validator {
                 ));
             }
         }
+        Ok(new_events)
+    }
+
+    fn accept_events(&mut self, new_events: Vec<SessionEvent>) {
         let base = self.events.len();
         self.awaiting_pins = introduced_snapshots(&new_events)
             .into_iter()
@@ -242,6 +268,60 @@ impl Validator {
             .map(|(r, i)| (r, base + i))
             .collect();
         self.events.extend(new_events);
+    }
+
+    /// The snapshots and pinned workflows a segment's events reference must be there and
+    /// intact: a session whose history cannot be rehydrated is not healthy (decision D53).
+    fn check_objects(&mut self, new_events: &[SessionEvent]) -> Result<(), Stop> {
+        let Some(objects) = self.objects else {
+            return Ok(());
+        };
+        for event in new_events {
+            let (state, missing, damaged, what) = match event.data() {
+                EventData::RunStarted(run) => {
+                    if self.workflows_checked.contains(&run.workflow_hash) {
+                        continue;
+                    }
+                    let state = objects.workflow(&run.workflow_hash);
+                    if matches!(state, ObjectState::Intact) {
+                        self.workflows_checked.insert(run.workflow_hash.clone());
+                    }
+                    (
+                        state,
+                        CorruptionReason::WorkflowMissing,
+                        CorruptionReason::WorkflowDamaged,
+                        format!("pinned workflow {}", run.workflow_hash),
+                    )
+                }
+                EventData::NodeCreated(node) => {
+                    if self.pinned.contains(&node.snapshot_ref) {
+                        continue;
+                    }
+                    (
+                        objects.snapshot(&node.snapshot_ref),
+                        CorruptionReason::SnapshotMissing,
+                        CorruptionReason::SnapshotDamaged,
+                        format!("snapshot {}", node.snapshot_ref),
+                    )
+                }
+                _ => continue,
+            };
+            let at = format!("eventIndex {}", event.event_index());
+            match state {
+                ObjectState::Intact => {}
+                ObjectState::Missing => {
+                    return Err(self
+                        .corruption(missing, format!("{what} (referenced at {at}) is missing"))
+                        .into());
+                }
+                ObjectState::Damaged(found) => {
+                    return Err(self
+                        .corruption(damaged, format!("{what} (referenced at {at}): {found}"))
+                        .into());
+                }
+                ObjectState::Unreadable(e) => return Err(Stop::Io(e)),
+            }
+        }
         Ok(())
     }
 
@@ -277,7 +357,7 @@ impl Validator {
         })
     }
 
-    fn run(&mut self, fs: &dyn StoreFs, manifest: &[u8]) -> Result<(), Corruption> {
+    fn run(&mut self, fs: &dyn StoreFs, manifest: &[u8]) -> Result<(), Stop> {
         let mut offset = 0usize;
         while let Some(len) = manifest[offset..].iter().position(|&b| b == b'\n') {
             let line = &manifest[offset..offset + len];
@@ -288,34 +368,40 @@ impl Validator {
                 })
                 .and_then(ManifestRecord::from_json_str)
                 .map_err(|e| {
-                    self.corruption(
+                    Stop::from(self.corruption(
                         version_or(CorruptionReason::ManifestUnparseable, &e),
                         format!("manifest line {}: {e}", self.manifest.len() + 1),
-                    )
+                    ))
                 })?;
             if record.manifest_index().get() != self.manifest.len() as u64 {
-                return Err(self.corruption(
-                    CorruptionReason::ManifestIndexGap,
-                    format!(
-                        "manifestIndex {} where {} was expected",
-                        record.manifest_index(),
-                        self.manifest.len()
-                    ),
-                ));
+                return Err(self
+                    .corruption(
+                        CorruptionReason::ManifestIndexGap,
+                        format!(
+                            "manifestIndex {} where {} was expected",
+                            record.manifest_index(),
+                            self.manifest.len()
+                        ),
+                    )
+                    .into());
             }
             if record.session_id() != &self.session_id {
-                return Err(self.corruption(
-                    CorruptionReason::ManifestSessionMismatch,
-                    format!("record of session {}", record.session_id()),
-                ));
+                return Err(self
+                    .corruption(
+                        CorruptionReason::ManifestSessionMismatch,
+                        format!("record of session {}", record.session_id()),
+                    )
+                    .into());
             }
             match &record {
                 ManifestRecord::SegmentClosed(seg) => {
                     // The previous transaction must have pinned everything it introduced.
                     if let Some(missing) = self.missing_pins() {
-                        return Err(missing);
+                        return Err(missing.into());
                     }
-                    self.accept_segment(fs, seg)?;
+                    let new_events = self.read_segment(fs, seg)?;
+                    self.check_objects(&new_events)?;
+                    self.accept_events(new_events);
                 }
                 ManifestRecord::SnapshotPinned(pin) => self.accept_pin(pin)?,
             }
@@ -326,17 +412,19 @@ impl Validator {
             }
         }
         match self.missing_pins() {
-            Some(missing) => Err(missing),
+            Some(missing) => Err(missing.into()),
             None => Ok(()),
         }
     }
 }
 
 /// Loads `session`. `Ok(None)` when no committed truth exists (no manifest, or only a torn
-/// first line).
+/// first line). With `objects`, the snapshots and pinned workflows the events reference are
+/// judged too.
 pub(crate) fn load_session(
     fs: &dyn StoreFs,
     session: &SessionId,
+    objects: Option<&ObjectCheck>,
 ) -> io::Result<Option<LoadedSession>> {
     let Some(manifest) = fs.read(&layout::manifest_path(session))? else {
         return Ok(None);
@@ -349,8 +437,14 @@ pub(crate) fn load_session(
         dedupe: HashMap::new(),
         awaiting_pins: Vec::new(),
         boundary: (0, 0, 0),
+        objects,
+        workflows_checked: HashSet::new(),
     };
-    let outcome = validator.run(fs, &manifest);
+    let outcome = match validator.run(fs, &manifest) {
+        Ok(()) => Ok(()),
+        Err(Stop::Corrupt(c)) => Err(c),
+        Err(Stop::Io(e)) => return Err(e),
+    };
     let prefix_is_empty = validator.boundary.0 == 0;
     let health = match outcome {
         Ok(()) => SessionHealth::Healthy,

@@ -16,9 +16,9 @@ mod repair;
 mod session;
 
 pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
-pub use cas::{ArtifactStore, PinnedWorkflowStore, SnapshotStore};
+pub use cas::{ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, SnapshotStore};
 pub use error::{Committed, StoreError, errno_name};
-pub use health::{Corruption, CorruptionReason, SessionHealth};
+pub use health::{Corruption, CorruptionReason, SessionHealth, how_to_clear};
 pub use keyring::{KEY_BYTES, Keyring, KeyringStore, SigningKey};
 pub use load::LoadedSession;
 pub use repair::RepairOutcome;

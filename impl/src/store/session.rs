@@ -37,6 +37,7 @@ use workrail_spec::ids::{EventIndex, ManifestIndex, SessionId, SnapshotRef};
 use workrail_spec::jcs::{sha256, to_canonical_string};
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, segment_rel_path};
 
+use super::cas::ObjectCheck;
 use super::error::{Committed, StoreError};
 use super::fs::{LockError, StoreFs};
 use super::health::SessionHealth;
@@ -109,6 +110,8 @@ pub struct SessionStore {
     lock_wait: Duration,
     /// Validated sessions, reused while the manifest length is unchanged (append-only file).
     cache: Mutex<HashMap<SessionId, Arc<LoadedSession>>>,
+    /// When set, load also judges the CAS objects committed events reference (D53).
+    objects: Option<ObjectCheck>,
 }
 
 impl fmt::Debug for SessionStore {
@@ -178,7 +181,15 @@ impl SessionStore {
             limits,
             lock_wait: DEFAULT_LOCK_WAIT,
             cache: Mutex::new(HashMap::new()),
+            objects: None,
         }
+    }
+
+    /// The same store judging, at load, the snapshots and pinned workflows that committed
+    /// events reference: a session whose history cannot be rehydrated is not healthy (D53).
+    pub fn with_object_check(mut self) -> Self {
+        self.objects = Some(ObjectCheck::new(Arc::clone(&self.fs)));
+        self
     }
 
     /// The same store waiting at most `wait` for another process's hold on a session lock.
@@ -261,7 +272,7 @@ impl SessionStore {
         &self,
         session: &SessionId,
     ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
-        load_session(&*self.fs, session)
+        load_session(&*self.fs, session, self.objects.as_ref())
             .map(|l| l.map(Arc::new))
             .map_err(|e| io_error(session, "load session", e))
     }
