@@ -43,7 +43,7 @@ fn codec() -> &'static TokenCodec {
     CODEC.get_or_init(|| {
         let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
         match KeyringStore::new(fs).load_or_create(&SeededEntropy::new(5)) {
-            Ok(keyring) => TokenCodec::new(keyring),
+            Ok(keyring) => TokenCodec::new(keyring.keyring),
             Err(e) => panic!("cannot create a keyring on MemFs: {e}"),
         }
     })

@@ -19,5 +19,6 @@ pub mod projections;
 pub mod protocol;
 pub mod sources;
 pub mod store;
+pub mod time;
 pub mod tokens;
 pub mod workspace;

@@ -574,3 +574,124 @@ fn bad_arguments_are_tool_errors_over_stdio() {
     );
     assert!(server.close().success());
 }
+
+/// Runs the `workrail` CLI on `data_dir` (beside a running server).
+fn cli(data_dir: &Path, args: &[&str]) -> std::process::Output {
+    let cwd = data_dir.ancestors().find(|p| p.is_dir()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .args(args)
+        .env("WORKRAIL_DATA_DIR", data_dir)
+        .env("HOME", data_dir)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A server that keeps running while `workrail keys rotate` runs twice picks up the new
+/// keyring: what it mints verifies in a fresh server, and what a fresh server mints verifies in
+/// it. Before: it kept minting with a key no other process accepted any more.
+///
+/// lock: L-TOKEN-ROTATION, L-TOKEN-KEYRING-VERIFY
+#[test]
+fn a_running_server_picks_up_a_rotated_keyring_without_a_restart() {
+    let dir = data_dir();
+    let mut running = Server::start(dir.path());
+    let s0 = running.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    for _ in 0..2 {
+        let out = cli(dir.path(), &["keys", "rotate"]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    // The tokens minted before both rotations no longer verify anywhere (one previous key is
+    // kept), and the running server says so instead of using its stale keys.
+    let refused = running.error("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+    assert_eq!(refused["code"], "TOKEN_BAD_SIGNATURE", "{refused}");
+    // What it mints now is signed with the new current key: a fresh server accepts it.
+    let fresh_in_running = running.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    let mut fresh = Server::start(dir.path());
+    fresh.exec(
+        "continue_workflow",
+        json!({"stateToken": fresh_in_running["stateToken"]}),
+    );
+    let minted_by_fresh = fresh.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    running.exec(
+        "continue_workflow",
+        ack_args(&minted_by_fresh, "acknowledged by the long-running server"),
+    );
+    assert!(fresh.close().success());
+    assert!(running.close().success());
+}
+
+/// A keyring deleted while servers run is written back from memory, so no token is lost; one
+/// deleted while none runs is re-created with a note, and old tokens are refused as tokens of
+/// the lost keyring (with the way back), never as "altered".
+///
+/// lock: L-TOKEN-KEY-MATERIAL
+#[test]
+fn a_deleted_keyring_is_restored_or_its_loss_is_explained() {
+    let dir = data_dir();
+    let keyring = dir.path().join("keys/keyring.json");
+    let mut running = Server::start(dir.path());
+    let s0 = running.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    std::fs::remove_file(&keyring).unwrap();
+    let s1 = running.exec(
+        "continue_workflow",
+        ack_args(&s0, "keys restored from memory"),
+    );
+    assert!(
+        keyring.is_file(),
+        "the running server wrote the keyring back"
+    );
+    assert!(running.close().success());
+    let mut restarted = Server::start(dir.path());
+    restarted.exec("continue_workflow", json!({"stateToken": s1["stateToken"]}));
+    assert!(restarted.close().success());
+
+    std::fs::remove_file(&keyring).unwrap();
+    let mut after_loss = Server::start(dir.path());
+    let refused = after_loss.error("continue_workflow", json!({"stateToken": s1["stateToken"]}));
+    assert_eq!(refused["code"], "TOKEN_BAD_SIGNATURE", "{refused}");
+    assert_eq!(
+        refused["details"]["problem"], "keyring_recreated",
+        "{refused}"
+    );
+    assert!(
+        refused["message"].as_str().unwrap().contains("re-created")
+            && refused["suggestion"]
+                .as_str()
+                .unwrap()
+                .contains("resume_session"),
+        "{refused}"
+    );
+    assert!(dir.path().join("keys/recreated.json").is_file());
+    // The way back works: resume_session mints a token the new keyring signs.
+    let resumed = after_loss.call("resume_session", json!({}));
+    assert_eq!(resumed["isError"], false, "{resumed}");
+    let token = resumed["structuredContent"]["candidates"][0]["stateToken"].clone();
+    let back = after_loss.exec("continue_workflow", json!({"stateToken": token}));
+    assert_eq!(back["pending"]["stepId"], s1["pending"]["stepId"]);
+    assert!(after_loss.close().success());
+}
+
+/// A damaged keyring is its own error naming the file and the fix, not a generic one.
+///
+/// lock: L-TOKEN-KEY-MATERIAL
+#[test]
+fn a_damaged_keyring_is_named_with_its_fix() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let listed = server.call("list_workflows", json!({}));
+    assert_eq!(listed["isError"], false, "{listed}");
+    assert!(server.close().success());
+    std::fs::write(dir.path().join("keys/keyring.json"), b"{\"v\": 1, \"curr").unwrap();
+    let out = cli(dir.path(), &["inspect", "sess_0000000000000000"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("keys/keyring.json")
+            && stderr.contains("damaged")
+            && stderr.contains("backup"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("content address"), "{stderr}");
+}

@@ -388,7 +388,8 @@ fn a_signed_attempt_that_was_never_current_fails_closed() {
     let keys = workrail::store::KeyringStore::new(std::sync::Arc::new(fs.clone()));
     let codec = TokenCodec::new(
         keys.load_or_create(&workrail::entropy::SeededEntropy::new(0))
-            .unwrap(),
+            .unwrap()
+            .keyring,
     );
     let TokenPayload::State(state) = codec.verify(&out.state_token, TokenKind::State).unwrap()
     else {

@@ -205,7 +205,8 @@ fn provoke(fs: &MemFs, wr: &Workrail, code: ReasonCode, mode: Autonomy) -> Provo
                 let keys = workrail::store::KeyringStore::new(std::sync::Arc::new(fs.clone()));
                 let codec = TokenCodec::new(
                     keys.load_or_create(&workrail::entropy::SeededEntropy::new(0))
-                        .unwrap(),
+                        .unwrap()
+                        .keyring,
                 );
                 let TokenPayload::State(state) = codec
                     .verify(&started.state_token, TokenKind::State)

@@ -458,11 +458,11 @@ fn the_keyring_is_private_created_once_and_rotates_explicitly() {
     let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(dir.path()));
     let entropy = workrail::entropy::SeededEntropy::new(1);
     let keys = KeyringStore::new(Arc::clone(&fs));
-    let first = keys.load_or_create(&entropy).unwrap();
+    let first = keys.load_or_create(&entropy).unwrap().keyring;
     assert!(first.previous.is_none());
     assert_eq!(first.current.secret.len(), 32);
     assert_eq!(
-        keys.load_or_create(&entropy).unwrap(),
+        keys.load_or_create(&entropy).unwrap().keyring,
         first,
         "created once, then read back"
     );
@@ -475,10 +475,10 @@ fn the_keyring_is_private_created_once_and_rotates_explicitly() {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
-    let rotated = keys.rotate(&entropy).unwrap();
+    let rotated = keys.rotate(&entropy).unwrap().keyring;
     assert_eq!(rotated.previous.as_ref(), Some(&first.current));
     assert_ne!(rotated.current, first.current);
-    let again = keys.rotate(&entropy).unwrap();
+    let again = keys.rotate(&entropy).unwrap().keyring;
     assert_eq!(
         again.previous.as_ref(),
         Some(&rotated.current),

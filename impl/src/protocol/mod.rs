@@ -44,8 +44,8 @@ use crate::projections::NodeInfo;
 use crate::sources::{Catalog, SourceConfig, WorkflowSource};
 use crate::store::fs::{OsFs, StoreFs};
 use crate::store::{
-    ArtifactStore, KeyringStore, LoadedSession, PinnedWorkflowStore, ProjectionCache, SessionRead,
-    SessionStore, SnapshotStore, StoreError,
+    ArtifactStore, HeldKeyring, KeyringStore, LoadedSession, PinnedWorkflowStore, ProjectionCache,
+    Refresh, SessionRead, SessionStore, SnapshotStore, StoreError,
 };
 use crate::tokens::TokenCodec;
 use crate::workspace::fs::ProcessWorkspace;
@@ -167,7 +167,8 @@ pub struct Workrail {
     artifacts: ArtifactStore,
     cache: ProjectionCache,
     keys: KeyringStore,
-    codec: RwLock<TokenCodec>,
+    /// The keyring this process holds (compared with the file on each use) and its codec.
+    codec: RwLock<(HeldKeyring, TokenCodec)>,
     entropy: Arc<dyn Entropy>,
     catalog: CatalogLoader,
     features: Features,
@@ -258,9 +259,10 @@ impl Workrail {
         entropy: Arc<dyn Entropy>,
     ) -> Result<Workrail, ErrorEnvelope> {
         let keys = KeyringStore::new(Arc::clone(&fs));
-        let keyring = keys
+        let held = keys
             .load_or_create(entropy.as_ref())
             .map_err(store_envelope(false))?;
+        let codec = TokenCodec::new(held.keyring.clone());
         let features = Features::load(fs.as_ref())?;
         Ok(Self {
             fs: Arc::clone(&fs),
@@ -270,7 +272,7 @@ impl Workrail {
             artifacts: ArtifactStore::new(Arc::clone(&fs)),
             cache: ProjectionCache::new(Arc::clone(&fs)),
             keys,
-            codec: RwLock::new(TokenCodec::new(keyring)),
+            codec: RwLock::new((held, codec)),
             entropy,
             catalog,
             features,
@@ -304,8 +306,24 @@ impl Workrail {
         &self.features
     }
 
+    /// The token codec of the keyring as it is on disk now: a rotation by another process (or
+    /// `workrail keys rotate`) takes effect without a restart (decision D54).
     fn codec(&self) -> TokenCodec {
-        self.codec.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let refreshed = {
+            let held = self.codec.read().unwrap_or_else(|p| p.into_inner());
+            match self.keys.refresh(&held.0) {
+                Ok(Refresh::Changed(newer)) => newer,
+                Ok(Refresh::Unchanged | Refresh::Restored) => return held.1.clone(),
+                Err(e) => {
+                    // A damaged file must not stop a process that still holds good keys.
+                    tracing::warn!("keeping the keyring this process holds: {e}");
+                    return held.1.clone();
+                }
+            }
+        };
+        let codec = TokenCodec::new(refreshed.keyring.clone());
+        *self.codec.write().unwrap_or_else(|p| p.into_inner()) = (refreshed, codec.clone());
+        codec
     }
 
     /// The session store's read side (projections, inspection).
@@ -315,11 +333,12 @@ impl Workrail {
 
     /// Explicit key rotation: `current -> previous`, fresh `current`.
     pub fn rotate_keys(&self) -> Result<(), ErrorEnvelope> {
-        let keyring = self
+        let held = self
             .keys
             .rotate(self.entropy.as_ref())
             .map_err(store_envelope(false))?;
-        *self.codec.write().unwrap_or_else(|p| p.into_inner()) = TokenCodec::new(keyring);
+        let codec = TokenCodec::new(held.keyring.clone());
+        *self.codec.write().unwrap_or_else(|p| p.into_inner()) = (held, codec);
         Ok(())
     }
 
@@ -547,8 +566,34 @@ impl Workrail {
         match self.codec().verify(raw, TokenKind::State) {
             Ok(TokenPayload::State(p)) => Ok(p),
             Ok(_) => Err(invariant("a verified state token decoded to another kind")),
-            Err(e) => Err(e.to_envelope("stateToken")),
+            Err(e) => Err(self.token_error(&e, "stateToken")),
         }
+    }
+
+    /// A refused token's envelope. A signature that does not verify after this data directory's
+    /// keyring was re-created (it had gone missing) is most likely a token from before: say so,
+    /// never only "altered" (decision D54).
+    fn token_error(&self, e: &crate::tokens::TokenError, field: &str) -> ErrorEnvelope {
+        use crate::tokens::{SignatureFailure, TokenError};
+        if matches!(e, TokenError::BadSignature(SignatureFailure::Unverified))
+            && let Some(note) = self.keys.recreated()
+        {
+            return ErrorEnvelope::new(
+                ErrorCode::TokenBadSignature,
+                format!(
+                    "`{field}`'s signature does not verify with this data directory's keys. Its token signing keyring was missing and was re-created at {}: tokens issued before then can no longer be verified (the sessions themselves are intact). Less likely, the token was altered.",
+                    note.recreated_at
+                ),
+                "Call resume_session to find the run: each candidate carries a fresh stateToken, and continue_workflow with that token alone recovers the pending step; continue with the tokens of that response.",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "field": field,
+                "problem": "keyring_recreated",
+                "recreatedAt": note.recreated_at,
+            }));
+        }
+        e.to_envelope(field)
     }
 
     /// Verifies the signature and kind of an ack or checkpoint token.
@@ -563,7 +608,7 @@ impl Workrail {
             Ok(TokenPayload::State(_)) => Err(invariant(
                 "a verified attempt token decoded to a state token",
             )),
-            Err(e) => Err(e.to_envelope(field)),
+            Err(e) => Err(self.token_error(&e, field)),
         }
     }
 

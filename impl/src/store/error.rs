@@ -42,6 +42,8 @@ pub enum StoreError {
     Poisoned { session: SessionId },
     #[error("invalid append plan for session {session}: {detail}")]
     InvalidPlan { session: SessionId, detail: String },
+    #[error("the token signing keyring keys/keyring.json is damaged: {detail}")]
+    KeyringCorrupt { detail: String },
     #[error("stored object {what} is corrupt: {detail}")]
     CorruptObject { what: String, detail: String },
     #[error("stored object {what} is missing")]
@@ -263,6 +265,19 @@ impl StoreError {
                 "Retry the same call: it will reload and revalidate the session from disk.",
                 Retry::RetryableImmediate,
             ),
+            Self::KeyringCorrupt { detail } => ErrorEnvelope::new(
+                ErrorCode::StoreCorruptionDetected,
+                format!(
+                    "The token signing keyring (keys/keyring.json in the WorkRail data directory) is damaged: {detail}."
+                ),
+                "Restore keys/keyring.json from a backup. Or move it aside: WorkRail then creates a new keyring, sessions stay intact, but tokens issued before then stop verifying (resume_session mints fresh ones).",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "reasonCode": STORAGE_CORRUPTION,
+                "problem": "keyring_corrupt",
+                "path": "keys/keyring.json",
+            })),
             Self::CorruptObject { what, .. } => ErrorEnvelope::new(
                 ErrorCode::StoreCorruptionDetected,
                 format!("Stored object {what} does not match its content address."),

@@ -4,6 +4,13 @@
 //! Keys are 32 random bytes. Rotation is explicit: `current` becomes `previous` and a fresh
 //! `current` is generated; tokens signed by `previous` stay valid until the next rotation.
 //! Creation and rotation hold `keys/.lock` so two processes never race to different keys.
+//!
+//! Several processes share the keyring: each compares the file with what it holds on every use
+//! ([`KeyringStore::refresh`]), so a rotation by another process takes effect without a restart.
+//! A keyring that goes missing while a process holds it is written back from memory; one missing
+//! when a process starts, while sessions exist, is re-created with a logged warning and a
+//! `keys/recreated.json` note, so a token minted before then is refused as such, never as
+//! "altered". A damaged keyring is its own error (decision D54).
 
 use std::fmt;
 use std::path::Path;
@@ -71,10 +78,41 @@ struct KeyringFile {
 }
 
 fn corrupt(detail: impl ToString) -> StoreError {
-    StoreError::CorruptObject {
-        what: layout::KEYRING_FILE.into(),
+    StoreError::KeyringCorrupt {
         detail: detail.to_string(),
     }
+}
+
+/// `keys/recreated.json`: why and when the keyring was created anew while sessions existed.
+pub const RECREATED_FILE: &str = "keys/recreated.json";
+
+/// The note a re-created keyring leaves, so refused old tokens can be explained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeyringRecreated {
+    pub v: u64,
+    /// RFC 3339 UTC.
+    pub recreated_at: String,
+    /// `missing`: there was no keyring file although sessions existed.
+    pub reason: String,
+}
+
+/// The keyring as one process holds it, with the bytes it was read from (to notice changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldKeyring {
+    pub keyring: Keyring,
+    bytes: Vec<u8>,
+}
+
+/// What [`KeyringStore::refresh`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refresh {
+    /// The file holds what the process holds.
+    Unchanged,
+    /// Another process rotated (or re-created) the keyring: use this one.
+    Changed(HeldKeyring),
+    /// The file was gone and was written back from memory.
+    Restored,
 }
 
 fn decode_key(file: KeyFile) -> Result<SigningKey, StoreError> {
@@ -114,28 +152,41 @@ impl KeyringStore {
         }
     }
 
-    fn read(&self) -> Result<Option<Keyring>, StoreError> {
-        let Some(bytes) = self
-            .fs
+    fn read_bytes(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.fs
             .read(Path::new(layout::KEYRING_FILE))
-            .map_err(Self::io("read keyring"))?
-        else {
+            .map_err(Self::io("read keyring"))
+    }
+
+    fn read(&self) -> Result<Option<Keyring>, StoreError> {
+        self.read_held().map(|held| held.map(|h| h.keyring))
+    }
+
+    fn read_held(&self) -> Result<Option<HeldKeyring>, StoreError> {
+        let Some(bytes) = self.read_bytes()? else {
             return Ok(None);
         };
-        let file: KeyringFile = serde_json::from_slice(&bytes).map_err(corrupt)?;
+        Ok(Some(HeldKeyring {
+            keyring: Self::parse(&bytes)?,
+            bytes,
+        }))
+    }
+
+    fn parse(bytes: &[u8]) -> Result<Keyring, StoreError> {
+        let file: KeyringFile = serde_json::from_slice(bytes).map_err(corrupt)?;
         if file.v != KEYRING_VERSION {
             return Err(corrupt(format!(
                 "keyring version {} is not supported (expected {KEYRING_VERSION})",
                 file.v
             )));
         }
-        Ok(Some(Keyring {
+        Ok(Keyring {
             current: decode_key(file.current)?,
             previous: file.previous.map(decode_key).transpose()?,
-        }))
+        })
     }
 
-    fn write(&self, keyring: &Keyring) -> Result<(), StoreError> {
+    fn write(&self, keyring: &Keyring) -> Result<HeldKeyring, StoreError> {
         let file = KeyringFile {
             v: KEYRING_VERSION,
             current: encode_key(&keyring.current),
@@ -146,7 +197,50 @@ impl KeyringStore {
         })?;
         self.fs
             .write_private(Path::new(layout::KEYRING_FILE), &bytes)
-            .map_err(Self::io("write keyring"))
+            .map_err(Self::io("write keyring"))?;
+        Ok(HeldKeyring {
+            keyring: keyring.clone(),
+            bytes,
+        })
+    }
+
+    /// Whether any session directory exists (then a missing keyring is a loss, not a first use).
+    fn sessions_exist(&self) -> bool {
+        self.fs
+            .list_dir(Path::new(layout::SESSIONS_DIR))
+            .is_ok_and(|names| !names.is_empty())
+    }
+
+    /// The note a re-created keyring left, if any.
+    pub fn recreated(&self) -> Option<KeyringRecreated> {
+        let bytes = self.fs.read(Path::new(RECREATED_FILE)).ok()??;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Compares the keyring file with `held`: another process's rotation is picked up, and a
+    /// file that vanished is written back from memory (logged), so tokens keep verifying in
+    /// every process. One small read per call.
+    pub fn refresh(&self, held: &HeldKeyring) -> Result<Refresh, StoreError> {
+        match self.read_bytes()? {
+            Some(bytes) if bytes == held.bytes => Ok(Refresh::Unchanged),
+            Some(bytes) => Ok(Refresh::Changed(HeldKeyring {
+                keyring: Self::parse(&bytes)?,
+                bytes,
+            })),
+            None => self.locked(|| match self.read_held()? {
+                Some(other) => Ok(Refresh::Changed(other)),
+                None => {
+                    self.fs
+                        .write_private(Path::new(layout::KEYRING_FILE), &held.bytes)
+                        .map_err(Self::io("restore keyring"))?;
+                    tracing::warn!(
+                        "the token signing keyring {} was missing; written back from this process's memory so issued tokens keep verifying",
+                        layout::KEYRING_FILE
+                    );
+                    Ok(Refresh::Restored)
+                }
+            }),
+        }
     }
 
     fn fresh_key(entropy: &dyn Entropy) -> Result<SigningKey, StoreError> {
@@ -183,26 +277,45 @@ impl KeyringStore {
         })
     }
 
-    /// The keyring, created with a fresh `current` key on first use.
-    pub fn load_or_create(&self, entropy: &dyn Entropy) -> Result<Keyring, StoreError> {
-        if let Some(keyring) = self.read()? {
-            return Ok(keyring);
+    /// The keyring, created with a fresh `current` key on first use. Created while sessions
+    /// exist, the keyring was lost: that is logged and noted in [`RECREATED_FILE`].
+    pub fn load_or_create(&self, entropy: &dyn Entropy) -> Result<HeldKeyring, StoreError> {
+        if let Some(held) = self.read_held()? {
+            return Ok(held);
         }
         self.locked(|| {
-            if let Some(keyring) = self.read()? {
-                return Ok(keyring);
+            if let Some(held) = self.read_held()? {
+                return Ok(held);
             }
+            let lost = self.sessions_exist();
             let keyring = Keyring {
                 current: Self::fresh_key(entropy)?,
                 previous: None,
             };
-            self.write(&keyring)?;
-            Ok(keyring)
+            let held = self.write(&keyring)?;
+            if lost {
+                let note = KeyringRecreated {
+                    v: 1,
+                    recreated_at: crate::time::rfc3339_utc(std::time::SystemTime::now()),
+                    reason: "missing".into(),
+                };
+                let bytes = serde_json::to_vec_pretty(&note).map_err(|e| StoreError::Internal {
+                    detail: e.to_string(),
+                })?;
+                self.fs
+                    .write_private(Path::new(RECREATED_FILE), &bytes)
+                    .map_err(Self::io("note the keyring re-creation"))?;
+                tracing::warn!(
+                    "the token signing keyring {} was missing although sessions exist: created a new one; tokens issued before now no longer verify (sessions are intact; resume_session mints fresh tokens)",
+                    layout::KEYRING_FILE
+                );
+            }
+            Ok(held)
         })
     }
 
     /// Explicit rotation: `current -> previous`, fresh `current`.
-    pub fn rotate(&self, entropy: &dyn Entropy) -> Result<Keyring, StoreError> {
+    pub fn rotate(&self, entropy: &dyn Entropy) -> Result<HeldKeyring, StoreError> {
         self.locked(|| {
             let old = match self.read()? {
                 Some(k) => k,
@@ -215,8 +328,7 @@ impl KeyringStore {
                 current: Self::fresh_key(entropy)?,
                 previous: Some(old.current),
             };
-            self.write(&keyring)?;
-            Ok(keyring)
+            self.write(&keyring)
         })
     }
 }

@@ -19,7 +19,10 @@ pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
 pub use cas::{ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, SnapshotStore};
 pub use error::{Committed, StoreError, errno_name};
 pub use health::{Corruption, CorruptionReason, SessionHealth, how_to_clear};
-pub use keyring::{KEY_BYTES, Keyring, KeyringStore, SigningKey};
+pub use keyring::{
+    HeldKeyring, KEY_BYTES, Keyring, KeyringRecreated, KeyringStore, RECREATED_FILE, Refresh,
+    SigningKey,
+};
 pub use load::LoadedSession;
 pub use repair::RepairOutcome;
 pub use session::{
