@@ -6,13 +6,17 @@
 //! - **old truth**: everything equals the model *before* the interrupted command;
 //! - **new truth**: everything equals the model *after* it (the new nodes are matched
 //!   structurally, since the response that would have named them was lost);
-//! - **fail fast**: exactly the locked state "segment attested, pins missing": the session is
-//!   `corrupt_tail`/`corrupt_head` with `missing_snapshot_pins`, its validated prefix is the old
-//!   log, every execution call on it is `SESSION_CORRUPT`, and every other run is untouched.
+//! - **torn, then repaired**: exactly the locked state "segment attested, pins missing", which
+//!   close and pins in one write (D49) leave only when a power cut tears that write (a `Torn`
+//!   policy): the session is `corrupt_tail`/`corrupt_head` with `missing_snapshot_pins`, its
+//!   validated prefix is the old log, every execution call on it is `SESSION_CORRUPT`, every
+//!   other run is untouched, and then `workrail repair` (D51) must bring back exactly the new
+//!   truth.
 //!
 //! Anything else (partial truth, a lost acknowledged write, a session that is neither) fails.
-//! After old or new truth the interrupted call is sent again with the same tokens and must end
-//! in the model's after-state (a fresh advance, or a replay of the recorded one).
+//! After old or new truth (repaired or not) the interrupted call is sent again with the same
+//! tokens and must end in the model's after-state (a fresh advance, or a replay of the recorded
+//! one): the session is healthy and continuable.
 //!
 //! Before crashing anything, a power cut right after the prefix (every unsynced byte lost) must
 //! lose nothing a response acknowledged.
@@ -48,7 +52,8 @@ const MAX_CRASH_POINTS: u64 = 500;
 pub enum Recovered {
     OldTruth,
     NewTruth,
-    FailFast,
+    /// A torn close+pins write failed fast until `repair` restored the new truth.
+    TornThenRepaired,
 }
 
 /// What one crash check saw.
@@ -58,7 +63,7 @@ pub struct CrashReport {
     pub points: u64,
     pub old_truth: u32,
     pub new_truth: u32,
-    pub fail_fast: u32,
+    pub torn_then_repaired: u32,
     /// Every crash point with its policy and outcome.
     pub outcomes: Vec<(u64, UnsyncedData, Recovered)>,
 }
@@ -126,7 +131,7 @@ pub fn check_crashes(
                     match outcome {
                         Recovered::OldTruth => report.old_truth += 1,
                         Recovered::NewTruth => report.new_truth += 1,
-                        Recovered::FailFast => report.fail_fast += 1,
+                        Recovered::TornThenRepaired => report.torn_then_repaired += 1,
                     }
                 }
             }
@@ -193,8 +198,31 @@ fn crash_once(
         }
         return Ok(Some(Recovered::NewTruth));
     }
-    if fails_fast(trial, prepared, run, old_len, &known_sessions)? {
-        return Ok(Some(Recovered::FailFast));
+    if let Some(session) = fails_fast(trial, prepared, run, old_len, &known_sessions)? {
+        if !matches!(policy, UnsyncedData::Torn { .. }) {
+            return Err(format!(
+                "pins missing although no write was torn ({policy:?}): close and pins are one write (D49)"
+            ));
+        }
+        let repaired = trial
+            .sys
+            .workrail
+            .repair_session(session.as_str())
+            .map_err(|e| format!("workrail repair refused a torn close+pins write: {e:?}"))?;
+        if !repaired.contains("repaired") {
+            return Err(format!("repair did not repair: {repaired}"));
+        }
+        let mut after = trial.world.clone();
+        advance_model(&mut after, prepared, &trial.sys, &known_sessions)
+            .and_then(|()| check_truth(&trial.sys, &after, None, None))
+            .map_err(|e| format!("after repair the session is not the new truth: {e}"))?;
+        trial.world = after;
+        if !matches!(prepared.expect, Expect::Start { .. }) {
+            let again = trial.call(prepared);
+            trial.settle(prepared, &again, Mode::Repeat)?;
+            trial.check_truth()?;
+        }
+        return Ok(Some(Recovered::TornThenRepaired));
     }
     Err(format!(
         "the restarted process found neither the old truth, nor the new truth, nor the locked fail-fast state\n  as old truth: {}\n  as new truth: {}",
@@ -320,14 +348,14 @@ fn pair_new_child(
     Ok(())
 }
 
-/// The locked fail-fast state: segment attested, pins missing.
+/// The locked fail-fast state (segment attested, pins missing): the session in that state.
 fn fails_fast(
     trial: &mut Harness<InProcess>,
     prepared: &Prepared,
     run: Option<usize>,
     old_len: usize,
     known_sessions: &[SessionId],
-) -> Result<bool, String> {
+) -> Result<Option<SessionId>, String> {
     let missing_pins = |health: &SessionHealth| match health {
         SessionHealth::CorruptTail(c) | SessionHealth::CorruptHead(c) => {
             c.reason == CorruptionReason::MissingSnapshotPins
@@ -338,10 +366,10 @@ fn fails_fast(
         Some(r) => {
             let session = trial.world.runs[r].impl_session.clone();
             let Ok(loaded) = trial.sys.load(&session) else {
-                return Ok(false);
+                return Ok(None);
             };
             if !missing_pins(&loaded.health) || loaded.events.len() != old_len {
-                return Ok(false);
+                return Ok(None);
             }
             // Every other run is untouched.
             check_truth(&trial.sys, &trial.world, Some(r), None)?;
@@ -379,7 +407,7 @@ fn fails_fast(
                     ));
                 }
             }
-            Ok(true)
+            Ok(Some(session))
         }
         None => {
             // An interrupted start: the one new session is the fail-fast one, with no usable
@@ -392,16 +420,16 @@ fn fails_fast(
                 .filter(|s| trial.sys.load(s).is_ok())
                 .collect();
             let [session] = fresh.as_slice() else {
-                return Ok(false);
+                return Ok(None);
             };
             let Ok(loaded) = trial.sys.load(session) else {
-                return Ok(false);
+                return Ok(None);
             };
             if !missing_pins(&loaded.health) || !loaded.events.is_empty() {
-                return Ok(false);
+                return Ok(None);
             }
             check_truth(&trial.sys, &trial.world, None, Some(session))?;
-            Ok(true)
+            Ok(Some(session.clone()))
         }
     }
 }
