@@ -1,6 +1,7 @@
 //! The crash-state harness (redb's `crash_consistency.rs` habit): run a command sequence, then
-//! crash the last command at every mutating I/O point (`MemFs::crash_at(k)` for k = 1.. until
-//! nothing crashes), rebuild what each unsynced-data policy leaves (`MemFs::after_crash`),
+//! crash the last command at every mutating I/O point (`MemFs::crash_at_torn(k, tear)` for
+//! k = 1.. until nothing crashes, the write at the crash point landing a fraction drawn from the
+//! seed), rebuild what each unsynced-data policy leaves (`MemFs::after_crash`, see [`policies`]),
 //! reopen WorkRail on it, and classify what the new process finds:
 //!
 //! - **old truth**: everything equals the model *before* the interrupted command;
@@ -32,17 +33,20 @@ use crate::driver::{Expect, Harness, Mode, Prepared, RunIds, World, check_truth}
 use crate::ops::Op;
 use crate::system::{InProcess, System};
 
-/// What a crash can leave of unsynced bytes.
-pub const POLICIES: [UnsyncedData; 4] = [
-    UnsyncedData::Lost,
-    UnsyncedData::Kept,
-    UnsyncedData::Torn {
-        keep_per_mille: 500,
-    },
-    UnsyncedData::Torn {
-        keep_per_mille: 999,
-    },
-];
+/// The unsynced-data policies of a run: lost, kept, torn at a point drawn from `seed`, and torn
+/// just before the end (which splits a close+pins write whenever its pins come last).
+pub fn policies(seed: u64) -> [UnsyncedData; 4] {
+    [
+        UnsyncedData::Lost,
+        UnsyncedData::Kept,
+        UnsyncedData::Torn {
+            keep_per_mille: (mix(seed, 0x7EA2) % 1001) as u16,
+        },
+        UnsyncedData::Torn {
+            keep_per_mille: 999,
+        },
+    ]
+}
 
 /// No command does more mutating operations than this; a loop past it is a harness bug.
 const MAX_CRASH_POINTS: u64 = 500;
@@ -120,10 +124,12 @@ pub fn check_crashes(
             };
             let context = |e: String| {
                 format!(
-                    "{e}\n  crash at mutating op {k} of {last:?} with {policy:?}, after {prefix:?}"
+                    "{e}\n  crash at mutating op {k} of {last:?} with {policy:?} (seed {seed}), after {prefix:?}"
                 )
             };
-            match crash_once(&mut trial, &prepared, k, policy).map_err(context)? {
+            // The write at the crash point lands a fraction of its bytes drawn per point.
+            let tear = (mix(seed, salt ^ 0x7EA2) % 1001) as u16;
+            match crash_once(&mut trial, &prepared, k, tear, policy).map_err(context)? {
                 None => {}
                 Some(outcome) => {
                     crashed_any = true;
@@ -152,6 +158,7 @@ fn crash_once(
     trial: &mut Harness<InProcess>,
     prepared: &Prepared,
     k: u64,
+    tear: u16,
     policy: UnsyncedData,
 ) -> Result<Option<Recovered>, String> {
     let run = run_of(&trial.world, prepared);
@@ -164,7 +171,7 @@ fn crash_once(
         None => 0,
     };
     let known_sessions: Vec<SessionId> = trial.sys.sessions();
-    trial.sys.fs.crash_at(k);
+    trial.sys.fs.crash_at_torn(k, tear);
     let reply = trial.call(prepared);
     if !trial.sys.fs.has_crashed() {
         trial.settle(prepared, &reply, Mode::Fresh)?;
@@ -199,9 +206,12 @@ fn crash_once(
         return Ok(Some(Recovered::NewTruth));
     }
     if let Some(session) = fails_fast(trial, prepared, run, old_len, &known_sessions)? {
-        if !matches!(policy, UnsyncedData::Torn { .. }) {
+        // Only a torn write can split close from its pins: the write at the crash point landed
+        // in part (and the crash kept unsynced bytes), or the crash tore unsynced bytes.
+        let torn_at_crash = policy != UnsyncedData::Lost && tear != 0 && tear != 1000;
+        if !torn_at_crash && !matches!(policy, UnsyncedData::Torn { .. }) {
             return Err(format!(
-                "pins missing although no write was torn ({policy:?}): close and pins are one write (D49)"
+                "pins missing although no write was torn ({policy:?}, {tear}/1000 of the write at the crash landed): close and pins are one write (D49)"
             ));
         }
         let repaired = trial

@@ -29,7 +29,7 @@ use workrail_spec::token::{TokenParts, format_token};
 use workrail_spec::tools::{ContinueWorkflowInput, TOOL_NAMES};
 
 use crate::Harness;
-use crate::crash::{POLICIES, check_crashes};
+use crate::crash::{check_crashes, policies};
 use crate::fixture::{self, ArtifactSpec, OutputSpec};
 use crate::ops::Op;
 use crate::system::{InProcess, System};
@@ -760,7 +760,8 @@ pub struct CrashInput {
 pub fn crash_sequence(input: &CrashInput) {
     let mut prefix = vec![Op::Start { prefs: None }];
     prefix.extend(input.prefix.iter().take(8).cloned());
-    let policy = POLICIES[usize::from(input.policy) % POLICIES.len()];
+    let all = policies(input.seed);
+    let policy = all[usize::from(input.policy) % all.len()];
     if let Err(e) = check_crashes(&prefix, &input.last, input.seed, &[policy]) {
         panic!("{e}");
     }

@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
-use workrail_harness::crash::{POLICIES, check_crashes};
+use workrail_harness::crash::{check_crashes, policies};
 use workrail_harness::fixture::{ArtifactSpec, OutputSpec};
 use workrail_harness::ops::{self, Op, PrefSpec};
 
@@ -50,7 +50,7 @@ fn an_interrupted_advance_recovers_old_new_or_fails_fast() {
         },
         prefs: Some(PrefSpec::Both(2, 1)),
     };
-    let report = check_crashes(&ops, &last, 7, &POLICIES).unwrap_or_else(|e| panic!("{e}"));
+    let report = check_crashes(&ops, &last, 7, &policies(7)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         report.points >= 8
             && report.old_truth > 0
@@ -69,7 +69,7 @@ fn an_interrupted_checkpoint_recovers_old_or_new() {
         &prefix(),
         &Op::Checkpoint { node: 2, notes: 1 },
         8,
-        &POLICIES,
+        &policies(8),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -90,7 +90,7 @@ fn an_interrupted_start_leaves_no_session_or_the_acknowledged_one() {
             prefs: Some(PrefSpec::Risk(2)),
         },
         9,
-        &POLICIES,
+        &policies(9),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     // A new session's manifest becomes durable only when its directory entry is synced, the
@@ -112,7 +112,8 @@ fn an_interrupted_blocked_ack_recovers_old_or_new() {
     // decide without loop control: blocked, so no node and no snapshot.
     let mut ops = prefix();
     ops.extend([adv(&[]), adv(&[])]);
-    let report = check_crashes(&ops, &adv(&[]), 10, &POLICIES).unwrap_or_else(|e| panic!("{e}"));
+    let report =
+        check_crashes(&ops, &adv(&[]), 10, &policies(10)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         report.points > 0
             && report.old_truth > 0
@@ -142,6 +143,6 @@ proptest! {
         last in last_op(),
         seed in any::<u64>(),
     ) {
-        check_crashes(&ops, &last, seed, &POLICIES).map_err(TestCaseError::fail)?;
+        check_crashes(&ops, &last, seed, &policies(seed)).map_err(TestCaseError::fail)?;
     }
 }

@@ -16,7 +16,7 @@
 
 use workrail::protocol::Workrail;
 use workrail::store::SessionStore;
-use workrail_harness::crash::{POLICIES, check_crashes};
+use workrail_harness::crash::{check_crashes, policies};
 use workrail_harness::driver::check_sequences;
 use workrail_harness::fixture::OutputSpec;
 use workrail_harness::ops::{self, Op};
@@ -54,9 +54,9 @@ fn adv() -> Op {
 fn the_crash_harness_catches_pins_written_before_the_segment_is_closed() {
     // Without the bug the same check passes.
     let prefix = [Op::Start { prefs: None }, adv()];
-    check_crashes(&prefix, &adv(), 1, &POLICIES).unwrap();
+    check_crashes(&prefix, &adv(), 1, &policies(1)).unwrap();
     let _bug = Planted::on(SessionStore::plant_pins_before_close);
-    let caught = check_crashes(&prefix, &adv(), 1, &POLICIES);
+    let caught = check_crashes(&prefix, &adv(), 1, &policies(1));
     assert!(caught.is_err(), "the crash harness missed the planted bug");
 }
 

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use workrail::store::planted::{PlantedBug, plant};
-use workrail_harness::crash::{POLICIES, check_crashes};
+use workrail_harness::crash::{check_crashes, policies};
 use workrail_harness::ops::Op;
 
 /// lock: L-STORE-ATOMIC-WRITE
@@ -16,10 +16,10 @@ fn the_crash_check_catches_a_store_that_skips_directory_fsyncs() {
     // Sound store: the same check passes.
     let prefix = [Op::Start { prefs: None }];
     let last = Op::Start { prefs: None };
-    check_crashes(&prefix, &last, 11, &POLICIES).unwrap_or_else(|e| panic!("{e}"));
+    check_crashes(&prefix, &last, 11, &policies(11)).unwrap_or_else(|e| panic!("{e}"));
 
     plant(PlantedBug::SkipDirectorySync, true);
-    let caught = check_crashes(&prefix, &last, 11, &POLICIES);
+    let caught = check_crashes(&prefix, &last, 11, &policies(11));
     plant(PlantedBug::SkipDirectorySync, false);
     let error = caught.expect_err("the planted skipped directory fsync went unnoticed");
     assert!(error.contains("lost truth"), "{error}");
