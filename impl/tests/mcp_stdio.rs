@@ -92,6 +92,32 @@ impl Server {
         stdin.flush().unwrap();
     }
 
+    /// Writes one raw line (which need not be valid JSON).
+    fn send_raw(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next response carrying `id` (other lines must still be JSON-RPC).
+    fn response_to(&mut self, id: &Value) -> Value {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no response with id {id}: {e}"));
+            let value: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line:?}"));
+            assert_eq!(value["jsonrpc"], "2.0", "not JSON-RPC: {line}");
+            if &value["id"] == id {
+                return value;
+            }
+        }
+    }
+
     /// Sends a request and returns its response. Every stdout line must be JSON-RPC.
     fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
@@ -806,4 +832,76 @@ fn a_full_disk_is_reported_with_its_path_and_the_same_call_succeeds_once_space_i
         ack_args(&s1, "after the disk was freed"),
     );
     assert!(fresh.close().success());
+}
+
+/// Every line a client sends gets an answer, so no client waits forever: a truncated request, a
+/// line that is not JSON, a lone-surrogate escape, arguments sent as a string, a line over the
+/// size limit. The id is echoed when it can be read, and the server goes on serving.
+///
+/// lock: L-ERR-NO-PANIC
+#[test]
+fn every_malformed_line_gets_a_json_rpc_error_and_the_server_goes_on() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let cases: [(&[u8], Value, i64); 6] = [
+        (
+            br#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"list_workflows","arguments":{}"#,
+            json!(101),
+            -32700,
+        ),
+        (b"this is not json", Value::Null, -32700),
+        (
+            br#"{"jsonrpc":"2.0","id":"s-102","method":"tools/call","params":{"name":"inspect_workflow","arguments":{"workflowId":"\ud800"}}}"#,
+            json!("s-102"),
+            -32700,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":103,"method":"tools/call","params":{"name":"list_workflows","arguments":"{}"}}"#,
+            json!(103),
+            -32602,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":104,"method":"tools/call","params":{"arguments":{}}}"#,
+            json!(104),
+            -32602,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":105,"method":"tools/call","params":{"name":"x"}} trailing"#,
+            json!(105),
+            -32700,
+        ),
+    ];
+    for (line, id, code) in cases {
+        server.send_raw(line);
+        let answer = server.response_to(&id);
+        assert_eq!(
+            answer["error"]["code"],
+            code,
+            "{}: {answer}",
+            String::from_utf8_lossy(line)
+        );
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.len() > 20),
+            "{answer}"
+        );
+    }
+    // A line over the limit, with its id readable at the start.
+    let mut huge = br#"{"jsonrpc":"2.0","id":106,"method":"tools/call","params":{"name":"list_workflows","arguments":{"pad":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'x', 9 * 1024 * 1024));
+    huge.extend_from_slice(br#""}}}"#);
+    server.send_raw(&huge);
+    let answer = server.response_to(&json!(106));
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit")
+    );
+    // Still serving.
+    let listed = server.call("list_workflows", json!({}));
+    assert_eq!(listed["isError"], false, "{listed}");
+    assert!(server.close().success());
 }

@@ -4,7 +4,8 @@
 //! - [`tools`]: the one canonical source of tool names, titles, descriptions and schemas;
 //! - [`catalog`]: the generated `impl/tools/catalog.json` and the tool list of `impl/docs/mcp.md`;
 //! - [`dispatch`]: argument validation and error mapping for `tools/call` (never panics);
-//! - [`server`]: the rmcp stdio server calling a [`backend::ToolBackend`] on the blocking pool.
+//! - [`server`]: the rmcp stdio server calling a [`backend::ToolBackend`] on the blocking pool;
+//! - [`transport`]: the stdin/stdout guard in front of rmcp, so every line gets an answer.
 //!
 //! There are no projection tools (locks §6): projections stay internal (CLI, Console).
 
@@ -14,6 +15,7 @@ pub mod dispatch;
 pub mod render;
 pub mod server;
 pub mod tools;
+mod transport;
 
 pub use backend::ToolBackend;
 pub use server::{WorkrailServer, run_stdio, serve_stdio};

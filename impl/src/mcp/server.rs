@@ -107,10 +107,24 @@ impl<B: ToolBackend> ServerHandler for WorkrailServer<B> {
     }
 }
 
-/// Serves MCP over this process's stdin/stdout until the client closes stdin.
+/// Serves MCP over this process's stdin/stdout until the client closes stdin. Every line gets an
+/// answer: what rmcp cannot parse is answered by [`super::transport`].
 pub async fn serve_stdio<B: ToolBackend>(backend: Arc<B>) -> Result<(), String> {
+    let guarded = super::transport::guard(tokio::io::stdin(), tokio::io::stdout());
+    let flushed = guarded.flushed;
+    let result = serve_on(backend, (guarded.reader, guarded.writer)).await;
+    // Every answer reaches stdout before the process exits (bounded: a client that stopped
+    // reading must not keep it alive).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), flushed).await;
+    result
+}
+
+async fn serve_on<B: ToolBackend>(
+    backend: Arc<B>,
+    transport: (tokio::io::DuplexStream, tokio::io::DuplexStream),
+) -> Result<(), String> {
     let server = WorkrailServer::new(backend);
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    let running = match server.serve(transport).await {
         Ok(running) => running,
         // stdin closed before (or during) the handshake: nothing to serve, a clean exit.
         Err(ServerInitializeError::ConnectionClosed(context)) => {
