@@ -456,3 +456,48 @@ fn token_lengths_are_fixed_and_match_the_readme() {
         assert!(readme.contains(stated), "README no longer says {stated:?}");
     }
 }
+
+/// Every single-character change anywhere in a token is refused in words an agent can act on:
+/// never the decoder's internals (offsets, byte values, "decoded as", UTF-8 sequences).
+///
+/// lock: L-ERR-SELF-CORRECTING
+#[test]
+fn token_errors_never_show_parser_internals() {
+    let codec = TokenCodec::new(Keyring {
+        current: key(1),
+        previous: None,
+    });
+    for payload in [state(), ack()] {
+        let kind = payload.kind();
+        let token = codec.mint(&payload);
+        for (i, original) in token.char_indices() {
+            for replacement in ['9', 'A', '_', '!', '='] {
+                if replacement == original {
+                    continue;
+                }
+                let mut mangled = token.clone();
+                mangled.replace_range(i..i + 1, &replacement.to_string());
+                let Err(e) = codec.verify(&mangled, kind) else {
+                    continue;
+                };
+                let envelope = e.to_envelope("stateToken");
+                let text = format!("{} {}", envelope.message, envelope.suggestion);
+                for internal in [
+                    "offset",
+                    "0x",
+                    "0b",
+                    "index",
+                    "decoded as",
+                    "utf-8 sequence",
+                    "Invalid",
+                    "symbol",
+                ] {
+                    assert!(
+                        !text.contains(internal),
+                        "position {i} -> {replacement:?}: {text}"
+                    );
+                }
+            }
+        }
+    }
+}

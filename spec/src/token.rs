@@ -195,11 +195,11 @@ impl TokenPayload {
             )
         };
         let text = std::str::from_utf8(bytes)
-            .map_err(|e| garbled(format!("its bytes are not UTF-8 ({e})")))?;
-        let value: Value =
-            crate::jcs::parse_strict(text).map_err(|e| garbled(format!("it is not JSON ({e})")))?;
-        let canonical =
-            to_canonical_bytes(&value).map_err(|e| garbled(format!("it is not JCS ({e})")))?;
+            .map_err(|_| garbled("it decodes to bytes that are not text".into()))?;
+        let value: Value = crate::jcs::parse_strict(text)
+            .map_err(|_| garbled("it decodes to text that is not a token payload".into()))?;
+        let canonical = to_canonical_bytes(&value)
+            .map_err(|_| garbled("it decodes to a payload no WorkRail mints".into()))?;
         if canonical != bytes {
             return Err(garbled("it is not in RFC 8785 canonical form".into()));
         }
@@ -300,7 +300,8 @@ impl TokenParts {
             TokenFormatError::new(
                 P::Payload,
                 format!(
-                    "the payload part does not decode as base64url ({e}): characters were changed, dropped or added, or their case changed"
+                    "the payload part does not decode ({}): characters were changed, dropped or added, or their case changed",
+                    base64_problem(&e)
                 ),
             )
         })?;
@@ -325,7 +326,8 @@ impl TokenParts {
             TokenFormatError::new(
                 P::Signature,
                 format!(
-                    "the signature part does not decode as base64url ({e}): characters were changed or their case changed"
+                    "the signature part does not decode ({}): characters were changed or their case changed",
+                    base64_problem(&e)
                 ),
             )
         })?;
@@ -419,5 +421,27 @@ impl JsonSchema for TokenPayload {
             Some(("tokenKind", "checkpoint")),
         );
         schemars::json_schema!({ "oneOf": [state, ack, checkpoint] })
+    }
+}
+
+/// A base64 decoding problem in words an agent can act on (never the decoder's internals).
+fn base64_problem(e: &base64::DecodeError) -> String {
+    use base64::DecodeError as D;
+    let shown = |b: u8| {
+        if b.is_ascii_graphic() {
+            format!("`{}`", b as char)
+        } else {
+            "an invisible character".to_owned()
+        }
+    };
+    match *e {
+        D::InvalidByte(_, b'=') | D::InvalidPadding => {
+            "it has `=` padding, which tokens never contain".to_owned()
+        }
+        D::InvalidByte(_, b) => format!("it contains {}, which tokens never contain", shown(b)),
+        D::InvalidLastSymbol { symbol, .. } => {
+            format!("its last character {} cannot end it", shown(symbol))
+        }
+        D::InvalidLength(_) => "its length is impossible for a token".to_owned(),
     }
 }
