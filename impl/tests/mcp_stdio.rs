@@ -905,3 +905,50 @@ fn every_malformed_line_gets_a_json_rpc_error_and_the_server_goes_on() {
     assert_eq!(listed["isError"], false, "{listed}");
     assert!(server.close().success());
 }
+
+/// What an agent naturally gets wrong in `output.artifacts` is refused before anything is
+/// written, saying what and how to fix it: an artifact without `kind`, hundreds of artifacts,
+/// a huge artifact (never `INTERNAL_ERROR`). The same tokens then work.
+///
+/// lock: L-ERR-SELF-CORRECTING, L-ERR-BUDGET-DETAILS
+#[test]
+fn misshapen_and_oversize_artifacts_are_validation_errors_and_nothing_is_recorded() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    let with = |artifacts: Value| json!({"ackToken": s0["ackToken"], "output": {"notesMarkdown": "done", "artifacts": artifacts}});
+    let no_kind = server.error(
+        "continue_workflow",
+        with(json!([{"kind": "wr.note", "text": "fine"}, {"text": "no kind"}])),
+    );
+    assert_eq!(no_kind["code"], "VALIDATION_ERROR", "{no_kind}");
+    assert_eq!(no_kind["details"]["field"], "output.artifacts[1].kind");
+    assert!(
+        no_kind["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no `kind`"),
+        "{no_kind}"
+    );
+    let many: Vec<Value> = (0..300)
+        .map(|i| json!({"kind": "wr.note", "text": format!("note {i}")}))
+        .collect();
+    let too_many = server.error("continue_workflow", with(Value::Array(many)));
+    assert_eq!(too_many["code"], "VALIDATION_ERROR", "{too_many}");
+    assert_eq!(too_many["details"]["maxCount"], 64);
+    let huge = server.error(
+        "continue_workflow",
+        with(json!([{"kind": "wr.note", "text": "x".repeat(600 * 1024)}])),
+    );
+    assert_eq!(huge["code"], "VALIDATION_ERROR", "{huge}");
+    assert!(huge["details"]["maxBytes"].is_number(), "{huge}");
+    let checkpoint = server.error(
+        "checkpoint_workflow",
+        json!({"stateToken": s0["stateToken"], "checkpointToken": s0["checkpointToken"], "output": {"artifacts": [{"note": 1}]}}),
+    );
+    assert_eq!(checkpoint["code"], "VALIDATION_ERROR", "{checkpoint}");
+    // Nothing was recorded: the same ack now advances.
+    let s1 = server.exec("continue_workflow", ack_args(&s0, "planned"));
+    assert_ne!(s1["pending"]["stepId"], s0["pending"]["stepId"]);
+    assert!(server.close().success());
+}

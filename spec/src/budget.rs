@@ -55,6 +55,14 @@ pub const SUMMARY_MAX_BYTES: usize = 1024;
 /// the same budget as a blocker message.
 pub const LOOP_CONTROL_SUMMARY_MAX_BYTES: usize = 512;
 
+/// Max artifacts one acknowledgement or checkpoint may carry (decision D55): a step's contract
+/// asks for a handful; the bound keeps one plan far inside the segment limits.
+pub const OUTPUT_MAX_ARTIFACTS: usize = 64;
+
+/// Max total bytes of one call's artifacts, measured as UTF-8 bytes of their RFC 8785 JCS form
+/// (decision D55): large results belong in files, referenced from an artifact.
+pub const OUTPUT_ARTIFACTS_MAX_BYTES: usize = 512 * 1024;
+
 /// A text after applying a byte budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncated<'a> {

@@ -117,6 +117,82 @@ pub struct OutputInput {
     pub artifacts: Vec<Map<String, Value>>,
 }
 
+impl OutputInput {
+    /// The checks every call makes of its `output` before any I/O (decision D55): each artifact
+    /// names its `kind`, and the artifacts stay within [`crate::budget::OUTPUT_MAX_ARTIFACTS`]
+    /// and [`crate::budget::OUTPUT_ARTIFACTS_MAX_BYTES`]. The error says which and how to fix it.
+    pub fn check(&self, tool: &str) -> Result<(), crate::error::ErrorEnvelope> {
+        use crate::budget::{OUTPUT_ARTIFACTS_MAX_BYTES, OUTPUT_MAX_ARTIFACTS};
+        use crate::error::{ErrorCode, ErrorEnvelope, Retry};
+        let count = self.artifacts.len();
+        if count > OUTPUT_MAX_ARTIFACTS {
+            return Err(ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "{tool}: `output.artifacts` holds {count} artifacts, over the budget of {OUTPUT_MAX_ARTIFACTS} per call; nothing was recorded."
+                ),
+                "Send only the artifacts the step asks for (its contract names their kinds) and put the rest in files referenced from output.notesMarkdown, then call again with the same tokens.",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "tool": tool,
+                "field": "output.artifacts",
+                "problem": "over_budget",
+                "count": count,
+                "maxCount": OUTPUT_MAX_ARTIFACTS,
+            })));
+        }
+        let mut bytes = 0usize;
+        for (index, artifact) in self.artifacts.iter().enumerate() {
+            match artifact.get("kind") {
+                Some(Value::String(kind)) if !kind.trim().is_empty() => {}
+                found => {
+                    let what = match found {
+                        None => "has no `kind`".to_owned(),
+                        Some(Value::String(_)) => "has an empty `kind`".to_owned(),
+                        Some(other) => format!("has a `kind` that is not a string ({other})"),
+                    };
+                    let keys: Vec<&str> = artifact.keys().map(String::as_str).take(8).collect();
+                    return Err(ErrorEnvelope::new(
+                        ErrorCode::ValidationError,
+                        format!(
+                            "{tool}: `output.artifacts[{index}]` {what}; every artifact is an object `{{\"kind\": \"...\", ...}}` naming what it is (its keys: {}); nothing was recorded.",
+                            if keys.is_empty() { "none".to_owned() } else { keys.join(", ") }
+                        ),
+                        "Add the `kind` the step's contract asks for (the step's prompt and a blocked response's example name it, e.g. \"wr.loop_control\"), or drop the artifact and put its content in output.notesMarkdown; then call again with the same tokens.",
+                        Retry::NotRetryable,
+                    )
+                    .with_details(serde_json::json!({
+                        "tool": tool,
+                        "field": format!("output.artifacts[{index}].kind"),
+                        "problem": "missing_kind",
+                    })));
+                }
+            }
+            bytes += crate::jcs::to_canonical_bytes(artifact).map_or(usize::MAX / 2, |b| b.len());
+        }
+        if bytes > OUTPUT_ARTIFACTS_MAX_BYTES {
+            return Err(ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "{tool}: `output.artifacts` are {bytes} bytes together, over the {OUTPUT_ARTIFACTS_MAX_BYTES}-byte budget (measured as UTF-8 bytes of their RFC 8785 JCS form); nothing was recorded."
+                ),
+                "Keep artifacts to the structured results the step asks for; put large content in files and reference their paths, then call again with the same tokens.",
+                Retry::NotRetryable,
+            )
+            .with_details(serde_json::json!({
+                "tool": tool,
+                "field": "output.artifacts",
+                "problem": "over_budget",
+                "measuredBytes": bytes,
+                "maxBytes": OUTPUT_ARTIFACTS_MAX_BYTES,
+                "measurement": "rfc8785_jcs_utf8_bytes",
+            })));
+        }
+        Ok(())
+    }
+}
+
 /// `start_workflow` input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

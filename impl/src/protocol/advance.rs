@@ -267,6 +267,9 @@ pub(super) fn advance(
         workrail_spec::context::check_context_map(delta).map_err(context_error)?;
     }
     requested("continue_workflow", input.preset, &input.preferences)?;
+    if let Some(output) = &input.output {
+        output.check("continue_workflow")?;
+    }
     let ctx = wr.node_context(state)?;
     // Fast path without the lock: a recorded attempt is a replay.
     if let Some(outcome) = try_replay(wr, &ctx, state, &ack.attempt_id)? {

@@ -50,6 +50,7 @@ pub(super) fn checkpoint(
     attempt: &AttemptPayload,
     input: &CheckpointWorkflowInput,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
+    input.output.check("checkpoint_workflow")?;
     let has_notes = input
         .output
         .notes_markdown
