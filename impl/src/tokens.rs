@@ -166,6 +166,8 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// Drops the opening line of a Markdown code fence when it carries only an info string
 /// (```` ```text ````); a token always contains dots, so a line with a dot is the token itself.
+/// A line break inside a token's prefix (```` ```a ```` then `ck.v1.…`) is not an info string:
+/// when the "info" and the next line together begin like a token, both are kept.
 fn strip_fence_info(s: &str) -> &str {
     let Some(rest) = s.strip_prefix("```").or_else(|| s.strip_prefix("~~~")) else {
         return s;
@@ -178,7 +180,22 @@ fn strip_fence_info(s: &str) -> &str {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+')) =>
         {
-            body
+            let joined: String = rest
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .take(8)
+                .collect();
+            let body_start: String = body
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .take(8)
+                .collect();
+            let begins_token = |t: &str| ["st.", "ack.", "chk."].iter().any(|p| t.starts_with(p));
+            if begins_token(&joined) && !begins_token(&body_start) {
+                rest
+            } else {
+                body
+            }
         }
         _ => s,
     }

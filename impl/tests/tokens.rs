@@ -200,6 +200,9 @@ fn harmless_wrapping_is_tolerated() {
         format!("```{token}```"),
         format!("```\n{token}\n```"),
         format!("```text\n{a}\n{b}\n```\n"),
+        // A line break right after the token's first character is not a fence info string.
+        format!("```{}\n{}```", &token[..1], &token[1..]),
+        format!("```\n{}\n {}\n```", &token[..1], &token[1..]),
         format!("stateToken: {token}"),
         format!("\"stateToken\": \"{token}\""),
         format!("<{token}>"),
