@@ -952,3 +952,52 @@ fn misshapen_and_oversize_artifacts_are_validation_errors_and_nothing_is_recorde
     assert_ne!(s1["pending"]["stepId"], s0["pending"]["stepId"]);
     assert!(server.close().success());
 }
+
+/// An unknown workflow id gets "did you mean" for a typo, a missing namespace or another case,
+/// in `start_workflow` and `inspect_workflow`, and the suggested id works.
+///
+/// lock: L-ERR-SELF-CORRECTING
+#[test]
+fn an_unknown_workflow_id_gets_did_you_mean() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    for (tool, typed, meant) in [
+        ("start_workflow", "wr.coding_tsk", "wr.coding_task"),
+        ("inspect_workflow", "coding_task", "wr.coding_task"),
+        ("start_workflow", "WR.MR_REVIEW", "wr.mr_review"),
+        (
+            "inspect_workflow",
+            "wr.bug_invstigation",
+            "wr.bug_investigation",
+        ),
+    ] {
+        let refused = server.error(tool, json!({"workflowId": typed}));
+        assert_eq!(refused["code"], "WORKFLOW_NOT_FOUND", "{refused}");
+        assert_eq!(
+            refused["details"]["didYouMean"][0], meant,
+            "{typed}: {refused}"
+        );
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("Did you mean `{meant}`")),
+            "{refused}"
+        );
+    }
+    let nothing_close = server.error("start_workflow", json!({"workflowId": "deploy_to_prod"}));
+    assert_eq!(
+        nothing_close["details"]["didYouMean"],
+        json!([]),
+        "{nothing_close}"
+    );
+    assert!(
+        nothing_close["suggestion"]
+            .as_str()
+            .unwrap()
+            .contains("wr.coding_task"),
+        "the available ids are listed: {nothing_close}"
+    );
+    server.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    assert!(server.close().success());
+}

@@ -88,21 +88,55 @@ pub(super) fn session_summary(wr: &Workrail, loaded: &LoadedSession) -> SessionS
     summary
 }
 
+/// `WORKFLOW_NOT_FOUND` with "did you mean" and the ids available now.
+pub(super) fn workflow_not_found(tool: &str, catalog: &Catalog, id: &str) -> ErrorEnvelope {
+    let available: Vec<String> = catalog
+        .summaries()
+        .iter()
+        .map(|s| s.workflow_id.to_string())
+        .collect();
+    let suggestions = catalog.suggest(id);
+    let did_you_mean = match suggestions.as_slice() {
+        [] => String::new(),
+        [one] => format!(" Did you mean `{one}`?"),
+        many => format!(
+            " Did you mean one of: {}?",
+            many.iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let next = match suggestions.first() {
+        Some(best) => format!(
+            "Call {tool} again with workflowId \"{best}\" if that is the one you mean; otherwise pass one of the ids list_workflows returns, exactly (available now: {}).",
+            available.join(", ")
+        ),
+        None => format!(
+            "Call list_workflows and pass one of its ids exactly; available now: {}.",
+            available.join(", ")
+        ),
+    };
+    ErrorEnvelope::new(
+        ErrorCode::WorkflowNotFound,
+        format!("{tool}: no workflow has the id {id:?}.{did_you_mean}"),
+        next,
+        Retry::NotRetryable,
+    )
+    .with_details(serde_json::json!({
+        "workflowId": id,
+        "didYouMean": suggestions,
+        "available": available,
+    }))
+}
+
 pub(super) fn inspect_workflow(
     catalog: &Catalog,
     input: InspectWorkflowInput,
 ) -> Result<InspectWorkflowOutput, ErrorEnvelope> {
-    let resolved = catalog.resolve(&input.workflow_id).ok_or_else(|| {
-        ErrorEnvelope::new(
-            ErrorCode::WorkflowNotFound,
-            format!(
-                "inspect_workflow: no workflow has the id {:?}.",
-                input.workflow_id
-            ),
-            "Call list_workflows and pass one of its ids exactly.",
-            Retry::NotRetryable,
-        )
-    })?;
+    let resolved = catalog
+        .resolve(&input.workflow_id)
+        .ok_or_else(|| workflow_not_found("inspect_workflow", catalog, &input.workflow_id))?;
     let compiled = &resolved.workflow.compiled;
     let steps = match input.mode {
         InspectMode::Metadata => Vec::new(),

@@ -74,24 +74,7 @@ pub(super) fn start_in(
     }
     let requested = requested("start_workflow", input.preset, &input.preferences)?;
     let resolved = catalog.resolve(&input.workflow_id).ok_or_else(|| {
-        let available: Vec<String> = catalog
-            .summaries()
-            .iter()
-            .map(|s| s.workflow_id.to_string())
-            .collect();
-        ErrorEnvelope::new(
-            ErrorCode::WorkflowNotFound,
-            format!(
-                "start_workflow: no workflow has the id {:?}.",
-                input.workflow_id
-            ),
-            format!(
-                "Call list_workflows and pass one of its ids exactly; available now: {}.",
-                available.join(", ")
-            ),
-            Retry::NotRetryable,
-        )
-        .with_details(serde_json::json!({"available": available}))
+        super::inspect::workflow_not_found("start_workflow", catalog, &input.workflow_id)
     })?;
     let workflow = resolved.workflow;
     let compiled = &workflow.compiled.snapshot;

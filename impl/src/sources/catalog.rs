@@ -294,6 +294,48 @@ impl Catalog {
         self.workflows.iter().find(|w| w.workflow_id.as_str() == id)
     }
 
+    /// Ids close to one that does not resolve ("did you mean"), best first, at most three: the
+    /// same id in another case, an id that only adds a namespace (`coding_task` ->
+    /// `wr.coding_task`), then ids within a small edit distance (typos) or whose name matches.
+    pub fn suggest(&self, id: &str) -> Vec<String> {
+        let wanted = id.trim().to_lowercase();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let mut scored: Vec<(usize, String)> = Vec::new();
+        for workflow in &self.workflows {
+            let candidate = workflow.workflow_id.as_str();
+            let lower = candidate.to_lowercase();
+            let bare = lower.rsplit('.').next().unwrap_or(&lower);
+            let name = workflow
+                .compiled
+                .snapshot
+                .body
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .to_lowercase();
+            let score = if lower == wanted {
+                0
+            } else if bare == wanted || lower.ends_with(&format!(".{wanted}")) {
+                1
+            } else if name == wanted || name.replace(' ', "_") == wanted {
+                2
+            } else {
+                let distance = strsim::damerau_levenshtein(&wanted, &lower)
+                    .min(strsim::damerau_levenshtein(&wanted, bare));
+                if distance > (wanted.len() / 4).max(2) {
+                    continue;
+                }
+                2 + distance
+            };
+            scored.push((score, candidate.to_owned()));
+        }
+        scored.sort();
+        scored.dedup_by(|a, b| a.1 == b.1);
+        scored.into_iter().take(3).map(|(_, id)| id).collect()
+    }
+
     /// Resolves an id as a caller wrote it: an exact id first, then a legacy bundled alias.
     pub fn resolve(&self, id: &str) -> Option<Resolved<'_>> {
         if let Some(workflow) = self.get(id) {
