@@ -1001,3 +1001,36 @@ fn an_unknown_workflow_id_gets_did_you_mean() {
     server.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
     assert!(server.close().success());
 }
+
+/// `preferences` in the shape responses show it (an object) works like the locked delta list,
+/// in `start_workflow` and `continue_workflow`; another shape names both accepted ones.
+///
+/// lock: L-PREF-NODE-ATTACHED
+#[test]
+fn preferences_are_accepted_as_the_object_responses_show() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec(
+        "start_workflow",
+        json!({"workflowId": "wr.coding_task", "preferences": {"riskPolicy": "conservative"}}),
+    );
+    assert_eq!(s0["preferences"]["riskPolicy"], "conservative", "{s0}");
+    let mut ack = ack_args(&s0, "planned");
+    ack["preferences"] = json!({"autonomy": "full_auto_never_stop", "riskPolicy": "balanced"});
+    let s1 = server.exec("continue_workflow", ack);
+    assert_eq!(
+        s1["preferences"],
+        json!({"autonomy": "full_auto_never_stop", "riskPolicy": "balanced"}),
+        "{s1}"
+    );
+    let refused = server.error(
+        "start_workflow",
+        json!({"workflowId": "wr.coding_task", "preferences": "guided"}),
+    );
+    assert_eq!(refused["code"], "VALIDATION_ERROR", "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("riskPolicy"),
+        "both shapes are named: {refused}"
+    );
+    assert!(server.close().success());
+}

@@ -193,6 +193,54 @@ impl OutputInput {
     }
 }
 
+/// The two shapes `preferences` is accepted in: the locked delta list, or the object that
+/// responses show as the run's preferences (decision D56).
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // only its schema is used; values go through `preference_deltas`
+enum PreferencesArg {
+    /// The locked form: `[{"key": "autonomy", "value": …}, {"key": "riskPolicy", "value": …}]`.
+    Deltas(Vec<PreferenceDelta>),
+    /// `{"autonomy"?: …, "riskPolicy"?: …}`, as responses show the effective preferences.
+    Object(PreferencesObject),
+}
+
+/// The object form of `preferences`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PreferencesObject {
+    #[serde(default)]
+    autonomy: Option<crate::closed::Autonomy>,
+    #[serde(default)]
+    risk_policy: Option<crate::closed::RiskPolicy>,
+}
+
+/// Reads `preferences` in either shape ([`PreferencesArg`]) as the delta list, keeping serde's
+/// precise message for a wrong value in either shape.
+fn preference_deltas<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<PreferenceDelta>, D::Error> {
+    use serde::de::Error;
+    match Value::deserialize(deserializer)? {
+        Value::Null => Ok(Vec::new()),
+        list @ Value::Array(_) => serde_json::from_value(list).map_err(D::Error::custom),
+        object @ Value::Object(_) => {
+            let PreferencesObject {
+                autonomy,
+                risk_policy,
+            } = serde_json::from_value(object).map_err(D::Error::custom)?;
+            Ok(autonomy
+                .map(PreferenceDelta::Autonomy)
+                .into_iter()
+                .chain(risk_policy.map(PreferenceDelta::RiskPolicy))
+                .collect())
+        }
+        other => Err(D::Error::custom(format!(
+            "expected an object {{\"autonomy\": …, \"riskPolicy\": …}} or a list of {{\"key\", \"value\"}} changes, got {other}"
+        ))),
+    }
+}
+
 /// `start_workflow` input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -201,8 +249,14 @@ pub struct StartWorkflowInput {
     /// External inputs (JSON object, at most 256 KiB as RFC 8785 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
-    /// Preference changes, each key at most once; an entry overrides `preset` for its key.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Preference changes, each key at most once; an entry overrides `preset` for its key. Also
+    /// accepted as the object responses show (`{"autonomy": …, "riskPolicy": …}`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "preference_deltas"
+    )]
+    #[schemars(with = "PreferencesArg")]
     pub preferences: Vec<PreferenceDelta>,
     /// A WorkRail mode preset: sets both `autonomy` and `riskPolicy` (locks §4 "Mode presets").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,7 +282,13 @@ pub struct ContinueWorkflowInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputInput>,
     /// Applied on advance only, each key at most once; an entry overrides `preset` for its key.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Also accepted as the object responses show (`{"autonomy": …, "riskPolicy": …}`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "preference_deltas"
+    )]
+    #[schemars(with = "PreferencesArg")]
     pub preferences: Vec<PreferenceDelta>,
     /// A WorkRail mode preset, applied on advance only: sets both `autonomy` and `riskPolicy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
