@@ -1034,3 +1034,53 @@ fn preferences_are_accepted_as_the_object_responses_show() {
     );
     assert!(server.close().success());
 }
+
+/// The headline rewind, driven the way an agent follows only the text: the user rewinds, the
+/// agent redoes the step and sends its old ackToken with new notes; the text says the notes were
+/// not recorded and gives the ackToken to send them with; following it records them on a new
+/// branch, next to the old one.
+///
+/// lock: L-TOKEN-REPLAY-FACTS, L-DAG-NON-TIP-AUTO-FORK
+#[test]
+fn a_rewound_agent_following_the_text_records_its_new_notes_on_a_new_branch() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let s0 = server.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    let s1 = server.exec("continue_workflow", ack_args(&s0, "first attempt: plan A"));
+    // Rewind: the old tokens, new notes.
+    let result = server.call("continue_workflow", ack_args(&s0, "second attempt: plan B"));
+    assert_eq!(result["isError"], false, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("REPLAY") && text.contains("NOT recorded"),
+        "{text}"
+    );
+    assert_eq!(
+        result["structuredContent"]["replay"]["notRecorded"],
+        json!(["output.notesMarkdown"])
+    );
+    // Follow the text: the ackToken line of the REPLAY section, and the same output.
+    let section = text.split("## REPLAY").nth(1).unwrap();
+    let fork_ack = section
+        .lines()
+        .find_map(|l| l.strip_prefix("ackToken: "))
+        .expect("the REPLAY section names the ackToken to use")
+        .trim()
+        .to_owned();
+    let forked = server.exec(
+        "continue_workflow",
+        json!({"ackToken": fork_ack, "output": {"notesMarkdown": "second attempt: plan B"}}),
+    );
+    assert!(forked.get("replay").is_none(), "{forked}");
+    assert_ne!(forked["stateToken"], s1["stateToken"]);
+    assert_eq!(forked["pending"]["stepId"], s1["pending"]["stepId"]);
+    assert!(server.close().success());
+    // Both branches are durable.
+    let session = s0["session"]["sessionId"].as_str().unwrap();
+    let inspected = cli(dir.path(), &["inspect", session]);
+    let shown = String::from_utf8_lossy(&inspected.stdout);
+    assert!(
+        shown.contains("plan A") && shown.contains("plan B"),
+        "{shown}"
+    );
+}

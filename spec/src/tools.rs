@@ -215,30 +215,50 @@ struct PreferencesObject {
     risk_policy: Option<crate::closed::RiskPolicy>,
 }
 
-/// Reads `preferences` in either shape ([`PreferencesArg`]) as the delta list, keeping serde's
-/// precise message for a wrong value in either shape.
+/// Reads `preferences` in either shape ([`PreferencesArg`]) as the delta list. It visits the
+/// input in place (never through an intermediate value), so a wrong value keeps its precise path
+/// (`preferences[0].value`, `preferences.riskPolicy`).
 fn preference_deltas<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Vec<PreferenceDelta>, D::Error> {
-    use serde::de::Error;
-    match Value::deserialize(deserializer)? {
-        Value::Null => Ok(Vec::new()),
-        list @ Value::Array(_) => serde_json::from_value(list).map_err(D::Error::custom),
-        object @ Value::Object(_) => {
+    struct Either;
+    impl<'de> serde::de::Visitor<'de> for Either {
+        type Value = Vec<PreferenceDelta>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(
+                "an object {\"autonomy\": …, \"riskPolicy\": …} or a list of {\"key\", \"value\"} changes",
+            )
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut deltas = Vec::new();
+            while let Some(delta) = seq.next_element::<PreferenceDelta>()? {
+                deltas.push(delta);
+            }
+            Ok(deltas)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
             let PreferencesObject {
                 autonomy,
                 risk_policy,
-            } = serde_json::from_value(object).map_err(D::Error::custom)?;
+            } = PreferencesObject::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
             Ok(autonomy
                 .map(PreferenceDelta::Autonomy)
                 .into_iter()
                 .chain(risk_policy.map(PreferenceDelta::RiskPolicy))
                 .collect())
         }
-        other => Err(D::Error::custom(format!(
-            "expected an object {{\"autonomy\": …, \"riskPolicy\": …}} or a list of {{\"key\", \"value\"}} changes, got {other}"
-        ))),
     }
+    deserializer.deserialize_any(Either)
 }
 
 /// `start_workflow` input.
@@ -409,6 +429,37 @@ pub struct ExecutionOutput {
     pub recap: Option<RecapView>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
+    /// Present only when an ackToken that was already answered came back with an `output` that
+    /// differs from what that answer recorded (decision D57): the response is the recorded one,
+    /// and the new output was not recorded. Absent on every other response, so an identical
+    /// replay stays byte-identical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayNotice>,
+}
+
+/// The replay notice: what was recorded, what was not, and the one call that records the new
+/// output as a new branch (a fork) of the step the ackToken acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplayNotice {
+    /// The parts of this call's `output` that were NOT recorded: `output.notesMarkdown`,
+    /// `output.artifacts`.
+    pub not_recorded: Vec<String>,
+    /// The notes the earlier call recorded for that step (absent when it recorded none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_notes_markdown: Option<String>,
+    /// How many artifacts the earlier call recorded.
+    pub recorded_artifacts: u64,
+    /// The step the ackToken acknowledged, where the fork starts.
+    pub step_id: StepId,
+    pub step_title: String,
+    /// A fresh ackToken for that same step: `continue_workflow` with it and the new `output`
+    /// records the new work as a new branch. The recorded branch stays.
+    pub fork_ack_token: String,
+    /// The stateToken of that step (optional beside `forkAckToken`).
+    pub fork_state_token: String,
+    /// The same in words.
+    pub message: String,
 }
 
 /// What `resume_session` looks for. Every field is optional; an empty field (or a text without

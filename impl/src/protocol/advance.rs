@@ -272,7 +272,7 @@ pub(super) fn advance(
     }
     let ctx = wr.node_context(state)?;
     // Fast path without the lock: a recorded attempt is a replay.
-    if let Some(outcome) = try_replay(wr, &ctx, state, &ack.attempt_id)? {
+    if let Some(outcome) = try_replay(wr, &ctx, state, &ack.attempt_id, Some(input))? {
         return Ok(outcome);
     }
     // Only the pinned workflow and the node's state go into the gate. The pre-lock view of the
@@ -293,7 +293,7 @@ pub(super) fn advance(
             workflow_hash: pinned_hash,
             state: node_state,
         };
-        if let Some(outcome) = try_replay(wr, &fresh, state, &ack.attempt_id)? {
+        if let Some(outcome) = try_replay(wr, &fresh, state, &ack.attempt_id, Some(input))? {
             return Ok(outcome);
         }
         let plan = {
@@ -332,7 +332,7 @@ pub(super) fn advance(
             workflow_hash,
             state: engine_state,
         };
-        Ok(try_replay(wr, &committed, state, &ack.attempt_id)?
+        Ok(try_replay(wr, &committed, state, &ack.attempt_id, None)?
             .ok_or_else(|| invariant("an advance was committed but its record is missing"))?)
     });
     result.map_err(|e: GateError| e.0)
@@ -353,11 +353,15 @@ impl From<ErrorEnvelope> for GateError {
     }
 }
 
+/// The recorded response of `attempt`, when it is recorded. `request` is the call being
+/// answered when it is a repeat (None for the response of a fresh commit): a repeat whose
+/// `output` differs from what the attempt recorded gets the replay notice (decision D57).
 fn try_replay(
     wr: &Workrail,
     ctx: &NodeContext,
     state: &StatePayload,
     attempt: &AttemptId,
+    request: Option<&ContinueWorkflowInput>,
 ) -> Result<Option<ExecutionOutput>, ErrorEnvelope> {
     // The record's dedupeKey finds it in O(1); no projection is needed to know it is absent.
     let key = workrail_spec::dedupe::DedupeKey::from_recipe(
@@ -376,7 +380,12 @@ fn try_replay(
     match event.data() {
         EventData::AdvanceRecorded(record) => {
             let record = record.clone();
-            replay(wr, ctx, state, index, &record).map(Some)
+            let mut output = replay(wr, ctx, state, index, &record)?;
+            if let Some(request) = request {
+                output.replay =
+                    super::replay_notice::notice(wr, ctx, state, attempt, index, &record, request)?;
+            }
+            Ok(Some(output))
         }
         _ => Err(invariant(
             "a dedupeKey of advance_recorded names another kind of event",
@@ -525,6 +534,50 @@ fn disclosures<'f>(
     Ok(events)
 }
 
+/// The locked order of artifact outputs: by `(sha256, contentType)`.
+fn artifact_order(p: &OutputPayload) -> Option<(workrail_spec::ids::Sha256Digest, String)> {
+    match p {
+        OutputPayload::ArtifactRef {
+            sha256,
+            content_type,
+            ..
+        } => Some((sha256.clone(), content_type.clone())),
+        OutputPayload::Notes { .. } => None,
+    }
+}
+
+/// The outputs the agent's `output` becomes, in the locked order (the recap first, then the
+/// artifacts by `(sha256, contentType)`, duplicates once); `store` stores an artifact and
+/// returns its digest and byte length (or only computes them, for a comparison).
+pub(super) fn agent_payloads(
+    output: &OutputInput,
+    mut store: impl FnMut(
+        &Map<String, Value>,
+    ) -> Result<(workrail_spec::ids::Sha256Digest, u64), ErrorEnvelope>,
+) -> Result<Vec<(OutputChannel, OutputPayload)>, ErrorEnvelope> {
+    let mut payloads = Vec::new();
+    if let Some(notes) = output
+        .notes_markdown
+        .as_deref()
+        .filter(|n| !n.trim().is_empty())
+    {
+        payloads.push((OutputChannel::Recap, OutputPayload::notes(notes)));
+    }
+    let mut artifacts = Vec::new();
+    for artifact in &output.artifacts {
+        let (sha256, byte_length) = store(artifact)?;
+        artifacts.push(OutputPayload::ArtifactRef {
+            sha256,
+            content_type: crate::store::ArtifactStore::CONTENT_TYPE.into(),
+            byte_length,
+        });
+    }
+    artifacts.sort_by_key(artifact_order);
+    artifacts.dedup();
+    payloads.extend(artifacts.into_iter().map(|p| (OutputChannel::Artifact, p)));
+    Ok(payloads)
+}
+
 /// The outputs an attempt appends at `scope`: the agent's `output`, plus WorkRail's own
 /// artifact output (`owned`, a preference warning) placed among the artifacts in the locked order.
 pub(super) fn output_events(
@@ -536,45 +589,11 @@ pub(super) fn output_events(
     owned: Option<(OutputId, OutputPayload)>,
 ) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
     let empty = OutputInput::default();
-    let output = output.unwrap_or(&empty);
-    let mut payloads = Vec::new();
-    if let Some(notes) = output
-        .notes_markdown
-        .as_deref()
-        .filter(|n| !n.trim().is_empty())
-    {
-        payloads.push((OutputChannel::Recap, OutputPayload::notes(notes)));
-    }
-    let mut artifacts = Vec::new();
-    for artifact in &output.artifacts {
-        let (sha256, byte_length) = wr
-            .artifacts
+    let payloads = agent_payloads(output.unwrap_or(&empty), |artifact| {
+        wr.artifacts
             .put_json(&Value::Object(artifact.clone()))
-            .map_err(|e| e.to_envelope(true))?;
-        artifacts.push(OutputPayload::ArtifactRef {
-            sha256,
-            content_type: crate::store::ArtifactStore::CONTENT_TYPE.into(),
-            byte_length,
-        });
-    }
-    // Locked order: the recap first, then artifacts by (sha256, contentType).
-    artifacts.sort_by(|a, b| match (a, b) {
-        (
-            OutputPayload::ArtifactRef {
-                sha256: x,
-                content_type: cx,
-                ..
-            },
-            OutputPayload::ArtifactRef {
-                sha256: y,
-                content_type: cy,
-                ..
-            },
-        ) => (x, cx).cmp(&(y, cy)),
-        _ => std::cmp::Ordering::Equal,
-    });
-    artifacts.dedup();
-    payloads.extend(artifacts.into_iter().map(|p| (OutputChannel::Artifact, p)));
+            .map_err(|e| e.to_envelope(true))
+    })?;
     // The agent's outputs keep their positional ids; WorkRail's own joins the artifacts in
     // `(sha256, contentType)` order.
     let mut outputs: Vec<_> = payloads
@@ -583,17 +602,11 @@ pub(super) fn output_events(
         .map(|(i, (channel, payload))| (derive::output(attempt, i), channel, payload))
         .collect();
     if let Some((id, payload)) = owned {
-        let key = |p: &OutputPayload| match p {
-            OutputPayload::ArtifactRef {
-                sha256,
-                content_type,
-                ..
-            } => Some((sha256.clone(), content_type.clone())),
-            OutputPayload::Notes { .. } => None,
-        };
         let at = outputs
             .iter()
-            .position(|(_, c, p)| *c == OutputChannel::Artifact && key(p) > key(&payload))
+            .position(|(_, c, p)| {
+                *c == OutputChannel::Artifact && artifact_order(p) > artifact_order(&payload)
+            })
             .unwrap_or(outputs.len());
         outputs.insert(at, (id, OutputChannel::Artifact, payload));
     }

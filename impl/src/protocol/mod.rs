@@ -14,6 +14,7 @@ mod facts;
 mod inspect;
 mod preferences;
 mod recap;
+mod replay_notice;
 mod respond;
 mod resume;
 mod session;

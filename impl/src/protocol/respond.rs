@@ -119,6 +119,7 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
         blockers: facts.blockers,
         recap: facts.recap,
         warnings: super::preferences::response_warnings(facts.compiled, facts.preferences),
+        replay: None,
     }
 }
 
@@ -129,13 +130,33 @@ pub fn render_text(output: &ExecutionOutput) -> String {
         "WorkRail run \"{}\" ({}) — status: {}\n",
         output.run.label, output.run.workflow_id, output.run.status
     ));
+    if let Some(replay) = &output.replay {
+        out.push_str(&format!(
+            "\n## REPLAY: this ackToken was already used; your new {} was NOT recorded\n{}\n",
+            replay.not_recorded.join(" and "),
+            replay.message
+        ));
+        match &replay.recorded_notes_markdown {
+            Some(notes) => {
+                out.push_str("Recorded notes of that step:\n");
+                for line in notes.lines() {
+                    out.push_str(&format!("> {line}\n"));
+                }
+            }
+            None => out.push_str("That step recorded no notes.\n"),
+        }
+        out.push_str(&format!(
+            "To record your new output as a new branch from step \"{}\", call continue_workflow with:\nackToken: {}\nand the same output.\n",
+            replay.step_title, replay.fork_ack_token
+        ));
+    }
     if let Some(recap) = &output.recap {
         out.push_str("\n## Recap\n");
         out.push_str(&recap.text);
         out.push('\n');
     }
     if !output.blockers.is_empty() {
-        out.push_str("\n## Blocked: fix these, then call continue_workflow again with the same stateToken and the NEW ackToken below\n");
+        out.push_str("\n## Blocked: fix these, then call continue_workflow again with the NEW ackToken below and your whole output (notes included), fixed\nAn ackToken is used once: sending the previous ackToken again, even with a fix, only repeats this answer.\n");
         for b in &output.blockers {
             out.push_str(&format!(
                 "- {} ({}): {}\n",
@@ -181,6 +202,10 @@ pub fn render_text(output: &ExecutionOutput) -> String {
     }
     if let Some(chk) = &output.checkpoint_token {
         out.push_str(&format!("checkpointToken: {chk}\n"));
+    }
+    if output.replay.is_some() {
+        out.push_str("\nNext: to keep the output you just sent, send it again with the ackToken of the REPLAY section (it records a new branch); to keep what was recorded instead, go on from the tokens above.\n");
+        return out;
     }
     out.push_str(&format!(
         "\nNext: {}\n",

@@ -1,0 +1,155 @@
+//! The replay notice (decision D57): an ackToken that was already answered comes back with an
+//! `output` that differs from what that answer recorded, typically because the user rewound the
+//! chat and the agent redid the step. The response stays the recorded one (replay answers from
+//! recorded facts and re-runs nothing); the notice says that the new output was NOT recorded,
+//! shows what was, and carries a fresh ackToken for the same step, so one call records the new
+//! work as a new branch.
+//!
+//! The comparison is exact and needs no re-run of selection, validation or rendering: the
+//! outputs an attempt records are a pure function of its `output` (the recap notes after the
+//! locked truncation, then every artifact's JCS digest in `(sha256, contentType)` order, each
+//! under an id derived from the attempt and its position), so the call's `output` is turned into
+//! the same list and compared with the recorded one. A blocked attempt records no outputs, so it
+//! has nothing to compare: its recorded response already names the NEW ackToken to resend with.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use workrail_spec::closed::OutputChannel;
+use workrail_spec::error::ErrorEnvelope;
+use workrail_spec::event::{AdvanceOutcome, AdvanceRecorded, EventData, OutputPayload};
+use workrail_spec::ids::AttemptId;
+use workrail_spec::jcs::{sha256, to_canonical_bytes};
+use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
+use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, ReplayNotice};
+
+use super::advance::agent_payloads;
+use super::derive::{self, AttemptKind};
+use super::{NodeContext, Workrail, invariant};
+
+/// A plan is at most this many events (the segment limits), so its outputs lie within this
+/// many events before its `advance_recorded`.
+const PLAN_WINDOW: usize = 1000;
+
+/// The notice for a repeat of `attempt` (recorded at `index`), or `None` when the call's
+/// `output` is absent, empty, or what the attempt recorded.
+pub(super) fn notice(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    state: &StatePayload,
+    attempt: &AttemptId,
+    index: usize,
+    record: &AdvanceRecorded,
+    request: &ContinueWorkflowInput,
+) -> Result<Option<ReplayNotice>, ErrorEnvelope> {
+    if !matches!(record.outcome, AdvanceOutcome::Advanced { .. }) {
+        return Ok(None);
+    }
+    let Some(output) = request.output.as_ref().filter(|o| carries_work(o)) else {
+        return Ok(None);
+    };
+    let sent = agent_payloads(output, |artifact| {
+        let bytes = to_canonical_bytes(&Value::Object(artifact.clone()))
+            .map_err(|e| invariant(format!("an artifact cannot be canonicalized: {e}")))?;
+        Ok((sha256(&bytes), bytes.len() as u64))
+    })?;
+    let recorded = recorded_payloads(&ctx.loaded.events[..index], attempt);
+    if sent == recorded {
+        return Ok(None);
+    }
+    // Only what this call sent and the attempt did not record is "not recorded".
+    let of =
+        |list: &[(OutputChannel, OutputPayload)], channel: OutputChannel| -> Vec<OutputPayload> {
+            list.iter()
+                .filter(|(c, _)| *c == channel)
+                .map(|(_, p)| p.clone())
+                .collect()
+        };
+    let mut not_recorded = Vec::new();
+    for (channel, field) in [
+        (OutputChannel::Recap, "output.notesMarkdown"),
+        (OutputChannel::Artifact, "output.artifacts"),
+    ] {
+        let mine = of(&sent, channel);
+        if !mine.is_empty() && mine != of(&recorded, channel) {
+            not_recorded.push(field.to_owned());
+        }
+    }
+    if not_recorded.is_empty() {
+        return Ok(None);
+    }
+    let recorded_notes = recorded.iter().find_map(|(_, p)| match p {
+        OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str().to_owned()),
+        OutputPayload::ArtifactRef { .. } => None,
+    });
+    let recorded_artifacts = recorded
+        .iter()
+        .filter(|(c, _)| *c == OutputChannel::Artifact)
+        .count() as u64;
+
+    // The fresh attempt of the same step, as of now: the next ack ordinal of the node.
+    let facts = wr.memo.facts(&state.session_id, &ctx.loaded.events);
+    let ordinal = facts.advance_records(&state.node_id).len() as u64;
+    let codec = wr.codec();
+    let fork_ack_token = codec.mint(&TokenPayload::Ack(AttemptPayload {
+        session_id: state.session_id.clone(),
+        run_id: state.run_id.clone(),
+        node_id: state.node_id.clone(),
+        attempt_id: derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal),
+    }));
+    let fork_state_token = codec.mint(&TokenPayload::State(state.clone()));
+    let pending = ctx
+        .state
+        .pending_step()
+        .ok_or_else(|| invariant("an acknowledged node has no pending step"))?;
+    let step_title = ctx
+        .compiled
+        .step(&pending.step_id)
+        .map_or_else(|| pending.step_id.to_string(), |s| s.title.clone());
+    let what = not_recorded.join(" and ");
+    let message = format!(
+        "This ackToken was already used: it acknowledged step \"{step_title}\" earlier, and this response is exactly what that call recorded. The {what} you sent now differ from what was recorded and were NOT recorded. To record them, call continue_workflow with `forkAckToken` (from `replay`) and the same output: that records your new work as a new branch from step \"{step_title}\"; the recorded branch stays, and the newest branch becomes the run's preferred tip. To keep the recorded work instead, go on with the tokens of this response."
+    );
+    Ok(Some(ReplayNotice {
+        not_recorded,
+        recorded_notes_markdown: recorded_notes,
+        recorded_artifacts,
+        step_id: pending.step_id.clone(),
+        step_title,
+        fork_ack_token,
+        fork_state_token,
+        message,
+    }))
+}
+
+/// Whether a call's output carries work to record (notes or artifacts).
+fn carries_work(output: &OutputInput) -> bool {
+    output
+        .notes_markdown
+        .as_deref()
+        .is_some_and(|n| !n.trim().is_empty())
+        || !output.artifacts.is_empty()
+}
+
+/// The agent's outputs `attempt` recorded, in their positional order (WorkRail's own outputs
+/// carry other ids and are left out).
+fn recorded_payloads(
+    before_record: &[workrail_spec::event::SessionEvent],
+    attempt: &AttemptId,
+) -> Vec<(OutputChannel, OutputPayload)> {
+    let start = before_record.len().saturating_sub(PLAN_WINDOW);
+    let mut by_id = HashMap::new();
+    for event in &before_record[start..] {
+        if let EventData::NodeOutputAppended(o) = event.data() {
+            by_id.insert(o.output_id.clone(), (o.output_channel, o.payload.clone()));
+        }
+    }
+    let mut recorded = Vec::new();
+    for position in 0.. {
+        match by_id.remove(&derive::output(attempt, position)) {
+            Some(payload) => recorded.push(payload),
+            None => break,
+        }
+    }
+    recorded
+}

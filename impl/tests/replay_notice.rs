@@ -1,0 +1,219 @@
+//! A rewound chat never loses work (decision D57): an ackToken that was already answered comes
+//! back with different output. The answer stays the recorded one, byte for byte where the call
+//! is identical, but a call whose output differs gets a `replay` notice (in structure and text)
+//! saying the new output was NOT recorded, showing what was, and carrying a fresh ackToken for
+//! the same step; sending the new output with it records the new work as a new branch.
+//!
+//! Before: the server returned the recorded response byte for byte, the new notes were silently
+//! dropped, no fork was made, and nothing said "replay".
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod protocol_support;
+
+use protocol_support::*;
+use serde_json::json;
+use workrail::protocol::render_text;
+use workrail_spec::event::{EventData, OutputPayload};
+use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
+
+fn with_ack(ack_token: &str, notes: &str) -> ContinueWorkflowInput {
+    ContinueWorkflowInput {
+        state_token: None,
+        ack_token: Some(ack_token.into()),
+        context: None,
+        output: Some(workrail_spec::tools::OutputInput {
+            notes_markdown: Some(notes.into()),
+            artifacts: vec![],
+        }),
+        preferences: vec![],
+        preset: None,
+    }
+}
+
+/// The recap notes recorded on `node` of the response's session.
+fn notes_on(wr: &workrail::protocol::Workrail, out: &ExecutionOutput, node: &str) -> Vec<String> {
+    session_events(wr, out)
+        .iter()
+        .filter(|e| e.scope().node_id().is_some_and(|n| n.as_str() == node))
+        .filter_map(|e| match e.data() {
+            EventData::NodeOutputAppended(o) => match &o.payload {
+                OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str().to_owned()),
+                OutputPayload::ArtifactRef { .. } => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn an_identical_replay_is_byte_identical_and_carries_no_notice() {
+    let fs = workrail::store::memfs::MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let first = wr.continue_workflow(ack(&s0, "planned", vec![])).unwrap();
+    let again = wr.continue_workflow(ack(&s0, "planned", vec![])).unwrap();
+    assert_eq!(again, first);
+    assert!(again.replay.is_none());
+    assert_eq!(render_text(&again), render_text(&first));
+    // A repeat without any output is a plain replay too.
+    let bare = wr
+        .continue_workflow(ContinueWorkflowInput {
+            output: None,
+            ..ack(&s0, "", vec![])
+        })
+        .unwrap();
+    assert_eq!(bare, first);
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS, L-DAG-NON-TIP-AUTO-FORK
+#[test]
+fn a_rewound_ack_with_new_notes_says_so_and_one_call_records_them_as_a_fork() {
+    let fs = workrail::store::memfs::MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let first = wr.continue_workflow(ack(&s0, "planned A", vec![])).unwrap();
+    let events_before = session_events(&wr, &s0).len();
+
+    // The user rewinds; the agent redoes the step and sends its old ackToken with new notes.
+    let replayed = wr.continue_workflow(ack(&s0, "planned B", vec![])).unwrap();
+    assert_eq!(
+        session_events(&wr, &s0).len(),
+        events_before,
+        "a replay writes nothing"
+    );
+    let notice = replayed.replay.clone().expect("a replay notice");
+    assert_eq!(notice.not_recorded, vec!["output.notesMarkdown"]);
+    assert_eq!(notice.recorded_notes_markdown.as_deref(), Some("planned A"));
+    assert_eq!(notice.step_id.as_str(), "plan");
+    // Everything else is the recorded response.
+    assert_eq!(
+        ExecutionOutput {
+            replay: None,
+            ..replayed.clone()
+        },
+        first
+    );
+    let text = render_text(&replayed);
+    assert!(
+        text.contains("REPLAY") && text.contains("NOT recorded"),
+        "{text}"
+    );
+    assert!(text.contains(&notice.fork_ack_token), "{text}");
+    assert!(text.contains("> planned A"), "{text}");
+
+    // One call with the fresh ack records the new notes on a new branch from the same step.
+    let forked = wr
+        .continue_workflow(with_ack(&notice.fork_ack_token, "planned B"))
+        .unwrap();
+    assert!(forked.replay.is_none());
+    let tip = |out: &ExecutionOutput| -> String {
+        let parts = workrail_spec::token::TokenParts::parse(&out.state_token).unwrap();
+        match parts.payload().unwrap() {
+            workrail_spec::token::TokenPayload::State(p) => p.node_id.to_string(),
+            other => panic!("not a state token: {other:?}"),
+        }
+    };
+    let (a, b) = (tip(&first), tip(&forked));
+    assert_ne!(a, b, "a new node");
+    assert_eq!(notes_on(&wr, &forked, &a), vec!["planned A"]);
+    assert_eq!(notes_on(&wr, &forked, &b), vec!["planned B"]);
+    assert_eq!(
+        pending(&forked),
+        pending(&first),
+        "the same next step on the new branch"
+    );
+    // Both branches stay; the same fork ack again is a replay of the fork, without a notice.
+    let again = wr
+        .continue_workflow(with_ack(&notice.fork_ack_token, "planned B"))
+        .unwrap();
+    assert_eq!(again, forked);
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS
+#[test]
+fn different_artifacts_are_named_as_not_recorded() {
+    let fs = workrail::store::memfs::MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let artifact = |text: &str| json!({"kind": "wr.note", "text": text});
+    wr.continue_workflow(ack(&s0, "planned", vec![artifact("one")]))
+        .unwrap();
+    let same = wr
+        .continue_workflow(ack(&s0, "planned", vec![artifact("one")]))
+        .unwrap();
+    assert!(same.replay.is_none());
+    let other = wr
+        .continue_workflow(ack(&s0, "planned", vec![artifact("two")]))
+        .unwrap();
+    let notice = other.replay.expect("a notice");
+    assert_eq!(notice.not_recorded, vec!["output.artifacts"]);
+    assert_eq!(notice.recorded_artifacts, 1);
+}
+
+/// A blocked attempt records no outputs; its recorded answer (byte-identical on every repeat)
+/// already names the NEW ackToken, and the fix sent with it advances.
+///
+/// lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn a_repeat_of_a_blocked_ack_with_a_fix_names_the_new_ack_to_use() {
+    let fs = workrail::store::memfs::MemFs::new();
+    let wr = open(&fs);
+    let mut out = start(&wr, "project.demo");
+    out = wr.continue_workflow(ack(&out, "planned", vec![])).unwrap();
+    out = wr
+        .continue_workflow(ack(&out, "implemented", vec![]))
+        .unwrap();
+    assert_eq!(pending(&out), "decide");
+    let blocked = wr.continue_workflow(ack(&out, "decided", vec![])).unwrap();
+    assert!(!blocked.blockers.is_empty(), "decide needs loop control");
+    let fixed = ack(&out, "decided", vec![loop_control("stop")]);
+    let repeat = wr.continue_workflow(fixed.clone()).unwrap();
+    assert_eq!(repeat, blocked, "the recorded block, byte for byte");
+    let text = render_text(&repeat);
+    assert!(
+        text.contains("used once") && text.contains(repeat.ack_token.as_deref().unwrap()),
+        "{text}"
+    );
+    let advanced = wr
+        .continue_workflow(ContinueWorkflowInput {
+            ack_token: repeat.ack_token.clone(),
+            state_token: None,
+            ..fixed
+        })
+        .unwrap();
+    assert!(advanced.blockers.is_empty());
+    assert_eq!(pending(&advanced), "wrap");
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS, L-DAG-NON-TIP-AUTO-FORK
+#[test]
+fn a_replay_after_the_run_completed_still_offers_the_fork() {
+    let fs = workrail::store::memfs::MemFs::new();
+    let wr = open(&fs);
+    let mut out = start(&wr, "project.demo");
+    out = wr.continue_workflow(ack(&out, "planned", vec![])).unwrap();
+    out = wr
+        .continue_workflow(ack(&out, "implemented", vec![]))
+        .unwrap();
+    out = wr
+        .continue_workflow(ack(&out, "decided", vec![loop_control("stop")]))
+        .unwrap();
+    let last = out.clone();
+    let done = wr
+        .continue_workflow(ack(&last, "wrapped up", vec![]))
+        .unwrap();
+    assert!(done.is_complete);
+    let replayed = wr
+        .continue_workflow(ack(&last, "wrapped up, better", vec![]))
+        .unwrap();
+    let notice = replayed.replay.clone().expect("a notice");
+    assert!(replayed.is_complete, "the recorded answer: complete");
+    assert_eq!(notice.step_id.as_str(), "wrap");
+    let forked = wr
+        .continue_workflow(with_ack(&notice.fork_ack_token, "wrapped up, better"))
+        .unwrap();
+    assert!(forked.is_complete && forked.replay.is_none());
+    assert_ne!(forked.state_token, done.state_token);
+}
