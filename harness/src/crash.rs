@@ -87,7 +87,7 @@ fn run_of(world: &World, prepared: &Prepared) -> Option<usize> {
         Expect::Rehydrate { node }
         | Expect::Advance { node, .. }
         | Expect::Checkpoint { node, .. } => Some(world.nodes[*node].run),
-        Expect::ReplayAck { index } => Some(world.nodes[world.acks[*index].node].run),
+        Expect::ReplayAck { index, .. } => Some(world.nodes[world.acks[*index].node].run),
         Expect::ReplayCheckpoint { index } => Some(world.nodes[world.checkpoints[*index].node].run),
     }
 }

@@ -153,6 +153,8 @@ pub enum Expect {
     },
     ReplayAck {
         index: usize,
+        /// The replay sends other notes than the recorded call (decision D57).
+        other_output: bool,
     },
     ReplayCheckpoint {
         index: usize,
@@ -527,7 +529,10 @@ impl<S: System> Harness<S> {
                 }
                 Prepared {
                     call: Call::Continue(input),
-                    expect: Expect::ReplayAck { index },
+                    expect: Expect::ReplayAck {
+                        index,
+                        other_output: *other_output,
+                    },
                 }
             }
             Op::ReplayCheckpoint { checkpoint } => {
@@ -835,14 +840,21 @@ impl<S: System> Harness<S> {
                     w.state_tokens.insert(imp, out.state_token.clone());
                 }
             }
-            Expect::ReplayAck { index } => {
+            Expect::ReplayAck {
+                index,
+                other_output,
+            } => {
                 let recorded = w.acks[*index].clone();
-                replayed(w, reply, &recorded, "ack")?;
+                // Other notes on an attempt that advanced were not recorded: the response says
+                // so (D57). A blocked attempt recorded no notes, so it has nothing to compare.
+                let notice =
+                    *other_output && matches!(recorded.observation, Observation::Advanced { .. });
+                replayed(w, reply, &recorded, "ack", notice)?;
                 w.stats.replays += 1;
             }
             Expect::ReplayCheckpoint { index } => {
                 let recorded = w.checkpoints[*index].clone();
-                replayed(w, reply, &recorded, "checkpoint")?;
+                replayed(w, reply, &recorded, "checkpoint", false)?;
                 w.stats.checkpoint_replays += 1;
             }
         }
@@ -976,15 +988,31 @@ pub fn check_truth<S: System + ?Sized>(
     Ok(())
 }
 
-/// A replayed call: the recorded response byte for byte, and a model replay that returns the
-/// recorded observation and changes nothing.
+/// A replayed call: the recorded response byte for byte (beside the replay notice, which must be
+/// there exactly when `notice` says, decision D57), and a model replay that returns the recorded
+/// observation and changes nothing.
 fn replayed<I>(
     w: &mut World,
     reply: &Reply,
     recorded: &Recorded<I>,
     what: &str,
+    notice: bool,
 ) -> Result<(), String> {
-    let out = expect_ok(reply, &format!("{what} replay"))?;
+    let mut out = expect_ok(reply, &format!("{what} replay"))?;
+    match out.replay.take() {
+        Some(n) if notice => {
+            if n.not_recorded != ["output.notesMarkdown"] {
+                return Err(format!("the replay notice names {:?}", n.not_recorded));
+            }
+        }
+        None if !notice => {}
+        other => {
+            return Err(format!(
+                "a replayed {what} {} a replay notice: {other:?}",
+                if notice { "lacks" } else { "carries" }
+            ));
+        }
+    }
     if json(&out) != recorded.response {
         return Err(format!(
             "a replayed {what} is not byte-identical\n  first:  {}\n  replay: {}",
