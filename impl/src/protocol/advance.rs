@@ -85,6 +85,27 @@ pub(super) fn respond_at(
     Ok(output)
 }
 
+/// A warning when the notes recorded on `node` (a node the plan ending `prefix` created) were
+/// cut to the budget: rebuilt from the recorded notes, so replays stay identical.
+pub(super) fn notes_warnings(prefix: &[SessionEvent], node: &NodeId) -> Vec<Warning> {
+    let truncated = prefix.iter().rev().take(1000).any(|e| {
+        e.scope().node_id() == Some(node)
+            && matches!(e.data(), EventData::NodeOutputAppended(o)
+                if matches!(&o.payload, OutputPayload::Notes { notes_markdown }
+                    if notes_markdown.as_str().ends_with(workrail_spec::budget::TRUNCATION_MARKER)))
+    });
+    if !truncated {
+        return Vec::new();
+    }
+    vec![Warning::new(
+        "notes_truncated",
+        format!(
+            "Your output.notesMarkdown was longer than {} UTF-8 bytes and was recorded cut short (ending with [TRUNCATED]). Keep notes to a fresh recap of this step only; put long content in files and name them in the notes.",
+            workrail_spec::budget::NOTES_MARKDOWN_MAX_BYTES
+        ),
+    )]
+}
+
 /// The gaps an ack attempt recorded (their evidence names its `advance_recorded`), as response
 /// warnings: never-stop's "structured warnings plus durable disclosure" (contract "User-only
 /// dependencies"), rebuilt from the log so replays stay byte-identical (decision D42).
@@ -209,6 +230,7 @@ fn replay(
             Some(&record_id),
         ),
         Recorded::Advanced { to_node_id } => {
+            let truncated = notes_warnings(prefix, to_node_id);
             let facts = wr.memo.facts(&state.session_id, prefix);
             let info = facts
                 .node(&state.run_id, to_node_id)
@@ -218,7 +240,7 @@ fn replay(
                 .get(&info.snapshot_ref)
                 .map_err(|e| e.to_envelope(true))?;
             let to_state = snapshot.engine_payload.engine_state;
-            respond_at(
+            let mut output = respond_at(
                 wr,
                 prefix,
                 &state.session_id,
@@ -229,7 +251,9 @@ fn replay(
                 Vec::new(),
                 false,
                 Some(&record_id),
-            )
+            )?;
+            output.warnings.extend(truncated);
+            Ok(output)
         }
     }
 }

@@ -8,9 +8,9 @@ use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EdgeCause, EdgeCreated, EventData, EventScope, NodeCreated};
 use workrail_spec::ids::NodeId;
 use workrail_spec::token::{AttemptPayload, StatePayload};
-use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput};
+use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput, Warning};
 
-use super::advance::{output_events, respond_at};
+use super::advance::{notes_warnings, output_events, respond_at};
 use super::derive::{self, AttemptKind};
 use super::{NodeContext, Workrail, invariant};
 use crate::store::{AppendPlan, StoreError};
@@ -29,9 +29,10 @@ fn replay(
     let Some(index) = edge_index else {
         return Ok(None);
     };
-    respond_at(
+    let prefix = &ctx.loaded.events[..=index];
+    let mut output = respond_at(
         wr,
-        &ctx.loaded.events[..=index],
+        prefix,
         &state.session_id,
         &state.run_id,
         node,
@@ -40,8 +41,16 @@ fn replay(
         Vec::new(),
         false,
         None,
-    )
-    .map(Some)
+    )?;
+    output.warnings.insert(
+        0,
+        Warning::new(
+            "checkpoint_recorded",
+            "Checkpoint recorded: your output is durable on this step, which stays pending (a checkpoint never advances). Go on with the step, checkpoint again with the new checkpointToken below, or acknowledge the step with the ackToken below when it is done.",
+        ),
+    );
+    output.warnings.extend(notes_warnings(prefix, node));
+    Ok(Some(output))
 }
 
 pub(super) fn checkpoint(

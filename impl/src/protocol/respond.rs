@@ -123,12 +123,33 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
     }
 }
 
+/// What an autonomy mode asks of the agent, in a few words.
+fn autonomy_in_words(autonomy: workrail_spec::closed::Autonomy) -> &'static str {
+    use workrail_spec::closed::Autonomy;
+    match autonomy {
+        Autonomy::Guided => "stop and ask the user whenever a step needs them",
+        Autonomy::FullAutoStopOnUserDeps => {
+            "work on your own; stop only for what only the user can provide"
+        }
+        Autonomy::FullAutoNeverStop => {
+            "never stop: make explicit assumptions, disclose them in your notes; gaps are recorded"
+        }
+    }
+}
+
 /// The deterministic text rendering of an execution response (`content[0].text`).
 pub fn render_text(output: &ExecutionOutput) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "WorkRail run \"{}\" ({}) — status: {}\n",
         output.run.label, output.run.workflow_id, output.run.status
+    ));
+    out.push_str(&format!(
+        "Session {} · mode: {} ({}) · risk policy: {}\n",
+        output.session.session_id,
+        output.preferences.autonomy,
+        autonomy_in_words(output.preferences.autonomy),
+        output.preferences.risk_policy
     ));
     if let Some(replay) = &output.replay {
         out.push_str(&format!(

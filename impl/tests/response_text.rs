@@ -1,0 +1,94 @@
+//! Responses say what the agent needs, in words: the session and the active mode and risk
+//! policy in every execution response, "checkpoint recorded" on a checkpoint, and a warning when
+//! notes were cut to the budget. All of it is rebuilt from recorded facts, so replays stay
+//! byte-identical.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod protocol_support;
+
+use protocol_support::*;
+use workrail::protocol::render_text;
+use workrail::store::memfs::MemFs;
+use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput, OutputInput};
+
+fn codes(out: &ExecutionOutput) -> Vec<&str> {
+    out.warnings.iter().map(|w| w.code.as_str()).collect()
+}
+
+/// lock: L-MCP-EXECUTION-RESPONSE
+#[test]
+fn every_execution_response_names_its_session_mode_and_risk_policy() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let s1 = wr.continue_workflow(ack(&s0, "planned", vec![])).unwrap();
+    let back = wr.continue_workflow(rehydrate(&s1.state_token)).unwrap();
+    for out in [&s0, &s1, &back] {
+        let text = render_text(out);
+        let line = text.lines().nth(1).unwrap();
+        assert!(
+            line.contains(out.session.session_id.as_str())
+                && line.contains("mode: guided")
+                && line.contains("stop and ask the user")
+                && line.contains("risk policy: conservative"),
+            "{line}"
+        );
+    }
+}
+
+/// lock: L-DAG-CHECKPOINT-NO-ADVANCE, L-TOKEN-CHECKPOINT-IDEMPOTENT
+#[test]
+fn a_checkpoint_says_it_was_recorded_and_replays_identically() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let call = CheckpointWorkflowInput {
+        state_token: s0.state_token.clone(),
+        checkpoint_token: s0.checkpoint_token.clone().unwrap(),
+        output: OutputInput {
+            notes_markdown: Some("halfway through the plan".into()),
+            artifacts: vec![],
+        },
+    };
+    let first = wr.checkpoint_workflow(call.clone()).unwrap();
+    assert_eq!(codes(&first), vec!["checkpoint_recorded"]);
+    assert!(
+        render_text(&first).contains("Checkpoint recorded"),
+        "{}",
+        render_text(&first)
+    );
+    assert_eq!(pending(&first), "plan", "a checkpoint never advances");
+    assert_eq!(wr.checkpoint_workflow(call).unwrap(), first);
+}
+
+/// lock: L-OUTPUT-NOTES-BUDGET
+#[test]
+fn notes_cut_to_the_budget_are_flagged_on_the_answer_and_its_replays() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let long = "a long recap line\n".repeat(400);
+    let first = wr.continue_workflow(ack(&s0, &long, vec![])).unwrap();
+    assert_eq!(codes(&first), vec!["notes_truncated"]);
+    assert_eq!(
+        wr.continue_workflow(ack(&s0, &long, vec![])).unwrap(),
+        first
+    );
+    let fine = wr.continue_workflow(ack(&first, "short", vec![])).unwrap();
+    assert!(codes(&fine).is_empty(), "{:?}", codes(&fine));
+    let checkpoint = wr
+        .checkpoint_workflow(CheckpointWorkflowInput {
+            state_token: fine.state_token.clone(),
+            checkpoint_token: fine.checkpoint_token.clone().unwrap(),
+            output: OutputInput {
+                notes_markdown: Some(long),
+                artifacts: vec![],
+            },
+        })
+        .unwrap();
+    assert_eq!(
+        codes(&checkpoint),
+        vec!["checkpoint_recorded", "notes_truncated"]
+    );
+}
