@@ -1084,3 +1084,60 @@ fn a_rewound_agent_following_the_text_records_its_new_notes_on_a_new_branch() {
         "{shown}"
     );
 }
+
+/// A project workflow that does not compile is visible: `list_workflows` names the file, the
+/// declared id and its first errors; `start_workflow` and `inspect_workflow` on that id answer
+/// `WORKFLOW_INVALID` with the errors, not `WORKFLOW_NOT_FOUND`.
+///
+/// lock: L-ERR-SELF-CORRECTING
+#[test]
+fn a_broken_project_workflow_is_listed_with_its_errors_and_refused_as_invalid() {
+    let dir = data_dir();
+    let project = dir.path().join("workflows");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("broken.json"),
+        r#"{"id": "project.broken", "name": "Broken", "description": "No steps.", "steps": []}"#,
+    )
+    .unwrap();
+    std::fs::write(project.join("garbled.json"), "{ not json").unwrap();
+    let mut server = Server::start(&dir.path().join("data"));
+    let listed = server.call("list_workflows", json!({}));
+    assert_eq!(listed["isError"], false, "{listed}");
+    let problems = listed["structuredContent"]["problems"].as_array().unwrap();
+    let broken = problems
+        .iter()
+        .find(|p| p["workflowId"] == "project.broken")
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(broken["problem"], "invalid");
+    assert!(
+        broken["sourceRef"]
+            .as_str()
+            .unwrap()
+            .contains("broken.json")
+    );
+    assert!(!broken["errors"].as_array().unwrap().is_empty(), "{broken}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["sourceRef"].as_str().unwrap().contains("garbled.json")),
+        "{listed}"
+    );
+    let text = listed["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("did not load") && text.contains("broken.json"),
+        "{text}"
+    );
+    for tool in ["start_workflow", "inspect_workflow"] {
+        let refused = server.error(tool, json!({"workflowId": "project.broken"}));
+        assert_eq!(refused["code"], "WORKFLOW_INVALID", "{refused}");
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap()
+                .contains("does not load"),
+            "{refused}"
+        );
+    }
+    assert!(server.close().success());
+}

@@ -60,6 +60,27 @@ pub struct WorkflowSummary {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListWorkflowsOutput {
     pub workflows: Vec<WorkflowSummary>,
+    /// Workflow files that did not load (invalid, unreadable, or a duplicate id), so their
+    /// authors see why; absent when every file loaded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<WorkflowProblemView>,
+}
+
+/// A workflow file that did not load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkflowProblemView {
+    /// Where it came from (`project`, `user`, …).
+    pub source_kind: WorkflowSourceKind,
+    /// The file, as its source names it.
+    pub source_ref: String,
+    /// The id the file declares, when it could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    /// `invalid`, `unreadable` or `duplicate_id`.
+    pub problem: String,
+    /// The first errors (at most 5), each with where and how to fix it.
+    pub errors: Vec<String>,
 }
 
 /// What `inspect_workflow` returns.

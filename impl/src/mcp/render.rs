@@ -57,6 +57,29 @@ pub fn list_text(out: &ListWorkflowsOutput) -> String {
         text.push('\n');
         text.push_str(&summary_line(w));
     }
+    if !out.problems.is_empty() {
+        let _ = write!(
+            text,
+            "\n\n{} workflow file{} did not load (tell the user; the file's author fixes it):",
+            out.problems.len(),
+            if out.problems.len() == 1 { "" } else { "s" }
+        );
+        for p in &out.problems {
+            let id = p
+                .workflow_id
+                .as_deref()
+                .map(|id| format!(" (id {id})"))
+                .unwrap_or_default();
+            let _ = write!(
+                text,
+                "\n- {}{id}, {}: {}",
+                p.source_ref, p.source_kind, p.problem
+            );
+            for e in &p.errors {
+                let _ = write!(text, "\n  - {e}");
+            }
+        }
+    }
     if n > 0 {
         text.push_str(
             "\n\nNext: inspect_workflow {\"workflowId\": \"<id>\", \"mode\": \"preview\"} to see the steps, or start_workflow {\"workflowId\": \"<id>\"} to begin.",

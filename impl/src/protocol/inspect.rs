@@ -90,6 +90,18 @@ pub(super) fn session_summary(wr: &Workrail, loaded: &LoadedSession) -> SessionS
 
 /// `WORKFLOW_NOT_FOUND` with "did you mean" and the ids available now.
 pub(super) fn workflow_not_found(tool: &str, catalog: &Catalog, id: &str) -> ErrorEnvelope {
+    // A file that declares the id but did not load: its own errors, not "not found".
+    if let Some(problem) = catalog.problem_of(id) {
+        problem.log_once();
+        let envelope = problem.to_envelope();
+        return ErrorEnvelope {
+            message: format!(
+                "{tool}: workflow {id:?} exists but does not load: {}",
+                envelope.message
+            ),
+            ..envelope
+        };
+    }
     let available: Vec<String> = catalog
         .summaries()
         .iter()

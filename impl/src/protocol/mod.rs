@@ -347,8 +347,16 @@ impl Workrail {
         &self,
         _input: ListWorkflowsInput,
     ) -> Result<ListWorkflowsOutput, ErrorEnvelope> {
+        let catalog = (self.catalog)();
+        let problems = catalog
+            .problems()
+            .iter()
+            .inspect(|p| p.log_once())
+            .map(crate::sources::SourceProblem::view)
+            .collect();
         Ok(ListWorkflowsOutput {
-            workflows: (self.catalog)().summaries(),
+            workflows: catalog.summaries(),
+            problems,
         })
     }
 

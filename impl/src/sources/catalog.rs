@@ -121,6 +121,62 @@ pub struct SourceProblem {
 }
 
 impl SourceProblem {
+    /// The discovery view of this problem (`list_workflows`).
+    pub fn view(&self) -> workrail_spec::tools::WorkflowProblemView {
+        let (problem, errors) = match &self.kind {
+            ProblemKind::Io(message) => ("unreadable", vec![message.clone()]),
+            ProblemKind::Invalid(errors) => (
+                "invalid",
+                errors
+                    .errors()
+                    .iter()
+                    .take(5)
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+            ProblemKind::Shadowed {
+                winner_ref,
+                winner_kind,
+            } => (
+                "duplicate_id",
+                vec![format!(
+                    "the id is already defined by {winner_ref} ({winner_kind}), which takes precedence; rename one of them"
+                )],
+            ),
+        };
+        workrail_spec::tools::WorkflowProblemView {
+            source_kind: self.source_kind,
+            source_ref: self.source_ref.clone(),
+            workflow_id: self.workflow_id.clone(),
+            problem: problem.to_owned(),
+            errors,
+        }
+    }
+
+    /// Logs this problem at warn, once per process (the catalog is loaded for every call).
+    pub fn log_once(&self) {
+        static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let view = self.view();
+        let key = format!(
+            "{}|{}|{}",
+            view.source_ref,
+            view.problem,
+            view.errors.join("|")
+        );
+        let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+        if logged.contains(&key) {
+            return;
+        }
+        logged.push(key);
+        tracing::warn!(
+            source = %view.source_ref,
+            workflow = view.workflow_id.as_deref().unwrap_or("?"),
+            problem = %view.problem,
+            "workflow not loaded: {}",
+            view.errors.join("; ")
+        );
+    }
+
     pub fn to_envelope(&self) -> ErrorEnvelope {
         let what = format!("{} ({})", self.source_ref, self.source_kind);
         match &self.kind {
@@ -287,6 +343,14 @@ impl Catalog {
     /// Documents that did not load, in load order.
     pub fn problems(&self) -> &[SourceProblem] {
         &self.problems
+    }
+
+    /// The problem of a document that declares `id` but did not load (invalid or unreadable;
+    /// a shadowed copy is not one: the id resolves to the winner).
+    pub fn problem_of(&self, id: &str) -> Option<&SourceProblem> {
+        self.problems.iter().find(|p| {
+            p.workflow_id.as_deref() == Some(id) && !matches!(p.kind, ProblemKind::Shadowed { .. })
+        })
     }
 
     /// The workflow with exactly this id.
