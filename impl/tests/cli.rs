@@ -317,3 +317,50 @@ fn logs_go_to_stderr_never_stdout() {
     assert_eq!(results[0]["isError"], false);
     assert!(logs.contains("ignoring invalid WORKRAIL_LOG"), "{logs}");
 }
+
+/// `workrail sessions` lists every session, newest first, with its health and each run's
+/// workflow, label and status; `--json` gives the same as data.
+#[test]
+fn sessions_lists_every_session_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = run(dir.path(), &["sessions"]);
+    assert_eq!(empty.status.code(), Some(0), "{}", stderr(&empty));
+    assert!(stdout(&empty).contains("No sessions"), "{}", stdout(&empty));
+    let (first, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("start_workflow", json!({"workflowId": "wr.coding_task"}))],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (second, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[(
+            "start_workflow",
+            json!({"workflowId": "wr.bug_investigation"}),
+        )],
+    );
+    let id = |r: &Value| {
+        r["structuredContent"]["session"]["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (older, newer) = (id(&first[0]), id(&second[0]));
+    let text = run(dir.path(), &["sessions"]);
+    assert_eq!(text.status.code(), Some(0), "{}", stderr(&text));
+    let out = stdout(&text);
+    let (at_newer, at_older) = (out.find(&newer).unwrap(), out.find(&older).unwrap());
+    assert!(at_newer < at_older, "newest first: {out}");
+    assert!(
+        out.contains("healthy")
+            && out.contains("wr.bug_investigation")
+            && out.contains("in_progress"),
+        "{out}"
+    );
+    let json_out = run(dir.path(), &["sessions", "--json"]);
+    let rows: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
+    assert_eq!(rows[0]["sessionId"], newer.as_str());
+    assert_eq!(rows[1]["sessionId"], older.as_str());
+    assert_eq!(rows[0]["health"], "healthy");
+    assert_eq!(rows[0]["runs"][0]["workflowId"], "wr.bug_investigation");
+    assert!(rows[0]["lastActivity"].as_str().unwrap().ends_with('Z'));
+}

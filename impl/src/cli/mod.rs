@@ -72,6 +72,13 @@ enum Command {
         #[arg(long)]
         bundled: bool,
     },
+    /// List the sessions of the data directory, newest first: id, last activity, health, and
+    /// each run's workflow, label and status.
+    Sessions {
+        /// Print JSON (an array, newest first) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a session's run DAG, preferred tip, status and outputs.
     Inspect {
         /// The session id (`session.sessionId` in any execution response).
@@ -191,6 +198,18 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate { file, bundled } => Ok(validate(&file, bundled)),
+        Command::Sessions { json } => {
+            let data_dir = match &cli.data_dir {
+                Some(dir) => dir.clone(),
+                None => WorkrailConfig::from_env()?.data_dir,
+            };
+            let workrail = open(cli.data_dir)?;
+            let rows = workrail
+                .sessions_overview()
+                .map_err(|e| envelope_text(&e))?;
+            print_stdout(&sessions_text(rows, &data_dir, json)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Inspect { session_id } => {
             let workrail = open(cli.data_dir)?;
             match workrail.inspect_session(&session_id) {
@@ -393,6 +412,69 @@ fn import_text(report: &crate::bundle::ImportReport) -> String {
         }
     }
     out
+}
+
+/// `workrail sessions`: newest first by the last change of each session's manifest (the
+/// control stream changes with every commit).
+fn sessions_text(
+    rows: Vec<crate::protocol::SessionOverview>,
+    data_dir: &std::path::Path,
+    json: bool,
+) -> Result<String, String> {
+    use crate::gc::RetentionClock as _;
+    let clock = crate::gc::OsRetentionClock::new(data_dir.to_path_buf());
+    let mut dated: Vec<(
+        Option<std::time::SystemTime>,
+        crate::protocol::SessionOverview,
+    )> = rows
+        .into_iter()
+        .map(|row| {
+            let at = clock
+                .modified(&crate::store::layout::manifest_path(&row.session_id))
+                .ok()
+                .flatten();
+            (at, row)
+        })
+        .collect();
+    dated.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then_with(|| a.1.session_id.cmp(&b.1.session_id))
+    });
+    let when = |at: Option<std::time::SystemTime>| at.map(crate::time::rfc3339_utc);
+    if json {
+        let items: Vec<serde_json::Value> = dated
+            .iter()
+            .map(|(at, row)| {
+                let mut value = serde_json::to_value(row).unwrap_or_default();
+                value["lastActivity"] = serde_json::json!(when(*at));
+                value
+            })
+            .collect();
+        return serde_json::to_string_pretty(&items).map_err(|e| e.to_string());
+    }
+    if dated.is_empty() {
+        return Ok("No sessions yet in this data directory.".to_owned());
+    }
+    let mut out = format!("{} session(s), newest first:", dated.len());
+    for (at, row) in &dated {
+        let health = match &row.reason {
+            Some(reason) => format!("{} ({reason})", row.health),
+            None => row.health.clone(),
+        };
+        out.push_str(&format!(
+            "\n{}  {}  {health}",
+            row.session_id,
+            when(*at).unwrap_or_else(|| "last activity unknown".to_owned())
+        ));
+        for run in &row.runs {
+            out.push_str(&format!(
+                "\n  {} \"{}\" ({}): {}, {} node(s)",
+                run.run_id, run.label, run.workflow_id, run.status, run.nodes
+            ));
+        }
+    }
+    out.push_str("\n\n`workrail inspect <sessionId>` shows a session's runs, branches and notes.");
+    Ok(out)
 }
 
 /// The sessions that hold gc in safe mode, each with what clears it.

@@ -472,6 +472,37 @@ impl Workrail {
         Ok(inspect::session_summary(self, &loaded))
     }
 
+    /// Every session of the data directory with its health and runs (`workrail sessions`);
+    /// directories without committed truth are left out. Read-only.
+    pub fn sessions_overview(&self) -> Result<Vec<SessionOverview>, ErrorEnvelope> {
+        let mut rows = Vec::new();
+        for id in self
+            .sessions
+            .list_sessions()
+            .map_err(store_envelope(false))?
+        {
+            match self.sessions.load(&id) {
+                Ok(loaded) => rows.push(SessionOverview {
+                    health: loaded.health.kind().as_str().to_owned(),
+                    reason: loaded
+                        .health
+                        .corruption()
+                        .map(|c| c.reason.as_str().to_owned()),
+                    runs: inspect::session_summary(self, &loaded).runs,
+                    session_id: id,
+                }),
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => rows.push(SessionOverview {
+                    session_id: id,
+                    health: "unreadable".to_owned(),
+                    reason: Some(e.to_string()),
+                    runs: Vec::new(),
+                }),
+            }
+        }
+        Ok(rows)
+    }
+
     /// A human-readable view of a session: health, runs, DAG, preferred tips, status, outputs.
     pub fn inspect_session(&self, session_id: &str) -> Result<String, ErrorEnvelope> {
         inspect::inspect_session(self, session_id)
@@ -947,6 +978,18 @@ fn unknown_node(state: &StatePayload) -> ErrorEnvelope {
         "If the session lives in another WorkRail data directory, use that one (or import its exported bundle); otherwise copy the tokens exactly from the latest response of the run, call resume_session to find the run again, or start the workflow again with start_workflow.",
         Retry::NotRetryable,
     )
+}
+
+/// One session at a glance (`workrail sessions`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionOverview {
+    pub session_id: SessionId,
+    /// `healthy`, `corrupt_tail`, `corrupt_head`, `unknown_version`, or `unreadable`.
+    pub health: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub runs: Vec<RunSummary>,
 }
 
 /// Where a token points, for scope-mismatch messages and details.
