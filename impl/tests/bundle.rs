@@ -613,6 +613,11 @@ fn corrupt_tail_sessions_export_their_prefix_as_salvage_which_imports_only_on_re
         ErrorCode::SessionCorrupt,
     );
     assert!(err.suggestion.contains("--allow-salvage"));
+    assert!(
+        !err.suggestion.contains("ImportOptions"),
+        "no Rust API names: {}",
+        err.suggestion
+    );
     // The banner cannot be stripped.
     let mut v: Value = serde_json::from_str(&exported.text).unwrap();
     v.as_object_mut().unwrap().remove("salvage");

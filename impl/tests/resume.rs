@@ -907,3 +907,35 @@ fn outside_a_repository_nothing_is_observed() {
     // A directory that does not exist (deleted under the server) observes nothing either.
     assert!(observed_at(&tmp.path().join("gone")).is_empty());
 }
+
+/// "best match first" only when something matched; a recency fallback says so, and says what the
+/// search looks at (not `context`) and what to pass instead.
+///
+/// lock: L-RESUME-WHY-MATCHED
+#[test]
+fn a_recency_fallback_says_nothing_matched_and_what_the_search_covers() {
+    let fs = MemFs::new();
+    let wr = open_at(&fs, 91, None);
+    session(&wr, &["wired the billing retry loop"]);
+    let matched = resume_outcome(&wr, json!({"query": {"text": "billing"}}));
+    assert!(
+        matched.text.contains("best match first"),
+        "{}",
+        matched.text
+    );
+    let fallback = resume_outcome(&wr, json!({"query": {"text": "JIRA-4711"}}));
+    let out: ResumeSessionOutput = serde_json::from_value(fallback.structured).unwrap();
+    assert_eq!(out.candidates.len(), 1);
+    assert!(
+        !fallback.text.contains("best match first"),
+        "{}",
+        fallback.text
+    );
+    assert!(
+        fallback.text.contains("No run matched")
+            && fallback.text.contains("does not search `context`")
+            && fallback.text.contains("query.gitBranch"),
+        "{}",
+        fallback.text
+    );
+}

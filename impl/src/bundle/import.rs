@@ -99,7 +99,7 @@ pub fn import_bundle(
                 "import refused, nothing was written: bundle {} is a salvage export of session {} ({}: {} at manifest record {}); it holds only the validated prefix, and salvage data is read-only.",
                 body.bundle_id, body.session.session_id, salvage.health, salvage.reason, salvage.manifest_index
             ),
-            "Read the bundle as it is, or import it with --allow-salvage (ImportOptions::allow_salvage) to make its validated prefix a new, normal session that can be continued.",
+            "Read the bundle as it is, or import it with `workrail import <file> --allow-salvage` to make its validated prefix a new, normal session that can be continued.",
             Retry::NotRetryable,
         )
         .with_details(serde_json::json!({

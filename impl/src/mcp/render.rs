@@ -154,11 +154,24 @@ pub fn resume_text(out: &ResumeSessionOutput) -> String {
             "No run to resume: this WorkRail data directory holds no healthy session yet.\n\nNext: if the user has a stateToken from an earlier chat, call continue_workflow with it; otherwise pick a workflow with list_workflows and start a run with start_workflow.\n",
         ),
         n => {
-            let _ = writeln!(
-                text,
-                "{n} run{} to resume, best match first:",
-                if n == 1 { "" } else { "s" }
-            );
+            let matched_any = out.candidates.iter().any(|c| {
+                c.why_matched
+                    .iter()
+                    .any(|w| *w != workrail_spec::closed::WhyMatched::RecencyFallback)
+            });
+            if matched_any {
+                let _ = writeln!(
+                    text,
+                    "{n} run{} to resume, best match first:",
+                    if n == 1 { "" } else { "s" }
+                );
+            } else {
+                let _ = writeln!(
+                    text,
+                    "No run matched a query term (or no query was given), so these are the {n} most recent run{}, newest first. The search matches words in each run's latest recap notes and in its workflow id or name, and git HEAD or branch when you pass them; it does not search `context`, so an id (ticket, PR) that was only passed as context is not found: search for words the notes would contain, or pass query.gitBranch / query.gitHeadSha.",
+                    if n == 1 { "" } else { "s" }
+                );
+            }
             for (i, c) in out.candidates.iter().enumerate() {
                 let at = match &c.pending {
                     Some(p) => format!("waiting at step \"{}\" [{}]", p.title, p.step_id),
