@@ -193,6 +193,9 @@ fn gc_dry_run_reports_and_safe_mode_exits_1() {
     let stdout = text(&dry.stdout);
     assert!(stdout.contains("gc (dry run): ttl 0 days"), "{stdout}");
     assert!(stdout.contains(&format!("{session} expired")), "{stdout}");
+    // The report says what the session holds: its runs' workflows, labels and status.
+    let line = stdout.lines().find(|l| l.contains(&session)).unwrap();
+    assert!(line.contains(" — ") && line.contains('"'), "{line}");
     assert!(
         stdout.contains("sessions that would be deleted: 1"),
         "{stdout}"
@@ -228,6 +231,11 @@ fn gc_dry_run_reports_and_safe_mode_exits_1() {
     );
     assert!(stderr.contains(&session), "{stderr}");
     assert!(stderr.contains("safe mode"), "{stderr}");
+    // It names the session that holds safe mode and how to clear it.
+    assert!(
+        stderr.contains("to clear:") && stderr.contains(&format!("workrail export {session}")),
+        "{stderr}"
+    );
     assert!(manifest.exists());
 }
 

@@ -363,4 +363,11 @@ fn sessions_lists_every_session_newest_first() {
     assert_eq!(rows[0]["health"], "healthy");
     assert_eq!(rows[0]["runs"][0]["workflowId"], "wr.bug_investigation");
     assert!(rows[0]["lastActivity"].as_str().unwrap().ends_with('Z'));
+    // inspect names the step each node waits at, beside the node id.
+    let inspected = run(dir.path(), &["inspect", &newer]);
+    let shown = stdout(&inspected);
+    assert!(
+        shown.contains("at step \"") && shown.contains("[preferred tip]"),
+        "{shown}"
+    );
 }

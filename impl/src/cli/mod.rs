@@ -286,6 +286,21 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 None => WorkrailConfig::from_env()?.data_dir,
             };
             let clock = crate::gc::OsRetentionClock::new(data_dir);
+            // What each session holds, read before anything is deleted, so the report can say
+            // which work a deleted session held.
+            let held: std::collections::HashMap<_, _> = workrail
+                .sessions_overview()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|row| {
+                    let runs: Vec<String> = row
+                        .runs
+                        .iter()
+                        .map(|r| format!("{} \"{}\" {}", r.workflow_id, r.label, r.status))
+                        .collect();
+                    (row.session_id, runs.join("; "))
+                })
+                .collect();
             let bar = StderrProgress::new();
             let report = workrail.gc(&crate::gc::GcOptions { dry_run, ttl_days }, &clock, &bar);
             bar.finish();
@@ -300,7 +315,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     w.message
                 );
             }
-            print_stdout(&gc_text(&report));
+            print_stdout(&gc_text(&report, &held));
             if report.safe_mode {
                 return Err(safe_mode_text(&report));
             }
@@ -517,7 +532,10 @@ fn safe_mode_text(report: &crate::gc::GcReport) -> String {
     out
 }
 
-fn gc_text(report: &crate::gc::GcReport) -> String {
+fn gc_text(
+    report: &crate::gc::GcReport,
+    held: &std::collections::HashMap<workrail_spec::ids::SessionId, String>,
+) -> String {
     let verb = if report.dry_run {
         "that would be deleted"
     } else {
@@ -539,12 +557,16 @@ fn gc_text(report: &crate::gc::GcReport) -> String {
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
         out.push_str(&format!(
-            "  {} {decision}{}{}\n",
+            "  {} {decision}{}{}{}\n",
             s.session_id,
             s.age_days
                 .map(|d| format!(" (age {d} days)"))
                 .unwrap_or_default(),
-            if s.deleted { ", deleted" } else { "" }
+            if s.deleted { ", deleted" } else { "" },
+            held.get(&s.session_id)
+                .filter(|runs| !runs.is_empty())
+                .map(|runs| format!(" — {runs}"))
+                .unwrap_or_default()
         ));
     }
     out.push_str(&format!(

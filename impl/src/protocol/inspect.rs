@@ -77,6 +77,15 @@ fn summarize(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
 
 /// The session summary, from the projection cache when it matches the log position, else
 /// rebuilt and cached.
+/// The summary without writing anything (a cached one when it is current): for commands that
+/// must leave the data directory as it is, such as `gc --dry-run`.
+pub(super) fn session_summary_read_only(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
+    match wr.cache.get(&loaded.session_id, CacheKey::of(loaded)) {
+        CacheLookup::Hit(summary) => summary,
+        _ => summarize(wr, loaded),
+    }
+}
+
 pub(super) fn session_summary(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
     let key = CacheKey::of(loaded);
     if let CacheLookup::Hit(summary) = wr.cache.get(&loaded.session_id, key) {
@@ -188,10 +197,12 @@ fn tree(
     node: &NodeId,
     depth: usize,
     tip: Option<&NodeId>,
+    step_of: &dyn Fn(&crate::projections::NodeInfo) -> String,
 ) {
     let Some(info) = facts.node(run, node) else {
         return;
     };
+    let step = step_of(info);
     let notes = facts
         .recap_notes(run, node)
         .map(|n| {
@@ -206,7 +217,7 @@ fn tree(
         .unwrap_or_default();
     let _ = writeln!(
         out,
-        "{}- {} ({}){}{}",
+        "{}- {} ({}, {step}){}{}",
         "  ".repeat(depth),
         node,
         info.kind,
@@ -218,7 +229,7 @@ fn tree(
         notes
     );
     for child in &info.children {
-        tree(out, facts, run, child, depth + 1, tip);
+        tree(out, facts, run, child, depth + 1, tip, step_of);
     }
 }
 
@@ -265,6 +276,26 @@ pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String,
         if let Some(view) = facts.run(&run.run_id)
             && let Some(root) = &view.dag.root
         {
+            let compiled = wr.pinned.get(&view.dag.started.workflow_hash).ok();
+            // The step each node waits at (its snapshot's pending step), as responses name it.
+            let step_of = |info: &crate::projections::NodeInfo| -> String {
+                let Ok(snapshot) = wr.snapshots.get(&info.snapshot_ref) else {
+                    return "snapshot unreadable".to_owned();
+                };
+                let engine = &snapshot.engine_payload.engine_state;
+                match engine.pending_step() {
+                    Some(pending) => {
+                        let title = compiled
+                            .as_ref()
+                            .and_then(|c| c.step(&pending.step_id))
+                            .map(|s| format!("\"{}\" ", s.title))
+                            .unwrap_or_default();
+                        format!("at step {title}[{}]", pending.step_id)
+                    }
+                    None if engine.is_complete() => "complete".to_owned(),
+                    None => "no pending step".to_owned(),
+                }
+            };
             tree(
                 &mut out,
                 &facts,
@@ -272,6 +303,7 @@ pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String,
                 root,
                 1,
                 run.preferred_tip.as_ref(),
+                &step_of,
             );
         }
     }

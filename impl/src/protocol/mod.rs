@@ -473,7 +473,7 @@ impl Workrail {
     }
 
     /// Every session of the data directory with its health and runs (`workrail sessions`);
-    /// directories without committed truth are left out. Read-only.
+    /// directories without committed truth are left out. Writes nothing, not even a cache.
     pub fn sessions_overview(&self) -> Result<Vec<SessionOverview>, ErrorEnvelope> {
         let mut rows = Vec::new();
         for id in self
@@ -488,7 +488,7 @@ impl Workrail {
                         .health
                         .corruption()
                         .map(|c| c.reason.as_str().to_owned()),
-                    runs: inspect::session_summary(self, &loaded).runs,
+                    runs: inspect::session_summary_read_only(self, &loaded).runs,
                     session_id: id,
                 }),
                 Err(StoreError::NotFound { .. }) => {}
