@@ -566,7 +566,16 @@ impl<S: System> Juggler<S> {
                     )
                 })?;
                 self.check_names_run(&out, run)?;
-                let json = serde_json::to_string(&out).map_err(|e| e.to_string())?;
+                // A repeat with other notes carries a replay notice beside the recorded answer
+                // (D57); the answer itself must be the recorded one.
+                let mut answer = out.clone();
+                if let Some(notice) = answer.replay.take()
+                    && (notice.not_recorded.is_empty()
+                        || !notice.fork_ack_token.starts_with("ack.v1."))
+                {
+                    return Err(format!("a malformed replay notice: {notice:?}"));
+                }
+                let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
                 if let Some(recorded) = self.recorded.get(&token) {
                     if before != after {
                         return Err(format!("a replay wrote: {:?}", changed(&before, &after)));
