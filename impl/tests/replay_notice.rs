@@ -108,6 +108,21 @@ fn a_rewound_ack_with_new_notes_says_so_and_one_call_records_them_as_a_fork() {
         .continue_workflow(with_ack(&notice.fork_ack_token, "planned B"))
         .unwrap();
     assert!(forked.replay.is_none());
+    // The fork says it forked, from which step, what the other branch holds, and which branch
+    // is preferred now.
+    let fork = forked
+        .warnings
+        .iter()
+        .find(|w| w.code == "forked")
+        .expect("a fork notice");
+    assert!(
+        fork.message.contains("step \"Plan\"")
+            && fork.message.contains("\"planned A\"")
+            && fork.message.contains("preferred tip"),
+        "{}",
+        fork.message
+    );
+    assert!(render_text(&forked).contains("Forked:"));
     let tip = |out: &ExecutionOutput| -> String {
         let parts = workrail_spec::token::TokenParts::parse(&out.state_token).unwrap();
         match parts.payload().unwrap() {

@@ -85,6 +85,80 @@ pub(super) fn respond_at(
     Ok(output)
 }
 
+/// When the attempt forked (its node already had a step child), says so in words: from which
+/// step, what the other branch holds, and which branch is now the run's preferred tip. Built from
+/// the recorded prefix, so replays stay identical.
+fn fork_warning(
+    facts: &Facts<'_>,
+    ctx: &NodeContext,
+    state: &StatePayload,
+    new_node: &NodeId,
+) -> Option<Warning> {
+    let run = &state.run_id;
+    let from = facts.node(run, &state.node_id)?;
+    let siblings: Vec<&NodeId> = from
+        .children
+        .iter()
+        .filter(|c| *c != new_node)
+        .filter(|c| {
+            facts
+                .node(run, c)
+                .is_some_and(|n| n.kind == workrail_spec::closed::NodeKind::Step)
+        })
+        .collect();
+    if siblings.is_empty() {
+        return None;
+    }
+    // The newest node of each other branch, and its latest notes.
+    let newest_of = |root: &NodeId| -> Option<&crate::projections::NodeInfo> {
+        let mut stack = vec![root.clone()];
+        let mut newest: Option<&crate::projections::NodeInfo> = None;
+        while let Some(id) = stack.pop() {
+            let info = facts.node(run, &id)?;
+            if newest.is_none_or(|n| info.created_index > n.created_index) {
+                newest = Some(info);
+            }
+            stack.extend(info.children.iter().cloned());
+        }
+        newest
+    };
+    let step = ctx
+        .state
+        .pending_step()
+        .map(|p| {
+            ctx.compiled
+                .step(&p.step_id)
+                .map_or_else(|| p.step_id.to_string(), |s| s.title.clone())
+        })
+        .unwrap_or_default();
+    let others: Vec<String> = siblings
+        .iter()
+        .filter_map(|s| newest_of(s))
+        .map(|tip| {
+            let notes = facts
+                .recap_notes(run, &tip.node_id)
+                .map(|n| {
+                    let line: String = n.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let cut = workrail_spec::budget::floor_char_boundary(&line, 200);
+                    if cut < line.len() {
+                        format!("\"{}…\"", &line[..cut])
+                    } else {
+                        format!("\"{line}\"")
+                    }
+                })
+                .unwrap_or_else(|| "no notes".to_owned());
+            format!("a branch whose latest node {} notes {notes}", tip.node_id)
+        })
+        .collect();
+    Some(Warning::new(
+        "forked",
+        format!(
+            "Forked: step \"{step}\" had already been acknowledged, so this call started a new branch from it; the earlier work stays ({}). This newest branch is now the run's preferred tip: rehydrates of the run and resume_session follow it. To go back to the other branch, rehydrate one of its stateTokens.",
+            others.join("; ")
+        ),
+    ))
+}
+
 /// A warning when the notes recorded on `node` (a node the plan ending `prefix` created) were
 /// cut to the budget: rebuilt from the recorded notes, so replays stay identical.
 pub(super) fn notes_warnings(prefix: &[SessionEvent], node: &NodeId) -> Vec<Warning> {
@@ -253,6 +327,9 @@ fn replay(
                 Some(&record_id),
             )?;
             output.warnings.extend(truncated);
+            output
+                .warnings
+                .extend(fork_warning(&facts, ctx, state, to_node_id));
             Ok(output)
         }
     }
