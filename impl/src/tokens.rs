@@ -143,25 +143,10 @@ fn is_invisible(c: char) -> bool {
 
 /// `%XX` escapes decoded (a token never contains `%`); `None` when the result is not UTF-8.
 fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes.get(i), bytes.get(i + 1), bytes.get(i + 2)) {
-            (Some(b'%'), Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                let value = hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0);
-                out.push(u8::try_from(value).unwrap_or(b'%'));
-                i += 3;
-            }
-            (Some(&b), _, _) => {
-                out.push(b);
-                i += 1;
-            }
-            (None, _, _) => break,
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|decoded| decoded.into_owned())
 }
 
 /// Drops the opening line of a Markdown code fence when it carries only an info string

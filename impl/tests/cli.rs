@@ -371,3 +371,38 @@ fn sessions_lists_every_session_newest_first() {
         "{shown}"
     );
 }
+
+/// Without `WORKRAIL_DATA_DIR`, the data directory is the platform's (`$XDG_DATA_HOME/workrail`
+/// on Linux), created on first use.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_default_data_directory_is_the_platform_one() {
+    let home = tempfile::tempdir().unwrap();
+    let xdg = home.path().join("xdg-data");
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .args(["sessions"])
+        .env_remove("WORKRAIL_DATA_DIR")
+        .env("XDG_DATA_HOME", &xdg)
+        .env("HOME", home.path())
+        .current_dir(home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(xdg.join("workrail/keys/keyring.json").is_file());
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .args(["sessions"])
+        .env_remove("WORKRAIL_DATA_DIR")
+        .env_remove("XDG_DATA_HOME")
+        .env("HOME", home.path())
+        .current_dir(home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        home.path()
+            .join(".local/share/workrail/keys/keyring.json")
+            .is_file()
+    );
+}

@@ -109,22 +109,9 @@ impl std::fmt::Debug for WorkrailConfig {
 }
 
 /// The platform data directory: `$XDG_DATA_HOME/workrail`, else `~/.local/share/workrail`
-/// (macOS: `~/Library/Application Support/workrail`; Windows: `%APPDATA%\workrail`).
+/// (macOS: `~/Library/Application Support/workrail`; Windows: `%APPDATA%\\workrail`).
 pub fn default_data_dir() -> Option<PathBuf> {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if cfg!(windows) {
-        return var("APPDATA").map(|d| d.join("workrail"));
-    }
-    if cfg!(target_os = "macos") {
-        return var("HOME").map(|h| h.join("Library/Application Support/workrail"));
-    }
-    var("XDG_DATA_HOME")
-        .map(|d| d.join("workrail"))
-        .or_else(|| var("HOME").map(|h| h.join(".local/share/workrail")))
+    dirs::data_dir().map(|d| d.join("workrail"))
 }
 
 impl WorkrailConfig {
