@@ -92,3 +92,40 @@ fn notes_cut_to_the_budget_are_flagged_on_the_answer_and_its_replays() {
         vec!["checkpoint_recorded", "notes_truncated"]
     );
 }
+
+/// The pending step names the artifact its contract requires, with an example of its exact
+/// shape, and the "Next:" line says to send it; the example as shown is accepted.
+///
+/// lock: L-MCP-EXECUTION-RESPONSE
+#[test]
+fn the_pending_step_names_its_required_artifact_and_its_shape() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let mut out = start(&wr, "project.demo");
+    assert!(out.pending.as_ref().unwrap().required_artifact.is_none());
+    assert!(!render_text(&out).contains("output.artifacts"));
+    out = wr.continue_workflow(ack(&out, "planned", vec![])).unwrap();
+    out = wr
+        .continue_workflow(ack(&out, "implemented", vec![]))
+        .unwrap();
+    assert_eq!(pending(&out), "decide");
+    let required = out
+        .pending
+        .as_ref()
+        .unwrap()
+        .required_artifact
+        .clone()
+        .expect("decide requires loop control");
+    assert_eq!(required.kind, "wr.loop_control");
+    assert_eq!(required.example["loopId"], "build");
+    let text = render_text(&out);
+    let next = text.lines().rfind(|l| l.starts_with("Next:")).unwrap();
+    assert!(
+        next.contains("output.artifacts: [{") && next.contains("\"kind\":\"wr.loop_control\""),
+        "{next}"
+    );
+    let advanced = wr
+        .continue_workflow(ack(&out, "decided", vec![required.example]))
+        .unwrap();
+    assert!(advanced.blockers.is_empty(), "{:?}", advanced.blockers);
+}

@@ -353,6 +353,20 @@ pub struct PendingView {
     pub title: String,
     pub prompt: String,
     pub require_confirmation: bool,
+    /// The artifact the step's output contract requires in `output.artifacts` on the ack,
+    /// with an example of its exact shape; absent when the step has no contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_artifact: Option<RequiredArtifactView>,
+}
+
+/// The artifact a pending step requires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequiredArtifactView {
+    /// Its `kind` (e.g. `wr.loop_control`).
+    pub kind: String,
+    /// A valid example: fill it in from your work.
+    pub example: Value,
 }
 
 /// Informational session/run identity (correctness is driven by tokens).

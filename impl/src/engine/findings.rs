@@ -52,16 +52,14 @@ fn example_for(contract: &CompiledContract, loop_id: Option<&str>) -> Value {
     example
 }
 
-/// The step's required output is missing (`problems` empty) or invalid.
-pub(crate) fn contract(
+/// The example artifact a step's contract asks for, as blocked responses and the pending step
+/// show it: `loopId` set to the enclosing loop, a probe's `capability` to the one it probes.
+pub(crate) fn step_example(
     contract: &CompiledContract,
     step_id: &StepId,
     loop_id: Option<&str>,
-    problems: Vec<ContractProblem>,
-    autonomy: Autonomy,
-) -> Finding {
+) -> Value {
     let mut example = example_for(contract, loop_id);
-    // A probe step's example names the capability it probes.
     if let Some(probed) = workrail_spec::closed::Capability::ALL
         .iter()
         .find(|c| step_id.as_str() == crate::builtins::templates::probe_step_id(**c))
@@ -70,6 +68,18 @@ pub(crate) fn contract(
     {
         map.insert("capability".into(), Value::from(probed.as_str()));
     }
+    example
+}
+
+/// The step's required output is missing (`problems` empty) or invalid.
+pub(crate) fn contract(
+    contract: &CompiledContract,
+    step_id: &StepId,
+    loop_id: Option<&str>,
+    problems: Vec<ContractProblem>,
+    autonomy: Autonomy,
+) -> Finding {
+    let example = step_example(contract, step_id, loop_id);
     let (reason, message, fix) = match problems.first() {
         None => (
             ContractViolationReason::MissingRequiredOutput,

@@ -10,6 +10,7 @@
 
 pub mod contract;
 mod findings;
+pub(crate) use findings::step_example;
 pub mod outcome;
 pub mod reports;
 mod trace;

@@ -71,11 +71,28 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
         attempt_id: attempt(facts.session, facts.node, kind, ordinal),
     };
     let pending = facts.state.pending_step().and_then(|p| {
-        facts.compiled.step(&p.step_id).map(|step| PendingView {
-            step_id: step.step_id.clone(),
-            title: step.title.clone(),
-            prompt: step.prompt.clone(),
-            require_confirmation: step.require_confirmation,
+        facts.compiled.step(&p.step_id).map(|step| {
+            let loop_id = p.loop_path.last().map(|l| l.loop_id.to_string());
+            let required_artifact = step
+                .output
+                .as_ref()
+                .and_then(|o| o.contract_ref.as_deref())
+                .and_then(|r| facts.compiled.contract(r))
+                .map(|contract| workrail_spec::tools::RequiredArtifactView {
+                    kind: contract.artifact_kind.clone(),
+                    example: crate::engine::step_example(
+                        contract,
+                        &step.step_id,
+                        loop_id.as_deref(),
+                    ),
+                });
+            PendingView {
+                step_id: step.step_id.clone(),
+                title: step.title.clone(),
+                prompt: step.prompt.clone(),
+                require_confirmation: step.require_confirmation,
+                required_artifact,
+            }
         })
     });
     let is_complete = facts.state.is_complete();
@@ -228,14 +245,25 @@ pub fn render_text(output: &ExecutionOutput) -> String {
         out.push_str("\nNext: to keep the output you just sent, send it again with the ackToken of the REPLAY section (it records a new branch); to keep what was recorded instead, go on from the tokens above.\n");
         return out;
     }
-    out.push_str(&format!(
-        "\nNext: {}\n",
-        match output.next_intent {
-            NextIntent::Complete => "nothing; the run is complete. Use checkpoint_workflow to record further notes if needed.",
-            NextIntent::AwaitUserConfirmation => "show the step to the user and wait for confirmation; then do it and call continue_workflow with stateToken, ackToken and output.notesMarkdown (a fresh recap of this step only).",
-            NextIntent::PerformPendingThenContinue => "do the pending step, then call continue_workflow with stateToken, ackToken and output.notesMarkdown (a fresh recap of this step only).",
-            NextIntent::RehydrateOnly => "call continue_workflow with only the stateToken to recover the pending step.",
-        }
-    ));
+    // The step's required artifact, with its exact shape, where the agent looks for what to send.
+    let artifact = output
+        .pending
+        .as_ref()
+        .and_then(|p| p.required_artifact.as_ref())
+        .map(|a| {
+            format!(
+                " and output.artifacts: [{}] (the `{}` artifact this step requires, filled in from your work)",
+                workrail_spec::jcs::to_canonical_string(&a.example).unwrap_or_default(),
+                a.kind
+            )
+        })
+        .unwrap_or_default();
+    let next = match output.next_intent {
+        NextIntent::Complete => "nothing; the run is complete. Use checkpoint_workflow to record further notes if needed.".to_owned(),
+        NextIntent::AwaitUserConfirmation => format!("show the step to the user and wait for confirmation; then do it and call continue_workflow with stateToken, ackToken and output.notesMarkdown (a fresh recap of this step only){artifact}."),
+        NextIntent::PerformPendingThenContinue => format!("do the pending step, then call continue_workflow with stateToken, ackToken and output.notesMarkdown (a fresh recap of this step only){artifact}."),
+        NextIntent::RehydrateOnly => "call continue_workflow with only the stateToken to recover the pending step.".to_owned(),
+    };
+    out.push_str(&format!("\nNext: {next}\n"));
     out
 }
