@@ -150,7 +150,8 @@ pub(crate) fn from_value<T: DeserializeOwned>(
         .map_err(|e| ArtifactError::malformed(artifact, format!("{context}: {e}")))
 }
 
-pub(crate) fn json_type(value: &Value) -> &'static str {
+/// The JSON type of a value, as messages name it ("a string", "an object", …).
+pub fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -213,7 +213,7 @@ pub fn parse_args<T: DeserializeOwned>(
         None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
         Some(v @ Value::Object(_)) => v,
         Some(other) => {
-            let found = json_type(&other);
+            let found = workrail_spec::artifact::json_type(&other);
             return Err(validation(
                 format!("{name}: the arguments must be a JSON object, got {found}."),
                 format!(
@@ -323,17 +323,6 @@ fn field_list(tool: ToolName) -> String {
             .map(|f| format!("`{f}`"))
             .collect::<Vec<_>>()
             .join(", ")
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

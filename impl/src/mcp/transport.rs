@@ -233,19 +233,8 @@ fn judge_tool_call(params: Option<&Value>, id: Value) -> Verdict {
         }
         Some(other) => invalid(format!(
             "Invalid params: `params.arguments` must be a JSON object, got {}.",
-            kind_of(other)
+            workrail_spec::artifact::json_type(other)
         )),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -158,16 +158,7 @@ fn unknown_field(key: &str, pointer: &str, what: &str, allowed: &[&str]) -> Comp
 }
 
 /// The JSON type name used in messages.
-pub(super) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+pub(super) use workrail_spec::artifact::json_type as type_name;
 
 /// Reads a string; reports `wrong_type` otherwise.
 pub(super) fn string<'v>(
