@@ -129,3 +129,29 @@ fn the_pending_step_names_its_required_artifact_and_its_shape() {
         .unwrap();
     assert!(advanced.blockers.is_empty(), "{:?}", advanced.blockers);
 }
+
+/// A step that asks for notes (`outputRequired.notesMarkdown`) acknowledged without any says so,
+/// and replays say it again; with notes, nothing is said.
+///
+/// lock: L-OUTPUT-PER-STEP-FRESH
+#[test]
+fn a_step_that_asks_for_notes_and_got_none_says_so() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "wr.coding_task");
+    let bare = workrail_spec::tools::ContinueWorkflowInput {
+        output: None,
+        ..ack(&s0, "", vec![])
+    };
+    let first = wr.continue_workflow(bare.clone()).unwrap();
+    assert!(
+        codes(&first).contains(&"notes_missing"),
+        "{:?}",
+        codes(&first)
+    );
+    assert_eq!(wr.continue_workflow(bare).unwrap(), first);
+    let with_notes = wr
+        .continue_workflow(ack(&first, "planned the increments", vec![]))
+        .unwrap();
+    assert!(!codes(&with_notes).contains(&"notes_missing"));
+}

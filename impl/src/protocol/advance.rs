@@ -159,6 +159,36 @@ fn fork_warning(
     ))
 }
 
+/// A warning when the acknowledged step asks for notes (`outputRequired.notesMarkdown`) and
+/// the ack recorded none on the node it created: the step's recap stays empty.
+fn missing_notes_warning(
+    prefix: &[SessionEvent],
+    ctx: &NodeContext,
+    new_node: &NodeId,
+) -> Option<Warning> {
+    let pending = ctx.state.pending_step()?;
+    let step = ctx.compiled.step(&pending.step_id)?;
+    let asked = step
+        .prompt_blocks
+        .as_ref()?
+        .output_required
+        .get("notesMarkdown")?;
+    let recorded = prefix.iter().rev().take(1000).any(|e| {
+        e.scope().node_id() == Some(new_node)
+            && matches!(e.data(), EventData::NodeOutputAppended(o)
+                if matches!(o.payload, OutputPayload::Notes { .. }))
+    });
+    (!recorded).then(|| {
+        Warning::new(
+            "notes_missing",
+            format!(
+                "Step \"{}\" asks for output.notesMarkdown ({asked}), and none was sent, so its recap is empty. Send it with the next acknowledgement, or record it now with checkpoint_workflow.",
+                step.title
+            ),
+        )
+    })
+}
+
 /// A warning when the notes recorded on `node` (a node the plan ending `prefix` created) were
 /// cut to the budget: rebuilt from the recorded notes, so replays stay identical.
 pub(super) fn notes_warnings(prefix: &[SessionEvent], node: &NodeId) -> Vec<Warning> {
@@ -304,7 +334,8 @@ fn replay(
             Some(&record_id),
         ),
         Recorded::Advanced { to_node_id } => {
-            let truncated = notes_warnings(prefix, to_node_id);
+            let mut truncated = notes_warnings(prefix, to_node_id);
+            truncated.extend(missing_notes_warning(prefix, ctx, to_node_id));
             let facts = wr.memo.facts(&state.session_id, prefix);
             let info = facts
                 .node(&state.run_id, to_node_id)
