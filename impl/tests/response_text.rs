@@ -155,3 +155,32 @@ fn a_step_that_asks_for_notes_and_got_none_says_so() {
         .unwrap();
     assert!(!codes(&with_notes).contains(&"notes_missing"));
 }
+
+/// Rehydrating an earlier node of a completed run shows a pending step under the run's status
+/// `complete`: the text says why, and what acknowledging it does.
+///
+/// lock: L-DAG-NON-TIP-AUTO-FORK
+#[test]
+fn a_pending_step_under_a_complete_run_is_explained() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let mut out = wr.continue_workflow(ack(&s0, "planned", vec![])).unwrap();
+    out = wr
+        .continue_workflow(ack(&out, "implemented", vec![]))
+        .unwrap();
+    out = wr
+        .continue_workflow(ack(&out, "decided", vec![loop_control("stop")]))
+        .unwrap();
+    let done = wr.continue_workflow(ack(&out, "wrapped", vec![])).unwrap();
+    assert!(done.is_complete);
+    let earlier = wr.continue_workflow(rehydrate(&s0.state_token)).unwrap();
+    assert_eq!(pending(&earlier), "plan");
+    assert_eq!(earlier.run.status.as_str(), "complete");
+    let text = render_text(&earlier);
+    assert!(
+        text.contains("preferred branch is complete") && text.contains("starts a new branch"),
+        "{text}"
+    );
+    assert!(!render_text(&done).contains("preferred branch is complete"));
+}

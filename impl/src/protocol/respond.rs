@@ -161,6 +161,16 @@ pub fn render_text(output: &ExecutionOutput) -> String {
         "WorkRail run \"{}\" ({}) — status: {}\n",
         output.run.label, output.run.workflow_id, output.run.status
     ));
+    if output.pending.is_some()
+        && matches!(
+            output.run.status,
+            workrail_spec::closed::RunStatus::Complete
+                | workrail_spec::closed::RunStatus::CompleteWithGaps
+        )
+    {
+        // The status is the run's (its preferred branch); this node is an earlier point.
+        out.push_str("(The run's preferred branch is complete; this response is for an earlier step that is still pending on this branch. Acknowledging it starts a new branch, which then becomes the preferred one.)\n");
+    }
     out.push_str(&format!(
         "Session {} · mode: {} ({}) · risk policy: {}\n",
         output.session.session_id,
