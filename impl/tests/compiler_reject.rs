@@ -776,10 +776,8 @@ fn a_step_has_exactly_one_of_prompt_and_prompt_blocks() {
         {"id": "c", "title": "C", "promptBlocks": {}}
     ]));
     let errs = rejected(&src);
-    assert_eq!(
-        find(&errs, Code::InvalidValue, "/steps/0/prompt").fix,
-        remove("/steps/0/prompt")
-    );
+    // The fix never deletes the prompt's text (see the test below).
+    assert_eq!(find(&errs, Code::InvalidValue, "/steps/0/prompt").fix, None);
     find(&errs, Code::MissingField, "/steps/1/promptBlocks");
     assert!(
         find(&errs, Code::MissingField, "/steps/2/promptBlocks")
@@ -862,4 +860,73 @@ fn non_assumable_choices_are_a_closed_set_and_user_only_dependencies_cannot_be_r
     );
     assert!(required.suggestion.contains("nonAssumableChoices"));
     assert_eq!(required.fix, remove("/steps/2/output/contractRef"));
+}
+
+/// Applies one RFC 6902 `move` (what the prompt + promptBlocks fix is).
+fn apply_move(doc: &mut Value, from: &str, path: &str) {
+    let (from_parent, from_key) = from.rsplit_once('/').unwrap();
+    let moved = doc
+        .pointer_mut(from_parent)
+        .and_then(Value::as_object_mut)
+        .and_then(|o| o.remove(from_key))
+        .expect("the move's source exists");
+    let (parent, key) = path.rsplit_once('/').unwrap();
+    match doc
+        .pointer_mut(parent)
+        .expect("the move's target parent exists")
+    {
+        Value::Object(o) => {
+            o.insert(key.to_owned(), moved);
+        }
+        Value::Array(a) => a.insert(key.parse().unwrap(), moved),
+        other => panic!("cannot move into {other}"),
+    }
+}
+
+/// The fix for a step with both `prompt` and `promptBlocks` keeps the prompt's text: into the
+/// goal when there is none, else first in the procedure; never deleted.
+#[test]
+fn prompt_and_prompt_blocks_autofix_keeps_the_prompt_text() {
+    let text = "Read the failing test output first.";
+    for (blocks, lands_in) in [
+        (
+            json!({"constraints": ["Be brief."]}),
+            "/steps/0/promptBlocks/goal",
+        ),
+        (
+            json!({"goal": "Fix it.", "procedure": ["Run the tests."]}),
+            "/steps/0/promptBlocks/procedure/0",
+        ),
+    ] {
+        let mut src =
+            with_steps(json!([{"id": "a", "title": "A", "prompt": text, "promptBlocks": blocks}]));
+        let errs = rejected(&src);
+        let both = find(&errs, Code::InvalidValue, "/steps/0/prompt");
+        let Some(AutoFix::Move { from, path }) = both.fix.clone() else {
+            panic!("expected a move, got {:?}", both.fix);
+        };
+        assert_eq!(
+            (from.as_str(), path.as_str()),
+            ("/steps/0/prompt", lands_in)
+        );
+        apply_move(&mut src, &from, &path);
+        let compiled = compile(&src, &CompileContext::load("project")).expect("the fix compiles");
+        assert!(
+            compiled.snapshot.body.steps[0].prompt.contains(text),
+            "{}",
+            compiled.snapshot.body.steps[0].prompt
+        );
+    }
+    // A goal and no procedure list: no single move keeps the text, so no fix deletes it.
+    let src = with_steps(
+        json!([{"id": "a", "title": "A", "prompt": text, "promptBlocks": {"goal": "Fix it."}}]),
+    );
+    let errs = rejected(&src);
+    let both = find(&errs, Code::InvalidValue, "/steps/0/prompt");
+    assert_eq!(both.fix, None);
+    assert!(
+        both.suggestion.contains("move the text"),
+        "{}",
+        both.suggestion
+    );
 }

@@ -136,16 +136,17 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
         (None, Some(blocks)) => {
             prompt::blocks(p, blocks, &f.at("promptBlocks")).map(StepBody::Blocks)
         }
-        (Some(_), Some(_)) => {
-            p.error(
-                CompileError::new(
-                    Code::InvalidValue,
-                    f.at("prompt"),
-                    "a step has both `prompt` and `promptBlocks`; it must have exactly one.",
-                    "Keep `promptBlocks` (structured) and move any remaining text from `prompt` into it.",
-                )
-                .with_fix(AutoFix::Remove { path: f.at("prompt") }),
+        (Some(_), Some(blocks)) => {
+            let mut error = CompileError::new(
+                Code::InvalidValue,
+                f.at("prompt"),
+                "a step has both `prompt` and `promptBlocks`; it must have exactly one.",
+                "Keep `promptBlocks` (structured) and move the text of `prompt` into it: into `goal` when it has none, else as the first `procedure` item.",
             );
+            if let Some(fix) = keep_prompt_text(blocks, &f.at("prompt"), &f.at("promptBlocks")) {
+                error = error.with_fix(fix);
+            }
+            p.error(error);
             None
         }
         (None, None) => {
@@ -415,4 +416,23 @@ fn while_ref(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Conditi
         return None;
     }
     ConditionId::parse(&raw).ok()
+}
+
+/// The auto-fix for a step with both `prompt` and `promptBlocks`: one move that keeps the prompt
+/// text (into `goal` when there is none, else to the front of `procedure`). `None` when one
+/// operation cannot do it (no `goal` slot and no `procedure` list); the suggestion says what to
+/// do by hand, and nothing is deleted.
+fn keep_prompt_text(blocks: &Value, prompt: &str, blocks_at: &str) -> Option<AutoFix> {
+    let blocks = blocks.as_object()?;
+    let path = if !blocks.contains_key("goal") {
+        format!("{blocks_at}/goal")
+    } else if blocks.get("procedure").is_some_and(Value::is_array) {
+        format!("{blocks_at}/procedure/0")
+    } else {
+        return None;
+    };
+    Some(AutoFix::Move {
+        from: prompt.to_owned(),
+        path,
+    })
 }
