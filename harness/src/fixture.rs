@@ -81,7 +81,7 @@ pub const MULTI_WORKFLOWS: [(&str, &str, &str); 3] = [
 
 /// A catalog serving [`MULTI_WORKFLOWS`] (compiled once per test process).
 pub fn multi_catalog() -> CatalogLoader {
-    static CATALOG: OnceLock<Catalog> = OnceLock::new();
+    static CATALOG: OnceLock<Arc<Catalog>> = OnceLock::new();
     Arc::new(|| {
         CATALOG
             .get_or_init(|| {
@@ -96,7 +96,7 @@ pub fn multi_catalog() -> CatalogLoader {
                     "the multi-run workflows do not compile: {:?}",
                     catalog.problems()
                 );
-                catalog
+                Arc::new(catalog)
             })
             .clone()
     })
@@ -109,14 +109,14 @@ pub const LOOP_ID: &str = "build";
 /// catalog loads fast; the stdio server serves the bundled ones too, which changes nothing here).
 /// The catalog is compiled once per test process (the source never changes).
 pub fn catalog() -> CatalogLoader {
-    static CATALOG: OnceLock<Catalog> = OnceLock::new();
+    static CATALOG: OnceLock<Arc<Catalog>> = OnceLock::new();
     Arc::new(|| {
         CATALOG
             .get_or_init(|| {
                 let project = MemorySource::new(WorkflowSourceKind::Project)
                     .with(&format!("workflows/{WORKFLOW_FILE}"), WORKFLOW_JSON);
                 let sources: Vec<&dyn WorkflowSource> = vec![&project];
-                Catalog::load(&sources)
+                Arc::new(Catalog::load(&sources))
             })
             .clone()
     })

@@ -215,3 +215,43 @@ fn error_code_spellings_match_serde() {
         assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
     }
 }
+
+/// Agent prompts speak of the work, not of how WorkRail stores it: no bundled step prompt, and
+/// no ref a prompt can embed (except the one about hashing, which is its subject), names
+/// storage internals.
+#[test]
+fn bundled_prompts_and_refs_carry_no_storage_jargon() {
+    use workrail::compiler::{CompileContext, compile_str};
+    use workrail::sources::bundled::BUNDLED;
+    const JARGON: &[&str] = &[
+        "event log",
+        "append-only",
+        "content-addressed",
+        "snapshot",
+        "manifest",
+        "segment",
+        "projection",
+        "dedupe",
+        "durable truth",
+    ];
+    let check = |what: &str, text: &str| {
+        let lower = text.to_lowercase();
+        for word in JARGON {
+            assert!(!lower.contains(word), "{what} says `{word}`:\n{text}");
+        }
+    };
+    for (name, text) in BUNDLED {
+        let compiled =
+            compile_str(text, &CompileContext::bundled()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for step in &compiled.snapshot.body.steps {
+            check(&format!("{name} step {}", step.step_id), &step.prompt);
+        }
+    }
+    for snippet in REFS.iter().filter(|r| r.ref_id != "wr.refs.jcs_hashing") {
+        check(snippet.ref_id, snippet.text);
+        check(snippet.ref_id, snippet.summary);
+    }
+    for template in TEMPLATES {
+        check(template.template_id, template.summary);
+    }
+}

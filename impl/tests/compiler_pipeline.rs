@@ -233,23 +233,15 @@ fn features_are_deduped_sorted_applied_in_order_with_explicit_defaults() {
         ]
     );
     let blocks = c.snapshot.body.steps[0].prompt_blocks.as_ref().unwrap();
-    // Authored constraints first, then capability guidance (capabilities < mode_guidance).
+    // Authored constraints first, then the mode guidance. Capability guidance is shown with the
+    // pending step at run time (decision D59), never written into step prompts.
     assert_eq!(blocks.constraints[0], "Authored first.");
     assert!(
-        blocks.constraints[1].starts_with("Delegation (subagents) is preferred"),
+        blocks.constraints[1].starts_with("Follow the selected autonomy mode"),
         "{}",
         blocks.constraints[1]
     );
-    assert!(
-        blocks.constraints[2].starts_with("Web browsing is disabled"),
-        "{}",
-        blocks.constraints[2]
-    );
-    assert!(
-        blocks.constraints[3].starts_with("Follow the selected autonomy mode"),
-        "{}",
-        blocks.constraints[3]
-    );
+    assert_eq!(blocks.constraints.len(), 2, "{:?}", blocks.constraints);
     assert!(blocks.output_required["notesMarkdown"].contains("fresh recap of this step only"));
 }
 
@@ -602,9 +594,9 @@ fn non_assumable_choices_compile_sorted_into_the_step_and_its_prompt() {
     assert_ne!(marked.workflow_hash, unmarked.workflow_hash);
 }
 
-/// lock: L-CAP-REQUIREMENTS, L-CAP-OBSERVED-ONLY
+/// lock: L-CAP-REQUIREMENTS
 #[test]
-fn preferred_capabilities_render_the_lazy_attempt_and_fallback_into_every_step() {
+fn capability_requirements_are_hashed_and_stay_out_of_step_prompts() {
     let mut src = base(json!([
         {"id": "a", "title": "A", "prompt": "Do A."},
         {"id": "b", "title": "B", "prompt": "Do B."}
@@ -612,25 +604,29 @@ fn preferred_capabilities_render_the_lazy_attempt_and_fallback_into_every_step()
     src["capabilities"] = json!({"delegation": "preferred"});
     src["features"] = json!(["wr.features.capabilities"]);
     let c = compiled(&src);
+    // The guidance is shown with the pending step by the server (decision D59), from the
+    // hashed requirements; no step prompt repeats it.
     for step in &c.snapshot.body.steps {
-        let p = &step.prompt;
         assert!(
-            p.contains("try it once")
-                && p.contains("fall back (do the sub-tasks yourself one after another)")
-                && p.contains("`wr.capability_observation`")
-                && p.contains("`status` `unavailable`")
-                && p.contains("`failureCode`"),
-            "{}: {p}",
-            step.step_id
+            !step.prompt.contains("wr.capability_observation")
+                && !step.prompt.contains("Delegation"),
+            "{}: {}",
+            step.step_id,
+            step.prompt
         );
     }
-    // The guidance is rendered from the requirement, so the requirement is in the hash.
+    assert!(
+        c.snapshot
+            .body
+            .features
+            .iter()
+            .any(|f| f.feature_id == "wr.features.capabilities")
+    );
     src["capabilities"] = json!({"delegation": "disabled"});
     let disabled = compiled(&src);
     assert_ne!(disabled.workflow_hash, c.workflow_hash);
-    assert!(
-        disabled.snapshot.body.steps[0]
-            .prompt
-            .contains("disabled for this workflow")
+    assert_eq!(
+        serde_json::to_value(&disabled.snapshot.body.capabilities).unwrap(),
+        json!({"delegation": "disabled"})
     );
 }

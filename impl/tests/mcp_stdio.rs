@@ -1141,3 +1141,409 @@ fn a_broken_project_workflow_is_listed_with_its_errors_and_refused_as_invalid() 
     }
     assert!(server.close().success());
 }
+
+fn two_step_flow(second_prompt: &str) -> String {
+    json!({
+        "id": "project.flow",
+        "name": "Flow",
+        "description": "Two steps.",
+        "steps": [
+            {"id": "first", "title": "First", "prompt": "Do the first thing."},
+            {"id": "second", "title": "Second", "prompt": second_prompt},
+        ],
+    })
+    .to_string()
+}
+
+fn drift_of(out: &Value) -> Option<Value> {
+    out["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|w| w["code"] == "pinned_workflow_drift")
+        .map(|w| w["pinnedDrift"].clone())
+}
+
+/// An edited, broken or removed workflow file is reported on rehydrate as a structured drift
+/// warning, while the run goes on with the version it pinned; duplicates are listed.
+/// lock: L-HASH-PINNED-DRIFT
+#[test]
+fn a_workflow_edited_mid_run_is_reported_and_the_run_keeps_its_pinned_version() {
+    let dir = data_dir();
+    let project = dir.path().join("workflows");
+    std::fs::create_dir_all(&project).unwrap();
+    let file = project.join("flow.json");
+    std::fs::write(&file, two_step_flow("Do the ORIGINAL second thing.")).unwrap();
+    let mut server = Server::start(&dir.path().join("data"));
+    let started = server.exec("start_workflow", json!({"workflowId": "project.flow"}));
+    let pinned = started["stateToken"].clone();
+    let rehydrate = json!({"stateToken": pinned});
+    assert_eq!(
+        drift_of(&server.exec("continue_workflow", rehydrate.clone())),
+        None,
+        "an unchanged source is in sync"
+    );
+
+    // Edited: the warning names both hashes, in text and structure.
+    std::fs::write(&file, two_step_flow("Do the EDITED second thing.")).unwrap();
+    let result = server.call("continue_workflow", rehydrate.clone());
+    let out = result["structuredContent"].clone();
+    let drift = drift_of(&out).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(drift["workflowId"], "project.flow");
+    assert_eq!(drift["status"]["kind"], "changed", "{drift}");
+    assert_ne!(drift["status"]["currentHash"], drift["pinnedHash"]);
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("pinned_workflow_drift") && text.contains("start a new run"),
+        "{text}"
+    );
+    // The run goes on with the pinned version.
+    let next = server.exec("continue_workflow", ack_args(&started, "First done."));
+    assert!(
+        next["pending"]["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("ORIGINAL"),
+        "{next}"
+    );
+    // A replayed ack stays byte-identical whatever the sources say (no drift inside it).
+    let replay = server.exec("continue_workflow", ack_args(&started, "First done."));
+    assert_eq!(replay, next);
+    assert_eq!(drift_of(&next), None);
+
+    // Broken, then removed.
+    std::fs::write(
+        &file,
+        r#"{"id": "project.flow", "name": "Flow", "description": "x", "steps": []}"#,
+    )
+    .unwrap();
+    let out = server.exec("continue_workflow", rehydrate.clone());
+    assert_eq!(
+        drift_of(&out).unwrap()["status"]["kind"],
+        "source_invalid",
+        "{out}"
+    );
+    std::fs::remove_file(&file).unwrap();
+    let out = server.exec("continue_workflow", rehydrate.clone());
+    assert_eq!(
+        drift_of(&out).unwrap()["status"]["kind"],
+        "source_missing",
+        "{out}"
+    );
+
+    // Restored byte for byte: in sync again.
+    std::fs::write(&file, two_step_flow("Do the ORIGINAL second thing.")).unwrap();
+    assert_eq!(drift_of(&server.exec("continue_workflow", rehydrate)), None);
+
+    // The same id in a second project directory: listed as a duplicate, the first one wins.
+    let other = dir.path().join(".workrail").join("workflows");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("copy.json"), two_step_flow("A copy.")).unwrap();
+    let listed = server.call("list_workflows", json!({}));
+    let problems = listed["structuredContent"]["problems"].as_array().unwrap();
+    let duplicate = problems
+        .iter()
+        .find(|p| p["problem"] == "duplicate_id")
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(duplicate["workflowId"], "project.flow");
+    assert!(
+        duplicate["sourceRef"]
+            .as_str()
+            .unwrap()
+            .contains("flow.json"),
+        "the lower-precedence copy is the one reported: {duplicate}"
+    );
+    assert!(server.close().success());
+}
+
+fn guidance_of(out: &Value) -> Vec<String> {
+    out["pending"]["capabilityGuidance"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Capability guidance is said once per branch (when the run first reaches a step that is not
+/// a probe) and again on a rehydrate, never in every step's prompt, and never for a capability
+/// the branch already observed (decision D59).
+#[test]
+fn capability_guidance_appears_once_and_not_after_an_observation() {
+    let dir = data_dir();
+    let mut server = Server::start(&dir.path().join("data"));
+    let started = server.call("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    let first = started["structuredContent"].clone();
+    let guidance = guidance_of(&first);
+    assert_eq!(guidance.len(), 1, "{first}");
+    assert!(guidance[0].contains("Delegation") && guidance[0].contains("preferred"));
+    let text = started["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("## Capabilities (this run)\n- Delegation"),
+        "{text}"
+    );
+    assert!(
+        !first["pending"]["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("Delegation"),
+        "the step's own prompt carries no capability boilerplate"
+    );
+
+    // A checkpoint repeats the step, not the guidance; the next step has none.
+    let checkpoint = server.exec(
+        "checkpoint_workflow",
+        json!({"stateToken": first["stateToken"], "checkpointToken": first["checkpointToken"], "output": {"notesMarkdown": "Halfway."}}),
+    );
+    assert!(guidance_of(&checkpoint).is_empty(), "{checkpoint}");
+    let second = server.exec("continue_workflow", ack_args(&first, "Intent understood."));
+    assert!(guidance_of(&second).is_empty(), "{second}");
+    for step in [&first, &second] {
+        let prompt = step["pending"]["prompt"].as_str().unwrap();
+        assert!(!prompt.contains("wr.capability_observation"), "{prompt}");
+    }
+    // A rehydrate (maybe a new chat) says it again.
+    let rehydrated = server.exec(
+        "continue_workflow",
+        json!({"stateToken": second["stateToken"]}),
+    );
+    assert_eq!(guidance_of(&rehydrated), guidance);
+
+    // Once the branch observed the capability, nothing is repeated, even on a rehydrate.
+    let observed = server.exec(
+        "continue_workflow",
+        json!({
+            "stateToken": second["stateToken"],
+            "ackToken": second["ackToken"],
+            "output": {
+                "notesMarkdown": "Files surveyed sequentially.",
+                "artifacts": [{
+                    "kind": "wr.capability_observation",
+                    "capability": "delegation",
+                    "status": "unavailable",
+                    "failureCode": "tool_missing",
+                    "evidence": "This client offers no subagent tool."
+                }]
+            }
+        }),
+    );
+    assert_eq!(observed["kind"], "ok", "{observed}");
+    let again = server.exec(
+        "continue_workflow",
+        json!({"stateToken": observed["stateToken"]}),
+    );
+    assert!(guidance_of(&again).is_empty(), "{again}");
+
+    // Rewinding to the first step's tokens replays its recorded answer, guidance included.
+    let replay = server.exec("continue_workflow", ack_args(&first, "Intent understood."));
+    assert_eq!(replay, second);
+    assert!(server.close().success());
+}
+
+/// A required capability's injected probe carries its own instructions; the guidance comes
+/// with the first real step, for what the probe did not observe.
+#[test]
+fn capability_guidance_skips_probes_and_what_they_observed() {
+    let dir = data_dir();
+    let project = dir.path().join("workflows");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("research.json"),
+        json!({
+            "id": "project.research",
+            "name": "Research",
+            "description": "Needs the web.",
+            "capabilities": {"web_browsing": "required", "delegation": "preferred"},
+            "features": ["wr.features.capabilities"],
+            "steps": [
+                {"id": "search", "title": "Search", "prompt": "Search the web for the error."},
+                {"id": "report", "title": "Report", "prompt": "Write what you found."}
+            ]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut server = Server::start(&dir.path().join("data"));
+    let probe = server.exec("start_workflow", json!({"workflowId": "project.research"}));
+    assert!(
+        probe["pending"]["stepId"]
+            .as_str()
+            .unwrap()
+            .starts_with("capability_probe"),
+        "{probe}"
+    );
+    assert!(guidance_of(&probe).is_empty(), "{probe}");
+    let search = server.exec(
+        "continue_workflow",
+        json!({
+            "stateToken": probe["stateToken"],
+            "ackToken": probe["ackToken"],
+            "output": {
+                "notesMarkdown": "Fetched https://example.com successfully.",
+                "artifacts": [{
+                    "kind": "wr.capability_observation",
+                    "capability": "web_browsing",
+                    "status": "available",
+                    "evidence": "Fetched https://example.com"
+                }]
+            }
+        }),
+    );
+    assert_eq!(search["pending"]["stepId"], "search", "{search}");
+    let guidance = guidance_of(&search);
+    assert_eq!(guidance.len(), 1, "{search}");
+    assert!(guidance[0].starts_with("Delegation"), "{guidance:?}");
+    assert!(server.close().success());
+}
+
+const DEMO_FLOW: &str = r#"{
+  "id": "project.demo",
+  "name": "Demo",
+  "description": "Plan, then implement and decide in a bounded loop, then wrap up.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"id": "plan", "title": "Plan", "prompt": "Plan the work."},
+    {"type": "loop", "loopId": "build", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 3,
+     "body": [
+       {"id": "implement", "title": "Implement", "prompt": "Implement the next slice."},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether another iteration is needed.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]},
+    {"id": "wrap", "title": "Wrap up", "prompt": "Summarize what was done."}
+  ]
+}"#;
+
+fn warning_codes(out: &Value) -> Vec<String> {
+    out["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| w["code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap().to_owned()
+}
+
+/// The agent-facing texts of issue "a rewound chat never loses work", driven over stdio the way
+/// an agent follows them: the header, the required artifact in "Next:", a block and the resend
+/// with the old ack, a checkpoint, truncated notes, a pending step under a complete run, an
+/// explained fork, and `resume_session`'s recency fallback.
+/// lock: L-MCP-EXECUTION-RESPONSE, L-DAG-NON-TIP-AUTO-FORK
+#[test]
+fn an_agent_following_only_the_text_gets_every_explanation_over_stdio() {
+    let dir = data_dir();
+    let project = dir.path().join("workflows");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("demo.json"), DEMO_FLOW).unwrap();
+    let mut server = Server::start(&dir.path().join("data"));
+
+    // The header: session, mode in words, risk policy.
+    let started = server.call("start_workflow", json!({"workflowId": "project.demo"}));
+    let s0 = started["structuredContent"].clone();
+    let header = text_of(&started).lines().nth(1).unwrap().to_owned();
+    let session = s0["session"]["sessionId"].as_str().unwrap();
+    assert!(
+        header.contains(session)
+            && header.contains("mode: guided (stop and ask the user")
+            && header.contains("risk policy: conservative"),
+        "{header}"
+    );
+    let s1 = server.exec("continue_workflow", ack_args(&s0, "Planned two slices."));
+    let decide = server.call("continue_workflow", ack_args(&s1, "Implemented slice one."));
+    let at_decide = decide["structuredContent"].clone();
+    assert_eq!(at_decide["pending"]["stepId"], "decide");
+    // The required artifact's exact shape, where the agent looks for what to send.
+    let text = text_of(&decide);
+    let next = text.lines().rfind(|l| l.starts_with("Next:")).unwrap();
+    assert!(
+        next.contains("output.artifacts: [{") && next.contains("\"kind\":\"wr.loop_control\""),
+        "{next}"
+    );
+    let example = at_decide["pending"]["requiredArtifact"]["example"].clone();
+    assert_eq!(example["kind"], "wr.loop_control");
+
+    // Blocked without the artifact; resending the OLD ack with the fix repeats the block and
+    // names the ack to use; the new ack with the same fixed output advances.
+    let bare = json!({"stateToken": at_decide["stateToken"], "ackToken": at_decide["ackToken"], "output": {"notesMarkdown": "Decided to stop."}});
+    let blocked = server.call("continue_workflow", bare);
+    assert_eq!(blocked["structuredContent"]["kind"], "blocked");
+    let mut stop = example.clone();
+    stop["decision"] = json!("stop");
+    let fixed_old = json!({"stateToken": at_decide["stateToken"], "ackToken": at_decide["ackToken"], "output": {"notesMarkdown": "Decided to stop.", "artifacts": [stop]}});
+    let repeat = server.call("continue_workflow", fixed_old);
+    assert_eq!(repeat["structuredContent"], blocked["structuredContent"]);
+    let new_ack = repeat["structuredContent"]["ackToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let repeat_text = text_of(&repeat);
+    assert!(
+        repeat_text.contains("used once") && repeat_text.contains(&new_ack),
+        "{repeat_text}"
+    );
+    let wrap = server.exec(
+        "continue_workflow",
+        json!({"stateToken": at_decide["stateToken"], "ackToken": new_ack, "output": {"notesMarkdown": "Decided to stop.", "artifacts": [stop]}}),
+    );
+    assert_eq!(wrap["pending"]["stepId"], "wrap", "{wrap}");
+
+    // A checkpoint says it was recorded.
+    let checkpoint = server.exec(
+        "checkpoint_workflow",
+        json!({"stateToken": wrap["stateToken"], "checkpointToken": wrap["checkpointToken"], "output": {"notesMarkdown": "Summary drafted."}}),
+    );
+    assert!(
+        warning_codes(&checkpoint).contains(&"checkpoint_recorded".to_owned()),
+        "{checkpoint}"
+    );
+    // Notes over the budget are cut, and the response says so.
+    let long = "x".repeat(workrail_spec::budget::NOTES_MARKDOWN_MAX_BYTES + 100);
+    let done = server.exec("continue_workflow", ack_args(&wrap, &long));
+    assert_eq!(done["isComplete"], true, "{done}");
+    assert!(
+        warning_codes(&done).contains(&"notes_truncated".to_owned()),
+        "{done}"
+    );
+
+    // An earlier node of the complete run: the pending step under `complete` is explained.
+    let earlier = server.call("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+    assert_eq!(earlier["structuredContent"]["run"]["status"], "complete");
+    let earlier_text = text_of(&earlier);
+    assert!(
+        earlier_text.contains("preferred branch is complete")
+            && earlier_text.contains("starts a new branch"),
+        "{earlier_text}"
+    );
+    // Acknowledging it forks, and the fork says from where, what the other branch holds, and
+    // which branch is preferred now.
+    let forked = server.exec(
+        "continue_workflow",
+        json!({"stateToken": s0["stateToken"], "ackToken": earlier["structuredContent"]["ackToken"], "output": {"notesMarkdown": "Planned one slice instead."}}),
+    );
+    let fork_warning = forked["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "forked")
+        .unwrap_or_else(|| panic!("{forked}"))["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        fork_warning.contains("step \"Plan\"")
+            && fork_warning.contains("preferred tip")
+            && fork_warning.contains("xxxx"),
+        "{fork_warning}"
+    );
+
+    // resume_session with words nothing contains: a recency fallback, said as such.
+    let resumed = server.call("resume_session", json!({"query": {"text": "TICKET-4242"}}));
+    let resumed_text = text_of(&resumed);
+    assert!(
+        resumed_text.contains("No run matched")
+            && resumed_text.contains("does not search `context`"),
+        "{resumed_text}"
+    );
+    assert!(server.close().success());
+}

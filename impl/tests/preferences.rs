@@ -66,7 +66,7 @@ fn catalog_with(extra: &'static [(&'static str, &'static str)]) -> CatalogLoader
             project = project.with(path, text);
         }
         let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
-        Catalog::load(&sources)
+        Arc::new(Catalog::load(&sources))
     })
 }
 

@@ -12,7 +12,9 @@ use workrail::compiler::error::CompileErrorCode;
 use workrail::sources::bundled::{ALIASES, BUNDLED, BundledSource};
 use workrail::sources::catalog::ProblemKind;
 use workrail::sources::memory::MemorySource;
-use workrail::sources::{Catalog, DriftStatus, SourceWarning, WorkflowSource, check_drift};
+use workrail::sources::{
+    Catalog, DriftStatus, SourceWarning, WorkflowSource, check_drift, drift_warning,
+};
 use workrail_spec::closed::{WorkflowKind, WorkflowSourceKind as Kind};
 use workrail_spec::error::ErrorCode;
 use workrail_spec::ids::{IdStatus, WorkflowId};
@@ -322,13 +324,18 @@ fn pinned_drift_is_detected_by_recompiling_the_current_source() {
             current_hash: current.clone()
         }
     );
-    let warning = drift.to_warning();
+    let warning = drift_warning(&drift);
     assert_eq!(warning.code, "pinned_workflow_drift");
     assert!(
         warning.message.contains(pinned_hash.as_str())
             && warning.message.contains(current.as_str())
     );
-    assert_eq!(drift.details()["status"]["kind"], "changed");
+    let structured = serde_json::to_value(&warning).unwrap();
+    assert_eq!(structured["pinnedDrift"]["status"]["kind"], "changed");
+    assert_eq!(
+        structured["pinnedDrift"]["status"]["currentHash"],
+        current.as_str()
+    );
     // Removed, or broken.
     assert_eq!(
         check_drift(&load(&[]), &id, &pinned_hash).unwrap().status,

@@ -161,3 +161,70 @@ fn project_user_and_extra_directories_load_end_to_end() {
         assert!(!Path::new(&w.source_ref).is_absolute(), "{}", w.source_ref);
     }
 }
+
+/// A cached catalog sees every change to a directory source: an edit of the same size made
+/// right after the first load, a new file, a removed file.
+#[test]
+fn the_catalog_cache_sees_every_edit_even_within_one_timestamp_tick() {
+    use workrail::sources::CatalogCache;
+    let dir = tempfile::tempdir().unwrap();
+    let source = DirSource::new(Kind::Project, dir.path().to_path_buf(), "p");
+    let doc = |name: &str| {
+        serde_json::json!({
+            "id": "project.flow", "name": name, "description": "d",
+            "steps": [{"id": "one", "title": "One", "prompt": "Do it."}],
+        })
+        .to_string()
+    };
+    let cache = CatalogCache::new();
+    let name_of = |cache: &CatalogCache| {
+        let sources: Vec<&dyn WorkflowSource> = vec![&source];
+        let catalog = cache.load(&sources);
+        catalog
+            .get("project.flow")
+            .and_then(|w| w.compiled.snapshot.body.name.clone())
+    };
+    std::fs::write(dir.path().join("flow.json"), doc("AAAA")).unwrap();
+    assert_eq!(name_of(&cache).as_deref(), Some("AAAA"));
+    // Same size, same instant (to the filesystem's granularity).
+    std::fs::write(dir.path().join("flow.json"), doc("BBBB")).unwrap();
+    assert_eq!(name_of(&cache).as_deref(), Some("BBBB"));
+    std::fs::remove_file(dir.path().join("flow.json")).unwrap();
+    assert_eq!(name_of(&cache), None);
+    std::fs::write(dir.path().join("again.json"), doc("CCCC")).unwrap();
+    assert_eq!(name_of(&cache).as_deref(), Some("CCCC"));
+}
+
+/// Old files are vouched for by their fingerprint, so an unchanged directory is not re-read.
+#[test]
+fn an_unchanged_directory_reuses_the_cached_catalog() {
+    use workrail::sources::CatalogCache;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flow.json");
+    std::fs::write(
+        &file,
+        r#"{"id": "project.flow", "name": "F", "description": "d", "steps": [{"id": "one", "title": "One", "prompt": "Do it."}]}"#,
+    )
+    .unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let source = DirSource::new(Kind::Project, dir.path().to_path_buf(), "p");
+    let sources: Vec<&dyn WorkflowSource> = vec![&source];
+    let cache = CatalogCache::new();
+    let first = cache.load(&sources);
+    let second = cache.load(&sources);
+    assert!(std::sync::Arc::ptr_eq(&first, &second));
+    // A change of modification time alone is a change.
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(old + std::time::Duration::from_secs(1))
+        .unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&first, &cache.load(&sources)));
+}

@@ -357,6 +357,11 @@ pub struct PendingView {
     /// with an example of its exact shape; absent when the step has no contract.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_artifact: Option<RequiredArtifactView>,
+    /// How to use, report or avoid the workflow's optional capabilities (delegation, web
+    /// browsing): given when the run first reaches a step and again on a rehydrate, for each
+    /// capability not yet observed on this branch; absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capability_guidance: Vec<String>,
 }
 
 /// The artifact a pending step requires.
@@ -397,6 +402,37 @@ pub struct Warning {
     /// WorkRail stores on the node whose preferences it judges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preference_warning: Option<Box<PreferenceWarningV1>>,
+    /// The structured form of a `pinned_workflow_drift` warning: the run's workflow source on
+    /// disk no longer compiles to the hash the run is pinned to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_drift: Option<Box<PinnedDriftView>>,
+}
+
+/// How the current source of a run's workflow relates to the run's pinned snapshot (locks §6
+/// "Source vs compiled inspection + pinned drift warnings"). The run keeps its pinned snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PinnedDriftView {
+    pub workflow_id: WorkflowId,
+    pub pinned_hash: WorkflowHash,
+    pub status: DriftStatus,
+}
+
+/// Why a pinned workflow drifted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum DriftStatus {
+    /// The source compiles to a different hash.
+    Changed { current_hash: WorkflowHash },
+    /// No source defines the workflow any more.
+    SourceMissing,
+    /// The source no longer compiles.
+    SourceInvalid { error_count: usize },
 }
 
 impl Warning {
@@ -406,6 +442,7 @@ impl Warning {
             code: code.into(),
             message: message.into(),
             preference_warning: None,
+            pinned_drift: None,
         }
     }
 
@@ -415,6 +452,7 @@ impl Warning {
             code: crate::preferences::PREFERENCE_WARNING_CODE.to_owned(),
             message: warning.message.clone(),
             preference_warning: Some(Box::new(warning)),
+            pinned_drift: None,
         }
     }
 }

@@ -53,7 +53,7 @@ impl FeatureId {
     pub const fn summary(self) -> &'static str {
         match self {
             Self::Capabilities => {
-                "Adds capability guidance (use, fallback, or do-not-use) to every step for each declared capability."
+                "Shows guidance (use, fallback and report, or do-not-use) for each declared capability with the pending step: when a run first reaches a step that is not a probe, and on every rehydrate, until the capability is observed on the branch."
             }
             Self::DurableRecapGuidance => {
                 "Asks every step for a fresh, bounded notesMarkdown recap unless the step already says what notes to write."

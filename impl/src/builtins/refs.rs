@@ -42,12 +42,12 @@ impl RefSnippet {
 pub const REFS: &[RefSnippet] = &[
     RefSnippet {
         ref_id: "wr.refs.append_only_truth",
-        summary: "Durable truth is append-only: corrections supersede, history stays visible.",
-        text: "WorkRail keeps durable truth in an append-only event log plus content-addressed \
-snapshots. Nothing is edited in place: a correction is a new record that supersedes or resolves \
-an earlier one, and the history stays visible. Anything not recorded through WorkRail (chat \
-memory, scratch files, your own summary of earlier turns) may be gone after a rewind or a new \
-chat, so record what matters in `output` before you acknowledge a step.",
+        summary: "What you record is kept: corrections are added, never edited in place.",
+        text: "WorkRail keeps everything you record with a step, and nothing is edited in place: \
+to correct something, record the correction in a later step; the earlier record stays visible. \
+Anything not recorded through WorkRail (chat memory, scratch files, your own summary of earlier \
+turns) may be gone after a rewind or a new chat, so put what matters in `output` before you \
+acknowledge a step.",
     },
     RefSnippet {
         ref_id: "wr.refs.divergence_reporting",
@@ -104,8 +104,8 @@ WorkRail assembles the recap across steps and returns it when a chat is rewound 
         ref_id: "wr.refs.v2_definition",
         summary: "What WorkRail v2 is, in one paragraph.",
         text: "WorkRail v2 is a durable, rewind-safe workflow engine that agents drive over MCP. \
-It hands the agent one step at a time through opaque, signed tokens; keeps all durable truth \
-itself (never in the chat transcript); pins every run to a compiled workflow by hash; and turns \
+It hands the agent one step at a time through opaque, signed tokens; keeps the record of the \
+work itself (never in the chat transcript); pins every run to a compiled workflow by hash; and turns \
 missing required information into structured blockers or recorded gaps, depending on the \
 autonomy mode the user chose.",
     },

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
-use workrail_spec::closed::{Capability, CapabilityRequirement, StepSource};
 
 use super::ir::{Item, StepIr, for_each_step_mut};
 use super::source::{PromptValue, SourceFeature};
@@ -33,22 +32,12 @@ fn config_str<'v>(config: &'v Value, field: &str) -> Option<&'v str> {
 }
 
 /// Applies every feature, in order, to every step.
-pub(crate) fn apply(
-    items: &mut [Item],
-    features: &[&SourceFeature],
-    capabilities: &BTreeMap<Capability, CapabilityRequirement>,
-) {
+pub(crate) fn apply(items: &mut [Item], features: &[&SourceFeature]) {
     for feature in features {
         match feature.feature {
-            FeatureId::Capabilities => {
-                let lines = capability_lines(capabilities);
-                for_each_step_mut(items, &mut |step| {
-                    // Probe steps carry their own capability instructions.
-                    if step.provenance.source != StepSource::TemplateInjected {
-                        push_constraints(step, &lines);
-                    }
-                });
-            }
+            // Rendered with the pending step at run time, where WorkRail knows what the branch
+            // has observed (decision D59), from the hashed `capabilities` and `features`.
+            FeatureId::Capabilities => {}
             FeatureId::DurableRecapGuidance => for_each_step_mut(items, &mut |step| {
                 step.blocks
                     .output_required
@@ -73,45 +62,6 @@ fn push_constraints(step: &mut StepIr, lines: &[String]) {
     step.blocks
         .constraints
         .extend(lines.iter().cloned().map(PromptValue::Text));
-}
-
-/// The failure codes an attempted use may report, as the capability lines name them.
-const FAILURE_CODES: &str = "`tool_missing`, `tool_error`, `policy_blocked` or `unknown`";
-
-/// One constraint per declared capability. A preferred capability gets the lazy-attempt pattern
-/// (contract "Delegation preferred: lazy attempt + sequential fallback"): try once, fall back to
-/// the sequential path, and report the attempt so the observation is durable and strong.
-fn capability_lines(capabilities: &BTreeMap<Capability, CapabilityRequirement>) -> Vec<String> {
-    capabilities
-        .iter()
-        .map(|(capability, requirement)| {
-            // (name, how to use it, what to do without it)
-            let (name, use_it, without) = match capability {
-                Capability::Delegation => (
-                    "Delegation (subagents)",
-                    "delegate independent sub-tasks to subagents",
-                    "do the sub-tasks yourself one after another",
-                ),
-                Capability::WebBrowsing => (
-                    "Web browsing",
-                    "look up external information on the web",
-                    "rely on the repository and what the user provided, and list the facts you could not check",
-                ),
-            };
-            let id = capability.as_str();
-            match requirement {
-                CapabilityRequirement::Required => format!(
-                    "{name} is required by this workflow: {use_it} where this step needs it. If it stops working, do not guess: add a `wr.capability_observation` artifact to `output.artifacts` with `capability` `{id}`, `status` `unavailable`, a `failureCode` ({FAILURE_CODES}) and the `evidence` of what you tried."
-                ),
-                CapabilityRequirement::Preferred => format!(
-                    "{name} is preferred: where this step can use it, try it once ({use_it}). If that fails, fall back ({without}) and add a `wr.capability_observation` artifact to `output.artifacts` with `capability` `{id}`, `status` `unavailable`, a `failureCode` ({FAILURE_CODES}) and the `evidence` of what you tried; the first time it works in this run, report `status` `available` the same way."
-                ),
-                CapabilityRequirement::Disabled => format!(
-                    "{name} is disabled for this workflow: do not use it, even if it is available."
-                ),
-            }
-        })
-        .collect()
 }
 
 /// Writes each step's contract requirement into `outputRequired.artifacts` and returns the

@@ -146,7 +146,7 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
         });
     }
     let features = features::ordered(&workflow.features);
-    features::apply(&mut items, &features, &workflow.capabilities);
+    features::apply(&mut items, &features);
     let explain = features
         .iter()
         .any(|f| f.feature == FeatureId::OutputContracts);

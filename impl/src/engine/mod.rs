@@ -11,6 +11,7 @@
 pub mod contract;
 mod findings;
 pub(crate) use findings::step_example;
+pub(crate) use reports::probed_capability;
 pub mod outcome;
 pub mod reports;
 mod trace;

@@ -29,6 +29,17 @@ use super::{NodeContext, Workrail, invariant};
 use crate::engine::{self, AdvanceOutcome, BranchFacts, Finding, OpenGap, Reports};
 use crate::store::{AppendPlan, StoreError};
 
+/// Which moment a response answers: what it repeats and what it adds depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Moment {
+    /// The agent reaches the node (a start or an advance, and their replays).
+    Arrival,
+    /// The agent asks for the node again, maybe from a new chat: with a recap.
+    Rehydrate,
+    /// The agent stays at the node it just saw (blocked, checkpoint).
+    Again,
+}
+
 /// Builds the response for `node` from a prefix of the log (fresh responses and replays use
 /// this one function, so they are byte-identical).
 #[allow(clippy::too_many_arguments)]
@@ -41,7 +52,7 @@ pub(super) fn respond_at(
     ctx: &NodeContext,
     state: &EngineState,
     blockers: Vec<Blocker>,
-    with_recap: bool,
+    moment: Moment,
     attempt_record: Option<&EventId>,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
     let facts = wr.memo.facts(session, prefix);
@@ -71,11 +82,14 @@ pub(super) fn respond_at(
             ack_ordinal: facts.advance_records(node).len() as u64,
             checkpoint_ordinal: facts.checkpoint_count(run, node),
             blockers,
-            recap: if with_recap {
+            recap: if moment == Moment::Rehydrate {
                 recap(&facts, run, node)
             } else {
                 None
             },
+            capability_guidance: super::guidance::capability_guidance(
+                wr, &facts, run, node, ctx, state, moment,
+            ),
         },
         &wr.codec(),
     );
@@ -271,7 +285,7 @@ pub(super) fn rehydrate(
     state: &StatePayload,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
     let ctx = wr.node_context(state)?;
-    respond_at(
+    let mut output = respond_at(
         wr,
         &ctx.loaded.events,
         &state.session_id,
@@ -280,9 +294,13 @@ pub(super) fn rehydrate(
         &ctx,
         &ctx.state,
         Vec::new(),
-        true,
+        Moment::Rehydrate,
         None,
-    )
+    )?;
+    // Drift is about the sources now, not a recorded fact: it is reported where nothing is
+    // replayed (a rehydrate), never inside an acknowledgement's recorded answer.
+    output.warnings.extend(wr.pinned_drift(&ctx));
+    Ok(output)
 }
 
 #[cfg(feature = "test-mutations")]
@@ -330,7 +348,7 @@ fn replay(
             ctx,
             &ctx.state,
             blockers.blockers().to_vec(),
-            false,
+            Moment::Again,
             Some(&record_id),
         ),
         Recorded::Advanced { to_node_id } => {
@@ -354,7 +372,7 @@ fn replay(
                 ctx,
                 &to_state,
                 Vec::new(),
-                false,
+                Moment::Arrival,
                 Some(&record_id),
             )?;
             output.warnings.extend(truncated);

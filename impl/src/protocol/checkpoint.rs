@@ -10,7 +10,7 @@ use workrail_spec::ids::NodeId;
 use workrail_spec::token::{AttemptPayload, StatePayload};
 use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput, Warning};
 
-use super::advance::{notes_warnings, output_events, respond_at};
+use super::advance::{Moment, notes_warnings, output_events, respond_at};
 use super::derive::{self, AttemptKind};
 use super::{NodeContext, Workrail, invariant};
 use crate::store::{AppendPlan, StoreError};
@@ -39,7 +39,7 @@ fn replay(
         ctx,
         &ctx.state,
         Vec::new(),
-        false,
+        Moment::Again,
         None,
     )?;
     output.warnings.insert(

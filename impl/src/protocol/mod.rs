@@ -11,6 +11,7 @@ mod advance;
 mod checkpoint;
 pub mod derive;
 mod facts;
+mod guidance;
 mod inspect;
 mod preferences;
 mod recap;
@@ -33,7 +34,7 @@ use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ContinueWorkflowInput, ExecutionOutput, InspectWorkflowInput,
     InspectWorkflowOutput, ListWorkflowsInput, ListWorkflowsOutput, ResumeSessionInput,
-    ResumeSessionOutput, StartWorkflowInput,
+    ResumeSessionOutput, StartWorkflowInput, Warning,
 };
 
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
@@ -83,7 +84,7 @@ fn lock_wait_from_env() -> Result<Option<std::time::Duration>, ErrorEnvelope> {
 }
 
 /// Loads the workflow catalog (every call sees the sources as they are now).
-pub type CatalogLoader = Arc<dyn Fn() -> Catalog + Send + Sync>;
+pub type CatalogLoader = Arc<dyn Fn() -> Arc<Catalog> + Send + Sync>;
 
 /// How to open WorkRail.
 #[derive(Clone)]
@@ -223,10 +224,11 @@ impl Workrail {
         })?;
         let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(&config.data_dir));
         let sources = config.sources.clone();
+        let cache = crate::sources::CatalogCache::new();
         let catalog: CatalogLoader = Arc::new(move || {
             let sources = sources.sources();
             let refs: Vec<&dyn WorkflowSource> = sources.iter().map(|s| s.as_ref()).collect();
-            Catalog::load(&refs)
+            cache.load(&refs)
         });
         let lock_wait = lock_wait_from_env()?;
         let mut workrail = Self::with_parts(fs, catalog, config.entropy)?
@@ -771,6 +773,18 @@ impl Workrail {
                 .collect();
         }
         place
+    }
+
+    /// The pinned-drift warning of the node's run (locks §6), when the run's workflow source
+    /// no longer compiles to the pinned hash.
+    fn pinned_drift(&self, ctx: &NodeContext) -> Option<Warning> {
+        // WorkRail's own checkpoint-only workflow has no source to drift from.
+        if ctx.compiled.body.workflow_id.as_str() == session::CHECKPOINT_SESSION_WORKFLOW_ID {
+            return None;
+        }
+        let catalog = (self.catalog)();
+        crate::sources::check_drift(&catalog, &ctx.compiled.body.workflow_id, &ctx.workflow_hash)
+            .map(|drift| crate::sources::drift_warning(&drift))
     }
 
     /// Loads what execution needs for the node a state token names, with the locked token

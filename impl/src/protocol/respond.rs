@@ -36,6 +36,8 @@ pub struct ResponseFacts<'a> {
     /// Non-empty for a blocked response.
     pub blockers: Vec<Blocker>,
     pub recap: Option<RecapView>,
+    /// The capability guidance to show with the pending step (see `protocol::guidance`).
+    pub capability_guidance: Vec<String>,
 }
 
 /// A short human label for a run, shown beside its tokens.
@@ -92,6 +94,7 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
                 prompt: step.prompt.clone(),
                 require_confirmation: step.require_confirmation,
                 required_artifact,
+                capability_guidance: facts.capability_guidance.clone(),
             }
         })
     });
@@ -222,6 +225,12 @@ pub fn render_text(output: &ExecutionOutput) -> String {
             out.push_str(&format!("\n## Pending step: {} [{}]\n", p.title, p.step_id));
             out.push_str(&p.prompt);
             out.push('\n');
+            if !p.capability_guidance.is_empty() {
+                out.push_str("\n## Capabilities (this run)\n");
+                for line in &p.capability_guidance {
+                    out.push_str(&format!("- {line}\n"));
+                }
+            }
             if p.require_confirmation {
                 out.push_str(
                     "\n(This step requires the user's confirmation before you continue.)\n",

@@ -13,7 +13,7 @@ use workrail_spec::ids::{ChangeId, ContextId, NodeId, RunId, SessionId, TraceId}
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
 use workrail_spec::tools::{ExecutionOutput, StartWorkflowInput};
 
-use super::advance::respond_at;
+use super::advance::{Moment, respond_at};
 use super::derive::{self, start_scoped};
 use super::preferences::{change_event, requested, warning_event, warning_payload};
 use super::{NodeContext, Workrail, invariant};
@@ -216,7 +216,7 @@ pub(super) fn start_in(
                 &ctx,
                 &transition.state,
                 Vec::new(),
-                false,
+                Moment::Arrival,
                 None,
             )
         })?;

@@ -213,6 +213,10 @@ pub struct Resolved<'a> {
     pub warnings: Vec<SourceWarning>,
 }
 
+/// Compiles one document: `(source kind, context, source ref, text)`.
+pub type CompileFn<'a> = dyn FnMut(WorkflowSourceKind, &CompileContext, &str, &str) -> Result<Compiled, CompileErrors>
+    + 'a;
+
 /// Every loaded workflow and every problem.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Catalog {
@@ -239,6 +243,13 @@ fn discovery_key(s: &WorkflowSummary) -> (bool, String, u8, String) {
 impl Catalog {
     /// Loads every source, highest precedence first.
     pub fn load(sources: &[&dyn WorkflowSource]) -> Self {
+        Self::load_with(sources, &mut |_, ctx, _, text| compile_str(text, ctx))
+    }
+
+    /// [`Catalog::load`] with the compile step supplied (e.g. memoized by
+    /// [`super::CatalogCache`]): `compile(kind, ctx, source_ref, text)` must equal
+    /// `compile_str(text, ctx)`.
+    pub fn load_with(sources: &[&dyn WorkflowSource], compile: &mut CompileFn<'_>) -> Self {
         let mut catalog = Self::default();
         for source in sources {
             let kind = source.kind();
@@ -262,7 +273,7 @@ impl Catalog {
                 let declared = serde_json::from_str::<Value>(&document.text)
                     .ok()
                     .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned));
-                match compile_str(&document.text, &ctx) {
+                match compile(kind, &ctx, &document.source_ref, &document.text) {
                     Err(errors) => catalog.problems.push(SourceProblem {
                         source_kind: kind,
                         source_ref: document.source_ref,

@@ -2,66 +2,37 @@
 //! `workflowHash` (locks §6 "Source vs compiled inspection + pinned drift warnings"). The run
 //! keeps its pinned snapshot; the drift is surfaced as structured data, never acted on.
 
-use serde::Serialize;
-use serde_json::Value;
 use workrail_spec::ids::{WorkflowHash, WorkflowId};
 use workrail_spec::tools::Warning;
+pub use workrail_spec::tools::{DriftStatus, PinnedDriftView as PinnedDrift};
 
 use super::catalog::{Catalog, ProblemKind};
 use crate::compiler::Compiled;
 use crate::compiler::error::CompileErrors;
 
-/// How the current source relates to the pinned snapshot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "snake_case",
-    rename_all_fields = "camelCase"
-)]
-pub enum DriftStatus {
-    /// The source compiles to a different hash.
-    Changed { current_hash: WorkflowHash },
-    /// No source defines the workflow any more.
-    SourceMissing,
-    /// The source no longer compiles.
-    SourceInvalid { error_count: usize },
-}
+/// The code of a pinned-drift warning.
+pub const PINNED_DRIFT_CODE: &str = "pinned_workflow_drift";
 
-/// A pinned-drift warning.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PinnedDrift {
-    pub workflow_id: WorkflowId,
-    pub pinned_hash: WorkflowHash,
-    pub status: DriftStatus,
-}
-
-impl PinnedDrift {
-    pub const CODE: &'static str = "pinned_workflow_drift";
-
-    pub fn to_warning(&self) -> Warning {
-        let what = match &self.status {
-            DriftStatus::Changed { current_hash } => {
-                format!("its source now compiles to {current_hash}")
-            }
-            DriftStatus::SourceMissing => "its source is no longer found".to_owned(),
-            DriftStatus::SourceInvalid { error_count } => {
-                format!("its source no longer compiles ({error_count} problem(s))")
-            }
-        };
-        Warning::new(
-            Self::CODE,
-            format!(
-                "This run stays pinned to workflow '{}' {}; {what}. The run continues on its pinned snapshot; start a new run to use the current source.",
-                self.workflow_id, self.pinned_hash
-            ),
-        )
-    }
-
-    /// The structured form.
-    pub fn details(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
+/// The text-first warning of a drift, with its structured form.
+pub fn drift_warning(drift: &PinnedDrift) -> Warning {
+    let what = match &drift.status {
+        DriftStatus::Changed { current_hash } => {
+            format!("its source now compiles to {current_hash}")
+        }
+        DriftStatus::SourceMissing => "no workflow source defines it any more".to_owned(),
+        DriftStatus::SourceInvalid { error_count } => {
+            format!("its source no longer compiles ({error_count} problem(s))")
+        }
+    };
+    let mut warning = Warning::new(
+        PINNED_DRIFT_CODE,
+        format!(
+            "This run stays pinned to the version of workflow '{}' it started with ({}); {what}. The run continues on that pinned version, so these tokens keep working; start a new run with start_workflow to use the current source.",
+            drift.workflow_id, drift.pinned_hash
+        ),
+    );
+    warning.pinned_drift = Some(Box::new(drift.clone()));
+    warning
 }
 
 /// Compares a pinned hash with the current compile result of the workflow's source (`None`

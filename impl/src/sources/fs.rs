@@ -7,6 +7,10 @@ use workrail_spec::closed::WorkflowSourceKind;
 
 use super::{SourceDocument, SourceIoError, WorkflowSource};
 
+/// How recent a modification time must not be for a fingerprint to vouch for the file (the
+/// coarsest common timestamp granularity, with a margin).
+const RACY_WINDOW: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The `*.json` files of one directory, read in file-name order. A missing directory is an
 /// empty source, not an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,5 +80,46 @@ impl WorkflowSource for DirSource {
             });
         }
         out
+    }
+
+    /// Each `*.json` entry's name, size and modification time (nanoseconds), in name order.
+    fn fingerprint(&self) -> Option<String> {
+        use std::fmt::Write as _;
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some("absent".to_owned()),
+            Err(_) => return None,
+        };
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.ok()?;
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            // Follows symlinks, like `documents` (which reads through them).
+            let meta = std::fs::metadata(&path).ok()?;
+            if !meta.is_file() {
+                continue;
+            }
+            let modified_at = meta.modified().ok()?;
+            // A file modified within the filesystem's timestamp granularity may change again
+            // without its time changing ("racy" timestamps): do not vouch for it yet.
+            let age = std::time::SystemTime::now().duration_since(modified_at);
+            if age.map_or(true, |age| age < RACY_WINDOW) {
+                return None;
+            }
+            let modified = modified_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_nanos();
+            files.push((entry.file_name(), meta.len(), modified));
+        }
+        files.sort();
+        let mut print = String::new();
+        for (name, len, modified) in files {
+            let _ = write!(print, "{}|{len}|{modified}/", name.to_string_lossy());
+        }
+        Some(print)
     }
 }

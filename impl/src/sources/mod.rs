@@ -6,6 +6,7 @@
 //! catalog, legacy-id suggestions, drift detection) is pure.
 
 pub mod bundled;
+pub mod cache;
 pub mod catalog;
 pub mod config;
 pub mod drift;
@@ -17,9 +18,10 @@ use std::fmt;
 
 use workrail_spec::closed::WorkflowSourceKind;
 
+pub use self::cache::CatalogCache;
 pub use self::catalog::{Catalog, LoadedWorkflow, Resolved, SourceProblem, SourceWarning};
 pub use self::config::SourceConfig;
-pub use self::drift::{DriftStatus, PinnedDrift, check_drift};
+pub use self::drift::{DriftStatus, PINNED_DRIFT_CODE, PinnedDrift, check_drift, drift_warning};
 
 /// One workflow document as read from a source.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +53,13 @@ pub trait WorkflowSource {
     /// Every document, each read independently (one unreadable file does not hide the others),
     /// in a deterministic order.
     fn documents(&self) -> Vec<Result<SourceDocument, SourceIoError>>;
+
+    /// A cheap summary of what [`WorkflowSource::documents`] would return now (e.g. file names,
+    /// sizes and modification times): equal fingerprints mean the documents did not change.
+    /// `None` when the source cannot tell cheaply, so a catalog cache always reloads it.
+    fn fingerprint(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The namespace suggested for workflows of a source kind (locks §7 "Deterministic rename

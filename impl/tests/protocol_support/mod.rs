@@ -85,7 +85,7 @@ pub fn catalog() -> CatalogLoader {
             .with("project/workflows/web.json", WEB)
             .with("project/workflows/diverge.json", DIVERGE);
         let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
-        Catalog::load(&sources)
+        Arc::new(Catalog::load(&sources))
     })
 }
 
