@@ -1116,6 +1116,11 @@ fn a_broken_project_workflow_is_listed_with_its_errors_and_refused_as_invalid() 
             .unwrap()
             .contains("broken.json")
     );
+    // Where the file is on this machine, so its author can open it.
+    let path = broken["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{broken}"));
+    assert_eq!(std::path::Path::new(path), project.join("broken.json"));
     assert!(!broken["errors"].as_array().unwrap().is_empty(), "{broken}");
     assert!(
         problems
@@ -1125,12 +1130,16 @@ fn a_broken_project_workflow_is_listed_with_its_errors_and_refused_as_invalid() 
     );
     let text = listed["content"][0]["text"].as_str().unwrap();
     assert!(
-        text.contains("did not load") && text.contains("broken.json"),
+        text.contains("did not load") && text.contains(&format!("(file {path})")),
         "{text}"
     );
     for tool in ["start_workflow", "inspect_workflow"] {
         let refused = server.error(tool, json!({"workflowId": "project.broken"}));
         assert_eq!(refused["code"], "WORKFLOW_INVALID", "{refused}");
+        assert!(
+            refused["message"].as_str().unwrap().contains(path),
+            "{refused}"
+        );
         assert!(
             refused["message"]
                 .as_str()

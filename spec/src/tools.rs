@@ -74,6 +74,9 @@ pub struct WorkflowProblemView {
     pub source_kind: WorkflowSourceKind,
     /// The file, as its source names it.
     pub source_ref: String,
+    /// Where the file is on this machine (absent for sources that are not files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// The id the file declares, when it could be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_id: Option<String>,

@@ -70,9 +70,14 @@ pub fn list_text(out: &ListWorkflowsOutput) -> String {
                 .as_deref()
                 .map(|id| format!(" (id {id})"))
                 .unwrap_or_default();
+            let at = p
+                .path
+                .as_deref()
+                .map(|path| format!(" (file {path})"))
+                .unwrap_or_default();
             let _ = write!(
                 text,
-                "\n- {}{id}, {}: {}",
+                "\n- {}{id}, {}{at}: {}",
                 p.source_ref, p.source_kind, p.problem
             );
             for e in &p.errors {

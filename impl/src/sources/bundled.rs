@@ -44,6 +44,7 @@ impl WorkflowSource for BundledSource {
                 Ok(SourceDocument {
                     source_ref: format!("bundled/{name}"),
                     text: (*text).to_owned(),
+                    path: None,
                 })
             })
             .collect()

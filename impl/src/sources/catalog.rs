@@ -118,6 +118,8 @@ pub struct SourceProblem {
     /// The `id` the document declares, when it could be read.
     pub workflow_id: Option<String>,
     pub kind: ProblemKind,
+    /// Where the file is on this machine, for people.
+    pub path: Option<String>,
 }
 
 impl SourceProblem {
@@ -147,6 +149,7 @@ impl SourceProblem {
         workrail_spec::tools::WorkflowProblemView {
             source_kind: self.source_kind,
             source_ref: self.source_ref.clone(),
+            path: self.path.clone(),
             workflow_id: self.workflow_id.clone(),
             problem: problem.to_owned(),
             errors,
@@ -170,6 +173,7 @@ impl SourceProblem {
         logged.push(key);
         tracing::warn!(
             source = %view.source_ref,
+            path = view.path.as_deref().unwrap_or("-"),
             workflow = view.workflow_id.as_deref().unwrap_or("?"),
             problem = %view.problem,
             "workflow not loaded: {}",
@@ -178,7 +182,10 @@ impl SourceProblem {
     }
 
     pub fn to_envelope(&self) -> ErrorEnvelope {
-        let what = format!("{} ({})", self.source_ref, self.source_kind);
+        let what = match &self.path {
+            Some(path) => format!("{} ({}, file {path})", self.source_ref, self.source_kind),
+            None => format!("{} ({})", self.source_ref, self.source_kind),
+        };
         match &self.kind {
             ProblemKind::Io(message) => ErrorEnvelope::new(
                 ErrorCode::WorkflowInvalid,
@@ -266,6 +273,7 @@ impl Catalog {
                             source_ref: e.source_ref,
                             workflow_id: None,
                             kind: ProblemKind::Io(e.message),
+                            path: e.path,
                         });
                         continue;
                     }
@@ -279,6 +287,7 @@ impl Catalog {
                         source_ref: document.source_ref,
                         workflow_id: declared,
                         kind: ProblemKind::Invalid(errors),
+                        path: document.path,
                     }),
                     Ok(compiled) => {
                         let workflow_id = compiled.snapshot.body.workflow_id.clone();
@@ -295,6 +304,7 @@ impl Catalog {
                                     winner_ref: winner.source_ref.clone(),
                                     winner_kind: winner.source_kind,
                                 },
+                                path: document.path,
                             });
                             continue;
                         }

@@ -48,6 +48,7 @@ impl WorkflowSource for DirSource {
                 return vec![Err(SourceIoError {
                     source_ref: self.label.clone(),
                     message: e.to_string(),
+                    path: Some(self.root.display().to_string()),
                 })];
             }
         };
@@ -65,17 +66,24 @@ impl WorkflowSource for DirSource {
                 Err(e) => out.push(Err(SourceIoError {
                     source_ref: self.label.clone(),
                     message: e.to_string(),
+                    path: Some(self.root.display().to_string()),
                 })),
             }
         }
         files.sort();
         for (name, path) in files {
             let source_ref = format!("{}/{name}", self.label);
+            let shown = Some(path.display().to_string());
             out.push(match std::fs::read_to_string(&path) {
-                Ok(text) => Ok(SourceDocument { source_ref, text }),
+                Ok(text) => Ok(SourceDocument {
+                    source_ref,
+                    text,
+                    path: shown,
+                }),
                 Err(e) => Err(SourceIoError {
                     source_ref,
                     message: e.to_string(),
+                    path: shown,
                 }),
             });
         }

@@ -24,6 +24,7 @@ impl MemorySource {
         self.documents.push(Ok(SourceDocument {
             source_ref: source_ref.to_owned(),
             text: text.to_owned(),
+            path: None,
         }));
         self
     }
@@ -33,6 +34,7 @@ impl MemorySource {
         self.documents.push(Err(SourceIoError {
             source_ref: source_ref.to_owned(),
             message: message.to_owned(),
+            path: None,
         }));
         self
     }

@@ -30,6 +30,8 @@ pub struct SourceDocument {
     /// `project/workflows/review.json`. Used as `run_started.workflowSourceRef`.
     pub source_ref: String,
     pub text: String,
+    /// Where the file is on this machine, for people (problem reports); never recorded.
+    pub path: Option<String>,
 }
 
 /// A document or directory could not be read.
@@ -38,6 +40,8 @@ pub struct SourceIoError {
     /// The document (or directory) ref that failed.
     pub source_ref: String,
     pub message: String,
+    /// Where the file or directory is on this machine, for people; never recorded.
+    pub path: Option<String>,
 }
 
 impl fmt::Display for SourceIoError {
