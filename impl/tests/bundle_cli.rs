@@ -256,3 +256,101 @@ fn walk(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out.sort();
     out
 }
+
+fn workrail_with(dir: &Path, env: &[(&str, &str)], args: &[&str], stdin: Stdio) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
+    command
+        .env("WORKRAIL_DATA_DIR", dir)
+        .env("HOME", dir)
+        .env_remove("WORKRAIL_WORKFLOW_DIRS")
+        .env_remove("WORKRAIL_LOG")
+        .env_remove("WORKRAIL_BUNDLE_MAX_BYTES")
+        .current_dir(dir)
+        .args(args)
+        .stdin(stdin);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn nothing_imported(dir: &Path) -> bool {
+    !dir.join("sessions").exists()
+        || std::fs::read_dir(dir.join("sessions"))
+            .unwrap()
+            .next()
+            .is_none()
+}
+
+/// An import never reads more than its cap: an endless input ends with an error naming the cap,
+/// an oversize file is refused before it is read, and a bundle under a raised cap imports.
+#[test]
+fn an_import_is_capped_and_an_endless_input_ends_with_an_error() {
+    let source = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    // `/dev/zero` never ends: the default cap stops it (256 MiB of zeroes, then an error).
+    let endless = workrail_with(target.path(), &[], &["import", "/dev/zero"], Stdio::null());
+    assert_eq!(endless.status.code(), Some(1));
+    let stderr = text(&endless.stderr);
+    assert!(
+        stderr.contains("BUNDLE_INVALID_FORMAT")
+            && stderr.contains("over the import cap of 268435456 bytes")
+            && stderr.contains("WORKRAIL_BUNDLE_MAX_BYTES"),
+        "{stderr}"
+    );
+    assert!(nothing_imported(target.path()));
+
+    let session = session_in(source.path());
+    let bundle = text(&workrail(source.path(), &["export", &session]).stdout);
+    let file = target.path().join("bundle.json");
+    std::fs::write(&file, &bundle).unwrap();
+    let size = bundle.len().to_string();
+    let small = (bundle.len() - 1).to_string();
+    let refused = workrail_with(
+        target.path(),
+        &[("WORKRAIL_BUNDLE_MAX_BYTES", &small)],
+        &["import", file.to_str().unwrap()],
+        Stdio::null(),
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "is {size} bytes, over the import cap of {small} bytes"
+        )),
+        "{stderr}"
+    );
+    assert!(nothing_imported(target.path()));
+    // From stdin the size is unknown: "more than" the cap.
+    let piped = workrail_with(
+        target.path(),
+        &[("WORKRAIL_BUNDLE_MAX_BYTES", &small)],
+        &["import", "-"],
+        Stdio::from(std::fs::File::open(&file).unwrap()),
+    );
+    assert!(
+        text(&piped.stderr).contains(&format!("more than {small} bytes")),
+        "{}",
+        text(&piped.stderr)
+    );
+    let bad = workrail_with(
+        target.path(),
+        &[("WORKRAIL_BUNDLE_MAX_BYTES", "lots")],
+        &["import", file.to_str().unwrap()],
+        Stdio::null(),
+    );
+    assert!(
+        text(&bad.stderr).contains("not a positive number of bytes"),
+        "{}",
+        text(&bad.stderr)
+    );
+    // At the cap exactly, it imports.
+    let imported = workrail_with(
+        target.path(),
+        &[("WORKRAIL_BUNDLE_MAX_BYTES", &size)],
+        &["import", file.to_str().unwrap()],
+        Stdio::null(),
+    );
+    assert!(imported.status.success(), "{}", text(&imported.stderr));
+    assert!(!nothing_imported(target.path()));
+}

@@ -16,12 +16,16 @@
 mod check;
 mod export;
 mod import;
+mod input;
 
 use serde::Serialize;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 
 pub use self::export::{ExportedBundle, export_session};
 pub use self::import::{ImportOptions, ImportReport, ImportedRun, import_bundle};
+pub use self::input::{
+    DEFAULT_MAX_BUNDLE_BYTES, MAX_BUNDLE_BYTES_ENV, max_bundle_bytes, over_cap, read_capped,
+};
 
 /// Reports progress of long work (export, import, GC). The CLI draws a bar on stderr; library
 /// callers pass [`NoProgress`].

@@ -43,7 +43,7 @@ pub const EXIT_USAGE: u8 = 2;
     name = "workrail",
     version,
     about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.",
-    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)"
+    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)"
 )]
 struct Cli {
     /// Data directory (overrides WORKRAIL_DATA_DIR).
@@ -257,15 +257,27 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             file,
             allow_salvage,
         } => {
-            let text = if file.as_os_str() == "-" {
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                    .map_err(|e| format!("cannot read the bundle from stdin: {e}"))?;
-                text
+            let cap = crate::bundle::max_bundle_bytes()?;
+            let read = if file.as_os_str() == "-" {
+                crate::bundle::read_capped(
+                    std::io::stdin().lock(),
+                    None,
+                    cap,
+                    "the bundle on stdin",
+                )
             } else {
-                std::fs::read_to_string(&file)
-                    .map_err(|e| format!("cannot read {}: {e}", file.display()))?
+                let what = file.display().to_string();
+                let f =
+                    std::fs::File::open(&file).map_err(|e| format!("cannot read {what}: {e}"))?;
+                // Only a regular file's length is its content's size (`/dev/zero` says 0).
+                let size = f
+                    .metadata()
+                    .ok()
+                    .filter(std::fs::Metadata::is_file)
+                    .map(|m| m.len());
+                crate::bundle::read_capped(f, size, cap, &what)
             };
+            let text = read.map_err(|e| envelope_text(&e))?;
             let workrail = open(cli.data_dir)?;
             let bar = StderrProgress::new();
             let report = workrail.import_bundle(
