@@ -201,3 +201,80 @@ pub fn racing_object_writers(root: &Path, threads: usize, rounds: u32) -> RaceRe
     }
     report
 }
+
+/// Two stores ("processes") take turns on one session, each caching what it read: every answer
+/// must reflect the other's commits. Process A starts and caches the session, B advances it,
+/// then A must know B's node (rehydrate its stateToken), and A's own advance from there must
+/// land after B's, with both processes agreeing on the log afterwards. A stale cached view
+/// fails this on the first read.
+pub fn alternating_processes_see_each_others_commits(
+    seed: u64,
+    rounds: usize,
+) -> Result<(), String> {
+    let fs = MemFs::new();
+    let open = |salt: u64| {
+        open_workrail_with(&fs, seed ^ salt, fixture::multi_catalog()).map_err(|e| format!("{e:?}"))
+    };
+    let (a, b) = (open(0xa)?, open(0xb)?);
+    let mut out = start(&a)?;
+    let session = out.session.session_id.clone();
+    for round in 0..rounds {
+        let (writer, other, name) = if round % 2 == 0 {
+            (&b, &a, "B")
+        } else {
+            (&a, &b, "A")
+        };
+        // The other process reads (and caches) the session as it is now.
+        other
+            .sessions()
+            .load(&session)
+            .map_err(|e| format!("round {round}: load failed: {e}"))?;
+        if out.is_complete {
+            break;
+        }
+        out = writer
+            .continue_workflow(ContinueWorkflowInput {
+                state_token: Some(out.state_token.clone()),
+                ack_token: out.ack_token.clone(),
+                context: None,
+                output: notes(&format!("round {round} by {name}")),
+                preferences: vec![],
+                preset: None,
+            })
+            .map_err(|e| format!("round {round}: {name}'s advance failed: {e:?}"))?;
+        // The process that cached the older view must now answer from the newer one.
+        let seen = other
+            .continue_workflow(ContinueWorkflowInput {
+                state_token: Some(out.state_token.clone()),
+                ack_token: None,
+                context: None,
+                output: None,
+                preferences: vec![],
+                preset: None,
+            })
+            .map_err(|e| {
+                format!(
+                    "round {round}: the other process does not see {name}'s commit: {} {}",
+                    e.code, e.message
+                )
+            })?;
+        if seen.state_token != out.state_token {
+            return Err(format!(
+                "round {round}: the other process answers for another node than {name}'s commit"
+            ));
+        }
+    }
+    let events = |w: &Workrail| {
+        w.sessions()
+            .load(&session)
+            .map(|l| l.events.len())
+            .map_err(|e| e.to_string())
+    };
+    let (in_a, in_b) = (events(&a)?, events(&b)?);
+    if in_a != in_b {
+        return Err(format!(
+            "the processes disagree on the log: {in_a} events in A, {in_b} in B"
+        ));
+    }
+    Ok(())
+}

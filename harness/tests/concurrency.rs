@@ -89,3 +89,20 @@ fn the_check_catches_writers_sharing_a_temp_name() {
         "the planted shared temp name went unnoticed: {report:?}"
     );
 }
+
+/// Caches never hide another process's commits.
+#[test]
+fn alternating_processes_see_each_others_commits() {
+    let _serial = serial();
+    workrail_harness::concurrency::alternating_processes_see_each_others_commits(3, 6).unwrap();
+}
+
+/// A cached session view served without the manifest check is caught.
+#[test]
+fn the_check_catches_a_stale_session_cache() {
+    let _serial = serial();
+    let _bug = Planted::on(PlantedBug::StaleSessionCache);
+    let caught = workrail_harness::concurrency::alternating_processes_see_each_others_commits(3, 6);
+    let error = caught.expect_err("the planted stale cache went unnoticed");
+    assert!(error.contains("does not see"), "{error}");
+}

@@ -43,7 +43,7 @@ pub const EXIT_USAGE: u8 = 2;
     name = "workrail",
     version,
     about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.",
-    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)"
+    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)"
 )]
 struct Cli {
     /// Data directory (overrides WORKRAIL_DATA_DIR).

@@ -276,10 +276,10 @@ pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String,
         if let Some(view) = facts.run(&run.run_id)
             && let Some(root) = &view.dag.root
         {
-            let compiled = wr.pinned.get(&view.dag.started.workflow_hash).ok();
+            let compiled = wr.pinned.get_shared(&view.dag.started.workflow_hash).ok();
             // The step each node waits at (its snapshot's pending step), as responses name it.
             let step_of = |info: &crate::projections::NodeInfo| -> String {
-                let Ok(snapshot) = wr.snapshots.get(&info.snapshot_ref) else {
+                let Ok(snapshot) = wr.snapshots.get_shared(&info.snapshot_ref) else {
                     return "snapshot unreadable".to_owned();
                 };
                 let engine = &snapshot.engine_payload.engine_state;

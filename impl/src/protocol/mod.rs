@@ -205,7 +205,7 @@ pub(crate) struct Parts<'a> {
 /// A run's node, pinned workflow and snapshot state, as execution needs them.
 pub(crate) struct NodeContext {
     pub loaded: Arc<LoadedSession>,
-    pub compiled: CompiledWorkflowSnapshotV1,
+    pub compiled: Arc<CompiledWorkflowSnapshotV1>,
     pub workflow_hash: WorkflowHash,
     pub state: EngineState,
 }
@@ -231,7 +231,19 @@ impl Workrail {
             cache.load(&refs)
         });
         let lock_wait = lock_wait_from_env()?;
+        let budget = crate::store::CacheBudget::from_env().map_err(|message| {
+            ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                message,
+                format!(
+                    "Set {} to a whole number of MiB, or unset it for the default.",
+                    crate::store::CACHE_MB_ENV
+                ),
+                Retry::NotRetryable,
+            )
+        })?;
         let mut workrail = Self::with_parts(fs, catalog, config.entropy)?
+            .with_cache_budget(budget)
             .with_feature_overrides(&config.features)
             .with_workspace(config.workspace);
         if let Some(wait) = lock_wait {
@@ -277,6 +289,28 @@ impl Workrail {
     pub fn with_lock_wait(mut self, wait: std::time::Duration) -> Self {
         self.sessions = self.sessions.with_lock_wait(wait);
         self
+    }
+
+    /// The same WorkRail with empty caches of these byte budgets (`WORKRAIL_CACHE_MB` for
+    /// [`Workrail::open`]; `impl/docs/store.md` "Caches").
+    pub fn with_cache_budget(mut self, budget: crate::store::CacheBudget) -> Self {
+        self.sessions = self.sessions.with_cache_budget(budget.sessions);
+        self.snapshots = SnapshotStore::with_budget(Arc::clone(&self.fs), budget.snapshots);
+        self.pinned = PinnedWorkflowStore::with_budget(Arc::clone(&self.fs), budget.workflows);
+        self
+    }
+
+    /// The sizes of this process's caches: (sessions, snapshots, workflows), each as (entries,
+    /// estimated bytes, budget).
+    pub fn cache_sizes(&self) -> [(usize, usize, usize); 3] {
+        let sessions = self.sessions.session_cache();
+        let snapshots = self.snapshots.cache();
+        let workflows = self.pinned.cache();
+        [
+            (sessions.len(), sessions.bytes(), sessions.budget()),
+            (snapshots.len(), snapshots.bytes(), snapshots.budget()),
+            (workflows.len(), workflows.bytes(), workflows.budget()),
+        ]
     }
 
     /// The same WorkRail observing `workspace` when runs start.
@@ -509,8 +543,9 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
-        let verify =
-            |snapshot: &workrail_spec::ids::SnapshotRef| self.snapshots.get(snapshot).map(drop);
+        let verify = |snapshot: &workrail_spec::ids::SnapshotRef| {
+            self.snapshots.get_shared(snapshot).map(drop)
+        };
         let outcome = self
             .sessions
             .repair_missing_pins(&session, &verify)
@@ -753,12 +788,12 @@ impl Workrail {
             return place;
         };
         place.created_index = Some(info.created_index);
-        let Ok(compiled) = self.pinned.get(&view.dag.started.workflow_hash) else {
+        let Ok(compiled) = self.pinned.get_shared(&view.dag.started.workflow_hash) else {
             return place;
         };
         place.label = Some(run_label(&compiled, run));
         place.workflow_id = Some(compiled.body.workflow_id.to_string());
-        let Ok(snapshot) = self.snapshots.get(&info.snapshot_ref) else {
+        let Ok(snapshot) = self.snapshots.get_shared(&info.snapshot_ref) else {
             return place;
         };
         let engine = &snapshot.engine_payload.engine_state;
@@ -816,11 +851,11 @@ impl Workrail {
         }
         let compiled = self
             .pinned
-            .get(&state.workflow_hash)
+            .get_shared(&state.workflow_hash)
             .map_err(store_envelope(true))?;
         let snapshot = self
             .snapshots
-            .get(&info.snapshot_ref)
+            .get_shared(&info.snapshot_ref)
             .map_err(store_envelope(true))?;
         if snapshot.workflow_hash != state.workflow_hash {
             return Err(invariant(
@@ -831,7 +866,7 @@ impl Workrail {
             loaded: Arc::clone(&loaded),
             compiled,
             workflow_hash: state.workflow_hash.clone(),
-            state: snapshot.engine_payload.engine_state,
+            state: snapshot.engine_payload.engine_state.clone(),
         })
     }
 
@@ -888,7 +923,7 @@ impl Workrail {
     ) -> bool {
         facts
             .node(run, node)
-            .and_then(|n| self.snapshots.get(&n.snapshot_ref).ok())
+            .and_then(|n| self.snapshots.get_shared(&n.snapshot_ref).ok())
             .is_some_and(|s| s.engine_payload.engine_state.is_complete())
     }
 

@@ -60,7 +60,12 @@ pub(super) fn resume_session(
     let mut workflow_name = |hash: &WorkflowHash| {
         names
             .entry(hash.clone())
-            .or_insert_with(|| wr.pinned.get(hash).ok().and_then(|c| c.body.name))
+            .or_insert_with(|| {
+                wr.pinned
+                    .get_shared(hash)
+                    .ok()
+                    .and_then(|c| c.body.name.clone())
+            })
             .clone()
     };
     let ranked = rank(&sources, &mut workflow_name, &query);

@@ -203,7 +203,7 @@ pub(super) fn start_in(
         .and_then(|loaded| {
             let ctx = NodeContext {
                 loaded,
-                compiled: compiled.clone(),
+                compiled: std::sync::Arc::new(compiled.clone()),
                 workflow_hash,
                 state: transition.state.clone(),
             };

@@ -16,6 +16,7 @@ use workrail_spec::snapshot::ExecutionSnapshotFileV1;
 use super::error::{Committed, StoreError};
 use super::fs::StoreFs;
 use super::layout;
+use super::object_cache::{CacheBudget, ObjectCache, estimate};
 
 /// Writes an immutable object durably and atomically: a temp file no other writer uses, fsync,
 /// rename, fsync the directory. An object that is already there is checked byte for byte (a
@@ -62,6 +63,56 @@ fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreE
         .map_err(failed("sync the object directory", dir))
 }
 
+/// A value verified against its digest, and the length of the file it was read from (or
+/// written to).
+#[derive(Debug)]
+pub struct Verified<T> {
+    pub value: Arc<T>,
+    pub file_len: u64,
+}
+
+impl<T> Verified<T> {
+    fn new(value: T, file_len: usize) -> Arc<Self> {
+        Arc::new(Self {
+            value: Arc::new(value),
+            file_len: file_len as u64,
+        })
+    }
+}
+
+/// The cached value of an object whose file is still there with the length it was verified at
+/// (one `stat`, no read, parse or hash). A vanished file is reported as missing, as an uncached
+/// read would; a file of another length is read and verified again.
+fn still_on_disk<T>(
+    fs: &dyn StoreFs,
+    cache: &ObjectCache<Sha256Digest, Verified<T>>,
+    digest: &Sha256Digest,
+    path: &Path,
+    what: &str,
+) -> Result<Option<Arc<T>>, StoreError> {
+    let Some(cached) = cache.get(digest) else {
+        return Ok(None);
+    };
+    let len = fs.len(path).map_err(|e| StoreError::Io {
+        session: None,
+        op: "stat object",
+        detail: e.to_string(),
+    })?;
+    match len {
+        Some(len) if len == cached.file_len => Ok(Some(Arc::clone(&cached.value))),
+        Some(_) => {
+            cache.remove(digest);
+            Ok(None)
+        }
+        None => {
+            cache.remove(digest);
+            Err(StoreError::MissingObject {
+                what: what.to_owned(),
+            })
+        }
+    }
+}
+
 fn read_object(fs: &dyn StoreFs, path: &Path, what: &str) -> Result<String, StoreError> {
     let bytes = fs
         .read(path)
@@ -80,24 +131,45 @@ fn read_object(fs: &dyn StoreFs, path: &Path, what: &str) -> Result<String, Stor
 }
 
 /// The global CAS of execution snapshots.
+/// The snapshot CAS, with a bounded cache of verified snapshots: a snapshot is read, parsed
+/// and re-hashed once per process (while it stays in the cache), and a put keeps the value it
+/// wrote, so nothing reads back what it just wrote.
 #[derive(Debug, Clone)]
 pub struct SnapshotStore {
     fs: Arc<dyn StoreFs>,
+    cache: Arc<ObjectCache<Sha256Digest, Verified<ExecutionSnapshotFileV1>>>,
 }
 
 impl SnapshotStore {
     pub fn new(fs: Arc<dyn StoreFs>) -> Self {
-        Self { fs }
+        Self::with_budget(fs, CacheBudget::default().snapshots)
     }
 
-    /// Stores a snapshot durably and returns its content address.
+    /// A store whose cache holds at most `budget` estimated bytes.
+    pub fn with_budget(fs: Arc<dyn StoreFs>, budget: usize) -> Self {
+        Self {
+            fs,
+            cache: Arc::new(ObjectCache::new(budget)),
+        }
+    }
+
+    /// The cache (sizes for benchmarks and tests).
+    pub fn cache(&self) -> &ObjectCache<Sha256Digest, Verified<ExecutionSnapshotFileV1>> {
+        &self.cache
+    }
+
     pub fn put(&self, snapshot: &ExecutionSnapshotFileV1) -> Result<SnapshotRef, StoreError> {
         let internal = |e: workrail_spec::jcs::JcsError| StoreError::Internal {
             detail: e.to_string(),
         };
         let bytes = to_canonical_bytes(snapshot).map_err(internal)?;
-        let snapshot_ref = snapshot.snapshot_ref().map_err(internal)?;
+        let snapshot_ref = SnapshotRef::from_digest(sha256(&bytes));
         put_durable(&*self.fs, &layout::snapshot_path(&snapshot_ref), &bytes)?;
+        self.cache.insert(
+            snapshot_ref.digest().clone(),
+            Verified::new(snapshot.clone(), bytes.len()),
+            estimate(bytes.len()),
+        );
         Ok(snapshot_ref)
     }
 
@@ -112,10 +184,23 @@ impl SnapshotStore {
             })
     }
 
-    /// Reads and verifies a snapshot.
     pub fn get(&self, snapshot_ref: &SnapshotRef) -> Result<ExecutionSnapshotFileV1, StoreError> {
+        self.get_shared(snapshot_ref).map(|s| (*s).clone())
+    }
+
+    /// The verified snapshot, shared with the cache.
+    pub fn get_shared(
+        &self,
+        snapshot_ref: &SnapshotRef,
+    ) -> Result<Arc<ExecutionSnapshotFileV1>, StoreError> {
+        let path = layout::snapshot_path(snapshot_ref);
         let what = format!("snapshot {snapshot_ref}");
-        let text = read_object(&*self.fs, &layout::snapshot_path(snapshot_ref), &what)?;
+        if let Some(value) =
+            still_on_disk(&*self.fs, &self.cache, snapshot_ref.digest(), &path, &what)?
+        {
+            return Ok(value);
+        }
+        let text = read_object(&*self.fs, &path, &what)?;
         let corrupt = |detail: String| StoreError::CorruptObject {
             what: what.clone(),
             detail,
@@ -128,10 +213,16 @@ impl SnapshotStore {
         if &actual != snapshot_ref {
             return Err(corrupt(format!("content hashes to {actual}")));
         }
+        let verified = Verified::new(snapshot, text.len());
+        let snapshot = Arc::clone(&verified.value);
+        self.cache.insert(
+            snapshot_ref.digest().clone(),
+            verified,
+            estimate(text.len()),
+        );
         Ok(snapshot)
     }
 
-    /// Every stored snapshot ref (for GC), sorted.
     pub fn list(&self) -> Result<Vec<SnapshotRef>, StoreError> {
         list_digests(&*self.fs, Path::new(layout::SNAPSHOTS_DIR))
             .map(|v| v.into_iter().map(SnapshotRef::from_digest).collect())
@@ -155,31 +246,61 @@ fn list_digests(
 }
 
 /// Compiled workflows by `workflowHash`: the execution authority of every run.
+/// The pinned workflow CAS, with a bounded cache of verified workflows (see [`SnapshotStore`]).
 #[derive(Debug, Clone)]
 pub struct PinnedWorkflowStore {
     fs: Arc<dyn StoreFs>,
+    cache: Arc<ObjectCache<Sha256Digest, Verified<CompiledWorkflowSnapshotV1>>>,
 }
 
 impl PinnedWorkflowStore {
     pub fn new(fs: Arc<dyn StoreFs>) -> Self {
-        Self { fs }
+        Self::with_budget(fs, CacheBudget::default().workflows)
     }
 
-    /// Pins a compiled workflow durably and returns its hash.
+    /// A store whose cache holds at most `budget` estimated bytes.
+    pub fn with_budget(fs: Arc<dyn StoreFs>, budget: usize) -> Self {
+        Self {
+            fs,
+            cache: Arc::new(ObjectCache::new(budget)),
+        }
+    }
+
+    /// The cache (sizes for benchmarks and tests).
+    pub fn cache(&self) -> &ObjectCache<Sha256Digest, Verified<CompiledWorkflowSnapshotV1>> {
+        &self.cache
+    }
+
     pub fn put(&self, compiled: &CompiledWorkflowSnapshotV1) -> Result<WorkflowHash, StoreError> {
         let internal = |e: workrail_spec::jcs::JcsError| StoreError::Internal {
             detail: e.to_string(),
         };
         let bytes = to_canonical_bytes(compiled).map_err(internal)?;
-        let hash = compiled.workflow_hash().map_err(internal)?;
+        let hash = WorkflowHash::from_digest(sha256(&bytes));
         put_durable(&*self.fs, &layout::pinned_workflow_path(&hash), &bytes)?;
+        self.cache.insert(
+            hash.digest().clone(),
+            Verified::new(compiled.clone(), bytes.len()),
+            estimate(bytes.len()),
+        );
         Ok(hash)
     }
 
-    /// Reads and verifies a pinned workflow.
     pub fn get(&self, hash: &WorkflowHash) -> Result<CompiledWorkflowSnapshotV1, StoreError> {
+        self.get_shared(hash).map(|c| (*c).clone())
+    }
+
+    /// The verified workflow, shared with the cache.
+    pub fn get_shared(
+        &self,
+        hash: &WorkflowHash,
+    ) -> Result<Arc<CompiledWorkflowSnapshotV1>, StoreError> {
+        let path = layout::pinned_workflow_path(hash);
         let what = format!("pinned workflow {hash}");
-        let text = read_object(&*self.fs, &layout::pinned_workflow_path(hash), &what)?;
+        if let Some(value) = still_on_disk(&*self.fs, &self.cache, hash.digest(), &path, &what)? {
+            return Ok(value);
+        }
+        let text = read_object(&*self.fs, &path, &what)?;
         let corrupt = |detail: String| StoreError::CorruptObject {
             what: what.clone(),
             detail,
@@ -192,6 +313,10 @@ impl PinnedWorkflowStore {
         if &actual != hash {
             return Err(corrupt(format!("content hashes to {actual}")));
         }
+        let verified = Verified::new(compiled, text.len());
+        let compiled = Arc::clone(&verified.value);
+        self.cache
+            .insert(hash.digest().clone(), verified, estimate(text.len()));
         Ok(compiled)
     }
 
@@ -201,7 +326,6 @@ impl PinnedWorkflowStore {
     }
 }
 
-/// Whether a content-addressed object that committed events reference is usable.
 #[derive(Debug)]
 pub enum ObjectState {
     Intact,

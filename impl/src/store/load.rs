@@ -42,6 +42,24 @@ pub struct LoadedSession {
 }
 
 impl LoadedSession {
+    /// About how much memory this view takes: the parsed events and records take about three
+    /// times their JSON, plus the dedupe index.
+    pub fn estimated_bytes(&self) -> usize {
+        let segments: u64 = self
+            .manifest
+            .iter()
+            .map(|r| match r {
+                workrail_spec::manifest::ManifestRecord::SegmentClosed(c) => c.bytes,
+                _ => 0,
+            })
+            .sum();
+        let text = segments.saturating_add(self.manifest_file_bytes);
+        (text as usize)
+            .saturating_mul(3)
+            .saturating_add(self.dedupe.len() * 96)
+            .saturating_add(512)
+    }
+
     pub(crate) fn empty(session_id: SessionId) -> Self {
         Self {
             session_id,

@@ -11,12 +11,15 @@ mod keyring;
 pub mod layout;
 mod load;
 pub mod memfs;
+pub mod object_cache;
 pub mod planted;
 mod repair;
 mod session;
 
 pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
-pub use cas::{ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, SnapshotStore};
+pub use cas::{
+    ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, SnapshotStore, Verified,
+};
 pub use error::{Committed, StoreError, errno_name};
 pub use health::{Corruption, CorruptionReason, SessionHealth, how_to_clear};
 pub use keyring::{
@@ -24,6 +27,7 @@ pub use keyring::{
     SigningKey,
 };
 pub use load::LoadedSession;
+pub use object_cache::{CACHE_MB_ENV, CacheBudget, DEFAULT_CACHE_MB, ObjectCache};
 pub use repair::RepairOutcome;
 pub use session::{
     AppendGate, AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits, SessionRead,

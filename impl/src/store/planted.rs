@@ -12,6 +12,9 @@ pub enum PlantedBug {
     /// A reader that sees damage while another process writes reports it without waiting for
     /// the shared lock to confirm it.
     UnlockedRead,
+    /// A cached session view is served without checking the manifest length, so another
+    /// process's commits are not seen (a stale cache entry).
+    StaleSessionCache,
 }
 
 #[cfg(feature = "test-mutations")]
@@ -24,12 +27,14 @@ mod switches {
     static SKIP_DIRECTORY_SYNC: AtomicBool = AtomicBool::new(false);
     static SHARED_TEMP_NAME: AtomicBool = AtomicBool::new(false);
     static UNLOCKED_READ: AtomicBool = AtomicBool::new(false);
+    static STALE_SESSION_CACHE: AtomicBool = AtomicBool::new(false);
 
     fn switch(bug: PlantedBug) -> &'static AtomicBool {
         match bug {
             PlantedBug::SkipDirectorySync => &SKIP_DIRECTORY_SYNC,
             PlantedBug::SharedTempName => &SHARED_TEMP_NAME,
             PlantedBug::UnlockedRead => &UNLOCKED_READ,
+            PlantedBug::StaleSessionCache => &STALE_SESSION_CACHE,
         }
     }
 

@@ -24,11 +24,11 @@
 //! is held and the session is healthy, and it is lent to the caller's closure for the closure's
 //! lifetime only. Code that holds only a [`SessionRead`] (rehydrate) has no way to append.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use workrail_spec::dedupe::DedupeKey;
@@ -43,6 +43,7 @@ use super::fs::{LockError, StoreFs};
 use super::health::SessionHealth;
 use super::layout;
 use super::load::{LoadedSession, introduced_snapshots, load_session};
+use super::object_cache::{CacheBudget, ObjectCache};
 
 /// Plan size limits: the hybrid rotation thresholds (first hit wins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,8 +109,9 @@ pub struct SessionStore {
     fs: Arc<dyn StoreFs>,
     limits: SegmentLimits,
     lock_wait: Duration,
-    /// Validated sessions, reused while the manifest length is unchanged (append-only file).
-    cache: Mutex<HashMap<SessionId, Arc<LoadedSession>>>,
+    /// Validated sessions, reused while the manifest length is unchanged (append-only file);
+    /// bounded by a byte budget, least recently used out first.
+    cache: ObjectCache<SessionId, LoadedSession>,
     /// When set, load also judges the CAS objects committed events reference (D53).
     objects: Option<ObjectCheck>,
 }
@@ -180,7 +182,7 @@ impl SessionStore {
             fs,
             limits,
             lock_wait: DEFAULT_LOCK_WAIT,
-            cache: Mutex::new(HashMap::new()),
+            cache: ObjectCache::new(CacheBudget::default().sessions),
             objects: None,
         }
     }
@@ -190,6 +192,17 @@ impl SessionStore {
     pub fn with_object_check(mut self) -> Self {
         self.objects = Some(ObjectCheck::new(Arc::clone(&self.fs)));
         self
+    }
+
+    /// The same store keeping at most `budget` estimated bytes of loaded sessions.
+    pub fn with_cache_budget(mut self, budget: usize) -> Self {
+        self.cache = ObjectCache::new(budget);
+        self
+    }
+
+    /// The session cache (sizes for benchmarks and tests).
+    pub fn session_cache(&self) -> &ObjectCache<SessionId, LoadedSession> {
+        &self.cache
     }
 
     /// The same store waiting at most `wait` for another process's hold on a session lock.
@@ -206,12 +219,16 @@ impl SessionStore {
         &self.fs
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<LoadedSession>>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    fn remember(&self, session: &Arc<LoadedSession>) {
+        self.cache.insert(
+            session.session_id.clone(),
+            Arc::clone(session),
+            session.estimated_bytes(),
+        );
     }
 
     fn forget(&self, session: &SessionId) {
-        self.cache().remove(session);
+        self.cache.remove(session);
     }
 
     /// Loads from the cache when the manifest is unchanged, else from disk.
@@ -226,13 +243,14 @@ impl SessionStore {
             .fs
             .len(&manifest)
             .map_err(|e| io_error(session, "stat manifest", e))?;
-        if let Some(cached) = self.cache().get(session)
+        if let Some(cached) = self.cache.get(session)
             // A torn tail may be cut and replaced by a record of the same length: only a view
             // without one is known to be current when the length matches.
-            && cached.manifest_file_bytes == cached.manifest_committed_bytes
-            && Some(cached.manifest_file_bytes) == len
+            && ((cached.manifest_file_bytes == cached.manifest_committed_bytes
+                && Some(cached.manifest_file_bytes) == len)
+                || super::planted::is_planted(super::planted::PlantedBug::StaleSessionCache))
         {
-            return Ok(Some(Arc::clone(cached)));
+            return Ok(Some(cached));
         }
         let lock_path = layout::lock_path(session);
         let loaded = match self.fs.try_lock_shared(&lock_path) {
@@ -260,9 +278,7 @@ impl SessionStore {
             }
         };
         match &loaded {
-            Some(l) => {
-                self.cache().insert(session.clone(), Arc::clone(l));
-            }
+            Some(l) => self.remember(l),
             None => self.forget(session),
         }
         Ok(loaded)
@@ -368,11 +384,12 @@ impl SessionStore {
             .fs
             .len(&layout::manifest_path(session))
             .map_err(|e| io_error(session, "stat manifest", e))?;
-        if let Some(cached) = self.cache().get(session)
-            && cached.manifest_file_bytes == cached.manifest_committed_bytes
-            && Some(cached.manifest_file_bytes) == len
+        if let Some(cached) = self.cache.get(session)
+            && ((cached.manifest_file_bytes == cached.manifest_committed_bytes
+                && Some(cached.manifest_file_bytes) == len)
+                || super::planted::is_planted(super::planted::PlantedBug::StaleSessionCache))
         {
-            return Ok(Some(Arc::clone(cached)));
+            return Ok(Some(cached));
         }
         self.load_from_disk(session)
     }
@@ -438,9 +455,7 @@ impl Drop for AppendGate<'_> {
     fn drop(&mut self) {
         // Hand the up-to-date view back to the cache unless an I/O failure left it unknown.
         if !self.poisoned && !self.session.events.is_empty() {
-            self.store
-                .cache()
-                .insert(self.session.session_id.clone(), Arc::clone(&self.session));
+            self.store.remember(&self.session);
         }
     }
 }

@@ -1,0 +1,157 @@
+//! A bounded cache of immutable, verified values: least recently used first out once the
+//! entries' estimated bytes exceed a budget. Used for content-addressed objects (a key is the
+//! digest of its value, so an entry can never be stale) and for loaded sessions (keyed by
+//! session, revalidated against the manifest by the caller).
+//!
+//! Budgets come from `WORKRAIL_CACHE_MB` (default 64, split between the caches, see
+//! [`CacheBudget`]); a value read after its eviction is read and verified again.
+
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+
+/// The environment variable with the total cache budget, in MiB.
+pub const CACHE_MB_ENV: &str = "WORKRAIL_CACHE_MB";
+
+/// The default total budget, in MiB.
+pub const DEFAULT_CACHE_MB: usize = 64;
+
+/// The byte budget of each cache of one WorkRail (a process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheBudget {
+    /// Loaded sessions (events, manifest, their projections): half.
+    pub sessions: usize,
+    /// Execution snapshots: a quarter.
+    pub snapshots: usize,
+    /// Pinned compiled workflows: a quarter.
+    pub workflows: usize,
+}
+
+impl CacheBudget {
+    /// A total of `mib` MiB, split as documented on the fields.
+    pub fn of_mib(mib: usize) -> Self {
+        let total = mib.saturating_mul(1024 * 1024);
+        Self {
+            sessions: total / 2,
+            snapshots: total / 4,
+            workflows: total / 4,
+        }
+    }
+
+    /// `WORKRAIL_CACHE_MB` when set (a whole number of MiB, 0 turns caching off), else the
+    /// default.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var(CACHE_MB_ENV) {
+            Err(_) => Ok(Self::of_mib(DEFAULT_CACHE_MB)),
+            Ok(value) => value.trim().parse::<usize>().map(Self::of_mib).map_err(|_| {
+                format!(
+                    "{CACHE_MB_ENV}={value:?} is not a whole number of MiB; set it to e.g. {DEFAULT_CACHE_MB}, or 0 to cache nothing."
+                )
+            }),
+        }
+    }
+}
+
+impl Default for CacheBudget {
+    fn default() -> Self {
+        Self::of_mib(DEFAULT_CACHE_MB)
+    }
+}
+
+struct Inner<K: Hash + Eq, V> {
+    entries: LruCache<K, (Arc<V>, usize)>,
+    bytes: usize,
+}
+
+/// The cache.
+pub struct ObjectCache<K: Hash + Eq, V> {
+    budget: usize,
+    inner: Mutex<Inner<K, V>>,
+}
+
+impl<K: Hash + Eq, V> std::fmt::Debug for ObjectCache<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("ObjectCache")
+            .field("budget", &self.budget)
+            .field("bytes", &inner.bytes)
+            .field("entries", &inner.entries.len())
+            .finish()
+    }
+}
+
+impl<K: Hash + Eq, V> ObjectCache<K, V> {
+    /// An empty cache holding at most `budget` estimated bytes (0: holds nothing).
+    pub fn new(budget: usize) -> Self {
+        Self {
+            budget,
+            inner: Mutex::new(Inner {
+                entries: LruCache::unbounded(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K, V>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The value for `key`, marked as recently used.
+    pub fn get(&self, key: &K) -> Option<Arc<V>> {
+        self.lock().entries.get(key).map(|(v, _)| Arc::clone(v))
+    }
+
+    /// Stores `value` of about `bytes` bytes, then evicts the least recently used entries until
+    /// the budget holds. A value larger than the whole budget is not kept.
+    pub fn insert(&self, key: K, value: Arc<V>, bytes: usize) {
+        if bytes > self.budget {
+            self.remove(&key);
+            return;
+        }
+        let mut inner = self.lock();
+        if let Some((_, old)) = inner.entries.put(key, (value, bytes)) {
+            inner.bytes -= old;
+        }
+        inner.bytes += bytes;
+        while inner.bytes > self.budget {
+            match inner.entries.pop_lru() {
+                Some((_, (_, size))) => inner.bytes -= size,
+                None => break,
+            }
+        }
+    }
+
+    /// Drops the entry of `key`.
+    pub fn remove(&self, key: &K) {
+        let mut inner = self.lock();
+        if let Some((_, size)) = inner.entries.pop(key) {
+            inner.bytes -= size;
+        }
+    }
+
+    /// The estimated bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// The number of entries held now.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The budget, in estimated bytes.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+}
+
+/// The estimated in-memory size of a value that was read from `file_bytes` bytes of JSON: the
+/// parsed form (strings, vectors, maps) takes about twice the text.
+pub fn estimate(file_bytes: usize) -> usize {
+    file_bytes.saturating_mul(2).saturating_add(256)
+}

@@ -1,0 +1,124 @@
+//! The bounded caches (`impl/docs/store.md` "Caches"): least recently used out first once the
+//! byte budget is exceeded, a value read again after its eviction, and the same answers whatever
+//! the budget.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod protocol_support;
+
+use std::sync::Arc;
+
+use protocol_support::*;
+use workrail::store::memfs::MemFs;
+use workrail::store::{CacheBudget, ObjectCache, SnapshotStore, layout};
+use workrail_spec::tools::ExecutionOutput;
+
+#[test]
+fn the_least_recently_used_entries_leave_first_once_the_budget_is_exceeded() {
+    let cache: ObjectCache<u32, String> = ObjectCache::new(100);
+    cache.insert(1, Arc::new("one".into()), 40);
+    cache.insert(2, Arc::new("two".into()), 40);
+    assert!(cache.get(&1).is_some(), "1 is now the most recently used");
+    cache.insert(3, Arc::new("three".into()), 40);
+    assert!(cache.get(&2).is_none(), "2 was the least recently used");
+    assert_eq!((cache.len(), cache.bytes()), (2, 80));
+    // Replacing an entry replaces its size.
+    cache.insert(1, Arc::new("uno".into()), 10);
+    assert_eq!(cache.bytes(), 50);
+    // A value larger than the whole budget is not kept (and drops an older copy).
+    cache.insert(3, Arc::new("huge".into()), 101);
+    assert!(cache.get(&3).is_none());
+    assert_eq!(cache.bytes(), 10);
+    // A zero budget keeps nothing.
+    let none: ObjectCache<u32, String> = ObjectCache::new(0);
+    none.insert(1, Arc::new("x".into()), 1);
+    assert!(none.is_empty());
+}
+
+fn drive(wr: &workrail::protocol::Workrail) -> Vec<ExecutionOutput> {
+    let mut outs = vec![start(wr, "project.demo")];
+    let mut out = outs[0].clone();
+    for i in 0..12 {
+        if out.is_complete {
+            break;
+        }
+        let artifacts = if pending(&out) == "decide" {
+            vec![loop_control(if i < 6 { "continue" } else { "stop" })]
+        } else {
+            vec![]
+        };
+        out = wr
+            .continue_workflow(ack(&out, &format!("step {i}"), artifacts))
+            .unwrap();
+        outs.push(out.clone());
+        // A rehydrate of the first node reads old snapshots and the pinned workflow again.
+        outs.push(
+            wr.continue_workflow(rehydrate(&outs[0].state_token))
+                .unwrap(),
+        );
+    }
+    outs
+}
+
+/// Budgets change memory, never answers: with caches that hold nothing, every read goes to disk
+/// and the same run gives the same responses byte for byte.
+#[test]
+fn answers_are_the_same_whatever_the_cache_budget() {
+    let roomy_fs = MemFs::new();
+    let roomy = open(&roomy_fs);
+    let tiny_fs = MemFs::new();
+    let tiny = open(&tiny_fs).with_cache_budget(CacheBudget::of_mib(0));
+    let (a, b) = (drive(&roomy), drive(&tiny));
+    assert_eq!(a, b);
+    assert!(a.iter().any(|o| o.is_complete), "the run completes");
+    let [sessions, snapshots, workflows] = tiny.cache_sizes();
+    assert_eq!((sessions.0, snapshots.0, workflows.0), (0, 0, 0));
+    let [sessions, snapshots, workflows] = roomy.cache_sizes();
+    assert!(sessions.0 == 1 && snapshots.0 > 1 && workflows.0 == 1);
+    assert!(sessions.1 <= sessions.2 && snapshots.1 <= snapshots.2 && workflows.1 <= workflows.2);
+}
+
+/// A put keeps the value it wrote, so the advance that wrote a snapshot never reads it back;
+/// a new process reads and verifies it from disk. A deleted file is noticed by everyone.
+#[test]
+fn a_written_snapshot_is_served_without_reading_it_back() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.demo");
+    let session = out.session.session_id.clone();
+    let loaded = wr.sessions().load(&session).unwrap();
+    let snapshot_ref = loaded
+        .events
+        .iter()
+        .find_map(|e| match e.data() {
+            workrail_spec::event::EventData::NodeCreated(n) => Some(n.snapshot_ref.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let shared: Arc<dyn workrail::store::fs::StoreFs> = Arc::new(fs.clone());
+    let writer = SnapshotStore::new(Arc::clone(&shared));
+    let written = writer.get(&snapshot_ref).unwrap();
+    let again = writer.put(&written).unwrap();
+    assert_eq!(again, snapshot_ref);
+    // Damaged in place (same length): this process serves the value it verified without
+    // reading the file again; a new process reads it and reports the damage.
+    let path = layout::snapshot_path(&snapshot_ref);
+    fs.corrupt(&path, |bytes| {
+        let at = bytes.iter().position(|b| *b == b'"').unwrap();
+        bytes[at] = b'#';
+    });
+    assert_eq!(writer.get(&snapshot_ref).unwrap(), written);
+    let fresh = SnapshotStore::new(Arc::clone(&shared));
+    assert!(matches!(
+        fresh.get(&snapshot_ref),
+        Err(workrail::store::StoreError::CorruptObject { .. })
+    ));
+    // Deleted: every process notices (the cached value is only served while its file is there,
+    // one `stat` per read).
+    use workrail::store::fs::StoreFs as _;
+    fs.remove_file(&path).unwrap();
+    assert!(matches!(
+        writer.get(&snapshot_ref),
+        Err(workrail::store::StoreError::MissingObject { .. })
+    ));
+}
