@@ -6,6 +6,10 @@
 //! in the same run: the snapshot CAS write (temp + fsync + rename + fsync dir) plus the append
 //! protocol (segment temp + fsync + rename + fsync dir, manifest append + fsync, pin append +
 //! fsync). Target: p50 within 1.3x of that floor.
+//!
+//! Also prints the first `start_workflow` of the fresh process, and at 10, 500 and 2,000
+//! advances (`WORKRAIL_BENCH_ADVANCES`, default 300) the advance, rehydrate and empty-call
+//! (`tools/list`) p50s, so growth with session length shows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,6 +30,7 @@ const WORKFLOW: &str = r#"{
     {"type": "loop", "loopId": "work", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 1000,
      "body": [
        {"id": "act", "title": "Act", "prompt": "Do one unit of work."},
+       {"id": "review", "title": "Review", "prompt": "Review the unit of work."},
        {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
      ]}
   ]
@@ -126,13 +131,19 @@ fn main() {
         json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}),
     );
     call("notifications/initialized", Value::Null);
+    // Cold start: the first start_workflow of a fresh process.
+    let t = Instant::now();
     let started = call(
         "tools/call",
         json!({"name": "start_workflow", "arguments": {"workflowId": "project.bench"}}),
     );
+    let cold_start = t.elapsed();
     let mut out = started["result"]["structuredContent"].clone();
     assert!(out["stateToken"].is_string(), "start failed: {started}");
     let mut samples = Vec::with_capacity(advances);
+    // (advances so far, rehydrate time, empty call time) at the growth checkpoints.
+    let mut growth: Vec<(usize, Duration, Duration, Duration)> = Vec::new();
+    let checkpoints = [10usize, 500, 2000];
     // Floor rounds are interleaved with advances so both see the same machine load.
     let floor_dir = tempfile::tempdir().unwrap();
     let mut bare = Vec::with_capacity(advances);
@@ -160,6 +171,33 @@ fn main() {
         samples.push(t.elapsed());
         out = response["result"]["structuredContent"].clone();
         assert_eq!(out["kind"], "ok", "advance {i} failed: {response}");
+        if checkpoints.contains(&(i + 1)) {
+            // p50 of 21 rehydrates and 21 empty calls (`tools/list`, the round trip alone),
+            // and the p50 of the last ten advances.
+            let mut rehydrates = Vec::new();
+            let mut empties = Vec::new();
+            for _ in 0..21 {
+                let t = Instant::now();
+                call(
+                    "tools/call",
+                    json!({"name": "continue_workflow", "arguments": {"stateToken": out["stateToken"]}}),
+                );
+                rehydrates.push(t.elapsed());
+                let t = Instant::now();
+                call("tools/list", json!({}));
+                empties.push(t.elapsed());
+            }
+            rehydrates.sort();
+            empties.sort();
+            let mut recent: Vec<Duration> = samples[samples.len().saturating_sub(10)..].to_vec();
+            recent.sort();
+            growth.push((
+                i + 1,
+                percentile(&recent, 0.5),
+                percentile(&rehydrates, 0.5),
+                percentile(&empties, 0.5),
+            ));
+        }
     }
     // Closing stdin ends the server (it exits on EOF).
     drop(stdin);
@@ -179,4 +217,31 @@ fn main() {
         ms(floor50),
         ms(p50) / ms(floor50)
     );
+    println!(
+        "first start_workflow in a fresh process: {:.2} ms (target <= 20)",
+        ms(cold_start)
+    );
+    println!(
+        "| advances | advance p50 (last 10) | rehydrate p50 | empty call p50 | rehydrate minus round trip |"
+    );
+    println!("|---|---|---|---|---|");
+    for (n, advance, rehydrate, empty) in &growth {
+        println!(
+            "| {n} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            ms(*advance),
+            ms(*rehydrate),
+            ms(*empty),
+            ms(*rehydrate) - ms(*empty)
+        );
+    }
+    if let (Some(first), Some(last)) = (growth.first(), growth.last())
+        && growth.len() > 1
+    {
+        println!(
+            "advance growth {}->{} advances: {:.2}x (target <= 1.20)",
+            first.0,
+            last.0,
+            ms(last.1) / ms(first.1)
+        );
+    }
 }
