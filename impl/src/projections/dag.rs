@@ -2,6 +2,7 @@
 //! capabilities, effective preferences, advance outcomes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use workrail_spec::closed::{
     Autonomy, Capability, CapabilityStatus, EnforcementGrade, GapSeverity, NodeKind, OutputChannel,
@@ -64,6 +65,10 @@ pub struct RunView {
     pub strong_capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
     /// Ack attempts per node by attemptId.
     pub advances: BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>,
+    /// Positions (in the projected log) of this run's `preferences_changed` events, ascending.
+    pub preference_changes: Vec<usize>,
+    /// Positions of this run's `context_set` events, ascending.
+    pub context_sets: Vec<usize>,
 }
 
 impl RunView {
@@ -161,12 +166,14 @@ impl RunView {
 }
 
 /// Projections of a whole session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionProjection {
     pub runs: BTreeMap<RunId, RunView>,
     /// Where events were inconsistent with the DAG (e.g. a supersede across nodes): reported,
     /// never fatal for a read model.
     pub anomalies: Vec<String>,
+    /// Positions (in the projected log) of the `advance_recorded` events of each node, ascending.
+    pub advance_events: HashMap<NodeId, Vec<usize>>,
 }
 
 /// Effective preferences at `node` (locks §4): node-attached, else the session baseline, else
@@ -193,9 +200,10 @@ pub fn effective_preferences(
     }
     // In-effect changes on the path are ordered by depth in the log, so the latest one in the
     // log is the nearest.
-    events
+    run.preference_changes
         .iter()
         .rev()
+        .filter_map(|&i| events.get(i))
         .find_map(|e| match (e.data(), e.scope().node_id()) {
             (EventData::PreferencesChanged(p), Some(n))
                 if e.scope().run_id() == Some(&run.dag.run_id)
@@ -209,8 +217,19 @@ pub fn effective_preferences(
         .unwrap_or(global_defaults)
 }
 
-/// Builds every projection of a session in two linear passes.
-pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection {
+/// Builds every projection of a session: incrementally from nothing (see [`Projector`]), or in
+/// two linear passes when the log has something the incremental path does not handle.
+pub fn project(events: &[SessionEvent], policy: TipPolicy) -> SessionProjection {
+    let mut projector = Projector::default();
+    match projector.extend(events) {
+        Ok(()) => Arc::unwrap_or_clone(projector.projection),
+        Err(Unsupported) => project_in_two_passes(events, policy),
+    }
+}
+
+/// Builds every projection of a session in two linear passes (the reference the incremental
+/// [`Projector`] must equal).
+pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection {
     let mut runs: BTreeMap<RunId, RunDag> = BTreeMap::new();
     let mut anomalies = Vec::new();
     let mut outputs: HashMap<RunId, Vec<(NodeId, NodeOutputAppended)>> = HashMap::new();
@@ -221,13 +240,39 @@ pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection
         HashMap::new();
     let mut advances: HashMap<RunId, BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>> =
         HashMap::new();
+    let mut preference_changes: HashMap<RunId, Vec<usize>> = HashMap::new();
+    let mut context_sets: HashMap<RunId, Vec<usize>> = HashMap::new();
+    let mut advance_events: HashMap<NodeId, Vec<usize>> = HashMap::new();
     // Pass 1: index every event by run and node.
-    for event in events {
+    for (position, event) in events.iter().enumerate() {
         let index = event.event_index().get();
         let Some(run_id) = event.scope().run_id().cloned() else {
             continue;
         };
         let node_id = event.scope().node_id().cloned();
+        match event.data() {
+            EventData::PreferencesChanged(_) => {
+                preference_changes
+                    .entry(run_id.clone())
+                    .or_default()
+                    .push(position);
+            }
+            EventData::ContextSet(_) => {
+                context_sets
+                    .entry(run_id.clone())
+                    .or_default()
+                    .push(position);
+            }
+            EventData::AdvanceRecorded(_) => {
+                if let Some(node) = &node_id {
+                    advance_events
+                        .entry(node.clone())
+                        .or_default()
+                        .push(position);
+                }
+            }
+            _ => {}
+        }
         match event.data() {
             EventData::RunStarted(started) => {
                 runs.insert(
@@ -339,13 +384,270 @@ pub fn project(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection
                 capabilities: capabilities.remove(&run_id).unwrap_or_default(),
                 strong_capabilities: strong.remove(&run_id).unwrap_or_default(),
                 advances: advances.remove(&run_id).unwrap_or_default(),
+                preference_changes: preference_changes.remove(&run_id).unwrap_or_default(),
+                context_sets: context_sets.remove(&run_id).unwrap_or_default(),
             },
         );
     }
     SessionProjection {
         runs: views,
         anomalies,
+        advance_events,
     }
+}
+
+/// The log has something the incremental path leaves to [`project_in_two_passes`] (an event
+/// outside a started run, a node or run created twice, an output superseding one that is not an
+/// earlier output of the same node and channel): only possible in a log no WorkRail wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsupported;
+
+/// What the incremental path keeps beside the views of one run.
+#[derive(Debug, Clone, Default)]
+struct RunAux {
+    /// Nodes in creation order (a topological order).
+    order: Vec<NodeId>,
+    /// Every output's node and channel.
+    outputs: HashMap<OutputId, (NodeId, OutputChannel)>,
+    /// Gap ids some gap resolves.
+    resolved: HashSet<GapId>,
+}
+
+/// A session projection extended event by event as the log grows, so a call on a long session
+/// projects only what was appended since the last call (plus the preferred tip of the runs the
+/// new events touched, linear in that run's nodes). Equal to [`project_in_two_passes`] on every
+/// log it accepts (tested on generated logs).
+#[derive(Debug, Clone, Default)]
+pub struct Projector {
+    projection: Arc<SessionProjection>,
+    aux: HashMap<RunId, RunAux>,
+    applied: usize,
+}
+
+impl Projector {
+    /// How many events of the log are projected.
+    pub fn applied(&self) -> usize {
+        self.applied
+    }
+
+    /// The projection of the events applied so far.
+    pub fn projection(&self) -> &Arc<SessionProjection> {
+        &self.projection
+    }
+
+    /// Applies `events[self.applied()..]` (`events` is the whole log, of which the first
+    /// `applied()` were applied before). On `Unsupported` the projector must not be used again.
+    pub fn extend(&mut self, events: &[SessionEvent]) -> Result<(), Unsupported> {
+        if events.len() <= self.applied {
+            return Ok(());
+        }
+        let projection = Arc::make_mut(&mut self.projection);
+        let mut touched: HashSet<RunId> = HashSet::new();
+        for (position, event) in events.iter().enumerate().skip(self.applied) {
+            apply(projection, &mut self.aux, &mut touched, position, event)?;
+        }
+        for run_id in &touched {
+            if let (Some(view), Some(aux)) = (projection.runs.get_mut(run_id), self.aux.get(run_id))
+            {
+                let (tip, activity) = preferred_tip_in_order(&view.dag, &aux.order);
+                view.preferred_tip = tip;
+                view.tip_last_activity = activity;
+            }
+        }
+        self.applied = events.len();
+        Ok(())
+    }
+}
+
+fn apply(
+    projection: &mut SessionProjection,
+    aux: &mut HashMap<RunId, RunAux>,
+    touched: &mut HashSet<RunId>,
+    position: usize,
+    event: &SessionEvent,
+) -> Result<(), Unsupported> {
+    let index = event.event_index().get();
+    if index != position as u64 {
+        return Err(Unsupported);
+    }
+    let Some(run_id) = event.scope().run_id() else {
+        return Ok(());
+    };
+    let node_id = event.scope().node_id();
+    if let EventData::RunStarted(started) = event.data() {
+        if projection.runs.contains_key(run_id) {
+            return Err(Unsupported);
+        }
+        projection.runs.insert(
+            run_id.clone(),
+            RunView {
+                dag: RunDag {
+                    run_id: run_id.clone(),
+                    started: started.clone(),
+                    nodes: BTreeMap::new(),
+                    edges: Vec::new(),
+                    root: None,
+                },
+                preferred_tip: None,
+                tip_last_activity: 0,
+                current_outputs: BTreeMap::new(),
+                unresolved_gaps: Vec::new(),
+                capabilities: BTreeMap::new(),
+                strong_capabilities: BTreeMap::new(),
+                advances: BTreeMap::new(),
+                preference_changes: Vec::new(),
+                context_sets: Vec::new(),
+            },
+        );
+        aux.insert(run_id.clone(), RunAux::default());
+        touched.insert(run_id.clone());
+        return Ok(());
+    }
+    // Events of a run that never started are dropped by the two-pass projection too, except
+    // the ones it reports.
+    let Some(view) = projection.runs.get_mut(run_id) else {
+        return match event.data() {
+            EventData::NodeCreated(_) => Err(Unsupported),
+            EventData::AdvanceRecorded(_) => Err(Unsupported),
+            _ => Ok(()),
+        };
+    };
+    let run_aux = aux.entry(run_id.clone()).or_default();
+    touched.insert(run_id.clone());
+    match event.data() {
+        EventData::PreferencesChanged(_) => view.preference_changes.push(position),
+        EventData::ContextSet(_) => view.context_sets.push(position),
+        EventData::AdvanceRecorded(_) => {
+            if let Some(node) = node_id {
+                projection
+                    .advance_events
+                    .entry(node.clone())
+                    .or_default()
+                    .push(position);
+            }
+        }
+        _ => {}
+    }
+    let dag = &mut view.dag;
+    match event.data() {
+        EventData::NodeCreated(created) => {
+            let Some(node_id) = node_id else {
+                return Err(Unsupported);
+            };
+            if dag.nodes.contains_key(node_id) {
+                return Err(Unsupported);
+            }
+            if created.parent_node_id.is_none() {
+                dag.root.get_or_insert(node_id.clone());
+            }
+            if let Some(parent) = created
+                .parent_node_id
+                .as_ref()
+                .and_then(|p| dag.nodes.get_mut(p))
+            {
+                parent.children.push(node_id.clone());
+            }
+            dag.nodes.insert(
+                node_id.clone(),
+                NodeInfo {
+                    node_id: node_id.clone(),
+                    kind: created.node_kind,
+                    parent: created.parent_node_id.clone(),
+                    snapshot_ref: created.snapshot_ref.clone(),
+                    created_index: index,
+                    children: Vec::new(),
+                    own_activity: index,
+                },
+            );
+            run_aux.order.push(node_id.clone());
+            return Ok(());
+        }
+        EventData::EdgeCreated(edge) => {
+            if let Some(to) = dag.nodes.get_mut(&edge.to_node_id) {
+                to.own_activity = to.own_activity.max(index);
+            }
+            dag.edges.push(edge.clone());
+            return Ok(());
+        }
+        _ => {}
+    }
+    let Some(node_id) = node_id else {
+        return Ok(());
+    };
+    if let Some(node) = dag.nodes.get_mut(node_id) {
+        node.own_activity = node.own_activity.max(index);
+    }
+    match event.data() {
+        EventData::NodeOutputAppended(o) => {
+            if run_aux.outputs.contains_key(&o.output_id) {
+                return Err(Unsupported);
+            }
+            if let Some(target) = &o.supersedes_output_id {
+                match run_aux.outputs.get(target) {
+                    Some((n, c)) if n == node_id && *c == o.output_channel => {}
+                    _ => return Err(Unsupported),
+                }
+            }
+            run_aux
+                .outputs
+                .insert(o.output_id.clone(), (node_id.clone(), o.output_channel));
+            // The latest output of a node and channel is its current one: an earlier one is
+            // either superseded by it or older.
+            view.current_outputs
+                .insert((node_id.clone(), o.output_channel), o.clone());
+        }
+        EventData::GapRecorded(g) => {
+            if let GapResolution::Resolves { resolves_gap_id } = &g.resolution {
+                run_aux.resolved.insert(resolves_gap_id.clone());
+                view.unresolved_gaps
+                    .retain(|(_, open)| &open.gap_id != resolves_gap_id);
+            }
+            if !run_aux.resolved.contains(&g.gap_id) {
+                view.unresolved_gaps.push((node_id.clone(), g.clone()));
+            }
+        }
+        EventData::CapabilityObserved(c) => {
+            if c.provenance.enforcement_grade() == EnforcementGrade::Strong {
+                view.strong_capabilities
+                    .insert((node_id.clone(), c.capability), c.clone());
+            }
+            view.capabilities
+                .insert((node_id.clone(), c.capability), c.clone());
+        }
+        EventData::AdvanceRecorded(a) => {
+            view.advances
+                .entry(node_id.clone())
+                .or_default()
+                .insert(a.attempt_id.clone(), a.clone());
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// [`preferred_tip`] over nodes already in creation order.
+fn preferred_tip_in_order(dag: &RunDag, order: &[NodeId]) -> (Option<NodeId>, u64) {
+    let mut reach: HashMap<&NodeId, u64> = HashMap::with_capacity(order.len());
+    let mut best: Option<(u64, u64, &NodeId)> = None;
+    for id in order {
+        let Some(node) = dag.nodes.get(id) else {
+            continue;
+        };
+        let inherited = node
+            .parent
+            .as_ref()
+            .and_then(|p| reach.get(p).copied())
+            .unwrap_or(0);
+        let own = node.own_activity.max(inherited);
+        reach.insert(&node.node_id, own);
+        if node.children.is_empty() {
+            let key = (own, node.created_index, &node.node_id);
+            if best.is_none_or(|b| key > b) {
+                best = Some(key);
+            }
+        }
+    }
+    best.map_or((None, 0), |(reach, _, id)| (Some(id.clone()), reach))
 }
 
 /// Preferred tip (locks §2): among leaves, the highest last-activity over the reachable

@@ -1,12 +1,13 @@
 //! Projections: pure, deterministic read models derived from committed events (locks §2, §2.1,
 //! §6 "Projections API is internal-only"). Nothing here is truth and nothing here writes.
 //!
-//! Every function is linear in the number of events (one pass to index, one pass to derive),
-//! so loading and projecting a 100k-event session stays linear.
+//! Projecting a log from nothing is linear in the number of events; a [`Projector`] extends a
+//! projection with appended events only, so a long session is not projected again per call.
 
 mod dag;
 pub mod resume;
 
 pub use dag::{
-    NodeInfo, RunDag, RunView, SessionProjection, TipPolicy, effective_preferences, project,
+    NodeInfo, Projector, RunDag, RunView, SessionProjection, TipPolicy, Unsupported,
+    effective_preferences, project, project_in_two_passes,
 };

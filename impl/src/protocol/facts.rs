@@ -15,23 +15,25 @@ use workrail_spec::event::{
 use workrail_spec::ids::{AttemptId, EventId, NodeId, RunId, SessionId};
 
 use crate::projections::{
-    NodeInfo, RunView, SessionProjection, TipPolicy, effective_preferences, project,
+    NodeInfo, Projector, RunView, SessionProjection, TipPolicy, effective_preferences, project,
+    project_in_two_passes,
 };
 
 /// How many sessions' latest projections [`ProjectionMemo`] keeps.
 const MEMO_SESSIONS: usize = 64;
 
-/// The projection of each session's latest log seen, so the several reads of one advance (and
-/// the next call on the same session) project the log once. The key is the session, the log
-/// length and the last event's id: committed events are append-only, so that names one exact
-/// log (a log rewritten under the same length would have a different last event id).
+/// The projection of each session's latest log seen, kept extendable: the several reads of one
+/// advance project the log once, and the next call on the same session projects only the events
+/// appended since (a [`Projector`]). The key is the session, the log length and the last event's
+/// id: committed events are append-only, so that names one exact log (a log rewritten under the
+/// same length would have a different last event id).
 #[derive(Debug, Default)]
 pub struct ProjectionMemo {
     latest: Mutex<HashMap<SessionId, Memoized>>,
 }
 
-/// A log's length, its last event's id, and its projection.
-type Memoized = (usize, EventId, Arc<SessionProjection>);
+/// The last event's id of the projected log, and its projector.
+type Memoized = (EventId, Projector);
 
 impl ProjectionMemo {
     /// Facts of `events`, a session's log (or a prefix of it).
@@ -39,31 +41,43 @@ impl ProjectionMemo {
         let Some(last) = events.last() else {
             return Facts::new(events);
         };
-        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((len, id, projection)) = latest.get(session)
-            && *len == events.len()
-            && id == last.event_id()
-        {
-            return Facts {
-                events,
-                projection: Arc::clone(projection),
-            };
-        }
-        drop(latest);
-        let facts = Facts::new(events);
         let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((id, projector)) = latest.get_mut(session) {
+            let applied = projector.applied();
+            if applied == events.len() && id == last.event_id() {
+                return Facts {
+                    events,
+                    projection: Arc::clone(projector.projection()),
+                };
+            }
+            // The same log, longer: project only what was appended.
+            let extends =
+                applied > 0 && applied < events.len() && events[applied - 1].event_id() == id;
+            if extends && projector.extend(events).is_ok() {
+                *id = last.event_id().clone();
+                return Facts {
+                    events,
+                    projection: Arc::clone(projector.projection()),
+                };
+            }
+        }
+        let mut projector = Projector::default();
+        let projection = match projector.extend(events) {
+            Ok(()) => Arc::clone(projector.projection()),
+            // A log the incremental path does not take is projected whole, every time.
+            Err(_) => {
+                latest.remove(session);
+                return Facts {
+                    events,
+                    projection: Arc::new(project_in_two_passes(events, TipPolicy::Latest)),
+                };
+            }
+        };
         if latest.len() >= MEMO_SESSIONS && !latest.contains_key(session) {
             latest.clear();
         }
-        latest.insert(
-            session.clone(),
-            (
-                events.len(),
-                last.event_id().clone(),
-                Arc::clone(&facts.projection),
-            ),
-        );
-        facts
+        latest.insert(session.clone(), (last.event_id().clone(), projector));
+        Facts { events, projection }
     }
 }
 
@@ -95,13 +109,17 @@ impl<'a> Facts<'a> {
 
     /// Ack attempts recorded at `node`, in order, with the index of their record.
     pub fn advance_records(&self, node: &NodeId) -> Vec<(usize, &AdvanceRecorded)> {
-        self.events
+        let Some(positions) = self.projection.advance_events.get(node) else {
+            return Vec::new();
+        };
+        positions
             .iter()
-            .enumerate()
-            .filter_map(|(i, e)| match (e.data(), e.scope().node_id()) {
-                (EventData::AdvanceRecorded(a), Some(n)) if n == node => Some((i, a)),
-                _ => None,
-            })
+            .filter_map(
+                |&i| match self.events.get(i).map(|e| (e.data(), e.scope().node_id())) {
+                    Some((EventData::AdvanceRecorded(a), Some(n))) if n == node => Some((i, a)),
+                    _ => None,
+                },
+            )
             .collect()
     }
 
@@ -137,9 +155,13 @@ impl<'a> Facts<'a> {
 
     /// The run's current durable context (the latest `context_set`), empty when none.
     pub fn context(&self, run: &RunId) -> Map<String, Value> {
-        self.events
+        let Some(view) = self.run(run) else {
+            return Map::new();
+        };
+        view.context_sets
             .iter()
             .rev()
+            .filter_map(|&i| self.events.get(i))
             .find_map(|e| match (e.data(), e.scope().run_id()) {
                 (EventData::ContextSet(c), Some(r)) if r == run => Some(c.context.clone()),
                 _ => None,

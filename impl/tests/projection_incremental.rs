@@ -1,0 +1,118 @@
+//! The incremental projection (`Projector`, what each server process keeps per session) equals
+//! the two-pass reference at every prefix of real logs, whatever the chunks it is extended by:
+//! forks, blocked attempts, checkpoints, preference changes, gaps, capability observations.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod protocol_support;
+
+use proptest::prelude::*;
+use protocol_support::*;
+use workrail::projections::{Projector, TipPolicy, project, project_in_two_passes};
+use workrail::store::memfs::MemFs;
+use workrail_spec::event::SessionEvent;
+use workrail_spec::tools::ContinueWorkflowInput;
+
+/// A session with a loop, a fork from an old node, a blocked attempt, a checkpoint, a preference
+/// change and a never-stop gap.
+fn busy_log() -> Vec<SessionEvent> {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let s1 = wr.continue_workflow(ack(&s0, "planned", vec![])).unwrap();
+    let s2 = wr
+        .continue_workflow(ack(&s1, "implemented", vec![]))
+        .unwrap();
+    // Blocked: the decision needs its loop-control artifact.
+    let blocked = wr.continue_workflow(ack(&s2, "decided", vec![])).unwrap();
+    assert!(!blocked.blockers.is_empty());
+    let s3 = wr
+        .continue_workflow(ack(&blocked, "decided", vec![loop_control("continue")]))
+        .unwrap();
+    wr.checkpoint_workflow(workrail_spec::tools::CheckpointWorkflowInput {
+        state_token: s3.state_token.clone(),
+        checkpoint_token: s3.checkpoint_token.clone().unwrap(),
+        output: workrail_spec::tools::OutputInput {
+            notes_markdown: Some("halfway".into()),
+            artifacts: vec![],
+        },
+    })
+    .unwrap();
+    // A preference change to never-stop, then a decision without its artifact: a gap.
+    let never_stop = ContinueWorkflowInput {
+        preferences: vec![workrail_spec::event::PreferenceDelta::Autonomy(
+            workrail_spec::closed::Autonomy::FullAutoNeverStop,
+        )],
+        ..ack(&s3, "implemented again", vec![])
+    };
+    let s4 = wr.continue_workflow(never_stop).unwrap();
+    let _gap = wr
+        .continue_workflow(ack(&s4, "decided without the artifact", vec![]))
+        .unwrap();
+    // A fork from the first node, after a rehydrate.
+    let back = wr.continue_workflow(rehydrate(&s0.state_token)).unwrap();
+    let f1 = wr
+        .continue_workflow(ack(&back, "planned differently", vec![]))
+        .unwrap();
+    wr.continue_workflow(ack(&f1, "implemented the fork", vec![]))
+        .unwrap();
+    // A second run in the same session is not possible through start; the log is enough.
+    session_events(&wr, &s0)
+}
+
+#[test]
+fn extending_event_by_event_equals_the_two_pass_projection_at_every_prefix() {
+    let log = busy_log();
+    assert!(log.len() > 30, "{} events", log.len());
+    let mut projector = Projector::default();
+    for end in 1..=log.len() {
+        projector.extend(&log[..end]).unwrap();
+        let reference = project_in_two_passes(&log[..end], TipPolicy::Latest);
+        assert_eq!(
+            **projector.projection(),
+            reference,
+            "prefix of {end} events"
+        );
+        assert!(reference.anomalies.is_empty());
+    }
+    assert_eq!(
+        project(&log, TipPolicy::Latest),
+        project_in_two_passes(&log, TipPolicy::Latest)
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    ))]
+
+    /// Any chunking of the log gives the same projection as projecting it whole.
+    #[test]
+    fn any_chunking_gives_the_same_projection(cuts in proptest::collection::vec(1usize..12, 1..20)) {
+        let log = busy_log();
+        let mut projector = Projector::default();
+        let mut end = 0;
+        for cut in cuts {
+            end = (end + cut).min(log.len());
+            projector.extend(&log[..end]).unwrap();
+            prop_assert_eq!(
+                &**projector.projection(),
+                &project_in_two_passes(&log[..end], TipPolicy::Latest)
+            );
+        }
+    }
+}
+
+/// A log no WorkRail wrote (events reordered so a node appears before its run): the incremental
+/// path declines and `project` falls back to the two-pass projection, anomalies included.
+#[test]
+fn a_log_the_incremental_path_declines_is_projected_whole() {
+    let mut log = busy_log();
+    log.swap(0, 1);
+    let mut projector = Projector::default();
+    assert!(projector.extend(&log).is_err());
+    assert_eq!(
+        project(&log, TipPolicy::Latest),
+        project_in_two_passes(&log, TipPolicy::Latest)
+    );
+}
