@@ -72,6 +72,17 @@ pub struct RunView {
 }
 
 impl RunView {
+    /// `node`, then its parent, and so on up to the root (no allocation of the whole chain, so
+    /// a lookup that stops at the first hit does not pay for a deep branch).
+    pub fn upwards<'v>(&'v self, node: &'v NodeId) -> impl Iterator<Item = &'v NodeId> + 'v {
+        let mut current = Some(node);
+        std::iter::from_fn(move || {
+            let id = current?;
+            current = self.dag.nodes.get(id).and_then(|n| n.parent.as_ref());
+            Some(id)
+        })
+    }
+
     /// Nodes on the path root -> `node`.
     pub fn ancestry(&self, node: &NodeId) -> Vec<NodeId> {
         let mut chain = Vec::new();
@@ -95,16 +106,20 @@ impl RunView {
     /// the nearest node on its ancestry that has one (the node itself first), or `None` when no
     /// strong observation exists (`unknown`). Weak claims never count (decision D27).
     pub fn strong_status(&self, node: &NodeId, capability: Capability) -> Option<CapabilityStatus> {
-        self.ancestry(node)
-            .iter()
-            .rev()
+        if self.strong_capabilities.is_empty() {
+            return None;
+        }
+        self.upwards(node)
             .find_map(|n| self.strong_capabilities.get(&(n.clone(), capability)))
             .map(|o| o.status)
     }
 
     /// Unresolved gaps recorded on the path root -> `node`, in log order.
     pub fn open_gaps_on(&self, node: &NodeId) -> Vec<&GapRecorded> {
-        let lineage: HashSet<NodeId> = self.ancestry(node).into_iter().collect();
+        if self.unresolved_gaps.is_empty() {
+            return Vec::new();
+        }
+        let lineage: HashSet<&NodeId> = self.upwards(node).collect();
         self.unresolved_gaps
             .iter()
             .filter(|(n, _)| lineage.contains(n))
@@ -118,9 +133,10 @@ impl RunView {
         node: &NodeId,
         capability: Capability,
     ) -> Option<&CapabilityObserved> {
-        self.ancestry(node)
-            .iter()
-            .rev()
+        if self.capabilities.is_empty() {
+            return None;
+        }
+        self.upwards(node)
             .find_map(|n| self.capabilities.get(&(n.clone(), capability)))
     }
 
@@ -188,6 +204,9 @@ pub fn effective_preferences(
     session_baseline: Option<EffectivePreferences>,
     global_defaults: EffectivePreferences,
 ) -> EffectivePreferences {
+    if run.preference_changes.is_empty() {
+        return session_baseline.unwrap_or(global_defaults);
+    }
     // Each ancestor counts only for changes recorded before the path towards `node` left it.
     let mut cutoff: HashMap<NodeId, u64> = HashMap::new();
     let mut below: Option<u64> = None;

@@ -76,20 +76,17 @@ fn an_earlier_step_was_shown(
     let Some(view) = facts.run(run) else {
         return false;
     };
-    let lineage = view.ancestry(node);
-    // Root first: the first non-probe ancestor is usually the root itself.
-    lineage
-        .iter()
-        .take(lineage.len().saturating_sub(1))
-        .any(|ancestor| {
-            facts
-                .node(run, ancestor)
-                .and_then(|info| wr.snapshots.get_shared(&info.snapshot_ref).ok())
-                .is_some_and(|snapshot| {
-                    let state = &snapshot.engine_payload.engine_state;
-                    state.pending_step().is_some() && !is_probe(state)
-                })
-        })
+    // Upwards from the parent: the nearest earlier step is usually not a probe, so this stops
+    // at once however deep the branch is.
+    view.upwards(node).skip(1).any(|ancestor| {
+        facts
+            .node(run, ancestor)
+            .and_then(|info| wr.snapshots.get_shared(&info.snapshot_ref).ok())
+            .is_some_and(|snapshot| {
+                let state = &snapshot.engine_payload.engine_state;
+                state.pending_step().is_some() && !is_probe(state)
+            })
+    })
 }
 
 /// One line per declared capability. A preferred capability gets the lazy-attempt pattern

@@ -40,11 +40,12 @@ fn policy(omitted: u32, cut: bool) -> Option<RecapTruncationPolicy> {
     }
 }
 
-/// Keeps the most recent entries within `budget`; returns (text, omitted, cut).
-fn most_recent_within(entries: &[String], budget: usize) -> (String, u32, bool) {
+/// Keeps the most recent entries within `budget`; returns (text, omitted, cut). `newest_first`
+/// holds at least the entries the budget can take plus one (or all), `total` counts them all.
+fn most_recent_within(newest_first: &[String], total: usize, budget: usize) -> (String, u32, bool) {
     let mut kept: Vec<&str> = Vec::new();
     let mut used = 0usize;
-    for entry in entries.iter().rev() {
+    for entry in newest_first {
         let cost = entry.len() + if kept.is_empty() { 0 } else { 2 };
         if used + cost > budget {
             break;
@@ -52,9 +53,9 @@ fn most_recent_within(entries: &[String], budget: usize) -> (String, u32, bool) 
         used += cost;
         kept.push(entry);
     }
-    let omitted = (entries.len() - kept.len()) as u32;
+    let omitted = (total - kept.len()) as u32;
     if kept.is_empty()
-        && let Some(last) = entries.last()
+        && let Some(last) = newest_first.first()
     {
         // The newest entry alone is too long: keep its beginning, marked.
         let cut = truncate_with_marker(last, budget)
@@ -73,12 +74,31 @@ fn snippet(text: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Recap entries (step notes) on the path `from` (exclusive) .. `to` (inclusive).
-fn notes_on_path(facts: &Facts<'_>, run: &RunId, path: &[NodeId]) -> Vec<String> {
+/// Recap entries (step notes) of the nodes of `path` (root first), numbered from 1, newest
+/// first: only as many as `budget` bytes can hold plus one are formatted (a deep branch costs a
+/// lookup per node, not a string), with the count of all of them.
+fn newest_notes<'n>(
+    notes: impl DoubleEndedIterator<Item = &'n str> + ExactSizeIterator,
+    budget: usize,
+) -> (Vec<String>, usize) {
+    let total = notes.len();
+    let mut used = 0usize;
+    let mut out = Vec::new();
+    for (back, text) in notes.rev().enumerate() {
+        let entry = format!("[{}] {text}", total - back);
+        used += entry.len() + 2;
+        out.push(entry);
+        if used > budget {
+            break;
+        }
+    }
+    (out, total)
+}
+
+/// The recap notes on `path` (root first).
+fn notes_on_path<'f>(facts: &'f Facts<'_>, run: &RunId, path: &[NodeId]) -> Vec<&'f str> {
     path.iter()
         .filter_map(|n| facts.recap_notes(run, n))
-        .enumerate()
-        .map(|(i, notes)| format!("[{}] {notes}", i + 1))
         .collect()
 }
 
@@ -87,17 +107,22 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     let view = facts.run(run)?;
     let info = view.dag.nodes.get(node)?;
     if info.children.is_empty() {
-        let entries = notes_on_path(facts, run, &view.ancestry(node));
-        if entries.is_empty() {
+        let mut notes: Vec<&str> = view
+            .upwards(node)
+            .filter_map(|n| facts.recap_notes(run, n))
+            .collect();
+        notes.reverse();
+        let (entries, total) = newest_notes(notes.into_iter(), RECAP_MAX_BYTES);
+        if total == 0 {
             return None;
         }
         // Everything fits: no header. Otherwise the header's own bytes come out of the budget,
         // so the whole text stays within it.
-        let (mut body, mut omitted, mut cut) = most_recent_within(&entries, RECAP_MAX_BYTES);
+        let (mut body, mut omitted, mut cut) = most_recent_within(&entries, total, RECAP_MAX_BYTES);
         if omitted > 0 || cut {
             // Two bytes of slack: the omitted count may gain a digit in the second pass.
             let reserve = truncation_header(omitted, cut).len() + 2;
-            (body, omitted, cut) = most_recent_within(&entries, RECAP_MAX_BYTES - reserve);
+            (body, omitted, cut) = most_recent_within(&entries, total, RECAP_MAX_BYTES - reserve);
         }
         let header = truncation_header(omitted, cut);
         return Some(RecapView {
@@ -137,10 +162,10 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         }
         None => Vec::new(),
     };
-    let entries = notes_on_path(facts, run, &downstream);
     let room = RECAP_MAX_BYTES.saturating_sub(text.len() + 64);
-    let (body, omitted, cut) = most_recent_within(&entries, room);
-    if !entries.is_empty() {
+    let (entries, total) = newest_notes(notes_on_path(facts, run, &downstream).into_iter(), room);
+    let (body, omitted, cut) = most_recent_within(&entries, total, room);
+    if total > 0 {
         text.push_str("Preferred branch since here:\n");
         text.push_str(&truncation_header(omitted, cut));
         text.push_str(&body);
