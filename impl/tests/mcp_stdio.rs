@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod protocol_support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -1405,22 +1407,6 @@ fn capability_guidance_skips_probes_and_what_they_observed() {
     assert!(server.close().success());
 }
 
-const DEMO_FLOW: &str = r#"{
-  "id": "project.demo",
-  "name": "Demo",
-  "description": "Plan, then implement and decide in a bounded loop, then wrap up.",
-  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
-  "steps": [
-    {"id": "plan", "title": "Plan", "prompt": "Plan the work."},
-    {"type": "loop", "loopId": "build", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 3,
-     "body": [
-       {"id": "implement", "title": "Implement", "prompt": "Implement the next slice."},
-       {"id": "decide", "title": "Decide", "prompt": "Decide whether another iteration is needed.", "output": {"contractRef": "wr.contracts.loop_control"}}
-     ]},
-    {"id": "wrap", "title": "Wrap up", "prompt": "Summarize what was done."}
-  ]
-}"#;
-
 fn warning_codes(out: &Value) -> Vec<String> {
     out["warnings"]
         .as_array()
@@ -1444,7 +1430,7 @@ fn an_agent_following_only_the_text_gets_every_explanation_over_stdio() {
     let dir = data_dir();
     let project = dir.path().join("workflows");
     std::fs::create_dir_all(&project).unwrap();
-    std::fs::write(project.join("demo.json"), DEMO_FLOW).unwrap();
+    std::fs::write(project.join("demo.json"), protocol_support::DEMO).unwrap();
     let mut server = Server::start(&dir.path().join("data"));
 
     // The header: session, mode in words, risk policy.

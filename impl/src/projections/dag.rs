@@ -10,7 +10,7 @@ use workrail_spec::closed::{
 };
 use workrail_spec::event::{
     AdvanceRecorded, CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded,
-    GapResolution, NodeOutputAppended, RunStarted, SessionEvent,
+    GapResolution, NodeCreated, NodeOutputAppended, RunStarted, SessionEvent,
 };
 use workrail_spec::ids::{AttemptId, GapId, NodeId, OutputId, RunId, SnapshotRef};
 use workrail_spec::reason::GapReason;
@@ -38,6 +38,34 @@ pub struct RunDag {
     pub nodes: BTreeMap<NodeId, NodeInfo>,
     pub edges: Vec<EdgeCreated>,
     pub root: Option<NodeId>,
+}
+
+impl RunDag {
+    /// Adds the node a `node_created` at `index` introduces, under its parent.
+    fn add_node(&mut self, node_id: NodeId, created: &NodeCreated, index: u64) {
+        if created.parent_node_id.is_none() {
+            self.root.get_or_insert(node_id.clone());
+        }
+        if let Some(parent) = created
+            .parent_node_id
+            .as_ref()
+            .and_then(|p| self.nodes.get_mut(p))
+        {
+            parent.children.push(node_id.clone());
+        }
+        self.nodes.insert(
+            node_id.clone(),
+            NodeInfo {
+                node_id,
+                kind: created.node_kind,
+                parent: created.parent_node_id.clone(),
+                snapshot_ref: created.snapshot_ref.clone(),
+                created_index: index,
+                children: Vec::new(),
+                own_activity: index,
+            },
+        );
+    }
 }
 
 /// Which way the preferred-tip tie-breakers point (locks §2 names the keys, not the direction).
@@ -311,28 +339,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     anomalies.push(format!("node_created at {index} outside a started run"));
                     continue;
                 };
-                if created.parent_node_id.is_none() {
-                    dag.root.get_or_insert(node_id.clone());
-                }
-                if let Some(parent) = created
-                    .parent_node_id
-                    .as_ref()
-                    .and_then(|p| dag.nodes.get_mut(p))
-                {
-                    parent.children.push(node_id.clone());
-                }
-                dag.nodes.insert(
-                    node_id.clone(),
-                    NodeInfo {
-                        node_id,
-                        kind: created.node_kind,
-                        parent: created.parent_node_id.clone(),
-                        snapshot_ref: created.snapshot_ref.clone(),
-                        created_index: index,
-                        children: Vec::new(),
-                        own_activity: index,
-                    },
-                );
+                dag.add_node(node_id, created, index);
                 continue;
             }
             EventData::EdgeCreated(edge) => {
@@ -556,28 +563,7 @@ fn apply(
             if dag.nodes.contains_key(node_id) {
                 return Err(Unsupported);
             }
-            if created.parent_node_id.is_none() {
-                dag.root.get_or_insert(node_id.clone());
-            }
-            if let Some(parent) = created
-                .parent_node_id
-                .as_ref()
-                .and_then(|p| dag.nodes.get_mut(p))
-            {
-                parent.children.push(node_id.clone());
-            }
-            dag.nodes.insert(
-                node_id.clone(),
-                NodeInfo {
-                    node_id: node_id.clone(),
-                    kind: created.node_kind,
-                    parent: created.parent_node_id.clone(),
-                    snapshot_ref: created.snapshot_ref.clone(),
-                    created_index: index,
-                    children: Vec::new(),
-                    own_activity: index,
-                },
-            );
+            dag.add_node(node_id.clone(), created, index);
             run_aux.order.push(node_id.clone());
             return Ok(());
         }
