@@ -83,7 +83,8 @@ fn extending_event_by_event_equals_the_two_pass_projection_at_every_prefix() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+        // A few cases in CI (each builds a session); more with WORKRAIL_PROPTEST_CASES.
+        std::env::var("WORKRAIL_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
     ))]
 
     /// Any chunking of the log gives the same projection as projecting it whole.
