@@ -122,3 +122,52 @@ fn a_written_snapshot_is_served_without_reading_it_back() {
         Err(workrail::store::StoreError::MissingObject { .. })
     ));
 }
+
+fn open_seeded(fs: &MemFs, seed: u64) -> workrail::protocol::Workrail {
+    let shared: Arc<dyn workrail::store::fs::StoreFs> = Arc::new(fs.clone());
+    workrail::protocol::Workrail::with_parts(
+        shared,
+        catalog(),
+        Arc::new(workrail::entropy::SeededEntropy::new(seed)),
+    )
+    .unwrap()
+}
+
+fn resume_text(wr: &workrail::protocol::Workrail, text: &str) -> Vec<String> {
+    wr.resume_session(workrail_spec::tools::ResumeSessionInput {
+        query: Some(workrail_spec::tools::ResumeQueryInput {
+            text: Some(text.into()),
+            git_head_sha: None,
+            git_branch: None,
+        }),
+    })
+    .unwrap()
+    .candidates
+    .iter()
+    .filter(|c| c.why_matched[0].as_str() == "matched_notes")
+    .map(|c| c.session_id.to_string())
+    .collect()
+}
+
+/// `resume_session` keeps a summary per session while its manifest is unchanged: a commit by
+/// another process is seen by the next call, and the answers are the same with no index at all.
+#[test]
+fn the_resume_index_sees_another_process_commits() {
+    let fs = MemFs::new();
+    let a = open_seeded(&fs, 1);
+    let b = open_seeded(&fs, 2);
+    let first = start(&a, "project.demo");
+    let _other = start(&b, "project.demo");
+    // A indexes both sessions; nothing mentions zebras yet.
+    assert!(resume_text(&a, "zebras").is_empty());
+    // B acknowledges A's session's step with notes about zebras.
+    b.continue_workflow(ack(&first, "Counted the zebras.", vec![]))
+        .unwrap();
+    assert_eq!(
+        resume_text(&a, "zebras"),
+        vec![first.session.session_id.to_string()]
+    );
+    // The same answers without an index.
+    let bare = open_seeded(&fs, 3).with_cache_budget(CacheBudget::of_mib(0));
+    assert_eq!(resume_text(&bare, "zebras"), resume_text(&a, "zebras"));
+}

@@ -51,19 +51,26 @@ pub struct RankedTip {
     pub last_activity: u64,
     /// Non-empty; its first entry is the tier.
     pub why_matched: Vec<WhyMatched>,
-    /// The tip's current recap notes, when it has notes.
+    /// The tip's current recap notes as a candidate's snippet shows them, when it has notes.
     pub notes: Option<String>,
 }
 
 /// `L-RESUME-NORMALIZE`: Unicode NFKC, locale-independent lowercasing, then the set of maximal
 /// runs of `[a-z0-9_-]`.
 pub fn text_tokens(text: &str) -> BTreeSet<String> {
-    let lowered = text.nfkc().collect::<String>().to_lowercase();
-    lowered
+    split_tokens(&normalized(text)).map(str::to_owned).collect()
+}
+
+/// The locked normalization before splitting: NFKC, then lowercase.
+fn normalized(text: &str) -> String {
+    text.nfkc().collect::<String>().to_lowercase()
+}
+
+/// The tokens of normalized text: runs of `[a-z0-9_-]`.
+fn split_tokens(normalized: &str) -> impl Iterator<Item = &str> {
+    normalized
         .split(|c: char| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
         .filter(|t| !t.is_empty())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// The latest value per observation key (max `EventIndex` wins, `L-EVENT-OBSERVATION-LATEST`).
@@ -95,58 +102,146 @@ fn non_empty(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|s| !s.is_empty())
 }
 
-/// Ranks every run tip of `sources` (which must all be healthy) and keeps the best
-/// [`RESUME_MAX_CANDIDATES`]. `workflow_name` looks up the name of a pinned workflow.
+/// One run tip as ranking needs it, computed once per version of its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TipSummary {
+    pub run_id: RunId,
+    pub node_id: NodeId,
+    pub workflow_id: WorkflowId,
+    pub workflow_hash: WorkflowHash,
+    pub last_activity: u64,
+    /// The tip's recap notes, as far as a candidate's snippet shows them.
+    pub notes_snippet: Option<String>,
+    /// The text whose tokens a query's text must cover: the tip's whole recap notes, already
+    /// normalized (NFKC, lowercase) so a query only splits it.
+    notes_text: Option<String>,
+    /// The tokens of the workflow id and name.
+    workflow_tokens: BTreeSet<String>,
+}
+
+/// What ranking needs of one session: its latest git observations and its run tips. Small
+/// enough to keep for every session, so `resume_session` over thousands of sessions reloads
+/// only the ones that changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionResumeSummary {
+    pub session_id: SessionId,
+    head_sha: Option<String>,
+    branch: Option<String>,
+    pub tips: Vec<TipSummary>,
+}
+
+impl SessionResumeSummary {
+    /// About how much memory this summary takes.
+    pub fn estimated_bytes(&self) -> usize {
+        self.tips
+            .iter()
+            .map(|t| {
+                256 + t.notes_snippet.as_ref().map_or(0, String::len)
+                    + t.notes_text.as_ref().map_or(0, String::len)
+                    + t.workflow_tokens
+                        .iter()
+                        .map(|w| w.len() + 32)
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+            + 256
+    }
+}
+
+/// The summary of one session.
+pub fn summarize(
+    source: &ResumeSource<'_>,
+    workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
+) -> SessionResumeSummary {
+    let mut observed = latest_observations(source.events);
+    let mut tips = Vec::new();
+    for (run_id, view) in &source.projection.runs {
+        let Some(tip) = &view.preferred_tip else {
+            continue;
+        };
+        let notes = match view
+            .current_outputs
+            .get(&(tip.clone(), OutputChannel::Recap))
+            .map(|o| &o.payload)
+        {
+            Some(OutputPayload::Notes { notes_markdown }) => Some(notes_markdown.as_str()),
+            _ => None,
+        };
+        let started = &view.dag.started;
+        let mut workflow_tokens = text_tokens(started.workflow_id.as_str());
+        if let Some(name) = workflow_name(&started.workflow_hash) {
+            workflow_tokens.extend(text_tokens(&name));
+        }
+        tips.push(TipSummary {
+            run_id: run_id.clone(),
+            node_id: tip.clone(),
+            workflow_id: started.workflow_id.clone(),
+            workflow_hash: started.workflow_hash.clone(),
+            last_activity: view.tip_last_activity,
+            notes_snippet: notes.map(|n| snippet(Some(n))),
+            notes_text: notes.map(|n| normalized(n.strip_suffix(TRUNCATION_MARKER).unwrap_or(n))),
+            workflow_tokens,
+        });
+    }
+    SessionResumeSummary {
+        session_id: source.session_id.clone(),
+        head_sha: observed.remove(&ObservationKey::GitHeadSha),
+        branch: observed.remove(&ObservationKey::GitBranch),
+        tips,
+    }
+}
+
+/// Ranks every run tip of `sources` for `query` (locks §2.3): tiers in order (HEAD sha, branch
+/// prefix, notes, workflow id or name, recency), most recent first within a tier, at most
+/// [`RESUME_MAX_CANDIDATES`].
 pub fn rank(
     sources: &[ResumeSource<'_>],
     workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
     query: &ResumeQuery,
 ) -> Vec<RankedTip> {
+    let summaries: Vec<SessionResumeSummary> = sources
+        .iter()
+        .map(|source| summarize(source, workflow_name))
+        .collect();
+    let refs: Vec<&SessionResumeSummary> = summaries.iter().collect();
+    rank_summaries(&refs, query)
+}
+
+/// A tip as judged for a query: (tier, last activity, session, run, every criterion met, tip).
+type Judged<'s> = (
+    WhyMatched,
+    u64,
+    &'s SessionId,
+    &'s RunId,
+    Vec<WhyMatched>,
+    &'s TipSummary,
+);
+
+/// [`rank`] over session summaries.
+pub fn rank_summaries(summaries: &[&SessionResumeSummary], query: &ResumeQuery) -> Vec<RankedTip> {
     let query_tokens = query.text.as_deref().map(text_tokens).unwrap_or_default();
     let covers =
         |corpus: &BTreeSet<String>| !query_tokens.is_empty() && query_tokens.is_subset(corpus);
-    let mut ranked = Vec::new();
-    for source in sources {
-        let observed = latest_observations(source.events);
-        let head_sha = non_empty(&query.git_head_sha).is_some_and(|q| {
-            observed
-                .get(&ObservationKey::GitHeadSha)
-                .map(String::as_str)
-                == Some(q)
-        });
-        let branch = non_empty(&query.git_branch).is_some_and(|q| {
-            observed
-                .get(&ObservationKey::GitBranch)
-                .is_some_and(|b| b.starts_with(q))
-        });
-        for (run_id, view) in &source.projection.runs {
-            let Some(tip) = &view.preferred_tip else {
-                continue;
-            };
-            let notes = match view
-                .current_outputs
-                .get(&(tip.clone(), OutputChannel::Recap))
-                .map(|o| &o.payload)
-            {
-                Some(OutputPayload::Notes { notes_markdown }) => {
-                    Some(notes_markdown.as_str().to_owned())
-                }
-                _ => None,
-            };
-            // The corpus excludes the canonical truncation marker (L-RESUME-CORPUS).
-            let notes_tokens = notes.as_deref().map_or_else(BTreeSet::new, |n| {
-                text_tokens(n.strip_suffix(TRUNCATION_MARKER).unwrap_or(n))
-            });
-            let started = &view.dag.started;
-            let mut workflow_tokens = text_tokens(started.workflow_id.as_str());
-            if let Some(name) = workflow_name(&started.workflow_hash) {
-                workflow_tokens.extend(text_tokens(&name));
-            }
+    // Judge every tip without copying anything; only the best few become `RankedTip`s.
+    let mut judged: Vec<Judged<'_>> = Vec::new();
+    for summary in summaries {
+        let head_sha =
+            non_empty(&query.git_head_sha).is_some_and(|q| summary.head_sha.as_deref() == Some(q));
+        let branch = non_empty(&query.git_branch)
+            .is_some_and(|q| summary.branch.as_deref().is_some_and(|b| b.starts_with(q)));
+        for tip in &summary.tips {
+            // Notes are split only when the query has text to match.
+            let notes_hit = !query_tokens.is_empty()
+                && tip.notes_text.as_deref().is_some_and(|n| {
+                    query_tokens
+                        .iter()
+                        .all(|q| split_tokens(n).any(|t| t == q.as_str()))
+                });
             let mut why_matched: Vec<WhyMatched> = [
                 (head_sha, WhyMatched::MatchedHeadSha),
                 (branch, WhyMatched::MatchedBranch),
-                (covers(&notes_tokens), WhyMatched::MatchedNotes),
-                (covers(&workflow_tokens), WhyMatched::MatchedWorkflowId),
+                (notes_hit, WhyMatched::MatchedNotes),
+                (covers(&tip.workflow_tokens), WhyMatched::MatchedWorkflowId),
             ]
             .into_iter()
             .filter_map(|(hit, why)| hit.then_some(why))
@@ -154,26 +249,39 @@ pub fn rank(
             if why_matched.is_empty() {
                 why_matched.push(WhyMatched::RecencyFallback);
             }
-            ranked.push(RankedTip {
-                session_id: source.session_id.clone(),
-                run_id: run_id.clone(),
-                node_id: tip.clone(),
-                workflow_id: started.workflow_id.clone(),
-                workflow_hash: started.workflow_hash.clone(),
-                last_activity: view.tip_last_activity,
+            judged.push((
+                why_matched[0],
+                tip.last_activity,
+                &summary.session_id,
+                &tip.run_id,
                 why_matched,
-                notes,
-            });
+                tip,
+            ));
         }
     }
     // WhyMatched is declared in tier order, so the first criterion met is the tier.
-    ranked.sort_by(|a, b| {
-        a.why_matched[0]
-            .cmp(&b.why_matched[0])
-            .then(b.last_activity.cmp(&a.last_activity))
-            .then_with(|| a.session_id.cmp(&b.session_id))
-            .then_with(|| a.run_id.cmp(&b.run_id))
-    });
-    ranked.truncate(RESUME_MAX_CANDIDATES);
-    ranked
+    let order = |a: &Judged<'_>, b: &Judged<'_>| {
+        a.0.cmp(&b.0)
+            .then(b.1.cmp(&a.1))
+            .then_with(|| a.2.cmp(b.2))
+            .then_with(|| a.3.cmp(b.3))
+    };
+    if judged.len() > RESUME_MAX_CANDIDATES {
+        judged.select_nth_unstable_by(RESUME_MAX_CANDIDATES, order);
+        judged.truncate(RESUME_MAX_CANDIDATES);
+    }
+    judged.sort_by(order);
+    judged
+        .into_iter()
+        .map(|(_, _, session_id, _, why_matched, tip)| RankedTip {
+            session_id: session_id.clone(),
+            run_id: tip.run_id.clone(),
+            node_id: tip.node_id.clone(),
+            workflow_id: tip.workflow_id.clone(),
+            workflow_hash: tip.workflow_hash.clone(),
+            last_activity: tip.last_activity,
+            why_matched,
+            notes: tip.notes_snippet.clone(),
+        })
+        .collect()
 }

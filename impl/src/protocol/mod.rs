@@ -164,6 +164,8 @@ pub struct Workrail {
     workspace: Arc<dyn Workspace>,
     /// The latest projection per session (derived, never truth).
     memo: facts::ProjectionMemo,
+    /// `resume_session`'s summary of each session, by the manifest length it was made at.
+    resume_index: crate::store::ObjectCache<SessionId, resume::IndexedSummary>,
 }
 
 impl std::fmt::Debug for Workrail {
@@ -280,6 +282,9 @@ impl Workrail {
             features,
             workspace: Arc::new(NoWorkspace),
             memo: facts::ProjectionMemo::default(),
+            resume_index: crate::store::ObjectCache::new(
+                crate::store::CacheBudget::default().resume,
+            ),
         })
     }
 
@@ -297,6 +302,7 @@ impl Workrail {
         self.sessions = self.sessions.with_cache_budget(budget.sessions);
         self.snapshots = SnapshotStore::with_budget(Arc::clone(&self.fs), budget.snapshots);
         self.pinned = PinnedWorkflowStore::with_budget(Arc::clone(&self.fs), budget.workflows);
+        self.resume_index = crate::store::ObjectCache::new(budget.resume);
         self
     }
 

@@ -10,9 +10,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use workrail_spec::closed::RunStatus;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::GitSha1;
-use workrail_spec::ids::{EventIndex, WorkflowHash};
+use workrail_spec::ids::{EventIndex, RunId, SessionId, SnapshotRef, WorkflowHash};
 use workrail_spec::token::{StatePayload, TokenPayload};
 use workrail_spec::tools::{
     ResumeCandidateView, ResumePendingView, ResumeSessionInput, ResumeSessionOutput,
@@ -21,41 +22,109 @@ use workrail_spec::tools::{
 
 use super::facts::Facts;
 use super::{Workrail, invariant, run_label, store_envelope};
-use crate::projections::resume::{RankedTip, ResumeQuery, ResumeSource, rank, snippet};
-use crate::store::{LoadedSession, SessionRead, StoreError};
+use crate::projections::resume::{
+    RankedTip, ResumeQuery, ResumeSource, SessionResumeSummary, rank_summaries, snippet, summarize,
+};
+use crate::store::{SessionRead, StoreError, layout};
+
+/// A session's resume summary and the `manifest.jsonl` length it was made at: the manifest is
+/// append-only, so while its length is unchanged the summary is current (a view with a torn
+/// tail is never indexed: a cut tail may be replaced by a record of the same length).
+#[derive(Debug)]
+pub(crate) struct IndexedSummary {
+    manifest_len: u64,
+    summary: SessionResumeSummary,
+    /// Per run: what describing its tip needs from the session (so describing a candidate
+    /// loads nothing but the two objects it checks).
+    tips: HashMap<RunId, TipFacts>,
+}
+
+/// What describing a run tip needs from its session, fixed while the session is unchanged.
+#[derive(Debug)]
+struct TipFacts {
+    snapshot_ref: SnapshotRef,
+    status: RunStatus,
+}
+
+/// The summary of `id` as its session is now, from the index when its manifest did not change;
+/// `Err` says why the session is not a candidate (`None`: no session at all).
+fn summary_of(
+    wr: &Workrail,
+    id: &SessionId,
+    workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
+) -> Result<Arc<IndexedSummary>, Option<(&'static str, Option<&'static str>)>> {
+    let len = wr
+        .sessions
+        .fs()
+        .len(&layout::manifest_path(id))
+        .map_err(|_| Some(("unreadable", None)))?;
+    if let Some(indexed) = wr.resume_index.get(id)
+        && Some(indexed.manifest_len) == len
+    {
+        return Ok(indexed);
+    }
+    let loaded = match wr.sessions.load(id) {
+        Ok(loaded) if loaded.health.is_healthy() => loaded,
+        // A directory without committed truth is not a session.
+        Err(StoreError::NotFound { .. }) => return Err(None),
+        // Corrupt, of an unknown version, or unreadable: never a candidate (L-RESUME-HEALTHY-ONLY).
+        Ok(loaded) => {
+            return Err(Some((
+                loaded.health.kind().as_str(),
+                loaded.health.corruption().map(|c| c.reason.as_str()),
+            )));
+        }
+        Err(StoreError::Locked { .. }) => return Err(Some(("locked", None))),
+        Err(_) => return Err(Some(("unreadable", None))),
+    };
+    let facts = Facts::new(&loaded.events);
+    let summary = summarize(
+        &ResumeSource {
+            session_id: &loaded.session_id,
+            events: &loaded.events,
+            projection: &facts.projection,
+        },
+        workflow_name,
+    );
+    let mut tips = HashMap::new();
+    for tip in &summary.tips {
+        let (Some(view), Some(node)) = (
+            facts.run(&tip.run_id),
+            facts.node(&tip.run_id, &tip.node_id),
+        ) else {
+            continue;
+        };
+        let is_complete = wr
+            .snapshots
+            .get_shared(&node.snapshot_ref)
+            .is_ok_and(|s| s.engine_payload.engine_state.is_complete());
+        let autonomy = facts.preferences(&tip.run_id, &tip.node_id).autonomy;
+        tips.insert(
+            tip.run_id.clone(),
+            TipFacts {
+                snapshot_ref: node.snapshot_ref.clone(),
+                status: view.status(|_| is_complete, autonomy),
+            },
+        );
+    }
+    let indexed = Arc::new(IndexedSummary {
+        manifest_len: loaded.manifest_file_bytes,
+        summary,
+        tips,
+    });
+    if loaded.manifest_file_bytes == loaded.manifest_committed_bytes {
+        let bytes = indexed.summary.estimated_bytes();
+        wr.resume_index
+            .insert(id.clone(), Arc::clone(&indexed), bytes);
+    }
+    Ok(indexed)
+}
 
 pub(super) fn resume_session(
     wr: &Workrail,
     input: ResumeSessionInput,
 ) -> Result<ResumeSessionOutput, ErrorEnvelope> {
     let query = query_of(input)?;
-    let mut healthy: Vec<Arc<LoadedSession>> = Vec::new();
-    let mut skipped = Skipped::default();
-    for id in wr.sessions.list_sessions().map_err(store_envelope(false))? {
-        match wr.sessions.load(&id) {
-            Ok(loaded) if loaded.health.is_healthy() => healthy.push(loaded),
-            // A directory without committed truth is not a session.
-            Err(StoreError::NotFound { .. }) => {}
-            // Corrupt, of an unknown version, or unreadable: never a candidate (L-RESUME-HEALTHY-ONLY).
-            Ok(loaded) => skipped.add(
-                &id,
-                loaded.health.kind().as_str(),
-                loaded.health.corruption().map(|c| c.reason.as_str()),
-            ),
-            Err(StoreError::Locked { .. }) => skipped.add(&id, "locked", None),
-            Err(_) => skipped.add(&id, "unreadable", None),
-        }
-    }
-    let facts: Vec<Facts<'_>> = healthy.iter().map(|l| Facts::new(&l.events)).collect();
-    let sources: Vec<ResumeSource<'_>> = healthy
-        .iter()
-        .zip(&facts)
-        .map(|(loaded, facts)| ResumeSource {
-            session_id: &loaded.session_id,
-            events: &loaded.events,
-            projection: &facts.projection,
-        })
-        .collect();
     let mut names: HashMap<WorkflowHash, Option<String>> = HashMap::new();
     let mut workflow_name = |hash: &WorkflowHash| {
         names
@@ -68,22 +137,34 @@ pub(super) fn resume_session(
             })
             .clone()
     };
-    let ranked = rank(&sources, &mut workflow_name, &query);
+    let mut summaries: Vec<Arc<IndexedSummary>> = Vec::new();
+    let mut skipped = Skipped::default();
+    for id in wr.sessions.list_sessions().map_err(store_envelope(false))? {
+        match summary_of(wr, &id, &mut workflow_name) {
+            Ok(indexed) => summaries.push(indexed),
+            Err(None) => {}
+            Err(Some((health, reason))) => skipped.add(&id, health, reason),
+        }
+    }
+    let refs: Vec<&SessionResumeSummary> = summaries.iter().map(|s| &s.summary).collect();
+    let ranked = rank_summaries(&refs, &query);
     let mut candidates = Vec::with_capacity(ranked.len());
     for tip in ranked {
-        let at = sources
-            .iter()
-            .position(|s| s.session_id == &tip.session_id)
-            .ok_or_else(|| invariant("a resume candidate names a session that was not ranked"))?;
         let session_id = tip.session_id.clone();
-        match describe(wr, &facts[at], tip) {
+        let tip_facts = summaries
+            .iter()
+            .find(|s| s.summary.session_id == session_id)
+            .and_then(|s| s.tips.get(&tip.run_id))
+            .ok_or_else(|| invariant("a resume candidate names a run that was not summarized"))?;
+        let described = describe(wr, tip_facts, tip);
+        match described {
             Ok(candidate) => candidates.push(candidate),
             // An object that vanished or was damaged after load: this session is left out,
             // never the whole answer (one bad session never breaks a call about another).
             Err(e) if e.code == ErrorCode::StoreCorruptionDetected => {
                 skipped.add(&session_id, "corrupt_tail", Some("object_unreadable"));
             }
-            Err(e) if e.code == ErrorCode::StoreIoError => {
+            Err(e) if matches!(e.code, ErrorCode::StoreIoError | ErrorCode::SessionNotFound) => {
                 skipped.add(&session_id, "unreadable", None);
             }
             Err(e) => return Err(e),
@@ -143,28 +224,22 @@ fn query_of(input: ResumeSessionInput) -> Result<ResumeQuery, ErrorEnvelope> {
     })
 }
 
-/// The agent-facing view of a ranked tip, with a state token for it.
+/// The agent-facing view of a ranked tip, with a state token for it. Reads the tip's snapshot
+/// and pinned workflow (cached, but a vanished file is noticed).
 fn describe(
     wr: &Workrail,
-    facts: &Facts<'_>,
+    facts: &TipFacts,
     tip: RankedTip,
 ) -> Result<ResumeCandidateView, ErrorEnvelope> {
-    let view = facts
-        .run(&tip.run_id)
-        .ok_or_else(|| invariant("a resume candidate names a run its session does not have"))?;
-    let node = facts
-        .node(&tip.run_id, &tip.node_id)
-        .ok_or_else(|| invariant("a resume candidate names a node its run does not have"))?;
     let compiled = wr
         .pinned
-        .get(&tip.workflow_hash)
+        .get_shared(&tip.workflow_hash)
         .map_err(store_envelope(false))?;
-    let state = wr
+    let snapshot = wr
         .snapshots
-        .get(&node.snapshot_ref)
-        .map_err(store_envelope(false))?
-        .engine_payload
-        .engine_state;
+        .get_shared(&facts.snapshot_ref)
+        .map_err(store_envelope(false))?;
+    let state = &snapshot.engine_payload.engine_state;
     let is_complete = state.is_complete();
     let pending = state.pending_step().and_then(|p| {
         compiled.step(&p.step_id).map(|step| ResumePendingView {
@@ -172,8 +247,7 @@ fn describe(
             title: step.title.clone(),
         })
     });
-    let autonomy = facts.preferences(&tip.run_id, &tip.node_id).autonomy;
-    let status = view.status(|_| is_complete, autonomy);
+    let status = facts.status;
     let state_token = wr.codec().mint(&TokenPayload::State(StatePayload {
         session_id: tip.session_id.clone(),
         run_id: tip.run_id.clone(),

@@ -20,8 +20,10 @@ pub const DEFAULT_CACHE_MB: usize = 64;
 /// The byte budget of each cache of one WorkRail (a process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheBudget {
-    /// Loaded sessions (events, manifest, their projections): half.
+    /// Loaded sessions (events, manifest, their projections): three eighths.
     pub sessions: usize,
+    /// `resume_session`'s per-session summaries (run tips, their notes): one eighth.
+    pub resume: usize,
     /// Execution snapshots: a quarter.
     pub snapshots: usize,
     /// Pinned compiled workflows: a quarter.
@@ -33,7 +35,8 @@ impl CacheBudget {
     pub fn of_mib(mib: usize) -> Self {
         let total = mib.saturating_mul(1024 * 1024);
         Self {
-            sessions: total / 2,
+            sessions: total / 8 * 3,
+            resume: total / 8,
             snapshots: total / 4,
             workflows: total / 4,
         }
