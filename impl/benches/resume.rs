@@ -1,0 +1,144 @@
+//! `resume_session` over many sessions, over stdio (prints figures; run with
+//! `cargo bench -p workrail --bench resume`; `WORKRAIL_BENCH_SESSIONS`, default 10,000).
+//!
+//! Creates the sessions (each a started `wr.coding_task` with one acknowledged step carrying a
+//! ticket id in its notes) with one server, then measures a fresh server: its first
+//! `resume_session` (every session read once) and the p50 of 21 warm calls with different text
+//! queries. Target: warm p50 <= 50 ms at 10,000 sessions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Server {
+    fn start(root: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+            .arg("mcp")
+            .env("WORKRAIL_DATA_DIR", root.join("data"))
+            .env("HOME", root)
+            .env_remove("WORKRAIL_WORKFLOW_DIRS")
+            .current_dir(root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut server = Self {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+        };
+        server.call(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}),
+        );
+        writeln!(
+            server.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .unwrap();
+        server
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let line =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut buf = String::new();
+            assert!(
+                self.stdout.read_line(&mut buf).unwrap() > 0,
+                "server closed stdout"
+            );
+            let msg: Value = serde_json::from_str(&buf).unwrap();
+            if msg["id"] == json!(self.next_id) {
+                return msg;
+            }
+        }
+    }
+
+    fn tool(&mut self, name: &str, arguments: Value) -> Value {
+        let response = self.call("tools/call", json!({"name": name, "arguments": arguments}));
+        assert_eq!(response["result"]["isError"], false, "{response}");
+        response["result"]["structuredContent"].clone()
+    }
+
+    fn stop(self) {
+        drop(self.stdin);
+        let mut child = self.child;
+        assert!(child.wait().unwrap().success());
+    }
+}
+
+fn main() {
+    let sessions: usize = std::env::var("WORKRAIL_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let root = tempfile::tempdir().unwrap();
+    let mut writer = Server::start(root.path());
+    let created = Instant::now();
+    for i in 0..sessions {
+        let out = writer.tool("start_workflow", json!({"workflowId": "wr.coding_task"}));
+        writer.tool(
+            "continue_workflow",
+            json!({
+                "stateToken": out["stateToken"],
+                "ackToken": out["ackToken"],
+                "output": {"notesMarkdown": format!("Ticket ABC-{i} understood; the plan is next.")},
+            }),
+        );
+    }
+    writer.stop();
+    println!(
+        "created {sessions} sessions in {:.1} s",
+        created.elapsed().as_secs_f64()
+    );
+    let mut reader = Server::start(root.path());
+    let t = Instant::now();
+    let first = reader.tool("resume_session", json!({}));
+    let cold = t.elapsed();
+    assert_eq!(first["candidates"].as_array().unwrap().len(), 5);
+    let mut warm: Vec<Duration> = (0..21)
+        .map(|k| {
+            let t = Instant::now();
+            let out = reader.tool(
+                "resume_session",
+                json!({"query": {"text": format!("ABC-{}", k * 37 % sessions.max(1))}}),
+            );
+            let took = t.elapsed();
+            assert_eq!(
+                out["candidates"][0]["whyMatched"][0], "matched_notes",
+                "{out}"
+            );
+            took
+        })
+        .collect();
+    reader.stop();
+    warm.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "resume_session over {sessions} sessions: first call of a fresh server {:.1} ms; warm p50 {:.1} ms (target <= 50), max {:.1} ms",
+        ms(cold),
+        ms(warm[warm.len() / 2]),
+        ms(warm[warm.len() - 1])
+    );
+}
