@@ -4,7 +4,8 @@
 //! Creates the sessions (each a started `wr.coding_task` with one acknowledged step carrying a
 //! ticket id in its notes) with one server, then measures a fresh server: its first
 //! `resume_session` (every session read once) and the p50 of 21 warm calls with different text
-//! queries. Target: warm p50 <= 50 ms at 10,000 sessions.
+//! queries. Target: warm p50 <= 50 ms at 10,000 sessions. Also prints the server's resident
+//! memory afterwards beside the data directory's size (the caches are bounded, the data is not).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -81,6 +82,19 @@ impl Server {
         response["result"]["structuredContent"].clone()
     }
 
+    /// `VmRSS` and `VmHWM` of the server process, in MiB (Linux).
+    fn memory_mib(&self) -> Option<(f64, f64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map(|kb| kb / 1024.0)
+        };
+        Some((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
     fn stop(self) {
         drop(self.stdin);
         let mut child = self.child;
@@ -132,6 +146,7 @@ fn main() {
             took
         })
         .collect();
+    let memory = reader.memory_mib();
     reader.stop();
     warm.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -141,4 +156,23 @@ fn main() {
         ms(warm[warm.len() / 2]),
         ms(warm[warm.len() - 1])
     );
+    let data_mib = dir_bytes(&root.path().join("data")) as f64 / (1024.0 * 1024.0);
+    if let Some((rss, peak)) = memory {
+        println!(
+            "server memory after those calls: RSS {rss:.1} MiB, peak {peak:.1} MiB, over a {data_mib:.1} MiB data directory (caches bounded by WORKRAIL_CACHE_MB, default 64)"
+        );
+    }
+}
+
+/// The bytes of every file under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+                _ => e.metadata().map_or(0, |m| m.len()),
+            })
+            .sum()
+    })
 }
