@@ -401,7 +401,8 @@ fn context_error(e: ContextError) -> ErrorEnvelope {
 /// Every record an advance writes, in plan order; `advance_recorded` is always last.
 struct AdvancePlan {
     events: Vec<SessionEvent>,
-    snapshot: Option<ExecutionSnapshotFileV1>,
+    /// The new node's snapshot and its canonical (JCS) bytes, hashed once for its ref.
+    snapshot: Option<(ExecutionSnapshotFileV1, Vec<u8>)>,
 }
 
 /// Advance with an ack attempt, or replay it when already recorded.
@@ -459,9 +460,9 @@ pub(super) fn advance(
             }
             plan_advance(wr, &fresh, &facts, state, &ack.attempt_id, input)?
         };
-        if let Some(snapshot) = &plan.snapshot {
+        if let Some((snapshot, bytes)) = &plan.snapshot {
             wr.snapshots
-                .put(snapshot)
+                .put_canonical(snapshot, bytes)
                 .map_err(|e| e.to_envelope(true))?;
         }
         let NodeContext {
@@ -858,9 +859,11 @@ fn plan_advance(
                     invariant(format!("the interpreter produced an impossible state: {e}"))
                 })?,
             };
-            let snapshot_ref = snapshot
-                .snapshot_ref()
+            let canonical = workrail_spec::jcs::to_canonical_bytes(&snapshot)
                 .map_err(|e| invariant(e.to_string()))?;
+            let snapshot_ref = workrail_spec::ids::SnapshotRef::from_digest(
+                workrail_spec::jcs::sha256(&canonical),
+            );
             // Only step children make this a fork: a checkpoint records progress on the branch
             // without creating a new one.
             let has_children = facts.run(run).is_some_and(|view| {
@@ -976,7 +979,7 @@ fn plan_advance(
             )?);
             Ok(AdvancePlan {
                 events,
-                snapshot: Some(snapshot),
+                snapshot: Some((snapshot, canonical)),
             })
         }
     }

@@ -130,10 +130,9 @@ fn read_object(fs: &dyn StoreFs, path: &Path, what: &str) -> Result<String, Stor
     })
 }
 
-/// The global CAS of execution snapshots.
-/// The snapshot CAS, with a bounded cache of verified snapshots: a snapshot is read, parsed
-/// and re-hashed once per process (while it stays in the cache), and a put keeps the value it
-/// wrote, so nothing reads back what it just wrote.
+/// The snapshot CAS (global to the data directory), with a bounded cache of verified
+/// snapshots: a snapshot is read, parsed and re-hashed once per process (while it stays in the
+/// cache), and a put keeps the value it wrote, so nothing reads back what it just wrote.
 #[derive(Debug, Clone)]
 pub struct SnapshotStore {
     fs: Arc<dyn StoreFs>,
@@ -159,12 +158,21 @@ impl SnapshotStore {
     }
 
     pub fn put(&self, snapshot: &ExecutionSnapshotFileV1) -> Result<SnapshotRef, StoreError> {
-        let internal = |e: workrail_spec::jcs::JcsError| StoreError::Internal {
+        let bytes = to_canonical_bytes(snapshot).map_err(|e| StoreError::Internal {
             detail: e.to_string(),
-        };
-        let bytes = to_canonical_bytes(snapshot).map_err(internal)?;
-        let snapshot_ref = SnapshotRef::from_digest(sha256(&bytes));
-        put_durable(&*self.fs, &layout::snapshot_path(&snapshot_ref), &bytes)?;
+        })?;
+        self.put_canonical(snapshot, &bytes)
+    }
+
+    /// [`SnapshotStore::put`] of a snapshot whose canonical (JCS) bytes the caller already
+    /// computed (`bytes` must be exactly those).
+    pub fn put_canonical(
+        &self,
+        snapshot: &ExecutionSnapshotFileV1,
+        bytes: &[u8],
+    ) -> Result<SnapshotRef, StoreError> {
+        let snapshot_ref = SnapshotRef::from_digest(sha256(bytes));
+        put_durable(&*self.fs, &layout::snapshot_path(&snapshot_ref), bytes)?;
         self.cache.insert(
             snapshot_ref.digest().clone(),
             Verified::new(snapshot.clone(), bytes.len()),
