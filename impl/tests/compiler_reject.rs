@@ -930,3 +930,25 @@ fn prompt_and_prompt_blocks_autofix_keeps_the_prompt_text() {
         both.suggestion
     );
 }
+
+/// The `WORKFLOW_INVALID` envelope says the first problem in its message and its fix in the
+/// suggestion, once each (a text rendering shows the message, then "Next:" and the suggestion).
+#[test]
+fn the_invalid_workflow_envelope_says_the_fix_once() {
+    let mut src = base();
+    src["steps"] = json!([{"id": "a", "title": "A", "prompt": "x", "bogus": 1}]);
+    let errs = rejected(&src);
+    let first = &errs.errors()[0];
+    let envelope = errs.to_envelope("project/sample.json");
+    assert!(
+        envelope.message.contains(&first.message),
+        "{}",
+        envelope.message
+    );
+    assert!(
+        !envelope.message.contains(&first.suggestion),
+        "the fix belongs to the suggestion only: {}",
+        envelope.message
+    );
+    assert!(envelope.suggestion.starts_with(&first.suggestion));
+}

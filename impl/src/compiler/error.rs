@@ -186,7 +186,17 @@ impl CompileErrors {
         let count = self.0.len();
         let first = self.0.first();
         let message = match first {
-            Some(e) => format!("workflow {workflow} is invalid ({count} problem(s)); first: {e}"),
+            // The first problem's fix is the envelope's suggestion: said once, not twice.
+            Some(e) => format!(
+                "workflow {workflow} is invalid ({count} problem(s)); first: {} at {}: {}",
+                e.code.as_str(),
+                if e.pointer.is_empty() {
+                    "(document)"
+                } else {
+                    &e.pointer
+                },
+                e.message
+            ),
             None => format!("workflow {workflow} is invalid"),
         };
         let suggestion = first.map_or_else(
