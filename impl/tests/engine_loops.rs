@@ -15,6 +15,7 @@ use workrail_spec::closed::{Autonomy, DecisionTraceKind, GapSeverity};
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::TraceRef;
 use workrail_spec::ids::TraceId;
+use workrail_spec::skey::StepInstanceKey;
 use workrail_spec::snapshot::{EngineState, Pending};
 use workrail_spec::tools::OutputInput;
 
@@ -131,16 +132,69 @@ fn iterations_are_zero_based_and_increment_only_when_the_next_iteration_starts()
         panic!()
     };
     assert!(loop_stack.is_empty());
-    let keys: Vec<String> = completed.keys().iter().map(ToString::to_string).collect();
-    assert_eq!(
-        keys,
-        [
-            "pass@0::decide",
-            "pass@0::work",
-            "pass@1::decide",
-            "pass@1::work"
-        ]
+    // Both iterations ended, so their instances left the completed set (D62).
+    assert!(completed.is_empty(), "{completed:?}");
+}
+
+/// The completed step instances of the snapshot, as canonical keys.
+fn completed_keys(state: &EngineState) -> Vec<String> {
+    match state {
+        EngineState::Running { completed, .. } => {
+            completed.keys().iter().map(ToString::to_string).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Decision D62: the completed set holds the instances of the iterations still running and of
+/// the steps outside loops; an iteration's instances leave it when the iteration ends (the next
+/// iteration starts or the loop exits), so a snapshot's size does not grow with the iteration
+/// count.
+#[test]
+fn an_ended_iteration_leaves_the_completed_set_so_snapshots_stay_bounded() {
+    let c = compiled(
+        json!([
+            step("first"),
+            lp("pass", "go", 500, json!([step("work"), decide("decide")])),
+            step("after")
+        ]),
+        json!([{"id": "go", "kind": "loop_control", "continueWhen": "continue"}]),
     );
+    let t = engine::start(&c, &EngineState::Init).unwrap();
+    let mut t = ack(&c, &t.state, none(), GUIDED);
+    assert_eq!(completed_keys(&t.state), ["first"]);
+    let mut sizes = Vec::new();
+    for iteration in 0..499 {
+        assert_eq!(at(&t.state), format!("pass@{iteration}::work"));
+        t = ack(&c, &t.state, none(), GUIDED);
+        assert_eq!(
+            completed_keys(&t.state),
+            ["first".to_owned(), format!("pass@{iteration}::work")]
+        );
+        t = ack(&c, &t.state, control("pass", "continue"), GUIDED);
+        assert_eq!(completed_keys(&t.state), ["first"]);
+        sizes.push(serde_json::to_vec(&t.state).unwrap().len());
+    }
+    // Only the iteration numbers' digits may grow (`pass@1` to `pass@499`, twice).
+    let (first, largest) = (sizes[0], sizes.iter().copied().max().unwrap());
+    assert!(
+        largest <= first + 4,
+        "a snapshot grew with the iteration count: {largest} bytes against {first}"
+    );
+    // A snapshot written before D62 still lists ended iterations; it advances all the same.
+    let mut older = t.state.clone();
+    if let EngineState::Running { completed, .. } = &mut older {
+        completed.insert(StepInstanceKey::parse("pass@0::work").unwrap());
+        completed.insert(StepInstanceKey::parse("pass@0::decide").unwrap());
+    }
+    older.check().unwrap();
+    let from_older = ack(&c, &older, none(), GUIDED);
+    assert_eq!(at(&from_older.state), "pass@499::decide");
+    t = ack(&c, &t.state, none(), GUIDED);
+    assert_eq!(from_older.trace, t.trace);
+    t = ack(&c, &t.state, control("pass", "stop"), GUIDED);
+    assert_eq!(at(&t.state), "after");
+    assert_eq!(completed_keys(&t.state), ["first"]);
 }
 
 /// lock: L-LOOP-MAX-ITERATIONS, L-LOOP-LIMIT-ERROR, L-LOOP-TERMINATION-REASON
@@ -423,6 +477,61 @@ fn nested_loops_restart_the_inner_iteration_per_outer_iteration() {
             "outer@1/inner@1::x",
             "outer@1::decide",
             "end"
+        ]
+    );
+}
+
+/// Decision D62 in nested loops: an inner iteration's instances leave when that iteration
+/// ends; the outer iteration's own instances stay until the outer iteration ends.
+#[test]
+fn nested_iterations_leave_the_completed_set_when_each_ends() {
+    let inner = lp("inner", "yes", 2, json!([step("x"), step("y")]));
+    let c = compiled(
+        json!([
+            lp(
+                "outer",
+                "go",
+                2,
+                json!([step("prep"), inner, decide("decide")])
+            ),
+            step("end")
+        ]),
+        json!([{"id": "go", "kind": "loop_control", "continueWhen": "continue"}, {"id": "yes", "kind": "always_true"}]),
+    );
+    let mut t = engine::start(&c, &EngineState::Init).unwrap();
+    let mut held = Vec::new();
+    while at(&t.state) != "end" {
+        let here = at(&t.state);
+        let output = if here.ends_with("::decide") {
+            control(
+                "outer",
+                if here.starts_with("outer@0") {
+                    "continue"
+                } else {
+                    "stop"
+                },
+            )
+        } else {
+            none()
+        };
+        t = ack(&c, &t.state, output, GUIDED);
+        held.push(format!("{here} -> {}", completed_keys(&t.state).join(" ")));
+    }
+    assert_eq!(
+        held,
+        [
+            "outer@0::prep -> outer@0::prep",
+            "outer@0/inner@0::x -> outer@0/inner@0::x outer@0::prep",
+            "outer@0/inner@0::y -> outer@0::prep",
+            "outer@0/inner@1::x -> outer@0/inner@1::x outer@0::prep",
+            "outer@0/inner@1::y -> outer@0::prep",
+            "outer@0::decide -> ",
+            "outer@1::prep -> outer@1::prep",
+            "outer@1/inner@0::x -> outer@1/inner@0::x outer@1::prep",
+            "outer@1/inner@0::y -> outer@1::prep",
+            "outer@1/inner@1::x -> outer@1/inner@1::x outer@1::prep",
+            "outer@1/inner@1::y -> outer@1::prep",
+            "outer@1::decide -> ",
         ]
     );
 }

@@ -390,7 +390,7 @@ impl Walker<'_, '_> {
     fn settle(
         mut self,
         mut cursor: Cursor,
-        completed: CompletedSet,
+        mut completed: CompletedSet,
     ) -> Result<Progress, InterpreterError> {
         loop {
             let (list, index) = match cursor.frames.last() {
@@ -457,6 +457,22 @@ impl Walker<'_, '_> {
                 }
                 wants_continue = false;
             }
+            // The iteration is over either way: its step instances leave the completed set (D62).
+            let ended: Vec<LoopPathEntry> = cursor
+                .frames
+                .iter()
+                .map(|f| LoopPathEntry {
+                    loop_id: f.loop_id.clone(),
+                    iteration: f.iteration,
+                })
+                .collect();
+            completed = CompletedSet::new(
+                completed
+                    .keys()
+                    .iter()
+                    .filter(|key| !key.loop_path.starts_with(&ended))
+                    .cloned(),
+            );
             if wants_continue {
                 if let Some(top) = cursor.frames.last_mut() {
                     top.iteration += 1;

@@ -79,7 +79,29 @@ impl CompletedSet {
 
     /// A new set with `key` added.
     pub fn with(&self, key: StepInstanceKey) -> Self {
-        Self::new(self.0.iter().cloned().chain(std::iter::once(key)))
+        let mut set = self.clone();
+        set.insert(key);
+        set
+    }
+
+    /// Adds `key` in place, keeping the set sorted and unique.
+    pub fn insert(&mut self, key: StepInstanceKey) {
+        if let Err(at) = self.0.binary_search(&key) {
+            self.0.insert(at, key);
+        }
+    }
+
+    /// Keeps only the keys `keep` accepts (order and uniqueness are preserved).
+    pub fn retain(&mut self, keep: impl FnMut(&StepInstanceKey) -> bool) {
+        self.0.retain(keep);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 

@@ -76,6 +76,7 @@ pub fn start(
         frames: Vec::new(),
         trace: Vec::new(),
         gaps: Vec::new(),
+        ended_iterations: Vec::new(),
     };
     let landing = match walker.settle(0, None, None) {
         Ok(landing) => landing,
@@ -203,17 +204,18 @@ pub fn advance_on(
         // Never-stop with a missing or invalid decision: fail safe, never run away.
         signal = Some(LoopSignal::ForcedStop);
     }
-    let completed = completed.with(pending.instance_key());
     let mut walker = Walker {
         compiled,
         autonomy,
         frames: frames.clone(),
         trace: Vec::new(),
         gaps: findings,
+        ended_iterations: Vec::new(),
     };
     match walker.settle(index + 1, signal, Some(&step.step_id)) {
         Ok(landing) => {
             let done = landing == Landing::Complete;
+            let completed = completed_after(completed, pending, &walker.ended_iterations);
             let transition = Transition {
                 state: running(completed, walker.frames, landing)?,
                 trace: walker.trace,
@@ -234,6 +236,24 @@ pub fn advance_on(
         }
         Err(Halt::Error(e)) => Err(e),
     }
+}
+
+/// The completed set after `pending` completed and the walk ended `ended_iterations`: the step's
+/// instance is added, then every instance inside an ended iteration is dropped (D62). Nothing
+/// consults an ended iteration's instances (the walk resumes by position), so keeping them
+/// would only make every later snapshot, and so every advance, grow with the iteration count;
+/// the log keeps each completion.
+fn completed_after(
+    completed: &CompletedSet,
+    pending: &PendingStep,
+    ended_iterations: &[Vec<LoopPathEntry>],
+) -> CompletedSet {
+    let mut completed = completed.clone();
+    completed.insert(pending.instance_key());
+    for ended in ended_iterations {
+        completed.retain(|key| !key.loop_path.starts_with(ended));
+    }
+    completed
 }
 
 /// A probe injected for one capability must report on that capability: an observation of

@@ -15,6 +15,7 @@ use workrail_spec::compiled::{
 };
 use workrail_spec::event::TraceEntry;
 use workrail_spec::ids::{LoopId, StepId};
+use workrail_spec::skey::LoopPathEntry;
 use workrail_spec::snapshot::LoopFrame;
 
 use super::findings;
@@ -82,9 +83,25 @@ pub(crate) struct Walker<'a> {
     pub frames: Vec<LoopFrame>,
     pub trace: Vec<TraceEntry>,
     pub gaps: Vec<Finding>,
+    /// The loop paths (`outer@i/.../loop@k`) of the iterations this walk ended, so the caller
+    /// drops their step instances from the completed set (D62).
+    pub ended_iterations: Vec<Vec<LoopPathEntry>>,
 }
 
 impl<'a> Walker<'a> {
+    /// Records that the innermost frame's current iteration ended.
+    fn end_iteration(&mut self) {
+        let path = self
+            .frames
+            .iter()
+            .map(|f| LoopPathEntry {
+                loop_id: f.loop_id.clone(),
+                iteration: f.iteration,
+            })
+            .collect();
+        self.ended_iterations.push(path);
+    }
+
     /// The sequence the innermost frame walks (the top-level sequence when no loop is active).
     fn container(&self) -> Result<&'a [SequenceItem], EngineError> {
         match self.frames.last() {
@@ -159,6 +176,7 @@ impl<'a> Walker<'a> {
             let termination = if !result {
                 Termination::ConditionFalse
             } else if frame.iteration.saturating_add(1) < def.max_iterations {
+                self.end_iteration();
                 if let Some(top) = self.frames.last_mut() {
                     top.iteration += 1;
                     top.body_index = 0;
@@ -184,6 +202,7 @@ impl<'a> Walker<'a> {
                 frame.iteration + 1,
                 termination,
             ));
+            self.end_iteration();
             self.frames.pop();
             index = self.position_of_loop(&frame.loop_id)? + 1;
         }
