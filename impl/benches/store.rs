@@ -2,7 +2,10 @@
 //!
 //! - append throughput against the bare fsync/rename protocol floor measured in the same run
 //!   (target: at least 0.8 of the floor);
-//! - load time at 1k / 10k / 100k events (should grow linearly);
+//! - resident memory after loading every session of a data directory several times larger than
+//!   the session cache's budget (the default `WORKRAIL_CACHE_MB` share), next to the cache's
+//!   own size: memory stays near the budget whatever the data directory holds;
+//! - cold load time at 1k / 10k / 100k events (should grow linearly);
 //! - peak resident memory after loading 100k events.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,7 +26,17 @@ fn session() -> SessionId {
     SessionId::from_entropy(&[1; 10])
 }
 
+fn numbered_session(n: u32) -> SessionId {
+    let mut entropy = [7u8; 10];
+    entropy[..4].copy_from_slice(&n.to_le_bytes());
+    SessionId::from_entropy(&entropy)
+}
+
 fn notes_event(n: u64) -> SessionEvent {
+    notes_event_in(&session(), n)
+}
+
+fn notes_event_in(session: &SessionId, n: u64) -> SessionEvent {
     let mut id = [0u8; 10];
     id[..8].copy_from_slice(&n.to_le_bytes());
     let data = if n == 0 {
@@ -49,7 +62,7 @@ fn notes_event(n: u64) -> SessionEvent {
     SessionEvent::new(
         EventId::from_entropy(&id),
         EventIndex::ZERO,
-        session(),
+        session.clone(),
         scope,
         data,
     )
@@ -126,15 +139,72 @@ fn bench_appends(rounds: u64) {
 }
 
 fn build_session(dir: &Path, events: u64) {
-    let store = store_at(dir);
+    build_session_of(&store_at(dir), &session(), events);
+}
+
+fn build_session_of(store: &SessionStore, session: &SessionId, events: u64) {
     let mut next = 0;
     while next < events {
-        let batch: Vec<_> = (next..(next + 500).min(events)).map(notes_event).collect();
+        let batch: Vec<_> = (next..(next + 500).min(events))
+            .map(|n| notes_event_in(session, n))
+            .collect();
         next += batch.len() as u64;
         store
-            .with_append_gate(&session(), |g| g.append(AppendPlan { events: batch }))
+            .with_append_gate(session, |g| g.append(AppendPlan { events: batch }))
             .unwrap();
     }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Loads every session of a data directory larger than the session cache's budget, twice, through
+/// one store with the default budget, and prints resident memory against the budget.
+fn bench_cache_budget(sessions: u32, events_per_session: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let builder = store_at(dir.path()).with_cache_budget(0);
+        for n in 0..sessions {
+            build_session_of(&builder, &numbered_session(n), events_per_session);
+        }
+    }
+    let on_disk = dir_bytes(dir.path());
+    let before = current_rss_kib().unwrap_or(0);
+    let budget = workrail::store::CacheBudget::default().sessions;
+    let store = store_at(dir.path()).with_cache_budget(budget);
+    for _pass in 0..2 {
+        for n in 0..sessions {
+            let loaded = store.load(&numbered_session(n)).unwrap();
+            assert_eq!(loaded.events.len() as u64, events_per_session);
+        }
+    }
+    let cache = store.session_cache();
+    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
+    let after = current_rss_kib().unwrap_or(0);
+    println!(
+        "cache budget: {sessions} sessions ({:.0} MiB on disk) loaded twice; session cache {} entries, {:.1} of {:.0} MiB; resident memory grew {:.1} MiB (to {:.1} MiB)",
+        mib(on_disk as f64),
+        cache.len(),
+        mib(cache.bytes() as f64),
+        mib(budget as f64),
+        (after.saturating_sub(before)) as f64 / 1024.0,
+        after as f64 / 1024.0,
+    );
+    assert!(
+        cache.bytes() <= budget,
+        "the session cache exceeds its budget"
+    );
 }
 
 fn bench_load() {
@@ -160,13 +230,21 @@ fn bench_load() {
     }
 }
 
-fn peak_rss_kib() -> Option<u64> {
+fn status_kib(field: &str) -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    status_kib("VmHWM:")
+}
+
+fn current_rss_kib() -> Option<u64> {
+    status_kib("VmRSS:")
 }
 
 fn main() {
@@ -175,6 +253,12 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     bench_appends(rounds);
+    // Before the 100k-event load, so that load's peak does not hide this figure.
+    let sessions = std::env::var("WORKRAIL_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    bench_cache_budget(sessions, 1_000);
     bench_load();
     match peak_rss_kib() {
         Some(kib) => println!(
