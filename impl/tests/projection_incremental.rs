@@ -104,6 +104,49 @@ proptest! {
     }
 }
 
+/// A session grown by `moves`: each acks (with the loop decision when the step needs it) or
+/// rehydrates a node picked among every response so far, so old nodes fork again and again.
+fn forking_log(moves: &[(usize, bool)]) -> Vec<SessionEvent> {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let mut seen = vec![start(&wr, "project.demo")];
+    for &(pick, acks) in moves {
+        let from = seen[pick % seen.len()].clone();
+        let input = if !acks || from.ack_token.is_none() {
+            rehydrate(&from.state_token)
+        } else if pending(&from).contains("decide") {
+            ack(&from, "decided", vec![loop_control("continue")])
+        } else {
+            ack(&from, "done", vec![])
+        };
+        if let Ok(out) = wr.continue_workflow(input) {
+            seen.push(out);
+        }
+    }
+    session_events(&wr, &seen[0])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("WORKRAIL_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    ))]
+
+    /// Forks from any node at any time: extended one call's events at a time, the preferred tip
+    /// (settled within the subtree of the latest activity) equals the whole-log reference.
+    #[test]
+    fn forks_anywhere_keep_the_preferred_tip_of_the_whole_log(
+        moves in proptest::collection::vec((0usize..64, proptest::bool::weighted(0.8)), 1..40)
+    ) {
+        let log = forking_log(&moves);
+        let mut projector = Projector::default();
+        for end in 1..=log.len() {
+            projector.extend(&log[..end]).unwrap();
+            let reference = project_in_two_passes(&log[..end], TipPolicy::Latest);
+            prop_assert_eq!(&**projector.projection(), &reference, "prefix of {} events", end);
+        }
+    }
+}
+
 /// A log no WorkRail wrote (events reordered so a node appears before its run): the incremental
 /// path declines and `project` falls back to the two-pass projection, anomalies included.
 #[test]

@@ -431,8 +431,8 @@ pub struct Unsupported;
 /// What the incremental path keeps beside the views of one run.
 #[derive(Debug, Clone, Default)]
 struct RunAux {
-    /// Nodes in creation order (a topological order).
-    order: Vec<NodeId>,
+    /// The node the run's latest activity touched since the preferred tip was last settled.
+    latest_active: Option<NodeId>,
     /// Every output's node and channel.
     outputs: HashMap<OutputId, (NodeId, OutputChannel)>,
     /// Gap ids some gap resolves.
@@ -441,8 +441,8 @@ struct RunAux {
 
 /// A session projection extended event by event as the log grows, so a call on a long session
 /// projects only what was appended since the last call (plus the preferred tip of the runs the
-/// new events touched, linear in that run's nodes). Equal to [`project_in_two_passes`] on every
-/// log it accepts (tested on generated logs).
+/// new events touched, within the subtree of the node last active). Equal to
+/// [`project_in_two_passes`] on every log it accepts (tested on generated logs).
 #[derive(Debug, Clone, Default)]
 pub struct Projector {
     projection: Arc<SessionProjection>,
@@ -473,9 +473,11 @@ impl Projector {
             apply(projection, &mut self.aux, &mut touched, position, event)?;
         }
         for run_id in &touched {
-            if let (Some(view), Some(aux)) = (projection.runs.get_mut(run_id), self.aux.get(run_id))
+            if let (Some(view), Some(aux)) =
+                (projection.runs.get_mut(run_id), self.aux.get_mut(run_id))
+                && let Some(active) = aux.latest_active.take()
             {
-                let (tip, activity) = preferred_tip_in_order(&view.dag, &aux.order);
+                let (tip, activity) = preferred_tip_after_activity(&view.dag, &active);
                 view.preferred_tip = tip;
                 view.tip_last_activity = activity;
             }
@@ -564,12 +566,13 @@ fn apply(
                 return Err(Unsupported);
             }
             dag.add_node(node_id.clone(), created, index);
-            run_aux.order.push(node_id.clone());
+            run_aux.latest_active = Some(node_id.clone());
             return Ok(());
         }
         EventData::EdgeCreated(edge) => {
             if let Some(to) = dag.nodes.get_mut(&edge.to_node_id) {
                 to.own_activity = to.own_activity.max(index);
+                run_aux.latest_active = Some(edge.to_node_id.clone());
             }
             dag.edges.push(edge.clone());
             return Ok(());
@@ -581,6 +584,7 @@ fn apply(
     };
     if let Some(node) = dag.nodes.get_mut(node_id) {
         node.own_activity = node.own_activity.max(index);
+        run_aux.latest_active = Some(node_id.clone());
     }
     match event.data() {
         EventData::NodeOutputAppended(o) => {
@@ -630,29 +634,28 @@ fn apply(
     Ok(())
 }
 
-/// [`preferred_tip`] over nodes already in creation order.
-fn preferred_tip_in_order(dag: &RunDag, order: &[NodeId]) -> (Option<NodeId>, u64) {
-    let mut reach: HashMap<&NodeId, u64> = HashMap::with_capacity(order.len());
-    let mut best: Option<(u64, u64, &NodeId)> = None;
-    for id in order {
-        let Some(node) = dag.nodes.get(id) else {
-            continue;
-        };
-        let inherited = node
-            .parent
-            .as_ref()
-            .and_then(|p| reach.get(p).copied())
-            .unwrap_or(0);
-        let own = node.own_activity.max(inherited);
-        reach.insert(&node.node_id, own);
+/// [`preferred_tip`] after events whose latest activity touched `active`, given the tip before
+/// them. Event indexes only grow, so that activity is the highest of the run: the reachable
+/// activity of every node in `active`'s subtree is now exactly it, and of every other node
+/// lower. The tip is therefore the best leaf of that subtree by the remaining keys (the later
+/// `node_created`; creation indexes are unique), found without looking at the rest of the run.
+fn preferred_tip_after_activity(dag: &RunDag, active: &NodeId) -> (Option<NodeId>, u64) {
+    let Some(start) = dag.nodes.get(active) else {
+        return preferred_tip(dag);
+    };
+    let activity = start.own_activity;
+    let mut best: Option<&NodeInfo> = None;
+    let mut stack = vec![start];
+    while let Some(node) = stack.pop() {
         if node.children.is_empty() {
-            let key = (own, node.created_index, &node.node_id);
-            if best.is_none_or(|b| key > b) {
-                best = Some(key);
+            if best.is_none_or(|b| node.created_index > b.created_index) {
+                best = Some(node);
             }
+            continue;
         }
+        stack.extend(node.children.iter().filter_map(|c| dag.nodes.get(c)));
     }
-    best.map_or((None, 0), |(reach, _, id)| (Some(id.clone()), reach))
+    (best.map(|n| n.node_id.clone()), activity)
 }
 
 /// Preferred tip (locks §2): among leaves, the highest last-activity over the reachable
