@@ -10,7 +10,9 @@ use proptest::prelude::*;
 use protocol_support::*;
 use workrail::projections::{Projector, TipPolicy, project, project_in_two_passes};
 use workrail::store::memfs::MemFs;
-use workrail_spec::event::SessionEvent;
+use workrail_spec::closed::OutputChannel;
+use workrail_spec::event::{OutputPayload, SessionEvent};
+use workrail_spec::ids::NodeId;
 use workrail_spec::tools::ContinueWorkflowInput;
 
 /// A session with a loop, a fork from an old node, a blocked attempt, a checkpoint, a preference
@@ -143,6 +145,30 @@ proptest! {
             projector.extend(&log[..end]).unwrap();
             let reference = project_in_two_passes(&log[..end], TipPolicy::Latest);
             prop_assert_eq!(&**projector.projection(), &reference, "prefix of {} events", end);
+        }
+        // The slot walks equal the walk that looks every parent up.
+        for view in projector.projection().runs.values() {
+            for node in view.dag.nodes.keys() {
+                let mut naive = Vec::new();
+                let mut current = Some(node.clone());
+                while let Some(id) = current {
+                    current = view.dag.nodes.get(&id).and_then(|n| n.parent.clone());
+                    naive.push(id);
+                }
+                let walked: Vec<NodeId> = view.upwards(node).cloned().collect();
+                prop_assert_eq!(&walked, &naive);
+                let noted: Vec<NodeId> = view.noted_upwards(node).into_iter().cloned().collect();
+                let naive_noted: Vec<NodeId> = naive
+                    .into_iter()
+                    .filter(|n| {
+                        matches!(
+                            view.current_outputs.get(&(n.clone(), OutputChannel::Recap)).map(|o| &o.payload),
+                            Some(OutputPayload::Notes { .. })
+                        )
+                    })
+                    .collect();
+                prop_assert_eq!(noted, naive_noted);
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use workrail_spec::closed::{
 };
 use workrail_spec::event::{
     AdvanceRecorded, CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded,
-    GapResolution, NodeCreated, NodeOutputAppended, RunStarted, SessionEvent,
+    GapResolution, NodeCreated, NodeOutputAppended, OutputPayload, RunStarted, SessionEvent,
 };
 use workrail_spec::ids::{AttemptId, GapId, NodeId, OutputId, RunId, SnapshotRef};
 use workrail_spec::reason::GapReason;
@@ -38,6 +38,58 @@ pub struct RunDag {
     pub nodes: BTreeMap<NodeId, NodeInfo>,
     pub edges: Vec<EdgeCreated>,
     pub root: Option<NodeId>,
+    /// The nodes by creation order ("slot"), so walks up a deep branch follow indexes instead
+    /// of looking every id up.
+    pub slots: SlotIndex,
+}
+
+/// One step of [`RunView::upwards`].
+enum Step<'v> {
+    Id(&'v NodeId),
+    Slot(u32),
+}
+
+/// Dense per-run node indexes: a node's slot is its creation order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlotIndex {
+    slot_of: HashMap<NodeId, u32>,
+    ids: Vec<NodeId>,
+    /// The parent's slot, when the parent is a node of the run.
+    parents: Vec<Option<u32>>,
+    /// Whether the node's current recap output is notes.
+    recap_notes: Vec<bool>,
+}
+
+impl SlotIndex {
+    fn push(&mut self, node: &NodeId, parent: Option<&NodeId>) {
+        let slot = self.ids.len() as u32;
+        let parent = parent.and_then(|p| self.slot_of.get(p).copied());
+        self.slot_of.insert(node.clone(), slot);
+        self.ids.push(node.clone());
+        self.parents.push(parent);
+        self.recap_notes.push(false);
+    }
+
+    /// Records whether `node`'s current recap output is notes.
+    pub(crate) fn set_recap_notes(&mut self, node: &NodeId, notes: bool) {
+        if let Some(&slot) = self.slot_of.get(node) {
+            self.recap_notes[slot as usize] = notes;
+        }
+    }
+
+    /// The nodes with recap notes on the path root -> `node`, newest first.
+    pub fn noted_upwards(&self, node: &NodeId) -> Vec<&NodeId> {
+        let mut out = Vec::new();
+        let mut current = self.slot_of.get(node).copied();
+        while let Some(slot) = current {
+            let slot = slot as usize;
+            if self.recap_notes[slot] {
+                out.push(&self.ids[slot]);
+            }
+            current = self.parents[slot];
+        }
+        out
+    }
 }
 
 impl RunDag {
@@ -53,6 +105,7 @@ impl RunDag {
         {
             parent.children.push(node_id.clone());
         }
+        self.slots.push(&node_id, created.parent_node_id.as_ref());
         self.nodes.insert(
             node_id.clone(),
             NodeInfo {
@@ -103,12 +156,59 @@ impl RunView {
     /// `node`, then its parent, and so on up to the root (no allocation of the whole chain, so
     /// a lookup that stops at the first hit does not pay for a deep branch).
     pub fn upwards<'v>(&'v self, node: &'v NodeId) -> impl Iterator<Item = &'v NodeId> + 'v {
-        let mut current = Some(node);
+        let slots = &self.dag.slots;
+        let mut next = Some(Step::Id(node));
         std::iter::from_fn(move || {
-            let id = current?;
-            current = self.dag.nodes.get(id).and_then(|n| n.parent.as_ref());
+            let id = match next.take()? {
+                Step::Id(id) => id,
+                Step::Slot(slot) => &slots.ids[slot as usize],
+            };
+            next = match slots.slot_of.get(id) {
+                Some(&slot) => match slots.parents[slot as usize] {
+                    Some(parent) => Some(Step::Slot(parent)),
+                    // A parent that is not a node of the run (a log no WorkRail wrote) ends
+                    // the walk after it is named.
+                    None => self
+                        .dag
+                        .nodes
+                        .get(id)
+                        .and_then(|n| n.parent.as_ref())
+                        .map(Step::Id),
+                },
+                None => None,
+            };
             Some(id)
         })
+    }
+
+    /// The nodes on the path root -> `node` whose current recap output is notes, newest first.
+    pub fn noted_upwards<'v>(&'v self, node: &'v NodeId) -> Vec<&'v NodeId> {
+        let mut noted = self.dag.slots.noted_upwards(node);
+        // The walk over slots stops below a parent that is not a node of the run; the
+        // one-lookup-per-node walk names that parent too.
+        if let Some(dangling) = self
+            .upwards_root(node)
+            .and_then(|top| self.dag.nodes.get(top))
+            .and_then(|n| n.parent.as_ref())
+            .filter(|p| !self.dag.nodes.contains_key(*p))
+            && self
+                .current_outputs
+                .get(&(dangling.clone(), OutputChannel::Recap))
+                .is_some_and(|o| matches!(o.payload, OutputPayload::Notes { .. }))
+        {
+            noted.push(dangling);
+        }
+        noted
+    }
+
+    /// The root-most node of the run on `node`'s ancestry (following slots).
+    fn upwards_root<'v>(&'v self, node: &'v NodeId) -> Option<&'v NodeId> {
+        let slots = &self.dag.slots;
+        let mut slot = *slots.slot_of.get(node)?;
+        while let Some(parent) = slots.parents[slot as usize] {
+            slot = parent;
+        }
+        Some(&slots.ids[slot as usize])
     }
 
     /// Nodes on the path root -> `node`.
@@ -330,6 +430,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                         nodes: BTreeMap::new(),
                         edges: Vec::new(),
                         root: None,
+                        slots: SlotIndex::default(),
                     },
                 );
                 continue;
@@ -394,10 +495,16 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
     }
     // Pass 2: derive per run.
     let mut views = BTreeMap::new();
-    for (run_id, dag) in runs {
+    for (run_id, mut dag) in runs {
         let (preferred_tip, tip_last_activity) = preferred_tip(&dag);
         let current_outputs =
             current_outputs(outputs.remove(&run_id).unwrap_or_default(), &mut anomalies);
+        for ((node, channel), output) in &current_outputs {
+            if *channel == OutputChannel::Recap {
+                dag.slots
+                    .set_recap_notes(node, matches!(output.payload, OutputPayload::Notes { .. }));
+            }
+        }
         let unresolved_gaps = unresolved(gaps.remove(&run_id).unwrap_or_default());
         views.insert(
             run_id.clone(),
@@ -515,6 +622,7 @@ fn apply(
                     nodes: BTreeMap::new(),
                     edges: Vec::new(),
                     root: None,
+                    slots: SlotIndex::default(),
                 },
                 preferred_tip: None,
                 tip_last_activity: 0,
@@ -602,6 +710,11 @@ fn apply(
                 .insert(o.output_id.clone(), (node_id.clone(), o.output_channel));
             // The latest output of a node and channel is its current one: an earlier one is
             // either superseded by it or older.
+            if o.output_channel == OutputChannel::Recap {
+                view.dag
+                    .slots
+                    .set_recap_notes(node_id, matches!(o.payload, OutputPayload::Notes { .. }));
+            }
             view.current_outputs
                 .insert((node_id.clone(), o.output_channel), o.clone());
         }

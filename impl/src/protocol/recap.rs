@@ -107,12 +107,13 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     let view = facts.run(run)?;
     let info = view.dag.nodes.get(node)?;
     if info.children.is_empty() {
-        let mut notes: Vec<&str> = view
-            .upwards(node)
-            .filter_map(|n| facts.recap_notes(run, n))
-            .collect();
-        notes.reverse();
-        let (entries, total) = newest_notes(notes.into_iter(), RECAP_MAX_BYTES);
+        // Only the newest notes the budget can hold are looked up; the rest are counted.
+        let noted = view.noted_upwards(node);
+        let notes = noted
+            .iter()
+            .rev()
+            .map(|n| facts.recap_notes(run, n).unwrap_or_default());
+        let (entries, total) = newest_notes(notes, RECAP_MAX_BYTES);
         if total == 0 {
             return None;
         }
