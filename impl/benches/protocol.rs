@@ -4,12 +4,13 @@
 //! Spawns the built `workrail mcp`, drives a long loop workflow with acks, and reports p50/p99
 //! of each `tools/call` round trip, next to the bare durable-I/O floor of one advance measured
 //! in the same run: the snapshot CAS write (temp + fsync + rename + fsync dir) plus the append
-//! protocol (segment temp + fsync + rename + fsync dir, manifest append + fsync, pin append +
-//! fsync). Target: p50 within 1.3x of that floor.
+//! protocol (segment temp + fsync + rename + fsync dir, then the manifest records, segment and
+//! snapshot pin, in one append + fsync), with the same file sizes. Target: p50 within 1.3x of
+//! that floor.
 //!
 //! Also prints the first `start_workflow` of the fresh process, and at 10, 500 and 2,000
 //! advances (`WORKRAIL_BENCH_ADVANCES`, default 300) the advance, rehydrate and empty-call
-//! (`tools/list`) p50s, so growth with session length shows.
+//! (`ping`, the stdio round trip alone) p50s, so growth with session length shows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,9 +48,11 @@ fn floor_round(dir: &Path, i: usize) -> Duration {
     fs::create_dir_all(&events).unwrap();
     fs::create_dir_all(&snapshots).unwrap();
     let manifest = dir.join("manifest.jsonl");
-    let segment = vec![b'x'; 1800];
-    let snapshot = vec![b'y'; 400];
-    let record = vec![b'z'; 250];
+    // The sizes an advance of the bench workflow writes: its snapshot, its event segment, and
+    // the manifest records (segment and snapshot pin) that go out in one write.
+    let segment = vec![b'x'; 2500];
+    let snapshot = vec![b'y'; 380];
+    let record = vec![b'z'; 510];
     {
         let start = Instant::now();
         let tmp = snapshots.join(format!(".tmp-{i}"));
@@ -69,8 +72,6 @@ fn floor_round(dir: &Path, i: usize) -> Duration {
             .append(true)
             .open(&manifest)
             .unwrap();
-        m.write_all(&record).unwrap();
-        m.sync_all().unwrap();
         m.write_all(&record).unwrap();
         m.sync_all().unwrap();
         start.elapsed()
@@ -172,7 +173,7 @@ fn main() {
         out = response["result"]["structuredContent"].clone();
         assert_eq!(out["kind"], "ok", "advance {i} failed: {response}");
         if checkpoints.contains(&(i + 1)) {
-            // p50 of 21 rehydrates and 21 empty calls (`tools/list`, the round trip alone),
+            // p50 of 21 rehydrates and 21 empty calls (`ping`, the round trip alone),
             // and the p50 of the last ten advances.
             let mut rehydrates = Vec::new();
             let mut empties = Vec::new();
@@ -184,7 +185,7 @@ fn main() {
                 );
                 rehydrates.push(t.elapsed());
                 let t = Instant::now();
-                call("tools/list", json!({}));
+                call("ping", json!({}));
                 empties.push(t.elapsed());
             }
             rehydrates.sort();

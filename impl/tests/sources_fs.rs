@@ -228,3 +228,40 @@ fn an_unchanged_directory_reuses_the_cached_catalog() {
         .unwrap();
     assert!(!std::sync::Arc::ptr_eq(&first, &cache.load(&sources)));
 }
+
+/// A file written a moment ago is vouched for by its content instead of its time: unchanged, the
+/// cached catalog is reused; rewritten with the same size and time, it is a change.
+#[test]
+fn a_just_written_file_is_fingerprinted_by_its_content() {
+    use workrail::sources::CatalogCache;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flow.json");
+    let doc = |name: &str| {
+        format!(
+            r#"{{"id": "project.flow", "name": "{name}", "description": "d", "steps": [{{"id": "one", "title": "One", "prompt": "Do it."}}]}}"#
+        )
+    };
+    std::fs::write(&file, doc("AAAA")).unwrap();
+    let written = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let source = DirSource::new(Kind::Project, dir.path().to_path_buf(), "p");
+    let sources: Vec<&dyn WorkflowSource> = vec![&source];
+    let cache = CatalogCache::new();
+    let first = cache.load(&sources);
+    assert!(std::sync::Arc::ptr_eq(&first, &cache.load(&sources)));
+    std::fs::write(&file, doc("BBBB")).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(written)
+        .unwrap();
+    let changed = cache.load(&sources);
+    assert!(!std::sync::Arc::ptr_eq(&first, &changed));
+    assert_eq!(
+        changed
+            .get("project.flow")
+            .and_then(|w| w.compiled.snapshot.body.name.clone())
+            .as_deref(),
+        Some("BBBB")
+    );
+}

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use sha2::{Digest, Sha256};
+use workrail_spec::ids::Sha256Digest;
+
 use workrail_spec::closed::WorkflowSourceKind;
 
 use super::{SourceDocument, SourceIoError, WorkflowSource};
@@ -90,7 +93,8 @@ impl WorkflowSource for DirSource {
         out
     }
 
-    /// Each `*.json` entry's name, size and modification time (nanoseconds), in name order.
+    /// Each `*.json` entry's name, size and modification time (nanoseconds), in name order; for
+    /// a file modified in the last few seconds, its size and content digest instead.
     fn fingerprint(&self) -> Option<String> {
         use std::fmt::Write as _;
         let entries = match std::fs::read_dir(&self.root) {
@@ -111,22 +115,28 @@ impl WorkflowSource for DirSource {
                 continue;
             }
             let modified_at = meta.modified().ok()?;
-            // A file modified within the filesystem's timestamp granularity may change again
-            // without its time changing ("racy" timestamps): do not vouch for it yet.
-            let age = std::time::SystemTime::now().duration_since(modified_at);
-            if age.map_or(true, |age| age < RACY_WINDOW) {
-                return None;
-            }
             let modified = modified_at
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()?
                 .as_nanos();
-            files.push((entry.file_name(), meta.len(), modified));
+            // A file modified within the filesystem's timestamp granularity may change again
+            // without its time changing ("racy" timestamps): its size and time do not vouch for
+            // it yet, so its content's digest stands in for them (read before the documents
+            // are, like the rest of the fingerprint).
+            let age = std::time::SystemTime::now().duration_since(modified_at);
+            let stamp = if age.map_or(true, |age| age < RACY_WINDOW) {
+                let bytes = std::fs::read(&path).ok()?;
+                let digest = Sha256Digest::from_bytes(&Sha256::digest(&bytes).into());
+                format!("{}|{digest}", bytes.len())
+            } else {
+                format!("{}|{modified}", meta.len())
+            };
+            files.push((entry.file_name(), stamp));
         }
         files.sort();
         let mut print = String::new();
-        for (name, len, modified) in files {
-            let _ = write!(print, "{}|{len}|{modified}/", name.to_string_lossy());
+        for (name, stamp) in files {
+            let _ = write!(print, "{}|{stamp}/", name.to_string_lossy());
         }
         Some(print)
     }
