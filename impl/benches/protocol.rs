@@ -8,7 +8,9 @@
 //! snapshot pin, in one append + fsync), with the same file sizes. Target: p50 within 1.3x of
 //! that floor.
 //!
-//! Also prints the first `start_workflow` of the fresh process, and at 10, 500 and 2,000
+//! Then exports the session and imports the bundle (separate processes) and prints their peak
+//! resident memory against the bundle's size. Also prints the first `start_workflow` of the
+//! fresh process, and at 10, 500 and 2,000
 //! advances (`WORKRAIL_BENCH_ADVANCES`, default 300) the advance, rehydrate and empty-call
 //! (`ping`, the stdio round trip alone) p50s, so growth with session length shows.
 
@@ -76,6 +78,56 @@ fn floor_round(dir: &Path, i: usize) -> Duration {
         m.sync_all().unwrap();
         start.elapsed()
     }
+}
+
+/// Exports `session` from `data` and imports the bundle into a fresh data directory, each as
+/// its own `workrail` process; returns (bundle bytes, the export's and the import's peak
+/// resident memory in bytes).
+fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64) {
+    let bundle = root.join("bundle.json");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+            .args(args)
+            .env("HOME", root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        // The kernel's high-water mark of the process's resident memory, read until it exits.
+        let status = format!("/proc/{}/status", child.id());
+        let mut peak_kib = 0u64;
+        loop {
+            if let Some(kib) = fs::read_to_string(&status).ok().and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<u64>().ok())
+            }) {
+                peak_kib = peak_kib.max(kib);
+            }
+            if let Some(exit) = child.try_wait().unwrap() {
+                assert!(exit.success(), "workrail {args:?} failed");
+                return peak_kib * 1024;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let exported = run(&[
+        "export".as_ref(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+        "-o".as_ref(),
+        bundle.as_os_str(),
+        session.as_ref(),
+    ]);
+    let fresh = root.join("imported");
+    let imported = run(&[
+        "import".as_ref(),
+        "--data-dir".as_ref(),
+        fresh.as_os_str(),
+        bundle.as_os_str(),
+    ]);
+    (fs::metadata(&bundle).unwrap().len(), exported, imported)
 }
 
 fn main() {
@@ -200,6 +252,11 @@ fn main() {
             ));
         }
     }
+    let session = out["session"]["sessionId"]
+        .as_str()
+        .expect("responses name their session")
+        .to_owned();
+    let import = bench_import(root.path(), &data, &session);
     // Closing stdin ends the server (it exits on EOF).
     drop(stdin);
     assert!(child.wait().unwrap().success());
@@ -235,6 +292,15 @@ fn main() {
             ms(*rehydrate) - ms(*empty)
         );
     }
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
+    println!(
+        "this session's {:.1} MiB bundle: export peak resident memory {:.1} MiB ({:.1}x), import {:.1} MiB ({:.1}x) (target: a small multiple)",
+        mib(import.0),
+        mib(import.1),
+        import.1 as f64 / import.0 as f64,
+        mib(import.2),
+        import.2 as f64 / import.0 as f64
+    );
     if let (Some(first), Some(last)) = (growth.first(), growth.last())
         && growth.len() > 1
     {

@@ -13,7 +13,6 @@ use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
 
 use super::check::{self, check_plan_fits};
 use super::{BundleWarning, BundleWarningCode, Progress, bundle_failure};
-use crate::projections::{TipPolicy, project};
 use crate::protocol::{Workrail, invariant};
 use crate::store::{AppendPlan, SessionRead, StoreError};
 
@@ -222,28 +221,37 @@ pub fn import_bundle(
                 }
                 progress.advance(1);
             }
-            Ok(gate.session().events.clone())
+            // Compared in place: a copy of the committed log would only raise peak memory.
+            Ok(gate.session().events == expected)
         })
         .map_err(|e: GateError| e.0)?;
-    if committed != expected {
+    if !committed {
         return Err(invariant(format!(
             "import: session {target} committed other events than the bundle holds"
         )));
     }
     progress.finish();
+    // What the report needs from the bundle; the rest (every event and note, twice) is freed
+    // before the session is loaded again for the tokens.
+    let report_counts = (
+        expected.len(),
+        body.session.snapshots.len(),
+        body.session.pinned_workflows.len(),
+        body.artifacts.len(),
+    );
+    let (bundle_id, salvage) = (body.bundle_id.clone(), body.salvage.clone());
+    drop(expected);
+    drop(bundle);
 
-    // 4) Re-mint tokens: a rehydrate response for the preferred tip of every run.
-    let projection = project(&committed, TipPolicy::Latest);
+    // 4) Re-mint tokens: a rehydrate response for the preferred tip of every run, from the
+    //    projection the rehydrates themselves use.
     let mut runs = Vec::new();
-    for (run_id, view) in &projection.runs {
-        let Some(tip) = &view.preferred_tip else {
-            continue;
-        };
+    for (run_id, tip, workflow_hash) in wr.run_tips(&target)? {
         let state_token = parts.codec.mint(&TokenPayload::State(StatePayload {
             session_id: target.clone(),
             run_id: run_id.clone(),
             node_id: tip.clone(),
-            workflow_hash: view.dag.started.workflow_hash.clone(),
+            workflow_hash,
         }));
         let resume = match wr.continue_workflow(ContinueWorkflowInput {
             state_token: Some(state_token),
@@ -266,21 +274,22 @@ pub fn import_bundle(
             }
         };
         runs.push(ImportedRun {
-            run_id: run_id.clone(),
-            preferred_tip: tip.clone(),
+            run_id,
+            preferred_tip: tip,
             resume,
         });
     }
+    let (events, snapshots, pinned_workflows, artifacts) = report_counts;
     Ok(ImportReport {
         session_id: target,
         source_session_id: source,
         remapped,
-        bundle_id: body.bundle_id.clone(),
-        salvage: body.salvage.clone(),
-        events: committed.len(),
-        snapshots: body.session.snapshots.len(),
-        pinned_workflows: body.session.pinned_workflows.len(),
-        artifacts: body.artifacts.len(),
+        bundle_id,
+        salvage,
+        events,
+        snapshots,
+        pinned_workflows,
+        artifacts,
         runs,
         warnings,
     })

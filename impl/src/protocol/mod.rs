@@ -356,6 +356,28 @@ impl Workrail {
         codec
     }
 
+    /// Every run of `session` with its preferred tip and pinned workflow, from the projection
+    /// calls on the session share.
+    pub(crate) fn run_tips(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<(workrail_spec::ids::RunId, NodeId, WorkflowHash)>, ErrorEnvelope> {
+        let loaded = self
+            .sessions
+            .load(session)
+            .map_err(|e| e.to_envelope(false))?;
+        let facts = self.memo.facts(session, &loaded.events);
+        Ok(facts
+            .projection
+            .runs
+            .iter()
+            .filter_map(|(run_id, view)| {
+                let tip = view.preferred_tip.clone()?;
+                Some((run_id.clone(), tip, view.dag.started.workflow_hash.clone()))
+            })
+            .collect())
+    }
+
     /// The session store's read side (projections, inspection).
     pub fn sessions(&self) -> &dyn SessionRead {
         &self.sessions
