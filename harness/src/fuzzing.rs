@@ -30,6 +30,8 @@ use workrail_spec::tools::{ContinueWorkflowInput, TOOL_NAMES};
 
 use crate::Harness;
 use crate::crash::{check_crashes, policies};
+
+mod crash_replay;
 use crate::fixture::{self, ArtifactSpec, OutputSpec};
 use crate::ops::Op;
 use crate::system::{InProcess, System};
@@ -756,15 +758,30 @@ pub struct CrashInput {
     pub policy: u8,
 }
 
-/// The crash-state property on an arbitrary command sequence.
+/// The crash-state property on an arbitrary command sequence (the last command's crash points
+/// rebuilt by replaying one recorded run: [`crash_replay`]).
 pub fn crash_sequence(input: &CrashInput) {
+    let (prefix, policy) = crash_plan(input);
+    if let Err(e) = crash_replay::check_crashes(&prefix, &input.last, input.seed, policy) {
+        panic!("{e}");
+    }
+}
+
+/// The crash points [`crash_sequence`] checked, and those [`crate::crash::check_crashes`] (which
+/// runs the last command once per crash point) checks for the same input: the reference the
+/// replay is tested against. `Err` when either finds a failure.
+pub fn crash_sequence_points(input: &CrashInput) -> Result<(u64, u64), String> {
+    let (prefix, policy) = crash_plan(input);
+    let replayed = crash_replay::check_crashes(&prefix, &input.last, input.seed, policy)?;
+    let reference = check_crashes(&prefix, &input.last, input.seed, &[policy])?;
+    Ok((replayed, reference.points))
+}
+
+fn crash_plan(input: &CrashInput) -> (Vec<Op>, workrail::store::memfs::UnsyncedData) {
     let mut prefix = vec![Op::Start { prefs: None }];
     prefix.extend(input.prefix.iter().take(8).cloned());
     let all = policies(input.seed);
-    let policy = all[usize::from(input.policy) % all.len()];
-    if let Err(e) = check_crashes(&prefix, &input.last, input.seed, &[policy]) {
-        panic!("{e}");
-    }
+    (prefix, all[usize::from(input.policy) % all.len()])
 }
 
 // -------------------------------------------------------------------------------------------

@@ -89,6 +89,23 @@ fn crash_sequence_corpus() {
     });
 }
 
+/// The crash points the fuzz target rebuilds by replaying one recorded run are the ones the crash
+/// harness reaches by running the command once per point, and both find every corpus input fine.
+#[test]
+fn crash_sequence_replay_matches_the_crash_harness() {
+    let mut crashed = 0;
+    for (path, bytes) in inputs("crash_sequence") {
+        let Some(input) = structured::<fuzzing::CrashInput>(&bytes) else {
+            continue;
+        };
+        let (replayed, reference) = fuzzing::crash_sequence_points(&input)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(replayed, reference, "{}: crash points", path.display());
+        crashed += u64::from(replayed > 0);
+    }
+    assert!(crashed > 0, "no corpus input crashes anything");
+}
+
 #[test]
 fn bundle_import_corpus() {
     run_all("bundle_import", |b| {
