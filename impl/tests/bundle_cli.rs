@@ -354,3 +354,54 @@ fn an_import_is_capped_and_an_endless_input_ends_with_an_error() {
     assert!(imported.status.success(), "{}", text(&imported.stderr));
     assert!(!nothing_imported(target.path()));
 }
+
+/// Decision D63 with the real binary on a real directory: `workrail gc` removes a temp file and
+/// a never-committed session directory older than the grace period, keeps a young temp file,
+/// and the committed session stays healthy.
+#[test]
+fn gc_removes_what_crashed_writers_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session_in(dir.path());
+    let hours_ago = |path: &Path, hours: u64| {
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(hours * 3600);
+        std::fs::File::open(path)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+    };
+    let stale = dir
+        .path()
+        .join("snapshots/.tmp-4242-0000000000000000-0-x.json");
+    std::fs::write(&stale, b"half a snapshot").unwrap();
+    hours_ago(&stale, 2);
+    let fresh = dir
+        .path()
+        .join("snapshots/.tmp-4243-0000000000000000-0-y.json");
+    std::fs::write(&fresh, b"being written").unwrap();
+    let abandoned = dir.path().join("sessions/sess_00000000000000aa");
+    std::fs::create_dir_all(abandoned.join("events")).unwrap();
+    std::fs::write(
+        abandoned.join("events/.tmp-4244-0000000000000000-0-00000000-00000002.jsonl"),
+        b"{\"data\"",
+    )
+    .unwrap();
+    hours_ago(&abandoned.join("events"), 2);
+    hours_ago(&abandoned, 2);
+
+    let out = workrail(dir.path(), &["gc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "left by crashed writers, deleted: 1 uncommitted session directories, 1 temp files"
+        ),
+        "{stdout}"
+    );
+    assert!(!stale.exists() && !abandoned.exists());
+    assert!(fresh.exists(), "a temp file in flight was deleted");
+    assert!(dir.path().join("sessions").join(&session).exists());
+    // The committed session is untouched and healthy.
+    let wr = open(dir.path());
+    let sid = workrail_spec::ids::SessionId::parse(&session).unwrap();
+    assert!(wr.sessions().load(&sid).unwrap().health.is_healthy());
+}

@@ -408,3 +408,115 @@ fn an_imported_session_keeps_its_objects_alive() {
     wr.continue_workflow(rehydrate(&resumed.state_token))
         .unwrap();
 }
+
+/// Decision D63: what crashed writers left goes once it is older than the grace period: temp
+/// files in the store's directories and session directories whose first append never
+/// committed (under their lock). Young leftovers, a locked one, and everything while GC is in
+/// safe mode stay; a dry run reports exactly what a real run deletes.
+#[test]
+fn leftovers_of_crashed_writers_go_after_the_grace_period() {
+    use workrail::gc::CAS_GRACE;
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 47);
+    let live = build_session(
+        &wr,
+        "project.demo",
+        &[Op::Advance {
+            artifact: true,
+            decide: None,
+        }],
+    );
+    let clock = TestClock::new();
+    clock.set_session_age(&live.session, 1);
+    let young = CAS_GRACE / 2;
+    // Temp files: old ones in several store directories, a young one in flight.
+    let old_temps = [
+        Path::new(layout::SNAPSHOTS_DIR).join(".tmp-1-00-0-a.json"),
+        Path::new(layout::ARTIFACTS_DIR).join(".tmp-1-00-1-b.json"),
+        layout::events_dir(&live.session).join(".tmp-1-00-2-00000009-00000012.jsonl"),
+    ];
+    for path in &old_temps {
+        fs.write_new(path, b"half a write").unwrap();
+    }
+    let in_flight = Path::new(layout::SNAPSHOTS_DIR).join(".tmp-2-00-0-c.json");
+    fs.write_new(&in_flight, b"being written").unwrap();
+    clock.set_age(&in_flight, young);
+    // Session directories without truth: an old one (with its torn first segment), a young one,
+    // and an old one a writer holds.
+    let uncommitted = |seed: u8| {
+        let id = SessionId::from_entropy(&[seed; 10]);
+        fs.create_dir_all(&layout::events_dir(&id)).unwrap();
+        fs.write_new(
+            &layout::events_dir(&id).join(".tmp-3-00-0-00000000-00000001.jsonl"),
+            b"{",
+        )
+        .unwrap();
+        id
+    };
+    let (abandoned, starting, held) = (uncommitted(1), uncommitted(2), uncommitted(3));
+    clock.set_age(layout::session_dir(&starting), young);
+    let report_of = |dry_run| {
+        gc(
+            &wr,
+            &clock,
+            GcOptions {
+                dry_run,
+                ttl_days: None,
+            },
+        )
+    };
+    let lock = fs.try_lock(&layout::lock_path(&held)).unwrap();
+    let before = fs.snapshot();
+    let dry = report_of(true);
+    assert_eq!(fs.snapshot(), before, "a dry run wrote something");
+    let real = report_of(false);
+    drop(lock);
+    assert_eq!(real.deleted_uncommitted_sessions, vec![abandoned.clone()]);
+    // A dry run takes no lock, so it also names the one a writer holds.
+    let mut would = vec![abandoned.clone(), held.clone()];
+    would.sort();
+    assert_eq!(dry.deleted_uncommitted_sessions, would);
+    let mut expected: Vec<String> = old_temps
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    expected.sort();
+    let mut deleted = real.deleted_temp_files.clone();
+    deleted.sort();
+    assert_eq!(deleted, expected);
+    assert_eq!(dry.deleted_temp_files, real.deleted_temp_files);
+    let files = fs.files();
+    assert!(old_temps.iter().all(|p| !files.contains(p)));
+    assert!(
+        files.contains(&in_flight),
+        "a temp file in flight was deleted"
+    );
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.starts_with(layout::session_dir(&abandoned)))
+    );
+    for kept in [&starting, &held] {
+        assert!(
+            files
+                .iter()
+                .any(|f| f.starts_with(layout::session_dir(kept))),
+            "{kept} was deleted"
+        );
+    }
+    assert_intact(&fs, &wr, &live);
+    // Once free, the held one goes too.
+    assert_eq!(report_of(false).deleted_uncommitted_sessions, vec![held]);
+
+    // Safe mode deletes no leftover either.
+    let leftover = Path::new(layout::SNAPSHOTS_DIR).join(".tmp-4-00-0-d.json");
+    fs.write_new(&leftover, b"x").unwrap();
+    let manifest = layout::manifest_path(&live.session);
+    let mut bytes = fs.read(&manifest).unwrap().unwrap();
+    bytes.extend_from_slice(b"garbage\n");
+    fs.write_new(&manifest, &bytes).unwrap();
+    let safe = report_of(false);
+    assert!(safe.safe_mode);
+    assert!(safe.deleted_temp_files.is_empty() && safe.deleted_uncommitted_sessions.is_empty());
+    assert!(fs.files().contains(&leftover));
+}

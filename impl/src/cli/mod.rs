@@ -582,12 +582,14 @@ fn gc_text(
         ));
     }
     out.push_str(&format!(
-        "sessions {verb}: {}\nsnapshots {verb}: {}\npinned workflows {verb}: {}\nartifacts {verb}: {}\nunreachable objects kept as too recent: {}\n",
+        "sessions {verb}: {}\nsnapshots {verb}: {}\npinned workflows {verb}: {}\nartifacts {verb}: {}\nunreachable objects kept as too recent: {}\nleft by crashed writers, {verb}: {} uncommitted session directories, {} temp files\n",
         report.deleted_sessions.len(),
         report.deleted_snapshots.len(),
         report.deleted_pinned_workflows.len(),
         report.deleted_artifacts.len(),
-        report.young_objects_kept
+        report.young_objects_kept,
+        report.deleted_uncommitted_sessions.len(),
+        report.deleted_temp_files.len()
     ));
     out
 }

@@ -16,7 +16,10 @@
 //!    the workflowHash of each of their runs, and the artifacts their outputs reference;
 //! 6. sweeps unmarked snapshots, pinned workflows and artifacts, except objects younger than
 //!    [`CAS_GRACE`] (a concurrent writer stores CAS objects just before the plan that references
-//!    them), and only if no retained session changed while GC ran.
+//!    them), and only if no retained session changed while GC ran;
+//! 7. removes what crashed writers left (decision D63), older than [`CAS_GRACE`]: temp files
+//!    (`.tmp-*`) in the store's directories, and session directories that never committed
+//!    (a first append killed before its manifest), each under its session lock.
 //!
 //! `dry_run` does all the reading and reports what would go, writing nothing. Time comes from
 //! the [`RetentionClock`] port so tests control it.
@@ -258,6 +261,12 @@ pub struct GcReport {
     pub deleted_snapshots: Vec<SnapshotRef>,
     pub deleted_pinned_workflows: Vec<WorkflowHash>,
     pub deleted_artifacts: Vec<Sha256Digest>,
+    /// Session directories without committed truth, left by a first append that never
+    /// committed, deleted (dry run: that would be deleted).
+    pub deleted_uncommitted_sessions: Vec<SessionId>,
+    /// Temp files crashed writers left (paths in the data directory), deleted (dry run: that
+    /// would be deleted).
+    pub deleted_temp_files: Vec<String>,
     /// Unreachable objects kept because they are younger than [`CAS_GRACE`].
     pub young_objects_kept: usize,
     pub warnings: Vec<GcWarning>,
@@ -337,6 +346,8 @@ pub fn run(
         deleted_snapshots: Vec::new(),
         deleted_pinned_workflows: Vec::new(),
         deleted_artifacts: Vec::new(),
+        deleted_uncommitted_sessions: Vec::new(),
+        deleted_temp_files: Vec::new(),
         young_objects_kept: 0,
         warnings: Vec::new(),
     };
@@ -349,6 +360,7 @@ pub fn run(
     progress.begin("gc: validating sessions", names.len() as u64);
     let mut healthy: Vec<(SessionId, Arc<LoadedSession>)> = Vec::new();
     let mut seen: BTreeSet<SessionId> = BTreeSet::new();
+    let mut uncommitted: Vec<SessionId> = Vec::new();
     for name in &names {
         progress.advance(1);
         let Ok(id) = SessionId::parse(name) else {
@@ -400,6 +412,7 @@ pub fn run(
                 report.sessions.push(verdict(RetentionDecision::Unhealthy));
             }
             Err(StoreError::NotFound { .. }) => {
+                uncommitted.push(id.clone());
                 report
                     .sessions
                     .push(verdict(RetentionDecision::NoCommittedTruth));
@@ -587,6 +600,32 @@ pub fn run(
         Path::new(layout::ARTIFACTS_DIR),
     )?;
     report.young_objects_kept = sweeper.young;
+
+    // 7) What crashed writers left.
+    // Sessions without truth go whole, below.
+    let session_dirs: Vec<PathBuf> = seen
+        .iter()
+        .filter(|id| !uncommitted.contains(id))
+        .flat_map(|id| [layout::events_dir(id), layout::cache_dir(id)])
+        .collect();
+    let mut temp_dirs: Vec<&Path> = vec![
+        Path::new(layout::SNAPSHOTS_DIR),
+        Path::new(layout::PINNED_WORKFLOWS_DIR),
+        Path::new(layout::ARTIFACTS_DIR),
+        Path::new(layout::KEYS_DIR),
+        Path::new("config"),
+    ];
+    temp_dirs.extend(session_dirs.iter().map(PathBuf::as_path));
+    for dir in temp_dirs {
+        report
+            .deleted_temp_files
+            .extend(sweeper.sweep_temp_files(dir)?);
+    }
+    for id in uncommitted {
+        if sweeper.delete_uncommitted_session(&id)? {
+            report.deleted_uncommitted_sessions.push(id);
+        }
+    }
     progress.finish();
     Ok(report)
 }
@@ -658,6 +697,86 @@ struct Sweeper<'a> {
 }
 
 impl Sweeper<'_> {
+    /// Whether `path` was last modified at least [`CAS_GRACE`] ago (a missing or unreadable
+    /// entry is never old).
+    fn is_old(&self, path: &Path) -> bool {
+        match self.clock.modified(path) {
+            Ok(Some(modified)) => self
+                .now
+                .duration_since(modified)
+                .is_ok_and(|age| age >= CAS_GRACE),
+            Ok(None) | Err(_) => false,
+        }
+    }
+
+    /// Deletes the temp files older than [`CAS_GRACE`] in `dir`: a writer renames its temp file
+    /// within moments, so an old one was left by a writer that died.
+    fn sweep_temp_files(&mut self, dir: &Path) -> Result<Vec<String>, ErrorEnvelope> {
+        let names = match self.fs.list_dir(dir) {
+            Ok(names) => names,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_envelope("listing a store directory", e)),
+        };
+        let mut deleted = Vec::new();
+        for name in names.iter().filter(|n| layout::is_temp_file_name(n)) {
+            let path = dir.join(name);
+            if !self.is_old(&path) {
+                continue;
+            }
+            if !self.dry_run {
+                match self.fs.remove_file(&path) {
+                    Ok(()) => {}
+                    // Another GC took it first.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_envelope("deleting a leftover temp file", e)),
+                }
+            }
+            deleted.push(path.to_string_lossy().into_owned());
+        }
+        if !self.dry_run && !deleted.is_empty() {
+            self.fs
+                .sync_dir(dir)
+                .map_err(|e| io_envelope("syncing a store directory", e))?;
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes a session directory that holds no committed truth and has not changed for
+    /// [`CAS_GRACE`], under its session lock (a writer holds the lock from before its first
+    /// write until its commit, and the directory changes with each write).
+    fn delete_uncommitted_session(&mut self, id: &SessionId) -> Result<bool, ErrorEnvelope> {
+        let dir = layout::session_dir(id);
+        let events = layout::events_dir(id);
+        if !self.is_old(&dir) || !self.is_old(&events) {
+            return Ok(false);
+        }
+        // A dry run writes nothing, not even a lock file: it reports what it would try.
+        let lock = if self.dry_run {
+            None
+        } else {
+            match self.fs.try_lock(&layout::lock_path(id)) {
+                Ok(lock) => Some(lock),
+                Err(LockError::Busy) => return Ok(false),
+                Err(LockError::Io(e)) => return Err(io_envelope("locking a session", e)),
+            }
+        };
+        let manifest = self
+            .fs
+            .len(&layout::manifest_path(id))
+            .map_err(|e| io_envelope("checking a manifest", e))?;
+        if manifest.is_some_and(|len| len > 0) || !self.is_old(&events) {
+            return Ok(false);
+        }
+        if !self.dry_run {
+            self.fs
+                .remove_dir_all(&dir)
+                .and_then(|()| self.fs.sync_dir(Path::new(layout::SESSIONS_DIR)))
+                .map_err(|e| io_envelope(&format!("deleting uncommitted session {id}"), e))?;
+        }
+        drop(lock);
+        Ok(true)
+    }
+
     /// Deletes the unmarked, not-young objects of one CAS directory; returns them.
     fn sweep<K: Clone>(
         &mut self,
