@@ -26,8 +26,11 @@
 //!
 //! Text normalization (`L-RESUME-NORMALIZE`): Unicode NFKC, then locale-independent lowercasing,
 //! then the tokens are the maximal runs of `[a-z0-9_-]`.
+//!
+//! Written from the lock text alone, as a literal reading: every tip is judged against every
+//! criterion, then all candidates are sorted by one key (see `model/README.md`, "Independence").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use unicode_normalization::UnicodeNormalization;
 use workrail_spec::budget::{
@@ -83,32 +86,38 @@ pub struct ResumeCandidate {
 
 /// The locked normalization: NFKC, lowercase, then tokens `[a-z0-9_-]+` as a set.
 pub fn text_tokens(text: &str) -> BTreeSet<String> {
-    let normalized: String = text.nfkc().collect::<String>().to_lowercase();
-    normalized
-        .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'))
-        .filter(|token| !token.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The latest value of each observation key in the session (`L-EVENT-OBSERVATION-LATEST`).
-fn latest_observations(events: &[SessionEvent]) -> BTreeMap<ObservationKey, String> {
-    let mut latest = BTreeMap::new();
-    for event in events {
-        if let EventData::ObservationRecorded(obs) = event.data() {
-            let value = match &obs.value {
-                ObservationValue::ShortString { value } => value.as_str().to_owned(),
-                ObservationValue::GitSha1 { value } => value.as_str().to_owned(),
-                ObservationValue::Sha256 { value } => value.as_str().to_owned(),
-            };
-            latest.insert(obs.key, value); // events are in EventIndex order: last wins
+    let lowered: String = text.nfkc().collect::<String>().to_lowercase();
+    let mut tokens = BTreeSet::new();
+    let mut current = String::new();
+    for c in lowered.chars() {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+            current.push(c);
+        } else if !current.is_empty() {
+            tokens.insert(std::mem::take(&mut current));
         }
     }
-    latest
+    if !current.is_empty() {
+        tokens.insert(current);
+    }
+    tokens
 }
 
-fn non_empty(field: &Option<String>) -> Option<&str> {
-    field.as_deref().filter(|s| !s.is_empty())
+/// The value of the last `observation_recorded` event with `key` (events are in `EventIndex`
+/// order), as text.
+fn latest_observation(events: &[SessionEvent], key: ObservationKey) -> Option<String> {
+    events.iter().rev().find_map(|event| match event.data() {
+        EventData::ObservationRecorded(obs) if obs.key == key => Some(match &obs.value {
+            ObservationValue::ShortString { value } => value.as_str().to_owned(),
+            ObservationValue::GitSha1 { value } => value.as_str().to_owned(),
+            ObservationValue::Sha256 { value } => value.as_str().to_owned(),
+        }),
+        _ => None,
+    })
+}
+
+/// Whether every token of `query` is in `corpus`; a query without tokens matches nothing.
+fn all_tokens_in(query: &BTreeSet<String>, corpus: &BTreeSet<String>) -> bool {
+    !query.is_empty() && query.is_subset(corpus)
 }
 
 /// Ranks the tips of every run of the healthy `sessions` against `query`.
@@ -117,38 +126,39 @@ pub fn resume_ranking(
     workflow_name: &dyn Fn(&WorkflowHash) -> Option<String>,
     query: &ResumeQuery,
 ) -> Vec<ResumeCandidate> {
-    let query_tokens = query.text.as_deref().map(text_tokens).unwrap_or_default();
-    let all_in = |corpus: &BTreeSet<String>| {
-        !query_tokens.is_empty() && query_tokens.iter().all(|t| corpus.contains(t))
-    };
-    let mut ranked = Vec::new();
-    for session in sessions
-        .iter()
-        .filter(|s| s.health == SessionHealthKind::Healthy)
-    {
-        let observations = latest_observations(session.events);
-        let head_sha = non_empty(&query.git_head_sha).is_some_and(|q| {
-            observations
-                .get(&ObservationKey::GitHeadSha)
-                .map(String::as_str)
-                == Some(q)
-        });
-        let branch = non_empty(&query.git_branch).is_some_and(|q| {
-            observations
-                .get(&ObservationKey::GitBranch)
-                .is_some_and(|b| b.starts_with(q))
-        });
+    let wanted_sha = query.git_head_sha.as_deref().filter(|s| !s.is_empty());
+    let wanted_branch = query.git_branch.as_deref().filter(|s| !s.is_empty());
+    let wanted_tokens = query.text.as_deref().map(text_tokens).unwrap_or_default();
+
+    let mut candidates = Vec::new();
+    for session in sessions {
+        // Only fully validated sessions are offered (L-RESUME-HEALTHY-ONLY).
+        if session.health != SessionHealthKind::Healthy {
+            continue;
+        }
+        let head_sha = latest_observation(session.events, ObservationKey::GitHeadSha);
+        let branch = latest_observation(session.events, ObservationKey::GitBranch);
         for run_id in run_ids(session.events) {
             let dag = RunDag::build(session.events, &run_id);
+            // Tip-only: one candidate per run, its preferred tip.
             let Some(tip) = preferred_tip(session.events, &dag) else {
                 continue;
             };
             let notes = node_outputs(session.events, &run_id, &tip.node_id)
                 .current_recap_notes()
                 .map(str::to_owned);
-            let notes_corpus = notes.as_deref().map_or_else(BTreeSet::new, |n| {
-                text_tokens(n.strip_suffix(TRUNCATION_MARKER).unwrap_or(n))
-            });
+
+            let matched_sha = wanted_sha.is_some() && head_sha.as_deref() == wanted_sha;
+            let matched_branch = match (wanted_branch, branch.as_deref()) {
+                (Some(wanted), Some(observed)) => observed.starts_with(wanted),
+                _ => false,
+            };
+            let notes_corpus = notes
+                .as_deref()
+                .map(|n| text_tokens(n.strip_suffix(TRUNCATION_MARKER).unwrap_or(n)))
+                .unwrap_or_default();
+            let matched_notes = all_tokens_in(&wanted_tokens, &notes_corpus);
+            let workflow_id = dag.pin.as_ref().map(|pin| pin.workflow_id.clone());
             let mut workflow_corpus = BTreeSet::new();
             if let Some(pin) = &dag.pin {
                 workflow_corpus.extend(text_tokens(pin.workflow_id.as_str()));
@@ -156,34 +166,45 @@ pub fn resume_ranking(
                     workflow_corpus.extend(text_tokens(&name));
                 }
             }
+            let matched_workflow = all_tokens_in(&wanted_tokens, &workflow_corpus);
+
             let criteria = [
-                (head_sha, ResumeTier::HeadSha, WhyMatched::MatchedHeadSha),
-                (branch, ResumeTier::Branch, WhyMatched::MatchedBranch),
+                (matched_sha, ResumeTier::HeadSha, WhyMatched::MatchedHeadSha),
                 (
-                    all_in(&notes_corpus),
-                    ResumeTier::Notes,
-                    WhyMatched::MatchedNotes,
+                    matched_branch,
+                    ResumeTier::Branch,
+                    WhyMatched::MatchedBranch,
                 ),
+                (matched_notes, ResumeTier::Notes, WhyMatched::MatchedNotes),
                 (
-                    all_in(&workflow_corpus),
+                    matched_workflow,
                     ResumeTier::WorkflowId,
                     WhyMatched::MatchedWorkflowId,
                 ),
             ];
-            let met: Vec<_> = criteria.iter().filter(|(hit, ..)| *hit).collect();
+            let met: Vec<(ResumeTier, WhyMatched)> = criteria
+                .iter()
+                .filter(|(hit, _, _)| *hit)
+                .map(|(_, tier, why)| (*tier, *why))
+                .collect();
             let (tier, why_matched) = match met.first() {
-                Some((_, tier, _)) => (*tier, met.iter().map(|(_, _, why)| *why).collect()),
+                Some((best, _)) => (*best, met.iter().map(|(_, why)| *why).collect()),
                 None => (ResumeTier::Recency, vec![WhyMatched::RecencyFallback]),
             };
-            let snippet = notes.as_deref().map_or_else(String::new, |n| {
-                truncate_with_marker(n, RESUME_SNIPPET_MAX_BYTES)
-                    .map_or_else(|_| String::new(), |t| t.text.into_owned())
-            });
-            ranked.push(ResumeCandidate {
+            let snippet = notes
+                .as_deref()
+                .map(
+                    |n| match truncate_with_marker(n, RESUME_SNIPPET_MAX_BYTES) {
+                        Ok(cut) => cut.text.into_owned(),
+                        Err(_) => String::new(),
+                    },
+                )
+                .unwrap_or_default();
+            candidates.push(ResumeCandidate {
                 session_id: session.session_id.clone(),
-                run_id: run_id.clone(),
+                run_id,
                 node_id: tip.node_id,
-                workflow_id: dag.pin.as_ref().map(|p| p.workflow_id.clone()),
+                workflow_id,
                 last_activity_event_index: tip.last_activity,
                 tier,
                 why_matched,
@@ -191,7 +212,8 @@ pub fn resume_ranking(
             });
         }
     }
-    ranked.sort_by(|a, b| {
+    // Tier first; within a tier the latest activity, then sessionId, then runId.
+    candidates.sort_by(|a, b| {
         a.tier
             .cmp(&b.tier)
             .then(
@@ -201,6 +223,6 @@ pub fn resume_ranking(
             .then(a.session_id.cmp(&b.session_id))
             .then(a.run_id.cmp(&b.run_id))
     });
-    ranked.truncate(RESUME_MAX_CANDIDATES);
-    ranked
+    candidates.truncate(RESUME_MAX_CANDIDATES);
+    candidates
 }
