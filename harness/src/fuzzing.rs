@@ -849,6 +849,10 @@ pub enum JsonEdit {
     Truncate {
         at: u16,
     },
+    /// Recomputes the integrity manifest of the bundle as edited so far (when it still parses
+    /// as a bundle), so the edits get past the integrity check to the structural checks behind
+    /// it (as `FileEdit::Reattest` does for session files).
+    Reattest,
 }
 
 /// The fuzz input of `bundle_import`.
@@ -887,6 +891,10 @@ fn edit_json(root: &mut Value, edit: &JsonEdit) {
             (path, edit)
         }
         JsonEdit::Truncate { .. } => return,
+        JsonEdit::Reattest => {
+            reattest(root);
+            return;
+        }
     };
     let Some((parent, choice)) = walk_to(root, &path[..path.len().min(12)]) else {
         return;
@@ -908,7 +916,7 @@ fn edit_json(root: &mut Value, edit: &JsonEdit) {
                         map.insert(format!("{key}2"), v);
                     }
                 }
-                JsonEdit::Truncate { .. } => {}
+                JsonEdit::Truncate { .. } | JsonEdit::Reattest => {}
             }
         }
         Value::Array(items) if !items.is_empty() => {
@@ -922,15 +930,45 @@ fn edit_json(root: &mut Value, edit: &JsonEdit) {
                     let v = items[i].clone();
                     items.insert(i, v);
                 }
-                JsonEdit::Truncate { .. } => {}
+                JsonEdit::Truncate { .. } | JsonEdit::Reattest => {}
             }
         }
         _ => {}
     }
 }
 
+/// The bundle `root` with an integrity manifest that attests its contents.
+fn reattest(root: &mut Value) {
+    use workrail_spec::bundle::ExportBundleV1;
+    let Ok(mut bundle) = ExportBundleV1::from_value(root.clone()) else {
+        return;
+    };
+    let Ok(entries) = bundle.body.integrity_entries() else {
+        return;
+    };
+    bundle.body.integrity.entries = entries;
+    if let Ok(value) = bundle.to_value() {
+        *root = value;
+    }
+}
+
+/// A base bundle (see [`BundleInput::base`]) as JSON, for building edits in tests.
+pub fn base_bundle(base: u8) -> Value {
+    let bundles = base_bundles();
+    match serde_json::from_str(&bundles[usize::from(base) % bundles.len()]) {
+        Ok(v) => v,
+        Err(e) => panic!("an exported bundle is not JSON: {e}"),
+    }
+}
+
 /// Imports an edited real bundle.
 pub fn bundle_import(input: &BundleInput) {
+    let _ = bundle_import_outcome(input);
+}
+
+/// [`bundle_import`], returning the refusal's code (after checking that the refusal wrote
+/// nothing).
+pub fn bundle_import_outcome(input: &BundleInput) -> Result<(), ErrorCode> {
     let bundles = base_bundles();
     let which = usize::from(input.base) % bundles.len();
     let mut text = bundles[which].clone();
@@ -974,6 +1012,7 @@ pub fn bundle_import(input: &BundleInput) {
                 before,
                 "a refused import wrote to the data directory"
             );
+            Err(e.code)
         }
         Ok(report) => {
             let loaded = match workrail.sessions().load(&report.session_id) {
@@ -1001,6 +1040,7 @@ pub fn bundle_import(input: &BundleInput) {
                     Err(e) => panic!("the re-minted stateToken does not rehydrate: {e:?}"),
                 }
             }
+            Ok(())
         }
     }
 }

@@ -106,6 +106,73 @@ fn crash_sequence_replay_matches_the_crash_harness() {
     assert!(crashed > 0, "no corpus input crashes anything");
 }
 
+/// The child choices [`fuzzing::JsonEdit`] takes to reach `steps` (object keys and array
+/// indices) in `root`.
+fn json_path(root: &serde_json::Value, steps: &[&str]) -> Vec<u8> {
+    let mut here = root;
+    let mut path = Vec::new();
+    for step in steps {
+        let (choice, next) = match here {
+            serde_json::Value::Object(map) => {
+                let i = map.keys().position(|k| k == step).unwrap();
+                (i, &map[*step])
+            }
+            serde_json::Value::Array(items) => {
+                let i: usize = step.parse().unwrap();
+                (i, &items[i])
+            }
+            other => panic!("{step} inside {other}"),
+        };
+        path.push(u8::try_from(choice).unwrap());
+        here = next;
+    }
+    path
+}
+
+/// An edited bundle stops at the integrity check; re-attested, the same edit reaches the
+/// structural checks behind it (`check_manifest`, `check_events`), whose refusals write nothing.
+#[test]
+fn a_reattested_bundle_reaches_the_structural_checks() {
+    use fuzzing::{BundleInput, Json, JsonEdit};
+    use workrail_spec::error::ErrorCode;
+    let root = fuzzing::base_bundle(0);
+    let import = |edits: Vec<JsonEdit>| {
+        fuzzing::bundle_import_outcome(&BundleInput {
+            base: 0,
+            edits,
+            same_dir: false,
+            allow_salvage: false,
+        })
+    };
+    assert_eq!(import(vec![JsonEdit::Reattest]), Ok(()));
+    let node = root["session"]["events"][2]["scope"]["nodeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cases = [
+        // A pin names another event than the node_created of its snapshot.
+        (
+            json_path(&root, &["session", "manifest", "1", "eventIndex"]),
+            Json::Int(3),
+            ErrorCode::BundleManifestOrderInvalid,
+        ),
+        // The root node names itself as its parent, which no earlier event created.
+        (
+            json_path(&root, &["session", "events", "2", "data", "parentNodeId"]),
+            Json::Str(node),
+            ErrorCode::BundleEventOrderInvalid,
+        ),
+    ];
+    for (path, value, code) in cases {
+        let set = JsonEdit::Set { path, value };
+        assert_eq!(
+            import(vec![set.clone()]),
+            Err(ErrorCode::BundleIntegrityFailed)
+        );
+        assert_eq!(import(vec![set, JsonEdit::Reattest]), Err(code));
+    }
+}
+
 #[test]
 fn bundle_import_corpus() {
     run_all("bundle_import", |b| {
