@@ -18,7 +18,7 @@
 //!   suggestion says what to send instead.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use workrail_spec::closed::{EdgeKind, TokenKind};
@@ -480,6 +480,9 @@ impl<S: System> Juggler<S> {
         // A new run writes only its own session directory and shared content-addressed files.
         let own = session_dir(&out.session.session_id);
         for path in changed(&before, &after) {
+            if new_directory(&path, &before, &after) {
+                continue;
+            }
             let shared = path.starts_with("snapshots") || path.starts_with("workflows/pinned");
             let added_shared = shared && !before.contains_key(&path);
             if !path.starts_with(&own) && !added_shared {
@@ -676,6 +679,9 @@ impl<S: System> Juggler<S> {
         let info = &self.runs[run];
         let own = session_dir(&info.session);
         for path in changed(before, after) {
+            if new_directory(&path, before, after) {
+                continue;
+            }
             // Content-addressed stores are shared: a call may add objects, never change one.
             let cas = (path.starts_with("snapshots") || path.starts_with("artifacts"))
                 && !before.contains_key(&path);
@@ -838,6 +844,15 @@ enum Input {
 
 fn same_node(a: &TokenPayload, b: &TokenPayload) -> bool {
     a.session_id() == b.session_id() && a.run_id() == b.run_id() && a.node_id() == b.node_id()
+}
+
+/// Whether `path` is the kind-and-mode entry of a directory a writing call created (the store's
+/// skeleton on a first write); a write may create directories, a read may not.
+fn new_directory(path: &Path, before: &Fingerprint, after: &Fingerprint) -> bool {
+    !before.contains_key(path)
+        && after
+            .get(path)
+            .is_some_and(|meta| meta.starts_with(b"dir "))
 }
 
 /// The paths whose bytes differ (added, removed or changed).

@@ -524,16 +524,38 @@ impl Drop for Stdio {
     }
 }
 
+/// Every file's bytes, and every entry's kind and permission bits (under `<path>#meta`), so a
+/// read that only creates an empty directory or changes a mode is seen too.
 fn walk(root: &Path, dir: &Path, out: &mut Fingerprint) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.is_dir() {
+        let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = if meta.is_dir() {
+            "dir"
+        } else if meta.is_file() {
+            "file"
+        } else {
+            "other"
+        };
+        let mode = {
+            use std::os::unix::fs::PermissionsExt;
+            meta.permissions().mode() & 0o7777
+        };
+        let mut meta_key = rel.clone().into_os_string();
+        meta_key.push("#meta");
+        out.insert(
+            PathBuf::from(meta_key),
+            format!("{kind} {mode:o}").into_bytes(),
+        );
+        if meta.is_dir() {
             walk(root, &path, out);
         } else if let Ok(bytes) = std::fs::read(&path) {
-            let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
             out.insert(rel, bytes);
         }
     }
@@ -604,4 +626,50 @@ impl System for Stdio {
 pub fn is_writer_busy(envelope: &ErrorEnvelope) -> bool {
     envelope.code == ErrorCode::TokenSessionLocked
         && matches!(envelope.retry, Retry::RetryableAfterMs { after_ms } if after_ms > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fingerprint_of(root: &Path) -> Fingerprint {
+        let mut out = Fingerprint::new();
+        walk(root, root, &mut out);
+        out
+    }
+
+    /// The purity check over real processes sees more than file bytes: an empty directory
+    /// created by a read, or a changed mode, is a change.
+    #[test]
+    fn the_stdio_fingerprint_sees_new_directories_and_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("manifest.jsonl"), b"{}\n").unwrap();
+        let before = fingerprint_of(dir.path());
+        assert_eq!(fingerprint_of(dir.path()), before, "not deterministic");
+        std::fs::create_dir(dir.path().join("cache")).unwrap();
+        let with_dir = fingerprint_of(dir.path());
+        assert_ne!(with_dir, before, "an empty directory went unseen");
+        std::fs::set_permissions(
+            dir.path().join("manifest.jsonl"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            dir.path().join("manifest.jsonl"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let restricted = fingerprint_of(dir.path());
+        std::fs::set_permissions(
+            dir.path().join("manifest.jsonl"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        assert_ne!(
+            fingerprint_of(dir.path()),
+            restricted,
+            "a mode change went unseen"
+        );
+    }
 }
