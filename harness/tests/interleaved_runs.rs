@@ -43,15 +43,21 @@ fn cont(state: Pick, ack: Partner) -> Call {
 }
 
 /// A fixed walk that reaches every kind of call: three runs of the three workflows, advances
-/// on each, acks of run A sent with state tokens of run B and C, an old ack of run A with its
+/// on each, an ack without its required artifact (blocked), acks of run A sent with state tokens of run B and C, an old ack of run A with its
 /// newest state, an ack alone, replays, a checkpoint mixed across runs, a rehydrate.
 fn scripted() -> (Vec<u8>, Vec<Call>) {
     use Partner::{Other, Same};
     use Pick::{Any, Recent};
     let calls = vec![
-        cont(Any(0), Same),                // run 0 advances
-        cont(Any(1), Same),                // run 1 advances
-        cont(Any(2), Same),                // run 2 advances
+        cont(Any(0), Same), // run 0 advances
+        cont(Any(1), Same), // run 1 advances
+        cont(Any(2), Same), // run 2 advances
+        Call::Continue {
+            // run 2 at its contract step, acked without the required artifact: blocked
+            state: Recent(0),
+            ack: Same,
+            agent: Agent::Sloppy,
+        },
         cont(Recent(0), Other(Any(0))), // state of run 2, ack of run 0's first response: across runs
         cont(Recent(0), Other(Recent(2))), // state of run 2, ack of run 0's latest: across runs
         cont(Any(3), Other(Any(0))),    // run 0's newest state with its old, used ack: within a run
@@ -84,7 +90,8 @@ fn assert_reached(stats: &JuggleStats) {
             && stats.mismatches_within_run > 0
             && stats.ack_alone > 0
             && stats.checkpoints > 0
-            && stats.rehydrates > 0,
+            && stats.rehydrates > 0
+            && stats.blocked > 0,
         "{stats:?}"
     );
 }
@@ -121,6 +128,10 @@ fn random_interleavings_never_advance_the_wrong_run() {
         Ok(stats) => stats,
         Err(e) => panic!("{e}"),
     };
-    assert_reached(&stats);
-    assert!(stats.blocked > 0, "{stats:?}");
+    // Coverage of every kind of call, blocked ones included, is the scripted walks' job: a few
+    // random cases may well draw no sloppy ack at a contract step.
+    assert!(
+        stats.advances > 0 && stats.mismatches_across_runs > 0,
+        "{stats:?}"
+    );
 }
