@@ -36,6 +36,7 @@ use crate::fixture::{self, ArtifactSpec, OutputSpec};
 use crate::ops::Op;
 use crate::system::InProcess;
 
+mod attest;
 mod crash_replay;
 mod started;
 
@@ -885,14 +886,14 @@ fn walk_to<'v>(root: &'v mut Value, path: &[u8]) -> Option<(&'v mut Value, usize
     Some((here, usize::from(*last)))
 }
 
-fn edit_json(root: &mut Value, edit: &JsonEdit) {
+fn edit_json(root: &mut Value, edit: &JsonEdit, base: &attest::Attested) {
     let (path, op) = match edit {
         JsonEdit::Set { path, .. } | JsonEdit::Remove { path } | JsonEdit::Duplicate { path } => {
             (path, edit)
         }
         JsonEdit::Truncate { .. } => return,
         JsonEdit::Reattest => {
-            reattest(root);
+            base.reattest(root);
             return;
         }
     };
@@ -937,28 +938,21 @@ fn edit_json(root: &mut Value, edit: &JsonEdit) {
     }
 }
 
-/// The bundle `root` with an integrity manifest that attests its contents.
-fn reattest(root: &mut Value) {
-    use workrail_spec::bundle::ExportBundleV1;
-    let Ok(mut bundle) = ExportBundleV1::from_value(root.clone()) else {
-        return;
-    };
-    let Ok(entries) = bundle.body.integrity_entries() else {
-        return;
-    };
-    bundle.body.integrity.entries = entries;
-    if let Ok(value) = bundle.to_value() {
-        *root = value;
-    }
+/// The base bundles as JSON, with what their integrity entries attest.
+fn base_attested() -> &'static [attest::Attested] {
+    static ATTESTED: OnceLock<Vec<attest::Attested>> = OnceLock::new();
+    ATTESTED.get_or_init(|| {
+        base_bundles()
+            .iter()
+            .map(|text| attest::Attested::new(text))
+            .collect()
+    })
 }
 
 /// A base bundle (see [`BundleInput::base`]) as JSON, for building edits in tests.
 pub fn base_bundle(base: u8) -> Value {
-    let bundles = base_bundles();
-    match serde_json::from_str(&bundles[usize::from(base) % bundles.len()]) {
-        Ok(v) => v,
-        Err(e) => panic!("an exported bundle is not JSON: {e}"),
-    }
+    let bundles = base_attested();
+    bundles[usize::from(base) % bundles.len()].value.clone()
 }
 
 /// Imports an edited real bundle.
@@ -973,12 +967,12 @@ pub fn bundle_import_outcome(input: &BundleInput) -> Result<(), ErrorCode> {
     let which = usize::from(input.base) % bundles.len();
     let mut text = bundles[which].clone();
     if !input.edits.is_empty() {
-        if let Ok(mut value) = serde_json::from_str::<Value>(&text) {
-            for edit in input.edits.iter().take(8) {
-                edit_json(&mut value, edit);
-            }
-            text = value.to_string();
+        let base = &base_attested()[which];
+        let mut value = base.value.clone();
+        for edit in input.edits.iter().take(8) {
+            edit_json(&mut value, edit, base);
         }
+        text = value.to_string();
         for edit in &input.edits {
             if let JsonEdit::Truncate { at } = edit {
                 let mut cut = usize::from(*at) % (text.len() + 1);
