@@ -3,7 +3,9 @@
 //! run through the same entry points as `fuzz/`, so a fuzz finding stays fixed without cargo-fuzz.
 //!
 //! Structured targets read their bytes the way libFuzzer hands them over: through
-//! `arbitrary::Unstructured`. `WORKRAIL_BLESS=1` regenerates the seed corpora.
+//! `arbitrary::Unstructured`. `WORKRAIL_BLESS=1` rewrites the generated seeds (`signed-*`,
+//! `wrapped-*`, the workflows, `seed-*`) and deletes nothing: the `found-*` inputs, kept from
+//! fuzz runs for the coverage they add (harness/README.md, "Fuzzing"), stay.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
