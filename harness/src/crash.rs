@@ -81,7 +81,7 @@ fn mix(seed: u64, salt: u64) -> u64 {
 }
 
 /// The run a prepared call acts on (none for a start: its session is new).
-fn run_of(world: &World, prepared: &Prepared) -> Option<usize> {
+pub(crate) fn run_of(world: &World, prepared: &Prepared) -> Option<usize> {
     match &prepared.expect {
         Expect::Start { .. } => None,
         Expect::Rehydrate { node }
@@ -243,7 +243,7 @@ fn crash_once(
 
 /// Applies the model side of `prepared` and pairs the nodes it created with the production
 /// nodes that appeared (the lost response would have named them).
-fn advance_model(
+pub(crate) fn advance_model(
     world: &mut World,
     prepared: &Prepared,
     sys: &InProcess,

@@ -35,13 +35,12 @@ use workrail::protocol::Workrail;
 use workrail::store::fs::{LockError, LockGuard, StoreFs};
 use workrail::store::memfs::{MemFs, UnsyncedData};
 use workrail::store::{CorruptionReason, LoadedSession, SessionHealth, StoreError};
-use workrail_model::Observation;
 use workrail_spec::error::ErrorCode;
-use workrail_spec::event::EventData;
 use workrail_spec::ids::SessionId;
 use workrail_spec::tools::{CheckpointWorkflowInput, ContinueWorkflowInput, StartWorkflowInput};
 
-use crate::driver::{Expect, Harness, Mode, NodeIds, Prepared, RunIds, World, check_truth};
+use crate::crash::{advance_model, run_of};
+use crate::driver::{Expect, Harness, Mode, Prepared, World, check_truth};
 use crate::ops::Op;
 use crate::system::{Fingerprint, InProcess, Reply, SIMULATED_LOCK_WAIT, System, open_workrail};
 
@@ -515,18 +514,6 @@ pub fn check_crashes(
     Ok(recorded.points)
 }
 
-/// The run a prepared call acts on (none for a start: its session is new).
-fn run_of(world: &World, prepared: &Prepared) -> Option<usize> {
-    match &prepared.expect {
-        Expect::Start { .. } => None,
-        Expect::Rehydrate { node }
-        | Expect::Advance { node, .. }
-        | Expect::Checkpoint { node, .. } => Some(world.nodes[*node].run),
-        Expect::ReplayAck { index, .. } => Some(world.nodes[world.acks[*index].node].run),
-        Expect::ReplayCheckpoint { index } => Some(world.nodes[world.checkpoints[*index].node].run),
-    }
-}
-
 /// How the restarted process `trial` (on what the crash left) found the data, checked as
 /// [`crate::crash`] checks it.
 fn after_crash(
@@ -588,123 +575,6 @@ fn after_crash(
         old.err().unwrap_or_default(),
         new.err().unwrap_or_default()
     ))
-}
-
-/// Applies the model side of `prepared` and pairs the nodes it created with the production
-/// nodes that appeared (the lost response would have named them).
-fn advance_model(
-    world: &mut World,
-    prepared: &Prepared,
-    sys: &InProcess,
-    known_sessions: &[SessionId],
-) -> Result<(), String> {
-    let apply = |world: &mut World, c: &workrail_model::Command| -> Result<Observation, String> {
-        let (next, obs) = world
-            .model
-            .apply(c)
-            .map_err(|e| format!("the model refused {c:?}: {e}"))?;
-        world.model = next;
-        Ok(obs)
-    };
-    match &prepared.expect {
-        Expect::Start {
-            command,
-            model_session,
-            model_run,
-        } => {
-            let Observation::Started { root, .. } = apply(world, command)? else {
-                return Err("the model answered a start with another observation".into());
-            };
-            let fresh: Vec<SessionId> = sys
-                .sessions()
-                .into_iter()
-                .filter(|s| !known_sessions.contains(s))
-                .filter(|s| sys.load(s).is_ok_and(|l| !l.events.is_empty()))
-                .collect();
-            let [session] = fresh.as_slice() else {
-                return Err(format!("expected one new session, found {fresh:?}"));
-            };
-            let loaded = sys.load(session).map_err(|e| e.to_string())?;
-            let mut run = None;
-            let mut imp_root = None;
-            for e in &loaded.events {
-                match e.data() {
-                    EventData::RunStarted(_) => run = e.scope().run_id().cloned(),
-                    EventData::NodeCreated(n) if n.parent_node_id.is_none() => {
-                        imp_root = e.scope().node_id().cloned();
-                    }
-                    _ => {}
-                }
-            }
-            let (Some(run), Some(imp_root)) = (run, imp_root) else {
-                return Err("the new session has no run or no root".into());
-            };
-            world.runs.push(RunIds {
-                model_session: model_session.clone(),
-                model_run: model_run.clone(),
-                impl_session: session.clone(),
-                impl_run: run,
-            });
-            world.bij.nodes.link(&root, &imp_root)?;
-            world.nodes.push(NodeIds {
-                run: world.runs.len() - 1,
-                model: root,
-                imp: imp_root,
-            });
-        }
-        Expect::Advance { node, command, .. } => {
-            let obs = apply(world, command)?;
-            if let Observation::Advanced { to_node_id, .. } = obs {
-                pair_new_child(world, *node, &to_node_id, sys)?;
-            }
-        }
-        Expect::Checkpoint { node, command } => {
-            if let Observation::Checkpointed {
-                checkpoint_node_id, ..
-            } = apply(world, command)?
-            {
-                pair_new_child(world, *node, &checkpoint_node_id, sys)?;
-            }
-        }
-        // Reads and replays change nothing: their after-state is the old truth.
-        Expect::Rehydrate { .. } | Expect::ReplayAck { .. } | Expect::ReplayCheckpoint { .. } => {}
-    }
-    Ok(())
-}
-
-/// Pairs the model's new child of `parent` with the one production node that is a child of the
-/// paired production node and not yet paired.
-fn pair_new_child(
-    world: &mut World,
-    parent: usize,
-    model_child: &workrail_spec::ids::NodeId,
-    sys: &InProcess,
-) -> Result<(), String> {
-    let run = world.nodes[parent].run;
-    let imp_parent = world.nodes[parent].imp.clone();
-    let loaded = sys
-        .load(&world.runs[run].impl_session)
-        .map_err(|e| e.to_string())?;
-    let dag = workrail_model::projections::RunDag::build(&loaded.events, &world.runs[run].impl_run);
-    let fresh: Vec<_> = dag
-        .nodes
-        .values()
-        .filter(|n| n.parent.as_ref() == Some(&imp_parent))
-        .filter(|n| world.bij.nodes.to_model(&n.node_id).is_none())
-        .map(|n| n.node_id.clone())
-        .collect();
-    let [imp_child] = fresh.as_slice() else {
-        return Err(format!(
-            "expected one new production child, found {fresh:?}"
-        ));
-    };
-    world.bij.nodes.link(model_child, imp_child)?;
-    world.nodes.push(NodeIds {
-        run,
-        model: model_child.clone(),
-        imp: imp_child.clone(),
-    });
-    Ok(())
 }
 
 /// The locked fail-fast state (segment attested, pins missing): the session in that state.
