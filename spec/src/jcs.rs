@@ -1,9 +1,12 @@
 //! RFC 8785 JSON Canonicalization Scheme and `sha256:<hex>` digests (locks §11).
 //!
 //! One canonical form serves every hash in WorkRail: `workflowHash`, snapshot refs, bundle
-//! integrity entries, context budgets and token payloads. Canonicalization is delegated to
-//! `serde_jcs`, which sorts object keys by UTF-16 code units and writes numbers the ECMAScript way;
-//! the golden vectors in `fixtures/vectors/jcs.json` pin that behaviour.
+//! integrity entries, context budgets and token payloads. A value is first turned into a
+//! `serde_json::Value` and then written here: object keys sorted by UTF-16 code units, strings
+//! with the RFC's minimal escaping, safe integers as digits. Every other number is written by
+//! `serde_jcs` (the ECMAScript number form), which is also the reference the writer is tested
+//! against (`writer_equals_serde_jcs` in `tests/properties.rs`); the golden vectors in `fixtures/vectors/jcs.json`
+//! pin the behaviour.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -19,14 +22,109 @@ pub struct JcsError {
 
 /// The RFC 8785 canonical JSON text of `value`.
 pub fn to_canonical_string<T: Serialize + ?Sized>(value: &T) -> Result<String, JcsError> {
-    serde_jcs::to_string(value).map_err(|e| JcsError {
+    let bytes = to_canonical_bytes(value)?;
+    // The writer emits whole UTF-8 strings and ASCII punctuation only.
+    String::from_utf8(bytes).map_err(|e| JcsError {
         detail: e.to_string(),
     })
 }
 
 /// The RFC 8785 canonical UTF-8 bytes of `value`.
 pub fn to_canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, JcsError> {
-    to_canonical_string(value).map(String::into_bytes)
+    let value = serde_json::to_value(value).map_err(|e| JcsError {
+        detail: e.to_string(),
+    })?;
+    value_to_canonical_bytes(&value)
+}
+
+/// The RFC 8785 canonical UTF-8 bytes of a JSON value (no copy of the value is made).
+pub fn value_to_canonical_bytes(value: &serde_json::Value) -> Result<Vec<u8>, JcsError> {
+    let mut out = Vec::with_capacity(256);
+    write_canonical(&mut out, value)?;
+    Ok(out)
+}
+
+/// Integers up to 2^53 are written as their digits, which is what the ECMAScript number form
+/// gives for them; larger magnitudes are doubles there.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+fn write_canonical(out: &mut Vec<u8>, value: &serde_json::Value) -> Result<(), JcsError> {
+    use serde_json::Value;
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64().filter(|u| *u <= MAX_SAFE_INTEGER) {
+                out.extend_from_slice(itoa::Buffer::new().format(u).as_bytes());
+            } else if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_SAFE_INTEGER) {
+                out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+            } else {
+                serde_jcs::to_writer(&mut *out, n).map_err(|e| JcsError {
+                    detail: e.to_string(),
+                })?;
+            }
+        }
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item)?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            // Usually already in order (a sorted map), so this is one pass of comparisons.
+            entries.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(out, key);
+                out.push(b':');
+                write_canonical(out, item)?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// A JSON string with RFC 8785 escaping: `"` and `\`, the short forms `\b \t \n \f \r`, other
+/// control characters as `\u00xx` (lowercase hex), everything else as it is.
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut control = *b"\\u0000";
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0A => b"\\n",
+            0x0C => b"\\f",
+            0x0D => b"\\r",
+            0x00..=0x1F => {
+                control[4] = HEX[usize::from(b >> 4)];
+                control[5] = HEX[usize::from(b & 0xF)];
+                &control
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 /// Canonicalizes JSON text: parse strictly (I-JSON: no duplicate keys), then write in RFC 8785
@@ -35,7 +133,10 @@ pub fn canonicalize_json_text(text: &str) -> Result<String, JcsError> {
     let value = parse_strict(text).map_err(|e| JcsError {
         detail: e.to_string(),
     })?;
-    to_canonical_string(&value)
+    let bytes = value_to_canonical_bytes(&value)?;
+    String::from_utf8(bytes).map_err(|e| JcsError {
+        detail: e.to_string(),
+    })
 }
 
 /// Parses JSON text into a value, rejecting duplicate object keys (RFC 8785 §3.1 requires
@@ -145,6 +246,29 @@ mod tests {
         assert!(canonicalize_json_text(r#"{"a":1,"a":2}"#).is_err());
         assert!(canonicalize_json_text(r#"{"a":1,"\u0061":2}"#).is_err());
         assert!(canonicalize_json_text(r#"[{"a":1},{"a":2}]"#).is_ok());
+    }
+
+    #[test]
+    fn strings_are_escaped_minimally() {
+        let value = serde_json::json!({"\u{1f}\u{7f}\"\\/\u{8}\t\n\u{c}\r": "\u{0}é\u{2028}"});
+        assert_eq!(
+            value_to_canonical_bytes(&value).unwrap(),
+            serde_jcs::to_vec(&value).unwrap()
+        );
+        assert_eq!(
+            String::from_utf8(value_to_canonical_bytes(&value).unwrap()).unwrap(),
+            "{\"\\u001f\u{7f}\\\"\\\\/\\b\\t\\n\\f\\r\":\"\\u0000é\u{2028}\"}"
+        );
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_code_units() {
+        // U+FFFD sorts after U+1F600 by code point, before it by UTF-16 (0xD83D < 0xFFFD).
+        let value = serde_json::json!({"\u{fffd}": 1, "\u{1f600}": 2, "a": 3});
+        assert_eq!(
+            String::from_utf8(value_to_canonical_bytes(&value).unwrap()).unwrap(),
+            "{\"a\":3,\"\u{1f600}\":2,\"\u{fffd}\":1}"
+        );
     }
 
     #[test]

@@ -570,6 +570,20 @@ proptest! {
         reference_jcs(&value, &mut expected);
         prop_assert_eq!(to_canonical_string(&value).unwrap(), expected);
     }
+
+    /// WorkRail's writer gives exactly `serde_jcs`'s bytes, integers past 2^53 (written as
+    /// ECMAScript doubles) included, for values and for the typed path.
+    /// lock: L-JCS-RFC8785
+    #[test]
+    fn writer_equals_serde_jcs(
+        value in arb_json(),
+        big in prop_oneof![any::<u64>().prop_map(Value::from), any::<i64>().prop_map(Value::from)],
+    ) {
+        let value = json!([value, big]);
+        let reference = serde_jcs::to_vec(&value).unwrap();
+        prop_assert_eq!(&workrail_spec::jcs::value_to_canonical_bytes(&value).unwrap(), &reference);
+        prop_assert_eq!(&to_canonical_bytes(&value).unwrap(), &reference);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
