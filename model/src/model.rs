@@ -443,7 +443,12 @@ impl Model {
             || start.session_baseline.unwrap_or(self.global_defaults),
             |s| s.baseline,
         );
-        let workflow_hash = start.workflow.workflow_hash()?;
+        // The hash is a function of the workflow: one equal to a workflow this model already
+        // pinned has that one's hash (a comparison instead of a serialization).
+        let workflow_hash = match self.workflows.iter().find(|(_, w)| **w == start.workflow) {
+            Some((hash, _)) => hash.clone(),
+            None => start.workflow.workflow_hash()?,
+        };
         let effective = baseline.apply(&start.preferences);
         let root = derive::root_node_id(session_id, &start.run_id);
         let (state, disclosed) = match interpreter::start(&start.workflow, effective.autonomy)? {

@@ -91,11 +91,14 @@ impl CompileContext {
     }
 }
 
-/// A compiled workflow and its hash.
+/// A compiled workflow, its hash and its canonical (RFC 8785) bytes, which the hash is taken
+/// over and a pin writes: kept so that starting a run never serializes or hashes the workflow
+/// again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compiled {
     pub snapshot: CompiledWorkflowSnapshotV1,
     pub workflow_hash: WorkflowHash,
+    pub canonical: std::sync::Arc<[u8]>,
 }
 
 /// Compiles source JSON text (a JSON syntax error is an `invalid_json` compile error).
@@ -162,7 +165,7 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
         },
     )
     .map_err(CompileErrors)?;
-    let workflow_hash = snapshot.workflow_hash().map_err(|e| {
+    let canonical = workrail_spec::jcs::to_canonical_bytes(&snapshot).map_err(|e| {
         CompileErrors(vec![CompileError::new(
             CompileErrorCode::Internal,
             "",
@@ -170,8 +173,10 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
             "This is a WorkRail compiler bug; report it with the workflow source.",
         )])
     })?;
+    let workflow_hash = WorkflowHash::from_digest(workrail_spec::jcs::sha256(&canonical));
     Ok(Compiled {
         snapshot,
         workflow_hash,
+        canonical: canonical.into(),
     })
 }

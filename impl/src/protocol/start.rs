@@ -78,7 +78,10 @@ pub(super) fn start_in(
     })?;
     let workflow = resolved.workflow;
     let compiled = &workflow.compiled.snapshot;
-    let workflow_hash = wr.pinned.put(compiled).map_err(|e| e.to_envelope(true))?;
+    let workflow_hash = wr
+        .pinned
+        .put_canonical(compiled, &workflow.compiled.canonical)
+        .map_err(|e| e.to_envelope(true))?;
     let transition = engine::start(compiled, &EngineState::Init)
         .map_err(|e| invariant(format!("the interpreter cannot start this workflow: {e}")))?;
     let snapshot = ExecutionSnapshotFileV1 {

@@ -113,6 +113,14 @@ fn still_on_disk<T>(
     }
 }
 
+/// Whether stored text is the object's canonical (JCS) form with this digest: then the object
+/// parsed from it hashes to the digest without being serialized again. Every WorkRail writer
+/// stores canonical bytes, so this is the common case; other bytes (an object written in
+/// another but equivalent form) are judged by canonicalizing what they parse to.
+fn is_canonical_form_of(text: &str, digest: &Sha256Digest) -> bool {
+    &sha256(text.as_bytes()) == digest
+}
+
 fn read_object(fs: &dyn StoreFs, path: &Path, what: &str) -> Result<String, StoreError> {
     let bytes = fs
         .read(path)
@@ -215,11 +223,13 @@ impl SnapshotStore {
         };
         let snapshot =
             ExecutionSnapshotFileV1::from_json_str(&text).map_err(|e| corrupt(e.to_string()))?;
-        let actual = snapshot
-            .snapshot_ref()
-            .map_err(|e| corrupt(e.to_string()))?;
-        if &actual != snapshot_ref {
-            return Err(corrupt(format!("content hashes to {actual}")));
+        if !is_canonical_form_of(&text, snapshot_ref.digest()) {
+            let actual = snapshot
+                .snapshot_ref()
+                .map_err(|e| corrupt(e.to_string()))?;
+            if &actual != snapshot_ref {
+                return Err(corrupt(format!("content hashes to {actual}")));
+            }
         }
         let verified = Verified::new(snapshot, text.len());
         let snapshot = Arc::clone(&verified.value);
@@ -280,12 +290,21 @@ impl PinnedWorkflowStore {
     }
 
     pub fn put(&self, compiled: &CompiledWorkflowSnapshotV1) -> Result<WorkflowHash, StoreError> {
-        let internal = |e: workrail_spec::jcs::JcsError| StoreError::Internal {
+        let bytes = to_canonical_bytes(compiled).map_err(|e| StoreError::Internal {
             detail: e.to_string(),
-        };
-        let bytes = to_canonical_bytes(compiled).map_err(internal)?;
-        let hash = WorkflowHash::from_digest(sha256(&bytes));
-        put_durable(&*self.fs, &layout::pinned_workflow_path(&hash), &bytes)?;
+        })?;
+        self.put_canonical(compiled, &bytes)
+    }
+
+    /// [`PinnedWorkflowStore::put`] of a workflow whose canonical (JCS) bytes the caller already
+    /// has (`bytes` must be exactly those, as [`crate::compiler::Compiled`] keeps them).
+    pub fn put_canonical(
+        &self,
+        compiled: &CompiledWorkflowSnapshotV1,
+        bytes: &[u8],
+    ) -> Result<WorkflowHash, StoreError> {
+        let hash = WorkflowHash::from_digest(sha256(bytes));
+        put_durable(&*self.fs, &layout::pinned_workflow_path(&hash), bytes)?;
         self.cache.insert(
             hash.digest().clone(),
             Verified::new(compiled.clone(), bytes.len()),
@@ -315,11 +334,13 @@ impl PinnedWorkflowStore {
         };
         let compiled =
             CompiledWorkflowSnapshotV1::from_json_str(&text).map_err(|e| corrupt(e.to_string()))?;
-        let actual = compiled
-            .workflow_hash()
-            .map_err(|e| corrupt(e.to_string()))?;
-        if &actual != hash {
-            return Err(corrupt(format!("content hashes to {actual}")));
+        if !is_canonical_form_of(&text, hash.digest()) {
+            let actual = compiled
+                .workflow_hash()
+                .map_err(|e| corrupt(e.to_string()))?;
+            if &actual != hash {
+                return Err(corrupt(format!("content hashes to {actual}")));
+            }
         }
         let verified = Verified::new(compiled, text.len());
         let compiled = Arc::clone(&verified.value);
