@@ -451,6 +451,74 @@ fn content_addressed_objects_roundtrip_and_detect_damage() {
     ));
 }
 
+/// A process that did not write an object verifies it when it first reads it: canonical bytes
+/// by their hash alone, bytes in another but equivalent form by the hash of what they parse to,
+/// and anything else is corruption. The compiler's canonical bytes pin the same object `put`
+/// would.
+/// lock: L-SNAPSHOT-CAS-STORE, L-HASH-PINNED-PERSISTED
+#[test]
+fn a_fresh_process_verifies_canonical_and_equivalent_objects_and_refuses_changed_ones() {
+    use workrail::compiler::{CompileContext, compile};
+    let fs = MemFs::new();
+    let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
+    let compiled = compile(
+        &serde_json::json!({
+            "id": "project.pin", "name": "Pin", "description": "Pinned.",
+            "steps": [{"id": "one", "title": "One", "prompt": "Do one."}]
+        }),
+        &CompileContext::load("project"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let writer = PinnedWorkflowStore::new(Arc::clone(&shared));
+    let hash = writer
+        .put_canonical(&compiled.snapshot, &compiled.canonical)
+        .unwrap();
+    assert_eq!(hash, compiled.workflow_hash);
+    assert_eq!(writer.put(&compiled.snapshot).unwrap(), hash);
+    let snap = snapshot(3);
+    let snap_ref = SnapshotStore::new(Arc::clone(&shared)).put(&snap).unwrap();
+    let fresh = || {
+        (
+            SnapshotStore::new(Arc::clone(&shared)),
+            PinnedWorkflowStore::new(Arc::clone(&shared)),
+        )
+    };
+    let (snapshots, pinned) = fresh();
+    assert_eq!(*snapshots.get_shared(&snap_ref).unwrap(), snap);
+    assert_eq!(*pinned.get_shared(&hash).unwrap(), compiled.snapshot);
+
+    let workflow_path = workrail::store::layout::pinned_workflow_path(&hash);
+    let snapshot_path = workrail::store::layout::snapshot_path(&snap_ref);
+    for path in [&workflow_path, &snapshot_path] {
+        fs.corrupt(path, |b| {
+            let value: serde_json::Value = serde_json::from_slice(b).unwrap();
+            *b = serde_json::to_vec_pretty(&value).unwrap();
+        });
+    }
+    let (snapshots, pinned) = fresh();
+    assert_eq!(*snapshots.get_shared(&snap_ref).unwrap(), snap);
+    assert_eq!(*pinned.get_shared(&hash).unwrap(), compiled.snapshot);
+
+    fs.corrupt(&workflow_path, |b| {
+        *b = String::from_utf8(b.clone())
+            .unwrap()
+            .replace("Do one.", "Do two.")
+            .into_bytes();
+    });
+    fs.corrupt(&snapshot_path, |b| {
+        *b = serde_json::to_vec(&snapshot(4)).unwrap();
+    });
+    let (snapshots, pinned) = fresh();
+    assert!(matches!(
+        pinned.get_shared(&hash),
+        Err(StoreError::CorruptObject { .. })
+    ));
+    assert!(matches!(
+        snapshots.get_shared(&snap_ref),
+        Err(StoreError::CorruptObject { .. })
+    ));
+}
+
 /// lock: L-TOKEN-KEY-MATERIAL, L-TOKEN-ROTATION
 #[test]
 fn the_keyring_is_private_created_once_and_rotates_explicitly() {
