@@ -47,8 +47,7 @@ fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreE
         .unwrap_or_default();
     let tmp: PathBuf = dir.join(layout::temp_file_name(&file_name));
     let written = fs
-        .write_new(&tmp, bytes)
-        .and_then(|()| fs.sync_file(&tmp))
+        .write_new_synced(&tmp, bytes)
         .map_err(failed("write a stored object", &tmp))
         .and_then(|()| {
             fs.rename(&tmp, path)

@@ -44,6 +44,17 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     fn set_len(&self, path: &Path, len: u64) -> io::Result<()>;
     /// Makes the file's contents durable.
     fn sync_file(&self, path: &Path) -> io::Result<()>;
+    /// [`StoreFs::write_new`] then [`StoreFs::sync_file`]: the same two steps (and crash
+    /// points), through one open file where the filesystem allows it.
+    fn write_new_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.write_new(path, bytes)?;
+        self.sync_file(path)
+    }
+    /// [`StoreFs::append`] then [`StoreFs::sync_file`], as [`StoreFs::write_new_synced`].
+    fn append_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.append(path, bytes)?;
+        self.sync_file(path)
+    }
     /// Sets the file's modification time to now (GC's grace period protects a CAS object a
     /// writer is about to reference again).
     fn touch(&self, path: &Path) -> io::Result<()>;
@@ -261,6 +272,25 @@ impl StoreFs for OsFs {
 
     fn sync_file(&self, path: &Path) -> io::Result<()> {
         File::open(self.abs(path))?.sync_all()
+    }
+
+    fn write_new_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut file = private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.abs(path))?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    }
+
+    fn append_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut file = private_file()
+            .create(true)
+            .append(true)
+            .open(self.abs(path))?;
+        file.write_all(bytes)?;
+        file.sync_all()
     }
 
     fn touch(&self, path: &Path) -> io::Result<()> {

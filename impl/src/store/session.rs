@@ -612,8 +612,7 @@ impl AppendGate<'_> {
         //    segment is an orphan: nothing is committed if anything here fails.
         let written = self
             .fs()
-            .write_new(&temp, segment.as_bytes())
-            .and_then(|()| self.fs().sync_file(&temp))
+            .write_new_synced(&temp, segment.as_bytes())
             .map_err(|e| ("write the event segment", temp.clone(), e))
             .and_then(|()| {
                 self.fs()
@@ -679,13 +678,8 @@ impl AppendGate<'_> {
         let committed_len = self.session.manifest_committed_bytes;
         let attested = self
             .fs()
-            .append(&manifest, transaction.as_bytes())
-            .map_err(|e| ("append to the manifest", manifest.clone(), e))
-            .and_then(|()| {
-                self.fs()
-                    .sync_file(&manifest)
-                    .map_err(|e| ("sync the manifest", manifest.clone(), e))
-            })
+            .append_synced(&manifest, transaction.as_bytes())
+            .map_err(|e| ("append to the manifest and sync it", manifest.clone(), e))
             .and_then(|()| {
                 // A new manifest's directory entry must be durable too.
                 if is_new_manifest {
