@@ -1,9 +1,9 @@
 //! The differential driver: applies each generated command to the model and to a system under
 //! test, and compares every observable after every command.
 //!
-//! Per command it checks the response (kind, pending step, completeness, blockers as codes and
-//! pointer kinds, effective preferences, run status, and that its tokens name the node and the
-//! *current* attempts the model says they should), then the durable truth of every run
+//! Per command it checks the response (kind, pending step, completeness, blockers with their
+//! codes, pointers, details and order, effective preferences, run status, and that its tokens
+//! name the node and the *current* attempts the model says they should), then the durable truth of every run
 //! ([`crate::truth`]), then command-specific laws: rehydrate and replays write nothing; a replay
 //! returns the recorded response byte for byte; a second writer gets `TOKEN_SESSION_LOCKED`
 //! with `retryable_after_ms` and nothing changes.
@@ -763,15 +763,17 @@ impl<S: System> Harness<S> {
                     Observation::Blocked {
                         blockers, pending, ..
                     } => {
+                        // Codes, pointers (with what they point at) and order; the
+                        // structured details where both sides give them. Messages are prose.
                         let expected: Vec<_> = blockers
                             .blockers()
                             .iter()
-                            .map(|b| (b.code, b.pointer.kind()))
+                            .map(|b| (b.code, b.pointer.clone(), b.details.clone()))
                             .collect();
                         let got: Vec<_> = out
                             .blockers
                             .iter()
-                            .map(|b| (b.code, b.pointer.kind()))
+                            .map(|b| (b.code, b.pointer.clone(), b.details.clone()))
                             .collect();
                         if out.kind != ExecutionKind::Blocked || expected != got {
                             return Err(format!(

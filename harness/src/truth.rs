@@ -5,9 +5,9 @@
 //!
 //! The shape holds everything a client or a later call can observe about a run: the DAG (node
 //! kinds, parent links, snapshot refs, edge kinds and causes, all in creation order), the
-//! preferred tip, the run status, the unresolved gaps (node, severity, reason), the current
-//! outputs per node (channel and payload), the recorded attempts per node (attempt, outcome,
-//! blocker codes and pointer kinds), and the effective preferences at every node. Production's
+//! preferred tip, the run status, the unresolved gaps (node, severity, reason, details), the
+//! current outputs per node (channel and payload), the recorded attempts per node (attempt,
+//! outcome, blockers with their codes, pointers and details, in order), and the effective preferences at every node. Production's
 //! own projection of the same log must agree on the preferred tip and the status.
 
 use std::collections::BTreeMap;
@@ -17,6 +17,7 @@ use workrail_model::projections::{
     PreferenceDefaults, RunDag, advance_records, effective_preferences, node_outputs,
     preferred_tip, run_status, unresolved_gaps_in_run,
 };
+use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
 use workrail_spec::closed::{
     Autonomy, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind, OutputChannel, RunStatus,
 };
@@ -99,8 +100,9 @@ pub enum OutcomeShape {
     Advanced {
         to: NodeId,
     },
+    /// Each blocker's code, pointer (with what it points at) and structured details, in order.
     Blocked {
-        blockers: Vec<(String, &'static str)>,
+        blockers: Vec<(String, BlockerPointer, Option<ReasonDetails>)>,
     },
 }
 
@@ -113,8 +115,8 @@ pub struct RunShape {
     pub edges: Vec<(EdgeKind, NodeId, NodeId, EdgeCauseKind)>,
     pub tip: Option<NodeId>,
     pub status: Option<RunStatus>,
-    /// Unresolved gaps `(node, severity, reason)`, sorted.
-    pub gaps: Vec<(NodeId, GapSeverity, GapReason)>,
+    /// Unresolved gaps `(node, severity, reason, details)`, sorted.
+    pub gaps: Vec<(NodeId, GapSeverity, GapReason, Option<ReasonDetails>)>,
     /// Current outputs `(node, channel, payload)`, sorted.
     pub outputs: Vec<(NodeId, OutputChannel, PayloadShape)>,
     /// Recorded attempts per node, in record order.
@@ -194,7 +196,7 @@ pub fn run_shape(
                     blockers: blockers
                         .blockers()
                         .iter()
-                        .map(|b| (b.code.to_string(), b.pointer.kind()))
+                        .map(|b| (b.code.to_string(), b.pointer.clone(), b.details.clone()))
                         .collect(),
                 },
             };
@@ -228,7 +230,7 @@ pub fn run_shape(
     let status = run_status(events, &dag, is_complete, defaults);
     let mut gaps: Vec<_> = unresolved_gaps_in_run(events, run)
         .into_iter()
-        .map(|g| (t.node(&g.node_id), g.severity, g.reason))
+        .map(|g| (t.node(&g.node_id), g.severity, g.reason, g.details))
         .collect();
     gaps.sort_by_key(|g| format!("{g:?}"));
     if !t.unknown.is_empty() {

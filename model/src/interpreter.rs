@@ -36,7 +36,7 @@
 //! only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
 //! and pointer is disclosed once.
 
-use workrail_spec::blocker::BlockerPointer;
+use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
 use workrail_spec::budget::LOOP_CONTROL_SUMMARY_MAX_BYTES;
 use workrail_spec::closed::{Autonomy, GapSeverity, LoopDecision};
 use workrail_spec::compiled::{
@@ -61,6 +61,9 @@ pub struct Finding {
     /// Bounded explanation (also the gap summary); carries loop id, iteration and
     /// maxIterations for loop-limit failures.
     pub message: String,
+    /// The structured details the reason's lock asks for (D33): a loop limit names its loop,
+    /// the iteration that asked to continue and `maxIterations`.
+    pub details: Option<ReasonDetails>,
 }
 
 /// What completing (or starting) leads to.
@@ -248,6 +251,7 @@ fn check_required_output(
             "step {} requires {what} {} artifact ({contract_ref})",
             step.step_id, contract.artifact_kind
         ),
+        details: None,
     }))
 }
 
@@ -520,12 +524,13 @@ fn loop_control_finding(loop_id: &LoopId, reading: LoopControlReading) -> Findin
         message: format!(
             "loop {loop_id}: {what} {LOOP_CONTROL_ARTIFACT_KIND} artifact; a loop never exits implicitly"
         ),
+        details: None,
     }
 }
 
 /// A loop-limit failure. The closed pointer set has no loop pointer, so the blocker points at
 /// the step whose completion ended the iteration (or, when a run starts, at the loop-control
-/// contract) and the loop id, iteration and maxIterations travel in the bounded message.
+/// contract); the loop id, iteration and maxIterations travel in the details and the message.
 fn loop_limit_finding(
     frame: &LoopFrame,
     max_iterations: u32,
@@ -546,5 +551,10 @@ fn loop_limit_finding(
             "loop limit reached: loopId={} iteration={} maxIterations={}; a continue decision at the last allowed iteration fails",
             frame.loop_id, frame.iteration, max_iterations
         ),
+        details: Some(ReasonDetails::LoopLimit {
+            loop_id: frame.loop_id.clone(),
+            iteration: frame.iteration,
+            max_iterations,
+        }),
     }
 }

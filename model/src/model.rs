@@ -1027,7 +1027,7 @@ fn push_gaps(
                 summary: BoundedText::truncating(&finding.message),
                 resolution: GapResolution::Unresolved,
                 evidence_refs: None,
-                details: None,
+                details: finding.details.clone(),
             }),
         )?;
     }
@@ -1038,10 +1038,12 @@ fn push_gaps(
 fn to_blocker(finding: &Finding) -> Result<Blocker, ModelError> {
     let message = truncate_with_marker(&finding.message, BLOCKER_MESSAGE_MAX_BYTES)
         .map_err(|e| ModelError::Invariant(e.to_string()))?;
-    Ok(Blocker::new(
+    let mut blocker = Blocker::new(
         finding.reason.blocker_code(),
         finding.pointer.clone(),
         message.text.into_owned(),
         Some("Provide the required output and continue with the fresh ackToken.".to_owned()),
-    )?)
+    )?;
+    blocker.details = finding.details.clone();
+    Ok(blocker)
 }

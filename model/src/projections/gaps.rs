@@ -6,6 +6,7 @@
 //! resolving record is itself a gap, and is unresolved unless something later resolves it too
 //! (a resolution is usually recorded with severity `info`, so it does not weigh on run status).
 
+use workrail_spec::blocker::ReasonDetails;
 use workrail_spec::closed::GapSeverity;
 use workrail_spec::event::{EventData, GapResolution, SessionEvent};
 use workrail_spec::ids::{EventIndex, GapId, NodeId, RunId};
@@ -21,6 +22,8 @@ pub struct GapRecord {
     pub reason: GapReason,
     pub resolution: GapResolution,
     pub recorded_at: EventIndex,
+    /// The structured details the reason's lock asks for (a loop limit's loop and iteration).
+    pub details: Option<ReasonDetails>,
 }
 
 /// Every gap of the session, in `EventIndex` order.
@@ -39,6 +42,7 @@ pub fn gap_records(events: &[SessionEvent]) -> Vec<GapRecord> {
                 reason: gap.reason,
                 resolution: gap.resolution.clone(),
                 recorded_at: event.event_index(),
+                details: gap.details.clone(),
             })
         })
         .collect()
