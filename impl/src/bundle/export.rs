@@ -8,7 +8,6 @@ use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::{BundleId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
-use workrail_spec::jcs::to_canonical_string;
 use workrail_spec::manifest::ManifestRecord;
 
 use super::{BundleWarning, BundleWarningCode, Progress, rfc3339_utc};
@@ -181,6 +180,14 @@ pub fn export_session(
         progress.advance(1);
     }
 
+    // The session's records move into the bundle rather than being copied: the session cache
+    // lets go of its view (the next load reads the session again), and only when another
+    // holder still shares it are they copied.
+    parts.sessions.forget_cached(&session);
+    let (events, manifest) = match std::sync::Arc::try_unwrap(loaded) {
+        Ok(owned) => (owned.events, owned.manifest),
+        Err(shared) => (shared.events.clone(), shared.manifest.clone()),
+    };
     let bundle_id = parts
         .entropy
         .id_bytes()
@@ -202,8 +209,8 @@ pub fn export_session(
         },
         BundleSession {
             session_id: session,
-            events: loaded.events.clone(),
-            manifest: loaded.manifest.clone(),
+            events,
+            manifest,
             snapshots,
             pinned_workflows,
         },
@@ -216,7 +223,10 @@ pub fn export_session(
             "export produced a bundle that fails validation: {e}"
         ))
     })?;
-    let text = to_canonical_string(&bundle)
+    // Written part by part into one buffer sized from the integrity entries: the bytes of
+    // the canonical form of the whole bundle, without a JSON tree or a second copy.
+    let text = bundle
+        .to_canonical_text()
         .map_err(|e| invariant(format!("export: the bundle is not canonicalizable: {e}")))?;
     progress.finish();
     Ok(ExportedBundle {

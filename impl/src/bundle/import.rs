@@ -1,6 +1,7 @@
 //! Import: validate everything, then write CAS objects, then the session through the append
 //! gate (one plan per original segment), then re-mint tokens.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde::Serialize;
@@ -76,18 +77,21 @@ fn entropy_error(e: crate::entropy::EntropyError) -> ErrorEnvelope {
     )
 }
 
-/// Imports a bundle (see the module docs of [`crate::bundle`]).
-pub fn import_bundle(
+/// Imports a bundle (see the module docs of [`crate::bundle`]). Given the text by value
+/// (a `String`), the import frees it as soon as the bundle is parsed.
+pub fn import_bundle<'t>(
     wr: &Workrail,
-    text: &str,
+    text: impl Into<Cow<'t, str>>,
     options: &ImportOptions,
     progress: &dyn Progress,
 ) -> Result<ImportReport, ErrorEnvelope> {
     let parts = wr.parts();
 
     // 1) Validate everything; nothing is written before this block ends.
+    let text = text.into();
     let bundle =
-        ExportBundleV1::parse_and_validate(text).map_err(|e| bundle_failure(e.code, e.detail))?;
+        ExportBundleV1::parse_and_validate(&text).map_err(|e| bundle_failure(e.code, e.detail))?;
+    drop(text);
     let body = &bundle.body;
     if let Some(salvage) = &body.salvage
         && !options.allow_salvage
@@ -135,7 +139,6 @@ pub fn import_bundle(
         ));
     }
     let mut plans = Vec::with_capacity(checked.segments.len());
-    let mut expected = Vec::with_capacity(body.session.events.len());
     for &(first, last) in &checked.segments {
         let mut plan = Vec::with_capacity(last - first + 1);
         for event in &body.session.events[first..=last] {
@@ -159,7 +162,6 @@ pub fn import_bundle(
             plan.push(rebuilt);
         }
         check_plan_fits(&plan)?;
-        expected.extend(plan.iter().cloned());
         plans.push(plan);
     }
 
@@ -212,17 +214,23 @@ pub fn import_bundle(
                     Retry::RetryableImmediate,
                 )));
             }
+            let mut identical = true;
             for plan in plans {
+                // Each plan is compared with what it committed; a copy of one segment is all
+                // the comparison holds (a copy of every expected event would only raise peak
+                // memory).
+                let expected = plan.clone();
+                let first = gate.session().events.len();
                 let appended = gate.append(AppendPlan { events: plan })?;
                 if appended.iter().any(|a| !a.newly_appended) {
                     return Err(GateError(invariant(
                         "import: an append plan of a validated bundle was partly deduplicated",
                     )));
                 }
+                identical &= gate.session().events.get(first..) == Some(&expected[..]);
                 progress.advance(1);
             }
-            // Compared in place: a copy of the committed log would only raise peak memory.
-            Ok(gate.session().events == expected)
+            Ok(identical)
         })
         .map_err(|e: GateError| e.0)?;
     if !committed {
@@ -234,13 +242,12 @@ pub fn import_bundle(
     // What the report needs from the bundle; the rest (every event and note, twice) is freed
     // before the session is loaded again for the tokens.
     let report_counts = (
-        expected.len(),
+        body.session.events.len(),
         body.session.snapshots.len(),
         body.session.pinned_workflows.len(),
         body.artifacts.len(),
     );
     let (bundle_id, salvage) = (body.bundle_id.clone(), body.salvage.clone());
-    drop(expected);
     drop(bundle);
 
     // 4) Re-mint tokens: a rehydrate response for the preferred tip of every run, from the

@@ -237,7 +237,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             print_bundle_warnings(&exported.warnings);
             match output {
                 Some(path) => {
-                    std::fs::write(&path, format!("{}\n", exported.text))
+                    // The text and its newline, without a second copy of the text.
+                    std::fs::File::create(&path)
+                        .and_then(|mut f| {
+                            f.write_all(exported.text.as_bytes())?;
+                            f.write_all(b"\n")
+                        })
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                     eprintln!(
                         "exported session {session_id} to {}{}",
@@ -280,11 +285,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let text = read.map_err(|e| envelope_text(&e))?;
             let workrail = open(cli.data_dir)?;
             let bar = StderrProgress::new();
-            let report = workrail.import_bundle(
-                &text,
-                &crate::bundle::ImportOptions { allow_salvage },
-                &bar,
-            );
+            // Given by value: the text is freed once the bundle is parsed.
+            let report =
+                workrail.import_bundle(text, &crate::bundle::ImportOptions { allow_salvage }, &bar);
             bar.finish();
             let report = report.map_err(|e| envelope_text(&e))?;
             print_bundle_warnings(&report.warnings);
