@@ -485,12 +485,19 @@ impl ExportBundleV1 {
     }
 
     /// The bundle's RFC 8785 (JCS) text (see [`ExportBundleV1::write_canonical`]), built in one
-    /// buffer sized from the integrity entries, so it is not reallocated as it grows.
+    /// buffer sized from the integrity entries, so it is not reallocated as it grows (a
+    /// reallocation would double it). Every part of the text is some entry's value, except
+    /// each entry itself (about 125 bytes plus its path), the map key that names the part (at
+    /// most its path) and the small envelope.
     pub fn to_canonical_text(&self) -> Result<String, JcsError> {
         let entries = &self.body.integrity.entries;
         let hint = entries
             .iter()
-            .map(|e| e.bytes.saturating_add(256))
+            .map(|e| {
+                e.bytes
+                    .saturating_add(2 * e.path.len() as u64)
+                    .saturating_add(160)
+            })
             .fold(4096u64, u64::saturating_add);
         let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
         self.write_canonical(&mut bytes)?;
