@@ -413,6 +413,67 @@ mod tests {
     }
 
     #[test]
+    fn the_strict_scan_finds_duplicates_at_any_depth_and_builds_one_member() {
+        for bad in [
+            r#"{"a":1,"a":1}"#,
+            r#"{"a":1,"\u0061":1}"#,
+            r#"{"x":[{"b":{"c":1,"c":1}}]}"#,
+            r#"[{"a":1,"a":2}]"#,
+            r#"{"k":{"a":1,"a":2}}"#,
+            r#"{"k":1,"k":1}"#,
+            r#"{"k":1"#,
+            r#"{"k":1} x"#,
+        ] {
+            assert!(scan_strict(bad, "k").is_err(), "{bad}");
+            assert!(parse_strict(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            scan_strict(r#"{"a":[{"b":1},{"b":2}],"k":{"v":[1]}}"#, "k").unwrap(),
+            ScannedTop::Object {
+                member: Some(serde_json::json!({"v": [1]}))
+            }
+        );
+        assert_eq!(
+            scan_strict(r#"{"a":1}"#, "k").unwrap(),
+            ScannedTop::Object { member: None }
+        );
+        assert_eq!(
+            scan_strict(r#"[{"k":1}]"#, "k").unwrap(),
+            ScannedTop::Other("an array")
+        );
+        assert_eq!(scan_strict("null", "k").unwrap(), ScannedTop::Other("null"));
+    }
+
+    #[test]
+    fn objects_written_member_by_member_are_canonical() {
+        // UTF-16 order puts an astral key (a surrogate pair) before U+E000.
+        let value = serde_json::json!({"\u{e000}": 1, "\u{10000}": [1.50, "x"], "a": {"z": 1, "b": null}, "B": true});
+        let map = value.as_object().unwrap();
+        let mut out = Vec::new();
+        write_object(
+            &mut out,
+            map.iter()
+                .map(|(k, v)| (std::borrow::Cow::Borrowed(k.as_str()), member(v)))
+                .collect(),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            to_canonical_string(&value).unwrap()
+        );
+        let items = vec![value.clone(), serde_json::json!(2)];
+        let mut out = Vec::new();
+        write_array(&mut out, &items).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            to_canonical_string(&items).unwrap()
+        );
+        let (digest, len) = jcs_digest(&items).unwrap();
+        let bytes = to_canonical_bytes(&items).unwrap();
+        assert_eq!((digest, len), (sha256(&bytes), bytes.len()));
+    }
+
+    #[test]
     fn rfc8785_number_example() {
         let out = canonicalize_json_text(
             "[333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001]",

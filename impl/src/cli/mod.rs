@@ -231,18 +231,26 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Export { session_id, output } => {
             let workrail = open(cli.data_dir)?;
             let bar = StderrProgress::new();
-            let exported = workrail.export_session(&session_id, &bar);
+            let exported = crate::bundle::export_bundle(
+                &workrail,
+                &session_id,
+                std::time::SystemTime::now(),
+                &bar,
+            );
             bar.finish();
             let exported = exported.map_err(|e| envelope_text(&e))?;
             print_bundle_warnings(&exported.warnings);
+            // The bundle is written part by part, then a newline: its text is never held whole.
+            let write = |out: &mut dyn Write| -> std::io::Result<()> {
+                let mut out = std::io::BufWriter::new(out);
+                exported.write_to(&mut out)?;
+                out.write_all(b"\n")?;
+                out.flush()
+            };
             match output {
                 Some(path) => {
-                    // The text and its newline, without a second copy of the text.
                     std::fs::File::create(&path)
-                        .and_then(|mut f| {
-                            f.write_all(exported.text.as_bytes())?;
-                            f.write_all(b"\n")
-                        })
+                        .and_then(|mut f| write(&mut f))
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                     eprintln!(
                         "exported session {session_id} to {}{}",
@@ -254,7 +262,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                         }
                     );
                 }
-                None => print_stdout(&exported.text),
+                None => write(&mut std::io::stdout().lock())
+                    .map_err(|e| format!("cannot write the bundle to stdout: {e}"))?,
             }
             Ok(ExitCode::SUCCESS)
         }
