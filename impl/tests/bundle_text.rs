@@ -57,7 +57,7 @@ fn rich_session(wr: &Workrail) -> Built {
     input.context = Some(
         json!({
             "ticket": {"id": 7, "tags": ["a", "b"], "é": "x", "😀": null, "\u{10000}": true},
-            "z": [0.1, -0, 1e30, 333333333.33333329]
+            "z": [0.1, -0, 1e30, 333_333_333.333_333_3]
         })
         .as_object()
         .unwrap()
