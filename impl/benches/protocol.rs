@@ -9,7 +9,8 @@
 //! that floor.
 //!
 //! Then exports the session and imports the bundle (separate processes) and prints their peak
-//! resident memory against the bundle's size. Also prints the first `start_workflow` of the
+//! resident memory against the bundle's size, in total and above that of an idle process (the
+//! binary, its catalog and allocator: a constant). Also prints the first `start_workflow` of the
 //! fresh process, and at 10, 500 and 2,000
 //! advances (`WORKRAIL_BENCH_ADVANCES`, default 300) the advance, rehydrate and empty-call
 //! (`ping`, the stdio round trip alone) p50s, so growth with session length shows.
@@ -82,8 +83,9 @@ fn floor_round(dir: &Path, i: usize) -> Duration {
 
 /// Exports `session` from `data` and imports the bundle into a fresh data directory, each as
 /// its own `workrail` process; returns (bundle bytes, the export's and the import's peak
-/// resident memory in bytes).
-fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64) {
+/// resident memory in bytes, and that of a process with nothing to do: `gc --dry-run` over an
+/// empty data directory).
+fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64, u64) {
     let bundle = root.join("bundle.json");
     let run = |args: &[&std::ffi::OsStr]| {
         let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
@@ -127,7 +129,19 @@ fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64) {
         fresh.as_os_str(),
         bundle.as_os_str(),
     ]);
-    (fs::metadata(&bundle).unwrap().len(), exported, imported)
+    let empty = root.join("empty");
+    let idle = run(&[
+        "gc".as_ref(),
+        "--dry-run".as_ref(),
+        "--data-dir".as_ref(),
+        empty.as_os_str(),
+    ]);
+    (
+        fs::metadata(&bundle).unwrap().len(),
+        exported,
+        imported,
+        idle,
+    )
 }
 
 fn main() {
@@ -293,13 +307,17 @@ fn main() {
         );
     }
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
+    let above = |peak: u64| peak.saturating_sub(import.3) as f64 / import.0 as f64;
     println!(
-        "this session's {:.1} MiB bundle: export peak resident memory {:.1} MiB ({:.1}x), import {:.1} MiB ({:.1}x) (target: a small multiple)",
+        "this session's {:.1} MiB bundle: export peak resident memory {:.1} MiB ({:.1}x), import {:.1} MiB ({:.1}x); above an idle process's {:.1} MiB: export {:.1}x, import {:.1}x (target <= 3x)",
         mib(import.0),
         mib(import.1),
         import.1 as f64 / import.0 as f64,
         mib(import.2),
-        import.2 as f64 / import.0 as f64
+        import.2 as f64 / import.0 as f64,
+        mib(import.3),
+        above(import.1),
+        above(import.2)
     );
     if let (Some(first), Some(last)) = (growth.first(), growth.last())
         && growth.len() > 1

@@ -101,9 +101,18 @@ fn export_import_and_continue_across_data_directories() {
     );
     assert_eq!(to_file.status.code(), Some(0));
     assert!(to_file.stdout.is_empty());
-    let from_file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let written = std::fs::read_to_string(&file).unwrap();
+    let from_file: serde_json::Value = serde_json::from_str(&written).unwrap();
     assert_eq!(from_file["session"], value["session"]);
+    // Both outputs are the bundle's canonical text (written part by part) and a newline.
+    for out in [&bundle, &written] {
+        let canonical = out.strip_suffix('\n').expect("a final newline");
+        assert!(!canonical.contains('\n'));
+        assert_eq!(
+            canonical,
+            workrail_spec::jcs::canonicalize_json_text(canonical).unwrap()
+        );
+    }
 
     let imported = workrail(target.path(), &["import", file.to_str().unwrap()]);
     assert_eq!(

@@ -5,7 +5,8 @@
 //!
 //! Guards against: projections (preferred tip, run status inputs, current outputs, unresolved
 //! gaps) or session summaries that differ after import; re-exports that are not the same bundle
-//! modulo the session id, `bundleId` and `exportedAt`; imported sessions whose re-minted tokens
+//! modulo the session id, `bundleId` and `exportedAt`; export bytes that are not the canonical
+//! form of the whole bundle; imported sessions whose re-minted tokens
 //! do not continue; a colliding import that touches the original session.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -59,6 +60,13 @@ proptest! {
             prop_assert!(!exported.text.contains(token.as_str()));
         }
         prop_assert_eq!(&exported.bundle.body.session.events, &source_events);
+        // The text written part by part is the canonical form of the whole bundle (the
+        // Value-based serialization is the reference).
+        let reference = workrail_spec::jcs::to_canonical_string(
+            &exported.bundle.to_value().unwrap(),
+        )
+        .unwrap();
+        prop_assert_eq!(&exported.text, &reference);
 
         // Into a fresh data directory: same id, same projections, identical re-export.
         let fresh_fs = MemFs::new();

@@ -85,6 +85,29 @@ pub(crate) fn parse_value(artifact: ArtifactKind, text: &str) -> Result<Value, A
     crate::jcs::parse_strict(text).map_err(|e| ArtifactError::malformed(artifact, e))
 }
 
+/// The first stage for an artifact read straight from text: checks the whole text strictly
+/// (syntax, no duplicate keys anywhere: [`crate::jcs::scan_strict`]) without building it, and
+/// that it is an object, then checks its version field. After this, the text can be
+/// deserialized into its typed form directly, with the same classification as
+/// [`parse_value`] + [`into_object`] + [`take_version`].
+pub(crate) fn scan_versioned(
+    artifact: ArtifactKind,
+    text: &str,
+    field: &'static str,
+    supported: u64,
+) -> Result<(), ArtifactError> {
+    match crate::jcs::scan_strict(text, field) {
+        Err(e) => Err(ArtifactError::malformed(artifact, e)),
+        Ok(crate::jcs::ScannedTop::Other(kind)) => Err(ArtifactError::malformed(
+            artifact,
+            format!("expected a JSON object, got {kind}"),
+        )),
+        Ok(crate::jcs::ScannedTop::Object { member }) => {
+            check_version(artifact, member, field, supported)
+        }
+    }
+}
+
 /// Takes the object out of `value`.
 pub(crate) fn into_object(
     artifact: ArtifactKind,
@@ -106,7 +129,17 @@ pub(crate) fn take_version(
     field: &'static str,
     supported: u64,
 ) -> Result<(), ArtifactError> {
-    match map.remove(field) {
+    check_version(artifact, map.remove(field), field, supported)
+}
+
+/// Checks a version field's value (`None`: absent): it must be present and equal `supported`.
+pub(crate) fn check_version(
+    artifact: ArtifactKind,
+    found: Option<Value>,
+    field: &'static str,
+    supported: u64,
+) -> Result<(), ArtifactError> {
+    match found {
         None => Err(ArtifactError::malformed(
             artifact,
             format!("missing version field `{field}`"),

@@ -18,7 +18,7 @@ use crate::compiled::CompiledWorkflowSnapshotV1;
 use crate::error::ErrorCode;
 use crate::event::{EventData, SessionEvent};
 use crate::ids::{BundleId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
-use crate::jcs::{JcsError, jcs_digest};
+use crate::jcs::{self, JcsError, jcs_digest};
 use crate::manifest::{ManifestRecord, tagged_object_schema};
 use crate::snapshot::ExecutionSnapshotFileV1;
 
@@ -412,8 +412,98 @@ impl ExportBundleV1 {
         Ok(())
     }
 
+    /// Parses a bundle from its text. The text is read twice and never built as a JSON tree:
+    /// first a strict scan (syntax, no duplicate keys at any depth, an object, the version),
+    /// then a typed parse straight into the bundle. Failures are classified as for every
+    /// artifact: syntax and duplicate keys first, then the version, then the shape.
     pub fn from_json_str(text: &str) -> Result<Self, ArtifactError> {
-        Self::from_value(artifact::parse_value(BUNDLE, text)?)
+        artifact::scan_versioned(BUNDLE, text, "bundleSchemaVersion", BUNDLE_SCHEMA_VERSION)?;
+        let wire: BundleWire = serde_json::from_str(text)
+            .map_err(|e| ArtifactError::malformed(BUNDLE, format!("bundle: {e}")))?;
+        Ok(Self {
+            body: wire.into_body(),
+        })
+    }
+
+    /// Writes the bundle's RFC 8785 (JCS) form to `out`: the same bytes as the canonical form
+    /// of [`ExportBundleV1::to_value`], written part by part (each event, record, snapshot,
+    /// workflow and artifact on its own), so no copy of the whole bundle is built in memory.
+    pub fn write_canonical(&self, out: &mut dyn std::io::Write) -> Result<(), JcsError> {
+        let body = &self.body;
+        let session = &body.session;
+        let mut members: Vec<(Cow<'_, str>, jcs::MemberValue<'_>)> = vec![
+            (
+                "bundleSchemaVersion".into(),
+                jcs::member(&BUNDLE_SCHEMA_VERSION),
+            ),
+            ("bundleId".into(), jcs::member(&body.bundle_id)),
+            ("exportedAt".into(), jcs::member(&body.exported_at)),
+            ("producer".into(), jcs::member(&body.producer)),
+            ("integrity".into(), jcs::member(&body.integrity)),
+            (
+                "session".into(),
+                Box::new(move |out| {
+                    jcs::write_object(
+                        out,
+                        vec![
+                            ("sessionId".into(), jcs::member(&session.session_id)),
+                            (
+                                "events".into(),
+                                Box::new(|out| jcs::write_array(out, &session.events)),
+                            ),
+                            (
+                                "manifest".into(),
+                                Box::new(|out| jcs::write_array(out, &session.manifest)),
+                            ),
+                            (
+                                "snapshots".into(),
+                                Box::new(|out| {
+                                    write_map(out, &session.snapshots, SnapshotRef::as_str)
+                                }),
+                            ),
+                            (
+                                "pinnedWorkflows".into(),
+                                Box::new(|out| {
+                                    write_map(out, &session.pinned_workflows, WorkflowHash::as_str)
+                                }),
+                            ),
+                        ],
+                    )
+                }),
+            ),
+        ];
+        if let Some(salvage) = &body.salvage {
+            members.push(("salvage".into(), jcs::member(salvage)));
+        }
+        if !body.artifacts.is_empty() {
+            members.push((
+                "artifacts".into(),
+                Box::new(|out| write_map(out, &body.artifacts, Sha256Digest::as_str)),
+            ));
+        }
+        jcs::write_object(out, members)
+    }
+
+    /// The bundle's RFC 8785 (JCS) text (see [`ExportBundleV1::write_canonical`]), built in one
+    /// buffer sized from the integrity entries, so it is not reallocated as it grows (a
+    /// reallocation would double it). Every part of the text is some entry's value, except
+    /// each entry itself (about 125 bytes plus its path), the map key that names the part (at
+    /// most its path) and the small envelope.
+    pub fn to_canonical_text(&self) -> Result<String, JcsError> {
+        let entries = &self.body.integrity.entries;
+        let hint = entries
+            .iter()
+            .map(|e| {
+                e.bytes
+                    .saturating_add(2 * e.path.len() as u64)
+                    .saturating_add(160)
+            })
+            .fold(4096u64, u64::saturating_add);
+        let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+        self.write_canonical(&mut bytes)?;
+        String::from_utf8(bytes).map_err(|e| JcsError {
+            detail: e.to_string(),
+        })
     }
 
     pub fn from_value(value: Value) -> Result<Self, ArtifactError> {
@@ -432,6 +522,53 @@ impl ExportBundleV1 {
         let mut map = artifact::to_object(&self.body)?;
         map.insert("bundleSchemaVersion".into(), BUNDLE_SCHEMA_VERSION.into());
         Ok(Value::Object(map))
+    }
+}
+
+/// Writes a map with string keys as a canonical object, one value at a time.
+fn write_map<K, V: Serialize>(
+    out: &mut dyn std::io::Write,
+    map: &BTreeMap<K, V>,
+    key: fn(&K) -> &str,
+) -> Result<(), JcsError> {
+    jcs::write_object(
+        out,
+        map.iter()
+            .map(|(k, v)| (Cow::Borrowed(key(k)), jcs::member(v)))
+            .collect(),
+    )
+}
+
+/// The bundle as it is read from text: the body's fields plus the version, which
+/// [`artifact::scan_versioned`] has already checked. Must list exactly the fields of
+/// [`ExportBundleBody`] (the roundtrip tests fail otherwise).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BundleWire {
+    #[serde(rename = "bundleSchemaVersion")]
+    _version: serde::de::IgnoredAny,
+    bundle_id: BundleId,
+    exported_at: String,
+    producer: Producer,
+    integrity: Integrity,
+    session: BundleSession,
+    #[serde(default)]
+    salvage: Option<BundleSalvage>,
+    #[serde(default)]
+    artifacts: BTreeMap<Sha256Digest, Value>,
+}
+
+impl BundleWire {
+    fn into_body(self) -> ExportBundleBody {
+        ExportBundleBody {
+            bundle_id: self.bundle_id,
+            exported_at: self.exported_at,
+            producer: self.producer,
+            integrity: self.integrity,
+            session: self.session,
+            salvage: self.salvage,
+            artifacts: self.artifacts,
+        }
     }
 }
 

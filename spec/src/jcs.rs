@@ -40,7 +40,7 @@ pub fn to_canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, J
 /// The RFC 8785 canonical UTF-8 bytes of a JSON value (no copy of the value is made).
 pub fn value_to_canonical_bytes(value: &serde_json::Value) -> Result<Vec<u8>, JcsError> {
     let mut out = Vec::with_capacity(256);
-    write_canonical(&mut out, value)?;
+    write_value(&mut out, value)?;
     Ok(out)
 }
 
@@ -48,7 +48,7 @@ pub fn value_to_canonical_bytes(value: &serde_json::Value) -> Result<Vec<u8>, Jc
 /// gives for them; larger magnitudes are doubles there.
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
-fn write_canonical(out: &mut Vec<u8>, value: &serde_json::Value) -> Result<(), JcsError> {
+fn write_value(out: &mut Vec<u8>, value: &serde_json::Value) -> Result<(), JcsError> {
     use serde_json::Value;
     match value {
         Value::Null => out.extend_from_slice(b"null"),
@@ -72,7 +72,7 @@ fn write_canonical(out: &mut Vec<u8>, value: &serde_json::Value) -> Result<(), J
                 if i > 0 {
                     out.push(b',');
                 }
-                write_canonical(out, item)?;
+                write_value(out, item)?;
             }
             out.push(b']');
         }
@@ -87,7 +87,7 @@ fn write_canonical(out: &mut Vec<u8>, value: &serde_json::Value) -> Result<(), J
                 }
                 write_string(out, key);
                 out.push(b':');
-                write_canonical(out, item)?;
+                write_value(out, item)?;
             }
             out.push(b'}');
         }
@@ -127,6 +127,17 @@ fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// Writes the RFC 8785 canonical form of `value` to `out` (the same bytes as
+/// [`to_canonical_bytes`], without building them in memory first at this level).
+pub fn write_canonical<W: std::io::Write, T: Serialize + ?Sized>(
+    out: W,
+    value: &T,
+) -> Result<(), JcsError> {
+    serde_jcs::to_writer(out, value).map_err(|e| JcsError {
+        detail: e.to_string(),
+    })
+}
+
 /// Canonicalizes JSON text: parse strictly (I-JSON: no duplicate keys), then write in RFC 8785
 /// form.
 pub fn canonicalize_json_text(text: &str) -> Result<String, JcsError> {
@@ -148,7 +159,7 @@ pub fn parse_strict(text: &str) -> Result<serde_json::Value, serde_json::Error> 
 }
 
 /// A `serde_json::Value` whose deserialization fails on duplicate keys.
-struct StrictValue(serde_json::Value);
+pub(crate) struct StrictValue(pub(crate) serde_json::Value);
 
 impl<'de> serde::Deserialize<'de> for StrictValue {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -215,6 +226,171 @@ impl<'de> serde::de::Visitor<'de> for StrictVisitor {
     }
 }
 
+/// What [`scan_strict`] found at the top level of a JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScannedTop {
+    /// An object, with the value of the requested member if present.
+    Object { member: Option<serde_json::Value> },
+    /// Not an object: its JSON type as messages name it ("an array", "a string", …).
+    Other(&'static str),
+}
+
+/// Checks JSON text as strictly as [`parse_strict`] (syntax, I-JSON: no duplicate object keys
+/// at any depth) without building it: memory stays proportional to the keys of the objects
+/// open at one time, not to the text. Returns the value of the top-level member `member` (the
+/// only part that is built), so a caller can classify a version field before anything else.
+pub fn scan_strict(text: &str, member: &'static str) -> Result<ScannedTop, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let top = serde::Deserializer::deserialize_any(&mut de, TopVisitor { member })?;
+    de.end()?;
+    Ok(top)
+}
+
+/// A key as read, borrowed from the text when it holds no escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Reads the entries of an object, skipping (strictly) every value but `member`'s, which is
+/// built; fails on a duplicate key.
+fn scan_object<'de, A: serde::de::MapAccess<'de>>(
+    mut map: A,
+    member: Option<&'static str>,
+) -> Result<Option<serde_json::Value>, A::Error> {
+    let mut seen = std::collections::HashSet::new();
+    let mut found = None;
+    while let Some(Key(key)) = map.next_key()? {
+        if member.is_some_and(|m| key == m) {
+            let StrictValue(value) = map.next_value()?;
+            found = Some(value);
+        } else {
+            map.next_value::<StrictSkip>()?;
+        }
+        if seen.contains(&key) {
+            return Err(serde::de::Error::custom(format!(
+                "duplicate object key {key:?}"
+            )));
+        }
+        seen.insert(key);
+    }
+    Ok(found)
+}
+
+/// A value that is checked (syntax, no duplicate keys) and dropped as it is read.
+struct StrictSkip;
+
+impl<'de> serde::Deserialize<'de> for StrictSkip {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor).map(|()| StrictSkip)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SkipVisitor {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(E::custom("non-finite number"))
+        }
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<StrictSkip>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        scan_object(map, None).map(|_| ())
+    }
+}
+
+/// The top level: an object (with one member built) or anything else, named by its type.
+struct TopVisitor {
+    member: &'static str,
+}
+
+impl<'de> serde::de::Visitor<'de> for TopVisitor {
+    type Value = ScannedTop;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<ScannedTop, E> {
+        Ok(ScannedTop::Other("a boolean"))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<ScannedTop, E> {
+        Ok(ScannedTop::Other("a number"))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<ScannedTop, E> {
+        Ok(ScannedTop::Other("a number"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ScannedTop, E> {
+        SkipVisitor
+            .visit_f64(v)
+            .map(|()| ScannedTop::Other("a number"))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<ScannedTop, E> {
+        Ok(ScannedTop::Other("a string"))
+    }
+    fn visit_unit<E>(self) -> Result<ScannedTop, E> {
+        Ok(ScannedTop::Other("null"))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<ScannedTop, A::Error> {
+        SkipVisitor
+            .visit_seq(seq)
+            .map(|()| ScannedTop::Other("an array"))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ScannedTop, A::Error> {
+        scan_object(map, Some(self.member)).map(|member| ScannedTop::Object { member })
+    }
+}
+
 /// SHA-256 of raw bytes in the locked `sha256:<hex>` form.
 pub fn sha256(bytes: &[u8]) -> Sha256Digest {
     let digest = Sha256::digest(bytes);
@@ -223,10 +399,99 @@ pub fn sha256(bytes: &[u8]) -> Sha256Digest {
     Sha256Digest::from_bytes(&raw)
 }
 
+/// The value half of an object member written by [`write_object`]: writes the member's value
+/// in canonical form.
+pub type MemberValue<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> Result<(), JcsError> + 'a>;
+
+/// A member whose value is `value`'s canonical form.
+pub fn member<'a, T: Serialize + ?Sized>(value: &'a T) -> MemberValue<'a> {
+    Box::new(move |out| write_canonical(out, value))
+}
+
+/// Writes an object member by member, in RFC 8785 key order (UTF-16 code units), each value
+/// written straight to `out`. The result equals the canonical form of the object built whole
+/// (members are distinct keys); only the value being written is ever buffered.
+pub fn write_object(
+    out: &mut dyn std::io::Write,
+    mut members: Vec<(std::borrow::Cow<'_, str>, MemberValue<'_>)>,
+) -> Result<(), JcsError> {
+    members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+    write_raw(out, b"{")?;
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            write_raw(out, b",")?;
+        }
+        write_canonical(&mut *out, key.as_ref())?;
+        write_raw(out, b":")?;
+        value(out)?;
+    }
+    write_raw(out, b"}")
+}
+
+/// Writes an array element by element in canonical form (the canonical form of the array).
+pub fn write_array<'a, T: Serialize + 'a>(
+    out: &mut dyn std::io::Write,
+    items: impl IntoIterator<Item = &'a T>,
+) -> Result<(), JcsError> {
+    write_raw(out, b"[")?;
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            write_raw(out, b",")?;
+        }
+        write_canonical(&mut *out, item)?;
+    }
+    write_raw(out, b"]")
+}
+
+fn write_raw(out: &mut dyn std::io::Write, bytes: &[u8]) -> Result<(), JcsError> {
+    out.write_all(bytes).map_err(|e| JcsError {
+        detail: e.to_string(),
+    })
+}
+
 /// `sha256(JCS(value))`, with the canonical byte count (used by bundle integrity entries).
+/// The canonical bytes are hashed as they are written, never held whole: a digest of a large
+/// value (a session's events) costs no more memory than its largest object.
 pub fn jcs_digest<T: Serialize + ?Sized>(value: &T) -> Result<(Sha256Digest, usize), JcsError> {
-    let bytes = to_canonical_bytes(value)?;
-    Ok((sha256(&bytes), bytes.len()))
+    let mut sink = DigestSink::default();
+    write_canonical(&mut sink, value)?;
+    Ok(sink.finish())
+}
+
+/// A writer that hashes and counts what is written to it.
+#[derive(Default)]
+pub struct DigestSink {
+    hasher: Sha256,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for DigestSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DigestSink")
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DigestSink {
+    /// The `sha256:<hex>` digest of everything written, and its length.
+    pub fn finish(self) -> (Sha256Digest, usize) {
+        let digest = self.hasher.finalize();
+        let mut raw = [0u8; 32];
+        raw.copy_from_slice(digest.as_slice());
+        (Sha256Digest::from_bytes(&raw), self.bytes)
+    }
+}
+
+impl std::io::Write for DigestSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.hasher.update(buf);
+        self.bytes += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -269,6 +534,67 @@ mod tests {
             String::from_utf8(value_to_canonical_bytes(&value).unwrap()).unwrap(),
             "{\"a\":3,\"\u{1f600}\":2,\"\u{fffd}\":1}"
         );
+    }
+
+    #[test]
+    fn the_strict_scan_finds_duplicates_at_any_depth_and_builds_one_member() {
+        for bad in [
+            r#"{"a":1,"a":1}"#,
+            r#"{"a":1,"\u0061":1}"#,
+            r#"{"x":[{"b":{"c":1,"c":1}}]}"#,
+            r#"[{"a":1,"a":2}]"#,
+            r#"{"k":{"a":1,"a":2}}"#,
+            r#"{"k":1,"k":1}"#,
+            r#"{"k":1"#,
+            r#"{"k":1} x"#,
+        ] {
+            assert!(scan_strict(bad, "k").is_err(), "{bad}");
+            assert!(parse_strict(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            scan_strict(r#"{"a":[{"b":1},{"b":2}],"k":{"v":[1]}}"#, "k").unwrap(),
+            ScannedTop::Object {
+                member: Some(serde_json::json!({"v": [1]}))
+            }
+        );
+        assert_eq!(
+            scan_strict(r#"{"a":1}"#, "k").unwrap(),
+            ScannedTop::Object { member: None }
+        );
+        assert_eq!(
+            scan_strict(r#"[{"k":1}]"#, "k").unwrap(),
+            ScannedTop::Other("an array")
+        );
+        assert_eq!(scan_strict("null", "k").unwrap(), ScannedTop::Other("null"));
+    }
+
+    #[test]
+    fn objects_written_member_by_member_are_canonical() {
+        // UTF-16 order puts an astral key (a surrogate pair) before U+E000.
+        let value = serde_json::json!({"\u{e000}": 1, "\u{10000}": [1.50, "x"], "a": {"z": 1, "b": null}, "B": true});
+        let map = value.as_object().unwrap();
+        let mut out = Vec::new();
+        write_object(
+            &mut out,
+            map.iter()
+                .map(|(k, v)| (std::borrow::Cow::Borrowed(k.as_str()), member(v)))
+                .collect(),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            to_canonical_string(&value).unwrap()
+        );
+        let items = vec![value.clone(), serde_json::json!(2)];
+        let mut out = Vec::new();
+        write_array(&mut out, &items).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            to_canonical_string(&items).unwrap()
+        );
+        let (digest, len) = jcs_digest(&items).unwrap();
+        let bytes = to_canonical_bytes(&items).unwrap();
+        assert_eq!((digest, len), (sha256(&bytes), bytes.len()));
     }
 
     #[test]

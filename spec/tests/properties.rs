@@ -175,6 +175,50 @@ fn arb_number() -> impl Strategy<Value = Number> {
     ]
 }
 
+/// `value` as JSON text, with the first member of its `target`-th non-empty object (pre-order)
+/// written twice.
+fn with_repeated_member(value: &Value, target: usize, seen: &mut usize) -> String {
+    match value {
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|v| with_repeated_member(v, target, seen))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Value::Object(map) if !map.is_empty() => {
+            let this = *seen;
+            *seen += 1;
+            let mut members: Vec<String> = map
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{}:{}",
+                        serde_json::to_string(k).unwrap(),
+                        with_repeated_member(v, target, seen)
+                    )
+                })
+                .collect();
+            if this == target {
+                members.insert(0, members[0].clone());
+            }
+            format!("{{{}}}", members.join(","))
+        }
+        leaf => serde_json::to_string(leaf).unwrap(),
+    }
+}
+
+fn count_objects(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => items.iter().map(count_objects).sum(),
+        Value::Object(map) => {
+            usize::from(!map.is_empty()) + map.values().map(count_objects).sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
 fn arb_json_leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
         1 => Just(Value::Null),
@@ -559,6 +603,41 @@ proptest! {
         prop_assert_eq!(&canonicalize_json_text(&other).unwrap(), &canonical, "noisy text: {}", other);
         prop_assert_eq!(&to_canonical_string(&value).unwrap(), &canonical);
         prop_assert_eq!(&canonicalize_json_text(&canonical).unwrap(), &canonical);
+    }
+
+    /// The strict scan (which builds nothing) accepts exactly what the strict parse accepts:
+    /// a JSON text, the same text with one object member repeated at any depth (a duplicate
+    /// key), and a truncation of it. On an object it returns the requested member.
+    /// lock: L-JCS-RFC8785
+    #[test]
+    fn the_strict_scan_accepts_exactly_what_the_strict_parse_accepts(
+        value in arb_json(),
+        which in any::<prop::sample::Index>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let plain = serde_json::to_string(&value).unwrap();
+        let mut at = cut.index(plain.len() + 1);
+        while !plain.is_char_boundary(at) {
+            at -= 1;
+        }
+        let mut texts = vec![plain.clone(), plain[..at].to_owned()];
+        let objects = count_objects(&value);
+        if objects > 0 {
+            let repeated = with_repeated_member(&value, which.index(objects), &mut 0);
+            prop_assert!(workrail_spec::jcs::scan_strict(&repeated, "k").is_err(), "{}", repeated);
+            texts.push(repeated);
+        }
+        for text in &texts {
+            let parsed = workrail_spec::jcs::parse_strict(text);
+            let scanned = workrail_spec::jcs::scan_strict(text, "k");
+            prop_assert_eq!(parsed.is_ok(), scanned.is_ok(), "text: {}", text);
+            if let (Ok(Value::Object(map)), Ok(scanned)) = (parsed, scanned) {
+                prop_assert_eq!(
+                    scanned,
+                    workrail_spec::jcs::ScannedTop::Object { member: map.get("k").cloned() }
+                );
+            }
+        }
     }
 
     /// The canonical bytes equal an independent RFC 8785 model: UTF-16 key order (astral keys

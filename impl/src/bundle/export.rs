@@ -8,7 +8,6 @@ use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::{BundleId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
-use workrail_spec::jcs::to_canonical_string;
 use workrail_spec::manifest::ManifestRecord;
 
 use super::{BundleWarning, BundleWarningCode, Progress, rfc3339_utc};
@@ -38,13 +37,37 @@ fn with_context(mut e: ErrorEnvelope, what: &str) -> ErrorEnvelope {
     e
 }
 
-/// Exports `session_id`. `exported_at` is informational (the caller's clock).
-pub fn export_session(
+/// A validated bundle ready to be written (what `workrail export` streams to its output).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Export {
+    pub bundle: ExportBundleV1,
+    /// Non-fatal findings (salvage prefix, artifacts that could not be embedded).
+    pub warnings: Vec<BundleWarning>,
+}
+
+impl Export {
+    /// Whether this is a salvage export (validated prefix of a `corrupt_tail` session).
+    pub fn is_salvage(&self) -> bool {
+        self.bundle.body.salvage.is_some()
+    }
+
+    /// Writes the bundle's RFC 8785 (JCS) form to `out` part by part, so the text is never
+    /// held whole: the same bytes as [`ExportedBundle::text`]. Fails only when `out` does.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.bundle
+            .write_canonical(out)
+            .map_err(|e| std::io::Error::other(e.detail))
+    }
+}
+
+/// Exports `session_id` as a validated bundle, without its text (write it with
+/// [`Export::write_to`]). `exported_at` is informational (the caller's clock).
+pub fn export_bundle(
     wr: &Workrail,
     session_id: &str,
     exported_at: SystemTime,
     progress: &dyn Progress,
-) -> Result<ExportedBundle, ErrorEnvelope> {
+) -> Result<Export, ErrorEnvelope> {
     let parts = wr.parts();
     let session = SessionId::parse(session_id).map_err(|e| {
         ErrorEnvelope::new(
@@ -181,6 +204,14 @@ pub fn export_session(
         progress.advance(1);
     }
 
+    // The session's records move into the bundle rather than being copied: the session cache
+    // lets go of its view (the next load reads the session again), and only when another
+    // holder still shares it are they copied.
+    parts.sessions.forget_cached(&session);
+    let (events, manifest) = match std::sync::Arc::try_unwrap(loaded) {
+        Ok(owned) => (owned.events, owned.manifest),
+        Err(shared) => (shared.events.clone(), shared.manifest.clone()),
+    };
     let bundle_id = parts
         .entropy
         .id_bytes()
@@ -202,8 +233,8 @@ pub fn export_session(
         },
         BundleSession {
             session_id: session,
-            events: loaded.events.clone(),
-            manifest: loaded.manifest.clone(),
+            events,
+            manifest,
             snapshots,
             pinned_workflows,
         },
@@ -216,9 +247,24 @@ pub fn export_session(
             "export produced a bundle that fails validation: {e}"
         ))
     })?;
-    let text = to_canonical_string(&bundle)
-        .map_err(|e| invariant(format!("export: the bundle is not canonicalizable: {e}")))?;
     progress.finish();
+    Ok(Export { bundle, warnings })
+}
+
+/// Exports `session_id` with its text (see [`export_bundle`]). `exported_at` is
+/// informational (the caller's clock).
+pub fn export_session(
+    wr: &Workrail,
+    session_id: &str,
+    exported_at: SystemTime,
+    progress: &dyn Progress,
+) -> Result<ExportedBundle, ErrorEnvelope> {
+    let Export { bundle, warnings } = export_bundle(wr, session_id, exported_at, progress)?;
+    // Written part by part into one buffer sized from the integrity entries: the bytes of
+    // the canonical form of the whole bundle, without a JSON tree or a second copy.
+    let text = bundle
+        .to_canonical_text()
+        .map_err(|e| invariant(format!("export: the bundle is not canonicalizable: {e}")))?;
     Ok(ExportedBundle {
         bundle,
         text,

@@ -1,6 +1,7 @@
 //! Import: validate everything, then write CAS objects, then the session through the append
 //! gate (one plan per original segment), then re-mint tokens.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde::Serialize;
@@ -76,18 +77,39 @@ fn entropy_error(e: crate::entropy::EntropyError) -> ErrorEnvelope {
     )
 }
 
-/// Imports a bundle (see the module docs of [`crate::bundle`]).
-pub fn import_bundle(
+/// The events of one segment rebuilt under `target` (the dedupeKey is derived again from it).
+fn rebuild(
+    events: impl Iterator<Item = SessionEvent>,
+    target: &SessionId,
+) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
+    events
+        .map(|event| {
+            let index = event.event_index();
+            event.into_session(target.clone()).map_err(|e| {
+                bundle_failure(
+                    ErrorCode::BundleInvalidFormat,
+                    format!("event {index} cannot be rebuilt under session {target}: {e}"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Imports a bundle (see the module docs of [`crate::bundle`]). Given the text by value
+/// (a `String`), the import frees it as soon as the bundle is parsed.
+pub fn import_bundle<'t>(
     wr: &Workrail,
-    text: &str,
+    text: impl Into<Cow<'t, str>>,
     options: &ImportOptions,
     progress: &dyn Progress,
 ) -> Result<ImportReport, ErrorEnvelope> {
     let parts = wr.parts();
 
     // 1) Validate everything; nothing is written before this block ends.
+    let text = text.into();
     let bundle =
-        ExportBundleV1::parse_and_validate(text).map_err(|e| bundle_failure(e.code, e.detail))?;
+        ExportBundleV1::parse_and_validate(&text).map_err(|e| bundle_failure(e.code, e.detail))?;
+    drop(text);
     let body = &bundle.body;
     if let Some(salvage) = &body.salvage
         && !options.allow_salvage
@@ -134,33 +156,11 @@ pub fn import_bundle(
             ),
         ));
     }
-    let mut plans = Vec::with_capacity(checked.segments.len());
-    let mut expected = Vec::with_capacity(body.session.events.len());
+    // Every append plan must fit the store's limits before anything is written: each segment
+    // is rebuilt under the target id, measured and dropped (one segment in memory at a time).
     for &(first, last) in &checked.segments {
-        let mut plan = Vec::with_capacity(last - first + 1);
-        for event in &body.session.events[first..=last] {
-            // Rebuilt under the target id: the dedupeKey is derived again from it.
-            let rebuilt = SessionEvent::new(
-                event.event_id().clone(),
-                event.event_index(),
-                target.clone(),
-                event.scope().clone(),
-                event.data().clone(),
-            )
-            .map_err(|e| {
-                bundle_failure(
-                    ErrorCode::BundleInvalidFormat,
-                    format!(
-                        "event {} cannot be rebuilt under session {target}: {e}",
-                        event.event_index()
-                    ),
-                )
-            })?;
-            plan.push(rebuilt);
-        }
+        let plan = rebuild(body.session.events[first..=last].iter().cloned(), &target)?;
         check_plan_fits(&plan)?;
-        expected.extend(plan.iter().cloned());
-        plans.push(plan);
     }
 
     // 2) CAS objects first: a crash from here on leaves only unreferenced objects (GC'd later),
@@ -170,7 +170,7 @@ pub fn import_bundle(
         (body.session.pinned_workflows.len()
             + body.session.snapshots.len()
             + body.artifacts.len()
-            + plans.len()) as u64,
+            + checked.segments.len()) as u64,
     );
     let store_err = |e: StoreError| e.to_envelope(false);
     for (hash, compiled) in &body.session.pinned_workflows {
@@ -198,6 +198,20 @@ pub fn import_bundle(
         progress.advance(1);
     }
 
+    // What the report needs from the bundle. Everything else but the events (stored above) is
+    // freed now, and the events move into the plans one segment at a time: the bundle and the
+    // committed session are never both held whole.
+    let report_counts = (
+        body.session.events.len(),
+        body.session.snapshots.len(),
+        body.session.pinned_workflows.len(),
+        body.artifacts.len(),
+    );
+    let (bundle_id, salvage) = (body.bundle_id.clone(), body.salvage.clone());
+    let mut rest = bundle.body;
+    let mut events = std::mem::take(&mut rest.session.events).into_iter();
+    drop(rest);
+
     // 3) The session, under its lock, one plan per original segment (pins come from the store).
     let committed = parts
         .sessions
@@ -212,17 +226,25 @@ pub fn import_bundle(
                     Retry::RetryableImmediate,
                 )));
             }
-            for plan in plans {
+            let mut identical = true;
+            for &(first, last) in &checked.segments {
+                let plan = rebuild(events.by_ref().take(last - first + 1), &target)
+                    .map_err(GateError)?;
+                // Each plan is compared with what it committed; a copy of one segment is all
+                // the comparison holds (a copy of every expected event would only raise peak
+                // memory).
+                let expected = plan.clone();
+                let at = gate.session().events.len();
                 let appended = gate.append(AppendPlan { events: plan })?;
                 if appended.iter().any(|a| !a.newly_appended) {
                     return Err(GateError(invariant(
                         "import: an append plan of a validated bundle was partly deduplicated",
                     )));
                 }
+                identical &= gate.session().events.get(at..) == Some(&expected[..]);
                 progress.advance(1);
             }
-            // Compared in place: a copy of the committed log would only raise peak memory.
-            Ok(gate.session().events == expected)
+            Ok(identical)
         })
         .map_err(|e: GateError| e.0)?;
     if !committed {
@@ -231,17 +253,7 @@ pub fn import_bundle(
         )));
     }
     progress.finish();
-    // What the report needs from the bundle; the rest (every event and note, twice) is freed
-    // before the session is loaded again for the tokens.
-    let report_counts = (
-        expected.len(),
-        body.session.snapshots.len(),
-        body.session.pinned_workflows.len(),
-        body.artifacts.len(),
-    );
-    let (bundle_id, salvage) = (body.bundle_id.clone(), body.salvage.clone());
-    drop(expected);
-    drop(bundle);
+    drop(events);
 
     // 4) Re-mint tokens: a rehydrate response for the preferred tip of every run, from the
     //    projection the rehydrates themselves use.

@@ -21,7 +21,7 @@ mod input;
 use serde::Serialize;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 
-pub use self::export::{ExportedBundle, export_session};
+pub use self::export::{Export, ExportedBundle, export_bundle, export_session};
 pub use self::import::{ImportOptions, ImportReport, ImportedRun, import_bundle};
 pub use self::input::{
     DEFAULT_MAX_BUNDLE_BYTES, MAX_BUNDLE_BYTES_ENV, max_bundle_bytes, over_cap, read_capped,

@@ -231,13 +231,26 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Export { session_id, output } => {
             let workrail = open(cli.data_dir)?;
             let bar = StderrProgress::new();
-            let exported = workrail.export_session(&session_id, &bar);
+            let exported = crate::bundle::export_bundle(
+                &workrail,
+                &session_id,
+                std::time::SystemTime::now(),
+                &bar,
+            );
             bar.finish();
             let exported = exported.map_err(|e| envelope_text(&e))?;
             print_bundle_warnings(&exported.warnings);
+            // The bundle is written part by part, then a newline: its text is never held whole.
+            let write = |out: &mut dyn Write| -> std::io::Result<()> {
+                let mut out = std::io::BufWriter::new(out);
+                exported.write_to(&mut out)?;
+                out.write_all(b"\n")?;
+                out.flush()
+            };
             match output {
                 Some(path) => {
-                    std::fs::write(&path, format!("{}\n", exported.text))
+                    std::fs::File::create(&path)
+                        .and_then(|mut f| write(&mut f))
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                     eprintln!(
                         "exported session {session_id} to {}{}",
@@ -249,7 +262,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                         }
                     );
                 }
-                None => print_stdout(&exported.text),
+                None => write(&mut std::io::stdout().lock())
+                    .map_err(|e| format!("cannot write the bundle to stdout: {e}"))?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -280,11 +294,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let text = read.map_err(|e| envelope_text(&e))?;
             let workrail = open(cli.data_dir)?;
             let bar = StderrProgress::new();
-            let report = workrail.import_bundle(
-                &text,
-                &crate::bundle::ImportOptions { allow_salvage },
-                &bar,
-            );
+            // Given by value: the text is freed once the bundle is parsed.
+            let report =
+                workrail.import_bundle(text, &crate::bundle::ImportOptions { allow_salvage }, &bar);
             bar.finish();
             let report = report.map_err(|e| envelope_text(&e))?;
             print_bundle_warnings(&report.warnings);

@@ -623,9 +623,9 @@ impl Workrail {
 
     /// Validates a bundle completely, then imports it (as a new session id on collision) and
     /// re-mints tokens for the preferred tip of every run.
-    pub fn import_bundle(
+    pub fn import_bundle<'t>(
         &self,
-        text: &str,
+        text: impl Into<std::borrow::Cow<'t, str>>,
         options: &crate::bundle::ImportOptions,
         progress: &dyn crate::bundle::Progress,
     ) -> Result<crate::bundle::ImportReport, ErrorEnvelope> {

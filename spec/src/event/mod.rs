@@ -444,6 +444,18 @@ impl SessionEvent {
         self.data.kind()
     }
 
+    /// The same event built again under `session_id` (its dedupeKey derived again), consuming
+    /// this one so nothing is copied (an import under a new session id).
+    pub fn into_session(self, session_id: SessionId) -> Result<Self, ArtifactError> {
+        Self::new(
+            self.event_id,
+            self.event_index,
+            session_id,
+            self.scope,
+            self.data,
+        )
+    }
+
     /// The same event at another index (plans are built before their indices are known).
     pub fn with_event_index(mut self, index: EventIndex) -> Self {
         self.event_index = index;
