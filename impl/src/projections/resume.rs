@@ -103,7 +103,8 @@ fn non_empty(field: &Option<String>) -> Option<&str> {
 }
 
 /// One run tip as ranking needs it, computed once per version of its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TipSummary {
     pub run_id: RunId,
     pub node_id: NodeId,
@@ -121,8 +122,10 @@ pub struct TipSummary {
 
 /// What ranking needs of one session: its latest git observations and its run tips. Small
 /// enough to keep for every session, so `resume_session` over thousands of sessions reloads
-/// only the ones that changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// only the ones that changed. Serializable, so it can also be kept on disk between processes
+/// (`impl/docs/store.md` "Caches").
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionResumeSummary {
     pub session_id: SessionId,
     head_sha: Option<String>,

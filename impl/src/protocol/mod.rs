@@ -18,6 +18,7 @@ mod recap;
 mod replay_notice;
 mod respond;
 mod resume;
+mod resume_index;
 mod session;
 mod start;
 
@@ -166,6 +167,9 @@ pub struct Workrail {
     memo: facts::ProjectionMemo,
     /// `resume_session`'s summary of each session, by the manifest length it was made at.
     resume_index: crate::store::ObjectCache<SessionId, resume::IndexedSummary>,
+    /// The manifest length of each entry of the persisted resume index as this process last
+    /// read or wrote it (`None`: not yet known), so an unchanged index is not written again.
+    resume_on_disk: std::sync::Mutex<Option<std::collections::HashMap<SessionId, u64>>>,
 }
 
 impl std::fmt::Debug for Workrail {
@@ -285,6 +289,7 @@ impl Workrail {
             resume_index: crate::store::ObjectCache::new(
                 crate::store::CacheBudget::default().resume,
             ),
+            resume_on_disk: std::sync::Mutex::new(None),
         })
     }
 

@@ -1,10 +1,17 @@
 //! `resume_session`: find the run tip a brand-new chat means, from durable truth only (locks
 //! §2.3; contract "Brand new chat resumption").
 //!
-//! Read-only: it loads every session, keeps the `healthy` ones (the others are counted, never
-//! offered), ranks their run tips ([`crate::projections::resume`]) and describes the best five
-//! with a freshly minted state token each, so `continue_workflow` with that token alone
-//! rehydrates the run. The git fields are never filled in from the server's own directory:
+//! It changes no session: it summarizes every session, keeps the `healthy` ones (the others
+//! are counted, never offered), ranks their run tips ([`crate::projections::resume`]) and
+//! describes the best five with a freshly minted state token each, so `continue_workflow` with
+//! that token alone rehydrates the run.
+//!
+//! A session's summary is reused while its `manifest.jsonl` keeps the length it was made at:
+//! from this process's memory, else from the persisted index that the previous call of any
+//! process wrote (`cache/resume-index.v1.jsonl`, decision D64, [`super::resume_index`]); only
+//! sessions found in neither are loaded. The best candidates are always loaded and validated
+//! before they are described (a summary read from disk never reaches a response), and the
+//! ranking is redone until they all were, so only healthy sessions are offered. The git fields are never filled in from the server's own directory:
 //! every session started in the same repository would match, burying a text query.
 
 use std::collections::HashMap;
@@ -21,6 +28,7 @@ use workrail_spec::tools::{
 };
 
 use super::facts::Facts;
+use super::resume_index::{self, DiskIndex};
 use super::{Workrail, invariant, run_label, store_envelope};
 use crate::projections::resume::{
     RankedTip, ResumeQuery, ResumeSource, SessionResumeSummary, rank_summaries, snippet, summarize,
@@ -32,37 +40,50 @@ use crate::store::{SessionRead, StoreError, layout};
 /// tail is never indexed: a cut tail may be replaced by a record of the same length).
 #[derive(Debug)]
 pub(crate) struct IndexedSummary {
-    manifest_len: u64,
-    summary: SessionResumeSummary,
+    pub(super) manifest_len: u64,
+    pub(super) summary: SessionResumeSummary,
     /// Per run: what describing its tip needs from the session (so describing a candidate
     /// loads nothing but the two objects it checks).
-    tips: HashMap<RunId, TipFacts>,
+    pub(super) tips: HashMap<RunId, TipFacts>,
+    /// Made by this process from a session it loaded and validated; `false` for an entry read
+    /// from the persisted index, which is validated before it is ever returned.
+    pub(super) validated: bool,
 }
 
 /// What describing a run tip needs from its session, fixed while the session is unchanged.
-#[derive(Debug)]
-struct TipFacts {
-    snapshot_ref: SnapshotRef,
-    status: RunStatus,
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct TipFacts {
+    pub(super) snapshot_ref: SnapshotRef,
+    pub(super) status: RunStatus,
 }
 
-/// The summary of `id` as its session is now, from the index when its manifest did not change;
-/// `Err` says why the session is not a candidate (`None`: no session at all).
-fn summary_of(
+/// Why a session is not a candidate: `None` when it is no session at all, else its health and
+/// reason as `skippedSessions` names them.
+type NotCandidate = Option<(&'static str, Option<&'static str>)>;
+
+/// The summary of `id` from the in-memory index when its manifest has length `len`.
+fn remembered(wr: &Workrail, id: &SessionId, len: Option<u64>) -> Option<Arc<IndexedSummary>> {
+    wr.resume_index
+        .get(id)
+        .filter(|indexed| Some(indexed.manifest_len) == len)
+}
+
+/// Keeps `indexed` in this process's index.
+fn remember(wr: &Workrail, id: &SessionId, indexed: &Arc<IndexedSummary>) {
+    let bytes = indexed.summary.estimated_bytes();
+    wr.resume_index
+        .insert(id.clone(), Arc::clone(indexed), bytes);
+}
+
+/// Loads and validates `id` as it is now and summarizes it, with whether the summary stays
+/// current while the manifest keeps its length (not when the view had a torn tail: a cut tail
+/// may be replaced by a record of the same length); `Err` says why the session is not a
+/// candidate.
+fn load_summary(
     wr: &Workrail,
     id: &SessionId,
     workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
-) -> Result<Arc<IndexedSummary>, Option<(&'static str, Option<&'static str>)>> {
-    let len = wr
-        .sessions
-        .fs()
-        .len(&layout::manifest_path(id))
-        .map_err(|_| Some(("unreadable", None)))?;
-    if let Some(indexed) = wr.resume_index.get(id)
-        && Some(indexed.manifest_len) == len
-    {
-        return Ok(indexed);
-    }
+) -> Result<(Arc<IndexedSummary>, bool), NotCandidate> {
     let loaded = match wr.sessions.load(id) {
         Ok(loaded) if loaded.health.is_healthy() => loaded,
         // A directory without committed truth is not a session.
@@ -111,13 +132,56 @@ fn summary_of(
         manifest_len: loaded.manifest_file_bytes,
         summary,
         tips,
+        validated: true,
     });
-    if loaded.manifest_file_bytes == loaded.manifest_committed_bytes {
-        let bytes = indexed.summary.estimated_bytes();
-        wr.resume_index
-            .insert(id.clone(), Arc::clone(&indexed), bytes);
+    let current_by_len = loaded.manifest_file_bytes == loaded.manifest_committed_bytes;
+    if current_by_len {
+        remember(wr, id, &indexed);
     }
-    Ok(indexed)
+    Ok((indexed, current_by_len))
+}
+
+/// The summaries of one call: every session that looks healthy, by position and id.
+struct Summaries {
+    list: Vec<Arc<IndexedSummary>>,
+    /// Sessions whose summary may be kept on disk (made from a view without a torn tail).
+    persistable: Vec<bool>,
+    at: HashMap<SessionId, usize>,
+}
+
+impl Summaries {
+    fn push(&mut self, summary: Arc<IndexedSummary>, persistable: bool) {
+        self.at
+            .insert(summary.summary.session_id.clone(), self.list.len());
+        self.list.push(summary);
+        self.persistable.push(persistable);
+    }
+
+    fn get(&self, id: &SessionId) -> Option<&Arc<IndexedSummary>> {
+        self.at.get(id).map(|&i| &self.list[i])
+    }
+
+    /// Leaves `id` out (it turned out not to be a candidate).
+    fn remove(&mut self, id: &SessionId) {
+        if let Some(i) = self.at.remove(id) {
+            self.list.swap_remove(i);
+            self.persistable.swap_remove(i);
+            if let Some(moved) = self.list.get(i) {
+                self.at.insert(moved.summary.session_id.clone(), i);
+            }
+        }
+    }
+
+    /// Session id -> manifest length of every summary that may be kept on disk (with
+    /// `validated_only`, of those this process made itself).
+    fn lengths(&self, validated_only: bool) -> HashMap<SessionId, u64> {
+        self.list
+            .iter()
+            .zip(&self.persistable)
+            .filter(|(s, keep)| **keep && (s.validated || !validated_only))
+            .map(|(s, _)| (s.summary.session_id.clone(), s.manifest_len))
+            .collect()
+    }
 }
 
 pub(super) fn resume_session(
@@ -137,23 +201,79 @@ pub(super) fn resume_session(
             })
             .clone()
     };
-    let mut summaries: Vec<Arc<IndexedSummary>> = Vec::new();
+    let mut summaries = Summaries {
+        list: Vec::new(),
+        persistable: Vec::new(),
+        at: HashMap::new(),
+    };
     let mut skipped = Skipped::default();
+    // The persisted index, read once, only when this process's own index misses a session.
+    let mut disk: Option<DiskIndex> = None;
     for id in wr.sessions.list_sessions().map_err(store_envelope(false))? {
-        match summary_of(wr, &id, &mut workflow_name) {
-            Ok(indexed) => summaries.push(indexed),
+        let Ok(len) = wr.sessions.fs().len(&layout::manifest_path(&id)) else {
+            skipped.add(&id, "unreadable", None);
+            continue;
+        };
+        if let Some(indexed) = remembered(wr, &id, len) {
+            summaries.push(indexed, true);
+            continue;
+        }
+        if let Some(len) = len {
+            let disk = disk.get_or_insert_with(|| read_disk_index(wr));
+            if let Some(entry) = disk.take(&id, len) {
+                let indexed = Arc::new(entry);
+                remember(wr, &id, &indexed);
+                summaries.push(indexed, true);
+                continue;
+            }
+        }
+        match load_summary(wr, &id, &mut workflow_name) {
+            Ok((indexed, persistable)) => summaries.push(indexed, persistable),
             Err(None) => {}
             Err(Some((health, reason))) => skipped.add(&id, health, reason),
         }
     }
-    let refs: Vec<&SessionResumeSummary> = summaries.iter().map(|s| &s.summary).collect();
-    let ranked = rank_summaries(&refs, &query);
+    // Rank; a best candidate read from the persisted index is first loaded and validated here
+    // (L-RESUME-HEALTHY-ONLY), and the ranking is redone until every best candidate was. An
+    // entry that does not match its session at the same manifest length means the file cannot
+    // be trusted: none of its unchecked entries is written back.
+    let mut distrust = false;
+    let ranked = loop {
+        let refs: Vec<&SessionResumeSummary> = summaries.list.iter().map(|s| &s.summary).collect();
+        let ranked = rank_summaries(&refs, &query);
+        let mut unchecked: Vec<SessionId> = ranked
+            .iter()
+            .filter(|t| summaries.get(&t.session_id).is_some_and(|s| !s.validated))
+            .map(|t| t.session_id.clone())
+            .collect();
+        if unchecked.is_empty() {
+            break ranked;
+        }
+        unchecked.dedup();
+        for id in unchecked {
+            match load_summary(wr, &id, &mut workflow_name) {
+                Ok((fresh, persistable)) => {
+                    if let Some(old) = summaries.get(&id) {
+                        distrust |= old.manifest_len == fresh.manifest_len
+                            && (old.summary != fresh.summary || old.tips != fresh.tips);
+                    }
+                    summaries.remove(&id);
+                    summaries.push(fresh, persistable);
+                }
+                Err(why) => {
+                    summaries.remove(&id);
+                    if let Some((health, reason)) = why {
+                        skipped.add(&id, health, reason);
+                    }
+                }
+            }
+        }
+    };
     let mut candidates = Vec::with_capacity(ranked.len());
     for tip in ranked {
         let session_id = tip.session_id.clone();
         let tip_facts = summaries
-            .iter()
-            .find(|s| s.summary.session_id == session_id)
+            .get(&session_id)
             .and_then(|s| s.tips.get(&tip.run_id))
             .ok_or_else(|| invariant("a resume candidate names a run that was not summarized"))?;
         let described = describe(wr, tip_facts, tip);
@@ -170,11 +290,56 @@ pub(super) fn resume_session(
             Err(e) => return Err(e),
         }
     }
+    persist(wr, &summaries, disk.is_some(), skipped.count, distrust);
     Ok(ResumeSessionOutput {
         candidates,
         skipped_unhealthy_sessions: skipped.count,
         skipped_sessions: skipped.named,
     })
+}
+
+/// Reads the persisted index and remembers which entries the file holds.
+fn read_disk_index(wr: &Workrail) -> DiskIndex {
+    let index = resume_index::read(wr.sessions.fs().as_ref());
+    *wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner()) = Some(index.lengths.clone());
+    index
+}
+
+/// Writes the persisted index when it differs from what this call found (decision D64): best
+/// effort, never in safe mode (a call that left any session out: the data directory holds
+/// damage, and a read leaves it as it found it), never failing the call. With `distrust`, only
+/// the summaries this process made itself are written (the next call loads and adds the rest).
+fn persist(
+    wr: &Workrail,
+    summaries: &Summaries,
+    read_this_call: bool,
+    skipped: u64,
+    distrust: bool,
+) {
+    if skipped > 0 {
+        return;
+    }
+    let now = summaries.lengths(distrust);
+    let mut on_disk = wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner());
+    if on_disk.is_none() && !read_this_call {
+        // This process never read the file (every session was in memory, or there is none).
+        *on_disk = Some(resume_index::read(wr.sessions.fs().as_ref()).lengths);
+    }
+    if !distrust && on_disk.as_ref() == Some(&now) {
+        return;
+    }
+    let keep: Vec<&Arc<IndexedSummary>> = summaries
+        .list
+        .iter()
+        .zip(&summaries.persistable)
+        .filter(|(s, keep)| **keep && (s.validated || !distrust))
+        .map(|(s, _)| s)
+        .collect();
+    if let Err(e) = resume_index::write(wr.sessions.fs().as_ref(), &keep) {
+        tracing::debug!("resume index not written (it is derived; the answer stands): {e}");
+    }
+    // Not retried before something changes, written or not.
+    *on_disk = Some(now);
 }
 
 /// Most skipped sessions a response names (all are counted).
