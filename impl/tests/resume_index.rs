@@ -317,22 +317,29 @@ fn a_deleted_session_disappears_from_answers_and_from_the_index() {
     }
 }
 
-/// The index file with its body replaced by `edit`'s result and the header fixed up to match,
-/// so only the entries' content is wrong.
+/// The index file with its lines edited by `edit` (as `{"workflows": [...], "sessions":
+/// [...]}`) and the header fixed up to match, so only the entries' content is wrong.
 fn re_sealed(bytes: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
-    let split = bytes.iter().position(|b| *b == b'\n').unwrap();
-    let mut entries: Value = serde_json::from_slice(&bytes[split + 1..]).unwrap();
-    edit(&mut entries);
-    let body = serde_json::to_vec(&entries).unwrap();
+    let text = std::str::from_utf8(bytes).unwrap();
+    let mut lines = text.lines().skip(1);
+    let workflows: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let sessions: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut index = json!({"workflows": workflows, "sessions": sessions});
+    edit(&mut index);
+    let mut body = serde_json::to_vec(&index["workflows"]).unwrap();
+    body.push(b'\n');
+    for session in index["sessions"].as_array().unwrap() {
+        body.extend(serde_json::to_vec(session).unwrap());
+        body.push(b'\n');
+    }
     let header = json!({
         "v": 1,
-        "entries": entries.as_array().unwrap().len(),
+        "sessions": index["sessions"].as_array().unwrap().len(),
         "sha256": workrail_spec::jcs::sha256(&body).hex(),
     });
     let mut out = serde_json::to_vec(&header).unwrap();
     out.push(b'\n');
     out.extend_from_slice(&body);
-    out.push(b'\n');
     out
 }
 
@@ -365,14 +372,24 @@ fn a_damaged_truncated_or_foreign_index_is_discarded_and_rebuilt() {
         ("not JSON", b"\x00\xffgarbage\n\n".to_vec()),
         ("an extra line", [good.as_slice(), b"{}\n"].concat()),
         (
-            "an unknown field",
-            re_sealed(&good, |e| e[0]["surprise"] = json!(1)),
+            "a session line that is an object",
+            re_sealed(&good, |e| e["sessions"][0] = json!({"sessionId": 1})),
+        ),
+        (
+            "a row with an extra column",
+            re_sealed(&good, |e| {
+                e["sessions"][0].as_array_mut().unwrap().push(json!(1));
+            }),
+        ),
+        (
+            "a tip naming no workflow",
+            re_sealed(&good, |e| e["sessions"][0][4][0][2] = json!(99)),
         ),
         (
             "a wrong entry count",
             String::from_utf8(good.clone())
                 .unwrap()
-                .replacen("\"entries\":12", "\"entries\":11", 1)
+                .replacen("\"sessions\":12,", "\"sessions\":11,", 1)
                 .into_bytes(),
         ),
     ];
@@ -383,30 +400,31 @@ fn a_damaged_truncated_or_foreign_index_is_discarded_and_rebuilt() {
     damaged.push((
         "an entry claiming the latest activity",
         re_sealed(&good, |e| {
-            for entry in e.as_array_mut().unwrap().iter_mut().step_by(4) {
-                entry["summary"]["tips"][0]["lastActivity"] = json!(1_000_000);
+            let sessions = e["sessions"].as_array_mut().unwrap();
+            for row in sessions.iter_mut().step_by(4) {
+                row[4][0][3] = json!(1_000_000);
             }
         }),
     ));
     damaged.push((
         "an entry with invented notes",
         re_sealed(&good, |e| {
-            for entry in e.as_array_mut().unwrap() {
-                let tip = &mut entry["summary"]["tips"][0];
-                let notes = tip["notesText"].as_str().unwrap_or_default().to_owned();
-                tip["notesText"] = json!(format!("{notes} zebracorn billing login invented"));
-                tip["notesSnippet"] = json!("Invented words.");
+            for row in e["sessions"].as_array_mut().unwrap() {
+                let tip = &mut row[4][0];
+                let notes = tip[5].as_str().unwrap_or_default().to_owned();
+                tip[5] = json!(format!("{notes} zebracorn billing login invented"));
+                tip[4] = json!("Invented words.");
             }
         }),
     ));
     damaged.push((
         "entries of unknown sessions and a missing one",
         re_sealed(&good, |e| {
-            let entries = e.as_array_mut().unwrap();
-            entries.pop();
-            let mut extra = entries[0].clone();
-            extra["summary"]["sessionId"] = json!("sess_aaaaaaaaaaaaaaaa");
-            entries.push(extra);
+            let sessions = e["sessions"].as_array_mut().unwrap();
+            sessions.pop();
+            let mut extra = sessions[0].clone();
+            extra[0] = json!("sess_aaaaaaaaaaaaaaaa");
+            sessions.push(extra);
         }),
     ));
     let expected: Vec<ResumeSessionOutput> = queries().iter().map(|q| bare(&fs, q)).collect();
@@ -525,5 +543,33 @@ fn an_unwritable_cache_directory_never_fails_the_call() {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir.path().join(layout::DATA_CACHE_DIR)), 0o700);
         assert_eq!(mode(&dir.path().join(layout::RESUME_INDEX_FILE)), 0o600);
+    }
+}
+
+/// Over enough sessions that the manifests are checked and the file is parsed on two threads
+/// each: the same answers, and a fresh process loads only what it returns.
+/// lock: L-CACHE-DERIVED, L-RESUME-TIE-ORDER
+#[test]
+fn a_large_index_read_in_halves_gives_the_same_answers() {
+    let fs = MemFs::new();
+    let wr = process(&fs, 110, None);
+    for i in 0..600 {
+        let out = start(&wr, "project.demo");
+        if i % 50 == 0 {
+            wr.continue_workflow(ack(&out, &format!("Zebracorn batch {i}."), vec![]))
+                .unwrap();
+        }
+    }
+    let queries = [
+        json!({}),
+        json!({"text": "zebracorn"}),
+        json!({"text": "batch 350"}),
+    ];
+    let expected: Vec<ResumeSessionOutput> = queries.iter().map(|q| bare(&fs, q)).collect();
+    resume(&process(&fs, 111, None), &json!({}));
+    for (q, want) in queries.iter().zip(&expected) {
+        let reads = fs.reads().len();
+        assert_eq!(&resume(&process(&fs, 112, None), q), want, "{q}");
+        assert!(manifests_read(&fs, reads).len() <= 5, "{q}");
     }
 }

@@ -167,9 +167,9 @@ pub struct Workrail {
     memo: facts::ProjectionMemo,
     /// `resume_session`'s summary of each session, by the manifest length it was made at.
     resume_index: crate::store::ObjectCache<SessionId, resume::IndexedSummary>,
-    /// The manifest length of each entry of the persisted resume index as this process last
-    /// read or wrote it (`None`: not yet known), so an unchanged index is not written again.
-    resume_on_disk: std::sync::Mutex<Option<std::collections::HashMap<SessionId, u64>>>,
+    /// What the persisted resume index covers as this process last read or wrote it (`None`:
+    /// not yet known), so an unchanged index is not written again.
+    resume_on_disk: std::sync::Mutex<Option<resume_index::Coverage>>,
 }
 
 impl std::fmt::Debug for Workrail {

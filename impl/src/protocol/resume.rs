@@ -28,11 +28,12 @@ use workrail_spec::tools::{
 };
 
 use super::facts::Facts;
-use super::resume_index::{self, DiskIndex};
+use super::resume_index::{self, Coverage, DiskIndex};
 use super::{Workrail, invariant, run_label, store_envelope};
 use crate::projections::resume::{
     RankedTip, ResumeQuery, ResumeSource, SessionResumeSummary, rank_summaries, snippet, summarize,
 };
+use crate::store::fs::StoreFs;
 use crate::store::{SessionRead, StoreError, layout};
 
 /// A session's resume summary and the `manifest.jsonl` length it was made at: the manifest is
@@ -44,10 +45,24 @@ pub(crate) struct IndexedSummary {
     pub(super) summary: SessionResumeSummary,
     /// Per run: what describing its tip needs from the session (so describing a candidate
     /// loads nothing but the two objects it checks).
-    pub(super) tips: HashMap<RunId, TipFacts>,
+    pub(super) tips: Vec<(RunId, TipFacts)>,
     /// Made by this process from a session it loaded and validated; `false` for an entry read
     /// from the persisted index, which is validated before it is ever returned.
     pub(super) validated: bool,
+}
+
+impl IndexedSummary {
+    fn tip(&self, run: &RunId) -> Option<&TipFacts> {
+        self.tips.iter().find(|(r, _)| r == run).map(|(_, f)| f)
+    }
+
+    /// The same summary and facts (checking a persisted entry against its session).
+    fn same_as(&self, other: &IndexedSummary) -> bool {
+        self.manifest_len == other.manifest_len
+            && self.summary == other.summary
+            && self.tips.len() == other.tips.len()
+            && self.tips.iter().all(|(run, f)| other.tip(run) == Some(f))
+    }
 }
 
 /// What describing a run tip needs from its session, fixed while the session is unchanged.
@@ -60,20 +75,6 @@ pub(super) struct TipFacts {
 /// Why a session is not a candidate: `None` when it is no session at all, else its health and
 /// reason as `skippedSessions` names them.
 type NotCandidate = Option<(&'static str, Option<&'static str>)>;
-
-/// The summary of `id` from the in-memory index when its manifest has length `len`.
-fn remembered(wr: &Workrail, id: &SessionId, len: Option<u64>) -> Option<Arc<IndexedSummary>> {
-    wr.resume_index
-        .get(id)
-        .filter(|indexed| Some(indexed.manifest_len) == len)
-}
-
-/// Keeps `indexed` in this process's index.
-fn remember(wr: &Workrail, id: &SessionId, indexed: &Arc<IndexedSummary>) {
-    let bytes = indexed.summary.estimated_bytes();
-    wr.resume_index
-        .insert(id.clone(), Arc::clone(indexed), bytes);
-}
 
 /// Loads and validates `id` as it is now and summarizes it, with whether the summary stays
 /// current while the manifest keeps its length (not when the view had a torn tail: a cut tail
@@ -107,7 +108,7 @@ fn load_summary(
         },
         workflow_name,
     );
-    let mut tips = HashMap::new();
+    let mut tips = Vec::with_capacity(summary.tips.len());
     for tip in &summary.tips {
         let (Some(view), Some(node)) = (
             facts.run(&tip.run_id),
@@ -120,13 +121,13 @@ fn load_summary(
             .get_shared(&node.snapshot_ref)
             .is_ok_and(|s| s.engine_payload.engine_state.is_complete());
         let autonomy = facts.preferences(&tip.run_id, &tip.node_id).autonomy;
-        tips.insert(
+        tips.push((
             tip.run_id.clone(),
             TipFacts {
                 snapshot_ref: node.snapshot_ref.clone(),
                 status: view.status(|_| is_complete, autonomy),
             },
-        );
+        ));
     }
     let indexed = Arc::new(IndexedSummary {
         manifest_len: loaded.manifest_file_bytes,
@@ -141,47 +142,66 @@ fn load_summary(
     Ok((indexed, current_by_len))
 }
 
-/// The summaries of one call: every session that looks healthy, by position and id.
+/// Keeps `indexed` in this process's index.
+fn remember(wr: &Workrail, id: &SessionId, indexed: &Arc<IndexedSummary>) {
+    let bytes = indexed.summary.estimated_bytes();
+    wr.resume_index
+        .insert(id.clone(), Arc::clone(indexed), bytes);
+}
+
+/// One call's summaries: every session that looks healthy, with whether each may be kept on
+/// disk (made from a view without a torn tail).
+#[derive(Default)]
 struct Summaries {
-    list: Vec<Arc<IndexedSummary>>,
-    /// Sessions whose summary may be kept on disk (made from a view without a torn tail).
-    persistable: Vec<bool>,
-    at: HashMap<SessionId, usize>,
+    list: Vec<(Arc<IndexedSummary>, bool)>,
 }
 
 impl Summaries {
-    fn push(&mut self, summary: Arc<IndexedSummary>, persistable: bool) {
-        self.at
-            .insert(summary.summary.session_id.clone(), self.list.len());
-        self.list.push(summary);
-        self.persistable.push(persistable);
+    fn position(&self, id: &SessionId) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|(s, _)| s.summary.session_id == *id)
     }
 
     fn get(&self, id: &SessionId) -> Option<&Arc<IndexedSummary>> {
-        self.at.get(id).map(|&i| &self.list[i])
+        self.position(id).map(|i| &self.list[i].0)
     }
 
-    /// Leaves `id` out (it turned out not to be a candidate).
-    fn remove(&mut self, id: &SessionId) {
-        if let Some(i) = self.at.remove(id) {
-            self.list.swap_remove(i);
-            self.persistable.swap_remove(i);
-            if let Some(moved) = self.list.get(i) {
-                self.at.insert(moved.summary.session_id.clone(), i);
-            }
-        }
-    }
-
-    /// Session id -> manifest length of every summary that may be kept on disk (with
-    /// `validated_only`, of those this process made itself).
-    fn lengths(&self, validated_only: bool) -> HashMap<SessionId, u64> {
+    /// The summaries to keep on disk (with `validated_only`, only those this process made).
+    fn persistable(&self, validated_only: bool) -> impl Iterator<Item = &Arc<IndexedSummary>> {
         self.list
             .iter()
-            .zip(&self.persistable)
-            .filter(|(s, keep)| **keep && (s.validated || !validated_only))
-            .map(|(s, _)| (s.summary.session_id.clone(), s.manifest_len))
-            .collect()
+            .filter(move |(s, keep)| *keep && (s.validated || !validated_only))
+            .map(|(s, _)| s)
     }
+}
+
+/// The length of each session's manifest (`Err`: it could not be read): a `stat` each, the
+/// bulk of a call over thousands of sessions.
+fn manifest_lengths(fs: &dyn StoreFs, ids: &[SessionId]) -> Vec<std::io::Result<Option<u64>>> {
+    ids.iter()
+        .map(|id| fs.len(&layout::manifest_path(id)))
+        .collect()
+}
+
+/// [`manifest_lengths`] over two threads when there are many.
+fn manifest_lengths_parallel(
+    fs: &dyn StoreFs,
+    ids: &[SessionId],
+) -> Vec<std::io::Result<Option<u64>>> {
+    if ids.len() < 512 {
+        return manifest_lengths(fs, ids);
+    }
+    let (first, second) = ids.split_at(ids.len() / 2);
+    std::thread::scope(|scope| {
+        let helper = scope.spawn(|| manifest_lengths(fs, second));
+        let mut lengths = manifest_lengths(fs, first);
+        match helper.join() {
+            Ok(rest) => lengths.extend(rest),
+            Err(_) => lengths.extend(manifest_lengths(fs, second)),
+        }
+        lengths
+    })
 }
 
 pub(super) fn resume_session(
@@ -201,36 +221,47 @@ pub(super) fn resume_session(
             })
             .clone()
     };
+    let ids = wr.sessions.list_sessions().map_err(store_envelope(false))?;
+    // The persisted index is read when this process's own index cannot cover every session
+    // (a fresh process), beside the `stat`s of the manifests.
+    let fs = wr.sessions.fs().as_ref();
+    let (lengths, disk) = if wr.resume_index.len() < ids.len() {
+        // The `stat`s on helper threads; the parse here, where the summaries will live.
+        std::thread::scope(|scope| {
+            let helper = scope.spawn(|| manifest_lengths_parallel(fs, &ids));
+            let disk = read_disk_index(wr);
+            let lengths = helper.join().unwrap_or_else(|_| manifest_lengths(fs, &ids));
+            (lengths, Some(disk))
+        })
+    } else {
+        (manifest_lengths_parallel(fs, &ids), None)
+    };
     let mut summaries = Summaries {
-        list: Vec::new(),
-        persistable: Vec::new(),
-        at: HashMap::new(),
+        list: Vec::with_capacity(ids.len()),
     };
     let mut skipped = Skipped::default();
-    // The persisted index, read once, only when this process's own index misses a session.
-    let mut disk: Option<DiskIndex> = None;
-    for id in wr.sessions.list_sessions().map_err(store_envelope(false))? {
-        let Ok(len) = wr.sessions.fs().len(&layout::manifest_path(&id)) else {
-            skipped.add(&id, "unreadable", None);
+    for (id, len) in ids.iter().zip(lengths) {
+        let Ok(len) = len else {
+            skipped.add(id, "unreadable", None);
             continue;
         };
-        if let Some(indexed) = remembered(wr, &id, len) {
-            summaries.push(indexed, true);
+        if let Some(indexed) = wr
+            .resume_index
+            .get(id)
+            .filter(|s| Some(s.manifest_len) == len)
+        {
+            summaries.list.push((indexed, true));
             continue;
         }
-        if let Some(len) = len {
-            let disk = disk.get_or_insert_with(|| read_disk_index(wr));
-            if let Some(entry) = disk.take(&id, len) {
-                let indexed = Arc::new(entry);
-                remember(wr, &id, &indexed);
-                summaries.push(indexed, true);
-                continue;
-            }
+        if let Some(entry) = len.and_then(|len| disk.as_ref()?.get(id, len)) {
+            remember(wr, id, entry);
+            summaries.list.push((Arc::clone(entry), true));
+            continue;
         }
-        match load_summary(wr, &id, &mut workflow_name) {
-            Ok((indexed, persistable)) => summaries.push(indexed, persistable),
+        match load_summary(wr, id, &mut workflow_name) {
+            Ok(loaded) => summaries.list.push(loaded),
             Err(None) => {}
-            Err(Some((health, reason))) => skipped.add(&id, health, reason),
+            Err(Some((health, reason))) => skipped.add(id, health, reason),
         }
     }
     // Rank; a best candidate read from the persisted index is first loaded and validated here
@@ -239,7 +270,8 @@ pub(super) fn resume_session(
     // be trusted: none of its unchecked entries is written back.
     let mut distrust = false;
     let ranked = loop {
-        let refs: Vec<&SessionResumeSummary> = summaries.list.iter().map(|s| &s.summary).collect();
+        let refs: Vec<&SessionResumeSummary> =
+            summaries.list.iter().map(|(s, _)| &s.summary).collect();
         let ranked = rank_summaries(&refs, &query);
         let mut unchecked: Vec<SessionId> = ranked
             .iter()
@@ -251,21 +283,17 @@ pub(super) fn resume_session(
         }
         unchecked.dedup();
         for id in unchecked {
+            let Some(at) = summaries.position(&id) else {
+                continue;
+            };
+            let (old, _) = summaries.list.swap_remove(at);
             match load_summary(wr, &id, &mut workflow_name) {
                 Ok((fresh, persistable)) => {
-                    if let Some(old) = summaries.get(&id) {
-                        distrust |= old.manifest_len == fresh.manifest_len
-                            && (old.summary != fresh.summary || old.tips != fresh.tips);
-                    }
-                    summaries.remove(&id);
-                    summaries.push(fresh, persistable);
+                    distrust |= old.manifest_len == fresh.manifest_len && !old.same_as(&fresh);
+                    summaries.list.push((fresh, persistable));
                 }
-                Err(why) => {
-                    summaries.remove(&id);
-                    if let Some((health, reason)) = why {
-                        skipped.add(&id, health, reason);
-                    }
-                }
+                Err(None) => {}
+                Err(Some((health, reason))) => skipped.add(&id, health, reason),
             }
         }
     };
@@ -274,7 +302,7 @@ pub(super) fn resume_session(
         let session_id = tip.session_id.clone();
         let tip_facts = summaries
             .get(&session_id)
-            .and_then(|s| s.tips.get(&tip.run_id))
+            .and_then(|s| s.tip(&tip.run_id))
             .ok_or_else(|| invariant("a resume candidate names a run that was not summarized"))?;
         let described = describe(wr, tip_facts, tip);
         match described {
@@ -298,10 +326,10 @@ pub(super) fn resume_session(
     })
 }
 
-/// Reads the persisted index and remembers which entries the file holds.
+/// Reads the persisted index and remembers what the file covers.
 fn read_disk_index(wr: &Workrail) -> DiskIndex {
     let index = resume_index::read(wr.sessions.fs().as_ref());
-    *wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner()) = Some(index.lengths.clone());
+    *wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner()) = Some(index.coverage);
     index
 }
 
@@ -319,22 +347,19 @@ fn persist(
     if skipped > 0 {
         return;
     }
-    let now = summaries.lengths(distrust);
+    let keep: Vec<&Arc<IndexedSummary>> = summaries.persistable(distrust).collect();
+    let mut now = Coverage::default();
+    for s in &keep {
+        now.add(&s.summary.session_id, s.manifest_len);
+    }
     let mut on_disk = wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner());
     if on_disk.is_none() && !read_this_call {
         // This process never read the file (every session was in memory, or there is none).
-        *on_disk = Some(resume_index::read(wr.sessions.fs().as_ref()).lengths);
+        *on_disk = Some(resume_index::read(wr.sessions.fs().as_ref()).coverage);
     }
-    if !distrust && on_disk.as_ref() == Some(&now) {
+    if !distrust && *on_disk == Some(now) {
         return;
     }
-    let keep: Vec<&Arc<IndexedSummary>> = summaries
-        .list
-        .iter()
-        .zip(&summaries.persistable)
-        .filter(|(s, keep)| **keep && (s.validated || !distrust))
-        .map(|(s, _)| s)
-        .collect();
     if let Err(e) = resume_index::write(wr.sessions.fs().as_ref(), &keep) {
         tracing::debug!("resume index not written (it is derived; the answer stands): {e}");
     }

@@ -1,28 +1,33 @@
 //! `resume_session`'s summaries kept on disk between processes (decision D64): the file
 //! `cache/resume-index.v1.jsonl` of the data directory, derived and never truth.
 //!
-//! Two lines: a header `{"v":1,"entries":n,"sha256":"<hex of line 2>"}` and a JSON array of
-//! the entries, each a session's resume summary, the facts describing its tips needs, and the
-//! `manifest.jsonl` length it was made at. The manifest is append-only, so an entry is used
-//! only while its session's manifest has exactly that length; anything else about the file (a
-//! missing or torn line, another version, a digest or count that does not match, an entry that
-//! does not parse) discards the whole file, and the next write replaces it. Entries are never
-//! trusted for what a response shows: the sessions `resume_session` returns are loaded and
-//! validated first (`impl/src/protocol/resume.rs`).
+//! JSON lines: a header `{"v":1,"sessions":n,"sha256":"<hex of every byte after the header
+//! line>"}`, then the workflows `[[workflowId, workflowHash, [token, ...]], ...]`, then one line
+//! per session: `[sessionId, manifestLen, headSha|null, branch|null, [[runId, nodeId, workflow
+//! (an index into the workflows), lastActivity, notesSnippet|null, notesText|null, snapshotRef,
+//! status], ...]]` (arrays rather than objects, each workflow once, and a line per session so
+//! two threads parse halves: the first call of a fresh process parses this for every session).
+//! An entry is used only while its session's `manifest.jsonl` has exactly `manifestLen` bytes
+//! (the manifest is append-only); anything else about the file (a missing or torn line, another
+//! version, a digest or count that does not match, an entry that does not parse) discards the
+//! whole file, and the next write replaces it. Entries are never trusted for what a response
+//! shows: the sessions `resume_session` returns are loaded and validated first
+//! (`impl/src/protocol/resume.rs`).
 //!
 //! Written whole, best effort: a temp file unique to the writer, then a rename over the old
 //! file, no fsync (it is rebuildable). Concurrent writers never tear it; the last rename wins.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use workrail_spec::closed::RunStatus;
-use workrail_spec::ids::{RunId, SessionId, SnapshotRef};
+use workrail_spec::ids::{NodeId, RunId, SessionId, SnapshotRef, WorkflowHash, WorkflowId};
 
 use super::resume::{IndexedSummary, TipFacts};
-use crate::projections::resume::SessionResumeSummary;
+use crate::projections::resume::{SessionResumeSummary, TipSummary, TipWorkflow};
 use crate::store::fs::StoreFs;
 use crate::store::layout;
 
@@ -33,36 +38,58 @@ pub(crate) const RESUME_INDEX_VERSION: u64 = 1;
 #[serde(deny_unknown_fields)]
 struct Header {
     v: u64,
-    entries: usize,
+    sessions: usize,
     sha256: String,
 }
 
-/// One session in the file.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Entry {
-    manifest_len: u64,
-    summary: SessionResumeSummary,
-    /// Per run tip: its run, the snapshot of its node and its status.
-    tips: Vec<(RunId, SnapshotRef, RunStatus)>,
+#[derive(Deserialize)]
+struct WorkflowRow(WorkflowId, WorkflowHash, BTreeSet<String>);
+
+#[derive(Deserialize)]
+struct SessionRow(SessionId, u64, Option<String>, Option<String>, Vec<TipRow>);
+
+#[derive(Deserialize)]
+struct TipRow(
+    RunId,
+    NodeId,
+    usize,
+    u64,
+    Option<String>,
+    Option<String>,
+    SnapshotRef,
+    RunStatus,
+);
+
+/// Which sessions at which manifest lengths a set of summaries covers, as a number that does
+/// not depend on their order (it only decides whether the file is written again: any content
+/// is sound, so a collision costs at most a skipped rewrite).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Coverage {
+    count: usize,
+    sum: u64,
 }
 
-/// What the file holds, by session: usable entries, and the manifest length of each (what a
-/// writer compares its own view with, so an unchanged index is never written again).
+impl Coverage {
+    pub fn add(&mut self, id: &SessionId, manifest_len: u64) {
+        let mut hasher = std::hash::DefaultHasher::new();
+        id.as_str().hash(&mut hasher);
+        manifest_len.hash(&mut hasher);
+        self.count += 1;
+        self.sum = self.sum.wrapping_add(hasher.finish());
+    }
+}
+
+/// What the file holds: its entries by session, and what they cover.
 #[derive(Debug, Default)]
 pub(crate) struct DiskIndex {
-    pub entries: HashMap<SessionId, IndexedSummary>,
-    pub lengths: HashMap<SessionId, u64>,
+    pub entries: HashMap<SessionId, Arc<IndexedSummary>>,
+    pub coverage: Coverage,
 }
 
 impl DiskIndex {
-    /// The entry of `id` when it was made at manifest length `len` (taken out: each entry is
-    /// used once per call).
-    pub fn take(&mut self, id: &SessionId, len: u64) -> Option<IndexedSummary> {
-        match self.entries.remove(id) {
-            Some(entry) if entry.manifest_len == len => Some(entry),
-            _ => None,
-        }
+    /// The entry of `id` when it was made at manifest length `len`.
+    pub fn get(&self, id: &SessionId, len: u64) -> Option<&Arc<IndexedSummary>> {
+        self.entries.get(id).filter(|e| e.manifest_len == len)
     }
 }
 
@@ -92,84 +119,184 @@ fn parse(bytes: &[u8]) -> Result<DiskIndex, &'static str> {
     if header.v != RESUME_INDEX_VERSION {
         return Err("another version");
     }
-    let body = bytes[split + 1..]
-        .strip_suffix(b"\n")
-        .ok_or("torn body line")?;
-    if workrail_spec::jcs::sha256(body).hex() != header.sha256 {
+    let rest = &bytes[split + 1..];
+    if workrail_spec::jcs::sha256(rest).hex() != header.sha256 {
         return Err("digest mismatch");
     }
-    let entries: Vec<Entry> = serde_json::from_slice(body).map_err(|_| "bad entries")?;
-    if entries.len() != header.entries {
-        return Err("entry count mismatch");
-    }
-    let mut index = DiskIndex {
-        entries: HashMap::with_capacity(entries.len()),
-        lengths: HashMap::with_capacity(entries.len()),
-    };
-    for entry in entries {
-        let id = entry.summary.session_id.clone();
-        let tips = entry
-            .tips
-            .into_iter()
-            .map(|(run, snapshot_ref, status)| {
-                (
-                    run,
-                    TipFacts {
-                        snapshot_ref,
-                        status,
-                    },
-                )
+    let mut lines = rest
+        .strip_suffix(b"\n")
+        .ok_or("torn last line")?
+        .split(|b| *b == b'\n');
+    let workflows: Vec<WorkflowRow> =
+        serde_json::from_slice(lines.next().ok_or("no workflows line")?)
+            .map_err(|_| "bad workflows")?;
+    let workflows: Vec<Arc<TipWorkflow>> = workflows
+        .into_iter()
+        .map(|WorkflowRow(workflow_id, workflow_hash, tokens)| {
+            Arc::new(TipWorkflow {
+                workflow_id,
+                workflow_hash,
+                tokens,
             })
-            .collect();
-        index.lengths.insert(id.clone(), entry.manifest_len);
-        index.entries.insert(
-            id,
-            IndexedSummary {
-                manifest_len: entry.manifest_len,
-                summary: entry.summary,
-                tips,
-                validated: false,
-            },
-        );
+        })
+        .collect();
+    let lines: Vec<&[u8]> = lines.collect();
+    if lines.len() != header.sessions {
+        return Err("session count mismatch");
+    }
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let (a, b) = if lines.len() < 512 {
+        (
+            parse_sessions(first, &workflows),
+            parse_sessions(second, &workflows),
+        )
+    } else {
+        std::thread::scope(|scope| {
+            let helper = scope.spawn(|| parse_sessions(second, &workflows));
+            let a = parse_sessions(first, &workflows);
+            (a, helper.join().unwrap_or(Err("parser thread failed")))
+        })
+    };
+    let mut index = DiskIndex {
+        entries: HashMap::with_capacity(lines.len()),
+        coverage: Coverage::default(),
+    };
+    for entry in a?.into_iter().chain(b?) {
+        index
+            .coverage
+            .add(&entry.summary.session_id, entry.manifest_len);
+        index
+            .entries
+            .insert(entry.summary.session_id.clone(), entry);
     }
     Ok(index)
 }
 
+/// The entries of these session lines.
+fn parse_sessions(
+    lines: &[&[u8]],
+    workflows: &[Arc<TipWorkflow>],
+) -> Result<Vec<Arc<IndexedSummary>>, &'static str> {
+    let mut out = Vec::with_capacity(lines.len());
+    for line in lines {
+        let SessionRow(session_id, manifest_len, head_sha, branch, rows) =
+            serde_json::from_slice(line).map_err(|_| "bad session line")?;
+        let mut tips = Vec::with_capacity(rows.len());
+        let mut facts = Vec::with_capacity(rows.len());
+        for TipRow(
+            run_id,
+            node_id,
+            w,
+            last_activity,
+            notes_snippet,
+            notes_text,
+            snapshot_ref,
+            status,
+        ) in rows
+        {
+            let workflow = workflows.get(w).ok_or("unknown workflow")?;
+            facts.push((
+                run_id.clone(),
+                TipFacts {
+                    snapshot_ref,
+                    status,
+                },
+            ));
+            tips.push(TipSummary {
+                run_id,
+                node_id,
+                workflow: Arc::clone(workflow),
+                last_activity,
+                notes_snippet,
+                notes_text,
+            });
+        }
+        out.push(Arc::new(IndexedSummary {
+            manifest_len,
+            summary: SessionResumeSummary {
+                session_id,
+                head_sha,
+                branch,
+                tips,
+            },
+            tips: facts,
+            validated: false,
+        }));
+    }
+    Ok(out)
+}
+
 /// The file's bytes for these summaries.
 fn render(summaries: &[&Arc<IndexedSummary>]) -> Result<Vec<u8>, serde_json::Error> {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct EntryRef<'a> {
-        manifest_len: u64,
-        summary: &'a SessionResumeSummary,
-        tips: Vec<(&'a RunId, &'a SnapshotRef, RunStatus)>,
+    type TipRef<'a> = (
+        &'a RunId,
+        &'a NodeId,
+        usize,
+        u64,
+        &'a Option<String>,
+        &'a Option<String>,
+        &'a SnapshotRef,
+        RunStatus,
+    );
+    type SessionRef<'a> = (
+        &'a SessionId,
+        u64,
+        &'a Option<String>,
+        &'a Option<String>,
+        Vec<TipRef<'a>>,
+    );
+    let mut workflows: Vec<&TipWorkflow> = Vec::new();
+    let mut sessions: Vec<SessionRef<'_>> = Vec::with_capacity(summaries.len());
+    for s in summaries {
+        let mut tips = Vec::with_capacity(s.summary.tips.len());
+        for tip in &s.summary.tips {
+            let Some((_, facts)) = s.tips.iter().find(|(run, _)| *run == tip.run_id) else {
+                continue;
+            };
+            let w = match workflows.iter().position(|w| **w == *tip.workflow) {
+                Some(w) => w,
+                None => {
+                    workflows.push(&tip.workflow);
+                    workflows.len() - 1
+                }
+            };
+            tips.push((
+                &tip.run_id,
+                &tip.node_id,
+                w,
+                tip.last_activity,
+                &tip.notes_snippet,
+                &tip.notes_text,
+                &facts.snapshot_ref,
+                facts.status,
+            ));
+        }
+        sessions.push((
+            &s.summary.session_id,
+            s.manifest_len,
+            &s.summary.head_sha,
+            &s.summary.branch,
+            tips,
+        ));
     }
-    let entries: Vec<EntryRef<'_>> = summaries
+    let workflows: Vec<_> = workflows
         .iter()
-        .map(|s| {
-            let mut tips: Vec<_> = s
-                .tips
-                .iter()
-                .map(|(run, facts)| (run, &facts.snapshot_ref, facts.status))
-                .collect();
-            tips.sort_by(|a, b| a.0.cmp(b.0));
-            EntryRef {
-                manifest_len: s.manifest_len,
-                summary: &s.summary,
-                tips,
-            }
-        })
+        .map(|w| (&w.workflow_id, &w.workflow_hash, &w.tokens))
         .collect();
-    let body = serde_json::to_vec(&entries)?;
+    let mut body = serde_json::to_vec(&workflows)?;
+    body.push(b'\n');
+    for session in &sessions {
+        serde_json::to_writer(&mut body, session)?;
+        body.push(b'\n');
+    }
     let header = Header {
         v: RESUME_INDEX_VERSION,
-        entries: entries.len(),
+        sessions: sessions.len(),
         sha256: workrail_spec::jcs::sha256(&body).hex().to_owned(),
     };
     let mut bytes = serde_json::to_vec(&header)?;
     bytes.push(b'\n');
     bytes.extend_from_slice(&body);
-    bytes.push(b'\n');
     Ok(bytes)
 }
 
