@@ -346,7 +346,7 @@ fn re_sealed(bytes: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 /// Every way the file can be damaged or foreign is discarded (the answer is the one without an
 /// index) and replaced by a good index; a well-formed entry that lies about its session never
 /// reaches a response (the candidates are validated and the ranking redone).
-/// lock: L-CACHE-DISCARD, L-CACHE-VERSIONED, L-CACHE-NO-CORRECTNESS
+/// lock: L-CACHE-DISCARD, L-CACHE-NO-CORRECTNESS
 #[test]
 fn a_damaged_truncated_or_foreign_index_is_discarded_and_rebuilt() {
     let fs = MemFs::new();
