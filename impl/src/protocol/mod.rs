@@ -498,8 +498,6 @@ impl Workrail {
         checkpoint::checkpoint(self, &state, &attempt, &input)
     }
 
-    /// Ranks the preferred tips of every healthy session's runs for a brand-new chat (locks
-    /// §2.3). Read-only.
     /// Opens a checkpoint-only session (decision D48): a run of WorkRail's own one-step
     /// workflow `wr.checkpoint_session`, answered like `start_workflow`.
     pub fn start_session(
@@ -509,6 +507,8 @@ impl Workrail {
         session::start_session(self, input)
     }
 
+    /// Ranks the preferred tips of every healthy session's runs for a brand-new chat (locks
+    /// §2.3). Changes no session; it may refresh the derived resume index (decision D64).
     pub fn resume_session(
         &self,
         input: ResumeSessionInput,
