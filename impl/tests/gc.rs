@@ -436,7 +436,8 @@ fn leftovers_of_crashed_writers_go_after_the_grace_period() {
         layout::events_dir(&live.session).join(".tmp-1-00-2-00000009-00000012.jsonl"),
         Path::new(layout::DATA_CACHE_DIR).join(".tmp-1-00-3-resume-index.v1.jsonl"),
     ];
-    fs.create_dir_all(Path::new(layout::DATA_CACHE_DIR)).unwrap();
+    fs.create_dir_all(Path::new(layout::DATA_CACHE_DIR))
+        .unwrap();
     for path in &old_temps {
         fs.write_new(path, b"half a write").unwrap();
     }
