@@ -434,7 +434,10 @@ fn leftovers_of_crashed_writers_go_after_the_grace_period() {
         Path::new(layout::SNAPSHOTS_DIR).join(".tmp-1-00-0-a.json"),
         Path::new(layout::ARTIFACTS_DIR).join(".tmp-1-00-1-b.json"),
         layout::events_dir(&live.session).join(".tmp-1-00-2-00000009-00000012.jsonl"),
+        Path::new(layout::DATA_CACHE_DIR).join(".tmp-1-00-3-resume-index.v1.jsonl"),
     ];
+    fs.create_dir_all(Path::new(layout::DATA_CACHE_DIR))
+        .unwrap();
     for path in &old_temps {
         fs.write_new(path, b"half a write").unwrap();
     }
@@ -519,4 +522,54 @@ fn leftovers_of_crashed_writers_go_after_the_grace_period() {
     assert!(safe.safe_mode);
     assert!(safe.deleted_temp_files.is_empty() && safe.deleted_uncommitted_sessions.is_empty());
     assert!(fs.files().contains(&leftover));
+}
+
+/// The persisted resume index (D64) holds every session's notes: GC removes it when it deletes
+/// a session (never in a dry run, never in safe mode) and leaves it alone otherwise; the next
+/// `resume_session` rebuilds it without the deleted session.
+/// lock: L-CACHE-DERIVED, L-GC-RETENTION
+#[test]
+fn deleting_a_session_removes_the_resume_index_that_summarizes_it() {
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 48);
+    let old = build_session(&wr, "project.demo", &[]);
+    let young = build_session(&wr, "project.demo", &[]);
+    let clock = TestClock::new();
+    clock.set_session_age(&old.session, 90);
+    clock.set_session_age(&young.session, 1);
+    write_config(&fs, 60, &[]);
+    let index = Path::new(layout::RESUME_INDEX_FILE);
+    let resume = |wr: &Workrail| {
+        wr.resume_session(workrail_spec::tools::ResumeSessionInput::default())
+            .unwrap()
+    };
+    assert_eq!(resume(&wr).candidates.len(), 2);
+    let written = fs.read(index).unwrap().unwrap();
+    let dry = gc(
+        &wr,
+        &clock,
+        GcOptions {
+            dry_run: true,
+            ttl_days: None,
+        },
+    );
+    assert_eq!(dry.deleted_sessions, vec![old.session.clone()]);
+    assert_eq!(fs.read(index).unwrap(), Some(written.clone()), "a dry run");
+    let report = gc(&wr, &clock, GcOptions::default());
+    assert_eq!(report.deleted_sessions, vec![old.session.clone()]);
+    assert!(
+        fs.read(index).unwrap().is_none(),
+        "the index outlived a deleted session"
+    );
+    // Rebuilt without it, by this process and by a fresh one.
+    for reader in [&wr, &open_seeded(&fs, 49)] {
+        let out = resume(reader);
+        assert_eq!(out.candidates.len(), 1);
+        assert_eq!(out.candidates[0].session_id, young.session);
+    }
+    let rebuilt = String::from_utf8(fs.read(index).unwrap().unwrap()).unwrap();
+    assert!(!rebuilt.contains(old.session.as_str()));
+    // Nothing to delete: the index stays.
+    gc(&wr, &clock, GcOptions::default());
+    assert_eq!(fs.read(index).unwrap().unwrap(), rebuilt.into_bytes());
 }

@@ -1542,3 +1542,139 @@ fn an_agent_following_only_the_text_gets_every_explanation_over_stdio() {
     );
     assert!(server.close().success());
 }
+
+/// Every file and directory under `root` with its bytes and mode (what a call changed).
+fn tree(root: &Path) -> std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        out: &mut std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32)>,
+    ) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let meta = entry.metadata().unwrap();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if meta.is_dir() {
+                out.insert(rel, (Vec::new(), meta.permissions().mode()));
+                walk(root, &path, out);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                out.insert(rel, (bytes, meta.permissions().mode()));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// The paths whose bytes or mode differ, or that appeared or went.
+fn changed_paths(
+    before: &std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32)>,
+    after: &std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32)>,
+) -> Vec<std::path::PathBuf> {
+    let keys: std::collections::BTreeSet<_> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
+}
+
+/// `resume_session` without its state tokens and in a stable form, for comparing processes.
+fn resume_answer(server: &mut Server, query: Value) -> Value {
+    let result = server.call("resume_session", json!({"query": query}));
+    assert_eq!(result["isError"], false, "{result}");
+    result["structuredContent"].clone()
+}
+
+/// Two real servers on one data directory: a fresh server's first `resume_session` writes the
+/// persisted index (decision D64) and nothing else; a later call with nothing changed writes
+/// nothing; another server then advances a session, and a fresh server that finds the (now
+/// stale) index sees that commit, answering exactly as a server without any index does.
+/// lock: L-CACHE-DERIVED, L-RESUME-TIP-ONLY, L-TOKEN-REHYDRATE-PURE
+#[test]
+fn a_fresh_server_reads_the_resume_index_and_sees_another_server_commits() {
+    let dir = data_dir();
+    let index = dir.path().join("cache/resume-index.v1.jsonl");
+    let mut writer = Server::start(dir.path());
+    let mut outs = Vec::new();
+    for note in [
+        "Zebracorn billing bug.",
+        "Login form refactor.",
+        "Zebracorn sighting.",
+    ] {
+        let out = writer.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+        outs.push(writer.exec("continue_workflow", ack_args(&out, note)));
+    }
+    assert!(!index.exists());
+
+    // A fresh reader: its first call writes the index, and only the index.
+    let mut reader = Server::start(dir.path());
+    let before = tree(dir.path());
+    let first = resume_answer(&mut reader, json!({"text": "zebracorn"}));
+    let after = tree(dir.path());
+    assert_eq!(
+        changed_paths(&before, &after),
+        vec![
+            std::path::PathBuf::from("cache"),
+            std::path::PathBuf::from("cache/resume-index.v1.jsonl")
+        ],
+        "resume_session wrote something besides its index"
+    );
+    assert_eq!(first["candidates"].as_array().unwrap().len(), 3);
+    // Nothing changed: no call writes anything, in this process or in a fresh one; a
+    // rehydrate writes nothing either.
+    for server in [&mut reader, &mut Server::start(dir.path())] {
+        let before = tree(dir.path());
+        assert_eq!(resume_answer(server, json!({"text": "zebracorn"})), first);
+        server.exec(
+            "continue_workflow",
+            json!({"stateToken": outs[1]["stateToken"]}),
+        );
+        assert_eq!(
+            tree(dir.path()),
+            before,
+            "a call with nothing changed wrote"
+        );
+    }
+
+    // The writer (a running server) advances the login session with new notes.
+    writer.exec(
+        "continue_workflow",
+        ack_args(&outs[1], "Counted the okapis at the login form."),
+    );
+    let stale = std::fs::read(&index).unwrap();
+    let mut fresh = Server::start(dir.path());
+    let seen = resume_answer(&mut fresh, json!({"text": "okapis"}));
+    assert_eq!(
+        seen["candidates"][0]["sessionId"], outs[1]["session"]["sessionId"],
+        "{seen}"
+    );
+    assert_eq!(seen["candidates"][0]["whyMatched"][0], "matched_notes");
+    assert_ne!(
+        std::fs::read(&index).unwrap(),
+        stale,
+        "the index was not refreshed"
+    );
+    // The same answers as a server that never had an index (state tokens included: one
+    // keyring signs them all).
+    let queries = [
+        json!({}),
+        json!({"text": "okapis"}),
+        json!({"text": "zebracorn"}),
+    ];
+    let with_index: Vec<Value> = queries
+        .iter()
+        .map(|q| resume_answer(&mut Server::start(dir.path()), q.clone()))
+        .collect();
+    for (q, want) in queries.iter().zip(&with_index) {
+        std::fs::remove_file(&index).unwrap();
+        let mut bare = Server::start(dir.path());
+        assert_eq!(&resume_answer(&mut bare, q.clone()), want, "{q}");
+        assert!(bare.close().success());
+    }
+    for server in [writer, reader, fresh] {
+        assert!(server.close().success());
+    }
+}

@@ -388,9 +388,24 @@ fn after_a_fork_only_the_preferred_tip_is_offered_and_its_token_rehydrates() {
     let forked = wr
         .continue_workflow(ack(&again, "forked pass", vec![]))
         .unwrap();
-    let before = fs.snapshot();
+    // It changes nothing but its derived index (decision D64), and nothing at all when that
+    // is already current.
+    let mut before = fs.snapshot();
     let out = resume(&wr, json!({"gitHeadSha": SHA_A}));
-    assert_eq!(fs.snapshot(), before, "resume_session wrote something");
+    let mut after = fs.snapshot();
+    assert!(after.remove(Path::new(layout::RESUME_INDEX_FILE)).is_some());
+    before.remove(Path::new(layout::RESUME_INDEX_FILE));
+    assert_eq!(
+        after, before,
+        "resume_session wrote something besides its index"
+    );
+    let before = fs.snapshot();
+    assert_eq!(resume(&wr, json!({"gitHeadSha": SHA_A})), out);
+    assert_eq!(
+        fs.snapshot(),
+        before,
+        "resume_session rewrote a current index"
+    );
     assert_eq!(out.candidates.len(), 1, "one run, one tip: {out:#?}");
     let tip = &out.candidates[0];
     assert_eq!(tip.session_id, id(&forked));

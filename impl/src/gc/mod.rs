@@ -18,8 +18,13 @@
 //!    [`CAS_GRACE`] (a concurrent writer stores CAS objects just before the plan that references
 //!    them), and only if no retained session changed while GC ran;
 //! 7. removes what crashed writers left (decision D63), older than [`CAS_GRACE`]: temp files
-//!    (`.tmp-*`) in the store's directories, and session directories that never committed
-//!    (a first append killed before its manifest), each under its session lock.
+//!    (`.tmp-*`) in the store's directories (the data directory's `cache/` included), and
+//!    session directories that never committed (a first append killed before its manifest),
+//!    each under its session lock.
+//!
+//! When step 4 deleted a session, the persisted `resume_session` index
+//! (`cache/resume-index.v1.jsonl`, D64) is removed too: it holds the deleted sessions' notes.
+//! GC never reads it; otherwise it leaves it alone (derived, checked against each manifest).
 //!
 //! `dry_run` does all the reading and reports what would go, writing nothing. Time comes from
 //! the [`RetentionClock`] port so tests control it.
@@ -529,6 +534,13 @@ pub fn run(
     report
         .sessions
         .sort_by(|a, b| a.session_id.cmp(&b.session_id));
+    if !report.deleted_sessions.is_empty() && !options.dry_run {
+        // The persisted resume index (D64) summarizes the deleted sessions, notes included:
+        // it goes with them (derived; the next resume_session rebuilds it). Best effort.
+        if let Err(e) = fs.remove_file(Path::new(layout::RESUME_INDEX_FILE)) {
+            tracing::debug!("gc: the resume index was not removed: {e}");
+        }
+    }
 
     // 4) Mark from the retained sessions.
     let mut roots = Roots::default();
@@ -614,6 +626,7 @@ pub fn run(
         Path::new(layout::ARTIFACTS_DIR),
         Path::new(layout::KEYS_DIR),
         Path::new("config"),
+        Path::new(layout::DATA_CACHE_DIR),
     ];
     temp_dirs.extend(session_dirs.iter().map(PathBuf::as_path));
     for dir in temp_dirs {

@@ -11,6 +11,7 @@
 //! query fields and texts without tokens match nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use unicode_normalization::UnicodeNormalization;
 use workrail_spec::budget::{
@@ -102,31 +103,39 @@ fn non_empty(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|s| !s.is_empty())
 }
 
+/// The workflow of a run tip as ranking needs it: the same for every run of one pinned
+/// workflow, so it can be shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TipWorkflow {
+    pub workflow_id: WorkflowId,
+    pub workflow_hash: WorkflowHash,
+    /// The tokens of the workflow id and name.
+    pub(crate) tokens: BTreeSet<String>,
+}
+
 /// One run tip as ranking needs it, computed once per version of its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TipSummary {
     pub run_id: RunId,
     pub node_id: NodeId,
-    pub workflow_id: WorkflowId,
-    pub workflow_hash: WorkflowHash,
+    pub workflow: Arc<TipWorkflow>,
     pub last_activity: u64,
     /// The tip's recap notes, as far as a candidate's snippet shows them.
     pub notes_snippet: Option<String>,
     /// The text whose tokens a query's text must cover: the tip's whole recap notes, already
     /// normalized (NFKC, lowercase) so a query only splits it.
-    notes_text: Option<String>,
-    /// The tokens of the workflow id and name.
-    workflow_tokens: BTreeSet<String>,
+    pub(crate) notes_text: Option<String>,
 }
 
 /// What ranking needs of one session: its latest git observations and its run tips. Small
 /// enough to keep for every session, so `resume_session` over thousands of sessions reloads
-/// only the ones that changed.
+/// only the ones that changed (and keep on disk between processes, `impl/docs/store.md`
+/// "Caches").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionResumeSummary {
     pub session_id: SessionId,
-    head_sha: Option<String>,
-    branch: Option<String>,
+    pub(crate) head_sha: Option<String>,
+    pub(crate) branch: Option<String>,
     pub tips: Vec<TipSummary>,
 }
 
@@ -138,7 +147,8 @@ impl SessionResumeSummary {
             .map(|t| {
                 256 + t.notes_snippet.as_ref().map_or(0, String::len)
                     + t.notes_text.as_ref().map_or(0, String::len)
-                    + t.workflow_tokens
+                    + t.workflow
+                        .tokens
                         .iter()
                         .map(|w| w.len() + 32)
                         .sum::<usize>()
@@ -175,12 +185,14 @@ pub fn summarize(
         tips.push(TipSummary {
             run_id: run_id.clone(),
             node_id: tip.clone(),
-            workflow_id: started.workflow_id.clone(),
-            workflow_hash: started.workflow_hash.clone(),
+            workflow: Arc::new(TipWorkflow {
+                workflow_id: started.workflow_id.clone(),
+                workflow_hash: started.workflow_hash.clone(),
+                tokens: workflow_tokens,
+            }),
             last_activity: view.tip_last_activity,
             notes_snippet: notes.map(|n| snippet(Some(n))),
             notes_text: notes.map(|n| normalized(n.strip_suffix(TRUNCATION_MARKER).unwrap_or(n))),
-            workflow_tokens,
         });
     }
     SessionResumeSummary {
@@ -241,7 +253,7 @@ pub fn rank_summaries(summaries: &[&SessionResumeSummary], query: &ResumeQuery) 
                 (head_sha, WhyMatched::MatchedHeadSha),
                 (branch, WhyMatched::MatchedBranch),
                 (notes_hit, WhyMatched::MatchedNotes),
-                (covers(&tip.workflow_tokens), WhyMatched::MatchedWorkflowId),
+                (covers(&tip.workflow.tokens), WhyMatched::MatchedWorkflowId),
             ]
             .into_iter()
             .filter_map(|(hit, why)| hit.then_some(why))
@@ -277,8 +289,8 @@ pub fn rank_summaries(summaries: &[&SessionResumeSummary], query: &ResumeQuery) 
             session_id: session_id.clone(),
             run_id: tip.run_id.clone(),
             node_id: tip.node_id.clone(),
-            workflow_id: tip.workflow_id.clone(),
-            workflow_hash: tip.workflow_hash.clone(),
+            workflow_id: tip.workflow.workflow_id.clone(),
+            workflow_hash: tip.workflow.workflow_hash.clone(),
             last_activity: tip.last_activity,
             why_matched,
             notes: tip.notes_snippet.clone(),

@@ -18,6 +18,7 @@ mod recap;
 mod replay_notice;
 mod respond;
 mod resume;
+mod resume_index;
 mod session;
 mod start;
 
@@ -166,6 +167,9 @@ pub struct Workrail {
     memo: facts::ProjectionMemo,
     /// `resume_session`'s summary of each session, by the manifest length it was made at.
     resume_index: crate::store::ObjectCache<SessionId, resume::IndexedSummary>,
+    /// What the persisted resume index covers as this process last read or wrote it (`None`:
+    /// not yet known), so an unchanged index is not written again.
+    resume_on_disk: std::sync::Mutex<Option<resume_index::Coverage>>,
 }
 
 impl std::fmt::Debug for Workrail {
@@ -285,6 +289,7 @@ impl Workrail {
             resume_index: crate::store::ObjectCache::new(
                 crate::store::CacheBudget::default().resume,
             ),
+            resume_on_disk: std::sync::Mutex::new(None),
         })
     }
 
@@ -493,8 +498,6 @@ impl Workrail {
         checkpoint::checkpoint(self, &state, &attempt, &input)
     }
 
-    /// Ranks the preferred tips of every healthy session's runs for a brand-new chat (locks
-    /// §2.3). Read-only.
     /// Opens a checkpoint-only session (decision D48): a run of WorkRail's own one-step
     /// workflow `wr.checkpoint_session`, answered like `start_workflow`.
     pub fn start_session(
@@ -504,6 +507,8 @@ impl Workrail {
         session::start_session(self, input)
     }
 
+    /// Ranks the preferred tips of every healthy session's runs for a brand-new chat (locks
+    /// §2.3). Changes no session; it may refresh the derived resume index (decision D64).
     pub fn resume_session(
         &self,
         input: ResumeSessionInput,

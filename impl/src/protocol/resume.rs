@@ -1,10 +1,17 @@
 //! `resume_session`: find the run tip a brand-new chat means, from durable truth only (locks
 //! §2.3; contract "Brand new chat resumption").
 //!
-//! Read-only: it loads every session, keeps the `healthy` ones (the others are counted, never
-//! offered), ranks their run tips ([`crate::projections::resume`]) and describes the best five
-//! with a freshly minted state token each, so `continue_workflow` with that token alone
-//! rehydrates the run. The git fields are never filled in from the server's own directory:
+//! It changes no session: it summarizes every session, keeps the `healthy` ones (the others
+//! are counted, never offered), ranks their run tips ([`crate::projections::resume`]) and
+//! describes the best five with a freshly minted state token each, so `continue_workflow` with
+//! that token alone rehydrates the run.
+//!
+//! A session's summary is reused while its `manifest.jsonl` keeps the length it was made at:
+//! from this process's memory, else from the persisted index that the previous call of any
+//! process wrote (`cache/resume-index.v1.jsonl`, decision D64, [`super::resume_index`]); only
+//! sessions found in neither are loaded. The best candidates are always loaded and validated
+//! before they are described (a summary read from disk never reaches a response), and the
+//! ranking is redone until they all were, so only healthy sessions are offered. The git fields are never filled in from the server's own directory:
 //! every session started in the same repository would match, burying a text query.
 
 use std::collections::HashMap;
@@ -21,10 +28,12 @@ use workrail_spec::tools::{
 };
 
 use super::facts::Facts;
+use super::resume_index::{self, Coverage, DiskIndex};
 use super::{Workrail, invariant, run_label, store_envelope};
 use crate::projections::resume::{
     RankedTip, ResumeQuery, ResumeSource, SessionResumeSummary, rank_summaries, snippet, summarize,
 };
+use crate::store::fs::StoreFs;
 use crate::store::{SessionRead, StoreError, layout};
 
 /// A session's resume summary and the `manifest.jsonl` length it was made at: the manifest is
@@ -32,37 +41,50 @@ use crate::store::{SessionRead, StoreError, layout};
 /// tail is never indexed: a cut tail may be replaced by a record of the same length).
 #[derive(Debug)]
 pub(crate) struct IndexedSummary {
-    manifest_len: u64,
-    summary: SessionResumeSummary,
+    pub(super) manifest_len: u64,
+    pub(super) summary: SessionResumeSummary,
     /// Per run: what describing its tip needs from the session (so describing a candidate
     /// loads nothing but the two objects it checks).
-    tips: HashMap<RunId, TipFacts>,
+    pub(super) tips: Vec<(RunId, TipFacts)>,
+    /// Made by this process from a session it loaded and validated; `false` for an entry read
+    /// from the persisted index, which is validated before it is ever returned.
+    pub(super) validated: bool,
+}
+
+impl IndexedSummary {
+    fn tip(&self, run: &RunId) -> Option<&TipFacts> {
+        self.tips.iter().find(|(r, _)| r == run).map(|(_, f)| f)
+    }
+
+    /// The same summary and facts (checking a persisted entry against its session).
+    fn same_as(&self, other: &IndexedSummary) -> bool {
+        self.manifest_len == other.manifest_len
+            && self.summary == other.summary
+            && self.tips.len() == other.tips.len()
+            && self.tips.iter().all(|(run, f)| other.tip(run) == Some(f))
+    }
 }
 
 /// What describing a run tip needs from its session, fixed while the session is unchanged.
-#[derive(Debug)]
-struct TipFacts {
-    snapshot_ref: SnapshotRef,
-    status: RunStatus,
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct TipFacts {
+    pub(super) snapshot_ref: SnapshotRef,
+    pub(super) status: RunStatus,
 }
 
-/// The summary of `id` as its session is now, from the index when its manifest did not change;
-/// `Err` says why the session is not a candidate (`None`: no session at all).
-fn summary_of(
+/// Why a session is not a candidate: `None` when it is no session at all, else its health and
+/// reason as `skippedSessions` names them.
+type NotCandidate = Option<(&'static str, Option<&'static str>)>;
+
+/// Loads and validates `id` as it is now and summarizes it, with whether the summary stays
+/// current while the manifest keeps its length (not when the view had a torn tail: a cut tail
+/// may be replaced by a record of the same length); `Err` says why the session is not a
+/// candidate.
+fn load_summary(
     wr: &Workrail,
     id: &SessionId,
     workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
-) -> Result<Arc<IndexedSummary>, Option<(&'static str, Option<&'static str>)>> {
-    let len = wr
-        .sessions
-        .fs()
-        .len(&layout::manifest_path(id))
-        .map_err(|_| Some(("unreadable", None)))?;
-    if let Some(indexed) = wr.resume_index.get(id)
-        && Some(indexed.manifest_len) == len
-    {
-        return Ok(indexed);
-    }
+) -> Result<(Arc<IndexedSummary>, bool), NotCandidate> {
     let loaded = match wr.sessions.load(id) {
         Ok(loaded) if loaded.health.is_healthy() => loaded,
         // A directory without committed truth is not a session.
@@ -86,7 +108,7 @@ fn summary_of(
         },
         workflow_name,
     );
-    let mut tips = HashMap::new();
+    let mut tips = Vec::with_capacity(summary.tips.len());
     for tip in &summary.tips {
         let (Some(view), Some(node)) = (
             facts.run(&tip.run_id),
@@ -99,25 +121,87 @@ fn summary_of(
             .get_shared(&node.snapshot_ref)
             .is_ok_and(|s| s.engine_payload.engine_state.is_complete());
         let autonomy = facts.preferences(&tip.run_id, &tip.node_id).autonomy;
-        tips.insert(
+        tips.push((
             tip.run_id.clone(),
             TipFacts {
                 snapshot_ref: node.snapshot_ref.clone(),
                 status: view.status(|_| is_complete, autonomy),
             },
-        );
+        ));
     }
     let indexed = Arc::new(IndexedSummary {
         manifest_len: loaded.manifest_file_bytes,
         summary,
         tips,
+        validated: true,
     });
-    if loaded.manifest_file_bytes == loaded.manifest_committed_bytes {
-        let bytes = indexed.summary.estimated_bytes();
-        wr.resume_index
-            .insert(id.clone(), Arc::clone(&indexed), bytes);
+    let current_by_len = loaded.manifest_file_bytes == loaded.manifest_committed_bytes;
+    if current_by_len {
+        remember(wr, id, &indexed);
     }
-    Ok(indexed)
+    Ok((indexed, current_by_len))
+}
+
+/// Keeps `indexed` in this process's index.
+fn remember(wr: &Workrail, id: &SessionId, indexed: &Arc<IndexedSummary>) {
+    let bytes = indexed.summary.estimated_bytes();
+    wr.resume_index
+        .insert(id.clone(), Arc::clone(indexed), bytes);
+}
+
+/// One call's summaries: every session that looks healthy, with whether each may be kept on
+/// disk (made from a view without a torn tail).
+#[derive(Default)]
+struct Summaries {
+    list: Vec<(Arc<IndexedSummary>, bool)>,
+}
+
+impl Summaries {
+    fn position(&self, id: &SessionId) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|(s, _)| s.summary.session_id == *id)
+    }
+
+    fn get(&self, id: &SessionId) -> Option<&Arc<IndexedSummary>> {
+        self.position(id).map(|i| &self.list[i].0)
+    }
+
+    /// The summaries to keep on disk (with `validated_only`, only those this process made).
+    fn persistable(&self, validated_only: bool) -> impl Iterator<Item = &Arc<IndexedSummary>> {
+        self.list
+            .iter()
+            .filter(move |(s, keep)| *keep && (s.validated || !validated_only))
+            .map(|(s, _)| s)
+    }
+}
+
+/// The length of each session's manifest (`Err`: it could not be read): a `stat` each, the
+/// bulk of a call over thousands of sessions.
+fn manifest_lengths(fs: &dyn StoreFs, ids: &[SessionId]) -> Vec<std::io::Result<Option<u64>>> {
+    ids.iter()
+        .map(|id| fs.len(&layout::manifest_path(id)))
+        .collect()
+}
+
+/// [`manifest_lengths`] over two threads when there are many.
+fn manifest_lengths_parallel(
+    fs: &dyn StoreFs,
+    ids: &[SessionId],
+) -> Vec<std::io::Result<Option<u64>>> {
+    if ids.len() < 512 {
+        return manifest_lengths(fs, ids);
+    }
+    let (first, second) = ids.split_at(ids.len() / 2);
+    std::thread::scope(|scope| {
+        let helper = scope.spawn(|| manifest_lengths(fs, second));
+        let mut lengths = manifest_lengths(fs, first);
+        match helper.join() {
+            Ok(rest) => lengths.extend(rest),
+            Err(_) => lengths.extend(manifest_lengths(fs, second)),
+        }
+        lengths
+    })
 }
 
 pub(super) fn resume_session(
@@ -137,24 +221,88 @@ pub(super) fn resume_session(
             })
             .clone()
     };
-    let mut summaries: Vec<Arc<IndexedSummary>> = Vec::new();
+    let ids = wr.sessions.list_sessions().map_err(store_envelope(false))?;
+    // The persisted index is read when this process's own index cannot cover every session
+    // (a fresh process), beside the `stat`s of the manifests.
+    let fs = wr.sessions.fs().as_ref();
+    let (lengths, disk) = if wr.resume_index.len() < ids.len() {
+        // The `stat`s on helper threads; the parse here, where the summaries will live.
+        std::thread::scope(|scope| {
+            let helper = scope.spawn(|| manifest_lengths_parallel(fs, &ids));
+            let disk = read_disk_index(wr);
+            let lengths = helper.join().unwrap_or_else(|_| manifest_lengths(fs, &ids));
+            (lengths, Some(disk))
+        })
+    } else {
+        (manifest_lengths_parallel(fs, &ids), None)
+    };
+    let mut summaries = Summaries {
+        list: Vec::with_capacity(ids.len()),
+    };
     let mut skipped = Skipped::default();
-    for id in wr.sessions.list_sessions().map_err(store_envelope(false))? {
-        match summary_of(wr, &id, &mut workflow_name) {
-            Ok(indexed) => summaries.push(indexed),
+    for (id, len) in ids.iter().zip(lengths) {
+        let Ok(len) = len else {
+            skipped.add(id, "unreadable", None);
+            continue;
+        };
+        if let Some(indexed) = wr
+            .resume_index
+            .get(id)
+            .filter(|s| Some(s.manifest_len) == len)
+        {
+            summaries.list.push((indexed, true));
+            continue;
+        }
+        if let Some(entry) = len.and_then(|len| disk.as_ref()?.get(id, len)) {
+            remember(wr, id, entry);
+            summaries.list.push((Arc::clone(entry), true));
+            continue;
+        }
+        match load_summary(wr, id, &mut workflow_name) {
+            Ok(loaded) => summaries.list.push(loaded),
             Err(None) => {}
-            Err(Some((health, reason))) => skipped.add(&id, health, reason),
+            Err(Some((health, reason))) => skipped.add(id, health, reason),
         }
     }
-    let refs: Vec<&SessionResumeSummary> = summaries.iter().map(|s| &s.summary).collect();
-    let ranked = rank_summaries(&refs, &query);
+    // Rank; a best candidate read from the persisted index is first loaded and validated here
+    // (L-RESUME-HEALTHY-ONLY), and the ranking is redone until every best candidate was. An
+    // entry that does not match its session at the same manifest length means the file cannot
+    // be trusted: none of its unchecked entries is written back.
+    let mut distrust = false;
+    let ranked = loop {
+        let refs: Vec<&SessionResumeSummary> =
+            summaries.list.iter().map(|(s, _)| &s.summary).collect();
+        let ranked = rank_summaries(&refs, &query);
+        let mut unchecked: Vec<SessionId> = ranked
+            .iter()
+            .filter(|t| summaries.get(&t.session_id).is_some_and(|s| !s.validated))
+            .map(|t| t.session_id.clone())
+            .collect();
+        if unchecked.is_empty() {
+            break ranked;
+        }
+        unchecked.dedup();
+        for id in unchecked {
+            let Some(at) = summaries.position(&id) else {
+                continue;
+            };
+            let (old, _) = summaries.list.swap_remove(at);
+            match load_summary(wr, &id, &mut workflow_name) {
+                Ok((fresh, persistable)) => {
+                    distrust |= old.manifest_len == fresh.manifest_len && !old.same_as(&fresh);
+                    summaries.list.push((fresh, persistable));
+                }
+                Err(None) => {}
+                Err(Some((health, reason))) => skipped.add(&id, health, reason),
+            }
+        }
+    };
     let mut candidates = Vec::with_capacity(ranked.len());
     for tip in ranked {
         let session_id = tip.session_id.clone();
         let tip_facts = summaries
-            .iter()
-            .find(|s| s.summary.session_id == session_id)
-            .and_then(|s| s.tips.get(&tip.run_id))
+            .get(&session_id)
+            .and_then(|s| s.tip(&tip.run_id))
             .ok_or_else(|| invariant("a resume candidate names a run that was not summarized"))?;
         let described = describe(wr, tip_facts, tip);
         match described {
@@ -170,11 +318,53 @@ pub(super) fn resume_session(
             Err(e) => return Err(e),
         }
     }
+    persist(wr, &summaries, disk.is_some(), skipped.count, distrust);
     Ok(ResumeSessionOutput {
         candidates,
         skipped_unhealthy_sessions: skipped.count,
         skipped_sessions: skipped.named,
     })
+}
+
+/// Reads the persisted index and remembers what the file covers.
+fn read_disk_index(wr: &Workrail) -> DiskIndex {
+    let index = resume_index::read(wr.sessions.fs().as_ref());
+    *wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner()) = Some(index.coverage);
+    index
+}
+
+/// Writes the persisted index when it differs from what this call found (decision D64): best
+/// effort, never in safe mode (a call that left any session out: the data directory holds
+/// damage, and a read leaves it as it found it), never failing the call. With `distrust`, only
+/// the summaries this process made itself are written (the next call loads and adds the rest).
+fn persist(
+    wr: &Workrail,
+    summaries: &Summaries,
+    read_this_call: bool,
+    skipped: u64,
+    distrust: bool,
+) {
+    if skipped > 0 {
+        return;
+    }
+    let keep: Vec<&Arc<IndexedSummary>> = summaries.persistable(distrust).collect();
+    let mut now = Coverage::default();
+    for s in &keep {
+        now.add(&s.summary.session_id, s.manifest_len);
+    }
+    let mut on_disk = wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner());
+    if on_disk.is_none() && !read_this_call {
+        // This process never read the file (every session was in memory, or there is none).
+        *on_disk = Some(resume_index::read(wr.sessions.fs().as_ref()).coverage);
+    }
+    if !distrust && *on_disk == Some(now) {
+        return;
+    }
+    if let Err(e) = resume_index::write(wr.sessions.fs().as_ref(), &keep) {
+        tracing::debug!("resume index not written (it is derived; the answer stands): {e}");
+    }
+    // Not retried before something changes, written or not.
+    *on_disk = Some(now);
 }
 
 /// Most skipped sessions a response names (all are counted).

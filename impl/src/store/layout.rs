@@ -9,6 +9,7 @@
 //! workflows/pinned/<hex>.json                        compiled workflows by workflowHash
 //! artifacts/<hex>.json                               structured output artifacts (JCS)
 //! keys/keyring.json                                  token signing keys (0600)
+//! cache/resume-index.v1.jsonl                        derived `resume_session` summaries, safe to delete
 //! ```
 
 use std::path::PathBuf;
@@ -22,6 +23,10 @@ pub const PINNED_WORKFLOWS_DIR: &str = "workflows/pinned";
 pub const ARTIFACTS_DIR: &str = "artifacts";
 pub const KEYS_DIR: &str = "keys";
 pub const KEYRING_FILE: &str = "keys/keyring.json";
+/// Derived files of the whole data directory (never truth, safe to delete).
+pub const DATA_CACHE_DIR: &str = "cache";
+/// `resume_session`'s persisted summary index (`impl/docs/store.md` "Caches").
+pub const RESUME_INDEX_FILE: &str = "cache/resume-index.v1.jsonl";
 
 pub fn session_dir(session: &SessionId) -> PathBuf {
     PathBuf::from(SESSIONS_DIR).join(session.as_str())
