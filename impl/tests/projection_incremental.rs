@@ -118,6 +118,13 @@ fn forking_log(moves: &[(usize, bool)]) -> Vec<SessionEvent> {
             rehydrate(&from.state_token)
         } else if pending(&from).contains("decide") {
             ack(&from, "decided", vec![loop_control("continue")])
+        } else if pick % 4 == 3 {
+            // No notes: a later fork from the same node may give it notes under its children.
+            let mut input = ack(&from, "", vec![]);
+            if let Some(output) = input.output.as_mut() {
+                output.notes_markdown = None;
+            }
+            input
         } else {
             ack(&from, "done", vec![])
         };
@@ -157,7 +164,9 @@ proptest! {
                 }
                 let walked: Vec<NodeId> = view.upwards(node).cloned().collect();
                 prop_assert_eq!(&walked, &naive);
-                let noted: Vec<NodeId> = view.noted_upwards(node).into_iter().cloned().collect();
+                let (count, noted) = view.noted_upwards(node);
+                let noted: Vec<NodeId> = noted.cloned().collect();
+                prop_assert_eq!(count, noted.len());
                 let naive_noted: Vec<NodeId> = naive
                     .into_iter()
                     .filter(|n| {

@@ -50,6 +50,12 @@ enum Step<'v> {
 }
 
 /// Dense per-run node indexes: a node's slot is its creation order.
+///
+/// Beside each slot's parent it keeps what a walk from that slot up to the root would find:
+/// the root-most slot, how many nodes on the way have recap notes, and the nearest one of
+/// them. A parent's slot is lower than its children's, so these are filled in slot order. A
+/// recap change marks every slot from the changed one on as stale until [`SlotIndex::settle`]
+/// refills them (usually only the newest few slots); a query on a stale slot walks instead.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SlotIndex {
     slot_of: HashMap<NodeId, u32>,
@@ -58,6 +64,43 @@ pub struct SlotIndex {
     parents: Vec<Option<u32>>,
     /// Whether the node's current recap output is notes.
     recap_notes: Vec<bool>,
+    /// The root-most slot above (or at) each slot.
+    top: Vec<u32>,
+    /// How many slots on the path root -> slot (inclusive) have recap notes.
+    noted_count: Vec<u32>,
+    /// The nearest slot on the path slot -> root (inclusive) with recap notes.
+    nearest_noted: Vec<Option<u32>>,
+    /// The first slot whose `top`, `noted_count` and `nearest_noted` are out of date.
+    stale_from: Option<u32>,
+}
+
+/// The nodes with recap notes on a path, newest first (see [`SlotIndex::noted_upwards`]).
+#[derive(Debug)]
+pub struct NotedUpwards<'v> {
+    slots: &'v SlotIndex,
+    next: Option<u32>,
+    /// Walking every slot (the index is stale there) rather than jumping between noted ones.
+    walking: bool,
+}
+
+impl<'v> Iterator for NotedUpwards<'v> {
+    type Item = &'v NodeId;
+
+    fn next(&mut self) -> Option<&'v NodeId> {
+        let slots = self.slots;
+        if self.walking {
+            while let Some(slot) = self.next {
+                self.next = slots.parents[slot as usize];
+                if slots.recap_notes[slot as usize] {
+                    return Some(&slots.ids[slot as usize]);
+                }
+            }
+            return None;
+        }
+        let slot = self.next?;
+        self.next = slots.parents[slot as usize].and_then(|p| slots.nearest_noted[p as usize]);
+        Some(&slots.ids[slot as usize])
+    }
 }
 
 impl SlotIndex {
@@ -68,27 +111,88 @@ impl SlotIndex {
         self.ids.push(node.clone());
         self.parents.push(parent);
         self.recap_notes.push(false);
+        self.top.push(slot);
+        self.noted_count.push(0);
+        self.nearest_noted.push(None);
+        self.fill(slot);
+    }
+
+    /// Computes slot's derived entries from its parent's (which must be up to date).
+    fn fill(&mut self, slot: u32) {
+        let i = slot as usize;
+        let own = self.recap_notes[i];
+        let (top, count, nearest) = match self.parents[i] {
+            Some(p) => {
+                let p = p as usize;
+                (self.top[p], self.noted_count[p], self.nearest_noted[p])
+            }
+            None => (slot, 0, None),
+        };
+        self.top[i] = top;
+        self.noted_count[i] = count + u32::from(own);
+        self.nearest_noted[i] = if own { Some(slot) } else { nearest };
     }
 
     /// Records whether `node`'s current recap output is notes.
     pub(crate) fn set_recap_notes(&mut self, node: &NodeId, notes: bool) {
-        if let Some(&slot) = self.slot_of.get(node) {
+        if let Some(&slot) = self.slot_of.get(node)
+            && self.recap_notes[slot as usize] != notes
+        {
             self.recap_notes[slot as usize] = notes;
+            self.stale_from = Some(self.stale_from.map_or(slot, |s| s.min(slot)));
         }
     }
 
-    /// The nodes with recap notes on the path root -> `node`, newest first.
-    pub fn noted_upwards(&self, node: &NodeId) -> Vec<&NodeId> {
-        let mut out = Vec::new();
-        let mut current = self.slot_of.get(node).copied();
-        while let Some(slot) = current {
-            let slot = slot as usize;
-            if self.recap_notes[slot] {
-                out.push(&self.ids[slot]);
+    /// Brings every slot's derived entries up to date (the slots from the first changed one on).
+    pub(crate) fn settle(&mut self) {
+        if let Some(from) = self.stale_from.take() {
+            for slot in from..self.ids.len() as u32 {
+                self.fill(slot);
             }
-            current = self.parents[slot];
         }
-        out
+    }
+
+    fn is_fresh(&self, slot: u32) -> bool {
+        self.stale_from.is_none_or(|s| slot < s)
+    }
+
+    /// How many nodes on the path root -> `node` have recap notes, and those nodes newest
+    /// first: jumping between noted nodes, so only the ones a caller takes are visited.
+    pub fn noted_upwards(&self, node: &NodeId) -> (usize, NotedUpwards<'_>) {
+        let Some(&slot) = self.slot_of.get(node) else {
+            let none = NotedUpwards {
+                slots: self,
+                next: None,
+                walking: false,
+            };
+            return (0, none);
+        };
+        if self.is_fresh(slot) {
+            let walk = NotedUpwards {
+                slots: self,
+                next: self.nearest_noted[slot as usize],
+                walking: false,
+            };
+            return (self.noted_count[slot as usize] as usize, walk);
+        }
+        let walk = || NotedUpwards {
+            slots: self,
+            next: Some(slot),
+            walking: true,
+        };
+        (walk().count(), walk())
+    }
+
+    /// The root-most slot's node on the path root -> `node` (following slots).
+    fn top_of(&self, node: &NodeId) -> Option<&NodeId> {
+        let mut slot = *self.slot_of.get(node)?;
+        if self.is_fresh(slot) {
+            return Some(&self.ids[self.top[slot as usize] as usize]);
+        }
+        while let Some(parent) = self.parents[slot as usize] {
+            slot = parent;
+        }
+        Some(&self.ids[slot as usize])
     }
 }
 
@@ -181,34 +285,31 @@ impl RunView {
         })
     }
 
-    /// The nodes on the path root -> `node` whose current recap output is notes, newest first.
-    pub fn noted_upwards<'v>(&'v self, node: &'v NodeId) -> Vec<&'v NodeId> {
-        let mut noted = self.dag.slots.noted_upwards(node);
+    /// How many nodes on the path root -> `node` have notes as their current recap output, and
+    /// those nodes newest first (only the ones taken are visited).
+    pub fn noted_upwards<'v>(
+        &'v self,
+        node: &'v NodeId,
+    ) -> (usize, impl Iterator<Item = &'v NodeId> + 'v) {
+        let (count, noted) = self.dag.slots.noted_upwards(node);
         // The walk over slots stops below a parent that is not a node of the run; the
         // one-lookup-per-node walk names that parent too.
-        if let Some(dangling) = self
-            .upwards_root(node)
+        let dangling = self
+            .dag
+            .slots
+            .top_of(node)
             .and_then(|top| self.dag.nodes.get(top))
             .and_then(|n| n.parent.as_ref())
             .filter(|p| !self.dag.nodes.contains_key(*p))
-            && self
-                .current_outputs
-                .get(&(dangling.clone(), OutputChannel::Recap))
-                .is_some_and(|o| matches!(o.payload, OutputPayload::Notes { .. }))
-        {
-            noted.push(dangling);
-        }
-        noted
-    }
-
-    /// The root-most node of the run on `node`'s ancestry (following slots).
-    fn upwards_root<'v>(&'v self, node: &'v NodeId) -> Option<&'v NodeId> {
-        let slots = &self.dag.slots;
-        let mut slot = *slots.slot_of.get(node)?;
-        while let Some(parent) = slots.parents[slot as usize] {
-            slot = parent;
-        }
-        Some(&slots.ids[slot as usize])
+            .filter(|p| {
+                self.current_outputs
+                    .get(&((*p).clone(), OutputChannel::Recap))
+                    .is_some_and(|o| matches!(o.payload, OutputPayload::Notes { .. }))
+            });
+        (
+            count + usize::from(dangling.is_some()),
+            noted.chain(dangling),
+        )
     }
 
     /// Nodes on the path root -> `node`.
@@ -505,6 +606,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     .set_recap_notes(node, matches!(output.payload, OutputPayload::Notes { .. }));
             }
         }
+        dag.slots.settle();
         let unresolved_gaps = unresolved(gaps.remove(&run_id).unwrap_or_default());
         views.insert(
             run_id.clone(),
@@ -580,6 +682,9 @@ impl Projector {
             apply(projection, &mut self.aux, &mut touched, position, event)?;
         }
         for run_id in &touched {
+            if let Some(view) = projection.runs.get_mut(run_id) {
+                view.dag.slots.settle();
+            }
             if let (Some(view), Some(aux)) =
                 (projection.runs.get_mut(run_id), self.aux.get_mut(run_id))
                 && let Some(active) = aux.latest_active.take()
@@ -845,4 +950,72 @@ fn unresolved(gaps: Vec<(NodeId, GapRecorded)>) -> Vec<(NodeId, GapRecorded)> {
     gaps.into_iter()
         .filter(|(_, g)| !resolved.contains(&g.gap_id))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: usize) -> NodeId {
+        NodeId::parse(&format!("node_{n:016}")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The jumps between noted slots (settled) and the plain walk (stale) name the same nodes,
+    /// whatever order the recap flags change in, children first included.
+    #[test]
+    fn noted_walks_agree_settled_or_stale() {
+        // A tree: each node's parent is an earlier node.
+        let parents = [
+            None,
+            Some(0),
+            Some(1),
+            Some(1),
+            Some(2),
+            Some(4),
+            Some(3),
+            Some(6),
+        ];
+        let mut slots = SlotIndex::default();
+        for (n, parent) in parents.iter().enumerate() {
+            slots.push(&id(n), parent.map(id).as_ref());
+        }
+        let naive = |slots: &SlotIndex, n: usize| -> Vec<NodeId> {
+            let mut out = Vec::new();
+            let mut at = Some(n);
+            while let Some(i) = at {
+                if slots.recap_notes[i] {
+                    out.push(id(i));
+                }
+                at = parents[i];
+            }
+            out
+        };
+        let changes = [
+            (5, true),
+            (1, true),
+            (3, true),
+            (1, false),
+            (7, true),
+            (0, true),
+            (3, false),
+        ];
+        for (node, flag) in changes {
+            slots.set_recap_notes(&id(node), flag);
+            for n in 0..parents.len() {
+                let (count, stale) = slots.noted_upwards(&id(n));
+                let stale: Vec<NodeId> = stale.cloned().collect();
+                assert_eq!((count, &stale), (naive(&slots, n).len(), &naive(&slots, n)));
+            }
+            slots.settle();
+            for n in 0..parents.len() {
+                let (count, settled) = slots.noted_upwards(&id(n));
+                let settled: Vec<NodeId> = settled.cloned().collect();
+                assert_eq!(
+                    (count, &settled),
+                    (naive(&slots, n).len(), &naive(&slots, n))
+                );
+                assert_eq!(slots.top_of(&id(n)), Some(&id(0)));
+            }
+        }
+    }
 }

@@ -74,17 +74,17 @@ fn snippet(text: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Recap entries (step notes) of the nodes of `path` (root first), numbered from 1, newest
-/// first: only as many as `budget` bytes can hold plus one are formatted (a deep branch costs a
-/// lookup per node, not a string), with the count of all of them.
+/// Recap entries (step notes), numbered from 1 (the oldest), newest first: `notes` yields the
+/// `total` notes newest first, and only as many as `budget` bytes can hold plus one are taken
+/// and formatted (a deep branch costs nothing for the notes that cannot be shown).
 fn newest_notes<'n>(
-    notes: impl DoubleEndedIterator<Item = &'n str> + ExactSizeIterator,
+    notes: impl Iterator<Item = &'n str>,
+    total: usize,
     budget: usize,
 ) -> (Vec<String>, usize) {
-    let total = notes.len();
     let mut used = 0usize;
     let mut out = Vec::new();
-    for (back, text) in notes.rev().enumerate() {
+    for (back, text) in notes.enumerate() {
         let entry = format!("[{}] {text}", total - back);
         used += entry.len() + 2;
         out.push(entry);
@@ -108,12 +108,9 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     let info = view.dag.nodes.get(node)?;
     if info.children.is_empty() {
         // Only the newest notes the budget can hold are looked up; the rest are counted.
-        let noted = view.noted_upwards(node);
-        let notes = noted
-            .iter()
-            .rev()
-            .map(|n| facts.recap_notes(run, n).unwrap_or_default());
-        let (entries, total) = newest_notes(notes, RECAP_MAX_BYTES);
+        let (count, noted) = view.noted_upwards(node);
+        let notes = noted.map(|n| facts.recap_notes(run, n).unwrap_or_default());
+        let (entries, total) = newest_notes(notes, count, RECAP_MAX_BYTES);
         if total == 0 {
             return None;
         }
@@ -164,7 +161,12 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         None => Vec::new(),
     };
     let room = RECAP_MAX_BYTES.saturating_sub(text.len() + 64);
-    let (entries, total) = newest_notes(notes_on_path(facts, run, &downstream).into_iter(), room);
+    let downstream_notes = notes_on_path(facts, run, &downstream);
+    let (entries, total) = newest_notes(
+        downstream_notes.iter().rev().copied(),
+        downstream_notes.len(),
+        room,
+    );
     let (body, omitted, cut) = most_recent_within(&entries, total, room);
     if total > 0 {
         text.push_str("Preferred branch since here:\n");
