@@ -24,7 +24,7 @@ use workrail::store::layout;
 use workrail::store::memfs::MemFs;
 use workrail::store::{ArtifactStore, SessionHealth};
 use workrail_spec::closed::SessionHealthKind;
-use workrail_spec::error::{ErrorCode, ErrorEnvelope};
+use workrail_spec::error::ErrorCode;
 use workrail_spec::event::{EventData, OutputPayload, SessionEvent};
 use workrail_spec::ids::{EventIndex, ManifestIndex, SessionId};
 use workrail_spec::manifest::ManifestRecord;
@@ -59,20 +59,6 @@ fn demo_session(wr: &Workrail) -> Built {
             Op::Fork { back: 3 },
         ],
     )
-}
-
-fn import(wr: &Workrail, text: &str) -> Result<workrail::bundle::ImportReport, ErrorEnvelope> {
-    wr.import_bundle(text, &ImportOptions::default(), &NoProgress)
-}
-
-/// Imports `text` into a WorkRail over `fs`, which must refuse it with `code` and write nothing.
-fn assert_refused(fs: &MemFs, wr: &Workrail, text: &str, code: ErrorCode) -> ErrorEnvelope {
-    let before = fs.snapshot();
-    let err = import(wr, text).expect_err("tampered bundle must be refused");
-    assert_eq!(err.code, code, "{}", err.message);
-    assert!(!err.suggestion.is_empty());
-    assert_eq!(fs.snapshot(), before, "a refused import wrote something");
-    err
 }
 
 /// lock: L-BUNDLE-RESUMABLE, L-BUNDLE-NO-TOKENS, L-BUNDLE-SESSION, L-BUNDLE-ENVELOPE

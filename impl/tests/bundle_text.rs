@@ -14,13 +14,13 @@ mod protocol_support;
 
 use bundle_support::*;
 use serde_json::{Value, json};
-use workrail::bundle::{ExportedBundle, ImportOptions, NoProgress};
+use workrail::bundle::ExportedBundle;
 use workrail::protocol::Workrail;
 use workrail::store::fs::StoreFs;
 use workrail::store::layout;
 use workrail::store::memfs::MemFs;
 use workrail_spec::bundle::ExportBundleV1;
-use workrail_spec::error::{ErrorCode, ErrorEnvelope};
+use workrail_spec::error::ErrorCode;
 use workrail_spec::ids::SessionId;
 use workrail_spec::jcs::{parse_strict, to_canonical_string};
 
@@ -65,19 +65,6 @@ fn rich_session(wr: &Workrail) -> Built {
     );
     wr.continue_workflow(input).unwrap();
     built
-}
-
-fn import(wr: &Workrail, text: &str) -> Result<workrail::bundle::ImportReport, ErrorEnvelope> {
-    wr.import_bundle(text, &ImportOptions::default(), &NoProgress)
-}
-
-/// Imports `text` into a WorkRail over `fs`, which must refuse it with `code` and write nothing.
-fn assert_refused(fs: &MemFs, wr: &Workrail, text: &str, code: ErrorCode) -> ErrorEnvelope {
-    let before = fs.snapshot();
-    let err = import(wr, text).expect_err("the bundle must be refused");
-    assert_eq!(err.code, code, "{}", err.message);
-    assert_eq!(fs.snapshot(), before, "a refused import wrote something");
-    err
 }
 
 /// The export's text must be the canonical form of the whole bundle as the Value-based

@@ -403,3 +403,31 @@ pub fn sessions_removed_before_cas(removed: &[std::path::PathBuf]) -> bool {
         None => true,
     }
 }
+
+/// Imports `text` with the default options.
+pub fn import(
+    wr: &Workrail,
+    text: &str,
+) -> Result<workrail::bundle::ImportReport, workrail_spec::error::ErrorEnvelope> {
+    wr.import_bundle(
+        text,
+        &workrail::bundle::ImportOptions::default(),
+        &NoProgress,
+    )
+}
+
+/// Imports `text` into a WorkRail over `fs`, which must refuse it with `code`, say what to do
+/// next, and write nothing.
+pub fn assert_refused(
+    fs: &MemFs,
+    wr: &Workrail,
+    text: &str,
+    code: workrail_spec::error::ErrorCode,
+) -> workrail_spec::error::ErrorEnvelope {
+    let before = fs.snapshot();
+    let err = import(wr, text).expect_err("the bundle must be refused");
+    assert_eq!(err.code, code, "{}", err.message);
+    assert!(!err.suggestion.is_empty());
+    assert_eq!(fs.snapshot(), before, "a refused import wrote something");
+    err
+}
