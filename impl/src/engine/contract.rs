@@ -2,6 +2,8 @@
 //! with the `jsonschema` crate (draft 2020-12, no remote or file references) plus WorkRail's
 //! `maxUtf8Bytes` keyword, so byte budgets are exact.
 
+use std::sync::{Arc, Mutex};
+
 use jsonschema::paths::Location;
 use jsonschema::{Draft, Keyword, ValidationError, Validator};
 use serde_json::{Map, Value};
@@ -44,12 +46,33 @@ fn max_utf8_bytes_factory<'a>(
 
 /// Builds the validator for an embedded schema. Only bundled drafts are known and nothing is
 /// fetched: `jsonschema` is built without its HTTP and file resolvers.
-pub fn validator(schema: &Value) -> Result<Validator, String> {
+fn build_validator(schema: &Value) -> Result<Validator, String> {
     jsonschema::options()
         .with_draft(Draft::Draft202012)
         .with_keyword(MAX_UTF8_BYTES_KEYWORD, max_utf8_bytes_factory)
         .build(schema)
         .map_err(|e| e.to_string())
+}
+
+/// How many compiled validators a process keeps (a run's contracts are a handful of schemas).
+const KEPT_VALIDATORS: usize = 32;
+
+/// The validator for an embedded schema. Building one costs more than the rest of an advance's
+/// judging, and the same few schemas come back on every acknowledgement, so the validators of
+/// the most recently used schemas are kept, by equality of the schema itself.
+pub fn validator(schema: &Value) -> Result<Arc<Validator>, String> {
+    static KEPT: Mutex<Vec<(Value, Arc<Validator>)>> = Mutex::new(Vec::new());
+    let kept = || KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = kept().iter().find(|(s, _)| s == schema) {
+        return Ok(Arc::clone(&found.1));
+    }
+    let built = Arc::new(build_validator(schema)?);
+    let mut kept = kept();
+    if kept.len() >= KEPT_VALIDATORS {
+        kept.remove(0);
+    }
+    kept.push((schema.clone(), Arc::clone(&built)));
+    Ok(built)
 }
 
 /// One schema violation of one artifact.
