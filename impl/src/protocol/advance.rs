@@ -206,11 +206,12 @@ fn missing_notes_warning(
 /// A warning when the notes recorded on `node` (a node the plan ending `prefix` created) were
 /// cut to the budget: rebuilt from the recorded notes, so replays stay identical.
 pub(super) fn notes_warnings(prefix: &[SessionEvent], node: &NodeId) -> Vec<Warning> {
+    // The cheap test first: few notes end with the marker, so node ids are rarely compared.
     let truncated = prefix.iter().rev().take(1000).any(|e| {
-        e.scope().node_id() == Some(node)
-            && matches!(e.data(), EventData::NodeOutputAppended(o)
+        matches!(e.data(), EventData::NodeOutputAppended(o)
                 if matches!(&o.payload, OutputPayload::Notes { notes_markdown }
                     if notes_markdown.as_str().ends_with(workrail_spec::budget::TRUNCATION_MARKER)))
+            && e.scope().node_id() == Some(node)
     });
     if !truncated {
         return Vec::new();
