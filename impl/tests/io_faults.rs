@@ -66,8 +66,22 @@ fn assert_honest(error: &ErrorEnvelope, errno: &str, context: &str) {
 /// lock: L-STORE-ATOMIC-WRITE, L-TOKEN-ACK-IDEMPOTENT, L-ERR-SELF-CORRECTING
 #[test]
 fn a_failed_write_anywhere_in_an_advance_is_honest_and_the_retry_records_it_once() {
+    failed_write_sweep(MemFs::new);
+}
+
+/// The same sweep with the snapshot and the segment written at once, as on the real filesystem
+/// (decision D65): whichever write the failure hits, and whatever the other one did meanwhile,
+/// nothing is attested, the session stays healthy and the retry records the step once.
+///
+/// lock: L-STORE-ATOMIC-WRITE, L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn a_failed_write_while_the_snapshot_and_segment_overlap_is_honest_too() {
+    failed_write_sweep(|| MemFs::new().overlapping_writes());
+}
+
+fn failed_write_sweep(new_fs: fn() -> MemFs) {
     // Count the mutating operations of the call on a clean run.
-    let fs = MemFs::new();
+    let fs = new_fs();
     let (_, call) = setup(&fs);
     let before = fs.ops();
     let clean = open(&fs).continue_workflow(call).unwrap();
@@ -82,7 +96,7 @@ fn a_failed_write_anywhere_in_an_advance_is_honest_and_the_retry_records_it_once
         for (errno, name) in [(ENOSPC, "ENOSPC"), (EIO, "EIO")] {
             for written in [0, 500, 1000] {
                 let context = format!("{name} at mutating op {k} of {ops}, {written}/1000 written");
-                let fs = MemFs::new();
+                let fs = new_fs();
                 let (first, call) = setup(&fs);
                 let wr = open(&fs);
                 fs.fail_at_with(k, errno, written);

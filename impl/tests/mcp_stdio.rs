@@ -623,9 +623,29 @@ fn cli(data_dir: &Path, args: &[&str]) -> std::process::Output {
 /// lock: L-TOKEN-ROTATION, L-TOKEN-KEYRING-VERIFY
 #[test]
 fn a_running_server_picks_up_a_rotated_keyring_without_a_restart() {
+    picks_up_rotations(false);
+}
+
+/// The same, once the keyring file has settled: the server then checks it with a `stat` per
+/// use instead of a read, and a rotation still reaches it (a rotation gives the file another
+/// inode and fresh change times).
+///
+/// lock: L-TOKEN-ROTATION, L-TOKEN-KEYRING-VERIFY
+#[test]
+fn a_running_server_picks_up_a_rotation_of_a_settled_keyring() {
+    picks_up_rotations(true);
+}
+
+fn picks_up_rotations(settled: bool) {
     let dir = data_dir();
     let mut running = Server::start(dir.path());
     let s0 = running.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    if settled {
+        std::thread::sleep(workrail::store::fs::STAMP_SETTLE + Duration::from_millis(200));
+        // Uses now rest on the file's stamp.
+        running.exec("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+        running.exec("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+    }
     for _ in 0..2 {
         let out = cli(dir.path(), &["keys", "rotate"]);
         assert!(out.status.success(), "{out:?}");

@@ -665,3 +665,81 @@ fn storing_an_existing_object_again_refreshes_it_for_the_gc_grace_period() {
     assert!(modified > old + std::time::Duration::from_secs(3600));
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "not rewritten");
 }
+
+/// What a commit's `alongside` write (the plan's snapshot) saw of the segment and the manifest
+/// while it ran: (a segment file existed at some moment, the manifest existed at any moment).
+fn seen_alongside(fs: MemFs, wait_for_segment: std::time::Duration) -> (bool, bool) {
+    let fx = Fixture::on(fs);
+    let events = workrail::store::layout::events_dir(&session());
+    let manifest = workrail::store::layout::manifest_path(&session());
+    let watcher = fx.fs.clone();
+    let (_, seen) = fx
+        .store
+        .with_append_gate(&session(), |gate| {
+            gate.append_alongside(start_plan(&fx.snapshots), move || {
+                let deadline = std::time::Instant::now() + wait_for_segment;
+                let mut manifest_seen = false;
+                loop {
+                    manifest_seen |= watcher.read(&manifest).unwrap().is_some();
+                    let segment = !watcher.list_dir(&events).unwrap().is_empty();
+                    if segment || std::time::Instant::now() >= deadline {
+                        return Ok((segment, manifest_seen));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            })
+        })
+        .unwrap();
+    assert_eq!(fx.kinds().len(), 3, "the plan is committed");
+    seen
+}
+
+/// Decision D65: where the filesystem overlaps writes (the real one does), the plan's snapshot
+/// is stored while the segment is written, and the manifest attests the plan only once both are
+/// durable.
+///
+/// lock: L-STORE-COMMIT-SEGMENT, L-STORE-COMMIT-ATTEST
+#[test]
+fn the_snapshot_is_stored_while_the_segment_is_written_and_before_the_manifest() {
+    let (segment, manifest) = seen_alongside(
+        MemFs::new().overlapping_writes(),
+        std::time::Duration::from_secs(20),
+    );
+    assert!(segment, "the segment is written at the same time");
+    assert!(!manifest, "the manifest waits for both");
+    assert!(OsFs::new("/nonexistent").overlaps_writes());
+}
+
+/// The crash model keeps one order of operations (crash points and fault plans count them):
+/// the snapshot first, then the segment, then the manifest.
+///
+/// lock: L-STORE-COMMIT-SEGMENT, L-STORE-COMMIT-ATTEST
+#[test]
+fn without_overlap_the_snapshot_is_stored_before_the_segment() {
+    let (segment, manifest) = seen_alongside(MemFs::new(), std::time::Duration::ZERO);
+    assert!(!segment && !manifest);
+}
+
+/// A stamp vouches for a file only once it has settled (coarse timestamps), stays equal while
+/// the file does, and changes when the file is replaced, so the keyring check can rest on it
+/// (decision D54).
+///
+/// lock: L-TOKEN-ROTATION
+#[test]
+fn a_file_stamp_vouches_only_for_a_settled_unchanged_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = OsFs::new(dir.path());
+    let path = Path::new("keyring.json");
+    assert_eq!(fs.stamp(path), None, "no file, no stamp");
+    fs.write_private(path, b"first").unwrap();
+    assert_eq!(fs.stamp(path), None, "a file changed just now is read");
+    std::thread::sleep(workrail::store::fs::STAMP_SETTLE + std::time::Duration::from_millis(100));
+    let settled = fs.stamp(path).expect("a settled file has a stamp");
+    assert_eq!(fs.stamp(path), Some(settled), "unchanged file, same stamp");
+    fs.write_private(path, b"other").unwrap();
+    assert_ne!(fs.stamp(path), Some(settled));
+    // A store without stamps (the crash model) always reads.
+    let mem = MemFs::new();
+    mem.write_private(path, b"first").unwrap();
+    assert_eq!(mem.stamp(path), None);
+}

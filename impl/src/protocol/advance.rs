@@ -461,11 +461,13 @@ pub(super) fn advance(
             }
             plan_advance(wr, &fresh, &facts, state, &ack.attempt_id, input)?
         };
-        if let Some((snapshot, bytes)) = &plan.snapshot {
-            wr.snapshots
-                .put_canonical(snapshot, bytes)
-                .map_err(|e| e.to_envelope(true))?;
-        }
+        // The new node's snapshot is stored while the segment is written (decision D65); both
+        // are durable before the manifest attests the plan.
+        let snapshots = wr.snapshots.clone();
+        let store_snapshot = move || match plan.snapshot {
+            Some((snapshot, bytes)) => snapshots.put_canonical(&snapshot, &bytes).map(drop),
+            None => Ok(()),
+        };
         let NodeContext {
             compiled,
             workflow_hash,
@@ -474,9 +476,12 @@ pub(super) fn advance(
         } = fresh;
         // Release the shared view so the commit updates the session in place.
         drop(loaded);
-        gate.append(AppendPlan {
-            events: plan.events,
-        })
+        gate.append_alongside(
+            AppendPlan {
+                events: plan.events,
+            },
+            store_snapshot,
+        )
         .map_err(|e| e.to_envelope(true))?;
         let committed = NodeContext {
             loaded: gate.shared(),

@@ -347,7 +347,7 @@ impl Workrail {
         let refreshed = {
             let held = self.codec.read().unwrap_or_else(|p| p.into_inner());
             match self.keys.refresh(&held.0) {
-                Ok(Refresh::Changed(newer)) => newer,
+                Ok(Refresh::Changed(newer) | Refresh::Restamped(newer)) => newer,
                 Ok(Refresh::Unchanged | Refresh::Restored) => return held.1.clone(),
                 Err(e) => {
                     // A damaged file must not stop a process that still holds good keys.

@@ -58,6 +58,17 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     /// Sets the file's modification time to now (GC's grace period protects a CAS object a
     /// writer is about to reference again).
     fn touch(&self, path: &Path) -> io::Result<()>;
+    /// Whether a commit may run its independent durable writes (the snapshot object and the
+    /// event segment) on two threads at once (decision D65). The real filesystem does; the crash
+    /// model keeps one order of operations, so a crash point names the same operation every run.
+    fn overlaps_writes(&self) -> bool {
+        false
+    }
+    /// What identifies this version of `path` without reading it, when the filesystem can vouch
+    /// for one; `None` (the default, and for a missing file) means: read it to know.
+    fn stamp(&self, _path: &Path) -> Option<FileStamp> {
+        None
+    }
     /// Atomically renames `from` to `to`, replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creates, renames, removals) durable.
@@ -89,6 +100,23 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
         create_dir_durable_with(self, dir, &KnownDurable::default())
     }
 }
+
+/// One version of a file as its metadata tells it: device, inode, length and the modification
+/// and status-change times in nanoseconds. A file replaced by a rename gets another inode; one
+/// changed in place, another time, unless within one timestamp tick: [`OsFs::stamp`] therefore
+/// vouches only for files not changed in the last [`STAMP_SETTLE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    device: u64,
+    inode: u64,
+    len: u64,
+    modified_ns: i128,
+    changed_ns: i128,
+}
+
+/// How long ago a file must have changed for its stamp to vouch for it (coarse timestamps:
+/// two writes within one tick can leave the same times).
+pub const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Directory entries this process has made (or seen made) durable, so `create_dir_durable` syncs
 /// each parent once per process instead of on every call.
@@ -302,6 +330,30 @@ impl StoreFs for OsFs {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(self.abs(from), self.abs(to))
+    }
+
+    fn overlaps_writes(&self) -> bool {
+        true
+    }
+
+    #[cfg(unix)]
+    fn stamp(&self, path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs::metadata(self.abs(path)).ok()?;
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        let changed_ns = ns(meta.ctime(), meta.ctime_nsec());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_nanos();
+        let settled = i128::try_from(now).ok()? - changed_ns >= STAMP_SETTLE.as_nanos() as i128;
+        settled.then_some(FileStamp {
+            device: meta.dev(),
+            inode: meta.ino(),
+            len: meta.size(),
+            modified_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            changed_ns,
+        })
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {

@@ -22,7 +22,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
-use super::fs::{LockError, StoreFs};
+use super::fs::{FileStamp, LockError, StoreFs};
 use super::layout;
 use crate::entropy::Entropy;
 
@@ -97,12 +97,22 @@ pub struct KeyringRecreated {
     pub reason: String,
 }
 
-/// The keyring as one process holds it, with the bytes it was read from (to notice changes).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The keyring as one process holds it, with the bytes it was read from (to notice changes)
+/// and the file's stamp when they were read (an unchanged stamp spares the read).
+#[derive(Debug, Clone)]
 pub struct HeldKeyring {
     pub keyring: Keyring,
     bytes: Vec<u8>,
+    stamp: Option<FileStamp>,
 }
+
+impl PartialEq for HeldKeyring {
+    fn eq(&self, other: &Self) -> bool {
+        self.keyring == other.keyring && self.bytes == other.bytes
+    }
+}
+
+impl Eq for HeldKeyring {}
 
 /// What [`KeyringStore::refresh`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +121,9 @@ pub enum Refresh {
     Unchanged,
     /// Another process rotated (or re-created) the keyring: use this one.
     Changed(HeldKeyring),
+    /// The file holds the same keyring under a new stamp (rewritten with the same keys): hold
+    /// this one, so the next check is a `stat` again.
+    Restamped(HeldKeyring),
     /// The file was gone and was written back from memory.
     Restored,
 }
@@ -163,13 +176,20 @@ impl KeyringStore {
     }
 
     fn read_held(&self) -> Result<Option<HeldKeyring>, StoreError> {
+        // The stamp before the bytes: a change in between makes the next check read again.
+        let stamp = self.stamp();
         let Some(bytes) = self.read_bytes()? else {
             return Ok(None);
         };
         Ok(Some(HeldKeyring {
             keyring: Self::parse(&bytes)?,
             bytes,
+            stamp,
         }))
+    }
+
+    fn stamp(&self) -> Option<FileStamp> {
+        self.fs.stamp(Path::new(layout::KEYRING_FILE))
     }
 
     fn parse(bytes: &[u8]) -> Result<Keyring, StoreError> {
@@ -201,6 +221,7 @@ impl KeyringStore {
         Ok(HeldKeyring {
             keyring: keyring.clone(),
             bytes,
+            stamp: self.stamp(),
         })
     }
 
@@ -219,13 +240,26 @@ impl KeyringStore {
 
     /// Compares the keyring file with `held`: another process's rotation is picked up, and a
     /// file that vanished is written back from memory (logged), so tokens keep verifying in
-    /// every process. One small read per call.
+    /// every process. One `stat` per call while the file keeps the stamp it had when read (see
+    /// [`FileStamp`]); else one small read.
     pub fn refresh(&self, held: &HeldKeyring) -> Result<Refresh, StoreError> {
+        let stamp = self.stamp();
+        if stamp.is_some() && stamp == held.stamp {
+            return Ok(Refresh::Unchanged);
+        }
         match self.read_bytes()? {
-            Some(bytes) if bytes == held.bytes => Ok(Refresh::Unchanged),
+            Some(bytes) if bytes == held.bytes => match stamp {
+                Some(_) => Ok(Refresh::Restamped(HeldKeyring {
+                    keyring: held.keyring.clone(),
+                    bytes,
+                    stamp,
+                })),
+                None => Ok(Refresh::Unchanged),
+            },
             Some(bytes) => Ok(Refresh::Changed(HeldKeyring {
                 keyring: Self::parse(&bytes)?,
                 bytes,
+                stamp,
             })),
             None => self.locked(|| match self.read_held()? {
                 Some(other) => Ok(Refresh::Changed(other)),

@@ -90,6 +90,9 @@ pub struct MemFs {
     /// What `create_dir_durable` knows to be durable (shared by clones; a restart after a crash
     /// starts with nothing known, like a new process).
     known_durable: Arc<super::fs::KnownDurable>,
+    /// Whether commits overlap their independent writes here as on the real filesystem (off:
+    /// one deterministic order of operations, which crash points and fault plans count on).
+    overlaps_writes: bool,
 }
 
 fn crashed_error() -> io::Error {
@@ -116,6 +119,13 @@ enum Step {
 impl MemFs {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This filesystem, with commits overlapping their independent writes as on the real one
+    /// (decision D65): fault plans then hit whichever write comes first.
+    pub fn overlapping_writes(mut self) -> Self {
+        self.overlaps_writes = true;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -233,6 +243,7 @@ impl MemFs {
         MemFs {
             state: Arc::new(Mutex::new(state)),
             known_durable: Arc::default(),
+            overlaps_writes: self.overlaps_writes,
         }
     }
 
@@ -514,6 +525,10 @@ impl StoreFs for MemFs {
         let inode = &mut s.inodes[ino];
         inode.synced = inode.live.clone();
         Ok(())
+    }
+
+    fn overlaps_writes(&self) -> bool {
+        self.overlaps_writes
     }
 
     fn touch(&self, path: &Path) -> io::Result<()> {

@@ -12,6 +12,7 @@ pub mod layout;
 mod load;
 pub mod memfs;
 pub mod object_cache;
+mod overlap;
 pub mod planted;
 mod repair;
 mod session;

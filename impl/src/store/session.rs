@@ -526,6 +526,20 @@ impl AppendGate<'_> {
     /// The only durable mutation. Events whose dedupeKey is already committed are idempotent
     /// no-ops (returned as they were committed); the rest are committed together or not at all.
     pub fn append(&mut self, plan: AppendPlan) -> Result<Vec<AppendedEvent>, StoreError> {
+        self.append_alongside(plan, || Ok(()))
+            .map(|(appended, ())| appended)
+    }
+
+    /// [`AppendGate::append`], with `alongside` (a durable write the plan depends on: the
+    /// snapshot its `node_created` introduces) done before the manifest attests the plan. Where
+    /// the filesystem allows, `alongside` runs while the segment is written (decision D65);
+    /// else first, as if called before `append`. When it fails nothing is attested: its error is
+    /// returned (before the segment's, when both failed) and the session is unchanged.
+    pub fn append_alongside<T: Send + 'static>(
+        &mut self,
+        plan: AppendPlan,
+        alongside: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<(Vec<AppendedEvent>, T), StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned {
                 session: self.session.session_id.clone(),
@@ -577,7 +591,7 @@ impl AppendGate<'_> {
             fresh.push(event);
         }
         if fresh.is_empty() {
-            return Ok(results);
+            return alongside().map(|t| (results, t));
         }
         let mut segment = String::new();
         for event in &fresh {
@@ -595,11 +609,16 @@ impl AppendGate<'_> {
                 self.store.limits.max_bytes
             )));
         }
-        self.commit(fresh, segment)?;
-        Ok(results)
+        let t = self.commit(fresh, segment, alongside)?;
+        Ok((results, t))
     }
 
-    fn commit(&mut self, fresh: Vec<SessionEvent>, segment: String) -> Result<(), StoreError> {
+    fn commit<T: Send + 'static>(
+        &mut self,
+        fresh: Vec<SessionEvent>,
+        segment: String,
+        alongside: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let session_id = self.session.session_id.clone();
         let first = fresh[0].event_index();
         let last = fresh[fresh.len() - 1].event_index();
@@ -609,21 +628,42 @@ impl AppendGate<'_> {
         let manifest = layout::manifest_path(&session_id);
 
         // 1) Segment: temp -> fsync -> rename -> fsync(dir). Until the manifest attests it, a
-        //    segment is an orphan: nothing is committed if anything here fails.
-        let written = self
-            .fs()
-            .write_new_synced(&temp, segment.as_bytes())
-            .map_err(|e| ("write the event segment", temp.clone(), e))
-            .and_then(|()| {
-                self.fs()
-                    .rename(&temp, &final_path)
-                    .map_err(|e| ("rename the event segment", final_path.clone(), e))
-            })
-            .and_then(|()| {
-                self.fs()
-                    .sync_dir(&events_dir)
-                    .map_err(|e| ("sync the events directory", events_dir.clone(), e))
-            });
+        //    segment is an orphan: nothing is committed if anything here fails. `alongside`
+        //    (the plan's snapshot) is durable before step 2 too.
+        let write_segment = || {
+            self.fs()
+                .write_new_synced(&temp, segment.as_bytes())
+                .map_err(|e| ("write the event segment", temp.clone(), e))
+                .and_then(|()| {
+                    self.fs()
+                        .rename(&temp, &final_path)
+                        .map_err(|e| ("rename the event segment", final_path.clone(), e))
+                })
+                .and_then(|()| {
+                    self.fs()
+                        .sync_dir(&events_dir)
+                        .map_err(|e| ("sync the events directory", events_dir.clone(), e))
+                })
+        };
+        let (beside, written) = if self.fs().overlaps_writes() {
+            super::overlap::both(alongside, write_segment)
+        } else {
+            match alongside() {
+                Ok(t) => (Ok(t), write_segment()),
+                Err(e) => return Err(e),
+            }
+        };
+        let beside = match beside {
+            Ok(t) => t,
+            Err(e) => {
+                if written.is_err() {
+                    let _ = self.fs().remove_file(&temp);
+                }
+                // Nothing is attested: the session is as it was (a written segment is an orphan
+                // the next commit of these indices replaces).
+                return Err(e);
+            }
+        };
         if let Err((op, path, e)) = written {
             // Best effort: an orphan is never read, whatever its name.
             let _ = self.fs().remove_file(&temp);
@@ -708,7 +748,7 @@ impl AppendGate<'_> {
         view.pinned.extend(newly_pinned);
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
-        Ok(())
+        Ok(beside)
     }
 
     /// Undoes a manifest append whose write or fsync failed: cuts the manifest back to its
