@@ -257,6 +257,18 @@ pub struct RunView {
 }
 
 impl RunView {
+    /// The current recap notes of `node`, if any.
+    pub fn recap_notes(&self, node: &NodeId) -> Option<&str> {
+        match &self
+            .current_outputs
+            .get(&(node.clone(), OutputChannel::Recap))?
+            .payload
+        {
+            OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str()),
+            OutputPayload::ArtifactRef { .. } => None,
+        }
+    }
+
     /// `node`, then its parent, and so on up to the root (no allocation of the whole chain, so
     /// a lookup that stops at the first hit does not pay for a deep branch).
     pub fn upwards<'v>(&'v self, node: &'v NodeId) -> impl Iterator<Item = &'v NodeId> + 'v {

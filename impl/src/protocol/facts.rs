@@ -8,10 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use workrail_spec::closed::{EdgeKind, OutputChannel};
-use workrail_spec::event::{
-    AdvanceRecorded, EffectivePreferences, EventData, OutputPayload, SessionEvent,
-};
+use workrail_spec::closed::EdgeKind;
+use workrail_spec::event::{AdvanceRecorded, EffectivePreferences, EventData, SessionEvent};
 use workrail_spec::ids::{AttemptId, EventId, NodeId, RunId, SessionId};
 
 use crate::projections::{
@@ -171,14 +169,6 @@ impl<'a> Facts<'a> {
 
     /// The current recap notes of `node`, if any.
     pub fn recap_notes(&self, run: &RunId, node: &NodeId) -> Option<&str> {
-        let view = self.run(run)?;
-        match &view
-            .current_outputs
-            .get(&(node.clone(), OutputChannel::Recap))?
-            .payload
-        {
-            OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str()),
-            OutputPayload::ArtifactRef { .. } => None,
-        }
+        self.run(run)?.recap_notes(node)
     }
 }

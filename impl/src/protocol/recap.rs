@@ -40,31 +40,63 @@ fn policy(omitted: u32, cut: bool) -> Option<RecapTruncationPolicy> {
     }
 }
 
+/// One recap entry, `[number] text`: numbered from 1 (the oldest).
+#[derive(Clone, Copy)]
+struct Entry<'n> {
+    number: usize,
+    text: &'n str,
+}
+
+impl Entry<'_> {
+    /// The UTF-8 length of the formatted entry, without formatting it.
+    fn len(&self) -> usize {
+        self.number.checked_ilog10().unwrap_or(0) as usize + 1 + 3 + self.text.len()
+    }
+
+    fn write_to(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(out, "[{}] {}", self.number, self.text);
+    }
+}
+
 /// Keeps the most recent entries within `budget`; returns (text, omitted, cut). `newest_first`
 /// holds at least the entries the budget can take plus one (or all), `total` counts them all.
-fn most_recent_within(newest_first: &[String], total: usize, budget: usize) -> (String, u32, bool) {
-    let mut kept: Vec<&str> = Vec::new();
+/// Only the kept entries are formatted, once, into the text.
+fn most_recent_within(
+    newest_first: &[Entry<'_>],
+    total: usize,
+    budget: usize,
+) -> (String, u32, bool) {
+    let mut kept = 0usize;
     let mut used = 0usize;
     for entry in newest_first {
-        let cost = entry.len() + if kept.is_empty() { 0 } else { 2 };
+        let cost = entry.len() + if kept == 0 { 0 } else { 2 };
         if used + cost > budget {
             break;
         }
         used += cost;
-        kept.push(entry);
+        kept += 1;
     }
-    let omitted = (total - kept.len()) as u32;
-    if kept.is_empty()
+    let omitted = (total - kept) as u32;
+    if kept == 0
         && let Some(last) = newest_first.first()
     {
         // The newest entry alone is too long: keep its beginning, marked.
-        let cut = truncate_with_marker(last, budget)
+        let mut whole = String::with_capacity(last.len());
+        last.write_to(&mut whole);
+        let cut = truncate_with_marker(&whole, budget)
             .map(|t| t.text.into_owned())
             .unwrap_or_default();
         return (cut, omitted.saturating_sub(1), true);
     }
-    kept.reverse();
-    (kept.join("\n\n"), omitted, false)
+    let mut text = String::with_capacity(used);
+    for (i, entry) in newest_first[..kept].iter().rev().enumerate() {
+        if i > 0 {
+            text.push_str("\n\n");
+        }
+        entry.write_to(&mut text);
+    }
+    (text, omitted, false)
 }
 
 fn snippet(text: &str) -> String {
@@ -76,16 +108,19 @@ fn snippet(text: &str) -> String {
 
 /// Recap entries (step notes), numbered from 1 (the oldest), newest first: `notes` yields the
 /// `total` notes newest first, and only as many as `budget` bytes can hold plus one are taken
-/// and formatted (a deep branch costs nothing for the notes that cannot be shown).
+/// (a deep branch costs nothing for the notes that cannot be shown).
 fn newest_notes<'n>(
     notes: impl Iterator<Item = &'n str>,
     total: usize,
     budget: usize,
-) -> (Vec<String>, usize) {
+) -> (Vec<Entry<'n>>, usize) {
     let mut used = 0usize;
     let mut out = Vec::new();
     for (back, text) in notes.enumerate() {
-        let entry = format!("[{}] {text}", total - back);
+        let entry = Entry {
+            number: total - back,
+            text,
+        };
         used += entry.len() + 2;
         out.push(entry);
         if used > budget {
@@ -97,9 +132,10 @@ fn newest_notes<'n>(
 
 /// The recap notes on `path` (root first).
 fn notes_on_path<'f>(facts: &'f Facts<'_>, run: &RunId, path: &[NodeId]) -> Vec<&'f str> {
-    path.iter()
-        .filter_map(|n| facts.recap_notes(run, n))
-        .collect()
+    let Some(view) = facts.run(run) else {
+        return Vec::new();
+    };
+    path.iter().filter_map(|n| view.recap_notes(n)).collect()
 }
 
 /// The recap for rehydrating `node`, or `None` when there is nothing to recall.
@@ -109,7 +145,7 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     if info.children.is_empty() {
         // Only the newest notes the budget can hold are looked up; the rest are counted.
         let (count, noted) = view.noted_upwards(node);
-        let notes = noted.map(|n| facts.recap_notes(run, n).unwrap_or_default());
+        let notes = noted.map(|n| view.recap_notes(n).unwrap_or_default());
         let (entries, total) = newest_notes(notes, count, RECAP_MAX_BYTES);
         if total == 0 {
             return None;
@@ -183,4 +219,22 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         omitted_entries: omitted,
         policy: policy(omitted, cut),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_knows_its_formatted_length() {
+        for number in [1, 9, 10, 99, 100, 999, 1000, 123_456, usize::MAX] {
+            for text in ["", "did it", "é — ünïcode ✓"] {
+                let entry = Entry { number, text };
+                let mut formatted = String::new();
+                entry.write_to(&mut formatted);
+                assert_eq!(formatted, format!("[{number}] {text}"));
+                assert_eq!(entry.len(), formatted.len(), "{formatted}");
+            }
+        }
+    }
 }
