@@ -6,7 +6,7 @@
 //! `content[0].text`, the output JSON in `structuredContent`); a handler panic escaping the
 //! boundary; and any input (arbitrary JSON, for every tool) crashing the server. The last part
 //! drives the real rmcp server over an in-memory duplex pipe (JSON-RPC lines), including the
-//! `spawn_blocking` path and a clean stop on EOF.
+//! tool-call path and a clean stop on EOF.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -386,8 +386,3 @@ fn internal_error(tool: &str, what: &str) -> ErrorEnvelope {
         Retry::RetryableImmediate,
     )
 }
-
-/// The envelope the server returns when the blocking task itself fails (e.g. runtime shutdown).
-pub fn join_error(tool: &str, what: &str) -> ToolOutcome {
-    ToolOutcome::error(tool, &internal_error(tool, what))
-}

@@ -1,7 +1,7 @@
 //! The rmcp stdio server: `tools/list` serves [`super::tools::tool_defs`], `tools/call` runs
-//! [`super::dispatch::call_tool`] on the blocking thread pool (the use-cases do file I/O and
-//! fsync). stdout carries only MCP messages; logs go to stderr. The server returns when the
-//! client closes stdin.
+//! [`super::dispatch::call_tool`] on the runtime's thread, one call at a time (decision D67;
+//! stdin is read and stdout written on their own threads meanwhile). stdout carries only MCP
+//! messages; logs go to stderr. The server returns when the client closes stdin.
 
 use std::sync::Arc;
 
@@ -84,22 +84,12 @@ impl<B: ToolBackend> ServerHandler for WorkrailServer<B> {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let backend = Arc::clone(&self.backend);
         let name = request.name.to_string();
         let arguments = request.arguments.map(serde_json::Value::Object);
         tracing::debug!(tool = %name, "tools/call");
-        let task_name = name.clone();
-        let outcome = match tokio::task::spawn_blocking(move || {
-            dispatch::call_tool(backend.as_ref(), &task_name, arguments)
-        })
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                tracing::error!(tool = %name, error = %e, "tool task failed");
-                dispatch::join_error(&name, &e.to_string())
-            }
-        };
+        // On this (the runtime's only) thread, one call at a time (decision D67): handing each
+        // call to a pool thread and back cost two thread wake-ups, a third of a rehydrate.
+        let outcome = dispatch::call_tool(self.backend.as_ref(), &name, arguments);
         if outcome.is_error {
             tracing::info!(tool = %name, "tool returned an error envelope");
         }

@@ -64,6 +64,9 @@ pub struct SlotIndex {
     parents: Vec<Option<u32>>,
     /// Whether the node's current recap output is notes.
     recap_notes: Vec<bool>,
+    /// That output when it is notes (shared with [`RunView::current_outputs`]), so a recap reads
+    /// a noted slot's text without a map lookup.
+    recap_output: Vec<Option<Arc<NodeOutputAppended>>>,
     /// The root-most slot above (or at) each slot.
     top: Vec<u32>,
     /// How many slots on the path root -> slot (inclusive) have recap notes.
@@ -83,23 +86,50 @@ pub struct NotedUpwards<'v> {
     walking: bool,
 }
 
-impl<'v> Iterator for NotedUpwards<'v> {
-    type Item = &'v NodeId;
-
-    fn next(&mut self) -> Option<&'v NodeId> {
+impl<'v> NotedUpwards<'v> {
+    fn next_slot(&mut self) -> Option<usize> {
         let slots = self.slots;
         if self.walking {
             while let Some(slot) = self.next {
                 self.next = slots.parents[slot as usize];
                 if slots.recap_notes[slot as usize] {
-                    return Some(&slots.ids[slot as usize]);
+                    return Some(slot as usize);
                 }
             }
             return None;
         }
         let slot = self.next?;
         self.next = slots.parents[slot as usize].and_then(|p| slots.nearest_noted[p as usize]);
-        Some(&slots.ids[slot as usize])
+        Some(slot as usize)
+    }
+
+    /// The same walk, yielding each noted node's recap notes.
+    pub fn notes(mut self) -> impl Iterator<Item = &'v str> {
+        std::iter::from_fn(move || {
+            let slot = self.next_slot()?;
+            Some(
+                self.slots.recap_output[slot]
+                    .as_deref()
+                    .map_or("", notes_text),
+            )
+        })
+    }
+}
+
+impl<'v> Iterator for NotedUpwards<'v> {
+    type Item = &'v NodeId;
+
+    fn next(&mut self) -> Option<&'v NodeId> {
+        let slot = self.next_slot()?;
+        Some(&self.slots.ids[slot])
+    }
+}
+
+/// The text of a notes output ("" for any other payload).
+fn notes_text(output: &NodeOutputAppended) -> &str {
+    match &output.payload {
+        OutputPayload::Notes { notes_markdown } => notes_markdown.as_str(),
+        OutputPayload::ArtifactRef { .. } => "",
     }
 }
 
@@ -111,6 +141,7 @@ impl SlotIndex {
         self.ids.push(node.clone());
         self.parents.push(parent);
         self.recap_notes.push(false);
+        self.recap_output.push(None);
         self.top.push(slot);
         self.noted_count.push(0);
         self.nearest_noted.push(None);
@@ -131,6 +162,15 @@ impl SlotIndex {
         self.top[i] = top;
         self.noted_count[i] = count + u32::from(own);
         self.nearest_noted[i] = if own { Some(slot) } else { nearest };
+    }
+
+    /// Records `node`'s current recap output.
+    pub(crate) fn set_recap_output(&mut self, node: &NodeId, output: &Arc<NodeOutputAppended>) {
+        let notes = matches!(output.payload, OutputPayload::Notes { .. });
+        if let Some(&slot) = self.slot_of.get(node) {
+            self.recap_output[slot as usize] = notes.then(|| Arc::clone(output));
+        }
+        self.set_recap_notes(node, notes);
     }
 
     /// Records whether `node`'s current recap output is notes.
@@ -241,7 +281,7 @@ pub struct RunView {
     /// Last-activity EventIndex of the preferred tip's reachable history.
     pub tip_last_activity: u64,
     /// Current (non-superseded) output per node and channel.
-    pub current_outputs: BTreeMap<(NodeId, OutputChannel), NodeOutputAppended>,
+    pub current_outputs: BTreeMap<(NodeId, OutputChannel), Arc<NodeOutputAppended>>,
     /// Gaps of this run that no later gap resolves, with their node.
     pub unresolved_gaps: Vec<(NodeId, GapRecorded)>,
     /// Latest capability status per (node, capability).
@@ -304,10 +344,32 @@ impl RunView {
         node: &'v NodeId,
     ) -> (usize, impl Iterator<Item = &'v NodeId> + 'v) {
         let (count, noted) = self.dag.slots.noted_upwards(node);
-        // The walk over slots stops below a parent that is not a node of the run; the
-        // one-lookup-per-node walk names that parent too.
-        let dangling = self
-            .dag
+        let dangling = self.dangling_noted_parent(node);
+        (
+            count + usize::from(dangling.is_some()),
+            noted.chain(dangling),
+        )
+    }
+
+    /// [`RunView::noted_upwards`], yielding each noted node's recap notes instead of its id.
+    pub fn noted_notes_upwards<'v>(
+        &'v self,
+        node: &'v NodeId,
+    ) -> (usize, impl Iterator<Item = &'v str> + 'v) {
+        let (count, noted) = self.dag.slots.noted_upwards(node);
+        let dangling = self.dangling_noted_parent(node);
+        (
+            count + usize::from(dangling.is_some()),
+            noted
+                .notes()
+                .chain(dangling.and_then(|p| self.recap_notes(p))),
+        )
+    }
+
+    /// The walk over slots stops below a parent that is not a node of the run (a log no
+    /// WorkRail wrote); the one-lookup-per-node walk names that parent too when it has notes.
+    fn dangling_noted_parent<'v>(&'v self, node: &NodeId) -> Option<&'v NodeId> {
+        self.dag
             .slots
             .top_of(node)
             .and_then(|top| self.dag.nodes.get(top))
@@ -317,11 +379,7 @@ impl RunView {
                 self.current_outputs
                     .get(&((*p).clone(), OutputChannel::Recap))
                     .is_some_and(|o| matches!(o.payload, OutputPayload::Notes { .. }))
-            });
-        (
-            count + usize::from(dangling.is_some()),
-            noted.chain(dangling),
-        )
+            })
     }
 
     /// Nodes on the path root -> `node`.
@@ -614,8 +672,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
             current_outputs(outputs.remove(&run_id).unwrap_or_default(), &mut anomalies);
         for ((node, channel), output) in &current_outputs {
             if *channel == OutputChannel::Recap {
-                dag.slots
-                    .set_recap_notes(node, matches!(output.payload, OutputPayload::Notes { .. }));
+                dag.slots.set_recap_output(node, output);
             }
         }
         dag.slots.settle();
@@ -827,13 +884,12 @@ fn apply(
                 .insert(o.output_id.clone(), (node_id.clone(), o.output_channel));
             // The latest output of a node and channel is its current one: an earlier one is
             // either superseded by it or older.
+            let output = Arc::new(o.clone());
             if o.output_channel == OutputChannel::Recap {
-                view.dag
-                    .slots
-                    .set_recap_notes(node_id, matches!(o.payload, OutputPayload::Notes { .. }));
+                view.dag.slots.set_recap_output(node_id, &output);
             }
             view.current_outputs
-                .insert((node_id.clone(), o.output_channel), o.clone());
+                .insert((node_id.clone(), o.output_channel), output);
         }
         EventData::GapRecorded(g) => {
             if let GapResolution::Resolves { resolves_gap_id } = &g.resolution {
@@ -922,7 +978,7 @@ fn preferred_tip(dag: &RunDag) -> (Option<NodeId>, u64) {
 fn current_outputs(
     outputs: Vec<(NodeId, NodeOutputAppended)>,
     anomalies: &mut Vec<String>,
-) -> BTreeMap<(NodeId, OutputChannel), NodeOutputAppended> {
+) -> BTreeMap<(NodeId, OutputChannel), Arc<NodeOutputAppended>> {
     let location: HashMap<&OutputId, (&NodeId, OutputChannel)> = outputs
         .iter()
         .map(|(n, o)| (&o.output_id, (n, o.output_channel)))
@@ -944,7 +1000,7 @@ fn current_outputs(
     let mut current = BTreeMap::new();
     for (node, o) in outputs {
         if !superseded.contains(&o.output_id) {
-            current.insert((node, o.output_channel), o);
+            current.insert((node, o.output_channel), Arc::new(o));
         }
     }
     current

@@ -54,8 +54,10 @@ impl Entry<'_> {
     }
 
     fn write_to(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let _ = write!(out, "[{}] {}", self.number, self.text);
+        out.push('[');
+        out.push_str(itoa::Buffer::new().format(self.number));
+        out.push_str("] ");
+        out.push_str(self.text);
     }
 }
 
@@ -144,8 +146,7 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     let info = view.dag.nodes.get(node)?;
     if info.children.is_empty() {
         // Only the newest notes the budget can hold are looked up; the rest are counted.
-        let (count, noted) = view.noted_upwards(node);
-        let notes = noted.map(|n| view.recap_notes(n).unwrap_or_default());
+        let (count, notes) = view.noted_notes_upwards(node);
         let (entries, total) = newest_notes(notes, count, RECAP_MAX_BYTES);
         if total == 0 {
             return None;
