@@ -743,3 +743,19 @@ fn a_file_stamp_vouches_only_for_a_settled_unchanged_file() {
     mem.write_private(path, b"first").unwrap();
     assert_eq!(mem.stamp(path), None);
 }
+
+/// A plan is one segment: `plan_start` finds the first event of the plan holding an event, so
+/// a response rebuilt for an attempt reads only that attempt's records (L-STORE-COMMIT-SEGMENT).
+///
+/// lock: L-STORE-COMMIT-SEGMENT
+#[test]
+fn plan_start_names_the_first_event_of_the_segment_holding_an_event() {
+    let fx = Fixture::new();
+    fx.append(start_plan(&fx.snapshots)).unwrap();
+    fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
+    let loaded = fx.store.load(&session()).unwrap();
+    assert_eq!(loaded.events.len(), 6);
+    let starts: Vec<usize> = (0..6).map(|i| loaded.plan_start(i)).collect();
+    assert_eq!(starts, [0, 0, 0, 3, 3, 3]);
+    assert_eq!(loaded.plan_start(99), 0, "no segment names it: the whole log");
+}

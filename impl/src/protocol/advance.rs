@@ -53,7 +53,7 @@ pub(super) fn respond_at(
     state: &EngineState,
     blockers: Vec<Blocker>,
     moment: Moment,
-    attempt_record: Option<&EventId>,
+    attempt_record: Option<(&EventId, &[SessionEvent])>,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
     let facts = wr.memo.facts(session, prefix);
     let view = facts
@@ -93,8 +93,8 @@ pub(super) fn respond_at(
         },
         &wr.codec(),
     );
-    if let Some(record) = attempt_record {
-        output.warnings.extend(gap_warnings(prefix, record));
+    if let Some((record, plan)) = attempt_record {
+        output.warnings.extend(gap_warnings(plan, record));
     }
     Ok(output)
 }
@@ -176,7 +176,7 @@ fn fork_warning(
 /// A warning when the acknowledged step asks for notes (`outputRequired.notesMarkdown`) and
 /// the ack recorded none on the node it created: the step's recap stays empty.
 fn missing_notes_warning(
-    prefix: &[SessionEvent],
+    plan: &[SessionEvent],
     ctx: &NodeContext,
     new_node: &NodeId,
 ) -> Option<Warning> {
@@ -187,7 +187,7 @@ fn missing_notes_warning(
         .as_ref()?
         .output_required
         .get("notesMarkdown")?;
-    let recorded = prefix.iter().rev().take(1000).any(|e| {
+    let recorded = plan.iter().any(|e| {
         e.scope().node_id() == Some(new_node)
             && matches!(e.data(), EventData::NodeOutputAppended(o)
                 if matches!(o.payload, OutputPayload::Notes { .. }))
@@ -203,11 +203,11 @@ fn missing_notes_warning(
     })
 }
 
-/// A warning when the notes recorded on `node` (a node the plan ending `prefix` created) were
-/// cut to the budget: rebuilt from the recorded notes, so replays stay identical.
-pub(super) fn notes_warnings(prefix: &[SessionEvent], node: &NodeId) -> Vec<Warning> {
+/// A warning when the notes `plan` recorded on `node` were cut to the budget: rebuilt from the
+/// recorded notes, so replays stay identical.
+pub(super) fn notes_warnings(plan: &[SessionEvent], node: &NodeId) -> Vec<Warning> {
     // The cheap test first: few notes end with the marker, so node ids are rarely compared.
-    let truncated = prefix.iter().rev().take(1000).any(|e| {
+    let truncated = plan.iter().any(|e| {
         matches!(e.data(), EventData::NodeOutputAppended(o)
                 if matches!(&o.payload, OutputPayload::Notes { notes_markdown }
                     if notes_markdown.as_str().ends_with(workrail_spec::budget::TRUNCATION_MARKER)))
@@ -228,9 +228,8 @@ pub(super) fn notes_warnings(prefix: &[SessionEvent], node: &NodeId) -> Vec<Warn
 /// The gaps an ack attempt recorded (their evidence names its `advance_recorded`), as response
 /// warnings: never-stop's "structured warnings plus durable disclosure" (contract "User-only
 /// dependencies"), rebuilt from the log so replays stay byte-identical (decision D42).
-fn gap_warnings(prefix: &[SessionEvent], record: &EventId) -> Vec<Warning> {
-    prefix
-        .iter()
+fn gap_warnings(plan: &[SessionEvent], record: &EventId) -> Vec<Warning> {
+    plan.iter()
         .filter_map(|e| match e.data() {
             EventData::GapRecorded(g)
                 if g.evidence_refs.as_ref().is_some_and(|refs| {
@@ -339,6 +338,8 @@ fn replay(
     } else {
         prefix
     };
+    // The attempt's own records (one plan is one segment): what its warnings are rebuilt from.
+    let plan = &prefix[ctx.loaded.plan_start(record_index).min(prefix.len())..];
     match &record.outcome {
         Recorded::Blocked { blockers } => respond_at(
             wr,
@@ -350,11 +351,11 @@ fn replay(
             &ctx.state,
             blockers.blockers().to_vec(),
             Moment::Again,
-            Some(&record_id),
+            Some((&record_id, plan)),
         ),
         Recorded::Advanced { to_node_id } => {
-            let mut truncated = notes_warnings(prefix, to_node_id);
-            truncated.extend(missing_notes_warning(prefix, ctx, to_node_id));
+            let mut truncated = notes_warnings(plan, to_node_id);
+            truncated.extend(missing_notes_warning(plan, ctx, to_node_id));
             let facts = wr.memo.facts(&state.session_id, prefix);
             let info = facts
                 .node(&state.run_id, to_node_id)
@@ -374,7 +375,7 @@ fn replay(
                 &to_state,
                 Vec::new(),
                 Moment::Arrival,
-                Some(&record_id),
+                Some((&record_id, plan)),
             )?;
             output.warnings.extend(truncated);
             output

@@ -49,7 +49,8 @@ fn replay(
             "Checkpoint recorded: your output is durable on this step, which stays pending (a checkpoint never advances). Go on with the step, checkpoint again with the new checkpointToken below, or acknowledge the step with the ackToken below when it is done.",
         ),
     );
-    output.warnings.extend(notes_warnings(prefix, node));
+    let plan = &prefix[ctx.loaded.plan_start(index).min(prefix.len())..];
+    output.warnings.extend(notes_warnings(plan, node));
     Ok(Some(output))
 }
 

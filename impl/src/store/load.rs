@@ -78,6 +78,25 @@ impl LoadedSession {
         self.events.len() as u64
     }
 
+    /// The position of the first event of the plan (one plan is one segment) that holds the
+    /// event at `position`; 0 when no segment names it. Found from the newest segment back, so
+    /// the latest plan costs one step.
+    pub fn plan_start(&self, position: usize) -> usize {
+        self.manifest
+            .iter()
+            .rev()
+            .find_map(|record| match record {
+                ManifestRecord::SegmentClosed(s)
+                    if (s.first_event_index.get() as usize..=s.last_event_index.get() as usize)
+                        .contains(&position) =>
+                {
+                    Some(s.first_event_index.get() as usize)
+                }
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+
     /// The committed event carrying `key`, if any.
     pub fn event_by_dedupe_key(&self, key: &DedupeKey) -> Option<&SessionEvent> {
         self.dedupe.get(key).map(|&i| &self.events[i])
