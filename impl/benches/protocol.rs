@@ -14,8 +14,11 @@
 //! resident memory against the bundle's size, in total and above that of an idle process (the
 //! binary, its catalog and allocator: a constant). Also prints the first `start_workflow` of the
 //! fresh process, and at 10, 500 and 2,000
-//! advances (`WORKRAIL_BENCH_ADVANCES`, default 300) the advance, rehydrate and empty-call
-//! (`ping`, the stdio round trip alone) p50s, so growth with session length shows.
+//! advances (`WORKRAIL_BENCH_ADVANCES`, default 300) the advance, rehydrate, `resume_session`
+//! and empty-call (`ping`, the stdio round trip alone) p50s over the server's stdio, and the
+//! p50 of `workrail inspect <session>` as its own process (a fresh process: it loads the
+//! session from disk), beside that of `workrail inspect` of an unknown session (the process
+//! alone), so growth with session length shows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -241,8 +244,32 @@ fn main() {
     // steady state every user's server is in.
     std::thread::sleep(workrail::store::fs::STAMP_SETTLE + Duration::from_millis(200));
     let mut samples = Vec::with_capacity(advances);
-    // (advances so far, rehydrate time, empty call time) at the growth checkpoints.
-    let mut growth: Vec<(usize, Duration, Duration, Duration)> = Vec::new();
+    // The growth checkpoints: advances so far and p50s.
+    struct Growth {
+        advances: usize,
+        advance: Duration,
+        rehydrate: Duration,
+        empty: Duration,
+        resume: Duration,
+        inspect: Duration,
+        inspect_nothing: Duration,
+    }
+    let mut growth: Vec<Growth> = Vec::new();
+    // `workrail inspect` as a process of its own over the server's data directory.
+    let inspect = |session: &str| {
+        let t = Instant::now();
+        let status = Command::new(env!("CARGO_BIN_EXE_workrail"))
+            .args(["inspect", session])
+            .env("WORKRAIL_DATA_DIR", &data)
+            .env("WORKRAIL_WORKFLOW_DIRS", &workflows)
+            .env("HOME", root.path())
+            .current_dir(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        (t.elapsed(), status.success())
+    };
     let checkpoints = [10usize, 500, 2000];
     // Floor rounds are interleaved with advances so both see the same machine load.
     let floor_dir = tempfile::tempdir().unwrap();
@@ -276,10 +303,16 @@ fn main() {
         out = response["result"]["structuredContent"].clone();
         assert_eq!(out["kind"], "ok", "advance {i} failed: {response}");
         if checkpoints.contains(&(i + 1)) {
-            // p50 of 21 rehydrates and 21 empty calls (`ping`, the round trip alone),
-            // and the p50 of the last ten advances.
+            // p50 of 21 rehydrates, `resume_session` calls and empty calls (`ping`, the round
+            // trip alone), of 5 inspections, and of the last ten advances.
             let mut rehydrates = Vec::new();
             let mut empties = Vec::new();
+            let mut resumes = Vec::new();
+            let mut inspections = Vec::new();
+            let mut nothing = Vec::new();
+            let session = out["session"]["sessionId"].as_str().unwrap().to_owned();
+            // Each kind in a loop of its own: a process started in between (the inspections)
+            // would leave the server's caches cold for the next call.
             for _ in 0..21 {
                 let t = Instant::now();
                 call(
@@ -291,16 +324,43 @@ fn main() {
                 call("ping", json!({}));
                 empties.push(t.elapsed());
             }
-            rehydrates.sort();
-            empties.sort();
+            for _ in 0..21 {
+                let t = Instant::now();
+                let resumed = call(
+                    "tools/call",
+                    json!({"name": "resume_session", "arguments": {"query": {"text": "unit done"}}}),
+                );
+                resumes.push(t.elapsed());
+                assert_eq!(resumed["result"]["isError"], false, "{resumed}");
+            }
+            for _ in 0..5 {
+                let (took, ok) = inspect(&session);
+                assert!(ok, "workrail inspect {session} failed");
+                inspections.push(took);
+                let (took, ok) = inspect("sess_00000000000000000000");
+                assert!(!ok, "an unknown session is an error");
+                nothing.push(took);
+            }
+            for v in [
+                &mut rehydrates,
+                &mut empties,
+                &mut resumes,
+                &mut inspections,
+                &mut nothing,
+            ] {
+                v.sort();
+            }
             let mut recent: Vec<Duration> = samples[samples.len().saturating_sub(10)..].to_vec();
             recent.sort();
-            growth.push((
-                i + 1,
-                percentile(&recent, 0.5),
-                percentile(&rehydrates, 0.5),
-                percentile(&empties, 0.5),
-            ));
+            growth.push(Growth {
+                advances: i + 1,
+                advance: percentile(&recent, 0.5),
+                rehydrate: percentile(&rehydrates, 0.5),
+                empty: percentile(&empties, 0.5),
+                resume: percentile(&resumes, 0.5),
+                inspect: percentile(&inspections, 0.5),
+                inspect_nothing: percentile(&nothing, 0.5),
+            });
         }
     }
     let session = out["session"]["sessionId"]
@@ -338,16 +398,21 @@ fn main() {
         ms(cold_start)
     );
     println!(
-        "| advances | advance p50 (last 10) | rehydrate p50 | empty call p50 | rehydrate minus round trip |"
+        "| advances | advance p50 (last 10) | rehydrate p50 | empty call p50 | rehydrate minus round trip (target <= 0.20) | resume_session p50 | `workrail inspect` p50 | its process alone | inspect minus process |"
     );
-    println!("|---|---|---|---|---|");
-    for (n, advance, rehydrate, empty) in &growth {
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for g in &growth {
         println!(
-            "| {n} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
-            ms(*advance),
-            ms(*rehydrate),
-            ms(*empty),
-            ms(*rehydrate) - ms(*empty)
+            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            g.advances,
+            ms(g.advance),
+            ms(g.rehydrate),
+            ms(g.empty),
+            ms(g.rehydrate) - ms(g.empty),
+            ms(g.resume),
+            ms(g.inspect),
+            ms(g.inspect_nothing),
+            ms(g.inspect) - ms(g.inspect_nothing)
         );
     }
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
@@ -367,10 +432,13 @@ fn main() {
         && growth.len() > 1
     {
         println!(
-            "advance growth {}->{} advances: {:.2}x (target <= 1.20)",
-            first.0,
-            last.0,
-            ms(last.1) / ms(first.1)
+            "growth {}->{} advances (target <= 1.20 for the advance; flat for the rest): advance {:.2}x, rehydrate {:.2}x, resume_session {:.2}x, inspect {:.2}x",
+            first.advances,
+            last.advances,
+            ms(last.advance) / ms(first.advance),
+            ms(last.rehydrate) / ms(first.rehydrate),
+            ms(last.resume) / ms(first.resume),
+            ms(last.inspect) / ms(first.inspect),
         );
     }
 }

@@ -757,5 +757,9 @@ fn plan_start_names_the_first_event_of_the_segment_holding_an_event() {
     assert_eq!(loaded.events.len(), 6);
     let starts: Vec<usize> = (0..6).map(|i| loaded.plan_start(i)).collect();
     assert_eq!(starts, [0, 0, 0, 3, 3, 3]);
-    assert_eq!(loaded.plan_start(99), 0, "no segment names it: the whole log");
+    assert_eq!(
+        loaded.plan_start(99),
+        0,
+        "no segment names it: the whole log"
+    );
 }

@@ -4,7 +4,7 @@
 //! workrail                      serve MCP over stdio (same as `workrail mcp`)
 //! workrail mcp                  serve MCP over stdio
 //! workrail validate <file>      compile a workflow source: its errors, or its workflowHash
-//! workrail inspect <sessionId>  print a session's run DAG, preferred tip, status and outputs
+//! workrail inspect <sessionId>  print a session's runs (status, preferred tip, an outline of the DAG with notes; --all: every node)
 //! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited)
 //! workrail keys rotate          rotate the token signing key
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
@@ -83,6 +83,9 @@ enum Command {
     Inspect {
         /// The session id (`session.sessionId` in any execution response).
         session_id: String,
+        /// List every node (by default the middle of a long unbranched stretch is one line).
+        #[arg(long)]
+        all: bool,
     },
     /// Restore the snapshot pins a session's last write lacks (after a write torn by a power
     /// cut), when every snapshot to pin is intact in the snapshot store.
@@ -210,9 +213,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             print_stdout(&sessions_text(rows, &data_dir, json)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Inspect { session_id } => {
+        Command::Inspect { session_id, all } => {
             let workrail = open(cli.data_dir)?;
-            match workrail.inspect_session(&session_id) {
+            match workrail.inspect_session(&session_id, all) {
                 Ok(text) => {
                     print_stdout(&text);
                     Ok(ExitCode::SUCCESS)

@@ -190,7 +190,63 @@ pub(super) fn inspect_workflow(
     })
 }
 
+/// How many nodes of one unbranched stretch of a run `workrail inspect` shows without `--all`:
+/// its first [`CHAIN_HEAD`] and last [`CHAIN_TAIL`] (the newest, where the tip is).
+const CHAIN_HEAD: usize = 2;
+const CHAIN_TAIL: usize = 8;
+
+/// A run's DAG as an outline: an unbranched stretch stays at one indentation and each branch
+/// of a fork is indented under it, so the text grows with the nodes shown, not with their
+/// depth. Without `all`, the middle of a long stretch is one line saying how many nodes it
+/// holds. Iterative: a deep run cannot exhaust the stack.
 fn tree(
+    out: &mut String,
+    facts: &Facts<'_>,
+    run: &workrail_spec::ids::RunId,
+    root: &NodeId,
+    tip: Option<&NodeId>,
+    all: bool,
+    step_of: &dyn Fn(&crate::projections::NodeInfo) -> String,
+) {
+    // The root's stretch is indented under its run's heading.
+    let mut branches = vec![(root, 1)];
+    while let Some((start, depth)) = branches.pop() {
+        // The stretch from `start` down to a fork or a leaf.
+        let mut stretch = vec![start];
+        let mut last = facts.node(run, start);
+        while let Some(info) = last
+            && let [only] = info.children.as_slice()
+        {
+            stretch.push(only);
+            last = facts.node(run, only);
+        }
+        // Hiding a single node would cost the line that says so.
+        let hidden = if all || stretch.len() <= CHAIN_HEAD + CHAIN_TAIL + 1 {
+            0
+        } else {
+            stretch.len() - CHAIN_HEAD - CHAIN_TAIL
+        };
+        for (i, node) in stretch.iter().enumerate() {
+            if hidden > 0 && i == CHAIN_HEAD {
+                let _ = writeln!(
+                    out,
+                    "{}  … {hidden} more nodes on this stretch (`workrail inspect --all` lists every node)",
+                    "  ".repeat(depth),
+                );
+            }
+            if hidden > 0 && (CHAIN_HEAD..CHAIN_HEAD + hidden).contains(&i) {
+                continue;
+            }
+            node_line(out, facts, run, node, depth, tip, step_of);
+        }
+        if let Some(info) = last {
+            // Branches in order: the first is shown first.
+            branches.extend(info.children.iter().rev().map(|c| (c, depth + 1)));
+        }
+    }
+}
+
+fn node_line(
     out: &mut String,
     facts: &Facts<'_>,
     run: &workrail_spec::ids::RunId,
@@ -228,12 +284,15 @@ fn tree(
         },
         notes
     );
-    for child in &info.children {
-        tree(out, facts, run, child, depth + 1, tip, step_of);
-    }
 }
 
-pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String, ErrorEnvelope> {
+/// `workrail inspect`: the session's health and each run's outline (see [`tree`]; `all`: every
+/// node).
+pub(super) fn inspect_session(
+    wr: &Workrail,
+    session_id: &str,
+    all: bool,
+) -> Result<String, ErrorEnvelope> {
     let session = SessionId::parse(session_id).map_err(|e| {
         ErrorEnvelope::new(
             ErrorCode::ValidationError,
@@ -301,8 +360,8 @@ pub(super) fn inspect_session(wr: &Workrail, session_id: &str) -> Result<String,
                 &facts,
                 &run.run_id,
                 root,
-                1,
                 run.preferred_tip.as_ref(),
+                all,
                 &step_of,
             );
         }

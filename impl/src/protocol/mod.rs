@@ -560,8 +560,8 @@ impl Workrail {
     }
 
     /// A human-readable view of a session: health, runs, DAG, preferred tips, status, outputs.
-    pub fn inspect_session(&self, session_id: &str) -> Result<String, ErrorEnvelope> {
-        inspect::inspect_session(self, session_id)
+    pub fn inspect_session(&self, session_id: &str, all: bool) -> Result<String, ErrorEnvelope> {
+        inspect::inspect_session(self, session_id, all)
     }
 
     /// `workrail repair`: appends the snapshot pins the session's last write lacks when every
