@@ -233,3 +233,158 @@ fn outputs_are_typed_and_artifacts_are_referenced_by_their_digest() {
     assert!(seen_artifact, "the loop decision was stored as an artifact");
     let _ = s.session;
 }
+
+/// The files of `session`'s directory, relative to it.
+fn session_files(s: &Session) -> Vec<String> {
+    let dir = std::path::PathBuf::from("sessions").join(s.session.as_str());
+    s.fs.files()
+        .into_iter()
+        .filter_map(|f| {
+            f.strip_prefix(&dir)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+fn session_text(s: &Session, relative: &str) -> String {
+    let path = std::path::PathBuf::from("sessions")
+        .join(s.session.as_str())
+        .join(relative);
+    String::from_utf8(s.fs.read(&path).unwrap().unwrap()).unwrap()
+}
+
+/// Truth is two streams: domain events in segment files named by their first and last
+/// `EventIndex` (never a timestamp, never one growing file), each holding exactly that range in
+/// order, and `manifest.jsonl`, which attests each segment and pins snapshots without taking a
+/// domain `EventIndex` of its own.
+///
+/// lock: L-STORE-TWO-STREAMS, L-STORE-SEGMENT-FILES, L-STORE-SEGMENT-COVERAGE, L-MANIFEST-NO-EVENT-INDEX
+#[test]
+fn events_live_in_index_named_segments_and_the_manifest_only_attests() {
+    use workrail_spec::manifest::ManifestRecord;
+    let s = rich_session();
+    let events = s.logs.last().unwrap();
+    let files = session_files(&s);
+    let mut segments: Vec<(u64, u64, String)> = Vec::new();
+    for file in &files {
+        match file.as_str() {
+            "manifest.jsonl" | ".lock" => {}
+            other => {
+                let name = other
+                    .strip_prefix("events/")
+                    .and_then(|n| n.strip_suffix(".jsonl"))
+                    .unwrap_or_else(|| panic!("unexpected file {other} in {files:?}"));
+                let (first, last) = name.split_once('-').unwrap();
+                assert!(
+                    first.len() == 8 && last.len() == 8,
+                    "zero-padded indexes: {other}"
+                );
+                segments.push((first.parse().unwrap(), last.parse().unwrap(), other.into()));
+            }
+        }
+    }
+    segments.sort();
+    assert!(segments.len() > 5, "one segment per plan: {segments:?}");
+    // Each segment holds exactly first..=last, in order; together they are the log, dense.
+    let mut next = 0u64;
+    let mut stored = Vec::new();
+    for (first, last, file) in &segments {
+        assert_eq!(*first, next, "contiguous segments: {segments:?}");
+        let indexes: Vec<u64> = session_text(&s, file)
+            .lines()
+            .map(|line| {
+                let event: SessionEvent = serde_json::from_str(line).unwrap();
+                stored.push(event.clone());
+                event.event_index().get()
+            })
+            .collect();
+        assert_eq!(indexes, (*first..=*last).collect::<Vec<_>>(), "{file}");
+        next = last + 1;
+    }
+    assert_eq!(&stored, events, "the segments are the log");
+    // The manifest: segment attestations (one per file, same bounds) and pins, densely numbered
+    // in their own index; the domain indexes stay dense whatever the manifest holds.
+    let manifest: Vec<ManifestRecord> = session_text(&s, "manifest.jsonl")
+        .lines()
+        .map(|l| ManifestRecord::from_json_str(l).unwrap())
+        .collect();
+    let mut attested = Vec::new();
+    let mut pins = 0;
+    for (i, record) in manifest.iter().enumerate() {
+        assert_eq!(record.manifest_index().get(), i as u64);
+        match record {
+            ManifestRecord::SegmentClosed(c) => attested.push((
+                c.first_event_index.get(),
+                c.last_event_index.get(),
+                c.segment_rel_path.clone(),
+            )),
+            ManifestRecord::SnapshotPinned(p) => {
+                pins += 1;
+                let at = &events[p.event_index.get() as usize];
+                assert!(
+                    matches!(at.data(), EventData::NodeCreated(n) if n.snapshot_ref == p.snapshot_ref),
+                    "a pin references the domain stream by eventIndex: {p:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(attested, segments);
+    assert!(pins > 0 && manifest.len() > segments.len());
+    assert_eq!(events.len() as u64, next);
+}
+
+/// Pins are append-only and may repeat: a second pin of a snapshot (another writer's, or one
+/// written twice) leaves the session healthy, counts once, and execution goes on.
+///
+/// lock: L-MANIFEST-PIN-DUPLICATES
+#[test]
+fn a_duplicate_pin_is_accepted_and_counted_once() {
+    use workrail_spec::ids::ManifestIndex;
+    use workrail_spec::manifest::ManifestRecord;
+    let s = rich_session();
+    let manifest_path = std::path::PathBuf::from("sessions")
+        .join(s.session.as_str())
+        .join("manifest.jsonl");
+    let text = session_text(&s, "manifest.jsonl");
+    let records: Vec<ManifestRecord> = text
+        .lines()
+        .map(|l| ManifestRecord::from_json_str(l).unwrap())
+        .collect();
+    let ManifestRecord::SnapshotPinned(mut pin) = records
+        .iter()
+        .find(|r| matches!(r, ManifestRecord::SnapshotPinned(_)))
+        .unwrap()
+        .clone()
+    else {
+        unreachable!()
+    };
+    pin.manifest_index = ManifestIndex::new(records.len() as u64).unwrap();
+    let duplicated = pin.snapshot_ref.clone();
+    let mut line =
+        workrail_spec::jcs::to_canonical_string(&ManifestRecord::SnapshotPinned(pin)).unwrap();
+    line.push('\n');
+    s.fs.append(&manifest_path, line.as_bytes()).unwrap();
+
+    // A fresh process loads it healthy, with the pin counted once.
+    let wr = open(&s.fs);
+    let loaded = wr.sessions().load(&s.session).unwrap();
+    assert!(loaded.health.is_healthy(), "{:?}", loaded.health);
+    assert_eq!(loaded.manifest.len(), records.len() + 1);
+    assert!(loaded.is_pinned(&duplicated));
+    let resumed = wr
+        .resume_session(workrail_spec::tools::ResumeSessionInput { query: None })
+        .unwrap();
+    let token = resumed.candidates[0].state_token.clone();
+    let back = wr.continue_workflow(rehydrate(&token)).unwrap();
+    let next = wr.continue_workflow(ack(&back, "After the duplicate.", vec![]));
+    assert!(next.is_ok(), "{next:?}");
+    let after = wr.sessions().load(&s.session).unwrap();
+    assert!(after.health.is_healthy());
+    let pins_of_duplicated = after
+        .manifest
+        .iter()
+        .filter(|r| matches!(r, ManifestRecord::SnapshotPinned(p) if p.snapshot_ref == duplicated))
+        .count();
+    assert_eq!(pins_of_duplicated, 2, "the commit added no third pin");
+}

@@ -85,3 +85,44 @@ fn digests_and_indexes_are_validated_too() {
     assert!(serde_json::from_str::<EventIndex>("9007199254740992").is_err());
     assert!(serde_json::from_str::<EventIndex>("-1").is_err());
 }
+
+/// A blocker's `context_key.key` and `workflow_step.stepId` are delimiter-safe: `[a-z0-9_-]+`
+/// is accepted, anything else (upper case, spaces, `@`, `/`, `:`, `.`, empty, non-ASCII) is
+/// refused wherever the pointer is read, and the schema says the same.
+///
+/// lock: L-BLOCKER-POINTER-IDS
+#[test]
+fn blocker_pointer_ids_are_delimiter_safe() {
+    use workrail_spec::blocker::BlockerPointer;
+    let pointer = |kind: &str, field: &str, value: &str| {
+        serde_json::from_value::<BlockerPointer>(serde_json::json!({"kind": kind, field: value}))
+    };
+    for (kind, field) in [("context_key", "key"), ("workflow_step", "stepId")] {
+        for good in ["ticket_id", "a", "step-2", "x_y-z_9"] {
+            let parsed = pointer(kind, field, good).unwrap_or_else(|e| panic!("{good}: {e}"));
+            let back = serde_json::to_value(&parsed).unwrap();
+            assert_eq!(back[field], good);
+        }
+        for bad in [
+            "",
+            "Ticket",
+            "has space",
+            "a@b",
+            "a/b",
+            "a:b",
+            "a.b",
+            "é",
+            "ticket\n",
+        ] {
+            assert!(
+                pointer(kind, field, bad).is_err(),
+                "{kind}.{field} = {bad:?} must be refused"
+            );
+        }
+    }
+    let schema = serde_json::to_value(schemars::schema_for!(BlockerPointer)).unwrap();
+    assert!(
+        schema.to_string().contains("^[a-z0-9_-]+$"),
+        "the schema names the pattern: {schema}"
+    );
+}

@@ -85,3 +85,90 @@ fn spec_and_model_sources_do_no_io() {
         violations.join("\n")
     );
 }
+
+/// The workspace crates a crate's `[dependencies]` name (dev-dependencies excluded).
+fn workspace_dependencies(root: &Path, krate: &str) -> Vec<String> {
+    let manifest = fs::read_to_string(root.join(krate).join("Cargo.toml")).unwrap();
+    let deps = manifest
+        .split("\n[dependencies]")
+        .nth(1)
+        .unwrap_or("")
+        .split("\n[")
+        .next()
+        .unwrap_or("");
+    deps.lines()
+        .filter(|l| l.contains('='))
+        .map(|l| l.split(['=', '.']).next().unwrap().trim().to_owned())
+        .filter(|name| name.starts_with("workrail"))
+        .collect()
+}
+
+/// What in production code means filesystem, stream or network I/O.
+const IO: &[&str] = &[
+    "std::fs",
+    "File::",
+    "OpenOptions",
+    "std::net",
+    "io::stdin",
+    "io::stdout",
+    "process::Command",
+];
+
+/// The adapter modules of `impl` that may do that I/O: the filesystem behind the store's,
+/// the workflow sources' and the workspace's ports, GC's clock, and the process's edges (the
+/// command line and the MCP server's stdio).
+const IO_ADAPTERS: &[&str] = &[
+    "store/fs.rs",
+    "sources/fs.rs",
+    "workspace/fs.rs",
+    "gc/os.rs",
+    "cli/mod.rs",
+    "mcp/server.rs",
+    "main.rs",
+];
+
+/// The layers point one way: the core (`workrail-spec`) depends on no other crate of the
+/// workspace, the model only on the core, production (`workrail`) only on the core (never on
+/// the model it is checked against); and inside production only the adapter modules do I/O,
+/// everything else reaches it through the ports (`StoreFs`, `WorkflowSource`, `Workspace`,
+/// `RetentionClock`).
+///
+/// lock: L-PURE-LAYERING
+#[test]
+fn layers_depend_one_way_and_only_adapters_do_io() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    assert_eq!(workspace_dependencies(root, "spec"), Vec::<String>::new());
+    assert_eq!(workspace_dependencies(root, "model"), ["workrail-spec"]);
+    assert_eq!(workspace_dependencies(root, "impl"), ["workrail-spec"]);
+    let src = root.join("impl").join("src");
+    let mut violations = Vec::new();
+    for file in rust_files(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if IO_ADAPTERS.contains(&relative.as_str()) {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        // Unit tests may use the real filesystem (temp dirs); production code may not.
+        let production = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in production.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in IO {
+                if code.contains(needle) {
+                    violations.push(format!("impl/src/{relative}:{}: uses `{needle}`", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "I/O outside the adapter modules:\n{}",
+        violations.join("\n")
+    );
+    // The check sees what it must: the adapters themselves do I/O.
+    let store_fs = fs::read_to_string(src.join("store/fs.rs")).unwrap();
+    assert!(IO.iter().any(|needle| store_fs.contains(needle)));
+}

@@ -43,6 +43,10 @@ use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::{SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
 use workrail_spec::manifest::ManifestRecord;
 
+mod os;
+
+pub use os::OsRetentionClock;
+
 use crate::bundle::Progress;
 use crate::protocol::Workrail;
 use crate::store::fs::{LockError, StoreFs};
@@ -129,32 +133,6 @@ pub trait RetentionClock: Send + Sync + fmt::Debug {
     /// The last modification time of a file (path relative to the data directory); `None`
     /// when it does not exist.
     fn modified(&self, path: &Path) -> io::Result<Option<SystemTime>>;
-}
-
-/// The system clock and the real filesystem's modification times under a data directory.
-#[derive(Debug, Clone)]
-pub struct OsRetentionClock {
-    root: PathBuf,
-}
-
-impl OsRetentionClock {
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
-    }
-}
-
-impl RetentionClock for OsRetentionClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-
-    fn modified(&self, path: &Path) -> io::Result<Option<SystemTime>> {
-        match std::fs::metadata(self.root.join(path)) {
-            Ok(meta) => meta.modified().map(Some),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 /// How to run GC.
