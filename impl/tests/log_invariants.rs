@@ -388,3 +388,112 @@ fn a_duplicate_pin_is_accepted_and_counted_once() {
         .count();
     assert_eq!(pins_of_duplicated, 2, "the commit added no third pin");
 }
+
+/// Every key and value of a JSON tree, depth first.
+fn walk<'v>(value: &'v Value, keys: &mut Vec<&'v str>, leaves: &mut Vec<&'v Value>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                keys.push(k);
+                walk(v, keys, leaves);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| walk(v, keys, leaves)),
+        leaf => leaves.push(leaf),
+    }
+}
+
+/// Each node's snapshot is the interpreter's state and its link to the pinned workflow, nothing
+/// else: no recap, notes, outputs, context or preferences (those are projections of the log),
+/// no booleans standing for states (every variant is a `kind`), every step and loop it names is
+/// one of the pinned workflow's, and it stays small whatever the session holds.
+///
+/// lock: L-SNAPSHOT-PAYLOAD-SCOPE, L-SNAPSHOT-NO-BOOL-STATE, L-SNAPSHOT-MINIMAL
+#[test]
+fn snapshots_hold_only_the_interpreter_state_and_its_workflow_link() {
+    let s = rich_session();
+    let events = s.logs.last().unwrap();
+    let shared: Arc<dyn StoreFs> = Arc::new(s.fs.clone());
+    let pinned = PinnedWorkflowStore::new(shared);
+    let notes: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::NodeOutputAppended(o) => match &o.payload {
+                OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str()),
+                OutputPayload::ArtifactRef { .. } => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert!(notes.len() > 3);
+    let mut checked = 0;
+    for event in events {
+        let EventData::NodeCreated(node) = event.data() else {
+            continue;
+        };
+        let raw =
+            s.fs.read(&workrail::store::layout::snapshot_path(&node.snapshot_ref))
+                .unwrap()
+                .unwrap();
+        let text = String::from_utf8(raw.clone()).unwrap();
+        let snapshot: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            keys(&snapshot),
+            ["enginePayload", "v", "workflowHash"]
+                .map(String::from)
+                .into(),
+            "{text}"
+        );
+        assert_eq!(
+            keys(&snapshot["enginePayload"]),
+            ["engineState", "v"].map(String::from).into(),
+            "{text}"
+        );
+        assert_eq!(snapshot["workflowHash"], node.workflow_hash.to_string());
+        let (mut names, mut leaves) = (Vec::new(), Vec::new());
+        walk(&snapshot, &mut names, &mut leaves);
+        for forbidden in [
+            "recap",
+            "notes",
+            "notesMarkdown",
+            "outputs",
+            "context",
+            "preferences",
+        ] {
+            assert!(!names.contains(&forbidden), "{forbidden} in {text}");
+        }
+        for text_of_notes in &notes {
+            assert!(!text.contains(text_of_notes), "notes in {text}");
+        }
+        assert!(
+            !leaves.iter().any(|v| v.is_boolean()),
+            "no booleans as state: {text}"
+        );
+        assert!(snapshot["enginePayload"]["engineState"]["kind"].is_string());
+        // Verifiable against the pinned workflow: every step and loop it names is there.
+        let compiled = pinned.get(&node.workflow_hash).unwrap();
+        let compiled_text = serde_json::to_string(&compiled).unwrap();
+        let state = &snapshot["enginePayload"]["engineState"];
+        if let Some(step) = state["pending"]["step"]["stepId"].as_str() {
+            assert!(
+                compiled.step(&step.parse().unwrap()).is_some(),
+                "{step} is not a step of the pinned workflow"
+            );
+        }
+        for frame in state["loopStack"].as_array().into_iter().flatten() {
+            let loop_id = frame["loopId"].as_str().unwrap();
+            assert!(compiled_text.contains(&format!("\"loopId\":\"{loop_id}\"")));
+        }
+        for key in state["completed"]["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let step = key.as_str().unwrap().rsplit("::").next().unwrap();
+            assert!(compiled.step(&step.parse().unwrap()).is_some(), "{key}");
+        }
+        assert!(raw.len() < 512, "{} bytes: {text}", raw.len());
+        checked += 1;
+    }
+    assert!(checked > 5);
+}
