@@ -8,7 +8,8 @@
 //! preferred tip, the run status, the unresolved gaps (node, severity, reason, details), the
 //! current outputs per node (channel and payload), the recorded attempts per node (attempt,
 //! outcome, blockers with their codes, pointers and details, in order), and the effective preferences at every node. Production's
-//! own projection of the same log must agree on the preferred tip and the status.
+//! own projection of the same log must agree on the preferred tip, the status, each node's
+//! current output per channel, the unresolved gaps and every node's effective preferences.
 
 use std::collections::BTreeMap;
 
@@ -267,7 +268,9 @@ pub fn model_shape(
 }
 
 /// Production's own projection of its log must agree with the model's projections of the same
-/// log on the preferred tip and the run status (locks §2, §2.1).
+/// log (locks §2, §2.1): on the preferred tip and the run status, each node's current output per
+/// channel (the latest one not superseded), the run's unresolved gaps, and every node's
+/// effective preferences.
 pub fn cross_check_production_projection(
     events: &[SessionEvent],
     run: &RunId,
@@ -308,6 +311,61 @@ pub fn cross_check_production_projection(
     if Some(production_status) != model_status {
         return Err(format!(
             "run status: production's projection says {production_status:?}, the model's projection of the same log says {model_status:?}"
+        ));
+    }
+    for node in dag.nodes.keys() {
+        let outputs = node_outputs(events, run, node);
+        for channel in [OutputChannel::Recap, OutputChannel::Artifact] {
+            let model = outputs
+                .current(channel)
+                .map(|o| (o.output_id.clone(), o.payload.clone()));
+            let production = view
+                .current_outputs
+                .get(&(node.clone(), channel))
+                .map(|o| (o.output_id.clone(), o.payload.clone()));
+            if production != model {
+                return Err(format!(
+                    "current {channel:?} output of {node}: production's projection says {production:?}, the model's projection of the same log says {model:?}"
+                ));
+            }
+        }
+        let production_prefs = workrail::projections::effective_preferences(
+            events,
+            view,
+            node,
+            None,
+            workrail::protocol::GLOBAL_DEFAULTS,
+        );
+        let model_prefs = effective_preferences(events, &dag, node, &defaults);
+        if production_prefs != model_prefs {
+            return Err(format!(
+                "effective preferences of {node}: production's projection says {production_prefs:?}, the model's projection of the same log says {model_prefs:?}"
+            ));
+        }
+    }
+    if let Some(stray) = view
+        .current_outputs
+        .keys()
+        .find(|(node, _)| !dag.nodes.contains_key(node))
+    {
+        return Err(format!(
+            "production's projection has a current output on {stray:?}, a node the model's projection of the run does not have"
+        ));
+    }
+    let mut production_gaps: Vec<_> = view
+        .unresolved_gaps
+        .iter()
+        .map(|(node, g)| (node.clone(), g.gap_id.clone(), g.severity, g.reason))
+        .collect();
+    let mut model_gaps: Vec<_> = unresolved_gaps_in_run(events, run)
+        .into_iter()
+        .map(|g| (g.node_id, g.gap_id, g.severity, g.reason))
+        .collect();
+    production_gaps.sort_by_key(|g| format!("{g:?}"));
+    model_gaps.sort_by_key(|g| format!("{g:?}"));
+    if production_gaps != model_gaps {
+        return Err(format!(
+            "unresolved gaps: production's projection says {production_gaps:?}, the model's projection of the same log says {model_gaps:?}"
         ));
     }
     Ok(())

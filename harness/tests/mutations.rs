@@ -9,6 +9,11 @@
 //!   recorded prefix (replay recomputes instead of returning recorded facts). Caught by the
 //!   state machine's byte-identical replay check.
 //!
+//! - **projections** (`PlantedProjectionBug`): production's own projections of its log are
+//!   compared with the model's, each one proven by a bug in it: the first output of a channel
+//!   kept current, an unresolved gap listed on its node's parent, preferences not inherited
+//!   from ancestors.
+//!
 //! Each test runs the *same* property functions the CI runs, at CI case counts, and requires
 //! them to fail.
 
@@ -94,4 +99,44 @@ fn the_state_machine_catches_a_replay_that_recomputes() {
         caught.is_err(),
         "the generated sequences missed the planted bug"
     );
+}
+
+/// Runs the generated in-process sequences with `bug` planted in production's projections and
+/// requires them to fail; without it the same property passes.
+fn caught_in_projections(bug: workrail::projections::PlantedProjectionBug) -> String {
+    fn switch(bug: workrail::projections::PlantedProjectionBug, on: bool) {
+        workrail::projections::plant(bug, on);
+    }
+    switch(bug, true);
+    let caught = std::panic::catch_unwind(|| check_sequences(ops::config(2), 24, InProcess::new));
+    switch(bug, false);
+    match caught {
+        Ok(Err(found)) => found,
+        Ok(Ok(_)) => panic!("the generated sequences missed the planted bug {bug:?}"),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// lock: L-OUTPUT-CURRENT
+#[test]
+fn the_state_machine_catches_a_current_output_that_is_not_the_latest() {
+    let found = caught_in_projections(workrail::projections::PlantedProjectionBug::FirstOutputWins);
+    assert!(found.contains("production's projection says"), "{found}");
+}
+
+/// A run's unresolved gaps name the node that recorded them (the status and the Console read
+/// them per node).
+#[test]
+fn the_state_machine_catches_unresolved_gaps_on_the_wrong_node() {
+    let found = caught_in_projections(workrail::projections::PlantedProjectionBug::GapOnParent);
+    assert!(found.contains("production's projection says"), "{found}");
+}
+
+/// lock: L-PREF-NODE-ATTACHED
+#[test]
+fn the_state_machine_catches_preferences_that_are_not_inherited() {
+    let found =
+        caught_in_projections(workrail::projections::PlantedProjectionBug::NoInheritedPreferences);
+    // The responses name the preferences too, so either comparison may see it first.
+    assert!(found.contains("preferences"), "{found}");
 }

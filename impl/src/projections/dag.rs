@@ -515,6 +515,10 @@ pub fn effective_preferences(
         cutoff.insert(id, below.unwrap_or(u64::MAX));
         below = info.map(|n| n.created_index);
         current = info.and_then(|n| n.parent.clone());
+        // TEST-ONLY planted bug: a node does not inherit its ancestors' preferences.
+        if planted(PlantedProjectionBug::NoInheritedPreferences) {
+            break;
+        }
     }
     // In-effect changes on the path are ordered by depth in the log, so the latest one in the
     // log is the nearest.
@@ -533,6 +537,45 @@ pub fn effective_preferences(
         })
         .or(session_baseline)
         .unwrap_or(global_defaults)
+}
+
+/// TEST-ONLY planted projection bugs (feature `test-mutations`): each breaks one projection so
+/// the model-versus-production harness can prove it compares that projection. Off unless a test
+/// turns it on, for its own thread only; without the feature they compile away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedProjectionBug {
+    /// The first output of a node's channel stays its current one (locks §2.1 say the latest).
+    FirstOutputWins,
+    /// The unresolved-gaps projection lists a gap on its node's parent.
+    GapOnParent,
+    /// A node's effective preferences ignore what its ancestors recorded (D43).
+    NoInheritedPreferences,
+}
+
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    static PLANTED_PROJECTION_BUGS: std::cell::Cell<[bool; 3]> = const { std::cell::Cell::new([false; 3]) };
+}
+
+/// TEST-ONLY (feature `test-mutations`): switches `bug` on or off for the calling thread.
+#[cfg(feature = "test-mutations")]
+pub fn plant(bug: PlantedProjectionBug, on: bool) {
+    PLANTED_PROJECTION_BUGS.with(|c| {
+        let mut bugs = c.get();
+        bugs[bug as usize] = on;
+        c.set(bugs);
+    });
+}
+
+#[cfg(feature = "test-mutations")]
+fn planted(bug: PlantedProjectionBug) -> bool {
+    PLANTED_PROJECTION_BUGS.with(|c| c.get()[bug as usize])
+}
+
+#[cfg(not(feature = "test-mutations"))]
+#[inline(always)]
+fn planted(_: PlantedProjectionBug) -> bool {
+    false
 }
 
 /// Builds every projection of a session: incrementally from nothing (see [`Projector`]), or in
@@ -885,11 +928,17 @@ fn apply(
             // The latest output of a node and channel is its current one: an earlier one is
             // either superseded by it or older.
             let output = Arc::new(o.clone());
+            let key = (node_id.clone(), o.output_channel);
+            // TEST-ONLY planted bug: the first output of a channel stays current.
+            if planted(PlantedProjectionBug::FirstOutputWins)
+                && view.current_outputs.contains_key(&key)
+            {
+                return Ok(());
+            }
             if o.output_channel == OutputChannel::Recap {
                 view.dag.slots.set_recap_output(node_id, &output);
             }
-            view.current_outputs
-                .insert((node_id.clone(), o.output_channel), output);
+            view.current_outputs.insert(key, output);
         }
         EventData::GapRecorded(g) => {
             if let GapResolution::Resolves { resolves_gap_id } = &g.resolution {
@@ -897,8 +946,13 @@ fn apply(
                 view.unresolved_gaps
                     .retain(|(_, open)| &open.gap_id != resolves_gap_id);
             }
+            // TEST-ONLY planted bug: a gap is listed on its node's parent.
+            let listed_on = match view.dag.nodes.get(node_id).and_then(|n| n.parent.clone()) {
+                Some(parent) if planted(PlantedProjectionBug::GapOnParent) => parent,
+                _ => node_id.clone(),
+            };
             if !run_aux.resolved.contains(&g.gap_id) {
-                view.unresolved_gaps.push((node_id.clone(), g.clone()));
+                view.unresolved_gaps.push((listed_on, g.clone()));
             }
         }
         EventData::CapabilityObserved(c) => {

@@ -7,7 +7,9 @@
 mod dag;
 pub mod resume;
 
+#[cfg(feature = "test-mutations")]
+pub use dag::plant;
 pub use dag::{
-    NodeInfo, Projector, RunDag, RunView, SessionProjection, TipPolicy, Unsupported,
-    effective_preferences, project, project_in_two_passes,
+    NodeInfo, PlantedProjectionBug, Projector, RunDag, RunView, SessionProjection, TipPolicy,
+    Unsupported, effective_preferences, project, project_in_two_passes,
 };
