@@ -13,6 +13,9 @@
 //!   compared with the model's, each one proven by a bug in it: the first output of a channel
 //!   kept current, an unresolved gap listed on its node's parent, preferences not inherited
 //!   from ancestors.
+//! - **blocker pointer contents**: a required output's blocker points at the artifact kind
+//!   instead of its contract (same pointer kind, other contents). Caught only because blockers
+//!   are compared in full.
 //!
 //! Each test runs the *same* property functions the CI runs, at CI case counts, and requires
 //! them to fail.
@@ -139,4 +142,13 @@ fn the_state_machine_catches_preferences_that_are_not_inherited() {
         caught_in_projections(workrail::projections::PlantedProjectionBug::NoInheritedPreferences);
     // The responses name the preferences too, so either comparison may see it first.
     assert!(found.contains("preferences"), "{found}");
+}
+
+/// lock: L-BLOCKER-POINTERS
+#[test]
+fn the_state_machine_catches_a_blocker_pointing_at_the_wrong_contract() {
+    let _bug = Planted::on(workrail::engine::plant_contract_pointer_names_the_kind);
+    let caught = check_sequences(ops::config(2), 24, InProcess::new);
+    let found = caught.expect_err("the generated sequences missed the planted bug");
+    assert!(found.contains("wr.loop_control"), "{found}");
 }

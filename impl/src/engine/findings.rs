@@ -71,6 +71,30 @@ pub(crate) fn step_example(
     example
 }
 
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    static POINTER_NAMES_THE_KIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// TEST-ONLY (feature `test-mutations`): while on, for the calling thread, a required output's
+/// blocker points at the artifact kind (`wr.loop_control`) instead of its contract
+/// (`wr.contracts.loop_control`): a planted bug only a comparison of pointer contents sees.
+#[cfg(feature = "test-mutations")]
+pub fn plant_contract_pointer_names_the_kind(on: bool) {
+    POINTER_NAMES_THE_KIND.with(|c| c.set(on));
+}
+
+#[cfg(feature = "test-mutations")]
+fn planted_pointer_names_the_kind() -> bool {
+    POINTER_NAMES_THE_KIND.with(std::cell::Cell::get)
+}
+
+#[cfg(not(feature = "test-mutations"))]
+#[inline(always)]
+fn planted_pointer_names_the_kind() -> bool {
+    false
+}
+
 /// The step's required output is missing (`problems` empty) or invalid.
 pub(crate) fn contract(
     contract: &CompiledContract,
@@ -109,11 +133,15 @@ pub(crate) fn contract(
             ),
         ),
     };
+    // TEST-ONLY planted bug: the pointer names the artifact kind instead of the contract.
+    let contract_ref = if planted_pointer_names_the_kind() {
+        contract.artifact_kind.clone()
+    } else {
+        contract.contract_ref.clone()
+    };
     finding(
         GapReason::ContractViolation(reason),
-        BlockerPointer::OutputContract {
-            contract_ref: contract.contract_ref.clone(),
-        },
+        BlockerPointer::OutputContract { contract_ref },
         message,
         fix,
         FindingDetail::Contract {

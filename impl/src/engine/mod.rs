@@ -10,6 +10,8 @@
 
 pub mod contract;
 mod findings;
+#[cfg(feature = "test-mutations")]
+pub use self::findings::plant_contract_pointer_names_the_kind;
 pub(crate) use findings::step_example;
 pub(crate) use reports::probed_capability;
 pub mod outcome;
