@@ -34,7 +34,8 @@ use crate::fixture;
 /// The result of an execution tool call.
 pub type Reply = Result<ExecutionOutput, ErrorEnvelope>;
 
-/// Every byte of the data directory (path -> bytes), for "nothing was written" checks.
+/// Every byte of the data directory, every directory and (on a real filesystem) every mode (path
+/// -> bytes), for "nothing was written" checks.
 pub type Fingerprint = BTreeMap<PathBuf, Vec<u8>>;
 
 /// A WorkRail implementation the harness can drive and inspect.
@@ -50,7 +51,7 @@ pub trait System {
     fn load(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError>;
     /// Every session directory.
     fn sessions(&self) -> Vec<SessionId>;
-    /// Every byte of the data directory.
+    /// Every byte, directory and mode of the data directory.
     fn fingerprint(&self) -> Fingerprint;
     /// A short name for failure messages.
     fn name(&self) -> &'static str;
@@ -184,7 +185,16 @@ impl System for InProcess {
     }
 
     fn fingerprint(&self) -> Fingerprint {
-        self.fs.snapshot()
+        // Every file's bytes and every directory (a read that only creates an empty directory
+        // changes it too); the crash model has no modes.
+        // Keyed as the real filesystem's walk keys them (`<path>#meta`, `dir <mode>`).
+        let mut out = self.fs.snapshot();
+        for dir in self.fs.dirs() {
+            let mut key = dir.into_os_string();
+            key.push("#meta");
+            out.insert(key.into(), b"dir (no modes in the crash model)".to_vec());
+        }
+        out
     }
 
     fn name(&self) -> &'static str {

@@ -281,12 +281,48 @@ fn keys_rotate_keeps_earlier_tokens_valid() {
         results[0]["structuredContent"]["stateToken"],
         s0["stateToken"]
     );
-    // `inspect` shows the session.
+    // `inspect` shows the session, and writes nothing, not even a cache (decision D69).
     let session = s0["session"]["sessionId"].as_str().unwrap();
-    let out = run(dir.path(), &["inspect", session]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains(session), "{}", stdout(&out));
-    assert!(stdout(&out).contains("done"), "{}", stdout(&out));
+    let before = tree(dir.path());
+    for args in [
+        &["inspect", session][..],
+        &["inspect", session, "--all"],
+        &["inspect", "--all", session],
+    ] {
+        let out = run(dir.path(), args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stdout(&out).contains(session), "{}", stdout(&out));
+        assert!(stdout(&out).contains("done"), "{}", stdout(&out));
+    }
+    assert_eq!(
+        tree(dir.path()),
+        before,
+        "inspect changed the data directory"
+    );
+}
+
+/// Every entry under `root`: path, kind, mode and (for files) bytes.
+fn tree(root: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let bytes = if meta.is_file() {
+                std::fs::read(&path).unwrap()
+            } else {
+                Vec::new()
+            };
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push((path, meta.permissions().mode(), bytes));
+        }
+    }
+    out.sort();
+    out
 }
 
 #[test]

@@ -325,7 +325,8 @@ pub(super) fn inspect_session(
             crate::store::how_to_clear(&session, loaded.health.kind(), Some(c.reason.as_str()))
         );
     }
-    let summary = session_summary(wr, &loaded);
+    // A read command writes nothing, not even the projection cache (decision D69).
+    let summary = session_summary_read_only(wr, &loaded);
     for run in &summary.runs {
         let _ = writeln!(
             out,

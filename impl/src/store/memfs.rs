@@ -273,6 +273,11 @@ impl MemFs {
     }
 
     /// A digest-free fingerprint of all live files (path and bytes), for "nothing changed" checks.
+    /// Every directory that exists now.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.lock().dirs.iter().cloned().collect()
+    }
+
     pub fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         let s = self.lock();
         s.live
