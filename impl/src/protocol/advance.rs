@@ -405,6 +405,8 @@ struct AdvancePlan {
     events: Vec<SessionEvent>,
     /// The new node's snapshot and its canonical (JCS) bytes, hashed once for its ref.
     snapshot: Option<(ExecutionSnapshotFileV1, Vec<u8>)>,
+    /// The agent's artifacts its outputs reference, to store before the plan is attested.
+    artifacts: Vec<crate::store::PreparedArtifact>,
 }
 
 /// Advance with an ack attempt, or replay it when already recorded.
@@ -462,12 +464,17 @@ pub(super) fn advance(
             }
             plan_advance(wr, &fresh, &facts, state, &ack.attempt_id, input)?
         };
-        // The new node's snapshot is stored while the segment is written (decision D65); both
-        // are durable before the manifest attests the plan.
-        let snapshots = wr.snapshots.clone();
-        let store_snapshot = move || match plan.snapshot {
-            Some((snapshot, bytes)) => snapshots.put_canonical(&snapshot, &bytes).map(drop),
-            None => Ok(()),
+        // The new node's snapshot and the artifacts are stored while the segment is written
+        // (decision D65); all are durable before the manifest attests the plan.
+        let (snapshots, artifact_store) = (wr.snapshots.clone(), wr.artifacts.clone());
+        let (snapshot, artifacts) = (plan.snapshot, plan.artifacts);
+        let store_snapshot = move || {
+            if let Some((snapshot, bytes)) = snapshot {
+                snapshots.put_canonical(&snapshot, &bytes)?;
+            }
+            artifacts
+                .iter()
+                .try_for_each(|a| artifact_store.put_prepared(a))
         };
         let NodeContext {
             compiled,
@@ -738,6 +745,8 @@ pub(super) fn agent_payloads(
 
 /// The outputs an attempt appends at `scope`: the agent's `output`, plus WorkRail's own
 /// artifact output (`owned`, a preference warning) placed among the artifacts in the locked order.
+/// The agent's artifacts are prepared, not stored: they go to `artifacts`, for the caller to
+/// store before its append attests them.
 pub(super) fn output_events(
     wr: &Workrail,
     session: &SessionId,
@@ -745,12 +754,17 @@ pub(super) fn output_events(
     attempt: &AttemptId,
     output: Option<&OutputInput>,
     owned: Option<(OutputId, OutputPayload)>,
+    artifacts: &mut Vec<crate::store::PreparedArtifact>,
 ) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
     let empty = OutputInput::default();
     let payloads = agent_payloads(output.unwrap_or(&empty), |artifact| {
-        wr.artifacts
-            .put_json(&Value::Object(artifact.clone()))
-            .map_err(|e| e.to_envelope(true))
+        let prepared = crate::store::ArtifactStore::prepare_json(&Value::Object(artifact.clone()))
+            .map_err(|e| e.to_envelope(true))?;
+        let stored = (prepared.digest.clone(), prepared.bytes.len() as u64);
+        if !artifacts.iter().any(|a| a.digest == prepared.digest) {
+            artifacts.push(prepared);
+        }
+        Ok(stored)
     })?;
     // The agent's outputs keep their positional ids; WorkRail's own joins the artifacts in
     // `(sha256, contentType)` order.
@@ -855,6 +869,7 @@ fn plan_advance(
             Ok(AdvancePlan {
                 events,
                 snapshot: None,
+                artifacts: Vec::new(),
             })
         }
         AdvanceOutcome::Advanced(transition) | AdvanceOutcome::Complete(transition) => {
@@ -908,6 +923,7 @@ fn plan_advance(
                     }),
                 )?,
             ];
+            let mut artifacts = Vec::new();
             events.extend(output_events(
                 wr,
                 session,
@@ -915,6 +931,7 @@ fn plan_advance(
                 attempt,
                 input.output.as_ref(),
                 prefs.warning(wr, &ctx.compiled, attempt)?,
+                &mut artifacts,
             )?);
             events.extend(disclosures(
                 wr,
@@ -987,6 +1004,7 @@ fn plan_advance(
             Ok(AdvancePlan {
                 events,
                 snapshot: Some((snapshot, canonical)),
+                artifacts,
             })
         }
     }

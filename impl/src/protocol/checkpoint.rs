@@ -126,10 +126,25 @@ pub(super) fn checkpoint(
                     }),
                 )
                 .map_err(Wrapped)?];
+            let mut artifacts = Vec::new();
             events.extend(
-                output_events(wr, &state.session_id, &scope, &attempt.attempt_id, Some(&input.output), None)
-                    .map_err(Wrapped)?,
+                output_events(
+                    wr,
+                    &state.session_id,
+                    &scope,
+                    &attempt.attempt_id,
+                    Some(&input.output),
+                    None,
+                    &mut artifacts,
+                )
+                .map_err(Wrapped)?,
             );
+            // Durable before the append that references them.
+            for artifact in &artifacts {
+                wr.artifacts
+                    .put_prepared(artifact)
+                    .map_err(|e| Wrapped(e.to_envelope(true)))?;
+            }
             // The edge is the plan's last event: replays end their prefix there.
             events.push(
                 wr.event(

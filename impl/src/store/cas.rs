@@ -443,6 +443,13 @@ impl ObjectCheck {
     }
 }
 
+/// An artifact ready to store: its canonical (JCS) bytes and their digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedArtifact {
+    pub digest: workrail_spec::ids::Sha256Digest,
+    pub bytes: Vec<u8>,
+}
+
 /// Structured artifacts from agent outputs, by the digest of their JCS bytes (referenced from
 /// `node_output_appended` as `artifact_ref`, never copied into events).
 #[derive(Debug, Clone)]
@@ -462,12 +469,30 @@ impl ArtifactStore {
         &self,
         value: &serde_json::Value,
     ) -> Result<(workrail_spec::ids::Sha256Digest, u64), StoreError> {
+        let prepared = Self::prepare_json(value)?;
+        self.put_prepared(&prepared)?;
+        Ok((prepared.digest, prepared.bytes.len() as u64))
+    }
+
+    /// An artifact's canonical bytes and their digest, without storing anything (a commit
+    /// stores them beside its segment, decision D65).
+    pub fn prepare_json(value: &serde_json::Value) -> Result<PreparedArtifact, StoreError> {
         let bytes = to_canonical_bytes(value).map_err(|e| StoreError::Internal {
             detail: e.to_string(),
         })?;
-        let digest = workrail_spec::jcs::sha256(&bytes);
-        put_durable(&*self.fs, &layout::artifact_path(&digest), &bytes)?;
-        Ok((digest, bytes.len() as u64))
+        Ok(PreparedArtifact {
+            digest: workrail_spec::jcs::sha256(&bytes),
+            bytes,
+        })
+    }
+
+    /// Stores a prepared artifact durably (an existing one is verified and refreshed).
+    pub fn put_prepared(&self, artifact: &PreparedArtifact) -> Result<(), StoreError> {
+        put_durable(
+            &*self.fs,
+            &layout::artifact_path(&artifact.digest),
+            &artifact.bytes,
+        )
     }
 
     /// Reads and verifies an artifact.

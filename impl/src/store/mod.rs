@@ -19,7 +19,8 @@ mod session;
 
 pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
 pub use cas::{
-    ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, SnapshotStore, Verified,
+    ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, PreparedArtifact, SnapshotStore,
+    Verified,
 };
 pub use error::{Committed, StoreError, errno_name};
 pub use health::{Corruption, CorruptionReason, SessionHealth, how_to_clear};
