@@ -442,3 +442,37 @@ fn the_default_data_directory_is_the_platform_one() {
             .is_file()
     );
 }
+
+/// MCP clients give the server pipes, served from the runtime's thread (decision D70); stdin
+/// and stdout that are files (a replayed transcript, a log) are served too, through the blocking
+/// fallback, with every request answered in order.
+#[test]
+fn mcp_over_files_instead_of_pipes_answers_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let requests = dir.path().join("requests.jsonl");
+    let responses = dir.path().join("responses.jsonl");
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "files", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_workflows", "arguments": {}}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&requests, text).unwrap();
+    let status = workrail(dir.path())
+        .arg("mcp")
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(std::fs::File::create(&responses).unwrap())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let answered: Vec<Value> = std::fs::read_to_string(&responses)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<Value> = answered.iter().map(|r| r["id"].clone()).collect();
+    assert_eq!(ids, [json!(1), json!(2), json!(3)], "{answered:?}");
+    assert_eq!(answered[2]["result"]["isError"], false, "{}", answered[2]);
+}

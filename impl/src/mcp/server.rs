@@ -1,6 +1,7 @@
 //! The rmcp stdio server: `tools/list` serves [`super::tools::tool_defs`], `tools/call` runs
-//! [`super::dispatch::call_tool`] on the runtime's thread, one call at a time (decision D67;
-//! stdin is read and stdout written on their own threads meanwhile). stdout carries only MCP
+//! [`super::dispatch::call_tool`] on the runtime's thread, one call at a time (decision D67).
+//! Pipes are read and written from that thread too (D70); other stdio goes through tokio's
+//! blocking threads. stdout carries only MCP
 //! messages; logs go to stderr. The server returns when the client closes stdin.
 
 use std::sync::Arc;
@@ -100,7 +101,12 @@ impl<B: ToolBackend> ServerHandler for WorkrailServer<B> {
 /// Serves MCP over this process's stdin/stdout until the client closes stdin. Every line gets an
 /// answer: what rmcp cannot parse is answered by [`super::transport`].
 pub async fn serve_stdio<B: ToolBackend>(backend: Arc<B>) -> Result<(), String> {
-    let guarded = super::transport::guard(tokio::io::stdin(), tokio::io::stdout());
+    // Pipes (what MCP clients give a server) are read and written from this thread when ready
+    // (decision D70); a terminal or a file goes through tokio's blocking stdio threads.
+    let guarded = match stdio_pipes() {
+        Some((input, output)) => super::transport::guard(input, output),
+        None => super::transport::guard(tokio::io::stdin(), tokio::io::stdout()),
+    };
     let flushed = guarded.flushed;
     let result = serve_on(backend, (guarded.reader, guarded.writer)).await;
     // Every answer reaches stdout before the process exits (bounded: a client that stopped
@@ -143,4 +149,30 @@ pub fn run_stdio<B: ToolBackend>(backend: Arc<B>) -> Result<(), String> {
     // Do not wait for a blocked stdin reader thread at exit.
     runtime.shutdown_background();
     result
+}
+
+/// This process's stdin and stdout as non-blocking pipes, when both are pipes.
+#[cfg(unix)]
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    let input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned().ok()?);
+    let output = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().ok()?);
+    // Both or neither: converting one makes it non-blocking, which the blocking fallback for
+    // the other could not share.
+    let is_pipe = |f: &std::fs::File| f.metadata().is_ok_and(|m| m.file_type().is_fifo());
+    if !is_pipe(&input) || !is_pipe(&output) {
+        return None;
+    }
+    let input = tokio::net::unix::pipe::Receiver::from_file(input).ok()?;
+    let output = tokio::net::unix::pipe::Sender::from_file(output).ok()?;
+    Some((input, output))
+}
+
+#[cfg(not(unix))]
+fn stdio_pipes() -> Option<(tokio::io::Stdin, tokio::io::Stdout)> {
+    None
 }
