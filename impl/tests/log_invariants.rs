@@ -497,3 +497,137 @@ fn snapshots_hold_only_the_interpreter_state_and_its_workflow_link() {
     }
     assert!(checked > 5);
 }
+
+/// Re-canonicalizes `bytes` (parsed, then written by RFC 8785) and returns its sha256.
+fn jcs_digest_of(bytes: &[u8]) -> (Vec<u8>, String) {
+    let value: Value = serde_json::from_slice(bytes).unwrap();
+    let canonical = workrail_spec::jcs::to_canonical_bytes(&value).unwrap();
+    let digest = workrail_spec::jcs::sha256(&canonical).to_string();
+    (canonical, digest)
+}
+
+/// Every content address is `sha256` over the RFC 8785 (JCS) bytes: the pinned workflow's
+/// `workflowHash`, each snapshot's `snapshotRef`, each artifact's `sha256`, and each integrity
+/// entry of the exported bundle (computed here from the bundle's own JSON text).
+///
+/// lock: L-JCS-SCOPE
+#[test]
+fn every_content_address_is_the_sha256_of_jcs_bytes() {
+    use workrail::store::layout;
+    let s = rich_session();
+    let events = s.logs.last().unwrap();
+    let stored = |path: std::path::PathBuf| s.fs.read(&path).unwrap().unwrap();
+    let mut checked = 0;
+    for event in events {
+        match event.data() {
+            EventData::RunStarted(started) => {
+                let bytes = stored(layout::pinned_workflow_path(&started.workflow_hash));
+                let (canonical, digest) = jcs_digest_of(&bytes);
+                assert_eq!(canonical, bytes, "stored as its JCS bytes");
+                assert_eq!(digest, started.workflow_hash.to_string());
+                checked += 1;
+            }
+            EventData::NodeCreated(node) => {
+                let bytes = stored(layout::snapshot_path(&node.snapshot_ref));
+                let (canonical, digest) = jcs_digest_of(&bytes);
+                assert_eq!(canonical, bytes);
+                assert_eq!(digest, node.snapshot_ref.to_string());
+                checked += 1;
+            }
+            EventData::NodeOutputAppended(o) => {
+                if let OutputPayload::ArtifactRef {
+                    sha256,
+                    byte_length,
+                    ..
+                } = &o.payload
+                {
+                    let bytes = stored(layout::artifact_path(sha256));
+                    let (canonical, digest) = jcs_digest_of(&bytes);
+                    assert_eq!(canonical, bytes);
+                    assert_eq!(digest, sha256.to_string());
+                    assert_eq!(*byte_length, bytes.len() as u64);
+                    checked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(checked > 5);
+    // The bundle's integrity entries, recomputed from its text.
+    let wr = open(&s.fs);
+    let exported = wr
+        .export_session(s.session.as_str(), &workrail::bundle::NoProgress)
+        .unwrap();
+    let bundle: Value = serde_json::from_str(&exported.text).unwrap();
+    let entries = bundle["integrity"]["entries"].as_array().unwrap();
+    assert!(entries.len() > 3);
+    for entry in entries {
+        // `session/events`, `session/snapshots/<ref>`, `artifacts/<sha256>`: a path into the
+        // bundle (no key holds a `/`).
+        let path = entry["path"].as_str().unwrap();
+        let part = path.split('/').fold(&bundle, |at, key| &at[key]);
+        assert!(!part.is_null(), "{path} names a part of the bundle");
+        let canonical = workrail_spec::jcs::to_canonical_bytes(part).unwrap();
+        assert_eq!(
+            entry["sha256"],
+            workrail_spec::jcs::sha256(&canonical).to_string(),
+            "{path}"
+        );
+        assert_eq!(entry["bytes"], canonical.len() as u64, "{path}");
+    }
+}
+
+/// Tokens are signed references, never stored: no token, nor any token prefix, appears in any
+/// file of the data directory after starting, acknowledging, checkpointing and rehydrating,
+/// and a process with nothing but the data directory verifies them (no token table).
+///
+/// lock: L-TOKEN-SIGNED-REFS
+#[test]
+fn tokens_are_never_stored_and_verify_from_durable_truth_alone() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let started = start(&wr, "project.demo");
+    let planned = wr
+        .continue_workflow(ack(&started, "Planned.", vec![]))
+        .unwrap();
+    let checkpointed = wr
+        .checkpoint_workflow(CheckpointWorkflowInput {
+            state_token: planned.state_token.clone(),
+            checkpoint_token: planned.checkpoint_token.clone().unwrap(),
+            output: OutputInput {
+                notes_markdown: Some("A checkpoint.".into()),
+                artifacts: vec![],
+            },
+        })
+        .unwrap();
+    let back = wr
+        .continue_workflow(rehydrate(&checkpointed.state_token))
+        .unwrap();
+    let mut tokens = Vec::new();
+    for out in [&started, &planned, &checkpointed, &back] {
+        tokens.push(out.state_token.clone());
+        tokens.extend(out.ack_token.clone());
+        tokens.extend(out.checkpoint_token.clone());
+    }
+    let prefixes: BTreeSet<String> = tokens
+        .iter()
+        .map(|t| t.split('.').take(2).collect::<Vec<_>>().join(".") + ".")
+        .collect();
+    assert!(prefixes.len() >= 3, "{prefixes:?}");
+    for (path, bytes) in fs.snapshot() {
+        let text = String::from_utf8_lossy(&bytes);
+        for needle in tokens.iter().chain(prefixes.iter()) {
+            assert!(
+                !text.contains(needle.as_str()),
+                "{} holds a token ({needle})",
+                path.display()
+            );
+        }
+    }
+    // A fresh process holding only the data directory accepts them.
+    let fresh = open(&fs);
+    let again = fresh
+        .continue_workflow(rehydrate(&back.state_token))
+        .unwrap();
+    assert_eq!(pending(&again), pending(&back));
+}
