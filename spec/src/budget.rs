@@ -63,6 +63,12 @@ pub const OUTPUT_MAX_ARTIFACTS: usize = 64;
 /// (decision D55): large results belong in files, referenced from an artifact.
 pub const OUTPUT_ARTIFACTS_MAX_BYTES: usize = 512 * 1024;
 
+/// Max bytes of the function definitions rendered into one `pending.prompt` (locks §5 "Function
+/// definitions in rewind/resumption context": "truncate by bytes"; the locks give no number, so
+/// WorkRail-rs uses the recap's budget). Over it, definitions are cut with the canonical marker
+/// and an omission note.
+pub const FUNCTION_DEFINITIONS_MAX_BYTES: usize = 4096;
+
 /// A text after applying a byte budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncated<'a> {

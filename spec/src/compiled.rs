@@ -106,6 +106,66 @@ pub struct StepOutputSpec {
     pub hints: BTreeMap<String, String>,
 }
 
+closed_set!(
+    /// Where a function definition is declared; also its precedence: a step's own definition
+    /// shadows a loop's, an inner loop's shadows an outer loop's, and a loop's the workflow's.
+    FunctionScope {
+        Step = "step",
+        Loop = "loop",
+        Workflow = "workflow",
+    }
+);
+
+closed_set!(
+    /// The JSON type of a function parameter.
+    FunctionParameterType {
+        String = "string",
+        Number = "number",
+        Boolean = "boolean",
+        Array = "array",
+        Object = "object",
+    }
+);
+
+/// One parameter of a function definition (documentation for the agent; never evaluated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FunctionParameter {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub param_type: FunctionParameterType,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The allowed values, when closed.
+    #[serde(default, rename = "enum", skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+}
+
+/// A function definition a step references (`functionDefinitions` + `functionReferences`,
+/// locks §5 "Function definitions in rewind/resumption context"), resolved through the step's
+/// scopes and pinned with the workflow so a rewound or resumed agent can be told what it means.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompiledFunction {
+    pub name: String,
+    /// The scope the definition was resolved from.
+    pub scope: FunctionScope,
+    pub definition: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<FunctionParameter>,
+}
+
+impl CompiledFunction {
+    /// The include order of the locks: scope precedence (step, loop, workflow), then name.
+    pub fn order_key(&self) -> (FunctionScope, &str) {
+        (self.scope, &self.name)
+    }
+}
+
 /// A fully expanded step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -130,6 +190,11 @@ pub struct CompiledStep {
     /// their hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub non_assumable_choices: Vec<NonAssumableChoiceKind>,
+    /// The function definitions this step references, each resolved through the step's scopes,
+    /// ordered by `(scope precedence, name)` with one entry per name. Absent when empty, so steps
+    /// without functions keep their hash (an additive optional field, `L-VERSION-ADDITIVE-ONLY`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<CompiledFunction>,
 }
 
 /// One item of an execution sequence: a step, or a loop.
@@ -207,6 +272,8 @@ closed_set!(
         UnusedCondition = "unused_condition",
         /// A probe step was injected for a required capability.
         CapabilityProbeInjected = "capability_probe_injected",
+        /// A function definition no step references.
+        UnusedFunction = "unused_function",
     }
 );
 
@@ -377,6 +444,23 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
                 "nonAssumableChoices deduped and sorted",
                 format!(
                     "step {} lists nonAssumableChoices out of order or twice",
+                    step.step_id
+                ),
+            ));
+        }
+        if !strictly_sorted(&step.functions, |f| (f.scope, f.name.clone()))
+            || step
+                .functions
+                .iter()
+                .map(|f| &f.name)
+                .collect::<BTreeSet<_>>()
+                .len()
+                != step.functions.len()
+        {
+            return Err(invariant(
+                "step functions ordered by (scope, name), one per name",
+                format!(
+                    "step {} lists functions out of order or a name twice",
                     step.step_id
                 ),
             ));

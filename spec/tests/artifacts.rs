@@ -923,6 +923,7 @@ fn sample_compiled() -> CompiledWorkflowSnapshotV1 {
         },
         injected_refs: vec![],
         non_assumable_choices: vec![],
+        functions: Vec::new(),
     };
     CompiledWorkflowSnapshotV1::new(CompiledWorkflowBody {
         workflow_id: WorkflowId::parse("project.sample").unwrap(),

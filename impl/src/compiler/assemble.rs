@@ -79,6 +79,7 @@ fn compile_step(step: &StepIr) -> Result<CompiledStep, Vec<CompileError>> {
         provenance: step.provenance.clone(),
         injected_refs: rendered.refs,
         non_assumable_choices: step.non_assumable_choices.clone(),
+        functions: step.functions.clone(),
     })
 }
 

@@ -46,6 +46,8 @@ pub enum CompileErrorCode {
     /// A ref snippet or a step's injected ref bytes exceed a budget.
     RefBudgetExceeded,
     UnknownCondition,
+    /// A `functionReferences` entry no visible `functionDefinitions` defines.
+    UnknownFunction,
     /// A loop without `maxIterations` (no defaults, locks §9).
     MissingMaxIterations,
     /// A `loop_control` loop without a final decision step, or a decision step out of place.
@@ -78,6 +80,7 @@ impl CompileErrorCode {
             Self::Templating => "templating",
             Self::RefBudgetExceeded => "ref_budget_exceeded",
             Self::UnknownCondition => "unknown_condition",
+            Self::UnknownFunction => "unknown_function",
             Self::MissingMaxIterations => "missing_max_iterations",
             Self::LoopDecisionStep => "loop_decision_step",
             Self::Internal => "internal",

@@ -11,9 +11,11 @@ use workrail_spec::compiled::{CompiledWarning, CompiledWarningCode, StepProvenan
 use workrail_spec::ids::StepId;
 
 use super::error::{CompileError, CompileErrorCode as Code, child};
+use super::functions::{self, Scopes};
 use super::ir::{Item, LoopIr, StepIr};
 use super::source::{
-    NormalStep, PromptValue, SourceBlocks, SourceStep, SourceWorkflow, StepBody, TemplateCall,
+    NormalStep, PromptPart, PromptValue, SourceBlocks, SourceFunction, SourceStep, SourceWorkflow,
+    StepBody, TemplateCall,
 };
 use crate::builtins::templates::{self, CAPABILITY_PROBE, ProbeWhen, TemplateStep};
 
@@ -23,8 +25,11 @@ pub(crate) fn expand(
     errors: &mut Vec<CompileError>,
 ) -> (Vec<Item>, Vec<CompiledWarning>) {
     let role = workflow.agent_role.as_deref();
-    let mut items = expand_list(&workflow.steps, role, errors);
     let mut warnings = Vec::new();
+    let mut used = BTreeSet::new();
+    let scopes = Scopes::workflow(&workflow.functions);
+    let mut items = expand_list(&workflow.steps, role, &scopes, &mut used, errors);
+    warnings.extend(functions::unused(all_functions(workflow), &used));
     let probed = authored_probes(&workflow.steps);
     // Injected probes go first, in Capability order (the template id is the same for all and the
     // capability order is the stable injection index).
@@ -68,15 +73,48 @@ fn authored_probes(steps: &[SourceStep]) -> BTreeSet<Capability> {
     out
 }
 
+/// Every definition of the workflow, in document order (workflow, then depth first).
+fn all_functions(workflow: &SourceWorkflow) -> Vec<&SourceFunction> {
+    fn walk<'a>(steps: &'a [SourceStep], out: &mut Vec<&'a SourceFunction>) {
+        for step in steps {
+            match step {
+                SourceStep::Normal(n) => out.extend(n.functions.iter()),
+                SourceStep::Loop(l) => {
+                    out.extend(l.functions.iter());
+                    walk(&l.body, out);
+                }
+                SourceStep::TemplateCall(_) => {}
+            }
+        }
+    }
+    let mut out: Vec<&SourceFunction> = workflow.functions.iter().collect();
+    walk(&workflow.steps, &mut out);
+    out
+}
+
 fn expand_list(
     steps: &[SourceStep],
     role: Option<&str>,
+    scopes: &Scopes<'_>,
+    used: &mut BTreeSet<String>,
     errors: &mut Vec<CompileError>,
 ) -> Vec<Item> {
     let mut out = Vec::new();
     for step in steps {
         match step {
-            SourceStep::Normal(n) => out.push(Item::Step(Box::new(authored(n, role)))),
+            SourceStep::Normal(n) => {
+                let mut ir = authored(n, role);
+                let texts = step_texts(n);
+                ir.functions = functions::resolve(
+                    scopes,
+                    &n.functions,
+                    &n.function_refs,
+                    &texts,
+                    used,
+                    errors,
+                );
+                out.push(Item::Step(Box::new(ir)));
+            }
             SourceStep::TemplateCall(call) => match call {
                 TemplateCall::CapabilityProbe {
                     capability,
@@ -94,9 +132,39 @@ fn expand_list(
                 loop_id: l.loop_id.clone(),
                 condition_id: l.condition_id.clone(),
                 max_iterations: l.max_iterations,
-                body: expand_list(&l.body, role, errors),
+                body: expand_list(&l.body, role, &scopes.enter(&l.functions), used, errors),
                 pointer: l.pointer.clone(),
             })),
+        }
+    }
+    out
+}
+
+/// The authored text of a step, where a function call `name()` counts as a reference.
+fn step_texts(step: &NormalStep) -> Vec<&str> {
+    fn value_texts<'a>(value: &'a PromptValue, out: &mut Vec<&'a str>) {
+        match value {
+            PromptValue::Text(t) => out.push(t),
+            PromptValue::Parts(parts) => out.extend(parts.iter().filter_map(|p| match p {
+                PromptPart::Text(t) => Some(t.as_str()),
+                PromptPart::Ref(_) => None,
+            })),
+        }
+    }
+    let mut out = Vec::new();
+    match &step.body {
+        StepBody::Prompt(text) => out.push(text.as_str()),
+        StepBody::Blocks(b) => {
+            for v in b
+                .goal
+                .iter()
+                .chain(&b.constraints)
+                .chain(&b.procedure)
+                .chain(&b.verify)
+            {
+                value_texts(v, &mut out);
+            }
+            out.extend(b.output_required.values().map(String::as_str));
         }
     }
     out
@@ -129,6 +197,7 @@ fn authored(step: &NormalStep, workflow_role: Option<&str>) -> StepIr {
         probe_capability: None,
         hints: output.hints,
         non_assumable_choices: choices,
+        functions: Vec::new(),
         provenance: StepProvenance {
             source: StepSource::Authored,
             origin_id: None,
@@ -172,6 +241,7 @@ fn template_step(
         probe_capability: Some(capability),
         hints: Default::default(),
         non_assumable_choices: Vec::new(),
+        functions: Vec::new(),
         provenance: StepProvenance {
             source: StepSource::TemplateInjected,
             origin_id: Some(CAPABILITY_PROBE.to_owned()),

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use workrail_spec::closed::{Capability, NonAssumableChoiceKind};
-use workrail_spec::compiled::StepProvenance;
+use workrail_spec::compiled::{CompiledFunction, StepProvenance};
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 
 use super::source::SourceBlocks;
@@ -34,6 +34,8 @@ pub(crate) struct StepIr {
     pub hints: BTreeMap<String, String>,
     /// Choices only the user may make at this step, sorted (compiled as `nonAssumableChoices`).
     pub non_assumable_choices: Vec<NonAssumableChoiceKind>,
+    /// The function definitions the step references, resolved and ordered.
+    pub functions: Vec<CompiledFunction>,
     pub provenance: StepProvenance,
     /// The source pointer errors about this step refer to (the template call for expansions).
     pub pointer: String,

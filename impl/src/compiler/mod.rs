@@ -17,6 +17,7 @@ mod assemble;
 pub mod error;
 mod expand;
 mod features;
+pub mod functions;
 pub mod ids;
 mod ir;
 mod parse;

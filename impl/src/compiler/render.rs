@@ -8,7 +8,8 @@
 //! output and verify items are `- item`, procedure items are `1. item`; continuation lines of a
 //! multi-line item are indented to the item text. Output lists `outputRequired` entries
 //! (`- key: text`, keys in lexical order) and then `output.hints` (`- hint (key): text`).
-//! A prompt value made of parts joins the parts with one space.
+//! A prompt value made of parts joins the parts with one space. A step that references function
+//! definitions ends with `## Functions` (see `functions.rs`).
 
 use std::collections::BTreeMap;
 
@@ -116,12 +117,21 @@ pub(crate) fn render_step(step: &StepIr) -> Result<Rendered, Vec<CompileError>> 
     if !errors.is_empty() {
         return Err(errors);
     }
-    let prompt = render_prompt(
+    let mut prompt = render_prompt(
         step.agent_role.as_deref(),
         step.text.as_deref(),
         &blocks,
         &step.hints,
     );
+    // The referenced function definitions close the prompt (locks §5): every response that shows
+    // the step, a rehydration's included, carries what its function calls mean.
+    let functions = super::functions::step_section(&step.functions);
+    if !functions.is_empty() {
+        if !prompt.is_empty() {
+            prompt.push_str("\n\n");
+        }
+        prompt.push_str(&functions);
+    }
     let refs = uses
         .by_id
         .values()

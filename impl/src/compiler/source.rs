@@ -10,7 +10,7 @@ use serde_json::Value;
 use workrail_spec::closed::{
     Capability, CapabilityRequirement, LoopDecision, NonAssumableChoiceKind,
 };
-use workrail_spec::compiled::Recommendations;
+use workrail_spec::compiled::{CompiledFunction, Recommendations};
 use workrail_spec::ids::{ConditionId, LoopId, StepId, WorkflowId};
 
 use crate::builtins::features::FeatureId;
@@ -28,7 +28,23 @@ pub struct SourceWorkflow {
     pub capabilities: BTreeMap<Capability, CapabilityRequirement>,
     pub features: Vec<SourceFeature>,
     pub conditions: Vec<SourceCondition>,
+    /// Workflow-scoped `functionDefinitions`.
+    pub functions: Vec<SourceFunction>,
     pub steps: Vec<SourceStep>,
+}
+
+/// One `functionDefinitions` entry, its scope set from where it is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceFunction {
+    pub function: CompiledFunction,
+    pub pointer: String,
+}
+
+/// One `functionReferences` entry (the name without `()`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionRef {
+    pub name: String,
+    pub pointer: String,
 }
 
 /// One `features[]` entry, its config already validated with defaults written in.
@@ -76,6 +92,10 @@ pub struct NormalStep {
     pub output: Option<SourceOutput>,
     /// Choices only the user may make at this step (`nonAssumableChoices`, locks §3).
     pub non_assumable_choices: BTreeSet<NonAssumableChoiceKind>,
+    /// Step-scoped `functionDefinitions`.
+    pub functions: Vec<SourceFunction>,
+    /// `functionReferences`, in authored order, each name once.
+    pub function_refs: Vec<FunctionRef>,
     pub pointer: String,
 }
 
@@ -145,6 +165,8 @@ pub struct LoopStep {
     pub loop_id: LoopId,
     pub condition_id: ConditionId,
     pub max_iterations: u32,
+    /// Loop-scoped `functionDefinitions`, visible to every step of the body (nested loops too).
+    pub functions: Vec<SourceFunction>,
     pub body: Vec<SourceStep>,
     pub pointer: String,
 }

@@ -69,6 +69,20 @@ pub(super) fn respond_at(
         .as_ref()
         .map_or(super::GLOBAL_DEFAULTS, |tip| facts.preferences(run, tip));
     let status = view.status(|_| tip_complete, tip_prefs.autonomy);
+    let recap = if moment == Moment::Rehydrate {
+        recap(&facts, run, node)
+    } else {
+        None
+    };
+    let branch_functions = super::functions::branch_context(
+        wr,
+        &facts,
+        run,
+        node,
+        &ctx.compiled,
+        state.pending_step().map(|p| &p.step_id),
+        recap.as_ref(),
+    );
     let mut output = build(
         ResponseFacts {
             session,
@@ -82,11 +96,8 @@ pub(super) fn respond_at(
             ack_ordinal: facts.advance_records(node).len() as u64,
             checkpoint_ordinal: facts.checkpoint_count(run, node),
             blockers,
-            recap: if moment == Moment::Rehydrate {
-                recap(&facts, run, node)
-            } else {
-                None
-            },
+            recap,
+            branch_functions,
             capability_guidance: super::guidance::capability_guidance(
                 wr, &facts, run, node, ctx, state, moment,
             ),

@@ -11,6 +11,7 @@ mod advance;
 mod checkpoint;
 pub mod derive;
 mod facts;
+mod functions;
 mod guidance;
 mod inspect;
 mod preferences;

@@ -36,6 +36,9 @@ pub struct ResponseFacts<'a> {
     /// Non-empty for a blocked response.
     pub blockers: Vec<Blocker>,
     pub recap: Option<RecapView>,
+    /// At a rewind: the function definitions the recap's steps reference beyond the pending
+    /// step's own (see `protocol::functions`), already ordered.
+    pub branch_functions: Vec<workrail_spec::compiled::CompiledFunction>,
     /// The capability guidance to show with the pending step (see `protocol::guidance`).
     pub capability_guidance: Vec<String>,
 }
@@ -57,6 +60,27 @@ pub fn run_label(compiled: &CompiledWorkflowSnapshotV1, run: &RunId) -> String {
         .rev()
         .collect();
     format!("{name} #{tail}")
+}
+
+/// The step's compiled prompt, followed at a rewind by the definitions the recovery context
+/// references, within what the step's own definitions left of the budget.
+fn with_branch_functions(
+    prompt: &str,
+    step: &workrail_spec::compiled::CompiledStep,
+    extra: &[workrail_spec::compiled::CompiledFunction],
+) -> String {
+    use crate::compiler::functions::{render_section, step_section};
+    if extra.is_empty() {
+        return prompt.to_owned();
+    }
+    let room = workrail_spec::budget::FUNCTION_DEFINITIONS_MAX_BYTES
+        .saturating_sub(step_section(&step.functions).len());
+    let refs: Vec<&workrail_spec::compiled::CompiledFunction> = extra.iter().collect();
+    let section = render_section("Functions in the branch context", &refs, room);
+    if section.is_empty() {
+        return prompt.to_owned();
+    }
+    format!("{prompt}\n\n{section}")
 }
 
 pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
@@ -91,7 +115,7 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
             PendingView {
                 step_id: step.step_id.clone(),
                 title: step.title.clone(),
-                prompt: step.prompt.clone(),
+                prompt: with_branch_functions(&step.prompt, step, &facts.branch_functions),
                 require_confirmation: step.require_confirmation,
                 required_artifact,
                 capability_guidance: facts.capability_guidance.clone(),

@@ -449,6 +449,7 @@ pub fn compiled_step(id: &str, contract: Option<&str>) -> CompiledStep {
         },
         injected_refs: Vec::new(),
         non_assumable_choices: Vec::new(),
+        functions: Vec::new(),
     }
 }
 

@@ -16,14 +16,6 @@ const V1_FIELDS: &[(&str, &str)] = &[
         "runCondition",
         "v2 has no per-step run conditions; model repetition with a `type: \"loop\"` step and a condition from `conditions[]`.",
     ),
-    (
-        "functionDefinitions",
-        "Function definitions are not supported by this compiler yet; inline the instruction text or use a `wr.refs.*` snippet.",
-    ),
-    (
-        "functionReferences",
-        "Function references are not supported by this compiler yet; inline the instruction text or use a `wr.refs.*` snippet.",
-    ),
     ("guidance", "Put guidance into `promptBlocks.constraints`."),
     (
         "version",

@@ -3,6 +3,7 @@
 
 mod config;
 mod fields;
+pub(crate) mod functions;
 mod prompt;
 mod step;
 
@@ -12,7 +13,7 @@ use serde_json::Value;
 use workrail_spec::closed::{
     Autonomy, Capability, CapabilityRequirement, LoopDecision, RiskPolicy,
 };
-use workrail_spec::compiled::Recommendations;
+use workrail_spec::compiled::{FunctionScope, Recommendations};
 use workrail_spec::ids::{ConditionId, IdStatus, WorkflowId};
 
 use self::fields::{Fields, array, non_blank, one_of, string};
@@ -50,6 +51,7 @@ const TOP_LEVEL: &[&str] = &[
     "capabilities",
     "features",
     "conditions",
+    "functionDefinitions",
     "steps",
 ];
 
@@ -111,6 +113,12 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         .opt("conditions")
         .map(|v| conditions(p, v, &f.at("conditions")))
         .unwrap_or_default();
+    let functions = f
+        .opt("functionDefinitions")
+        .and_then(|v| {
+            functions::definitions(p, v, &f.at("functionDefinitions"), FunctionScope::Workflow)
+        })
+        .unwrap_or_default();
     let steps = f
         .req(p, "steps", "Add a non-empty `steps` array.")
         .map(|v| step::steps(p, v, &f.at("steps"), "`steps`"))
@@ -125,6 +133,7 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         capabilities,
         features,
         conditions,
+        functions,
         steps,
     })
 }

@@ -9,7 +9,7 @@ use workrail_spec::closed::{Capability, NonAssumableChoiceKind};
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 
 use super::fields::{Fields, array, non_blank, one_of, string, type_name};
-use super::{Parser, delimiter_safe, prompt};
+use super::{Parser, delimiter_safe, functions, prompt};
 use crate::builtins::templates::{self, CAPABILITY_PROBE, ProbeWhen, TEMPLATE_PREFIX};
 use crate::compiler::MAX_LOOP_ITERATIONS;
 use crate::compiler::error::{AutoFix, CompileError, CompileErrorCode as Code, index};
@@ -17,6 +17,7 @@ use crate::compiler::ids::suggest_step_id;
 use crate::compiler::source::{
     LoopStep, NormalStep, PromptPart, PromptValue, SourceStep, StepBody, TemplateCall,
 };
+use workrail_spec::compiled::FunctionScope;
 
 const NORMAL: &[&str] = &[
     "id",
@@ -27,9 +28,18 @@ const NORMAL: &[&str] = &[
     "requireConfirmation",
     "output",
     "nonAssumableChoices",
+    "functionDefinitions",
+    "functionReferences",
 ];
 const TEMPLATE_CALL: &[&str] = &["type", "templateId", "args"];
-const LOOP: &[&str] = &["type", "loopId", "while", "maxIterations", "body"];
+const LOOP: &[&str] = &[
+    "type",
+    "loopId",
+    "while",
+    "maxIterations",
+    "functionDefinitions",
+    "body",
+];
 
 /// A non-empty list of steps (`steps` or a loop `body`). Steps that fail to parse are left out
 /// (their errors are recorded), so the rest can still be checked.
@@ -166,6 +176,14 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
         None => Some(BTreeSet::new()),
         Some(v) => non_assumable_choices(p, v, &f.at("nonAssumableChoices")),
     };
+    let functions = match f.opt("functionDefinitions") {
+        None => Some(Vec::new()),
+        Some(v) => functions::definitions(p, v, &f.at("functionDefinitions"), FunctionScope::Step),
+    };
+    let function_refs = match f.opt("functionReferences") {
+        None => Some(Vec::new()),
+        Some(v) => functions::references(p, v, &f.at("functionReferences")),
+    };
     f.finish(p);
     Some(NormalStep {
         id: id?,
@@ -181,6 +199,8 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
             None => None,
         },
         non_assumable_choices: choices?,
+        functions: functions?,
+        function_refs: function_refs?,
         pointer: pointer.to_owned(),
     })
 }
@@ -322,6 +342,10 @@ fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<LoopSte
             None
         }
     };
+    let functions = match f.opt("functionDefinitions") {
+        None => Some(Vec::new()),
+        Some(v) => functions::definitions(p, v, &f.at("functionDefinitions"), FunctionScope::Loop),
+    };
     let body = f
         .req(p, "body", "Add a non-empty `body` array of steps.")
         .map(|v| steps(p, v, &f.at("body"), "loop `body`"));
@@ -330,6 +354,7 @@ fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<LoopSte
         loop_id: loop_id?,
         condition_id: condition_id?,
         max_iterations: max_iterations?,
+        functions: functions?,
         body: body?,
         pointer: pointer.to_owned(),
     })
