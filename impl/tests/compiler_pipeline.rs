@@ -630,3 +630,70 @@ fn capability_requirements_are_hashed_and_stay_out_of_step_prompts() {
         json!({"delegation": "disabled"})
     );
 }
+
+/// Steps a workflow did not author are injected at one deterministic anchor: no feature injects
+/// steps (every feature only appends to existing steps' blocks, so `feature_injected` never
+/// occurs), and the steps injected for `required` capabilities open the workflow ordered by
+/// `(originId, insertionIndex)`, the index being the capability's stable order, whatever the
+/// order of `capabilities` keys or `features` entries in the source.
+///
+/// lock: L-COMPILE-FEATURE-STEP-ORDER
+#[test]
+fn injected_steps_sit_at_a_deterministic_anchor_in_a_stable_order() {
+    let features = [
+        "wr.features.capabilities",
+        "wr.features.durable_recap_guidance",
+        "wr.features.mode_guidance",
+        "wr.features.output_contracts",
+    ];
+    let source = |caps: Value, features: Vec<&str>| {
+        json!({
+            "id": "project.anchors",
+            "name": "Anchors",
+            "description": "Injected steps at one anchor.",
+            "capabilities": caps,
+            "features": features,
+            "steps": [
+                {"id": "first", "title": "First", "prompt": "Do the first thing."},
+                {"id": "second", "title": "Second", "prompt": "Do the second thing."}
+            ]
+        })
+    };
+    let a = compiled(&source(
+        json!({"web_browsing": "required", "delegation": "required"}),
+        features.to_vec(),
+    ));
+    let b = compiled(&source(
+        json!({"delegation": "required", "web_browsing": "required"}),
+        features.iter().rev().copied().collect(),
+    ));
+    assert_eq!(a.workflow_hash, b.workflow_hash);
+    let steps = &a.snapshot.body.steps;
+    assert!(
+        steps
+            .iter()
+            .all(|s| s.provenance.source != StepSource::FeatureInjected),
+        "features append to steps, never add any"
+    );
+    let injected: Vec<(&str, Option<&str>)> = steps
+        .iter()
+        .take_while(|s| s.provenance.source == StepSource::TemplateInjected)
+        .map(|s| (s.step_id.as_str(), s.provenance.origin_id.as_deref()))
+        .collect();
+    let mut expected: Vec<Capability> = vec![Capability::WebBrowsing, Capability::Delegation];
+    expected.sort();
+    assert_eq!(injected.len(), expected.len());
+    for ((step, origin), capability) in injected.iter().zip(&expected) {
+        assert_eq!(*origin, Some("wr.templates.capability_probe"));
+        assert!(
+            step.contains(capability.as_str()),
+            "{step} for {capability:?}"
+        );
+    }
+    // The authored steps follow, in authored order.
+    let authored: Vec<&str> = steps[injected.len()..]
+        .iter()
+        .map(|s| s.step_id.as_str())
+        .collect();
+    assert_eq!(authored, ["first", "second"]);
+}

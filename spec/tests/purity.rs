@@ -172,3 +172,105 @@ fn layers_depend_one_way_and_only_adapters_do_io() {
     let store_fs = fs::read_to_string(src.join("store/fs.rs")).unwrap();
     assert!(IO.iter().any(|needle| store_fs.contains(needle)));
 }
+
+/// Production modules an MCP handler must not reach around the use-case facade.
+const BELOW_USE_CASES: &[&str] = &[
+    "crate::store",
+    "crate::engine",
+    "crate::projections",
+    "crate::compiler",
+    "crate::bundle",
+    "crate::gc",
+    "crate::sources",
+    "crate::tokens",
+    "crate::workspace",
+];
+
+/// The MCP layer maps requests to use cases and results to responses, nothing else: its modules
+/// never reach the store, engine, compiler, projections, tokens or sources, the use cases are
+/// named in one place (the `ToolBackend` implementation in `mcp/backend.rs`), and every tool's
+/// handler arm is one call of its use case.
+///
+/// lock: L-PURE-THIN-HANDLERS
+#[test]
+fn mcp_handlers_only_map_requests_to_use_cases() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mcp = root.join("impl/src/mcp");
+    let mut violations = Vec::new();
+    for file in rust_files(&mcp) {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let text = fs::read_to_string(&file).unwrap();
+        let production = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in production.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in BELOW_USE_CASES {
+                if code.contains(needle) {
+                    violations.push(format!("impl/src/mcp/{name}:{}: uses `{needle}`", n + 1));
+                }
+            }
+            if code.contains("crate::protocol") && name != "backend.rs" {
+                violations.push(format!(
+                    "impl/src/mcp/{name}:{}: reaches `crate::protocol` outside the backend",
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "MCP handlers must stay thin:\n{}",
+        violations.join("\n")
+    );
+    // Each execution tool's arm parses its input and calls the one use case of the same name.
+    let dispatch = fs::read_to_string(mcp.join("dispatch.rs")).unwrap();
+    for tool in [
+        "start_workflow",
+        "continue_workflow",
+        "checkpoint_workflow",
+        "list_workflows",
+        "inspect_workflow",
+        "start_session",
+        "resume_session",
+    ] {
+        assert!(
+            dispatch.contains(&format!("backend.{tool}(")),
+            "dispatch.rs does not hand `{tool}` to its use case"
+        );
+    }
+}
+
+/// Projections are functions of durable truth alone: the projection modules (production's and
+/// the model's) read no store, file, clock, randomness or environment, so the same events give
+/// the same projection on any machine at any time. (Their equality under any chunking of the
+/// log is `impl/tests/projection_incremental.rs`; their budgets are in `workrail_spec::budget`.)
+///
+/// lock: L-PURE-PROJECTIONS
+#[test]
+fn projections_read_nothing_but_the_events_they_are_given() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut violations = Vec::new();
+    let mut files = rust_files(&root.join("impl/src/projections"));
+    files.extend(rust_files(&root.join("model/src/projections")));
+    assert!(files.len() >= 4, "the projection modules moved: {files:?}");
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap();
+        let production = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in production.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in FORBIDDEN
+                .iter()
+                .chain(BELOW_USE_CASES)
+                .chain(["crate::protocol", "Mutex", "RefCell", "static mut"].iter())
+            {
+                if code.contains(needle) {
+                    violations.push(format!("{}:{}: uses `{needle}`", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "projections must be pure functions of events:\n{}",
+        violations.join("\n")
+    );
+}

@@ -423,6 +423,23 @@ impl SessionRead for SessionStore {
 /// the gate opened. It cannot be built outside this module and cannot outlive the closure it is
 /// lent to.
 ///
+/// Used inside the closure that lends it, a witness works:
+///
+/// ```no_run
+/// use workrail::store::{AppendGate, SessionStore};
+/// fn use_inside(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
+///     let _ = store.with_append_gate(id, |gate: &mut AppendGate<'_>| {
+///         let _committed = gate.session().events.len();
+///         Ok::<_, workrail::store::StoreError>(())
+///     });
+/// }
+/// ```
+///
+/// The same code keeping the witness for later does not compile, so a stashed witness can never
+/// reach an append, not even after a later gate re-locks the same session: the misuse is
+/// rejected before any durable I/O because it is rejected before the program exists.
+///
+/// lock: L-TOKEN-WITNESS-LIFETIME
 /// ```compile_fail
 /// use workrail::store::{AppendGate, SessionStore};
 /// fn stash(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
