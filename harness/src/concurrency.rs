@@ -179,7 +179,9 @@ pub fn racing_object_writers(root: &Path, threads: usize, rounds: u32) -> RaceRe
                     let (barrier, value) = (&barrier, &value);
                     scope.spawn(move || {
                         barrier.wait();
-                        store.put_json(value).is_ok()
+                        value
+                            .as_object()
+                            .is_some_and(|object| store.put_object(object).is_ok())
                     })
                 })
                 .collect();

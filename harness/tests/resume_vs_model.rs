@@ -423,6 +423,37 @@ proptest! {
 /// lock: L-RESUME-BUDGET, L-RESUME-HEALTHY-ONLY
 #[test]
 fn a_crowded_store_ranks_like_the_model() {
+    crowded_store().unwrap();
+}
+
+/// The comparison reaches the order within a tier: production planted to rank the least
+/// recently active tip first is caught by the crowded store and by the generated stores alone.
+///
+/// lock: L-RESUME-TIE-ORDER
+#[test]
+fn a_ranking_with_the_oldest_tip_first_is_caught() {
+    use workrail::projections::{PlantedProjectionBug, plant};
+    plant(PlantedProjectionBug::ResumeOldestFirst, true);
+    let crowded = crowded_store();
+    let mut runner = proptest::test_runner::TestRunner::new(ops::config(2));
+    let generated = runner.run(
+        &(
+            any::<u64>(),
+            prop::collection::vec(session_spec(), 0..7),
+            prop::collection::vec(query_spec(), 1..6),
+        ),
+        |(seed, specs, queries)| check(seed, &specs, &queries),
+    );
+    plant(PlantedProjectionBug::ResumeOldestFirst, false);
+    assert!(crowded.is_err(), "the crowded store missed the planted bug");
+    assert!(
+        generated.is_err(),
+        "the generated stores missed the planted bug"
+    );
+    crowded_store().unwrap();
+}
+
+fn crowded_store() -> Result<(), TestCaseError> {
     let ack = |words: &[usize]| Step::Ack {
         notes: Some(Notes::Words(words.to_vec())),
         contract: true,
@@ -471,5 +502,5 @@ fn a_crowded_store_ranks_like_the_model() {
             sha: None,
         },
     ];
-    check(5, &specs, &queries).unwrap();
+    check(5, &specs, &queries)
 }

@@ -152,12 +152,12 @@ fn steps_without_functions_serialize_exactly_as_before_the_field_existed() {
     body.remove("functionDefinitions");
     body.remove("functionReferences");
     let c = compiled(&plain);
-    let text = String::from_utf8(c.canonical.to_vec()).unwrap();
+    let text = String::from_utf8(c.canonical.bytes().to_vec()).unwrap();
     assert!(!text.contains("\"functions\""), "{text}");
     // A reader of this version accepts the snapshot with and without the field.
     let with = compiled(&functions_workflow());
     for bytes in [&c.canonical, &with.canonical] {
-        let text = std::str::from_utf8(bytes).unwrap();
+        let text = std::str::from_utf8(bytes.bytes()).unwrap();
         workrail_spec::compiled::CompiledWorkflowSnapshotV1::from_json_str(text).unwrap();
     }
 }

@@ -108,8 +108,12 @@ fn expired_sessions_go_first_then_only_unreachable_old_objects() {
     write_config(&fs, 60, &[&kept.session]);
     // An unreachable artifact that is old, and one written a minute ago (a writer in flight).
     let artifacts = ArtifactStore::new(Arc::new(fs.clone()));
-    let (old_orphan, _) = artifacts.put_json(&json!({"orphan": "old"})).unwrap();
-    let (young_orphan, _) = artifacts.put_json(&json!({"orphan": "young"})).unwrap();
+    let (old_orphan, _) = artifacts
+        .put_object(json!({"orphan": "old"}).as_object().unwrap())
+        .unwrap();
+    let (young_orphan, _) = artifacts
+        .put_object(json!({"orphan": "young"}).as_object().unwrap())
+        .unwrap();
     clock.set_age(
         layout::artifact_path(&young_orphan),
         std::time::Duration::from_secs(60),
@@ -198,7 +202,9 @@ fn a_corrupt_or_unknown_version_session_stops_every_deletion() {
             fs.corrupt(&dir.join(segment), |b| b[10] ^= 0x20);
         }
         let artifacts = ArtifactStore::new(Arc::new(fs.clone()));
-        artifacts.put_json(&json!({"orphan": true})).unwrap();
+        artifacts
+            .put_object(json!({"orphan": true}).as_object().unwrap())
+            .unwrap();
         write_config(&fs, 1, &[]);
         let clock = TestClock::new();
         clock.set_session_age(&expired.session, 30);

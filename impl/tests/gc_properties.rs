@@ -102,7 +102,7 @@ proptest! {
         // Unreachable artifacts, old or just written.
         let artifacts = ArtifactStore::new(Arc::new(fs.clone()));
         for (n, young) in &orphans {
-            let (digest, _) = artifacts.put_json(&serde_json::json!({"orphan": n})).unwrap();
+            let (digest, _) = artifacts.put_object(serde_json::json!({"orphan": n}).as_object().unwrap()).unwrap();
             if *young {
                 clock.set_age(layout::artifact_path(&digest), Duration::from_secs(120));
             }

@@ -996,8 +996,11 @@ fn preference_warning(
     let value = warning
         .to_value()
         .map_err(|e| ModelError::Invariant(format!("a preference warning: {e}")))?;
-    let (sha256, _) = jcs_digest(&value)?;
-    let byte_length = to_canonical_bytes(&value)?.len() as u64;
+    let object = value
+        .as_object()
+        .ok_or_else(|| ModelError::Invariant("a preference warning is a JSON object".into()))?;
+    let (sha256, byte_length) = jcs_digest(object)?;
+    let byte_length = byte_length as u64;
     Ok(Some(NodeOutputAppended {
         output_id: derive::preference_warning_output_id(session_id, origin),
         supersedes_output_id: None,

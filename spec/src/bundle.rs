@@ -112,7 +112,7 @@ mod erased {
     pub trait Canonical {
         fn digest(&self) -> Result<(Sha256Digest, usize), JcsError>;
     }
-    impl<T: Serialize> Canonical for T {
+    impl<T: crate::jcs::CanonicalArtifact> Canonical for T {
         fn digest(&self) -> Result<(Sha256Digest, usize), JcsError> {
             jcs_digest(self)
         }
@@ -136,6 +136,8 @@ pub struct BundleSalvage {
     /// What was found, for humans (never an absolute path).
     pub detail: String,
 }
+
+impl crate::jcs::CanonicalArtifact for BundleSalvage {}
 
 /// An export bundle, schema version 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -172,7 +174,10 @@ impl ExportBundleBody {
             })
         };
         for (digest, value) in &self.artifacts {
-            entries.push(entry(format!("artifacts/{digest}"), value)?);
+            let object = value.as_object().ok_or_else(|| JcsError {
+                detail: format!("artifact {digest} is not a JSON object"),
+            })?;
+            entries.push(entry(format!("artifacts/{digest}"), object)?);
         }
         if let Some(salvage) = &self.salvage {
             entries.push(entry("salvage".into(), salvage)?);
@@ -372,8 +377,14 @@ impl ExportBundleV1 {
             }
         }
         for (digest, value) in &self.body.artifacts {
+            let object = value.as_object().ok_or_else(|| {
+                bundle_error(
+                    ErrorCode::BundleInvalidFormat,
+                    format!("artifact keyed {digest} is not a JSON object"),
+                )
+            })?;
             let (actual, _) =
-                jcs_digest(value).map_err(|e| bundle_error(ErrorCode::BundleInvalidFormat, e))?;
+                jcs_digest(object).map_err(|e| bundle_error(ErrorCode::BundleInvalidFormat, e))?;
             if &actual != digest {
                 return Err(bundle_error(
                     ErrorCode::BundleIntegrityFailed,

@@ -294,6 +294,8 @@ pub struct CompiledWorkflowSnapshotV1 {
     pub body: CompiledWorkflowBody,
 }
 
+impl crate::jcs::CanonicalArtifact for CompiledWorkflowSnapshotV1 {}
+
 /// The fields of a compiled snapshot (everything but `schemaVersion`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

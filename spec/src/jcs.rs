@@ -13,6 +13,102 @@ use sha2::{Digest, Sha256};
 
 use crate::ids::Sha256Digest;
 
+/// A typed value WorkRail hashes: a durable artifact whose content address or integrity entry
+/// is `sha256(JCS(value))` (locks §17 "Canonical core modules": hashing accepts only typed
+/// canonical artifacts, never ad-hoc strings). [`jcs_digest`] and [`Canonical::of`] take nothing
+/// else, so a digest is never taken of text put together by hand:
+///
+/// lock: L-JCS-TYPED-INPUT
+/// ```compile_fail
+/// fn digest_of_text() {
+///     let _ = workrail_spec::jcs::jcs_digest("{\"kind\":\"made up\"}");
+/// }
+/// ```
+///
+/// while a typed artifact, an agent's artifact object included, hashes:
+///
+/// ```
+/// let artifact = serde_json::json!({"kind": "wr.loop_control", "decision": "stop"});
+/// let object = artifact.as_object().unwrap();
+/// let canonical = workrail_spec::jcs::Canonical::of(object).unwrap();
+/// assert_eq!(&workrail_spec::jcs::jcs_digest(object).unwrap().0, canonical.digest());
+/// ```
+pub trait CanonicalArtifact: Serialize {}
+
+impl<T: CanonicalArtifact> CanonicalArtifact for [T] {}
+impl<T: CanonicalArtifact> CanonicalArtifact for Vec<T> {}
+/// An agent's artifact: always a JSON object (a bare string or number is never an artifact).
+impl CanonicalArtifact for serde_json::Map<String, serde_json::Value> {}
+
+/// The RFC 8785 bytes of one typed artifact and their digest. Only [`Canonical::of`] makes one,
+/// so a content address taken from it (`SnapshotRef`, `WorkflowHash`, an artifact's digest) is
+/// the digest of a typed value. Cloning shares the bytes.
+pub struct Canonical<T: ?Sized> {
+    bytes: std::sync::Arc<[u8]>,
+    digest: Sha256Digest,
+    of: std::marker::PhantomData<fn(&T)>,
+}
+
+impl<T: CanonicalArtifact + ?Sized> Canonical<T> {
+    /// Canonicalizes `value` and hashes the result once.
+    pub fn of(value: &T) -> Result<Self, JcsError> {
+        let bytes = to_canonical_bytes(value)?;
+        let digest = sha256(&bytes);
+        Ok(Self {
+            bytes: bytes.into(),
+            digest,
+            of: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<T: ?Sized> Canonical<T> {
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// `sha256` of [`Canonical::bytes`].
+    pub fn digest(&self) -> &Sha256Digest {
+        &self.digest
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+impl<T: ?Sized> Clone for Canonical<T> {
+    fn clone(&self) -> Self {
+        Self {
+            bytes: std::sync::Arc::clone(&self.bytes),
+            digest: self.digest.clone(),
+            of: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Equal forms are equal bytes (and so equal digests).
+impl<T: ?Sized> PartialEq for Canonical<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl<T: ?Sized> Eq for Canonical<T> {}
+
+impl<T: ?Sized> std::fmt::Debug for Canonical<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Canonical")
+            .field("digest", &self.digest)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
 /// A value could not be canonicalized (e.g. a map with non-string keys).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("value cannot be written as RFC 8785 canonical JSON: {detail}")]
@@ -452,7 +548,9 @@ fn write_raw(out: &mut dyn std::io::Write, bytes: &[u8]) -> Result<(), JcsError>
 /// `sha256(JCS(value))`, with the canonical byte count (used by bundle integrity entries).
 /// The canonical bytes are hashed as they are written, never held whole: a digest of a large
 /// value (a session's events) costs no more memory than its largest object.
-pub fn jcs_digest<T: Serialize + ?Sized>(value: &T) -> Result<(Sha256Digest, usize), JcsError> {
+pub fn jcs_digest<T: CanonicalArtifact + ?Sized>(
+    value: &T,
+) -> Result<(Sha256Digest, usize), JcsError> {
     let mut sink = DigestSink::default();
     write_canonical(&mut sink, value)?;
     Ok(sink.finish())
@@ -592,8 +690,10 @@ mod tests {
             String::from_utf8(out).unwrap(),
             to_canonical_string(&items).unwrap()
         );
-        let (digest, len) = jcs_digest(&items).unwrap();
-        let bytes = to_canonical_bytes(&items).unwrap();
+        let objects: Vec<serde_json::Map<String, serde_json::Value>> =
+            vec![value.as_object().unwrap().clone(), serde_json::Map::new()];
+        let (digest, len) = jcs_digest(&objects).unwrap();
+        let bytes = to_canonical_bytes(&objects).unwrap();
         assert_eq!((digest, len), (sha256(&bytes), bytes.len()));
     }
 

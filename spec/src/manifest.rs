@@ -67,6 +67,8 @@ pub enum ManifestRecord {
     SnapshotPinned(SnapshotPinned),
 }
 
+impl crate::jcs::CanonicalArtifact for ManifestRecord {}
+
 impl ManifestRecord {
     pub fn kind(&self) -> ManifestKind {
         match self {

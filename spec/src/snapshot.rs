@@ -287,6 +287,8 @@ pub struct ExecutionSnapshotFileV1 {
     pub engine_payload: EnginePayloadV1,
 }
 
+impl crate::jcs::CanonicalArtifact for ExecutionSnapshotFileV1 {}
+
 impl ExecutionSnapshotFileV1 {
     /// The content address: `sha256(JCS(file))`.
     pub fn snapshot_ref(&self) -> Result<SnapshotRef, JcsError> {

@@ -47,9 +47,12 @@ impl Attested {
             match known {
                 Some((_, _, entry)) => entries.push(entry.clone()),
                 None => {
-                    let Ok((sha256, bytes)) = workrail_spec::jcs::jcs_digest(part) else {
+                    // A fuzzed part is any JSON, not a typed artifact: attest its bytes as an
+                    // exporter that canonicalized it would have.
+                    let Ok(canonical) = workrail_spec::jcs::to_canonical_bytes(part) else {
                         return;
                     };
+                    let (sha256, bytes) = (workrail_spec::jcs::sha256(&canonical), canonical.len());
                     entries.push(json!({
                         "path": path,
                         "sha256": sha256.to_string(),

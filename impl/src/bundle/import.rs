@@ -190,7 +190,10 @@ pub fn import_bundle<'t>(
         progress.advance(1);
     }
     for (digest, value) in &body.artifacts {
-        if &parts.artifacts.put_json(value).map_err(store_err)?.0 != digest {
+        let object = value
+            .as_object()
+            .ok_or_else(|| invariant(format!("import: artifact {digest} is not a JSON object")))?;
+        if &parts.artifacts.put_object(object).map_err(store_err)?.0 != digest {
             return Err(invariant(format!(
                 "import: artifact {digest} was stored under another digest"
             )));

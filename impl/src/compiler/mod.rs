@@ -99,7 +99,7 @@ impl CompileContext {
 pub struct Compiled {
     pub snapshot: CompiledWorkflowSnapshotV1,
     pub workflow_hash: WorkflowHash,
-    pub canonical: std::sync::Arc<[u8]>,
+    pub canonical: workrail_spec::jcs::Canonical<CompiledWorkflowSnapshotV1>,
 }
 
 /// Compiles source JSON text (a JSON syntax error is an `invalid_json` compile error).
@@ -166,7 +166,7 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
         },
     )
     .map_err(CompileErrors)?;
-    let canonical = workrail_spec::jcs::to_canonical_bytes(&snapshot).map_err(|e| {
+    let canonical = workrail_spec::jcs::Canonical::of(&snapshot).map_err(|e| {
         CompileErrors(vec![CompileError::new(
             CompileErrorCode::Internal,
             "",
@@ -174,10 +174,10 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
             "This is a WorkRail compiler bug; report it with the workflow source.",
         )])
     })?;
-    let workflow_hash = WorkflowHash::from_digest(workrail_spec::jcs::sha256(&canonical));
+    let workflow_hash = WorkflowHash::from_digest(canonical.digest().clone());
     Ok(Compiled {
         snapshot,
         workflow_hash,
-        canonical: canonical.into(),
+        canonical,
     })
 }

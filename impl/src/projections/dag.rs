@@ -550,11 +550,14 @@ pub enum PlantedProjectionBug {
     GapOnParent,
     /// A node's effective preferences ignore what its ancestors recorded (D43).
     NoInheritedPreferences,
+    /// `resume_session` ranks the least recently active tip first within a tier (locks §2.3
+    /// say the most recent).
+    ResumeOldestFirst,
 }
 
 #[cfg(feature = "test-mutations")]
 thread_local! {
-    static PLANTED_PROJECTION_BUGS: std::cell::Cell<[bool; 3]> = const { std::cell::Cell::new([false; 3]) };
+    static PLANTED_PROJECTION_BUGS: std::cell::Cell<[bool; 4]> = const { std::cell::Cell::new([false; 4]) };
 }
 
 /// TEST-ONLY (feature `test-mutations`): switches `bug` on or off for the calling thread.
@@ -568,13 +571,13 @@ pub fn plant(bug: PlantedProjectionBug, on: bool) {
 }
 
 #[cfg(feature = "test-mutations")]
-fn planted(bug: PlantedProjectionBug) -> bool {
+pub(super) fn planted(bug: PlantedProjectionBug) -> bool {
     PLANTED_PROJECTION_BUGS.with(|c| c.get()[bug as usize])
 }
 
 #[cfg(not(feature = "test-mutations"))]
 #[inline(always)]
-fn planted(_: PlantedProjectionBug) -> bool {
+pub(super) fn planted(_: PlantedProjectionBug) -> bool {
     false
 }
 

@@ -272,9 +272,16 @@ pub fn rank_summaries(summaries: &[&SessionResumeSummary], query: &ResumeQuery) 
         }
     }
     // WhyMatched is declared in tier order, so the first criterion met is the tier.
+    // TEST-ONLY planted bug (feature `test-mutations`): the oldest tip first within a tier.
+    let oldest_first = super::dag::planted(super::PlantedProjectionBug::ResumeOldestFirst);
     let order = |a: &Judged<'_>, b: &Judged<'_>| {
+        let recency = if oldest_first {
+            a.1.cmp(&b.1)
+        } else {
+            b.1.cmp(&a.1)
+        };
         a.0.cmp(&b.0)
-            .then(b.1.cmp(&a.1))
+            .then(recency)
             .then_with(|| a.2.cmp(b.2))
             .then_with(|| a.3.cmp(b.3))
     };

@@ -415,7 +415,10 @@ fn context_error(e: ContextError) -> ErrorEnvelope {
 struct AdvancePlan {
     events: Vec<SessionEvent>,
     /// The new node's snapshot and its canonical (JCS) bytes, hashed once for its ref.
-    snapshot: Option<(ExecutionSnapshotFileV1, Vec<u8>)>,
+    snapshot: Option<(
+        ExecutionSnapshotFileV1,
+        workrail_spec::jcs::Canonical<ExecutionSnapshotFileV1>,
+    )>,
     /// The agent's artifacts its outputs reference, to store before the plan is attested.
     artifacts: Vec<crate::store::PreparedArtifact>,
 }
@@ -769,10 +772,10 @@ pub(super) fn output_events(
 ) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
     let empty = OutputInput::default();
     let payloads = agent_payloads(output.unwrap_or(&empty), |artifact| {
-        let prepared = crate::store::ArtifactStore::prepare_json(&Value::Object(artifact.clone()))
-            .map_err(|e| e.to_envelope(true))?;
-        let stored = (prepared.digest.clone(), prepared.bytes.len() as u64);
-        if !artifacts.iter().any(|a| a.digest == prepared.digest) {
+        let prepared =
+            crate::store::ArtifactStore::prepare(artifact).map_err(|e| e.to_envelope(true))?;
+        let stored = (prepared.digest().clone(), prepared.bytes().len() as u64);
+        if !artifacts.iter().any(|a| a.digest() == prepared.digest()) {
             artifacts.push(prepared);
         }
         Ok(stored)
@@ -892,11 +895,10 @@ fn plan_advance(
                     invariant(format!("the interpreter produced an impossible state: {e}"))
                 })?,
             };
-            let canonical = workrail_spec::jcs::to_canonical_bytes(&snapshot)
+            let canonical = workrail_spec::jcs::Canonical::of(&snapshot)
                 .map_err(|e| invariant(e.to_string()))?;
-            let snapshot_ref = workrail_spec::ids::SnapshotRef::from_digest(
-                workrail_spec::jcs::sha256(&canonical),
-            );
+            let snapshot_ref =
+                workrail_spec::ids::SnapshotRef::from_digest(canonical.digest().clone());
             // Only step children make this a fork: a checkpoint records progress on the branch
             // without creating a new one.
             let has_children = facts.run(run).is_some_and(|view| {

@@ -167,7 +167,11 @@ pub(super) fn warning_payload(
         .map_err(|e| super::invariant(format!("a preference warning does not serialize: {e}")))?;
     let (sha256, byte_length) = wr
         .artifacts
-        .put_json(&value)
+        .put_object(
+            value
+                .as_object()
+                .ok_or_else(|| super::invariant("a preference warning is not a JSON object"))?,
+        )
         .map_err(|e| e.to_envelope(true))?;
     Ok(Some(OutputPayload::ArtifactRef {
         sha256,

@@ -14,12 +14,11 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
 use workrail_spec::closed::OutputChannel;
 use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::event::{AdvanceOutcome, AdvanceRecorded, EventData, OutputPayload};
 use workrail_spec::ids::AttemptId;
-use workrail_spec::jcs::{sha256, to_canonical_bytes};
+use workrail_spec::jcs::Canonical;
 use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
 use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, ReplayNotice};
 
@@ -49,9 +48,9 @@ pub(super) fn notice(
         return Ok(None);
     };
     let sent = agent_payloads(output, |artifact| {
-        let bytes = to_canonical_bytes(&Value::Object(artifact.clone()))
+        let canonical = Canonical::of(artifact)
             .map_err(|e| invariant(format!("an artifact cannot be canonicalized: {e}")))?;
-        Ok((sha256(&bytes), bytes.len() as u64))
+        Ok((canonical.digest().clone(), canonical.len() as u64))
     })?;
     let recorded = recorded_payloads(&ctx.loaded.events[..index], attempt);
     if sent == recorded {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::ids::{Sha256Digest, SnapshotRef, WorkflowHash};
-use workrail_spec::jcs::{sha256, to_canonical_bytes};
+use workrail_spec::jcs::{Canonical, sha256};
 use workrail_spec::snapshot::ExecutionSnapshotFileV1;
 
 use super::error::{Committed, StoreError};
@@ -165,20 +165,20 @@ impl SnapshotStore {
     }
 
     pub fn put(&self, snapshot: &ExecutionSnapshotFileV1) -> Result<SnapshotRef, StoreError> {
-        let bytes = to_canonical_bytes(snapshot).map_err(|e| StoreError::Internal {
+        let canonical = Canonical::of(snapshot).map_err(|e| StoreError::Internal {
             detail: e.to_string(),
         })?;
-        self.put_canonical(snapshot, &bytes)
+        self.put_canonical(snapshot, &canonical)
     }
 
-    /// [`SnapshotStore::put`] of a snapshot whose canonical (JCS) bytes the caller already
-    /// computed (`bytes` must be exactly those).
+    /// [`SnapshotStore::put`] of a snapshot whose canonical form the caller already has.
     pub fn put_canonical(
         &self,
         snapshot: &ExecutionSnapshotFileV1,
-        bytes: &[u8],
+        canonical: &Canonical<ExecutionSnapshotFileV1>,
     ) -> Result<SnapshotRef, StoreError> {
-        let snapshot_ref = SnapshotRef::from_digest(sha256(bytes));
+        let bytes = canonical.bytes();
+        let snapshot_ref = SnapshotRef::from_digest(canonical.digest().clone());
         put_durable(&*self.fs, &layout::snapshot_path(&snapshot_ref), bytes)?;
         self.cache.insert(
             snapshot_ref.digest().clone(),
@@ -289,20 +289,21 @@ impl PinnedWorkflowStore {
     }
 
     pub fn put(&self, compiled: &CompiledWorkflowSnapshotV1) -> Result<WorkflowHash, StoreError> {
-        let bytes = to_canonical_bytes(compiled).map_err(|e| StoreError::Internal {
+        let canonical = Canonical::of(compiled).map_err(|e| StoreError::Internal {
             detail: e.to_string(),
         })?;
-        self.put_canonical(compiled, &bytes)
+        self.put_canonical(compiled, &canonical)
     }
 
-    /// [`PinnedWorkflowStore::put`] of a workflow whose canonical (JCS) bytes the caller already
-    /// has (`bytes` must be exactly those, as [`crate::compiler::Compiled`] keeps them).
+    /// [`PinnedWorkflowStore::put`] of a workflow whose canonical form the caller already has
+    /// (as [`crate::compiler::Compiled`] keeps it).
     pub fn put_canonical(
         &self,
         compiled: &CompiledWorkflowSnapshotV1,
-        bytes: &[u8],
+        canonical: &Canonical<CompiledWorkflowSnapshotV1>,
     ) -> Result<WorkflowHash, StoreError> {
-        let hash = WorkflowHash::from_digest(sha256(bytes));
+        let bytes = canonical.bytes();
+        let hash = WorkflowHash::from_digest(canonical.digest().clone());
         put_durable(&*self.fs, &layout::pinned_workflow_path(&hash), bytes)?;
         self.cache.insert(
             hash.digest().clone(),
@@ -443,11 +444,22 @@ impl ObjectCheck {
     }
 }
 
-/// An artifact ready to store: its canonical (JCS) bytes and their digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PreparedArtifact {
-    pub digest: workrail_spec::ids::Sha256Digest,
-    pub bytes: Vec<u8>,
+/// An artifact ready to store: the canonical (JCS) form of a JSON object and its digest, made
+/// only by [`ArtifactStore::prepare`].
+#[derive(Debug, Clone)]
+pub struct PreparedArtifact(Canonical<ArtifactObject>);
+
+/// An agent's (or WorkRail's own) artifact: a JSON object.
+pub type ArtifactObject = serde_json::Map<String, serde_json::Value>;
+
+impl PreparedArtifact {
+    pub fn digest(&self) -> &workrail_spec::ids::Sha256Digest {
+        self.0.digest()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        self.0.bytes()
+    }
 }
 
 /// Structured artifacts from agent outputs, by the digest of their JCS bytes (referenced from
@@ -464,34 +476,32 @@ impl ArtifactStore {
         Self { fs }
     }
 
-    /// Stores a JSON artifact durably; returns its digest and canonical byte length.
-    pub fn put_json(
+    /// Stores an artifact durably; returns its digest and canonical byte length.
+    pub fn put_object(
         &self,
-        value: &serde_json::Value,
+        artifact: &ArtifactObject,
     ) -> Result<(workrail_spec::ids::Sha256Digest, u64), StoreError> {
-        let prepared = Self::prepare_json(value)?;
+        let prepared = Self::prepare(artifact)?;
         self.put_prepared(&prepared)?;
-        Ok((prepared.digest, prepared.bytes.len() as u64))
+        Ok((prepared.digest().clone(), prepared.bytes().len() as u64))
     }
 
     /// An artifact's canonical bytes and their digest, without storing anything (a commit
     /// stores them beside its segment, decision D65).
-    pub fn prepare_json(value: &serde_json::Value) -> Result<PreparedArtifact, StoreError> {
-        let bytes = to_canonical_bytes(value).map_err(|e| StoreError::Internal {
-            detail: e.to_string(),
-        })?;
-        Ok(PreparedArtifact {
-            digest: workrail_spec::jcs::sha256(&bytes),
-            bytes,
-        })
+    pub fn prepare(artifact: &ArtifactObject) -> Result<PreparedArtifact, StoreError> {
+        Canonical::of(artifact)
+            .map(PreparedArtifact)
+            .map_err(|e| StoreError::Internal {
+                detail: e.to_string(),
+            })
     }
 
     /// Stores a prepared artifact durably (an existing one is verified and refreshed).
     pub fn put_prepared(&self, artifact: &PreparedArtifact) -> Result<(), StoreError> {
         put_durable(
             &*self.fs,
-            &layout::artifact_path(&artifact.digest),
-            &artifact.bytes,
+            &layout::artifact_path(artifact.digest()),
+            artifact.bytes(),
         )
     }
 

@@ -390,6 +390,8 @@ pub struct SessionEvent {
     data: EventData,
 }
 
+impl crate::jcs::CanonicalArtifact for SessionEvent {}
+
 impl SessionEvent {
     /// Builds an event: checks the scope rule and payload invariants, derives the dedupeKey.
     pub fn new(

@@ -52,6 +52,8 @@ pub enum ObservationValue {
     },
 }
 
+impl crate::jcs::CanonicalArtifact for ObservationValue {}
+
 /// A git SHA-1 object name: 40 lowercase hex characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
