@@ -118,6 +118,7 @@ pub fn check_crashes(
             let mut trial = Harness {
                 sys: InProcess::on(image.after_crash(UnsyncedData::Kept), mix(seed, salt)),
                 world: base.world.clone(),
+                workflow: base.workflow.clone(),
             };
             let Some(prepared) = trial.prepare(last)? else {
                 return Ok(report);

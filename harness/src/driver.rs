@@ -27,7 +27,7 @@ use workrail_spec::tools::{
     StartWorkflowInput,
 };
 
-use crate::fixture::{self, OutputSpec};
+use crate::fixture::OutputSpec;
 use crate::ops::{Op, PrefSpec};
 use crate::system::{Reply, System, is_writer_busy};
 use crate::truth::{Bijection, cross_check_production_projection, model_shape, run_shape};
@@ -386,6 +386,8 @@ impl World {
 pub struct Harness<S: System> {
     pub sys: S,
     pub world: World,
+    /// The workflow every `Start` starts (the system must serve it).
+    pub workflow: std::sync::Arc<crate::generated::WorkflowUnderTest>,
 }
 
 impl<S: System> std::fmt::Debug for Harness<S> {
@@ -399,9 +401,18 @@ impl<S: System> std::fmt::Debug for Harness<S> {
 
 impl<S: System> Harness<S> {
     pub fn new(sys: S) -> Self {
+        Self::with_workflow(sys, crate::generated::harness_workflow())
+    }
+
+    /// A harness whose runs start `workflow` (which `sys` must serve).
+    pub fn with_workflow(
+        sys: S,
+        workflow: std::sync::Arc<crate::generated::WorkflowUnderTest>,
+    ) -> Self {
         Self {
             sys,
             world: World::new(),
+            workflow,
         }
     }
 
@@ -467,15 +478,15 @@ impl<S: System> Harness<S> {
                 let command = Command::Start(Box::new(StartRun {
                     session_id: model_session.clone(),
                     run_id: model_run.clone(),
-                    workflow: fixture::compiled(),
+                    workflow: self.workflow.compiled.clone(),
                     source_kind: WorkflowSourceKind::Project,
-                    source_ref: format!("workflows/{}", fixture::WORKFLOW_FILE),
+                    source_ref: format!("workflows/{}", self.workflow.file),
                     session_baseline: None,
                     preferences: preferences.clone(),
                 }));
                 Prepared {
                     call: Call::Start(StartWorkflowInput {
-                        workflow_id: fixture::WORKFLOW_ID.into(),
+                        workflow_id: self.workflow.id.clone(),
                         context: None,
                         preferences,
                         preset: None,

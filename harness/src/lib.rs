@@ -3,6 +3,7 @@
 //!
 //! - [`ops`]: the generated commands (proptest strategies; `arbitrary` with feature `fuzzing`).
 //! - [`fixture`]: the workflow the harness drives and the outputs an agent sends.
+//! - [`generated`]: generated source workflows for the same comparison.
 //! - [`system`]: the systems under test: the use-cases over `MemFs`, and the stdio MCP server.
 //! - [`driver`]: applies each command to the model and a system and compares every observable.
 //! - [`truth`]: the durable truth of a run, in model ids through an id bijection.
@@ -20,6 +21,7 @@ pub mod crash;
 pub mod driver;
 pub mod fixture;
 pub mod fuzzing;
+pub mod generated;
 pub mod mangle;
 pub mod multiproc;
 pub mod multirun;

@@ -21,8 +21,9 @@
 //!   is the contract's business (D45): one naming another loop, or a malformed one, makes the
 //!   output invalid, even next to a valid one; when all are valid the last one in
 //!   `output.artifacts[]` is the most recent and decides;
-//! - a `continue` at the last allowed iteration is a loop-limit failure
-//!   (`unexpected:invariant_violation`); missing or invalid loop control is a
+//! - a `loop_control` `continue` at the last allowed iteration is a loop-limit failure
+//!   (`unexpected:invariant_violation`), while an `always_true` loop at its last iteration ends
+//!   with "max iterations reached" (decision D73); missing or invalid loop control is a
 //!   `contract_violation`. Neither ever exits the loop silently: each is a [`Finding`], which
 //!   the effective autonomy turns into a blocker or a gap through the spec's reason table
 //!   (`ReasonCode::disposition`, L-REASON-SINGLE-MODEL). When a finding does not block
@@ -454,6 +455,17 @@ impl Walker<'_, '_> {
                     }
                 }
             };
+            // A fixed `always_true` loop is a bounded repeat: reaching its count is its locked
+            // termination reason "max iterations reached" (locks §9 "Termination reason"). Only
+            // an explicit `loop_control` `continue` at the last iteration attempts to continue
+            // past the limit, the loop-limit failure (decision D73).
+            let explicit_continue = matches!(
+                condition(self.wf, def)?,
+                CompiledCondition::LoopControl { .. }
+            );
+            if wants_continue && frame.iteration + 1 >= def.max_iterations && !explicit_continue {
+                wants_continue = false;
+            }
             if wants_continue && frame.iteration + 1 >= def.max_iterations {
                 let finding = loop_limit_finding(&frame, def.max_iterations, self.completed_step);
                 if let Some(blocked) = self.judge(finding) {

@@ -236,7 +236,7 @@ fn missing_or_invalid_loop_control_never_exits_the_loop_implicitly() {
 
 /// lock: L-LOOP-TERMINATION-REASON, L-LOOP-MAX-ITERATIONS
 #[test]
-fn always_false_loops_run_zero_times_and_always_true_loops_hit_the_limit() {
+fn always_false_loops_run_zero_times_and_always_true_loops_end_at_the_limit() {
     let wf = workflow(
         vec![
             compiled_step("x", None),
@@ -253,12 +253,13 @@ fn always_false_loops_run_zero_times_and_always_true_loops_hit_the_limit() {
     assert_eq!(key(&state), "spin@0::y");
     let state = next(&wf, &state, &no_output(), GUIDED_MODE);
     assert_eq!(key(&state), "spin@1::y");
-    assert!(matches!(
-        interpreter::ack(&wf, &state, &no_output(), GUIDED_MODE).unwrap(),
-        Progress::Blocked { ref blocker, .. } if reason(blocker) == LIMIT
-    ));
-    let (after, gaps) = moved(interpreter::ack(&wf, &state, &no_output(), NEVER).unwrap());
-    assert_eq!((key(&after), gaps.len()), ("z".to_owned(), 1));
+    // A fixed `always_true` loop is a bounded repeat: its last iteration ends it with "max
+    // iterations reached", in every mode, with nothing to report (D73). Only an explicit
+    // `continue` decision at the limit is the loop-limit failure.
+    for mode in [GUIDED_MODE, NEVER] {
+        let (after, gaps) = moved(interpreter::ack(&wf, &state, &no_output(), mode).unwrap());
+        assert_eq!((key(&after), gaps.len()), ("z".to_owned(), 0));
+    }
 }
 
 /// lock: L-LOOP-ITERATION-ZERO-BASED, L-LOOP-BODY-INDEX

@@ -394,6 +394,7 @@ fn recorded(prefix: &[Op], last: &Op, seed: u64) -> Result<Last, String> {
     let mut trial = Harness {
         sys,
         world: base.world.clone(),
+        workflow: crate::generated::harness_workflow(),
     };
     let ops_before_prepare = trial.sys.fs.ops();
     let Some(prepared) = trial.prepare(last)? else {
@@ -502,6 +503,7 @@ pub fn check_crashes(
         let mut trial = Harness {
             sys: InProcess::on(recovered, mix(seed, u64::from_le_bytes(seed_bytes))),
             world: recorded.world.clone(),
+            workflow: crate::generated::harness_workflow(),
         };
         after_crash(&mut trial, &recorded, torn_at_crash, policy).map_err(|e| {
             format!(

@@ -1,0 +1,256 @@
+//! Generated source workflows, so the model-versus-production comparison is not limited to what
+//! `project.harness` happens to contain.
+//!
+//! A generated workflow is valid by construction: plain steps, steps with the
+//! `wr.contracts.verification_report` contract, loops nested up to three deep (`loop_control`
+//! loops end with their decision step; `always_true` loops run to their limit; `always_false`
+//! loops never run), `maxIterations` from 1 to 3, `nonAssumableChoices`, function definitions at
+//! every scope, the text-only features (`durable_recap_guidance`, `mode_guidance`,
+//! `output_contracts`) and recommendations. The first `loop_control` loop is `build`, the loop
+//! the generated agent outputs (`ArtifactSpec`) decide; any other `loop_control` loop is decided
+//! by nobody, so its decision step is always missing its artifact.
+//!
+//! Left out, because the model does not cover them yet: capability requirements and probes (the
+//! guidance and observation paths), and user-only dependency and divergence reports.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use workrail::protocol::CatalogLoader;
+use workrail::sources::memory::MemorySource;
+use workrail::sources::{Catalog, WorkflowSource};
+use workrail_spec::closed::WorkflowSourceKind;
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+
+use crate::fixture;
+
+/// The id every generated workflow has (one per harness case).
+pub const GENERATED_ID: &str = "project.generated";
+/// Its file name in the catalog.
+pub const GENERATED_FILE: &str = "generated.json";
+
+/// A workflow the harness drives: its id, catalog file, authoring JSON and compiled snapshot.
+#[derive(Debug, Clone)]
+pub struct WorkflowUnderTest {
+    pub id: String,
+    pub file: String,
+    pub json: String,
+    pub compiled: CompiledWorkflowSnapshotV1,
+    catalog: Arc<Catalog>,
+}
+
+impl WorkflowUnderTest {
+    /// `project.harness`.
+    pub fn harness() -> Self {
+        Self::compile(
+            fixture::WORKFLOW_ID,
+            fixture::WORKFLOW_FILE,
+            fixture::WORKFLOW_JSON,
+        )
+        .unwrap_or_else(|e| panic!("the harness workflow does not compile: {e}"))
+    }
+
+    /// Compiles `json` as the project workflow `file` that must define `id`.
+    pub fn compile(id: &str, file: &str, json: &str) -> Result<Self, String> {
+        let project =
+            MemorySource::new(WorkflowSourceKind::Project).with(&format!("workflows/{file}"), json);
+        let sources: Vec<&dyn WorkflowSource> = vec![&project];
+        let catalog = Arc::new(Catalog::load(&sources));
+        let compiled = match catalog.resolve(id) {
+            Some(resolved) => resolved.workflow.compiled.snapshot.clone(),
+            None => return Err(format!("{id} does not compile: {:?}", catalog.problems())),
+        };
+        Ok(Self {
+            id: id.to_owned(),
+            file: file.to_owned(),
+            json: json.to_owned(),
+            compiled,
+            catalog,
+        })
+    }
+
+    /// A catalog serving this workflow alone.
+    pub fn catalog(&self) -> CatalogLoader {
+        let catalog = Arc::clone(&self.catalog);
+        Arc::new(move || Arc::clone(&catalog))
+    }
+}
+
+/// `project.harness`, compiled once per process.
+pub fn harness_workflow() -> Arc<WorkflowUnderTest> {
+    static HARNESS: std::sync::OnceLock<Arc<WorkflowUnderTest>> = std::sync::OnceLock::new();
+    HARNESS
+        .get_or_init(|| Arc::new(WorkflowUnderTest::harness()))
+        .clone()
+}
+
+/// The shape of one generated step list item.
+#[derive(Debug, Clone)]
+enum Item {
+    Plain {
+        choices: bool,
+        calls_log: bool,
+    },
+    Verify,
+    Loop {
+        kind: LoopKind,
+        max: u8,
+        body: Vec<Item>,
+        functions: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LoopKind {
+    Control,
+    AlwaysTrue,
+    AlwaysFalse,
+}
+
+fn item(depth: u32) -> BoxedStrategy<Item> {
+    let leaf = prop_oneof![
+        3 => (any::<bool>(), any::<bool>())
+            .prop_map(|(choices, calls_log)| Item::Plain { choices, calls_log }),
+        1 => Just(Item::Verify),
+    ];
+    if depth == 0 {
+        return leaf.boxed();
+    }
+    let kind = prop_oneof![
+        4 => Just(LoopKind::Control),
+        1 => Just(LoopKind::AlwaysTrue),
+        1 => Just(LoopKind::AlwaysFalse),
+    ];
+    prop_oneof![
+        3 => leaf,
+        2 => (kind, 1u8..4, prop::collection::vec(item(depth - 1), 1..3), any::<bool>())
+            .prop_map(|(kind, max, body, functions)| Item::Loop { kind, max, body, functions }),
+    ]
+    .boxed()
+}
+
+/// Renders items into steps, numbering step and loop ids in document order.
+struct Writer {
+    steps: usize,
+    loops: usize,
+    control_loops: usize,
+}
+
+impl Writer {
+    fn list(&mut self, items: &[Item]) -> Vec<Value> {
+        items.iter().map(|i| self.one(i)).collect()
+    }
+
+    fn one(&mut self, item: &Item) -> Value {
+        match item {
+            Item::Plain { choices, calls_log } => {
+                let id = self.step_id();
+                let prompt = if *calls_log {
+                    format!("Do part {id}, then call update_log().")
+                } else {
+                    format!("Do part {id}.")
+                };
+                let mut step = json!({"id": id, "title": format!("Step {id}"), "prompt": prompt});
+                if *choices {
+                    step["nonAssumableChoices"] = json!(["scope_boundary"]);
+                }
+                step
+            }
+            Item::Verify => {
+                let id = self.step_id();
+                json!({"id": id, "title": format!("Verify {id}"), "prompt": "Verify the result.",
+                       "output": {"contractRef": "wr.contracts.verification_report"}})
+            }
+            Item::Loop {
+                kind,
+                max,
+                body,
+                functions,
+            } => {
+                let loop_id = match kind {
+                    LoopKind::Control if self.control_loops == 0 => fixture::LOOP_ID.to_owned(),
+                    _ => format!("l{}", self.loops),
+                };
+                self.loops += 1;
+                let condition = match kind {
+                    LoopKind::Control => {
+                        self.control_loops += 1;
+                        "again"
+                    }
+                    LoopKind::AlwaysTrue => "always",
+                    LoopKind::AlwaysFalse => "never",
+                };
+                let mut steps = self.list(body);
+                if matches!(kind, LoopKind::Control) {
+                    let id = self.step_id();
+                    steps.push(json!({"id": id, "title": format!("Decide {id}"),
+                        "prompt": "Decide whether another iteration is needed.",
+                        "output": {"contractRef": "wr.contracts.loop_control"}}));
+                }
+                let mut l = json!({"type": "loop", "loopId": loop_id,
+                    "while": {"kind": "condition_ref", "conditionId": condition},
+                    "maxIterations": max, "body": steps});
+                if *functions {
+                    l["functionDefinitions"] = json!([{"name": "update_log",
+                        "definition": format!("Inside loop {loop_id}: append the iteration's decision to the log.")}]);
+                }
+                l
+            }
+        }
+    }
+
+    fn step_id(&mut self) -> String {
+        self.steps += 1;
+        format!("s{}", self.steps)
+    }
+}
+
+/// A valid source workflow (see the module docs), as authoring JSON.
+pub fn workflow_json() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec(item(3), 1..5),
+        prop::sample::subsequence(
+            vec![
+                "wr.features.durable_recap_guidance",
+                "wr.features.mode_guidance",
+                "wr.features.output_contracts",
+            ],
+            0..=3,
+        ),
+        0u8..4,
+    )
+        .prop_map(|(items, features, recommendation)| {
+            let mut writer = Writer {
+                steps: 0,
+                loops: 0,
+                control_loops: 0,
+            };
+            let mut steps = writer.list(&items);
+            // Every run can end: a final plain step after everything else.
+            let last = writer.step_id();
+            steps.push(json!({"id": last, "title": "Wrap up", "prompt": "Summarize; update_log() once more."}));
+            let recommendations = match recommendation {
+                0 => json!({}),
+                1 => json!({"recommendedAutonomy": "guided"}),
+                2 => json!({"recommendedAutonomy": "full_auto_stop_on_user_deps", "recommendedRiskPolicy": "balanced"}),
+                _ => json!({"recommendedRiskPolicy": "conservative"}),
+            };
+            json!({
+                "id": GENERATED_ID,
+                "name": "Generated",
+                "description": "A workflow generated for the model comparison.",
+                "recommendations": recommendations,
+                "features": features,
+                "conditions": [
+                    {"id": "again", "kind": "loop_control", "continueWhen": "continue"},
+                    {"id": "always", "kind": "always_true"},
+                    {"id": "never", "kind": "always_false"}
+                ],
+                "functionDefinitions": [{"name": "update_log",
+                    "definition": "Append one line to the decision log: what you did and why."}],
+                "steps": steps
+            })
+            .to_string()
+        })
+}

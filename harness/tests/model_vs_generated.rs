@@ -1,0 +1,107 @@
+//! The model against production over generated workflows (`workrail_harness::generated`): loops
+//! nested up to three deep and of every condition kind, contracts, `nonAssumableChoices`,
+//! function definitions, text features and recommendations, each driven by generated command
+//! sequences with every observable compared after every command, as `model_vs_inprocess.rs`
+//! does for `project.harness`.
+//!
+//! Guards against agreement that holds only for the one workflow the other properties drive.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use workrail::store::memfs::MemFs;
+use workrail_harness::generated::{self, GENERATED_FILE, GENERATED_ID, WorkflowUnderTest};
+use workrail_harness::{Harness, InProcess, ops};
+use workrail_spec::compiled::{CompiledCondition, SequenceItem};
+
+fn under_test(json: &str) -> Arc<WorkflowUnderTest> {
+    Arc::new(
+        WorkflowUnderTest::compile(GENERATED_ID, GENERATED_FILE, json)
+            .unwrap_or_else(|e| panic!("a generated workflow must compile: {e}\n{json}")),
+    )
+}
+
+proptest! {
+    #![proptest_config(ops::config(2))]
+
+    #[test]
+    fn production_matches_the_model_on_generated_workflows(
+        json in generated::workflow_json(),
+        ops in ops::ops_strategy(24),
+        seed in any::<u64>(),
+    ) {
+        let workflow = under_test(&json);
+        let sys = InProcess::with_catalog(MemFs::new(), seed, workflow.catalog());
+        let mut h = Harness::with_workflow(sys, workflow);
+        h.run(&ops).map_err(|e| TestCaseError::fail(format!("{e}\nworkflow: {json}")))?;
+    }
+}
+
+/// The generator reaches what it promises: over a few dozen workflows, nested loops (three
+/// deep), every condition kind, several `loop_control` loops, contracts and function
+/// definitions at loop scope all occur.
+#[test]
+fn the_generator_reaches_nesting_conditions_and_contracts() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut depth3, mut kinds, mut two_controls, mut verify, mut loop_functions) =
+        (false, [false; 3], false, false, false);
+    for _ in 0..200 {
+        let json = generated::workflow_json()
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        let w = under_test(&json);
+        let body = &w.compiled.body;
+        let depth = |loop_id: &workrail_spec::ids::LoopId| {
+            let mut d = 1;
+            let mut current = loop_id.clone();
+            while let Some(parent) = body.loops.iter().find(|l| {
+                l.body
+                    .iter()
+                    .any(|i| matches!(i, SequenceItem::Loop { loop_id } if *loop_id == current))
+            }) {
+                d += 1;
+                current = parent.loop_id.clone();
+            }
+            d
+        };
+        depth3 |= body.loops.iter().any(|l| depth(&l.loop_id) >= 3);
+        let used: Vec<&CompiledCondition> = body
+            .loops
+            .iter()
+            .filter_map(|l| {
+                let workrail_spec::compiled::LoopWhile::ConditionRef { condition_id } = &l.while_;
+                body.conditions
+                    .iter()
+                    .find(|c| c.condition_id() == condition_id)
+            })
+            .collect();
+        for c in &used {
+            match c {
+                CompiledCondition::LoopControl { .. } => kinds[0] = true,
+                CompiledCondition::AlwaysTrue { .. } => kinds[1] = true,
+                CompiledCondition::AlwaysFalse { .. } => kinds[2] = true,
+            }
+        }
+        two_controls |= used
+            .iter()
+            .filter(|c| matches!(c, CompiledCondition::LoopControl { .. }))
+            .count()
+            >= 2;
+        verify |= body
+            .contracts
+            .iter()
+            .any(|c| c.contract_ref == "wr.contracts.verification_report");
+        loop_functions |= body.steps.iter().any(|s| {
+            s.functions
+                .iter()
+                .any(|f| f.scope == workrail_spec::compiled::FunctionScope::Loop)
+        });
+    }
+    assert!(depth3, "no loop nested three deep");
+    assert_eq!(kinds, [true; 3], "a condition kind never occurs");
+    assert!(two_controls && verify && loop_functions);
+}
