@@ -1,6 +1,7 @@
 //! Runs scenarios against a server: one fresh server process and data directory per scenario,
 //! steps interpreted in order, every failed expectation recorded with its lock ids.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use serde_json::Value;
 use crate::checks::{self, Problem, brief, brief_json};
 use crate::expr::{Var, Vars};
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
-use crate::report::{Failure, Status, Verdict};
+use crate::report::{Failure, Status, Unrun, Verdict};
 use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step};
 use crate::schema;
 use crate::store;
@@ -101,6 +102,7 @@ fn verdict_of(
         lock_ids: s.lock_ids.clone(),
         status,
         failures,
+        not_reached: Vec::new(),
         duration_ms,
         note: None,
         transcript,
@@ -108,7 +110,7 @@ fn verdict_of(
 }
 
 fn setup_failure(s: &Scenario, what: &str, error: String, started: Instant) -> Verdict {
-    verdict_of(
+    let mut v = verdict_of(
         s,
         Status::Fail,
         vec![Failure {
@@ -120,7 +122,14 @@ fn setup_failure(s: &Scenario, what: &str, error: String, started: Instant) -> V
         }],
         started.elapsed().as_millis(),
         Vec::new(),
-    )
+    );
+    v.not_reached.push(Unrun {
+        step: 0,
+        action: "every step".into(),
+        lock: s.lock_ids.clone(),
+        reason: "the scenario could not start (see the set-up failure)".into(),
+    });
+    v
 }
 
 /// Runs one scenario against a fresh server and data directory.
@@ -206,13 +215,60 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         step: 0,
         action: String::new(),
     };
+    // A saved value a failed step did not produce as expected -> that step's number. Steps that
+    // read such a value are not run; every other step runs whatever failed before it.
+    let mut unproduced: BTreeMap<String, usize> = BTreeMap::new();
+    let mut not_reached = Vec::new();
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
-        if let Err(abort) = interp.run_step(&noted.step) {
-            let got = format!("{abort}{}", interp.client.stderr_tail());
-            interp.fail(&[], "the step to run (the scenario stops here)", got);
-            break;
+        let missing = noted
+            .step
+            .reads()
+            .into_iter()
+            .find_map(|name| unproduced.get(&name).map(|at| (name, *at)));
+        if let Some((name, at)) = missing {
+            not_reached.push(Unrun {
+                step: i + 1,
+                action: interp.action.clone(),
+                lock: noted.step.checked_locks(),
+                reason: format!("uses `{name}`, which step {at} did not produce as expected"),
+            });
+            if let Some(w) = noted.step.writes() {
+                unproduced.insert(w.to_owned(), at);
+            }
+            continue;
+        }
+        let produced = match interp.run_step(&noted.step) {
+            Ok(produced) => produced,
+            Err(abort) => {
+                let got = format!("{abort}{}", interp.client.stderr_tail());
+                interp.fail(
+                    &[],
+                    "the step to run (steps that use what it saves are not run)",
+                    got,
+                );
+                // The step checked nothing: its locks are not reached.
+                let lock = noted.step.checked_locks();
+                if !lock.is_empty() {
+                    not_reached.push(Unrun {
+                        step: i + 1,
+                        action: interp.action.clone(),
+                        lock,
+                        reason: "the step could not run (see its failure)".into(),
+                    });
+                }
+                false
+            }
+        };
+        match noted.step.writes() {
+            Some(w) if !produced => {
+                unproduced.insert(w.to_owned(), i + 1);
+            }
+            Some(w) => {
+                unproduced.remove(w);
+            }
+            None => {}
         }
     }
     let failures = std::mem::take(&mut interp.failures);
@@ -229,13 +285,15 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     interp.client.shutdown();
     drop(interp);
     drop(tmp);
-    verdict_of(
+    let mut verdict = verdict_of(
         s,
         status,
         failures,
         started.elapsed().as_millis(),
         transcript,
-    )
+    );
+    verdict.not_reached = not_reached;
+    verdict
 }
 
 struct Interp<'a> {
@@ -270,8 +328,13 @@ impl Interp<'_> {
         }
     }
 
-    fn run_step(&mut self, step: &Step) -> Result<(), String> {
+    /// Runs one step. `Ok(false)` when the step ran but did not produce what it saves as the
+    /// scenario expects (a call whose expectation failed, a store read that found nothing):
+    /// steps that read it are then not run.
+    fn run_step(&mut self, step: &Step) -> Result<bool, String> {
         let surface = &self.config.surface;
+        let failures_before = self.failures.len();
+        let mut produced = true;
         match step {
             Step::Call {
                 tool,
@@ -298,7 +361,7 @@ impl Interp<'_> {
                     other => other,
                 };
                 self.auto_checks(tool, &outcome);
-                self.expectation(*expect, code, lock, &outcome);
+                produced = self.expectation(*expect, code, lock, &outcome);
                 if let Some(name) = save {
                     self.vars.insert(name, Var::Call { outcome });
                 }
@@ -335,6 +398,7 @@ impl Interp<'_> {
                         format!("no event segment under {}/sessions", self.data_dir.display()),
                     );
                 }
+                produced = self.failures.len() == failures_before;
                 self.vars.insert(save, Var::Value(d));
             }
             Step::StoreEvents { save, lock } => {
@@ -346,6 +410,7 @@ impl Interp<'_> {
                         format!("no event under {}/sessions", self.data_dir.display()),
                     );
                 }
+                produced = self.failures.len() == failures_before;
                 self.vars.insert(save, Var::Value(Value::Array(events)));
             }
             Step::Events {
@@ -612,7 +677,7 @@ impl Interp<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(produced)
     }
 
     /// Checks that hold for every response, whatever the step expects.
@@ -637,17 +702,18 @@ impl Interp<'_> {
         }
     }
 
+    /// Checks a call's expectation; whether it held.
     fn expectation(
         &mut self,
         expect: Expect,
         codes: &[String],
         lock: &[String],
         outcome: &CallOutcome,
-    ) {
+    ) -> bool {
         let got = describe(outcome);
         let CallOutcome::Result(r) = outcome else {
             self.fail(lock, expected_text(expect, codes), got);
-            return;
+            return false;
         };
         let blocked = r.structured.get("kind").and_then(Value::as_str) == Some("blocked");
         let ok = match expect {
@@ -666,6 +732,7 @@ impl Interp<'_> {
         if !ok {
             self.fail(lock, expected_text(expect, codes), got);
         }
+        ok
     }
 
     fn input_schema(&self, tools: &str, tool: &str) -> Result<Value, String> {

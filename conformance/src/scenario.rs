@@ -5,10 +5,13 @@
 //! steps. Steps either talk to the server (`call`, `listTools`, `storeDigest`) or check what came
 //! back (every other step kind); each check names the lock ids it asserts.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::expr::references;
 
 /// The profile every server is judged by: only what the locks fix.
 pub const CORE_PROFILE: &str = "core";
@@ -284,6 +287,95 @@ impl Step {
             | Self::StrictErrorEnvelope { lock, .. } => lock,
             Self::ListTools { .. } | Self::Let { .. } => &[],
         }
+    }
+
+    /// The saved values this step reads (by `${name}` in its expressions or by naming them in
+    /// `events`, `tools`, `result`, `a`/`b`): it depends on the steps that saved them.
+    pub fn reads(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut named = |n: &String| {
+            out.insert(n.clone());
+        };
+        match self {
+            Self::Call { args, .. } => references(args, &mut out),
+            Self::ListTools { .. } | Self::StoreDigest { .. } | Self::StoreEvents { .. } => {}
+            Self::Events {
+                events, pattern, ..
+            } => {
+                named(events);
+                references(pattern, &mut out);
+            }
+            Self::StoreInvariants { events, .. } => named(events),
+            Self::Let { value, .. } => references(value, &mut out),
+            Self::ToolSet { tools, .. } | Self::SchemaRequires { tools, .. } => named(tools),
+            Self::SchemaAccepts { tools, example, .. } => {
+                named(tools);
+                references(example, &mut out);
+            }
+            Self::Same { a, b, .. } | Self::Differ { a, b, .. } => {
+                references(a, &mut out);
+                references(b, &mut out);
+            }
+            Self::AtMost { value, .. } => references(value, &mut out),
+            Self::SameResponse { a, b, .. } => {
+                named(a);
+                named(b);
+            }
+            Self::Blockers {
+                result, pointer, ..
+            } => {
+                named(result);
+                if let Some(p) = pointer {
+                    references(p, &mut out);
+                }
+            }
+            Self::ContextBudget {
+                result,
+                measured_bytes,
+                ..
+            } => {
+                named(result);
+                references(measured_bytes, &mut out);
+            }
+            Self::Absent { result, text, .. } | Self::Present { result, text, .. } => {
+                named(result);
+                references(text, &mut out);
+            }
+            Self::Mentions { result, values, .. } => {
+                named(result);
+                values.iter().for_each(|v| references(v, &mut out));
+            }
+            Self::Discovery { result, .. } | Self::StrictErrorEnvelope { result, .. } => {
+                named(result)
+            }
+        }
+        out
+    }
+
+    /// The name this step saves a value under, if any.
+    pub fn writes(&self) -> Option<&str> {
+        match self {
+            Self::Call { save, .. } => save.as_deref(),
+            Self::ListTools { save }
+            | Self::StoreDigest { save, .. }
+            | Self::StoreEvents { save, .. } => Some(save),
+            Self::Let { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The lock ids this step would check when it runs: its own, and for a call the locks the
+    /// runner checks on every response.
+    pub fn checked_locks(&self) -> Vec<String> {
+        let mut out = self.locks().to_vec();
+        if matches!(self, Self::Call { .. }) {
+            for id in AUTO_LOCKS {
+                if !out.iter().any(|o| o == id) {
+                    out.push(id.to_owned());
+                }
+            }
+        }
+        out
     }
 
     /// A short label for reports, e.g. `call continue_workflow`.

@@ -311,6 +311,7 @@ fn verdict(
         lock_ids,
         status,
         failures,
+        not_reached: Vec::new(),
         duration_ms: started.elapsed().as_millis(),
         note,
         transcript: Vec::new(),

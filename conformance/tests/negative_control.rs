@@ -220,7 +220,7 @@ fn a_drifting_replay_fails_the_replay_scenarios() {
         run.stdout
     );
     assert!(
-        run.stdout.ends_with("3 passed, 3 failed\n"),
+        run.stdout.ends_with("3 passed, 3 failed, 0 skipped\n"),
         "{}",
         run.stdout
     );
