@@ -100,6 +100,9 @@ pub struct Verdict {
     pub failures: Vec<Failure>,
     /// Steps that did not run, each with the reason.
     pub not_reached: Vec<Unrun>,
+    /// Locks judged by an always-on check beside the cited `lockIds` (the closed sets of the
+    /// store, when a step read it).
+    pub also_checked: Vec<String>,
     pub duration_ms: u128,
     /// Extra text for humans (e.g. the number of vector cases).
     pub note: Option<String>,
@@ -108,15 +111,17 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// The verdict on each lock this run judged: the cited `lockIds`, then any other lock a
-    /// failure names (e.g. a response check every call runs), in that order.
+    /// The verdict on each lock this run judged: the cited `lockIds`, then the always-on checks'
+    /// locks, then any other lock a failure names (e.g. a response check every call runs).
     pub fn lock_verdicts(&self) -> Vec<(String, LockVerdict)> {
         let mut ids = self.lock_ids.clone();
-        for f in &self.failures {
-            for id in &f.lock {
-                if !ids.contains(id) {
-                    ids.push(id.clone());
-                }
+        let extra = self
+            .also_checked
+            .iter()
+            .chain(self.failures.iter().flat_map(|f| &f.lock));
+        for id in extra {
+            if !ids.contains(id) {
+                ids.push(id.clone());
             }
         }
         ids.into_iter()

@@ -1,7 +1,7 @@
 //! Runs scenarios against a server: one fresh server process and data directory per scenario,
 //! steps interpreted in order, every failed expectation recorded with its lock ids.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,7 @@ fn verdict_of(
         status,
         failures,
         not_reached: Vec::new(),
+        also_checked: Vec::new(),
         duration_ms,
         note: None,
         transcript,
@@ -214,6 +215,8 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         failures: Vec::new(),
         step: 0,
         action: String::new(),
+        store_read: false,
+        closed_set_reported: BTreeSet::new(),
     };
     // A saved value a failed step did not produce as expected -> that step's number. Steps that
     // read such a value are not run; every other step runs whatever failed before it.
@@ -272,6 +275,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         }
     }
     let failures = std::mem::take(&mut interp.failures);
+    let store_read = interp.store_read;
     let status = if failures.is_empty() {
         Status::Pass
     } else {
@@ -293,6 +297,9 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         transcript,
     );
     verdict.not_reached = not_reached;
+    if store_read {
+        verdict.also_checked = store::CLOSED_SET_LOCKS.map(str::to_owned).to_vec();
+    }
     verdict
 }
 
@@ -305,6 +312,10 @@ struct Interp<'a> {
     failures: Vec<Failure>,
     step: usize,
     action: String,
+    /// Whether a step read the store (the closed-set locks were judged).
+    store_read: bool,
+    /// Closed-set problems already reported in this scenario.
+    closed_set_reported: BTreeSet<String>,
 }
 
 impl Interp<'_> {
@@ -400,6 +411,7 @@ impl Interp<'_> {
                 }
                 produced = self.failures.len() == failures_before;
                 self.vars.insert(save, Var::Value(d));
+                self.check_closed_sets()?;
             }
             Step::StoreEvents { save, lock } => {
                 let events = store::events(&self.data_dir)?;
@@ -412,6 +424,7 @@ impl Interp<'_> {
                 }
                 produced = self.failures.len() == failures_before;
                 self.vars.insert(save, Var::Value(Value::Array(events)));
+                self.check_closed_sets()?;
             }
             Step::Events {
                 events,
@@ -678,6 +691,18 @@ impl Interp<'_> {
             }
         }
         Ok(produced)
+    }
+
+    /// The closed sets of everything in the store, on every read of it; each problem is
+    /// reported once per scenario.
+    fn check_closed_sets(&mut self) -> Result<(), String> {
+        self.store_read = true;
+        for p in store::closed_sets(&self.data_dir)? {
+            if self.closed_set_reported.insert(p.got.clone()) {
+                self.problem(p);
+            }
+        }
+        Ok(())
     }
 
     /// Checks that hold for every response, whatever the step expects.

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::expr::references;
+use crate::store::CLOSED_SET_LOCKS;
 
 /// The profile every server is judged by: only what the locks fix.
 pub const CORE_PROFILE: &str = "core";
@@ -364,15 +365,18 @@ impl Step {
         }
     }
 
-    /// The lock ids this step would check when it runs: its own, and for a call the locks the
-    /// runner checks on every response.
+    /// The lock ids this step would check when it runs: its own, for a call the locks the
+    /// runner checks on every response, for a read of the store the closed-set locks.
     pub fn checked_locks(&self) -> Vec<String> {
         let mut out = self.locks().to_vec();
-        if matches!(self, Self::Call { .. }) {
-            for id in AUTO_LOCKS {
-                if !out.iter().any(|o| o == id) {
-                    out.push(id.to_owned());
-                }
+        let auto: &[&str] = match self {
+            Self::Call { .. } => &AUTO_LOCKS,
+            Self::StoreDigest { .. } | Self::StoreEvents { .. } => &CLOSED_SET_LOCKS,
+            _ => &[],
+        };
+        for id in auto {
+            if !out.iter().any(|o| o == id) {
+                out.push((*id).to_owned());
             }
         }
         out
@@ -467,6 +471,13 @@ impl Scenario {
         {
             asserted.extend(AUTO_LOCKS.iter().map(|s| (*s).to_owned()));
         }
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s.step, Step::StoreDigest { .. } | Step::StoreEvents { .. }))
+        {
+            asserted.extend(CLOSED_SET_LOCKS.iter().map(|s| (*s).to_owned()));
+        }
         for (i, s) in self.steps.iter().enumerate() {
             if let Step::Call {
                 expect: Expect::Error | Expect::Blocked,
@@ -481,7 +492,10 @@ impl Scenario {
                 ));
             }
             for id in s.step.locks() {
-                if !self.lock_ids.contains(id) && !AUTO_LOCKS.contains(&id.as_str()) {
+                if !self.lock_ids.contains(id)
+                    && !AUTO_LOCKS.contains(&id.as_str())
+                    && !CLOSED_SET_LOCKS.contains(&id.as_str())
+                {
                     return Err(format!(
                         "{at}: step {} asserts {id}, which is not in lockIds",
                         i + 1

@@ -312,6 +312,7 @@ fn verdict(
         status,
         failures,
         not_reached: Vec::new(),
+        also_checked: Vec::new(),
         duration_ms: started.elapsed().as_millis(),
         note,
         transcript: Vec::new(),
