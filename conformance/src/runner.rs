@@ -154,10 +154,23 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.push((config.surface.data_dir_env.clone(), path_string(&data_dir)));
-    env.push((
-        config.surface.workflow_dirs_env.clone(),
-        path_string(&config.workflows_dir),
-    ));
+    // A scenario that writes workflow sources gets its own directory beside the fixtures.
+    let own_workflows = s.writes_workflows().then(|| tmp.path().join("workflows"));
+    let workflow_dirs = match &own_workflows {
+        Some(own) => {
+            if let Err(e) = std::fs::create_dir_all(own) {
+                return setup_failure(s, "a workflow directory", e.to_string(), started);
+            }
+            match std::env::join_paths([&config.workflows_dir, own]) {
+                Ok(list) => list.to_string_lossy().into_owned(),
+                Err(e) => {
+                    return setup_failure(s, "a workflow directory list", e.to_string(), started);
+                }
+            }
+        }
+        None => path_string(&config.workflows_dir),
+    };
+    env.push((config.surface.workflow_dirs_env.clone(), workflow_dirs));
     env.extend(config.env.iter().cloned());
     let launch = Launch {
         argv: config.server.clone(),
@@ -217,6 +230,8 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         action: String::new(),
         store_read: false,
         closed_set_reported: BTreeSet::new(),
+        own_workflows,
+        held_lock: None,
     };
     // A saved value a failed step did not produce as expected -> that step's number. Steps that
     // read such a value are not run; every other step runs whatever failed before it.
@@ -316,6 +331,10 @@ struct Interp<'a> {
     store_read: bool,
     /// Closed-set problems already reported in this scenario.
     closed_set_reported: BTreeSet<String>,
+    /// The scenario's own workflow directory (when it writes workflow sources).
+    own_workflows: Option<PathBuf>,
+    /// The session lock `holdSessionLock` took.
+    held_lock: Option<std::fs::File>,
 }
 
 impl Interp<'_> {
@@ -688,6 +707,69 @@ impl Interp<'_> {
                 } else {
                     self.fail(lock, "an error result", describe(&CallOutcome::Result(r)));
                 }
+            }
+            Step::WriteWorkflow { file, workflow } => {
+                let dir = self
+                    .own_workflows
+                    .as_ref()
+                    .ok_or("the scenario has no workflow directory of its own")?;
+                let doc = self.vars.eval(workflow)?;
+                let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+                let path = dir.join(file);
+                std::fs::write(&path, text + "\n")
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            }
+            Step::HoldSessionLock { session, lock } => {
+                let id = self.vars.eval_string(session)?;
+                if id.is_empty()
+                    || !id
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                {
+                    return Err(format!("session id {id:?} is not a plain identifier"));
+                }
+                if self.held_lock.is_some() {
+                    return Err("a session lock is already held".into());
+                }
+                let dir = self.data_dir.join("sessions").join(&id);
+                if !dir.is_dir() {
+                    self.fail(
+                        lock,
+                        "the session's directory in the locked layout: sessions/<sessionId>/",
+                        format!("no directory {}", dir.display()),
+                    );
+                    return Ok(false);
+                }
+                let path = dir.join(".lock");
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                match file.try_lock() {
+                    Ok(()) => self.held_lock = Some(file),
+                    Err(std::fs::TryLockError::WouldBlock) => {
+                        self.fail(
+                            lock,
+                            "the session lock free between calls (a server holds it only while it writes)",
+                            format!("{} is locked by another process", path.display()),
+                        );
+                        return Ok(false);
+                    }
+                    Err(std::fs::TryLockError::Error(e)) => {
+                        return Err(format!("cannot lock {}: {e}", path.display()));
+                    }
+                }
+            }
+            Step::ReleaseSessionLock {} => {
+                let file = self
+                    .held_lock
+                    .take()
+                    .ok_or("no session lock is held (holdSessionLock first)")?;
+                file.unlock()
+                    .map_err(|e| format!("cannot release the session lock: {e}"))?;
             }
         }
         Ok(produced)

@@ -253,6 +253,19 @@ pub enum Step {
     /// The envelope of an error, strictly: exactly `{code, message, suggestion, retry,
     /// details?}` and a code from WorkRail-rs's closed set (`workrail-rs` profile).
     StrictErrorEnvelope { result: String, lock: Vec<String> },
+    /// Writes `workflow` (an expression) as `file` in the scenario's own workflow directory,
+    /// which the server is given beside the fixture workflows when a scenario has this step
+    /// (so a scenario can change a workflow's source after a run started).
+    WriteWorkflow { file: String, workflow: Value },
+    /// Takes the exclusive OS lock of `sessions/<session>/.lock` in the data directory and
+    /// holds it until `releaseSessionLock` or the end of the scenario (another writer).
+    HoldSessionLock {
+        session: Value,
+        #[serde(default)]
+        lock: Vec<String>,
+    },
+    /// Releases the lock `holdSessionLock` took.
+    ReleaseSessionLock {},
 }
 
 fn one() -> u64 {
@@ -285,8 +298,12 @@ impl Step {
             | Self::Present { lock, .. }
             | Self::Mentions { lock, .. }
             | Self::Discovery { lock, .. }
-            | Self::StrictErrorEnvelope { lock, .. } => lock,
-            Self::ListTools { .. } | Self::Let { .. } => &[],
+            | Self::StrictErrorEnvelope { lock, .. }
+            | Self::HoldSessionLock { lock, .. } => lock,
+            Self::ListTools { .. }
+            | Self::Let { .. }
+            | Self::WriteWorkflow { .. }
+            | Self::ReleaseSessionLock {} => &[],
         }
     }
 
@@ -349,6 +366,9 @@ impl Step {
             Self::Discovery { result, .. } | Self::StrictErrorEnvelope { result, .. } => {
                 named(result)
             }
+            Self::WriteWorkflow { workflow, .. } => references(workflow, &mut out),
+            Self::HoldSessionLock { session, .. } => references(session, &mut out),
+            Self::ReleaseSessionLock {} => {}
         }
         out
     }
@@ -406,6 +426,9 @@ impl Step {
             Self::Mentions { result, .. } => format!("mentions in {result}"),
             Self::Discovery { result, .. } => format!("discovery rows of {result}"),
             Self::StrictErrorEnvelope { result, .. } => format!("strict envelope of {result}"),
+            Self::WriteWorkflow { file, .. } => format!("writeWorkflow {file}"),
+            Self::HoldSessionLock { .. } => "holdSessionLock".into(),
+            Self::ReleaseSessionLock {} => "releaseSessionLock".into(),
         }
     }
 }
@@ -479,6 +502,14 @@ impl Scenario {
             asserted.extend(CLOSED_SET_LOCKS.iter().map(|s| (*s).to_owned()));
         }
         for (i, s) in self.steps.iter().enumerate() {
+            if let Step::WriteWorkflow { file, .. } = &s.step
+                && !is_workflow_file_name(file)
+            {
+                return Err(format!(
+                    "{at}: step {}: workflow file {file:?} must match [a-z0-9_-]+.json",
+                    i + 1
+                ));
+            }
             if let Step::Call {
                 expect: Expect::Error | Expect::Blocked,
                 lock,
@@ -512,6 +543,25 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+}
+
+/// A plain file name for `writeWorkflow`: `[a-z0-9_-]+.json`.
+fn is_workflow_file_name(file: &str) -> bool {
+    file.strip_suffix(".json").is_some_and(|stem| {
+        !stem.is_empty()
+            && stem
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    })
+}
+
+impl Scenario {
+    /// Whether the scenario writes workflow sources (and so needs its own workflow directory).
+    pub fn writes_workflows(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.step, Step::WriteWorkflow { .. }))
     }
 }
 

@@ -374,6 +374,11 @@ fn malformed_scenarios_are_refused() {
     let ok = r#"{"name": "x", "description": "d", "lockIds": ["L-TOKEN-ERRORS"], "profile": "core",
         "steps": [{"do": "call", "tool": "list_workflows", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]}"#;
     Scenario::parse(ok, file).unwrap();
+    let writes = ok.replace(
+        "\"steps\": [",
+        "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"drift-2.json\", \"workflow\": {}}, {\"do\": \"releaseSessionLock\"}, ",
+    );
+    assert!(Scenario::parse(&writes, file).unwrap().writes_workflows());
     for (bad, why) in [
         (ok.replace("\"core\"", "\"mine\""), "unknown profile"),
         (
@@ -395,6 +400,20 @@ fn malformed_scenarios_are_refused() {
         (
             ok.replace("\"name\": \"x\"", "\"name\": \"X Y\""),
             "a bad name",
+        ),
+        (
+            ok.replace(
+                "\"steps\": [",
+                "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"../escape.json\", \"workflow\": {}}, ",
+            ),
+            "a workflow file outside the scenario's directory",
+        ),
+        (
+            ok.replace(
+                "\"steps\": [",
+                "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"drift.yaml\", \"workflow\": {}}, ",
+            ),
+            "a workflow file that is not .json",
         ),
     ] {
         assert!(
