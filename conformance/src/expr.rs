@@ -12,6 +12,34 @@ use crate::checks::{brief, brief_json};
 use crate::mcp::{CallOutcome, ToolResult};
 use crate::runner::describe;
 
+/// Adds to `out` the name of every saved value an expression reads: `${name...}` anywhere in
+/// its strings (object keys included), recursively through arrays, objects and operators.
+pub fn references(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        Value::String(s) => string_references(s, out),
+        Value::Array(items) => items.iter().for_each(|i| references(i, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                string_references(k, out);
+                references(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn string_references(s: &str, out: &mut std::collections::BTreeSet<String>) {
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let end = after.find(['.', '}']).unwrap_or(after.len());
+        if end > 0 {
+            out.insert(after[..end].to_owned());
+        }
+        rest = &after[end..];
+    }
+}
+
 /// A saved value: a tool call's outcome or any JSON value.
 #[derive(Debug, Clone)]
 pub enum Var {

@@ -6,6 +6,9 @@
 //! - [`runner`]: one fresh server and data directory per scenario, steps interpreted in order;
 //! - [`checks`]: the checkers, each citing the lock ids it asserts;
 //! - [`expr`]: scenario expressions (`${name.path}`, `$operator` objects);
+//! - [`store`]: reads of the data directory: digests, events, the closed sets of everything
+//!   stored;
+//! - [`report`]: verdicts per scenario and per lock, the console lines and the JSON report;
 //! - [`surface`]: adapts the suite to a server whose tool surface differs, enables optional
 //!   profiles and disables scenarios with a reason;
 //! - [`vectors`]: the offline vectors against an implementation's adapter process;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use workrail_conformance::mcp::split_command;
-use workrail_conformance::report::{Summary, Verdict, report_json};
+use workrail_conformance::report::{Summary, Verdict, lock_table, report_json};
 use workrail_conformance::runner::{self, RunConfig, default_fixtures};
 use workrail_conformance::scenario::{self, CORE_PROFILE, PROFILES};
 use workrail_conformance::surface::Surface;
@@ -20,7 +20,7 @@ use workrail_conformance::vectors::{self, VectorConfig};
     name = "workrail-conformance",
     version,
     about = "Conformance suite for WorkRail v2 servers (MCP stdio) and offline vectors",
-    long_about = "Runs the conformance scenarios against a WorkRail v2 server: one fresh server process and data directory per scenario, one line per scenario (PASS/FAIL/SKIP, name, lock ids), then `N passed, N failed[, N skipped]`. Exits non-zero when a scenario fails.\n\nExamples:\n  workrail-conformance --server \"target/debug/workrail mcp\"\n  workrail-conformance --server \"my-server --stdio\" --surface my-surface.json --json report.json\n  workrail-conformance vectors --impl \"target/debug/workrail-conformance-adapter\"",
+    long_about = "Runs the conformance scenarios against a WorkRail v2 server: one fresh server process and data directory per scenario, one line per scenario (PASS/FAIL/SKIP, name, lock ids), then a table of every lock's verdict (pass, fail, not reached, n/a) and `N passed, N failed, N skipped`. Exits non-zero when a scenario fails.\n\nExamples:\n  workrail-conformance --server \"target/debug/workrail mcp\"\n  workrail-conformance --server \"my-server --stdio\" --surface my-surface.json --json report.json\n  workrail-conformance vectors --impl \"target/debug/workrail-conformance-adapter\"",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -149,6 +149,7 @@ fn finish(
         std::fs::write(&path, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    say(&lock_table(verdicts));
     say(&summary.line());
     Ok(if summary.failed > 0 {
         ExitCode::FAILURE

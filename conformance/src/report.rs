@@ -1,8 +1,9 @@
 //! Verdicts, the console lines and the JSON report.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// The verdict of one scenario (or one vector file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,60 @@ pub struct Failure {
     pub got: String,
 }
 
+/// A step that did not run because it uses a value a failed step did not produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrun {
+    /// 1-based step number (0: every step, when the scenario could not start).
+    pub step: usize,
+    pub action: String,
+    /// The lock ids the step would have checked.
+    pub lock: Vec<String>,
+    pub reason: String,
+}
+
+/// What one run says about one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LockVerdict {
+    /// A failed expectation cites it.
+    Fail,
+    /// Some check of it did not run (a step it needs failed), and none failed.
+    NotReached,
+    /// Every check of it ran and held.
+    Pass,
+    /// Not judged: the scenario or file was skipped (profile, missing tool, skip list).
+    NotApplicable,
+}
+
+impl LockVerdict {
+    /// The JSON word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Fail => "fail",
+            Self::NotReached => "not_reached",
+            Self::Pass => "pass",
+            Self::NotApplicable => "n/a",
+        }
+    }
+
+    /// The word in the text lock table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Fail => "FAIL",
+            Self::NotReached => "NOT REACHED",
+            Self::Pass => "PASS",
+            Self::NotApplicable => "N/A",
+        }
+    }
+
+    /// All four, worst first.
+    pub const ALL: [Self; 4] = [
+        Self::Fail,
+        Self::NotReached,
+        Self::Pass,
+        Self::NotApplicable,
+    ];
+}
+
 /// The outcome of one scenario or vector file.
 #[derive(Debug, Clone)]
 pub struct Verdict {
@@ -43,6 +98,11 @@ pub struct Verdict {
     pub lock_ids: Vec<String>,
     pub status: Status,
     pub failures: Vec<Failure>,
+    /// Steps that did not run, each with the reason.
+    pub not_reached: Vec<Unrun>,
+    /// Locks judged by an always-on check beside the cited `lockIds` (the closed sets of the
+    /// store, when a step read it).
+    pub also_checked: Vec<String>,
     pub duration_ms: u128,
     /// Extra text for humans (e.g. the number of vector cases).
     pub note: Option<String>,
@@ -51,6 +111,35 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The verdict on each lock this run judged: the cited `lockIds`, then the always-on checks'
+    /// locks, then any other lock a failure names (e.g. a response check every call runs).
+    pub fn lock_verdicts(&self) -> Vec<(String, LockVerdict)> {
+        let mut ids = self.lock_ids.clone();
+        let extra = self
+            .also_checked
+            .iter()
+            .chain(self.failures.iter().flat_map(|f| &f.lock));
+        for id in extra {
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+        ids.into_iter()
+            .map(|id| {
+                let verdict = if matches!(self.status, Status::Skip(_)) {
+                    LockVerdict::NotApplicable
+                } else if self.failures.iter().any(|f| f.lock.contains(&id)) {
+                    LockVerdict::Fail
+                } else if self.not_reached.iter().any(|u| u.lock.contains(&id)) {
+                    LockVerdict::NotReached
+                } else {
+                    LockVerdict::Pass
+                };
+                (id, verdict)
+            })
+            .collect()
+    }
+
     /// The console block: one line, then the failures.
     pub fn render(&self, verbose: bool) -> String {
         let mut out = format!(
@@ -83,6 +172,14 @@ impl Verdict {
                 indent(&f.got)
             );
         }
+        for u in &self.not_reached {
+            let at = if u.step == 0 {
+                "every step".to_owned()
+            } else {
+                format!("step {} ({})", u.step, u.action)
+            };
+            let _ = write!(out, "\n      {at}: not reached: {}", u.reason);
+        }
         if verbose && self.status == Status::Fail && !self.transcript.is_empty() {
             out.push_str("\n      transcript:");
             for line in &self.transcript {
@@ -106,6 +203,15 @@ impl Verdict {
                 "expected": f.expected,
                 "got": f.got,
             })).collect::<Vec<_>>(),
+            "notReached": self.not_reached.iter().map(|u| json!({
+                "step": u.step,
+                "action": u.action,
+                "lockIds": u.lock,
+                "reason": u.reason,
+            })).collect::<Vec<_>>(),
+            "locks": self.lock_verdicts().into_iter()
+                .map(|(id, v)| (id, Value::String(v.word().to_owned())))
+                .collect::<Map<String, Value>>(),
         });
         if let (Status::Skip(reason), Some(obj)) = (&self.status, v.as_object_mut()) {
             obj.insert("reason".into(), Value::String(reason.clone()));
@@ -142,14 +248,96 @@ impl Summary {
         s
     }
 
-    /// The closing line: `N passed, N failed` plus `, N skipped` when some were skipped.
+    /// The closing line: `N passed, N failed, N skipped`.
     pub fn line(&self) -> String {
-        let mut line = format!("{} passed, {} failed", self.passed, self.failed);
-        if self.skipped > 0 {
-            let _ = write!(line, ", {} skipped", self.skipped);
-        }
-        line
+        format!(
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
     }
+}
+
+/// One lock across a run: its overall verdict (the worst of its scenarios' verdicts, N/A only
+/// when no scenario judged it) and each scenario's verdict, in run order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRow {
+    pub id: String,
+    pub verdict: LockVerdict,
+    pub by: Vec<(String, LockVerdict)>,
+}
+
+/// Every lock any verdict names, sorted by id.
+pub fn lock_rows(verdicts: &[Verdict]) -> Vec<LockRow> {
+    let mut by_lock: BTreeMap<String, Vec<(String, LockVerdict)>> = BTreeMap::new();
+    for v in verdicts {
+        for (id, lv) in v.lock_verdicts() {
+            by_lock.entry(id).or_default().push((v.name.clone(), lv));
+        }
+    }
+    by_lock
+        .into_iter()
+        .map(|(id, by)| {
+            let verdict = by
+                .iter()
+                .map(|(_, v)| *v)
+                .min()
+                .unwrap_or(LockVerdict::NotApplicable);
+            LockRow { id, verdict, by }
+        })
+        .collect()
+}
+
+/// The text lock table: one line per lock (verdict, id, where it was judged), then a count per
+/// verdict.
+pub fn lock_table(verdicts: &[Verdict]) -> String {
+    let rows = lock_rows(verdicts);
+    let width = rows.iter().map(|r| r.id.len()).max().unwrap_or(0);
+    let mut out = String::from("Locks:");
+    for r in &rows {
+        let mut parts = Vec::new();
+        for lv in LockVerdict::ALL {
+            let names: Vec<&str> =
+                r.by.iter()
+                    .filter(|(_, v)| *v == lv)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+            if names.is_empty() {
+                continue;
+            }
+            // Passes are the common case: counted, not listed, when there are many.
+            if lv == LockVerdict::Pass && names.len() > 3 {
+                parts.push(format!("pass: {} scenarios", names.len()));
+            } else {
+                parts.push(format!("{}: {}", lv.word(), names.join(", ")));
+            }
+        }
+        let _ = write!(
+            out,
+            "\n  {:<11}  {:<width$}  {}",
+            r.verdict.label(),
+            r.id,
+            brief_list(&parts.join("; "))
+        );
+    }
+    let count = |lv: LockVerdict| rows.iter().filter(|r| r.verdict == lv).count();
+    let _ = write!(
+        out,
+        "\n  locks: {} pass, {} fail, {} not reached, {} n/a",
+        count(LockVerdict::Pass),
+        count(LockVerdict::Fail),
+        count(LockVerdict::NotReached),
+        count(LockVerdict::NotApplicable)
+    );
+    out
+}
+
+fn brief_list(text: &str) -> String {
+    const MAX: usize = 160;
+    if text.len() <= MAX {
+        return text.to_owned();
+    }
+    let cut = workrail_spec::budget::floor_char_boundary(text, MAX);
+    format!("{}…", &text[..cut])
 }
 
 /// The JSON report written by `--json`.
@@ -163,5 +351,12 @@ pub fn report_json(kind: &str, target: &str, profiles: &[String], verdicts: &[Ve
         "profiles": profiles,
         "summary": {"passed": s.passed, "failed": s.failed, "skipped": s.skipped, "line": s.line()},
         "results": verdicts.iter().map(Verdict::to_json).collect::<Vec<_>>(),
+        "locks": lock_rows(verdicts).into_iter().map(|r| json!({
+            "id": r.id,
+            "verdict": r.verdict.word(),
+            "by": r.by.into_iter()
+                .map(|(n, v)| json!({"name": n, "verdict": v.word()}))
+                .collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
 }

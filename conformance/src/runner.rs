@@ -1,6 +1,7 @@
 //! Runs scenarios against a server: one fresh server process and data directory per scenario,
 //! steps interpreted in order, every failed expectation recorded with its lock ids.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use serde_json::Value;
 use crate::checks::{self, Problem, brief, brief_json};
 use crate::expr::{Var, Vars};
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
-use crate::report::{Failure, Status, Verdict};
+use crate::report::{Failure, Status, Unrun, Verdict};
 use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step};
 use crate::schema;
 use crate::store;
@@ -101,6 +102,8 @@ fn verdict_of(
         lock_ids: s.lock_ids.clone(),
         status,
         failures,
+        not_reached: Vec::new(),
+        also_checked: Vec::new(),
         duration_ms,
         note: None,
         transcript,
@@ -108,7 +111,7 @@ fn verdict_of(
 }
 
 fn setup_failure(s: &Scenario, what: &str, error: String, started: Instant) -> Verdict {
-    verdict_of(
+    let mut v = verdict_of(
         s,
         Status::Fail,
         vec![Failure {
@@ -120,7 +123,14 @@ fn setup_failure(s: &Scenario, what: &str, error: String, started: Instant) -> V
         }],
         started.elapsed().as_millis(),
         Vec::new(),
-    )
+    );
+    v.not_reached.push(Unrun {
+        step: 0,
+        action: "every step".into(),
+        lock: s.lock_ids.clone(),
+        reason: "the scenario could not start (see the set-up failure)".into(),
+    });
+    v
 }
 
 /// Runs one scenario against a fresh server and data directory.
@@ -144,10 +154,23 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.push((config.surface.data_dir_env.clone(), path_string(&data_dir)));
-    env.push((
-        config.surface.workflow_dirs_env.clone(),
-        path_string(&config.workflows_dir),
-    ));
+    // A scenario that writes workflow sources gets its own directory beside the fixtures.
+    let own_workflows = s.writes_workflows().then(|| tmp.path().join("workflows"));
+    let workflow_dirs = match &own_workflows {
+        Some(own) => {
+            if let Err(e) = std::fs::create_dir_all(own) {
+                return setup_failure(s, "a workflow directory", e.to_string(), started);
+            }
+            match std::env::join_paths([&config.workflows_dir, own]) {
+                Ok(list) => list.to_string_lossy().into_owned(),
+                Err(e) => {
+                    return setup_failure(s, "a workflow directory list", e.to_string(), started);
+                }
+            }
+        }
+        None => path_string(&config.workflows_dir),
+    };
+    env.push((config.surface.workflow_dirs_env.clone(), workflow_dirs));
     env.extend(config.env.iter().cloned());
     let launch = Launch {
         argv: config.server.clone(),
@@ -205,17 +228,69 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         failures: Vec::new(),
         step: 0,
         action: String::new(),
+        store_read: false,
+        closed_set_reported: BTreeSet::new(),
+        own_workflows,
+        held_lock: None,
     };
+    // A saved value a failed step did not produce as expected -> that step's number. Steps that
+    // read such a value are not run; every other step runs whatever failed before it.
+    let mut unproduced: BTreeMap<String, usize> = BTreeMap::new();
+    let mut not_reached = Vec::new();
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
-        if let Err(abort) = interp.run_step(&noted.step) {
-            let got = format!("{abort}{}", interp.client.stderr_tail());
-            interp.fail(&[], "the step to run (the scenario stops here)", got);
-            break;
+        let missing = noted
+            .step
+            .reads()
+            .into_iter()
+            .find_map(|name| unproduced.get(&name).map(|at| (name, *at)));
+        if let Some((name, at)) = missing {
+            not_reached.push(Unrun {
+                step: i + 1,
+                action: interp.action.clone(),
+                lock: noted.step.checked_locks(),
+                reason: format!("uses `{name}`, which step {at} did not produce as expected"),
+            });
+            if let Some(w) = noted.step.writes() {
+                unproduced.insert(w.to_owned(), at);
+            }
+            continue;
+        }
+        let produced = match interp.run_step(&noted.step) {
+            Ok(produced) => produced,
+            Err(abort) => {
+                let got = format!("{abort}{}", interp.client.stderr_tail());
+                interp.fail(
+                    &[],
+                    "the step to run (steps that use what it saves are not run)",
+                    got,
+                );
+                // The step checked nothing: its locks are not reached.
+                let lock = noted.step.checked_locks();
+                if !lock.is_empty() {
+                    not_reached.push(Unrun {
+                        step: i + 1,
+                        action: interp.action.clone(),
+                        lock,
+                        reason: "the step could not run (see its failure)".into(),
+                    });
+                }
+                false
+            }
+        };
+        match noted.step.writes() {
+            Some(w) if !produced => {
+                unproduced.insert(w.to_owned(), i + 1);
+            }
+            Some(w) => {
+                unproduced.remove(w);
+            }
+            None => {}
         }
     }
     let failures = std::mem::take(&mut interp.failures);
+    let store_read = interp.store_read;
     let status = if failures.is_empty() {
         Status::Pass
     } else {
@@ -229,13 +304,18 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     interp.client.shutdown();
     drop(interp);
     drop(tmp);
-    verdict_of(
+    let mut verdict = verdict_of(
         s,
         status,
         failures,
         started.elapsed().as_millis(),
         transcript,
-    )
+    );
+    verdict.not_reached = not_reached;
+    if store_read {
+        verdict.also_checked = store::CLOSED_SET_LOCKS.map(str::to_owned).to_vec();
+    }
+    verdict
 }
 
 struct Interp<'a> {
@@ -247,6 +327,14 @@ struct Interp<'a> {
     failures: Vec<Failure>,
     step: usize,
     action: String,
+    /// Whether a step read the store (the closed-set locks were judged).
+    store_read: bool,
+    /// Closed-set problems already reported in this scenario.
+    closed_set_reported: BTreeSet<String>,
+    /// The scenario's own workflow directory (when it writes workflow sources).
+    own_workflows: Option<PathBuf>,
+    /// The session lock `holdSessionLock` took.
+    held_lock: Option<std::fs::File>,
 }
 
 impl Interp<'_> {
@@ -270,8 +358,13 @@ impl Interp<'_> {
         }
     }
 
-    fn run_step(&mut self, step: &Step) -> Result<(), String> {
+    /// Runs one step. `Ok(false)` when the step ran but did not produce what it saves as the
+    /// scenario expects (a call whose expectation failed, a store read that found nothing):
+    /// steps that read it are then not run.
+    fn run_step(&mut self, step: &Step) -> Result<bool, String> {
         let surface = &self.config.surface;
+        let failures_before = self.failures.len();
+        let mut produced = true;
         match step {
             Step::Call {
                 tool,
@@ -298,7 +391,7 @@ impl Interp<'_> {
                     other => other,
                 };
                 self.auto_checks(tool, &outcome);
-                self.expectation(*expect, code, lock, &outcome);
+                produced = self.expectation(*expect, code, lock, &outcome);
                 if let Some(name) = save {
                     self.vars.insert(name, Var::Call { outcome });
                 }
@@ -335,7 +428,9 @@ impl Interp<'_> {
                         format!("no event segment under {}/sessions", self.data_dir.display()),
                     );
                 }
+                produced = self.failures.len() == failures_before;
                 self.vars.insert(save, Var::Value(d));
+                self.check_closed_sets()?;
             }
             Step::StoreEvents { save, lock } => {
                 let events = store::events(&self.data_dir)?;
@@ -346,7 +441,9 @@ impl Interp<'_> {
                         format!("no event under {}/sessions", self.data_dir.display()),
                     );
                 }
+                produced = self.failures.len() == failures_before;
                 self.vars.insert(save, Var::Value(Value::Array(events)));
+                self.check_closed_sets()?;
             }
             Step::Events {
                 events,
@@ -611,6 +708,81 @@ impl Interp<'_> {
                     self.fail(lock, "an error result", describe(&CallOutcome::Result(r)));
                 }
             }
+            Step::WriteWorkflow { file, workflow } => {
+                let dir = self
+                    .own_workflows
+                    .as_ref()
+                    .ok_or("the scenario has no workflow directory of its own")?;
+                let doc = self.vars.eval(workflow)?;
+                let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+                let path = dir.join(file);
+                std::fs::write(&path, text + "\n")
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            }
+            Step::HoldSessionLock { session, lock } => {
+                let id = self.vars.eval_string(session)?;
+                if id.is_empty()
+                    || !id
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                {
+                    return Err(format!("session id {id:?} is not a plain identifier"));
+                }
+                if self.held_lock.is_some() {
+                    return Err("a session lock is already held".into());
+                }
+                let dir = self.data_dir.join("sessions").join(&id);
+                if !dir.is_dir() {
+                    self.fail(
+                        lock,
+                        "the session's directory in the locked layout: sessions/<sessionId>/",
+                        format!("no directory {}", dir.display()),
+                    );
+                    return Ok(false);
+                }
+                let path = dir.join(".lock");
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                match file.try_lock() {
+                    Ok(()) => self.held_lock = Some(file),
+                    Err(std::fs::TryLockError::WouldBlock) => {
+                        self.fail(
+                            lock,
+                            "the session lock free between calls (a server holds it only while it writes)",
+                            format!("{} is locked by another process", path.display()),
+                        );
+                        return Ok(false);
+                    }
+                    Err(std::fs::TryLockError::Error(e)) => {
+                        return Err(format!("cannot lock {}: {e}", path.display()));
+                    }
+                }
+            }
+            Step::ReleaseSessionLock {} => {
+                let file = self
+                    .held_lock
+                    .take()
+                    .ok_or("no session lock is held (holdSessionLock first)")?;
+                file.unlock()
+                    .map_err(|e| format!("cannot release the session lock: {e}"))?;
+            }
+        }
+        Ok(produced)
+    }
+
+    /// The closed sets of everything in the store, on every read of it; each problem is
+    /// reported once per scenario.
+    fn check_closed_sets(&mut self) -> Result<(), String> {
+        self.store_read = true;
+        for p in store::closed_sets(&self.data_dir)? {
+            if self.closed_set_reported.insert(p.got.clone()) {
+                self.problem(p);
+            }
         }
         Ok(())
     }
@@ -637,17 +809,18 @@ impl Interp<'_> {
         }
     }
 
+    /// Checks a call's expectation; whether it held.
     fn expectation(
         &mut self,
         expect: Expect,
         codes: &[String],
         lock: &[String],
         outcome: &CallOutcome,
-    ) {
+    ) -> bool {
         let got = describe(outcome);
         let CallOutcome::Result(r) = outcome else {
             self.fail(lock, expected_text(expect, codes), got);
-            return;
+            return false;
         };
         let blocked = r.structured.get("kind").and_then(Value::as_str) == Some("blocked");
         let ok = match expect {
@@ -666,6 +839,7 @@ impl Interp<'_> {
         if !ok {
             self.fail(lock, expected_text(expect, codes), got);
         }
+        ok
     }
 
     fn input_schema(&self, tools: &str, tool: &str) -> Result<Value, String> {

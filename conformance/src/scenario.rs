@@ -5,10 +5,14 @@
 //! steps. Steps either talk to the server (`call`, `listTools`, `storeDigest`) or check what came
 //! back (every other step kind); each check names the lock ids it asserts.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::expr::references;
+use crate::store::CLOSED_SET_LOCKS;
 
 /// The profile every server is judged by: only what the locks fix.
 pub const CORE_PROFILE: &str = "core";
@@ -249,6 +253,19 @@ pub enum Step {
     /// The envelope of an error, strictly: exactly `{code, message, suggestion, retry,
     /// details?}` and a code from WorkRail-rs's closed set (`workrail-rs` profile).
     StrictErrorEnvelope { result: String, lock: Vec<String> },
+    /// Writes `workflow` (an expression) as `file` in the scenario's own workflow directory,
+    /// which the server is given beside the fixture workflows when a scenario has this step
+    /// (so a scenario can change a workflow's source after a run started).
+    WriteWorkflow { file: String, workflow: Value },
+    /// Takes the exclusive OS lock of `sessions/<session>/.lock` in the data directory and
+    /// holds it until `releaseSessionLock` or the end of the scenario (another writer).
+    HoldSessionLock {
+        session: Value,
+        #[serde(default)]
+        lock: Vec<String>,
+    },
+    /// Releases the lock `holdSessionLock` took.
+    ReleaseSessionLock {},
 }
 
 fn one() -> u64 {
@@ -281,9 +298,108 @@ impl Step {
             | Self::Present { lock, .. }
             | Self::Mentions { lock, .. }
             | Self::Discovery { lock, .. }
-            | Self::StrictErrorEnvelope { lock, .. } => lock,
-            Self::ListTools { .. } | Self::Let { .. } => &[],
+            | Self::StrictErrorEnvelope { lock, .. }
+            | Self::HoldSessionLock { lock, .. } => lock,
+            Self::ListTools { .. }
+            | Self::Let { .. }
+            | Self::WriteWorkflow { .. }
+            | Self::ReleaseSessionLock {} => &[],
         }
+    }
+
+    /// The saved values this step reads (by `${name}` in its expressions or by naming them in
+    /// `events`, `tools`, `result`, `a`/`b`): it depends on the steps that saved them.
+    pub fn reads(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut named = |n: &String| {
+            out.insert(n.clone());
+        };
+        match self {
+            Self::Call { args, .. } => references(args, &mut out),
+            Self::ListTools { .. } | Self::StoreDigest { .. } | Self::StoreEvents { .. } => {}
+            Self::Events {
+                events, pattern, ..
+            } => {
+                named(events);
+                references(pattern, &mut out);
+            }
+            Self::StoreInvariants { events, .. } => named(events),
+            Self::Let { value, .. } => references(value, &mut out),
+            Self::ToolSet { tools, .. } | Self::SchemaRequires { tools, .. } => named(tools),
+            Self::SchemaAccepts { tools, example, .. } => {
+                named(tools);
+                references(example, &mut out);
+            }
+            Self::Same { a, b, .. } | Self::Differ { a, b, .. } => {
+                references(a, &mut out);
+                references(b, &mut out);
+            }
+            Self::AtMost { value, .. } => references(value, &mut out),
+            Self::SameResponse { a, b, .. } => {
+                named(a);
+                named(b);
+            }
+            Self::Blockers {
+                result, pointer, ..
+            } => {
+                named(result);
+                if let Some(p) = pointer {
+                    references(p, &mut out);
+                }
+            }
+            Self::ContextBudget {
+                result,
+                measured_bytes,
+                ..
+            } => {
+                named(result);
+                references(measured_bytes, &mut out);
+            }
+            Self::Absent { result, text, .. } | Self::Present { result, text, .. } => {
+                named(result);
+                references(text, &mut out);
+            }
+            Self::Mentions { result, values, .. } => {
+                named(result);
+                values.iter().for_each(|v| references(v, &mut out));
+            }
+            Self::Discovery { result, .. } | Self::StrictErrorEnvelope { result, .. } => {
+                named(result)
+            }
+            Self::WriteWorkflow { workflow, .. } => references(workflow, &mut out),
+            Self::HoldSessionLock { session, .. } => references(session, &mut out),
+            Self::ReleaseSessionLock {} => {}
+        }
+        out
+    }
+
+    /// The name this step saves a value under, if any.
+    pub fn writes(&self) -> Option<&str> {
+        match self {
+            Self::Call { save, .. } => save.as_deref(),
+            Self::ListTools { save }
+            | Self::StoreDigest { save, .. }
+            | Self::StoreEvents { save, .. } => Some(save),
+            Self::Let { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The lock ids this step would check when it runs: its own, for a call the locks the
+    /// runner checks on every response, for a read of the store the closed-set locks.
+    pub fn checked_locks(&self) -> Vec<String> {
+        let mut out = self.locks().to_vec();
+        let auto: &[&str] = match self {
+            Self::Call { .. } => &AUTO_LOCKS,
+            Self::StoreDigest { .. } | Self::StoreEvents { .. } => &CLOSED_SET_LOCKS,
+            _ => &[],
+        };
+        for id in auto {
+            if !out.iter().any(|o| o == id) {
+                out.push((*id).to_owned());
+            }
+        }
+        out
     }
 
     /// A short label for reports, e.g. `call continue_workflow`.
@@ -310,6 +426,9 @@ impl Step {
             Self::Mentions { result, .. } => format!("mentions in {result}"),
             Self::Discovery { result, .. } => format!("discovery rows of {result}"),
             Self::StrictErrorEnvelope { result, .. } => format!("strict envelope of {result}"),
+            Self::WriteWorkflow { file, .. } => format!("writeWorkflow {file}"),
+            Self::HoldSessionLock { .. } => "holdSessionLock".into(),
+            Self::ReleaseSessionLock {} => "releaseSessionLock".into(),
         }
     }
 }
@@ -375,7 +494,22 @@ impl Scenario {
         {
             asserted.extend(AUTO_LOCKS.iter().map(|s| (*s).to_owned()));
         }
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s.step, Step::StoreDigest { .. } | Step::StoreEvents { .. }))
+        {
+            asserted.extend(CLOSED_SET_LOCKS.iter().map(|s| (*s).to_owned()));
+        }
         for (i, s) in self.steps.iter().enumerate() {
+            if let Step::WriteWorkflow { file, .. } = &s.step
+                && !is_workflow_file_name(file)
+            {
+                return Err(format!(
+                    "{at}: step {}: workflow file {file:?} must match [a-z0-9_-]+.json",
+                    i + 1
+                ));
+            }
             if let Step::Call {
                 expect: Expect::Error | Expect::Blocked,
                 lock,
@@ -389,7 +523,10 @@ impl Scenario {
                 ));
             }
             for id in s.step.locks() {
-                if !self.lock_ids.contains(id) && !AUTO_LOCKS.contains(&id.as_str()) {
+                if !self.lock_ids.contains(id)
+                    && !AUTO_LOCKS.contains(&id.as_str())
+                    && !CLOSED_SET_LOCKS.contains(&id.as_str())
+                {
                     return Err(format!(
                         "{at}: step {} asserts {id}, which is not in lockIds",
                         i + 1
@@ -406,6 +543,25 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+}
+
+/// A plain file name for `writeWorkflow`: `[a-z0-9_-]+.json`.
+fn is_workflow_file_name(file: &str) -> bool {
+    file.strip_suffix(".json").is_some_and(|stem| {
+        !stem.is_empty()
+            && stem
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    })
+}
+
+impl Scenario {
+    /// Whether the scenario writes workflow sources (and so needs its own workflow directory).
+    pub fn writes_workflows(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.step, Step::WriteWorkflow { .. }))
     }
 }
 

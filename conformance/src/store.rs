@@ -9,6 +9,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 use workrail_spec::jcs;
 
+use crate::checks::Problem;
+
 /// `{digest, sessions, eventFiles}` for the store under `data_dir`.
 pub fn digest(data_dir: &Path) -> Result<Value, String> {
     let sessions_dir = data_dir.join("sessions");
@@ -108,4 +110,181 @@ pub fn matches(value: &Value, pattern: &Value) -> bool {
             .all(|(k, pv)| v.get(k).is_some_and(|vv| matches(vv, pv))),
         _ => value == pattern,
     }
+}
+
+/// Locks the closed-set check asserts on every read of the store ([`closed_sets`]).
+pub const CLOSED_SET_LOCKS: [&str; 5] = [
+    "L-EVENT-CLOSED-KINDS",
+    "L-EVENT-NODE-CREATED",
+    "L-EVENT-EDGE-CREATED",
+    "L-EVENT-ADVANCE-RECORDED",
+    "L-MANIFEST-CLOSED-KINDS",
+];
+
+/// Every value of a closed set, for messages.
+fn listing<T: Copy + std::fmt::Display>(all: &[T]) -> String {
+    all.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Checks one closed-set field: absent or outside the set is a problem naming the value and
+/// where it was found.
+fn closed_field<T: Copy + std::fmt::Display>(
+    out: &mut Vec<Problem>,
+    lock: &str,
+    what: &str,
+    value: Option<&Value>,
+    all: &[T],
+    known: fn(&str) -> bool,
+    at: &str,
+) {
+    let expected = format!("{what} from the closed set: {}", listing(all));
+    match value {
+        Some(Value::String(s)) if known(s) => {}
+        Some(Value::String(s)) => out.push(Problem::new(
+            &[lock],
+            expected,
+            format!("unknown {what} {s:?} at {at}"),
+        )),
+        Some(other) => out.push(Problem::new(
+            &[lock],
+            expected,
+            format!(
+                "{what} {} (not a string) at {at}",
+                crate::checks::brief_json(other)
+            ),
+        )),
+        None => out.push(Problem::new(
+            &[lock],
+            expected,
+            format!("no {what} at {at}"),
+        )),
+    }
+}
+
+/// The closed sets of everything stored under `data_dir` (locks §1): each event's `kind`; a
+/// `node_created`'s `nodeKind`; an `edge_created`'s `edgeKind` and `cause.kind`; an
+/// `advance_recorded`'s `outcome.kind`; each `manifest.jsonl` record's `kind`. A value outside
+/// its set (e.g. an event kind `run_completed`, a node kind `blocked_attempt`) is reported with
+/// the file and line it sits on. Lines that are not JSON are left to the other checks.
+pub fn closed_sets(data_dir: &Path) -> Result<Vec<Problem>, String> {
+    use workrail_spec::closed::{AdvanceOutcomeKind, EdgeCauseKind, EdgeKind, NodeKind};
+    use workrail_spec::event::EventKind;
+    use workrail_spec::manifest::ManifestKind;
+
+    let mut out = Vec::new();
+    let sessions_dir = data_dir.join("sessions");
+    if !sessions_dir.is_dir() {
+        return Ok(out);
+    }
+    for session in read_sorted(&sessions_dir)? {
+        if !session.is_dir() {
+            continue;
+        }
+        let name = file_name(&session);
+        let manifest = session.join("manifest.jsonl");
+        if manifest.is_file() {
+            for (n, record) in json_lines(&manifest)? {
+                let at = format!("sessions/{name}/manifest.jsonl line {n}");
+                closed_field(
+                    &mut out,
+                    "L-MANIFEST-CLOSED-KINDS",
+                    "manifest record kind",
+                    record.get("kind"),
+                    ManifestKind::ALL,
+                    |s| ManifestKind::parse(s).is_some(),
+                    &at,
+                );
+            }
+        }
+        let events = session.join("events");
+        if !events.is_dir() {
+            continue;
+        }
+        for file in read_sorted(&events)? {
+            if !file.is_file() || file.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            for (n, event) in json_lines(&file)? {
+                let index = event
+                    .get("eventIndex")
+                    .map_or_else(|| "?".to_owned(), Value::to_string);
+                let at = format!(
+                    "sessions/{name}/events/{} line {n} (eventIndex {index})",
+                    file_name(&file)
+                );
+                closed_field(
+                    &mut out,
+                    "L-EVENT-CLOSED-KINDS",
+                    "event kind",
+                    event.get("kind"),
+                    EventKind::ALL,
+                    |s| EventKind::parse(s).is_some(),
+                    &at,
+                );
+                let data = event.get("data");
+                let field =
+                    |path: &[&str]| path.iter().try_fold(data?, |v: &Value, key| v.get(*key));
+                match event
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .and_then(EventKind::parse)
+                {
+                    Some(EventKind::NodeCreated) => closed_field(
+                        &mut out,
+                        "L-EVENT-NODE-CREATED",
+                        "node kind (data.nodeKind)",
+                        field(&["nodeKind"]),
+                        NodeKind::ALL,
+                        |s| NodeKind::parse(s).is_some(),
+                        &at,
+                    ),
+                    Some(EventKind::EdgeCreated) => {
+                        closed_field(
+                            &mut out,
+                            "L-EVENT-EDGE-CREATED",
+                            "edge kind (data.edgeKind)",
+                            field(&["edgeKind"]),
+                            EdgeKind::ALL,
+                            |s| EdgeKind::parse(s).is_some(),
+                            &at,
+                        );
+                        closed_field(
+                            &mut out,
+                            "L-EVENT-EDGE-CREATED",
+                            "edge cause kind (data.cause.kind)",
+                            field(&["cause", "kind"]),
+                            EdgeCauseKind::ALL,
+                            |s| EdgeCauseKind::parse(s).is_some(),
+                            &at,
+                        );
+                    }
+                    Some(EventKind::AdvanceRecorded) => closed_field(
+                        &mut out,
+                        "L-EVENT-ADVANCE-RECORDED",
+                        "advance outcome (data.outcome.kind)",
+                        field(&["outcome", "kind"]),
+                        AdvanceOutcomeKind::ALL,
+                        |s| AdvanceOutcomeKind::parse(s).is_some(),
+                        &at,
+                    ),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The JSON lines of a file with their 1-based line numbers (blank and non-JSON lines left out).
+fn json_lines(path: &Path) -> Result<Vec<(usize, Value)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .enumerate()
+        .filter_map(|(i, l)| serde_json::from_str(l).ok().map(|v| (i + 1, v)))
+        .collect())
 }

@@ -311,6 +311,8 @@ fn verdict(
         lock_ids,
         status,
         failures,
+        not_reached: Vec::new(),
+        also_checked: Vec::new(),
         duration_ms: started.elapsed().as_millis(),
         note,
         transcript: Vec::new(),

@@ -374,6 +374,11 @@ fn malformed_scenarios_are_refused() {
     let ok = r#"{"name": "x", "description": "d", "lockIds": ["L-TOKEN-ERRORS"], "profile": "core",
         "steps": [{"do": "call", "tool": "list_workflows", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]}"#;
     Scenario::parse(ok, file).unwrap();
+    let writes = ok.replace(
+        "\"steps\": [",
+        "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"drift-2.json\", \"workflow\": {}}, {\"do\": \"releaseSessionLock\"}, ",
+    );
+    assert!(Scenario::parse(&writes, file).unwrap().writes_workflows());
     for (bad, why) in [
         (ok.replace("\"core\"", "\"mine\""), "unknown profile"),
         (
@@ -395,6 +400,20 @@ fn malformed_scenarios_are_refused() {
         (
             ok.replace("\"name\": \"x\"", "\"name\": \"X Y\""),
             "a bad name",
+        ),
+        (
+            ok.replace(
+                "\"steps\": [",
+                "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"../escape.json\", \"workflow\": {}}, ",
+            ),
+            "a workflow file outside the scenario's directory",
+        ),
+        (
+            ok.replace(
+                "\"steps\": [",
+                "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"drift.yaml\", \"workflow\": {}}, ",
+            ),
+            "a workflow file that is not .json",
         ),
     ] {
         assert!(
@@ -423,7 +442,9 @@ fn the_store_invariant_check_rejects_broken_logs() {
         checks::store_invariants(&good, true).is_empty(),
         "the vector events are valid"
     );
-    let broken: [Breakage; 6] = [
+    // Kinds outside the closed sets are the store-level check's (`store::closed_sets`, run on
+    // every read of the store): see the_store_closed_set_check_names_each_unknown_kind_and_where.
+    let broken: [Breakage; 5] = [
         ("a gap in eventIndex", |e| {
             e.remove(1);
         }),
@@ -442,7 +463,6 @@ fn the_store_invariant_check_rejects_broken_logs() {
         ("a missing dedupeKey", |e| {
             e[0].as_object_mut().unwrap().remove("dedupeKey");
         }),
-        ("an unknown kind", |e| e[1]["kind"] = json!("run_paused")),
     ];
     for (why, breakit) in broken {
         let mut events = good.clone();
@@ -462,5 +482,144 @@ fn the_store_invariant_check_rejects_broken_logs() {
     assert!(
         !checks::store_invariants(&[], false).is_empty(),
         "an empty store is not vacuously fine"
+    );
+}
+
+/// Writes `lines` (one JSON value each) to `path`, creating its directory.
+fn write_lines(path: &Path, lines: &[Value]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The closed-set check of the store fires on a planted data directory: every value outside
+/// its set is reported once, with the lock, the value and the file and line it sits on; the
+/// values inside the sets are not reported.
+/// lock: L-EVENT-CLOSED-KINDS, L-EVENT-NODE-CREATED, L-EVENT-EDGE-CREATED, L-EVENT-ADVANCE-RECORDED, L-MANIFEST-CLOSED-KINDS
+#[test]
+fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
+    use workrail_conformance::store;
+    let data = tempfile::tempdir().unwrap();
+    let session = data.path().join("sessions/sess_a");
+    let ev = |i: u64, kind: &str, data: Value| {
+        json!({"v": 1, "eventIndex": i, "sessionId": "sess_a", "kind": kind,
+               "dedupeKey": format!("{kind}:sess_a:{i}"), "data": data})
+    };
+    write_lines(
+        &session.join("events/00000000-00000007.jsonl"),
+        &[
+            ev(0, "session_created", json!({})),
+            ev(1, "node_created", json!({"nodeKind": "step"})),
+            ev(2, "node_created", json!({"nodeKind": "blocked_attempt"})),
+            ev(
+                3,
+                "edge_created",
+                json!({"edgeKind": "acked_step", "cause": {"kind": "non_tip_advance"}}),
+            ),
+            ev(
+                4,
+                "edge_created",
+                json!({"edgeKind": "fork", "cause": {"kind": "retry"}}),
+            ),
+            ev(
+                5,
+                "advance_recorded",
+                json!({"outcome": {"kind": "blocked", "blockers": []}}),
+            ),
+            ev(
+                6,
+                "advance_recorded",
+                json!({"outcome": {"kind": "skipped"}}),
+            ),
+            ev(7, "run_completed", json!({})),
+        ],
+    );
+    write_lines(
+        &session.join("manifest.jsonl"),
+        &[
+            json!({"kind": "segment_closed"}),
+            json!({"kind": "snapshot_pinned"}),
+            json!({"kind": "segment_sealed"}),
+        ],
+    );
+    // A second session whose node_created lacks its nodeKind altogether.
+    write_lines(
+        &data
+            .path()
+            .join("sessions/sess_b/events/00000000-00000000.jsonl"),
+        &[json!({"eventIndex": 0, "kind": "node_created", "data": {}})],
+    );
+    let problems = store::closed_sets(data.path()).unwrap();
+    let got: Vec<(String, String)> = problems
+        .iter()
+        .map(|p| (p.lock.join(","), p.got.clone()))
+        .collect();
+    let seg = "sessions/sess_a/events/00000000-00000007.jsonl";
+    let want = vec![
+        (
+            "L-MANIFEST-CLOSED-KINDS".to_owned(),
+            "unknown manifest record kind \"segment_sealed\" at sessions/sess_a/manifest.jsonl line 3"
+                .to_owned(),
+        ),
+        (
+            "L-EVENT-NODE-CREATED".into(),
+            format!("unknown node kind (data.nodeKind) \"blocked_attempt\" at {seg} line 3 (eventIndex 2)"),
+        ),
+        (
+            "L-EVENT-EDGE-CREATED".into(),
+            format!("unknown edge kind (data.edgeKind) \"fork\" at {seg} line 5 (eventIndex 4)"),
+        ),
+        (
+            "L-EVENT-EDGE-CREATED".into(),
+            format!("unknown edge cause kind (data.cause.kind) \"retry\" at {seg} line 5 (eventIndex 4)"),
+        ),
+        (
+            "L-EVENT-ADVANCE-RECORDED".into(),
+            format!("unknown advance outcome (data.outcome.kind) \"skipped\" at {seg} line 7 (eventIndex 6)"),
+        ),
+        (
+            "L-EVENT-CLOSED-KINDS".into(),
+            format!("unknown event kind \"run_completed\" at {seg} line 8 (eventIndex 7)"),
+        ),
+        (
+            "L-EVENT-NODE-CREATED".into(),
+            "no node kind (data.nodeKind) at sessions/sess_b/events/00000000-00000000.jsonl line 1 (eventIndex 0)".into(),
+        ),
+    ];
+    assert_eq!(got, want);
+    // The expectation lists the closed set from workrail-spec.
+    assert!(
+        problems[5].expected.contains("session_created")
+            && problems[5].expected.contains("context_set"),
+        "{}",
+        problems[5].expected
+    );
+    // An empty data directory has nothing to report.
+    let empty = tempfile::tempdir().unwrap();
+    assert!(store::closed_sets(empty.path()).unwrap().is_empty());
+}
+
+/// The outcome kinds the store check accepts are exactly the tags `workrail-spec` serializes.
+/// lock: L-EVENT-ADVANCE-RECORDED
+#[test]
+fn advance_outcome_kinds_match_the_spec_serialization() {
+    use workrail_spec::closed::AdvanceOutcomeKind;
+    use workrail_spec::event::AdvanceOutcome;
+    let advanced: AdvanceOutcome =
+        serde_json::from_value(json!({"kind": "advanced", "toNodeId": "node_aaaaaaaaaaaaaaaa"}))
+            .unwrap();
+    assert_eq!(advanced.kind(), AdvanceOutcomeKind::Advanced);
+    let value = serde_json::to_value(&advanced).unwrap();
+    assert_eq!(value["kind"], advanced.kind().as_str());
+    assert_eq!(
+        AdvanceOutcomeKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>(),
+        ["blocked", "advanced"]
+    );
+    assert!(
+        serde_json::from_value::<AdvanceOutcome>(json!({"kind": "skipped"})).is_err(),
+        "a kind outside the set does not parse"
     );
 }

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -220,7 +220,7 @@ fn a_drifting_replay_fails_the_replay_scenarios() {
         run.stdout
     );
     assert!(
-        run.stdout.ends_with("3 passed, 3 failed\n"),
+        run.stdout.ends_with("3 passed, 3 failed, 0 skipped\n"),
         "{}",
         run.stdout
     );
@@ -274,6 +274,71 @@ fn accepting_tampered_tokens_fails_the_token_scenarios() {
         "{}",
         run.stdout
     );
+}
+
+/// A store holding kinds outside the closed sets (a planted session with event kinds
+/// `run_completed` and `validation_performed`, node kind `blocked_attempt`, edge kind `fork`,
+/// cause `retry`, outcome `skipped`, manifest record `segment_sealed`) fails every scenario
+/// that reads the store, and only those, each naming the unknown kind and where it sits.
+/// lock: L-EVENT-CLOSED-KINDS, L-EVENT-NODE-CREATED, L-EVENT-EDGE-CREATED, L-EVENT-ADVANCE-RECORDED, L-MANIFEST-CLOSED-KINDS
+#[test]
+fn extra_kinds_in_the_store_fail_every_scenario_that_reads_it() {
+    use workrail_conformance::scenario::{self, Step};
+    use workrail_conformance::store::CLOSED_SET_LOCKS;
+    let scenarios =
+        scenario::load_dir(&workspace().join("fixtures/conformance/scenarios")).unwrap();
+    let reads_store: BTreeSet<String> = scenarios
+        .iter()
+        .filter(|s| {
+            s.steps
+                .iter()
+                .any(|n| matches!(n.step, Step::StoreDigest { .. } | Step::StoreEvents { .. }))
+        })
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(reads_store.len() >= 10, "{reads_store:?}");
+    let run = conformance(&["--server", &proxied("extra-kinds"), "--surface", &surface()]);
+    assert!(!run.exit_ok);
+    let skipped = run.names("skip");
+    let expected_fail: BTreeSet<String> = reads_store.difference(&skipped).cloned().collect();
+    assert_eq!(run.names("fail"), expected_fail, "{}", run.stdout);
+    let all: BTreeSet<String> = scenarios.iter().map(|s| s.name.clone()).collect();
+    let others: BTreeSet<String> = all
+        .difference(&reads_store)
+        .filter(|n| !skipped.contains(*n))
+        .cloned()
+        .collect();
+    assert_eq!(run.names("pass"), others, "{}", run.stdout);
+    for name in &expected_fail {
+        let locks = run.failed_locks(name);
+        for id in CLOSED_SET_LOCKS {
+            assert!(
+                locks.contains(id),
+                "{name} does not fail {id}:\n{}",
+                run.stdout
+            );
+        }
+    }
+    let seg = "sessions/sess_planted00000000/events/00000000-00000005.jsonl";
+    for needle in [
+        format!("unknown event kind \"run_completed\" at {seg} line 5 (eventIndex 4)"),
+        format!("unknown event kind \"validation_performed\" at {seg} line 6 (eventIndex 5)"),
+        format!("unknown node kind (data.nodeKind) \"blocked_attempt\" at {seg} line 2 (eventIndex 1)"),
+        format!("unknown edge kind (data.edgeKind) \"fork\" at {seg} line 3"),
+        format!("unknown advance outcome (data.outcome.kind) \"skipped\" at {seg} line 4"),
+        "unknown manifest record kind \"segment_sealed\" at sessions/sess_planted00000000/manifest.jsonl line 2".to_owned(),
+    ] {
+        assert!(run.stdout.contains(&needle), "missing {needle:?}:\n{}", run.stdout);
+    }
+    let table: BTreeMap<&str, &str> = run.report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["verdict"].as_str().unwrap()))
+        .collect();
+    for id in CLOSED_SET_LOCKS {
+        assert_eq!(table.get(id), Some(&"fail"), "{id}");
+    }
 }
 
 /// A server that hangs fails the scenario at the request deadline instead of hanging the suite.

@@ -159,6 +159,15 @@ closed_set!(
     }
 );
 
+closed_set!(
+    /// The `kind` of an `advance_recorded` outcome (locks §1 "advance_recorded"): the tag of
+    /// [`crate::event::AdvanceOutcome`].
+    AdvanceOutcomeKind {
+        Blocked = "blocked",
+        Advanced = "advanced",
+    }
+);
+
 impl EdgeCauseKind {
     /// Causes allowed for each edge kind (locks §1 "edge_created" invariants).
     pub const fn allowed_for(self, edge: EdgeKind) -> bool {

@@ -9,7 +9,12 @@
 //!   whose other parts differ (a tampered signature, another version) is swapped back for the
 //!   good token before the server sees it, so tampering goes unnoticed (locks §1.2 errors);
 //! - `vector-truncate`: answers of a vector adapter to `truncate` lose the marker's newlines
-//!   (locks §1 canonical marker).
+//!   (locks §1 canonical marker);
+//! - `extra-kinds`: before the server starts, a second session is planted in its data directory
+//!   (`WORKRAIL_DATA_DIR`) whose events and manifest use kinds outside the closed sets: event
+//!   kinds `run_completed` and `validation_performed`, node kind `blocked_attempt`, edge kind
+//!   `fork` with cause `retry`, advance outcome `skipped`, manifest record `segment_sealed`
+//!   (the extra kinds another implementation was found to store). Messages pass unchanged.
 //!
 //! Never use it for anything else.
 //!
@@ -30,6 +35,7 @@ enum Mode {
     ReplayDrift,
     AcceptTampered,
     VectorTruncate,
+    ExtraKinds,
 }
 
 #[derive(Debug, Default)]
@@ -47,7 +53,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(mode), Some(program)) = (args.first(), args.get(1)) else {
         eprintln!(
-            "usage: workrail-conformance-broken-proxy <replay-drift|accept-tampered|vector-truncate> <command> [args...]"
+            "usage: workrail-conformance-broken-proxy <replay-drift|accept-tampered|vector-truncate|extra-kinds> <command> [args...]"
         );
         return ExitCode::from(2);
     };
@@ -55,11 +61,18 @@ fn main() -> ExitCode {
         "replay-drift" => Mode::ReplayDrift,
         "accept-tampered" => Mode::AcceptTampered,
         "vector-truncate" => Mode::VectorTruncate,
+        "extra-kinds" => Mode::ExtraKinds,
         other => {
             eprintln!("unknown mode {other}");
             return ExitCode::from(2);
         }
     };
+    if mode == Mode::ExtraKinds
+        && let Err(e) = plant_extra_kinds()
+    {
+        eprintln!("cannot plant the extra kinds: {e}");
+        return ExitCode::from(1);
+    }
     let mut child = match Command::new(program)
         .args(&args[2..])
         .stdin(Stdio::piped())
@@ -114,6 +127,90 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The planted session's id.
+const PLANTED_SESSION: &str = "sess_planted00000000";
+
+/// Writes the planted session (see the module docs) under `$WORKRAIL_DATA_DIR/sessions/`.
+fn plant_extra_kinds() -> Result<(), String> {
+    let data = std::env::var_os("WORKRAIL_DATA_DIR").ok_or("WORKRAIL_DATA_DIR is not set")?;
+    let session = std::path::Path::new(&data)
+        .join("sessions")
+        .join(PLANTED_SESSION);
+    let events_dir = session.join("events");
+    std::fs::create_dir_all(&events_dir).map_err(|e| e.to_string())?;
+    let s = PLANTED_SESSION;
+    let (run, node, node2) = (
+        "run_planted00000000",
+        "node_planted0000000",
+        "node_planted0000001",
+    );
+    let scope = serde_json::json!({"runId": run, "nodeId": node});
+    let bodies = [
+        (
+            "session_created",
+            format!("session_created:{s}"),
+            None,
+            serde_json::json!({}),
+        ),
+        (
+            "node_created",
+            format!("node_created:{s}:{run}:{node}"),
+            Some(scope.clone()),
+            serde_json::json!({"nodeKind": "blocked_attempt", "parentNodeId": null}),
+        ),
+        (
+            "edge_created",
+            format!("edge_created:{s}:{run}:{node}->{node2}:fork"),
+            Some(serde_json::json!({"runId": run})),
+            serde_json::json!({"edgeKind": "fork", "fromNodeId": node, "toNodeId": node2,
+                               "cause": {"kind": "retry", "eventId": "evt_planted00000000"}}),
+        ),
+        (
+            "advance_recorded",
+            format!("advance_recorded:{s}:{node}:att_planted"),
+            Some(scope.clone()),
+            serde_json::json!({"attemptId": "att_planted", "intent": "ack_pending",
+                               "outcome": {"kind": "skipped"}}),
+        ),
+        (
+            "run_completed",
+            format!("run_completed:{s}:{run}"),
+            Some(serde_json::json!({"runId": run})),
+            serde_json::json!({}),
+        ),
+        (
+            "validation_performed",
+            format!("validation_performed:{s}:{node}"),
+            Some(scope),
+            serde_json::json!({}),
+        ),
+    ];
+    let mut lines = String::new();
+    for (i, (kind, dedupe, scope, data)) in bodies.into_iter().enumerate() {
+        let mut event = serde_json::json!({
+            "v": 1, "eventId": format!("evt_planted{i:08}"), "eventIndex": i,
+            "sessionId": s, "kind": kind, "dedupeKey": dedupe, "data": data,
+        });
+        if let (Some(scope), Some(o)) = (scope, event.as_object_mut()) {
+            o.insert("scope".into(), scope);
+        }
+        lines.push_str(&event.to_string());
+        lines.push('\n');
+    }
+    std::fs::write(events_dir.join("00000000-00000005.jsonl"), &lines)
+        .map_err(|e| e.to_string())?;
+    let manifest = [
+        serde_json::json!({"v": 1, "manifestIndex": 0, "sessionId": s, "kind": "segment_closed",
+                           "firstEventIndex": 0, "lastEventIndex": 5,
+                           "segmentRelPath": "events/00000000-00000005.jsonl",
+                           "sha256": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                           "bytes": lines.len()}),
+        serde_json::json!({"v": 1, "manifestIndex": 1, "sessionId": s, "kind": "segment_sealed"}),
+    ];
+    let manifest: String = manifest.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(session.join("manifest.jsonl"), manifest).map_err(|e| e.to_string())
+}
+
 fn is_token(s: &str) -> bool {
     let parts: Vec<&str> = s.split('.').collect();
     parts.len() == 4 && ["st", "ack", "chk"].contains(&parts[0])
@@ -128,6 +225,7 @@ fn rewrite_request(mode: Mode, state: &mut State, line: String) -> String {
         return line;
     };
     match mode {
+        Mode::ExtraKinds => line,
         Mode::VectorTruncate => {
             let op = msg
                 .get("op")
@@ -187,6 +285,7 @@ fn rewrite_response(mode: Mode, state: &mut State, line: String) -> String {
         return line;
     };
     match mode {
+        Mode::ExtraKinds => line,
         Mode::VectorTruncate => {
             let op = state.pending_ops.pop_front().unwrap_or_default();
             if op != "truncate" || msg["result"]["truncated"] != Value::Bool(true) {

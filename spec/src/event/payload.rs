@@ -17,11 +17,11 @@ use crate::budget::{
     truncate_with_marker,
 };
 use crate::closed::{
-    AdvanceIntent, AttemptContext, AttemptFailureCode, Autonomy, Capability, CapabilityStatus,
-    ClaimValue, ClaimedBy, Confidence, ContextSource, DecisionTraceKind, DivergenceReason,
-    EdgeCauseKind, EdgeKind, EnforcementGrade, GapSeverity, NodeKind, ObservationKey,
-    OutputChannel, PreferenceKey, PreferenceSource, ProbeResult, ProvenanceKind, RiskPolicy,
-    WorkflowSourceKind,
+    AdvanceIntent, AdvanceOutcomeKind, AttemptContext, AttemptFailureCode, Autonomy, Capability,
+    CapabilityStatus, ClaimValue, ClaimedBy, Confidence, ContextSource, DecisionTraceKind,
+    DivergenceReason, EdgeCauseKind, EdgeKind, EnforcementGrade, GapSeverity, NodeKind,
+    ObservationKey, OutputChannel, PreferenceKey, PreferenceSource, ProbeResult, ProvenanceKind,
+    RiskPolicy, WorkflowSourceKind,
 };
 use crate::ids::{
     AttemptId, CapObsId, ChangeId, ConditionId, ContextId, DivergenceId, EventId, GapId, LoopId,
@@ -151,6 +151,16 @@ pub enum AdvanceOutcome {
     Advanced {
         to_node_id: NodeId,
     },
+}
+
+impl AdvanceOutcome {
+    /// The outcome's `kind` tag.
+    pub const fn kind(&self) -> AdvanceOutcomeKind {
+        match self {
+            Self::Blocked { .. } => AdvanceOutcomeKind::Blocked,
+            Self::Advanced { .. } => AdvanceOutcomeKind::Advanced,
+        }
+    }
 }
 
 /// `advance_recorded`: the durable record of an ack attempt (blocked or advanced).
