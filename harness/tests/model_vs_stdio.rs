@@ -78,3 +78,24 @@ fn generated_sequences_over_stdio_match_the_model() {
         "{stats:?}"
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(ops::config(16))]
+
+    /// Generated workflows (`workrail_harness::generated`) served from a workflow file by the
+    /// real server: the same comparison as `model_vs_generated.rs`, through what an agent sees.
+    #[test]
+    fn generated_workflows_over_stdio_match_the_model(
+        json in workrail_harness::generated::workflow_json(),
+        ops in ops::ops_strategy(16),
+    ) {
+        use workrail_harness::generated::{GENERATED_FILE, GENERATED_ID, WorkflowUnderTest};
+        let workflow = WorkflowUnderTest::compile(GENERATED_ID, GENERATED_FILE, &json)
+            .map_err(proptest::test_runner::TestCaseError::fail)?;
+        let sys = Stdio::with_workflows(&[(GENERATED_FILE, json.as_str())]);
+        let mut h = Harness::with_workflow(sys, std::sync::Arc::new(workflow));
+        h.run(&ops).map_err(|e| {
+            proptest::test_runner::TestCaseError::fail(format!("{e}\nworkflow: {json}"))
+        })?;
+    }
+}
