@@ -6,12 +6,15 @@
 //! loops end with their decision step; `always_true` loops run to their limit; `always_false`
 //! loops never run), `maxIterations` from 1 to 3, `nonAssumableChoices`, function definitions at
 //! every scope, the text-only features (`durable_recap_guidance`, `mode_guidance`,
-//! `output_contracts`) and recommendations. The first `loop_control` loop is `build`, the loop
+//! `output_contracts`), recommendations, and capabilities (`required`, `preferred` or `disabled`,
+//! with `wr.features.capabilities` and authored `wr.templates.capability_probe` calls; a required
+//! capability's probe is injected first when none is authored), so the steps that depend on a
+//! required capability are judged `required_capability_unknown` (D40). The first `loop_control` loop is `build`, the loop
 //! the generated agent outputs (`ArtifactSpec`) decide; any other `loop_control` loop is decided
 //! by nobody, so its decision step is always missing its artifact.
 //!
-//! Left out, because the model does not cover them yet: capability requirements and probes (the
-//! guidance and observation paths), and user-only dependency and divergence reports.
+//! Left out, because the model does not cover them yet: capability observations (the agents
+//! send no `wr.capability_observation`), and user-only dependency and divergence reports.
 
 use std::sync::Arc;
 
@@ -93,6 +96,8 @@ enum Item {
         calls_log: bool,
     },
     Verify,
+    /// A `wr.templates.capability_probe` call (each capability probed at most once).
+    Probe(u8),
     Loop {
         kind: LoopKind,
         max: u8,
@@ -113,6 +118,7 @@ fn item(depth: u32) -> BoxedStrategy<Item> {
         3 => (any::<bool>(), any::<bool>())
             .prop_map(|(choices, calls_log)| Item::Plain { choices, calls_log }),
         1 => Just(Item::Verify),
+        1 => (0u8..2).prop_map(Item::Probe),
     ];
     if depth == 0 {
         return leaf.boxed();
@@ -132,6 +138,7 @@ fn item(depth: u32) -> BoxedStrategy<Item> {
 
 /// Renders items into steps, numbering step and loop ids in document order.
 struct Writer {
+    probed: Vec<&'static str>,
     steps: usize,
     loops: usize,
     control_loops: usize,
@@ -156,6 +163,16 @@ impl Writer {
                     step["nonAssumableChoices"] = json!(["scope_boundary"]);
                 }
                 step
+            }
+            Item::Probe(n) => {
+                let capability = ["delegation", "web_browsing"][usize::from(*n) % 2];
+                if self.probed.contains(&capability) {
+                    let id = self.step_id();
+                    return json!({"id": id, "title": format!("Step {id}"), "prompt": format!("Do part {id}.")});
+                }
+                self.probed.push(capability);
+                json!({"type": "template_call", "templateId": "wr.templates.capability_probe",
+                       "args": {"capability": capability, "when": "lazy_on_first_use"}})
             }
             Item::Verify => {
                 let id = self.step_id();
@@ -219,9 +236,11 @@ pub fn workflow_json() -> impl Strategy<Value = String> {
             0..=3,
         ),
         0u8..4,
+        (0u8..4, 0u8..4),
     )
-        .prop_map(|(items, features, recommendation)| {
+        .prop_map(|(items, features, recommendation, (delegation, web))| {
             let mut writer = Writer {
+                probed: Vec::new(),
                 steps: 0,
                 loops: 0,
                 control_loops: 0,
@@ -236,8 +255,20 @@ pub fn workflow_json() -> impl Strategy<Value = String> {
                 2 => json!({"recommendedAutonomy": "full_auto_stop_on_user_deps", "recommendedRiskPolicy": "balanced"}),
                 _ => json!({"recommendedRiskPolicy": "conservative"}),
             };
+            let requirement = ["required", "preferred", "disabled"];
+            let mut capabilities = serde_json::Map::new();
+            for (name, pick) in [("delegation", delegation), ("web_browsing", web)] {
+                if let Some(r) = requirement.get(usize::from(pick)) {
+                    capabilities.insert(name.into(), json!(r));
+                }
+            }
+            let mut features = features;
+            if !capabilities.is_empty() {
+                features.push("wr.features.capabilities");
+            }
             json!({
                 "id": GENERATED_ID,
+                "capabilities": capabilities,
                 "name": "Generated",
                 "description": "A workflow generated for the model comparison.",
                 "recommendations": recommendations,

@@ -18,6 +18,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod capabilities;
 pub mod derive;
 pub mod interpreter;
 pub mod model;

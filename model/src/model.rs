@@ -609,12 +609,71 @@ impl Model {
             None => None,
         };
         let progress = interpreter::ack(workflow, state, &attempt.output, effective.autonomy)?;
+        // The step's required capabilities are judged beside its outputs and loops (D40); every
+        // blocking finding is reported (`L-BLOCKER-ORDER` sorts them), every disclosure recorded.
+        let step_id = state
+            .pending_step()
+            .map(|p| p.step_id.clone())
+            .ok_or_else(|| ModelError::NothingPending(node_id.clone()))?;
+        let (capability_blocks, capability_gaps) = crate::capabilities::at_ack(
+            workflow,
+            events,
+            &dag,
+            run_id,
+            node_id,
+            &step_id,
+            effective.autonomy,
+        );
+        let with_gap = |finding: &interpreter::Finding| {
+            finding
+                .reason
+                .disposition(effective.autonomy, true)
+                .gap_severity
+                .map(|severity| (finding.clone(), severity))
+        };
+        let progress = match progress {
+            Progress::Moved {
+                state,
+                mut disclosed,
+            } if capability_blocks.is_empty() => {
+                disclosed.extend(capability_gaps);
+                Judged::Moved { state, disclosed }
+            }
+            Progress::Moved { mut disclosed, .. } => {
+                disclosed.extend(capability_gaps);
+                disclosed.extend(capability_blocks.iter().filter_map(with_gap));
+                Judged::Blocked {
+                    blockers: capability_blocks,
+                    gaps: disclosed,
+                }
+            }
+            // A loop limit is found while moving on; an ack its capabilities block does not move,
+            // so only the reasons found in the ack itself are reported (D74).
+            Progress::Blocked { blocker, gaps }
+                if !capability_blocks.is_empty() && is_found_moving(&blocker) =>
+            {
+                let mut gaps: Vec<_> = gaps.into_iter().filter(|(f, _)| f != &blocker).collect();
+                gaps.extend(capability_gaps);
+                gaps.extend(capability_blocks.iter().filter_map(with_gap));
+                Judged::Blocked {
+                    blockers: capability_blocks,
+                    gaps,
+                }
+            }
+            Progress::Blocked { blocker, mut gaps } => {
+                gaps.extend(capability_gaps);
+                gaps.extend(capability_blocks.iter().filter_map(with_gap));
+                let mut blockers = vec![blocker];
+                blockers.extend(capability_blocks);
+                Judged::Blocked { blockers, gaps }
+            }
+        };
 
         let mut next = self.clone();
         let mut plan = Plan::new(session_id, events.len());
         let here = EventScope::Node(run_id.clone(), node_id.clone());
         let outcome = match progress {
-            Progress::Moved { state, disclosed } => {
+            Judged::Moved { state, disclosed } => {
                 let child = derive::child_node_id(session_id, run_id, &attempt.attempt_id);
                 let child_scope = EventScope::Node(run_id.clone(), child.clone());
                 let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
@@ -660,7 +719,7 @@ impl Model {
                 }
                 AdvanceOutcome::Advanced { to_node_id: child }
             }
-            Progress::Blocked { blocker, gaps } => {
+            Judged::Blocked { blockers, gaps } => {
                 // The change that judged the attempt stays on the attempted node (D43).
                 if let Some(change) = change {
                     plan.push(here.clone(), EventData::PreferencesChanged(change))?;
@@ -670,7 +729,12 @@ impl Model {
                 }
                 push_gaps(&mut plan, &here, origin, &gaps)?;
                 AdvanceOutcome::Blocked {
-                    blockers: BlockerReport::new(vec![to_blocker(&blocker)?])?,
+                    blockers: BlockerReport::new(
+                        blockers
+                            .iter()
+                            .map(to_blocker)
+                            .collect::<Result<Vec<_>, _>>()?,
+                    )?,
                 }
             }
         };
@@ -1035,6 +1099,29 @@ fn push_gaps(
         )?;
     }
     Ok(())
+}
+
+/// Whether a finding comes from moving past the acknowledged step (the loop limit:
+/// `unexpected:invariant_violation` while starting the next iteration) rather than from judging
+/// the acknowledgement itself.
+fn is_found_moving(finding: &interpreter::Finding) -> bool {
+    matches!(
+        finding.details,
+        Some(workrail_spec::blocker::ReasonDetails::LoopLimit { .. })
+    )
+}
+
+/// What an acknowledgement leads to once every finding is judged: like
+/// [`interpreter::Progress`], with every blocking finding of the ack.
+enum Judged {
+    Moved {
+        state: EngineState,
+        disclosed: Vec<(interpreter::Finding, GapSeverity)>,
+    },
+    Blocked {
+        blockers: Vec<interpreter::Finding>,
+        gaps: Vec<(interpreter::Finding, GapSeverity)>,
+    },
 }
 
 /// The blocker of a finding (`L-REASON-BLOCKER-MAPPING` through the spec's table).
