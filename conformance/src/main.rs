@@ -198,7 +198,10 @@ fn run_scenarios(args: RunArgs) -> Result<ExitCode, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let fixtures = args.fixtures.unwrap_or_else(default_fixtures);
     let scenarios = scenario::load_dir(&fixtures.join("scenarios"))?;
-    let workflows_dir = fixtures.join("workflows");
+    let workflows_dir = surface
+        .workflows_dir
+        .clone()
+        .unwrap_or_else(|| fixtures.join("workflows"));
     let workflows_dir = workflows_dir
         .canonicalize()
         .map_err(|e| format!("fixture workflows {}: {e}", workflows_dir.display()))?;

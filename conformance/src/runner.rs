@@ -14,7 +14,7 @@ use crate::report::{Failure, Status, Unrun, Verdict};
 use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step};
 use crate::schema;
 use crate::store;
-use crate::surface::{Surface, merge_args};
+use crate::surface::{Surface, Template, merge_args};
 
 /// Tools whose non-error results are execution responses.
 pub const EXECUTION_TOOLS: [&str; 3] =
@@ -147,11 +147,27 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     if let Err(e) = std::fs::create_dir_all(&data_dir) {
         return setup_failure(s, "a data directory", e.to_string(), started);
     }
+    let template = Template {
+        tmp: path_string(tmp.path()),
+        data_dir: path_string(&data_dir),
+        scenario: s.name.clone(),
+    };
+    for dir in &config.surface.create_dirs {
+        let dir = template.expand(dir);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return setup_failure(
+                s,
+                "the directories of the surface's createDirs",
+                format!("cannot create {dir}: {e}"),
+                started,
+            );
+        }
+    }
     let mut env: Vec<(String, String)> = config
         .surface
         .env
         .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), template.expand(v)))
         .collect();
     env.push((config.surface.data_dir_env.clone(), path_string(&data_dir)));
     // A scenario that writes workflow sources gets its own directory beside the fixtures.
@@ -232,6 +248,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         closed_set_reported: BTreeSet::new(),
         own_workflows,
         held_lock: None,
+        template,
     };
     // A saved value a failed step did not produce as expected -> that step's number. Steps that
     // read such a value are not run; every other step runs whatever failed before it.
@@ -335,6 +352,8 @@ struct Interp<'a> {
     own_workflows: Option<PathBuf>,
     /// The session lock `holdSessionLock` took.
     held_lock: Option<std::fs::File>,
+    /// The values of the surface's templates in this scenario.
+    template: Template,
 }
 
 impl Interp<'_> {
@@ -379,15 +398,13 @@ impl Interp<'_> {
                 if let Some(mode) = autonomy {
                     merge_args(&mut args, &surface.autonomy_arguments(mode));
                 }
+                surface.add_extra_args(tool, &mut args, &self.template);
                 let server_args = surface.to_server(&args);
                 let outcome = self
                     .client
                     .call_tool(surface.server_tool(tool), &server_args)?;
                 let outcome = match outcome {
-                    CallOutcome::Result(mut r) => {
-                        r.structured = surface.to_canonical(&r.structured);
-                        CallOutcome::Result(r)
-                    }
+                    CallOutcome::Result(r) => CallOutcome::Result(surface.adapt_result(r)),
                     other => other,
                 };
                 self.auto_checks(tool, &outcome);
@@ -523,7 +540,12 @@ impl Interp<'_> {
                 lock,
             } => {
                 let schema = self.input_schema(tools, tool)?;
-                let example = self.config.surface.to_server(&self.vars.eval(example)?);
+                // The example as the suite would send it: with the surface's extra arguments.
+                let mut example = self.vars.eval(example)?;
+                self.config
+                    .surface
+                    .add_extra_args(tool, &mut example, &self.template);
+                let example = self.config.surface.to_server(&example);
                 let problems = schema::validate(&example, &schema);
                 if !problems.is_empty() {
                     self.fail(
