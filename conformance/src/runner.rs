@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::checks::{self, Problem, brief, brief_json};
-use crate::expr::{Var, Vars};
+use crate::expr::{Var, Vars, decoding_operator};
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
 use crate::report::{Failure, Status, Unrun, Verdict};
-use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step};
+use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step, TOKEN_FORMAT_LOCKS};
 use crate::schema;
 use crate::store;
-use crate::surface::{Surface, Template, merge_args};
+use crate::surface::{OPAQUE_TOKENS_REASON, Surface, Template, TokenFormat, merge_args};
 
 /// Tools whose non-error results are execution responses.
 pub const EXECUTION_TOOLS: [&str; 3] =
@@ -103,6 +103,8 @@ fn verdict_of(
         status,
         failures,
         not_reached: Vec::new(),
+        skipped_steps: Vec::new(),
+        not_applicable: Vec::new(),
         also_checked: Vec::new(),
         duration_ms,
         note: None,
@@ -235,11 +237,16 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             Vec::new(),
         );
     }
+    let opaque = config.surface.token_format == TokenFormat::Opaque;
     let mut interp = Interp {
         config,
         client,
         has_checkpoint: names.iter().any(|n| n == "checkpoint_workflow"),
-        vars: Vars::default(),
+        vars: if opaque {
+            Vars::opaque_tokens()
+        } else {
+            Vars::default()
+        },
         data_dir,
         failures: Vec::new(),
         step: 0,
@@ -254,6 +261,12 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     // read such a value are not run; every other step runs whatever failed before it.
     let mut unproduced: BTreeMap<String, usize> = BTreeMap::new();
     let mut not_reached = Vec::new();
+    // Steps that cannot apply to this server (they decode an opaque token), and the steps that
+    // read what they would have saved: skipped, with the reason; the scenario goes on.
+    let mut skipped_values: BTreeMap<String, usize> = BTreeMap::new();
+    let mut skipped_steps: Vec<Unrun> = Vec::new();
+    // The locks checked by steps that ran (the rest of a skipped step's locks are N/A).
+    let mut ran_locks: BTreeSet<String> = BTreeSet::new();
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
@@ -273,6 +286,43 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
                 unproduced.insert(w.to_owned(), at);
             }
             continue;
+        }
+        let skip = opaque
+            .then(|| {
+                noted
+                    .step
+                    .expressions()
+                    .into_iter()
+                    .find_map(decoding_operator)
+            })
+            .flatten()
+            .map(|op| {
+                format!("needs a decodable token ({op}), and the surface declares opaque tokens")
+            })
+            .or_else(|| {
+                noted.step.reads().into_iter().find_map(|name| {
+                    skipped_values
+                        .get(&name)
+                        .map(|at| format!("uses `{name}`, which step {at} (skipped) did not save"))
+                })
+            });
+        if let Some(reason) = skip {
+            skipped_steps.push(Unrun {
+                step: i + 1,
+                action: interp.action.clone(),
+                lock: noted.step.locks().to_vec(),
+                reason,
+            });
+            if let Some(w) = noted.step.writes() {
+                skipped_values.insert(w.to_owned(), i + 1);
+            }
+            continue;
+        }
+        for id in noted.step.checked_locks() {
+            let own = noted.step.locks().contains(&id);
+            if !(opaque && TOKEN_FORMAT_LOCKS.contains(&id.as_str()) && !own) {
+                ran_locks.insert(id);
+            }
         }
         let produced = match interp.run_step(&noted.step) {
             Ok(produced) => produced,
@@ -305,6 +355,25 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             }
             None => {}
         }
+        if let Some(w) = noted.step.writes() {
+            skipped_values.remove(w);
+        }
+    }
+    let mut not_applicable: Vec<(String, String)> = Vec::new();
+    for u in &skipped_steps {
+        for id in &u.lock {
+            if !ran_locks.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
+                not_applicable.push((id.clone(), format!("step {} skipped: {}", u.step, u.reason)));
+            }
+        }
+    }
+    let has_calls = s.steps.iter().any(|n| matches!(n.step, Step::Call { .. }));
+    if opaque && has_calls {
+        for id in TOKEN_FORMAT_LOCKS {
+            if !ran_locks.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
+                not_applicable.push((id.to_owned(), OPAQUE_TOKENS_REASON.to_owned()));
+            }
+        }
     }
     let failures = std::mem::take(&mut interp.failures);
     let store_read = interp.store_read;
@@ -329,6 +398,8 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         transcript,
     );
     verdict.not_reached = not_reached;
+    verdict.skipped_steps = skipped_steps;
+    verdict.not_applicable = not_applicable;
     if store_read {
         verdict.also_checked = store::CLOSED_SET_LOCKS.map(str::to_owned).to_vec();
     }
@@ -399,7 +470,7 @@ impl Interp<'_> {
                     merge_args(&mut args, &surface.autonomy_arguments(mode));
                 }
                 surface.add_extra_args(tool, &mut args, &self.template);
-                let server_args = surface.to_server(&args);
+                let server_args = surface.request_to_server(tool, &args);
                 let outcome = self
                     .client
                     .call_tool(surface.server_tool(tool), &server_args)?;
@@ -545,7 +616,7 @@ impl Interp<'_> {
                 self.config
                     .surface
                     .add_extra_args(tool, &mut example, &self.template);
-                let example = self.config.surface.to_server(&example);
+                let example = self.config.surface.request_to_server(tool, &example);
                 let problems = schema::validate(&example, &schema);
                 if !problems.is_empty() {
                     self.fail(
@@ -823,7 +894,7 @@ impl Interp<'_> {
                 }
             }
             CallOutcome::Result(r) if EXECUTION_TOOLS.contains(&tool) => {
-                for p in checks::execution_response(r, self.has_checkpoint) {
+                for p in checks::execution_response(r, self.has_checkpoint, self.config.surface.token_format) {
                     self.problem(p);
                 }
             }

@@ -65,6 +65,12 @@ pub struct Surface {
     /// before the key renames of `fields`.
     #[serde(default)]
     pub response_map: Vec<PointerMove>,
+    /// How the server's tokens are shaped in requests and responses.
+    #[serde(default)]
+    pub token_model: TokenModel,
+    /// Whether the server's tokens can be decoded as the locks' `<kind>.v1.<payload>.<sig>`.
+    #[serde(default)]
+    pub token_format: TokenFormat,
     /// The fixture workflows in the server's authoring dialect, instead of the suite's own;
     /// a relative path is resolved against the surface file's directory.
     #[serde(default)]
@@ -105,6 +111,8 @@ impl Default for Surface {
             create_dirs: Vec::new(),
             response_map: Vec::new(),
             workflows_dir: None,
+            token_model: TokenModel::default(),
+            token_format: TokenFormat::default(),
             profiles: Vec::new(),
             disabled: BTreeMap::new(),
         }
@@ -162,7 +170,17 @@ impl Surface {
             m.apply(&mut r.structured);
         }
         r.structured = self.to_canonical(&r.structured);
+        self.token_model.response_to_canonical(&mut r.structured);
         r
+    }
+
+    /// Canonical arguments of a tool in the server's token model and spelling.
+    pub fn request_to_server(&self, tool: &str, args: &Value) -> Value {
+        let mut args = args.clone();
+        if tool == "continue_workflow" {
+            self.token_model.request_to_server(&mut args);
+        }
+        self.to_server(&args)
     }
 
     /// The server's name for a canonical tool.
@@ -274,6 +292,104 @@ pub enum ResultSource {
     /// `structuredContent`, or when it is absent the JSON in `content[0].text`.
     TextJson,
 }
+
+/// How a server's tokens travel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+pub enum TokenModel {
+    /// The locks' model: `stateToken` to rehydrate, `stateToken` + `ackToken` to advance.
+    #[default]
+    StateAndAck,
+    /// One token and an intent: a `continue_workflow` request with an `ackToken` becomes
+    /// `{<field>: ackToken, <intentField>: <advance>}`, one without it
+    /// `{<field>: stateToken, <intentField>: <rehydrate>}`; the response's `<field>` is read as
+    /// the `stateToken` and, while the run is not complete, the `ackToken`.
+    #[serde(rename_all = "camelCase")]
+    SingleToken {
+        #[serde(default = "default_single_field")]
+        field: String,
+        #[serde(default = "default_intent_field")]
+        intent_field: String,
+        #[serde(default = "default_advance")]
+        advance: String,
+        #[serde(default = "default_rehydrate")]
+        rehydrate: String,
+    },
+}
+
+fn default_single_field() -> String {
+    "continueToken".into()
+}
+
+fn default_intent_field() -> String {
+    "intent".into()
+}
+
+fn default_advance() -> String {
+    "advance".into()
+}
+
+fn default_rehydrate() -> String {
+    "rehydrate".into()
+}
+
+impl TokenModel {
+    /// Rewrites canonical `continue_workflow` arguments into this model (a request with no
+    /// token at all stays as it is).
+    pub fn request_to_server(&self, args: &mut Value) {
+        let (
+            Self::SingleToken {
+                field,
+                intent_field,
+                advance,
+                rehydrate,
+            },
+            Value::Object(map),
+        ) = (self, args)
+        else {
+            return;
+        };
+        let ack = map.remove("ackToken");
+        let state = map.remove("stateToken");
+        let (token, intent) = match (ack, state) {
+            (Some(ack), _) => (ack, advance),
+            (None, Some(state)) => (state, rehydrate),
+            (None, None) => return,
+        };
+        map.insert(field.clone(), token);
+        map.insert(intent_field.clone(), Value::String(intent.clone()));
+    }
+
+    /// Reads a structured result's token in the canonical model.
+    pub fn response_to_canonical(&self, structured: &mut Value) {
+        let (Self::SingleToken { field, .. }, Value::Object(map)) = (self, structured) else {
+            return;
+        };
+        let Some(token) = map.remove(field) else {
+            return;
+        };
+        let complete = map.get("isComplete").and_then(Value::as_bool) == Some(true);
+        if !complete {
+            map.insert("ackToken".into(), token.clone());
+        }
+        map.insert("stateToken".into(), token);
+    }
+}
+
+/// Whether a server's tokens can be decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TokenFormat {
+    /// `<st|ack|chk>.v1.<base64url(JCS payload)>.<signature>`, as the locks fix.
+    #[default]
+    WorkrailV1,
+    /// Opaque strings: the token-format locks are not applicable, `$tamperSignature` changes
+    /// one character, steps that decode a token are skipped.
+    Opaque,
+}
+
+/// Why the token-format locks are not judged for a server with opaque tokens.
+pub const OPAQUE_TOKENS_REASON: &str = "the surface declares opaque tokens (tokenFormat: opaque): their format and payload are not checked";
 
 /// A JSON-pointer move in a structured result: when `from` exists, its value is taken out and
 /// written at `to` (replacing what is there, creating missing objects on the way).
@@ -491,6 +607,65 @@ mod tests {
         }
         .apply(&mut v);
         assert_eq!(v, json!({"a": [2], "b": {"c": 1}}));
+    }
+
+    #[test]
+    fn single_token_requests_carry_the_intent() {
+        let s =
+            surface(json!({"tokenModel": {"kind": "singleToken"}, "fields": {"notes": "output"}}));
+        let advance = s.request_to_server(
+            "continue_workflow",
+            &json!({"stateToken": "S", "ackToken": "A", "notes": "n"}),
+        );
+        assert_eq!(
+            advance,
+            json!({"continueToken": "A", "intent": "advance", "output": "n"})
+        );
+        let rehydrate = s.request_to_server("continue_workflow", &json!({"stateToken": "S"}));
+        assert_eq!(
+            rehydrate,
+            json!({"continueToken": "S", "intent": "rehydrate"})
+        );
+        // No token: left for the server to refuse; other tools are not rewritten.
+        assert_eq!(
+            s.request_to_server("continue_workflow", &json!({})),
+            json!({})
+        );
+        assert_eq!(
+            s.request_to_server("checkpoint_workflow", &json!({"stateToken": "S"})),
+            json!({"stateToken": "S"})
+        );
+        let custom = surface(json!({"tokenModel": {
+            "kind": "singleToken", "field": "token", "intentField": "mode",
+            "advance": "next", "rehydrate": "resume"
+        }}));
+        assert_eq!(
+            custom.request_to_server("continue_workflow", &json!({"ackToken": "A"})),
+            json!({"token": "A", "mode": "next"})
+        );
+    }
+
+    #[test]
+    fn a_single_token_response_feeds_both_tokens() {
+        let s = surface(json!({"tokenModel": {"kind": "singleToken"}}));
+        let r = s.adapt_result(result(
+            "",
+            json!({"continueToken": "T", "isComplete": false}),
+        ));
+        assert_eq!(
+            r.structured,
+            json!({"stateToken": "T", "ackToken": "T", "isComplete": false})
+        );
+        let r = s.adapt_result(result(
+            "",
+            json!({"continueToken": "T", "isComplete": true}),
+        ));
+        assert_eq!(r.structured, json!({"stateToken": "T", "isComplete": true}));
+        // The canonical model leaves results alone.
+        let r = Surface::default().adapt_result(result("", json!({"continueToken": "T"})));
+        assert_eq!(r.structured, json!({"continueToken": "T"}));
+        let e = serde_json::from_value::<Surface>(json!({"tokenModel": {"kind": "twoTokens"}}));
+        assert!(e.is_err());
     }
 
     #[test]
