@@ -9,6 +9,8 @@
 //! - [`store`]: reads of the data directory: digests, events, the closed sets of everything
 //!   stored;
 //! - [`report`]: verdicts per scenario and per lock, the console lines and the JSON report;
+//! - [`limitations`]: capabilities a server lacks, declared in its surface file, and the
+//!   scenarios they excuse;
 //! - [`surface`]: adapts the suite to a server whose tool surface differs, enables optional
 //!   profiles and disables scenarios with a reason;
 //! - [`vectors`]: the offline vectors against an implementation's adapter process;
@@ -22,6 +24,7 @@
 pub mod adapter;
 pub mod checks;
 pub mod expr;
+pub mod limitations;
 pub mod mcp;
 pub mod report;
 pub mod runner;

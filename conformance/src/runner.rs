@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::checks::{self, Problem, brief, brief_json};
 use crate::expr::{Var, Vars, decoding_operator};
+use crate::limitations;
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
 use crate::report::{Failure, Status, Unrun, Verdict};
 use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step, TOKEN_FORMAT_LOCKS};
@@ -60,6 +61,9 @@ impl RunConfig {
         }
         if let Some(reason) = self.surface.disabled_reason(&s.name, &s.lock_ids) {
             return Some(format!("disabled by the surface file: {reason}"));
+        }
+        if let Some(reason) = limitations::excused(&self.surface.limitations, s) {
+            return Some(format!("declared by the surface file: {reason}"));
         }
         if s.profile != CORE_PROFILE && !self.profiles.contains(&s.profile) {
             return Some(format!(
@@ -474,10 +478,18 @@ impl Interp<'_> {
                 let outcome = self
                     .client
                     .call_tool(surface.server_tool(tool), &server_args)?;
-                let outcome = match outcome {
+                let mut outcome = match outcome {
                     CallOutcome::Result(r) => CallOutcome::Result(surface.adapt_result(r)),
                     other => other,
                 };
+                if tool == "start_workflow"
+                    && let Some(after) = self.pass_injected_step(&outcome)?
+                {
+                    // The start's own response is checked too, then replaced by the answer past
+                    // the injected step.
+                    self.auto_checks(tool, &outcome);
+                    outcome = after;
+                }
                 self.auto_checks(tool, &outcome);
                 produced = self.expectation(*expect, code, lock, &outcome);
                 if let Some(name) = save {
@@ -866,6 +878,48 @@ impl Interp<'_> {
             }
         }
         Ok(produced)
+    }
+
+    /// When the surface declares an injected first step and `start` is pending on it: the
+    /// answer to acknowledging it (with the declared `ackArgs`), in the canonical surface.
+    fn pass_injected_step(&mut self, start: &CallOutcome) -> Result<Option<CallOutcome>, String> {
+        let surface = &self.config.surface;
+        let Some((step_id, ack_args)) = limitations::injected_first_step(&surface.limitations)
+        else {
+            return Ok(None);
+        };
+        let CallOutcome::Result(r) = start else {
+            return Ok(None);
+        };
+        let pending = r
+            .structured
+            .get("pending")
+            .and_then(|p| p.get("stepId"))
+            .and_then(Value::as_str);
+        if r.is_error || pending != Some(step_id) {
+            return Ok(None);
+        }
+        let token = |f: &str| {
+            r.structured.get(f).cloned().ok_or_else(|| {
+                format!(
+                    "the injected first step `{step_id}` came without a `{f}` to acknowledge it"
+                )
+            })
+        };
+        let mut args = Value::Object(ack_args.clone());
+        if let Value::Object(map) = &mut args {
+            map.insert("stateToken".into(), token("stateToken")?);
+            map.insert("ackToken".into(), token("ackToken")?);
+        }
+        surface.add_extra_args("continue_workflow", &mut args, &self.template);
+        let server_args = surface.request_to_server("continue_workflow", &args);
+        let outcome = self
+            .client
+            .call_tool(surface.server_tool("continue_workflow"), &server_args)?;
+        Ok(Some(match outcome {
+            CallOutcome::Result(r) => CallOutcome::Result(surface.adapt_result(r)),
+            other => other,
+        }))
     }
 
     /// The closed sets of everything in the store, on every read of it; each problem is

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::limitations::Limitation;
 use crate::mcp::ToolResult;
 
 /// Default environment variable for the data directory (locks §13: configurable root).
@@ -75,6 +76,9 @@ pub struct Surface {
     /// a relative path is resolved against the surface file's directory.
     #[serde(default)]
     pub workflows_dir: Option<PathBuf>,
+    /// Capabilities the server lacks; the scenarios that need them are skipped with the reason.
+    #[serde(default)]
+    pub limitations: Vec<Limitation>,
     /// Optional scenario profiles to run besides `core`.
     #[serde(default)]
     pub profiles: Vec<String>,
@@ -113,6 +117,7 @@ impl Default for Surface {
             workflows_dir: None,
             token_model: TokenModel::default(),
             token_format: TokenFormat::default(),
+            limitations: Vec::new(),
             profiles: Vec::new(),
             disabled: BTreeMap::new(),
         }
