@@ -15,7 +15,9 @@ use crate::report::{Failure, Status, Unrun, Verdict};
 use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step, TOKEN_FORMAT_LOCKS};
 use crate::schema;
 use crate::store;
-use crate::surface::{OPAQUE_TOKENS_REASON, Surface, Template, TokenFormat, merge_args};
+use crate::surface::{
+    OPAQUE_TOKENS_REASON, Surface, Template, TokenFormat, TokenModel, merge_args,
+};
 
 /// Tools whose non-error results are execution responses.
 pub const EXECUTION_TOOLS: [&str; 3] =
@@ -271,6 +273,17 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     let mut skipped_steps: Vec<Unrun> = Vec::new();
     // The locks checked by steps that ran (the rest of a skipped step's locks are N/A).
     let mut ran_locks: BTreeSet<String> = BTreeSet::new();
+    // The locks a step checks when it runs; with opaque tokens the response check does not
+    // judge the token-format locks (a step may still name them itself).
+    let checked = |step: &Step| -> Vec<String> {
+        let own = step.locks();
+        step.checked_locks()
+            .into_iter()
+            .filter(|id| {
+                !(opaque && TOKEN_FORMAT_LOCKS.contains(&id.as_str()) && !own.contains(id))
+            })
+            .collect()
+    };
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
@@ -283,7 +296,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             not_reached.push(Unrun {
                 step: i + 1,
                 action: interp.action.clone(),
-                lock: noted.step.checked_locks(),
+                lock: checked(&noted.step),
                 reason: format!("uses `{name}`, which step {at} did not produce as expected"),
             });
             if let Some(w) = noted.step.writes() {
@@ -303,6 +316,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             .map(|op| {
                 format!("needs a decodable token ({op}), and the surface declares opaque tokens")
             })
+            .or_else(|| interp.inexpressible(&noted.step))
             .or_else(|| {
                 noted.step.reads().into_iter().find_map(|name| {
                     skipped_values
@@ -322,12 +336,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             }
             continue;
         }
-        for id in noted.step.checked_locks() {
-            let own = noted.step.locks().contains(&id);
-            if !(opaque && TOKEN_FORMAT_LOCKS.contains(&id.as_str()) && !own) {
-                ran_locks.insert(id);
-            }
-        }
+        ran_locks.extend(checked(&noted.step));
         let produced = match interp.run_step(&noted.step) {
             Ok(produced) => produced,
             Err(abort) => {
@@ -338,7 +347,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
                     got,
                 );
                 // The step checked nothing: its locks are not reached.
-                let lock = noted.step.checked_locks();
+                let lock = checked(&noted.step);
                 if !lock.is_empty() {
                     not_reached.push(Unrun {
                         step: i + 1,
@@ -878,6 +887,31 @@ impl Interp<'_> {
             }
         }
         Ok(produced)
+    }
+
+    /// Why a step cannot be sent to this server at all, if it cannot: a `continue_workflow`
+    /// with a `stateToken` and an `ackToken` that differ (tokens of different responses, or one
+    /// altered) has no single-token form.
+    fn inexpressible(&self, step: &Step) -> Option<String> {
+        let Step::Call { tool, args, .. } = step else {
+            return None;
+        };
+        if tool != "continue_workflow"
+            || !matches!(
+                self.config.surface.token_model,
+                TokenModel::SingleToken { .. }
+            )
+        {
+            return None;
+        }
+        let args = self.vars.eval(args).ok()?;
+        match (args.get("stateToken"), args.get("ackToken")) {
+            (Some(state), Some(ack)) if state != ack => Some(
+                "sends a stateToken and an ackToken that differ, which a single-token server cannot take (tokenModel: singleToken)"
+                    .into(),
+            ),
+            _ => None,
+        }
     }
 
     /// When the surface declares an injected first step and `start` is pending on it: the
