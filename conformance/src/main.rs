@@ -47,7 +47,8 @@ struct RunArgs {
     /// The server command, e.g. "target/debug/workrail mcp" (split like a shell, quotes allowed).
     #[arg(long, value_name = "COMMAND")]
     server: Option<String>,
-    /// Surface file: tool/field renames, autonomy arguments, env, profiles, disabled scenarios.
+    /// Surface file: renames, autonomy arguments, result source, extra arguments, env, response
+    /// moves, fixture workflows, token model, limitations, profiles, disabled scenarios.
     #[arg(long, value_name = "FILE")]
     surface: Option<PathBuf>,
     /// Enable an optional scenario profile besides `core` (repeatable), e.g. workrail-rs.

@@ -390,10 +390,17 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     }
     let failures = std::mem::take(&mut interp.failures);
     let store_read = interp.store_read;
-    let status = if failures.is_empty() {
-        Status::Pass
-    } else {
-        Status::Fail
+    // A scenario none of whose locks could be judged did not pass: it is skipped, with why.
+    let unjudged = s
+        .lock_ids
+        .iter()
+        .map(|id| not_applicable.iter().find(|(l, _)| l == id))
+        .collect::<Option<Vec<_>>>()
+        .and_then(|reasons| reasons.first().map(|(_, why)| why.clone()));
+    let status = match unjudged {
+        _ if !failures.is_empty() => Status::Fail,
+        Some(why) => Status::Skip(format!("none of its locks applies to this server ({why})")),
+        None => Status::Pass,
     };
     let transcript = if config.verbose && status == Status::Fail {
         std::mem::take(&mut interp.client.transcript)

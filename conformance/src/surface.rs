@@ -4,7 +4,12 @@
 //!
 //! Scenarios are written against the canonical surface (the contract's tool and field names).
 //! The surface maps them in both directions: tool names and object keys are renamed on the way
-//! out (arguments) and back (structured results).
+//! out (arguments) and back (structured results). It also says where a result's structured
+//! answer is read (`structuredContent` or JSON text), which arguments every call of a tool gets
+//! (templated with the scenario's directory and name), which JSON-pointer moves bring a result
+//! into the canonical shape, where the server's own fixture workflows are, how tokens travel
+//! (the locks' state + ack pair, or one token plus an intent) and whether they can be decoded,
+//! and which capabilities the server lacks ([`crate::limitations`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -67,17 +67,37 @@ fn scenario() -> Value {
     })
 }
 
+/// Every check of this scenario decodes a token: nothing it checks applies.
+fn all_decoding() -> Value {
+    json!({
+        "name": "opaque_all_decoding",
+        "description": "Every check decodes a token.",
+        "lockIds": ["L-HASH-PIN-AT-START"],
+        "profile": "core",
+        "steps": [
+            {"do": "call", "tool": "start_workflow", "args": {"workflowId": "conformance.linear"},
+             "save": "s0", "expect": "ok"},
+            {"do": "same", "what": "the pinned hash",
+             "a": {"$tokenField": ["${s0.stateToken}", "workflowHash"]},
+             "b": {"$tokenField": ["${s0.ackToken}", "workflowHash"]},
+             "lock": ["L-HASH-PIN-AT-START"]}
+        ]
+    })
+}
+
 #[test]
 fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
     let root = tempfile::tempdir().unwrap();
     let scenarios = root.path().join("scenarios");
     std::fs::create_dir_all(&scenarios).unwrap();
-    let s = scenario();
-    std::fs::write(
-        scenarios.join("opaque_mixed.json"),
-        serde_json::to_string_pretty(&s).unwrap(),
-    )
-    .unwrap();
+    for s in [scenario(), all_decoding()] {
+        let name = s["name"].as_str().unwrap().to_owned();
+        std::fs::write(
+            scenarios.join(format!("{name}.json")),
+            serde_json::to_string_pretty(&s).unwrap(),
+        )
+        .unwrap();
+    }
     // Fixture workflows from the surface's workflowsDir (relative to the surface file).
     let surface = root.path().join("surface.json");
     let workflows = workspace().join("fixtures/conformance/workflows");
@@ -106,12 +126,28 @@ fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
     assert!(
-        stdout.ends_with("1 passed, 0 failed, 0 skipped\n"),
+        stdout.ends_with("1 passed, 0 failed, 1 skipped\n"),
         "{stdout}"
     );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
-    let r = &report["results"][0];
+    let results = report["results"].as_array().unwrap();
+    // Nothing the second scenario checks applies: skipped, with why, not passed.
+    let all = results
+        .iter()
+        .find(|r| r["name"] == "opaque_all_decoding")
+        .unwrap();
+    assert_eq!(all["status"], "skip", "{stdout}");
+    let why = all["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("none of its locks applies to this server (step 2 skipped: needs a decodable token ($tokenField)"),
+        "{why}"
+    );
+    assert_eq!(all["locks"]["L-HASH-PIN-AT-START"], "n/a");
+    let r = results
+        .iter()
+        .find(|r| r["name"] == "opaque_mixed")
+        .unwrap();
     assert_eq!(r["status"], "pass", "{stdout}");
     let skipped: Vec<(u64, &str)> = r["skippedSteps"]
         .as_array()
