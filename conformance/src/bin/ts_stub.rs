@@ -39,6 +39,10 @@ struct Stub {
     tokens: BTreeMap<String, usize>,
     /// The answer to the first advance of each token (replays return it again).
     advanced: BTreeMap<String, Value>,
+    /// The fresh token a rehydrate of a used token handed out (repeats hand out the same).
+    rehydrated: BTreeMap<String, String>,
+    /// Where workflows are read from, at every start (sources may change between runs).
+    workflow_dirs: Option<String>,
 }
 
 /// A tool error: the TS-like envelope with the suggestion under `details`.
@@ -47,10 +51,11 @@ fn error(code: &str, message: &str, suggestion: &str) -> Value {
         "details": {"suggestion": suggestion}})
 }
 
-impl Stub {
-    fn load(dir: Option<String>) -> Self {
-        let mut workflows = BTreeMap::new();
-        for dir in dir
+/// The workflows (id -> steps) in a path list of directories, one JSON file per workflow.
+fn read_workflows(dirs: Option<&str>) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut workflows = BTreeMap::new();
+    {
+        for dir in dirs
             .iter()
             .flat_map(|d| std::env::split_paths(d).collect::<Vec<_>>())
         {
@@ -79,12 +84,20 @@ impl Stub {
                 workflows.insert(id.to_owned(), steps);
             }
         }
+    }
+    workflows
+}
+
+impl Stub {
+    fn load(dirs: Option<String>) -> Self {
         Self {
-            workflows,
+            workflows: read_workflows(dirs.as_deref()),
             runs: Vec::new(),
             nodes: Vec::new(),
             tokens: BTreeMap::new(),
             advanced: BTreeMap::new(),
+            rehydrated: BTreeMap::new(),
+            workflow_dirs: dirs,
         }
     }
 
@@ -154,6 +167,8 @@ impl Stub {
                         "Say what the run is for.",
                     ));
                 }
+                // The current sources: a workflow may have changed since the last start.
+                self.workflows = read_workflows(self.workflow_dirs.as_deref());
                 let id = text("workflowId").unwrap_or_default();
                 let Some(steps) = self.workflows.get(id) else {
                     return Err(error(
@@ -225,9 +240,13 @@ impl Stub {
                     // A rehydrate after the token was used hands out a fresh one for the same
                     // step (a new attempt; advancing it forks).
                     if self.advanced.contains_key(token) {
+                        if let Some(fresh) = self.rehydrated.get(token) {
+                            return Ok(self.execution(fresh));
+                        }
                         let node = &self.nodes[self.tokens[token]];
                         let (run, pos) = (node.run, node.pos);
                         let fresh = self.mint(run, pos);
+                        self.rehydrated.insert(token.to_owned(), fresh.clone());
                         return Ok(self.execution(&fresh));
                     }
                     return Ok(self.execution(token));
