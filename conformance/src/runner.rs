@@ -911,6 +911,18 @@ impl Interp<'_> {
         {
             return None;
         }
+        // A token of one kind where the other belongs: one kind of token has no such mix-up.
+        let names = |field: &str, kind: &str| {
+            args.get(field)
+                .and_then(Value::as_str)
+                .is_some_and(|e| e.contains(&format!(".{kind}}}")))
+        };
+        if names("ackToken", "stateToken") || names("stateToken", "ackToken") {
+            return Some(
+                "puts a token of one kind where the other belongs, which a single-token server cannot tell apart (tokenModel: singleToken)"
+                    .into(),
+            );
+        }
         let args = self.vars.eval(args).ok()?;
         match (args.get("stateToken"), args.get("ackToken")) {
             (Some(state), Some(ack)) if state != ack => Some(

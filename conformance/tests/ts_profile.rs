@@ -125,6 +125,20 @@ fn the_ts_profile_runs_every_scenario_through_the_adapters() {
             .contains("single-token server"),
         "{scope}"
     );
+    // A stateToken where the ackToken belongs has no single-token form either.
+    let kinds = result("error_envelope");
+    assert!(
+        kinds["skippedSteps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["step"] == 7
+                && u["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("one kind where the other belongs")),
+        "{kinds}"
+    );
     // The declared limitations excuse their scenarios, with the declared reasons.
     for (name, words) in [
         (
