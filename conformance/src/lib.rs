@@ -13,6 +13,7 @@
 //!   scenarios they excuse;
 //! - [`surface`]: adapts the suite to a server whose tool surface differs, enables optional
 //!   profiles and disables scenarios with a reason;
+//! - [`token_model`]: single-token servers and opaque tokens;
 //! - [`vectors`]: the offline vectors against an implementation's adapter process;
 //! - [`adapter`]: the reference adapter over `workrail-spec`;
 //! - [`mcp`]: a tiny MCP stdio client with a deadline per request.
@@ -32,4 +33,5 @@ pub mod scenario;
 pub mod schema;
 pub mod store;
 pub mod surface;
+pub mod token_model;
 pub mod vectors;
