@@ -195,7 +195,12 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         None => path_string(&config.workflows_dir),
     };
     env.push((config.surface.workflow_dirs_env.clone(), workflow_dirs));
-    env.extend(config.env.iter().cloned());
+    env.extend(
+        config
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), template.expand(v))),
+    );
     let launch = Launch {
         argv: config.server.clone(),
         env,
