@@ -16,6 +16,7 @@ use workrail_spec::error::ErrorCode;
 use workrail_spec::jcs;
 
 use crate::mcp::ToolResult;
+use crate::surface::TokenFormat;
 
 /// One problem: the locks it violates, what was expected and what came back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -327,7 +328,14 @@ pub const NEXT_INTENTS: [&str; 4] = [
 /// The shape of a non-error execution response (contract "Request/Response Shapes", locks §1.2).
 /// `checkpoint_token_expected`: the server exposes `checkpoint_workflow`, so its responses carry
 /// a `checkpointToken`.
-pub fn execution_response(result: &ToolResult, checkpoint_token_expected: bool) -> Vec<Problem> {
+/// With `TokenFormat::Opaque` tokens are only checked to be non-empty strings (the token-format
+/// locks are then not applicable).
+pub fn execution_response(
+    result: &ToolResult,
+    checkpoint_token_expected: bool,
+    format: TokenFormat,
+) -> Vec<Problem> {
+    let opaque = format == TokenFormat::Opaque;
     let mut out = Vec::new();
     if !result.text_first || result.text.trim().is_empty() {
         out.push(Problem::new(
@@ -361,6 +369,15 @@ pub fn execution_response(result: &ToolResult, checkpoint_token_expected: bool) 
         }
     };
     let state = match obj.get("stateToken").and_then(Value::as_str) {
+        Some("") => {
+            out.push(Problem::new(
+                &exec,
+                "`stateToken`: a non-empty string",
+                "\"\"",
+            ));
+            None
+        }
+        Some(_) if opaque => None,
         Some(t) => match decode_token(t, TokenKind::State) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -378,6 +395,12 @@ pub fn execution_response(result: &ToolResult, checkpoint_token_expected: bool) 
         }
     };
     let mut token = |field: &str, kind: TokenKind, required: bool| match obj.get(field) {
+        Some(Value::String(t)) if t.is_empty() => out.push(Problem::new(
+            &exec,
+            format!("`{field}`: a non-empty token string"),
+            "\"\"",
+        )),
+        Some(Value::String(_)) if opaque => {}
         Some(Value::String(t)) => match decode_token(t, kind) {
             Ok(p) => {
                 if let Some(s) = &state {

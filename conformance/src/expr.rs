@@ -47,17 +47,47 @@ pub enum Var {
     Value(Value),
 }
 
+/// Operators that decode a token's parts: they cannot apply to opaque tokens.
+pub const DECODING_OPERATORS: [&str; 3] = ["$tokenField", "$withTokenVersion", "$splice"];
+
+/// The first operator of [`DECODING_OPERATORS`] an expression uses, if any.
+pub fn decoding_operator(v: &Value) -> Option<&'static str> {
+    match v {
+        Value::Array(items) => items.iter().find_map(decoding_operator),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            DECODING_OPERATORS
+                .iter()
+                .find(|op| **op == k)
+                .copied()
+                .or_else(|| decoding_operator(v))
+        }),
+        _ => None,
+    }
+}
+
 /// The variables of one scenario run.
 #[derive(Debug, Clone, Default)]
-pub struct Vars(BTreeMap<String, Var>);
+pub struct Vars {
+    vars: BTreeMap<String, Var>,
+    /// Tokens are opaque: `$tamperSignature` changes one character of the whole token.
+    opaque_tokens: bool,
+}
 
 impl Vars {
+    /// Variables for a server whose tokens are opaque strings (see `$tamperSignature`).
+    pub fn opaque_tokens() -> Self {
+        Self {
+            vars: BTreeMap::new(),
+            opaque_tokens: true,
+        }
+    }
+
     pub fn insert(&mut self, name: &str, var: Var) {
-        self.0.insert(name.to_owned(), var);
+        self.vars.insert(name.to_owned(), var);
     }
 
     pub fn value(&self, name: &str) -> Result<Value, String> {
-        match self.0.get(name) {
+        match self.vars.get(name) {
             Some(Var::Value(v)) => Ok(v.clone()),
             Some(Var::Call { .. }) => Err(format!("`{name}` is a call result, not a value")),
             None => Err(format!(
@@ -67,7 +97,7 @@ impl Vars {
     }
 
     pub fn result(&self, name: &str) -> Result<ToolResult, String> {
-        match self.0.get(name) {
+        match self.vars.get(name) {
             Some(Var::Call {
                 outcome: CallOutcome::Result(r),
             }) => Ok(r.clone()),
@@ -141,7 +171,7 @@ impl Vars {
     fn resolve(&self, path: &str) -> Result<Value, String> {
         let mut segs = path.split('.');
         let name = segs.next().unwrap_or("");
-        let mut current = match self.0.get(name) {
+        let mut current = match self.vars.get(name) {
             Some(Var::Value(v)) => v.clone(),
             Some(Var::Call {
                 outcome: CallOutcome::Result(r),
@@ -241,6 +271,14 @@ impl Vars {
                 let cut = workrail_spec::budget::floor_char_boundary(&s, count(n)?);
                 Ok(Value::String(s[..cut].to_owned()))
             }
+            "$tamperSignature" if self.opaque_tokens => {
+                // An opaque token: change its last character.
+                let token = string(&self.eval(arg)?)?;
+                let mut chars: Vec<char> = token.chars().collect();
+                let last = chars.last_mut().ok_or("$tamperSignature: empty token")?;
+                *last = if *last == 'A' { 'B' } else { 'A' };
+                Ok(Value::String(chars.into_iter().collect()))
+            }
             "$tamperSignature" => {
                 let token = string(&self.eval(arg)?)?;
                 let parts: Vec<&str> = token.split('.').collect();
@@ -309,5 +347,48 @@ impl Vars {
             }
             other => Err(format!("unknown operator {other}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tampering_an_opaque_token_changes_one_character() {
+        let eval = |vars: &Vars, t: &str| vars.eval(&json!({"$tamperSignature": t}));
+        let opaque = Vars::opaque_tokens();
+        assert_eq!(eval(&opaque, "ct_9xQ").unwrap(), json!("ct_9xA"));
+        assert_eq!(eval(&opaque, "ct_9xA").unwrap(), json!("ct_9xB"));
+        assert!(eval(&opaque, "").is_err());
+        // The locks' format: the first signature character.
+        let v1 = Vars::default();
+        assert_eq!(
+            eval(&v1, "st.v1.e30.QUJD").unwrap(),
+            json!("st.v1.e30.AUJD")
+        );
+        assert!(
+            eval(&v1, "ct_9xQ")
+                .unwrap_err()
+                .contains("not a 4-part token")
+        );
+    }
+
+    #[test]
+    fn decoding_operators_are_found_anywhere_in_an_expression() {
+        assert_eq!(
+            decoding_operator(
+                &json!({"a": [1, {"b": {"$tokenField": ["${s0.stateToken}", "runId"]}}]})
+            ),
+            Some("$tokenField")
+        );
+        assert_eq!(
+            decoding_operator(&json!({"stateToken": {"$withTokenVersion": ["${s}", "v2"]}})),
+            Some("$withTokenVersion")
+        );
+        assert_eq!(
+            decoding_operator(&json!({"stateToken": {"$tamperSignature": "${s0.stateToken}"}})),
+            None
+        );
     }
 }

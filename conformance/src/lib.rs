@@ -9,8 +9,11 @@
 //! - [`store`]: reads of the data directory: digests, events, the closed sets of everything
 //!   stored;
 //! - [`report`]: verdicts per scenario and per lock, the console lines and the JSON report;
+//! - [`limitations`]: capabilities a server lacks, declared in its surface file, and the
+//!   scenarios they excuse;
 //! - [`surface`]: adapts the suite to a server whose tool surface differs, enables optional
 //!   profiles and disables scenarios with a reason;
+//! - [`token_model`]: single-token servers and opaque tokens;
 //! - [`vectors`]: the offline vectors against an implementation's adapter process;
 //! - [`adapter`]: the reference adapter over `workrail-spec`;
 //! - [`mcp`]: a tiny MCP stdio client with a deadline per request.
@@ -22,6 +25,7 @@
 pub mod adapter;
 pub mod checks;
 pub mod expr;
+pub mod limitations;
 pub mod mcp;
 pub mod report;
 pub mod runner;
@@ -29,4 +33,5 @@ pub mod scenario;
 pub mod schema;
 pub mod store;
 pub mod surface;
+pub mod token_model;
 pub mod vectors;

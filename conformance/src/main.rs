@@ -47,7 +47,8 @@ struct RunArgs {
     /// The server command, e.g. "target/debug/workrail mcp" (split like a shell, quotes allowed).
     #[arg(long, value_name = "COMMAND")]
     server: Option<String>,
-    /// Surface file: tool/field renames, autonomy arguments, env, profiles, disabled scenarios.
+    /// Surface file: renames, autonomy arguments, result source, extra arguments, env, response
+    /// moves, fixture workflows, token model, limitations, profiles, disabled scenarios.
     #[arg(long, value_name = "FILE")]
     surface: Option<PathBuf>,
     /// Enable an optional scenario profile besides `core` (repeatable), e.g. workrail-rs.
@@ -198,7 +199,10 @@ fn run_scenarios(args: RunArgs) -> Result<ExitCode, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let fixtures = args.fixtures.unwrap_or_else(default_fixtures);
     let scenarios = scenario::load_dir(&fixtures.join("scenarios"))?;
-    let workflows_dir = fixtures.join("workflows");
+    let workflows_dir = surface
+        .workflows_dir
+        .clone()
+        .unwrap_or_else(|| fixtures.join("workflows"));
     let workflows_dir = workflows_dir
         .canonicalize()
         .map_err(|e| format!("fixture workflows {}: {e}", workflows_dir.display()))?;

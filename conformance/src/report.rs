@@ -100,6 +100,12 @@ pub struct Verdict {
     pub failures: Vec<Failure>,
     /// Steps that did not run, each with the reason.
     pub not_reached: Vec<Unrun>,
+    /// Steps not run because they cannot apply to this server (e.g. they need a decodable
+    /// token and the surface declares opaque tokens), each with the reason.
+    pub skipped_steps: Vec<Unrun>,
+    /// Locks this server cannot be judged on in this scenario, each with the reason; a lock
+    /// here was checked by no step that ran.
+    pub not_applicable: Vec<(String, String)>,
     /// Locks judged by an always-on check beside the cited `lockIds` (the closed sets of the
     /// store, when a step read it).
     pub also_checked: Vec<String>,
@@ -118,6 +124,7 @@ impl Verdict {
         let extra = self
             .also_checked
             .iter()
+            .chain(self.not_applicable.iter().map(|(id, _)| id))
             .chain(self.failures.iter().flat_map(|f| &f.lock));
         for id in extra {
             if !ids.contains(id) {
@@ -132,6 +139,8 @@ impl Verdict {
                     LockVerdict::Fail
                 } else if self.not_reached.iter().any(|u| u.lock.contains(&id)) {
                     LockVerdict::NotReached
+                } else if self.not_applicable.iter().any(|(l, _)| *l == id) {
+                    LockVerdict::NotApplicable
                 } else {
                     LockVerdict::Pass
                 };
@@ -180,10 +189,32 @@ impl Verdict {
             };
             let _ = write!(out, "\n      {at}: not reached: {}", u.reason);
         }
+        for u in &self.skipped_steps {
+            let _ = write!(
+                out,
+                "\n      step {} ({}): skipped: {}",
+                u.step, u.action, u.reason
+            );
+        }
+        for (reason, locks) in self.not_applicable_by_reason() {
+            let _ = write!(out, "\n      n/a {}: {reason}", locks.join(", "));
+        }
         if verbose && self.status == Status::Fail && !self.transcript.is_empty() {
             out.push_str("\n      transcript:");
             for line in &self.transcript {
                 let _ = write!(out, "\n        {}", crate::checks::brief(line));
+            }
+        }
+        out
+    }
+
+    /// The not-applicable locks grouped by reason, in order of first appearance.
+    pub fn not_applicable_by_reason(&self) -> Vec<(&str, Vec<&str>)> {
+        let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (lock, reason) in &self.not_applicable {
+            match out.iter_mut().find(|(r, _)| r == reason) {
+                Some((_, locks)) => locks.push(lock),
+                None => out.push((reason, vec![lock])),
             }
         }
         out
@@ -209,6 +240,15 @@ impl Verdict {
                 "lockIds": u.lock,
                 "reason": u.reason,
             })).collect::<Vec<_>>(),
+            "skippedSteps": self.skipped_steps.iter().map(|u| json!({
+                "step": u.step,
+                "action": u.action,
+                "lockIds": u.lock,
+                "reason": u.reason,
+            })).collect::<Vec<_>>(),
+            "notApplicable": self.not_applicable.iter()
+                .map(|(id, reason)| (id.clone(), Value::String(reason.clone())))
+                .collect::<Map<String, Value>>(),
             "locks": self.lock_verdicts().into_iter()
                 .map(|(id, v)| (id, Value::String(v.word().to_owned())))
                 .collect::<Map<String, Value>>(),

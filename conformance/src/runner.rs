@@ -8,13 +8,16 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::checks::{self, Problem, brief, brief_json};
-use crate::expr::{Var, Vars};
+use crate::expr::{Var, Vars, decoding_operator};
+use crate::limitations;
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
 use crate::report::{Failure, Status, Unrun, Verdict};
-use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step};
+use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step, TOKEN_FORMAT_LOCKS};
 use crate::schema;
 use crate::store;
-use crate::surface::{Surface, merge_args};
+use crate::surface::{
+    OPAQUE_TOKENS_REASON, Surface, Template, TokenFormat, TokenModel, merge_args,
+};
 
 /// Tools whose non-error results are execution responses.
 pub const EXECUTION_TOOLS: [&str; 3] =
@@ -61,6 +64,9 @@ impl RunConfig {
         if let Some(reason) = self.surface.disabled_reason(&s.name, &s.lock_ids) {
             return Some(format!("disabled by the surface file: {reason}"));
         }
+        if let Some(reason) = limitations::excused(&self.surface.limitations, s) {
+            return Some(format!("declared by the surface file: {reason}"));
+        }
         if s.profile != CORE_PROFILE && !self.profiles.contains(&s.profile) {
             return Some(format!(
                 "optional profile `{}` is not enabled (use --profile {})",
@@ -103,6 +109,8 @@ fn verdict_of(
         status,
         failures,
         not_reached: Vec::new(),
+        skipped_steps: Vec::new(),
+        not_applicable: Vec::new(),
         also_checked: Vec::new(),
         duration_ms,
         note: None,
@@ -147,11 +155,27 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     if let Err(e) = std::fs::create_dir_all(&data_dir) {
         return setup_failure(s, "a data directory", e.to_string(), started);
     }
+    let template = Template {
+        tmp: path_string(tmp.path()),
+        data_dir: path_string(&data_dir),
+        scenario: s.name.clone(),
+    };
+    for dir in &config.surface.create_dirs {
+        let dir = template.expand(dir);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return setup_failure(
+                s,
+                "the directories of the surface's createDirs",
+                format!("cannot create {dir}: {e}"),
+                started,
+            );
+        }
+    }
     let mut env: Vec<(String, String)> = config
         .surface
         .env
         .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), template.expand(v)))
         .collect();
     env.push((config.surface.data_dir_env.clone(), path_string(&data_dir)));
     // A scenario that writes workflow sources gets its own directory beside the fixtures.
@@ -171,7 +195,12 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         None => path_string(&config.workflows_dir),
     };
     env.push((config.surface.workflow_dirs_env.clone(), workflow_dirs));
-    env.extend(config.env.iter().cloned());
+    env.extend(
+        config
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), template.expand(v))),
+    );
     let launch = Launch {
         argv: config.server.clone(),
         env,
@@ -219,11 +248,16 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             Vec::new(),
         );
     }
+    let opaque = config.surface.token_format == TokenFormat::Opaque;
     let mut interp = Interp {
         config,
         client,
         has_checkpoint: names.iter().any(|n| n == "checkpoint_workflow"),
-        vars: Vars::default(),
+        vars: if opaque {
+            Vars::opaque_tokens()
+        } else {
+            Vars::default()
+        },
         data_dir,
         failures: Vec::new(),
         step: 0,
@@ -232,11 +266,29 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         closed_set_reported: BTreeSet::new(),
         own_workflows,
         held_lock: None,
+        template,
     };
     // A saved value a failed step did not produce as expected -> that step's number. Steps that
     // read such a value are not run; every other step runs whatever failed before it.
     let mut unproduced: BTreeMap<String, usize> = BTreeMap::new();
     let mut not_reached = Vec::new();
+    // Steps that cannot apply to this server (they decode an opaque token), and the steps that
+    // read what they would have saved: skipped, with the reason; the scenario goes on.
+    let mut skipped_values: BTreeMap<String, usize> = BTreeMap::new();
+    let mut skipped_steps: Vec<Unrun> = Vec::new();
+    // The locks checked by steps that ran (the rest of a skipped step's locks are N/A).
+    let mut ran_locks: BTreeSet<String> = BTreeSet::new();
+    // The locks a step checks when it runs; with opaque tokens the response check does not
+    // judge the token-format locks (a step may still name them itself).
+    let checked = |step: &Step| -> Vec<String> {
+        let own = step.locks();
+        step.checked_locks()
+            .into_iter()
+            .filter(|id| {
+                !(opaque && TOKEN_FORMAT_LOCKS.contains(&id.as_str()) && !own.contains(id))
+            })
+            .collect()
+    };
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
@@ -249,7 +301,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             not_reached.push(Unrun {
                 step: i + 1,
                 action: interp.action.clone(),
-                lock: noted.step.checked_locks(),
+                lock: checked(&noted.step),
                 reason: format!("uses `{name}`, which step {at} did not produce as expected"),
             });
             if let Some(w) = noted.step.writes() {
@@ -257,6 +309,39 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             }
             continue;
         }
+        let skip = opaque
+            .then(|| {
+                noted
+                    .step
+                    .expressions()
+                    .into_iter()
+                    .find_map(decoding_operator)
+            })
+            .flatten()
+            .map(|op| {
+                format!("needs a decodable token ({op}), and the surface declares opaque tokens")
+            })
+            .or_else(|| interp.inexpressible(&noted.step))
+            .or_else(|| {
+                noted.step.reads().into_iter().find_map(|name| {
+                    skipped_values
+                        .get(&name)
+                        .map(|at| format!("uses `{name}`, which step {at} (skipped) did not save"))
+                })
+            });
+        if let Some(reason) = skip {
+            skipped_steps.push(Unrun {
+                step: i + 1,
+                action: interp.action.clone(),
+                lock: noted.step.locks().to_vec(),
+                reason,
+            });
+            if let Some(w) = noted.step.writes() {
+                skipped_values.insert(w.to_owned(), i + 1);
+            }
+            continue;
+        }
+        ran_locks.extend(checked(&noted.step));
         let produced = match interp.run_step(&noted.step) {
             Ok(produced) => produced,
             Err(abort) => {
@@ -267,7 +352,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
                     got,
                 );
                 // The step checked nothing: its locks are not reached.
-                let lock = noted.step.checked_locks();
+                let lock = checked(&noted.step);
                 if !lock.is_empty() {
                     not_reached.push(Unrun {
                         step: i + 1,
@@ -288,13 +373,39 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             }
             None => {}
         }
+        if let Some(w) = noted.step.writes() {
+            skipped_values.remove(w);
+        }
+    }
+    let mut not_applicable: Vec<(String, String)> = Vec::new();
+    for u in &skipped_steps {
+        for id in &u.lock {
+            if !ran_locks.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
+                not_applicable.push((id.clone(), format!("step {} skipped: {}", u.step, u.reason)));
+            }
+        }
+    }
+    let has_calls = s.steps.iter().any(|n| matches!(n.step, Step::Call { .. }));
+    if opaque && has_calls {
+        for id in TOKEN_FORMAT_LOCKS {
+            if !ran_locks.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
+                not_applicable.push((id.to_owned(), OPAQUE_TOKENS_REASON.to_owned()));
+            }
+        }
     }
     let failures = std::mem::take(&mut interp.failures);
     let store_read = interp.store_read;
-    let status = if failures.is_empty() {
-        Status::Pass
-    } else {
-        Status::Fail
+    // A scenario none of whose locks could be judged did not pass: it is skipped, with why.
+    let unjudged = s
+        .lock_ids
+        .iter()
+        .map(|id| not_applicable.iter().find(|(l, _)| l == id))
+        .collect::<Option<Vec<_>>>()
+        .and_then(|reasons| reasons.first().map(|(_, why)| why.clone()));
+    let status = match unjudged {
+        _ if !failures.is_empty() => Status::Fail,
+        Some(why) => Status::Skip(format!("none of its locks applies to this server ({why})")),
+        None => Status::Pass,
     };
     let transcript = if config.verbose && status == Status::Fail {
         std::mem::take(&mut interp.client.transcript)
@@ -312,6 +423,8 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         transcript,
     );
     verdict.not_reached = not_reached;
+    verdict.skipped_steps = skipped_steps;
+    verdict.not_applicable = not_applicable;
     if store_read {
         verdict.also_checked = store::CLOSED_SET_LOCKS.map(str::to_owned).to_vec();
     }
@@ -335,6 +448,8 @@ struct Interp<'a> {
     own_workflows: Option<PathBuf>,
     /// The session lock `holdSessionLock` took.
     held_lock: Option<std::fs::File>,
+    /// The values of the surface's templates in this scenario.
+    template: Template,
 }
 
 impl Interp<'_> {
@@ -379,17 +494,23 @@ impl Interp<'_> {
                 if let Some(mode) = autonomy {
                     merge_args(&mut args, &surface.autonomy_arguments(mode));
                 }
-                let server_args = surface.to_server(&args);
+                surface.add_extra_args(tool, &mut args, &self.template);
+                let server_args = surface.request_to_server(tool, &args);
                 let outcome = self
                     .client
                     .call_tool(surface.server_tool(tool), &server_args)?;
-                let outcome = match outcome {
-                    CallOutcome::Result(mut r) => {
-                        r.structured = surface.to_canonical(&r.structured);
-                        CallOutcome::Result(r)
-                    }
+                let mut outcome = match outcome {
+                    CallOutcome::Result(r) => CallOutcome::Result(surface.adapt_result(r)),
                     other => other,
                 };
+                if tool == "start_workflow"
+                    && let Some(after) = self.pass_injected_step(&outcome)?
+                {
+                    // The start's own response is checked too, then replaced by the answer past
+                    // the injected step.
+                    self.auto_checks(tool, &outcome);
+                    outcome = after;
+                }
                 self.auto_checks(tool, &outcome);
                 produced = self.expectation(*expect, code, lock, &outcome);
                 if let Some(name) = save {
@@ -523,7 +644,12 @@ impl Interp<'_> {
                 lock,
             } => {
                 let schema = self.input_schema(tools, tool)?;
-                let example = self.config.surface.to_server(&self.vars.eval(example)?);
+                // The example as the suite would send it: with the surface's extra arguments.
+                let mut example = self.vars.eval(example)?;
+                self.config
+                    .surface
+                    .add_extra_args(tool, &mut example, &self.template);
+                let example = self.config.surface.request_to_server(tool, &example);
                 let problems = schema::validate(&example, &schema);
                 if !problems.is_empty() {
                     self.fail(
@@ -775,6 +901,85 @@ impl Interp<'_> {
         Ok(produced)
     }
 
+    /// Why a step cannot be sent to this server at all, if it cannot: a `continue_workflow`
+    /// with a `stateToken` and an `ackToken` that differ (tokens of different responses, or one
+    /// altered) has no single-token form.
+    fn inexpressible(&self, step: &Step) -> Option<String> {
+        let Step::Call { tool, args, .. } = step else {
+            return None;
+        };
+        if tool != "continue_workflow"
+            || !matches!(
+                self.config.surface.token_model,
+                TokenModel::SingleToken { .. }
+            )
+        {
+            return None;
+        }
+        // A token of one kind where the other belongs: one kind of token has no such mix-up.
+        let names = |field: &str, kind: &str| {
+            args.get(field)
+                .and_then(Value::as_str)
+                .is_some_and(|e| e.contains(&format!(".{kind}}}")))
+        };
+        if names("ackToken", "stateToken") || names("stateToken", "ackToken") {
+            return Some(
+                "puts a token of one kind where the other belongs, which a single-token server cannot tell apart (tokenModel: singleToken)"
+                    .into(),
+            );
+        }
+        let args = self.vars.eval(args).ok()?;
+        match (args.get("stateToken"), args.get("ackToken")) {
+            (Some(state), Some(ack)) if state != ack => Some(
+                "sends a stateToken and an ackToken that differ, which a single-token server cannot take (tokenModel: singleToken)"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// When the surface declares an injected first step and `start` is pending on it: the
+    /// answer to acknowledging it (with the declared `ackArgs`), in the canonical surface.
+    fn pass_injected_step(&mut self, start: &CallOutcome) -> Result<Option<CallOutcome>, String> {
+        let surface = &self.config.surface;
+        let Some((step_id, ack_args)) = limitations::injected_first_step(&surface.limitations)
+        else {
+            return Ok(None);
+        };
+        let CallOutcome::Result(r) = start else {
+            return Ok(None);
+        };
+        let pending = r
+            .structured
+            .get("pending")
+            .and_then(|p| p.get("stepId"))
+            .and_then(Value::as_str);
+        if r.is_error || pending != Some(step_id) {
+            return Ok(None);
+        }
+        let token = |f: &str| {
+            r.structured.get(f).cloned().ok_or_else(|| {
+                format!(
+                    "the injected first step `{step_id}` came without a `{f}` to acknowledge it"
+                )
+            })
+        };
+        let mut args = Value::Object(ack_args.clone());
+        if let Value::Object(map) = &mut args {
+            map.insert("stateToken".into(), token("stateToken")?);
+            map.insert("ackToken".into(), token("ackToken")?);
+        }
+        surface.add_extra_args("continue_workflow", &mut args, &self.template);
+        let server_args = surface.request_to_server("continue_workflow", &args);
+        let outcome = self
+            .client
+            .call_tool(surface.server_tool("continue_workflow"), &server_args)?;
+        Ok(Some(match outcome {
+            CallOutcome::Result(r) => CallOutcome::Result(surface.adapt_result(r)),
+            other => other,
+        }))
+    }
+
     /// The closed sets of everything in the store, on every read of it; each problem is
     /// reported once per scenario.
     fn check_closed_sets(&mut self) -> Result<(), String> {
@@ -801,7 +1006,7 @@ impl Interp<'_> {
                 }
             }
             CallOutcome::Result(r) if EXECUTION_TOOLS.contains(&tool) => {
-                for p in checks::execution_response(r, self.has_checkpoint) {
+                for p in checks::execution_response(r, self.has_checkpoint, self.config.surface.token_format) {
                     self.problem(p);
                 }
             }

@@ -38,6 +38,11 @@ pub const AUTO_LOCKS: [&str; 11] = [
     "L-ID-DELIMITER-SAFE",
 ];
 
+/// The always-on locks that need a decodable token: not applicable to a server whose surface
+/// declares opaque tokens (unless a step of the scenario names them itself).
+pub const TOKEN_FORMAT_LOCKS: [&str; 3] =
+    ["L-TOKEN-FORMAT", "L-TOKEN-PAYLOAD-FIELDS", "L-TOKEN-SCOPED"];
+
 /// One scenario file.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -371,6 +376,34 @@ impl Step {
             Self::ReleaseSessionLock {} => {}
         }
         out
+    }
+
+    /// The expressions this step evaluates.
+    pub fn expressions(&self) -> Vec<&Value> {
+        match self {
+            Self::Call { args, .. } => vec![args],
+            Self::Events { pattern, .. } => vec![pattern],
+            Self::Let { value, .. } => vec![value],
+            Self::SchemaAccepts { example, .. } => vec![example],
+            Self::Same { a, b, .. } | Self::Differ { a, b, .. } => vec![a, b],
+            Self::AtMost { value, .. } => vec![value],
+            Self::Blockers { pointer, .. } => pointer.iter().collect(),
+            Self::ContextBudget { measured_bytes, .. } => vec![measured_bytes],
+            Self::Absent { text, .. } | Self::Present { text, .. } => vec![text],
+            Self::Mentions { values, .. } => values.iter().collect(),
+            Self::WriteWorkflow { workflow, .. } => vec![workflow],
+            Self::HoldSessionLock { session, .. } => vec![session],
+            Self::ListTools { .. }
+            | Self::StoreDigest { .. }
+            | Self::StoreEvents { .. }
+            | Self::StoreInvariants { .. }
+            | Self::ToolSet { .. }
+            | Self::SchemaRequires { .. }
+            | Self::SameResponse { .. }
+            | Self::Discovery { .. }
+            | Self::StrictErrorEnvelope { .. }
+            | Self::ReleaseSessionLock {} => Vec::new(),
+        }
     }
 
     /// The name this step saves a value under, if any.

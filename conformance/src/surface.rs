@@ -4,13 +4,22 @@
 //!
 //! Scenarios are written against the canonical surface (the contract's tool and field names).
 //! The surface maps them in both directions: tool names and object keys are renamed on the way
-//! out (arguments) and back (structured results).
+//! out (arguments) and back (structured results). It also says where a result's structured
+//! answer is read (`structuredContent` or JSON text), which arguments every call of a tool gets
+//! (templated with the scenario's directory and name), which JSON-pointer moves bring a result
+//! into the canonical shape, where the server's own fixture workflows are, how tokens travel
+//! (the locks' state + ack pair, or one token plus an intent) and whether they can be decoded,
+//! and which capabilities the server lacks ([`crate::limitations`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+
+use crate::limitations::Limitation;
+use crate::mcp::ToolResult;
+pub use crate::token_model::{OPAQUE_TOKENS_REASON, TokenFormat, TokenModel};
 
 /// Default environment variable for the data directory (locks §13: configurable root).
 pub const DEFAULT_DATA_DIR_ENV: &str = "WORKRAIL_DATA_DIR";
@@ -45,9 +54,37 @@ pub struct Surface {
     /// The variable that lists extra workflow directories (the fixture workflows go there).
     #[serde(default = "default_workflow_dirs_env")]
     pub workflow_dirs_env: String,
-    /// Extra environment for the server.
+    /// Extra environment for the server; values are templates (see [`Template`]).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Where a tool result's structured answer is read from.
+    #[serde(default)]
+    pub results: ResultSource,
+    /// Canonical tool name -> arguments added to every call of it when the scenario does not
+    /// give them; string values are templates (see [`Template`]).
+    #[serde(default)]
+    pub extra_args: BTreeMap<String, Map<String, Value>>,
+    /// Directories (templates) created in the scenario's temporary directory before the server
+    /// starts, e.g. `$tmp/home` for `HOME` or `$tmp/ws` for a workspace argument.
+    #[serde(default)]
+    pub create_dirs: Vec<String>,
+    /// JSON-pointer moves applied, in order, to every structured result in the server's spelling
+    /// before the key renames of `fields`.
+    #[serde(default)]
+    pub response_map: Vec<PointerMove>,
+    /// How the server's tokens are shaped in requests and responses.
+    #[serde(default)]
+    pub token_model: TokenModel,
+    /// Whether the server's tokens can be decoded as the locks' `<kind>.v1.<payload>.<sig>`.
+    #[serde(default)]
+    pub token_format: TokenFormat,
+    /// The fixture workflows in the server's authoring dialect, instead of the suite's own;
+    /// a relative path is resolved against the surface file's directory.
+    #[serde(default)]
+    pub workflows_dir: Option<PathBuf>,
+    /// Capabilities the server lacks; the scenarios that need them are skipped with the reason.
+    #[serde(default)]
+    pub limitations: Vec<Limitation>,
     /// Optional scenario profiles to run besides `core`.
     #[serde(default)]
     pub profiles: Vec<String>,
@@ -79,6 +116,14 @@ impl Default for Surface {
             data_dir_env: default_data_dir_env(),
             workflow_dirs_env: default_workflow_dirs_env(),
             env: BTreeMap::new(),
+            results: ResultSource::default(),
+            extra_args: BTreeMap::new(),
+            create_dirs: Vec::new(),
+            response_map: Vec::new(),
+            workflows_dir: None,
+            token_model: TokenModel::default(),
+            token_format: TokenFormat::default(),
+            limitations: Vec::new(),
             profiles: Vec::new(),
             disabled: BTreeMap::new(),
         }
@@ -90,7 +135,63 @@ impl Surface {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read surface {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("surface {}: {e}", path.display()))
+        let mut surface: Self =
+            serde_json::from_str(&text).map_err(|e| format!("surface {}: {e}", path.display()))?;
+        for m in &surface.response_map {
+            for pointer in [&m.from, &m.to] {
+                if !pointer.starts_with('/') {
+                    return Err(format!(
+                        "surface {}: responseMap pointer {pointer:?} is not a JSON pointer (it must start with `/`)",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        if let Some(dir) = &surface.workflows_dir
+            && dir.is_relative()
+        {
+            let base = path.parent().unwrap_or(Path::new("."));
+            surface.workflows_dir = Some(base.join(dir));
+        }
+        Ok(surface)
+    }
+
+    /// The extra arguments of a tool, templated, added to `args` where it has no such key.
+    pub fn add_extra_args(&self, tool: &str, args: &mut Value, template: &Template) {
+        let (Some(extra), Value::Object(target)) = (self.extra_args.get(tool), args) else {
+            return;
+        };
+        for (k, v) in extra {
+            if !target.contains_key(k) {
+                target.insert(k.clone(), template.expand_value(v));
+            }
+        }
+    }
+
+    /// A server's tool result in the canonical spelling: the structured answer read where the
+    /// surface says, the pointer moves applied, the keys renamed.
+    pub fn adapt_result(&self, mut r: ToolResult) -> ToolResult {
+        if r.structured.is_null() && self.results == ResultSource::TextJson {
+            // Text that is not JSON stays unread: the response checks then report it.
+            if let Ok(v) = serde_json::from_str::<Value>(&r.text) {
+                r.structured = v;
+            }
+        }
+        for m in &self.response_map {
+            m.apply(&mut r.structured);
+        }
+        r.structured = self.to_canonical(&r.structured);
+        self.token_model.response_to_canonical(&mut r.structured);
+        r
+    }
+
+    /// Canonical arguments of a tool in the server's token model and spelling.
+    pub fn request_to_server(&self, tool: &str, args: &Value) -> Value {
+        let mut args = args.clone();
+        if tool == "continue_workflow" {
+            self.token_model.request_to_server(&mut args);
+        }
+        self.to_server(&args)
     }
 
     /// The server's name for a canonical tool.
@@ -189,5 +290,306 @@ pub fn merge_args(args: &mut Value, extra: &Value) {
                 target.insert(k.clone(), v.clone());
             }
         }
+    }
+}
+
+/// Where the structured answer of a tool result is read from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ResultSource {
+    /// `structuredContent` only.
+    #[default]
+    StructuredContent,
+    /// `structuredContent`, or when it is absent the JSON in `content[0].text`.
+    TextJson,
+}
+
+/// A JSON-pointer move in a structured result: when `from` exists, its value is taken out and
+/// written at `to` (replacing what is there, creating missing objects on the way).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointerMove {
+    pub from: String,
+    pub to: String,
+}
+
+impl PointerMove {
+    /// Applies the move to `value`; does nothing when `from` is absent.
+    pub fn apply(&self, value: &mut Value) {
+        let Some(moved) = take_pointer(value, &self.from) else {
+            return;
+        };
+        set_pointer(value, &self.to, moved);
+    }
+}
+
+/// Splits a JSON pointer into its unescaped tokens (RFC 6901).
+fn pointer_tokens(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+fn take_pointer(value: &mut Value, pointer: &str) -> Option<Value> {
+    let tokens = pointer_tokens(pointer);
+    let (last, parents) = tokens.split_last()?;
+    let mut current = value;
+    for t in parents {
+        current = match current {
+            Value::Object(o) => o.get_mut(t)?,
+            Value::Array(a) => a.get_mut(t.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    match current {
+        Value::Object(o) => o.remove(last),
+        Value::Array(a) => {
+            let i = last.parse::<usize>().ok()?;
+            (i < a.len()).then(|| a.remove(i))
+        }
+        _ => None,
+    }
+}
+
+fn set_pointer(value: &mut Value, pointer: &str, new: Value) {
+    let tokens = pointer_tokens(pointer);
+    let Some((last, parents)) = tokens.split_last() else {
+        *value = new;
+        return;
+    };
+    let mut current = value;
+    for t in parents {
+        if !current.is_object() {
+            *current = Value::Object(Map::new());
+        }
+        let Value::Object(o) = current else {
+            return;
+        };
+        current = o
+            .entry(t.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !current.is_object() {
+        *current = Value::Object(Map::new());
+    }
+    if let Value::Object(o) = current {
+        o.insert(last.clone(), new);
+    }
+}
+
+/// The values a surface template may use: `$tmp` (the scenario's temporary directory, the
+/// server's working directory), `$dataDir` (the data directory) and `$scenario` (the scenario's
+/// name).
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub tmp: String,
+    pub data_dir: String,
+    pub scenario: String,
+}
+
+impl Template {
+    /// Replaces every `$tmp`, `$dataDir` and `$scenario` in `text`.
+    pub fn expand(&self, text: &str) -> String {
+        text.replace("$dataDir", &self.data_dir)
+            .replace("$scenario", &self.scenario)
+            .replace("$tmp", &self.tmp)
+    }
+
+    /// Expands every string in a JSON value (object keys stay as they are).
+    pub fn expand_value(&self, value: &Value) -> Value {
+        match value {
+            Value::String(s) => Value::String(self.expand(s)),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| self.expand_value(v)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), self.expand_value(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> Template {
+        Template {
+            tmp: "/t".into(),
+            data_dir: "/t/data".into(),
+            scenario: "replay_identity".into(),
+        }
+    }
+
+    fn surface(json: Value) -> Surface {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn result(text: &str, structured: Value) -> ToolResult {
+        ToolResult {
+            is_error: false,
+            text: text.into(),
+            text_first: true,
+            structured,
+        }
+    }
+
+    #[test]
+    fn text_json_is_read_only_when_structured_content_is_absent() {
+        let s = surface(json!({"results": "textJson"}));
+        let r = s.adapt_result(result(r#"{"isComplete": false}"#, Value::Null));
+        assert_eq!(r.structured, json!({"isComplete": false}));
+        let r = s.adapt_result(result(
+            r#"{"isComplete": false}"#,
+            json!({"isComplete": true}),
+        ));
+        assert_eq!(r.structured, json!({"isComplete": true}));
+        let r = s.adapt_result(result("Step one: do it", Value::Null));
+        assert_eq!(r.structured, Value::Null);
+        // The default reads structuredContent only.
+        let r = Surface::default().adapt_result(result(r#"{"a": 1}"#, Value::Null));
+        assert_eq!(r.structured, Value::Null);
+    }
+
+    #[test]
+    fn extra_args_are_templated_and_never_override_the_scenario() {
+        let s = surface(json!({"extraArgs": {"start_workflow": {
+            "workspacePath": "$tmp/ws", "goal": "conformance: $scenario", "workflowId": "other"
+        }}}));
+        let mut args = json!({"workflowId": "conformance.linear"});
+        s.add_extra_args("start_workflow", &mut args, &template());
+        assert_eq!(
+            args,
+            json!({"workflowId": "conformance.linear", "workspacePath": "/t/ws", "goal": "conformance: replay_identity"})
+        );
+        let mut other = json!({"stateToken": "x"});
+        s.add_extra_args("continue_workflow", &mut other, &template());
+        assert_eq!(other, json!({"stateToken": "x"}));
+    }
+
+    #[test]
+    fn templates_expand_every_variable() {
+        let t = template();
+        assert_eq!(t.expand("HOME=$tmp/home"), "HOME=/t/home");
+        assert_eq!(
+            t.expand("$dataDir/x $scenario"),
+            "/t/data/x replay_identity"
+        );
+        assert_eq!(
+            t.expand_value(&json!({"$tmp": ["$tmp", 1]})),
+            json!({"$tmp": ["/t", 1]})
+        );
+    }
+
+    #[test]
+    fn pointer_moves_lift_nested_values_before_renames() {
+        let s = surface(json!({
+            "responseMap": [
+                {"from": "/blockers/blockers", "to": "/blockers"},
+                {"from": "/details/suggestion", "to": "/suggestion"},
+                {"from": "/absent", "to": "/nowhere"}
+            ],
+            "fields": {"code": "errorCode"}
+        }));
+        let r = s.adapt_result(result(
+            "",
+            json!({"kind": "blocked", "blockers": {"blockers": [{"code": "X"}]}}),
+        ));
+        assert_eq!(
+            r.structured,
+            json!({"kind": "blocked", "blockers": [{"code": "X"}]})
+        );
+        let r = s.adapt_result(result(
+            "",
+            json!({"errorCode": "E", "details": {"suggestion": "retry", "n": 1}}),
+        ));
+        // Moved in the server's spelling, then renamed to the canonical one.
+        assert_eq!(
+            r.structured,
+            json!({"code": "E", "details": {"n": 1}, "suggestion": "retry"})
+        );
+        let mut v = json!({"a": [1, 2]});
+        PointerMove {
+            from: "/a/0".into(),
+            to: "/b/c".into(),
+        }
+        .apply(&mut v);
+        assert_eq!(v, json!({"a": [2], "b": {"c": 1}}));
+    }
+
+    #[test]
+    fn single_token_requests_carry_the_intent() {
+        let s =
+            surface(json!({"tokenModel": {"kind": "singleToken"}, "fields": {"notes": "output"}}));
+        let advance = s.request_to_server(
+            "continue_workflow",
+            &json!({"stateToken": "S", "ackToken": "A", "notes": "n"}),
+        );
+        assert_eq!(
+            advance,
+            json!({"continueToken": "A", "intent": "advance", "output": "n"})
+        );
+        let rehydrate = s.request_to_server("continue_workflow", &json!({"stateToken": "S"}));
+        assert_eq!(
+            rehydrate,
+            json!({"continueToken": "S", "intent": "rehydrate"})
+        );
+        // No token: left for the server to refuse; other tools are not rewritten.
+        assert_eq!(
+            s.request_to_server("continue_workflow", &json!({})),
+            json!({})
+        );
+        assert_eq!(
+            s.request_to_server("checkpoint_workflow", &json!({"stateToken": "S"})),
+            json!({"stateToken": "S"})
+        );
+        let custom = surface(json!({"tokenModel": {
+            "kind": "singleToken", "field": "token", "intentField": "mode",
+            "advance": "next", "rehydrate": "resume"
+        }}));
+        assert_eq!(
+            custom.request_to_server("continue_workflow", &json!({"ackToken": "A"})),
+            json!({"token": "A", "mode": "next"})
+        );
+    }
+
+    #[test]
+    fn a_single_token_response_feeds_both_tokens() {
+        let s = surface(json!({"tokenModel": {"kind": "singleToken"}}));
+        let r = s.adapt_result(result(
+            "",
+            json!({"continueToken": "T", "isComplete": false}),
+        ));
+        assert_eq!(
+            r.structured,
+            json!({"stateToken": "T", "ackToken": "T", "isComplete": false})
+        );
+        let r = s.adapt_result(result(
+            "",
+            json!({"continueToken": "T", "isComplete": true}),
+        ));
+        assert_eq!(r.structured, json!({"stateToken": "T", "isComplete": true}));
+        // The canonical model leaves results alone.
+        let r = Surface::default().adapt_result(result("", json!({"continueToken": "T"})));
+        assert_eq!(r.structured, json!({"continueToken": "T"}));
+        let e = serde_json::from_value::<Surface>(json!({"tokenModel": {"kind": "twoTokens"}}));
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn workflows_dir_is_resolved_against_the_surface_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.json");
+        std::fs::write(&path, r#"{"workflowsDir": "ts-workflows"}"#).unwrap();
+        let s = Surface::load(&path).unwrap();
+        assert_eq!(s.workflows_dir, Some(dir.path().join("ts-workflows")));
+        std::fs::write(&path, r#"{"responseMap": [{"from": "a", "to": "/b"}]}"#).unwrap();
+        let e = Surface::load(&path).unwrap_err();
+        assert!(e.contains("is not a JSON pointer"), "{e}");
     }
 }

@@ -312,6 +312,8 @@ fn verdict(
         status,
         failures,
         not_reached: Vec::new(),
+        skipped_steps: Vec::new(),
+        not_applicable: Vec::new(),
         also_checked: Vec::new(),
         duration_ms: started.elapsed().as_millis(),
         note,

@@ -11,6 +11,7 @@ use workrail_conformance::checks::{self, TokenKind};
 use workrail_conformance::mcp::{ToolResult, split_command};
 use workrail_conformance::scenario::Scenario;
 use workrail_conformance::schema;
+use workrail_conformance::surface::TokenFormat;
 
 fn token_vectors() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/vectors/tokens.json");
@@ -146,10 +147,21 @@ fn execution(state: &str, ack: &str) -> Value {
 fn the_execution_check_rejects_broken_responses() {
     let st = vector_token("state_payload");
     let ack = vector_token("ack_payload");
-    assert!(checks::execution_response(&result(execution(&st, &ack)), false).is_empty());
+    assert!(
+        checks::execution_response(
+            &result(execution(&st, &ack)),
+            false,
+            TokenFormat::WorkrailV1
+        )
+        .is_empty()
+    );
     // An ack minted for another session, run and node than the state token beside it.
     let other = vector_token("ack_payload_short_ids");
-    let problems = checks::execution_response(&result(execution(&st, &other)), false);
+    let problems = checks::execution_response(
+        &result(execution(&st, &other)),
+        false,
+        TokenFormat::WorkrailV1,
+    );
     assert_eq!(problems.len(), 3, "{problems:?}");
     assert!(
         problems.iter().all(|p| p.lock == ["L-TOKEN-SCOPED"]),
@@ -158,7 +170,7 @@ fn the_execution_check_rejects_broken_responses() {
 
     let mut complete = execution(&st, &ack);
     complete["isComplete"] = json!(true);
-    let p = checks::execution_response(&result(complete), false);
+    let p = checks::execution_response(&result(complete), false, TokenFormat::WorkrailV1);
     assert!(
         p.iter().any(|p| p.expected.contains("pending` null")),
         "{p:?}"
@@ -166,24 +178,60 @@ fn the_execution_check_rejects_broken_responses() {
 
     let mut no_pending = execution(&st, &ack);
     no_pending.as_object_mut().unwrap().remove("pending");
-    assert!(!checks::execution_response(&result(no_pending), false).is_empty());
+    assert!(
+        !checks::execution_response(&result(no_pending), false, TokenFormat::WorkrailV1).is_empty()
+    );
 
     let mut intent = execution(&st, &ack);
     intent["nextIntent"] = json!("carry_on");
-    let p = checks::execution_response(&result(intent), false);
+    let p = checks::execution_response(&result(intent), false, TokenFormat::WorkrailV1);
     assert!(p.iter().any(|p| p.lock == ["L-MCP-NEXT-INTENT"]));
 
     let mut missing_chk = execution(&st, &ack);
     missing_chk["ackToken"] = Value::Null;
-    assert!(!checks::execution_response(&result(missing_chk), true).is_empty());
+    assert!(
+        !checks::execution_response(&result(missing_chk), true, TokenFormat::WorkrailV1).is_empty()
+    );
 
     let mut no_text = result(execution(&st, &ack));
     no_text.text_first = false;
-    let p = checks::execution_response(&no_text, false);
+    let p = checks::execution_response(&no_text, false, TokenFormat::WorkrailV1);
     assert!(p.iter().any(|p| p.lock == ["L-MCP-TEXT-FIRST"]));
 
     let bad_step = json!({"stateToken": st, "ackToken": ack, "isComplete": false, "pending": {"stepId": "Step One", "prompt": "x"}});
-    assert!(!checks::execution_response(&result(bad_step), false).is_empty());
+    assert!(
+        !checks::execution_response(&result(bad_step), false, TokenFormat::WorkrailV1).is_empty()
+    );
+}
+
+/// lock: L-MCP-EXECUTION-RESPONSE
+#[test]
+fn opaque_tokens_are_only_checked_to_be_non_empty_strings() {
+    let opaque = |v: Value| checks::execution_response(&result(v), true, TokenFormat::Opaque);
+    let ok = json!({"stateToken": "ct_8f3a", "ackToken": "ct_8f3a", "checkpointToken": "ct_8f3b",
+        "isComplete": false, "pending": {"stepId": "one", "prompt": "Do it"}});
+    assert!(opaque(ok.clone()).is_empty(), "{:?}", opaque(ok.clone()));
+    // The same response fails the locks' format when tokens must decode.
+    let v1 = checks::execution_response(&result(ok.clone()), true, TokenFormat::WorkrailV1);
+    assert!(
+        v1.iter()
+            .any(|p| p.lock.contains(&"L-TOKEN-FORMAT".to_owned())),
+        "{v1:?}"
+    );
+    let mut empty = ok.clone();
+    empty["ackToken"] = json!("");
+    let p = opaque(empty);
+    assert!(
+        p.iter().any(|p| p.expected.contains("non-empty token")),
+        "{p:?}"
+    );
+    let mut missing = ok;
+    missing.as_object_mut().unwrap().remove("stateToken");
+    let p = opaque(missing);
+    assert!(
+        p.iter().any(|p| p.expected.contains("`stateToken`")),
+        "{p:?}"
+    );
 }
 
 fn blocker(code: &str, pointer: Value, message: &str) -> Value {

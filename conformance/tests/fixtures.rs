@@ -178,8 +178,25 @@ fn surface_files_disable_only_existing_scenarios_with_reasons() {
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
+        // Beside the surface files: directories of per-server fixture workflows.
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
         let surface = Surface::load(&path).unwrap();
         seen += 1;
+        if let Some(dir) = &surface.workflows_dir {
+            let files = std::fs::read_dir(dir)
+                .unwrap_or_else(|e| {
+                    panic!("{}: workflowsDir {}: {e}", path.display(), dir.display())
+                })
+                .count();
+            assert!(
+                files > 0,
+                "{}: workflowsDir {} is empty",
+                path.display(),
+                dir.display()
+            );
+        }
         for (what, reason) in &surface.disabled {
             assert!(
                 names.contains(what) || known.contains(what),

@@ -1,0 +1,163 @@
+//! The surface profile for TS WorkRail 3.121 (`fixtures/conformance/servers/workrail-ts.json`)
+//! drives the whole scenario set with no proxy. CI cannot run TS WorkRail, so the profile runs
+//! against `workrail-conformance-ts-stub`, a test fixture speaking TS's surface: results as JSON
+//! text, one opaque `continueToken` + `intent`, `workspacePath` and `goal` required on start,
+//! the suggestion under `details`, an injected first step, fixture workflows from the profile's
+//! own `workflowsDir`. Guards against the adapter paths breaking (a surface file alone once
+//! passed nothing on TS: every start failed and every check read null).
+//!
+//! The stub keeps no store and checks no context, so scenarios that need those fail; the test
+//! asserts what must hold whatever the stub lacks: every start succeeds, the response checks
+//! read the text JSON, tokens are judged as opaque, decoding steps are skipped, the declared
+//! limitations excuse their scenarios, and the scenarios within the stub's reach pass.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn the_ts_profile_runs_every_scenario_through_the_adapters() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
+        .args([
+            "--server",
+            env!("CARGO_BIN_EXE_workrail-conformance-ts-stub"),
+        ])
+        .args(["--surface", "fixtures/conformance/servers/workrail-ts.json"])
+        .arg("--json")
+        .arg(&json_path)
+        .current_dir(workspace())
+        .output()
+        .expect("the suite runs");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap_or_else(|e| {
+            panic!(
+                "no report ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        }))
+        .unwrap();
+    let results = report["results"].as_array().unwrap();
+    let result = |name: &str| {
+        results
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no result for {name}"))
+    };
+    assert!(
+        stdout.lines().last().unwrap().ends_with(" skipped"),
+        "{stdout}"
+    );
+
+    // Every start and call went through: no failure is a call's precondition or a set-up (the
+    // only preconditions that fail are reads of the store the stub does not keep).
+    for r in results {
+        for f in r["failures"].as_array().unwrap() {
+            let action = f["action"].as_str().unwrap();
+            let precondition = f["lockIds"].as_array().unwrap().is_empty();
+            assert!(
+                !precondition || action == "storeDigest" || action == "storeEvents",
+                "{}: a precondition failed: {f}\n{stdout}",
+                r["name"]
+            );
+        }
+    }
+    // The response checks read the text JSON and the moved suggestion: no failure says a
+    // response lacks its JSON backbone or an error its suggestion.
+    for needle in [
+        "structuredContent: the JSON backbone",
+        "`suggestion`: a non-empty string",
+    ] {
+        assert!(!stdout.contains(needle), "{needle}:\n{stdout}");
+    }
+    // Within the stub's reach: start, advance and complete past the injected step; replays,
+    // forks from an old state; tampered tokens (one character changed); the tool set with the
+    // extra arguments in every schema example.
+    for name in [
+        "start_advance_complete",
+        "fork_from_old_state",
+        "token_tampering",
+        "tool_set",
+        "context_no_echo",
+    ] {
+        assert_eq!(result(name)["status"], "pass", "{name}:\n{stdout}");
+    }
+    // Tokens are opaque: the format locks are n/a with the reason, decoding steps skipped.
+    let lock = |id: &str| {
+        report["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == id)
+            .unwrap()["verdict"]
+            .clone()
+    };
+    assert_eq!(lock("L-TOKEN-FORMAT"), "n/a");
+    assert_eq!(lock("L-TOKEN-PAYLOAD-FIELDS"), "n/a");
+    let sac = result("start_advance_complete");
+    assert!(
+        sac["notApplicable"]["L-TOKEN-FORMAT"]
+            .as_str()
+            .unwrap()
+            .contains("opaque tokens"),
+        "{sac}"
+    );
+    assert_eq!(sac["locks"]["L-HASH-PIN-AT-START"], "n/a", "{sac}");
+    assert_eq!(sac["skippedSteps"].as_array().unwrap().len(), 3, "{sac}");
+    // A stateToken and an ackToken that differ have no single-token form: skipped.
+    let scope = result("token_scope_mismatch");
+    assert!(
+        scope["skippedSteps"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("single-token server"),
+        "{scope}"
+    );
+    // A stateToken where the ackToken belongs has no single-token form either.
+    let kinds = result("error_envelope");
+    assert!(
+        kinds["skippedSteps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["step"] == 7
+                && u["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("one kind where the other belongs")),
+        "{kinds}"
+    );
+    // The declared limitations excuse their scenarios, with the declared reasons.
+    for (name, words) in [
+        (
+            "blocked_in_blocking_modes",
+            "no way to choose an autonomy mode",
+        ),
+        ("export_import", "no export_session/import_session tools"),
+        ("discovery", "answers with tags until one is given"),
+        ("context_reserved_keys_ack", "intent step of its own"),
+    ] {
+        let r = result(name);
+        assert_eq!(r["status"], "skip", "{name}");
+        let reason = r["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("declared by the surface file") && reason.contains(words),
+            "{name}: {reason}"
+        );
+    }
+    // What the stub lacks is reported as failures with lock ids, never hidden.
+    assert_eq!(result("replay_identity")["status"], "fail");
+    assert_eq!(result("context_reserved_keys")["status"], "fail");
+}
