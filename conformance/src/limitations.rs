@@ -144,7 +144,7 @@ mod tests {
         let bundles = limitation(json!({"kind": "noExportImport", "reason": "no bundles"}));
         let tag = limitation(json!({"kind": "discoveryNeedsTag", "reason": "tags only"}));
         let injected = limitation(
-            json!({"kind": "injectsFirstStep", "stepId": "phase-0-intent",
+            json!({"kind": "injectsFirstStep", "stepId": "wr-system-onboarding",
             "ackArgs": {"notes": "ok"}, "reason": "an intent step"}),
         );
         for (l, needs) in [
@@ -175,7 +175,7 @@ mod tests {
         let (step, args) = injected_first_step(&all).unwrap();
         assert_eq!(
             (step, args.get("notes")),
-            ("phase-0-intent", Some(&json!("ok")))
+            ("wr-system-onboarding", Some(&json!("ok")))
         );
         assert!(injected_first_step(&all[..3]).is_none());
     }

@@ -147,7 +147,7 @@ fn the_ts_profile_runs_every_scenario_through_the_adapters() {
         ),
         ("export_import", "no export_session/import_session tools"),
         ("discovery", "answers with tags until one is given"),
-        ("context_reserved_keys_ack", "intent step of its own"),
+        ("context_reserved_keys_ack", "onboarding step of its own"),
     ] {
         let r = result(name);
         assert_eq!(r["status"], "skip", "{name}");

@@ -7,7 +7,7 @@
 //! - one opaque `continueToken` (`ct_...`) plus `intent` (`advance` / `rehydrate`);
 //! - `start_workflow` requires `workspacePath` (absolute) and `goal`;
 //! - error envelopes carry the suggestion in `details.suggestion`;
-//! - every run starts with an injected step `phase-0-intent`;
+//! - every run starts with an injected step `wr-system-onboarding`;
 //! - workflows are read from `WORKFLOW_STORAGE_PATH` (one JSON file per workflow).
 //!
 //! It keeps nothing on disk, runs no loops, contracts or autonomy modes: scenarios that need
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 /// The step every run starts with, before the workflow's own.
 const INJECTED_STEP: (&str, &str) = (
-    "phase-0-intent",
+    "wr-system-onboarding",
     "State what you intend to do, then continue.",
 );
 
