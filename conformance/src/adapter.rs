@@ -22,6 +22,29 @@ use workrail_spec::token::{TokenParts, TokenPayload, format_token};
 /// Why the reference adapter does not answer the projection ops.
 pub const PROJECTIONS_UNSUPPORTED: &str = "projections live in workrail-model, which workrail-conformance may not depend on (it depends on workrail-spec only); supply an adapter that answers preferred_tip, run_status and resume_ranking";
 
+/// Serves the adapter protocol on this process's stdin and stdout with `answer` (one JSON request
+/// per line, one JSON answer per line), until stdin ends or stdout closes. Adapters of other
+/// implementations (e.g. `workrail-vector-adapter`) reuse it with their own answers.
+pub fn serve_stdio(answer: impl Fn(&str) -> String) {
+    use std::io::{BufRead, Write};
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else {
+            return;
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        if writeln!(stdout, "{}", answer(&line))
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
 /// Answers one request line with one answer line.
 pub fn answer_line(line: &str) -> String {
     let answer = match serde_json::from_str::<Value>(line) {

@@ -10,27 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::workspace;
 
 use serde_json::{Value, json};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn server() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
-        .current_dir(workspace())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build -p workrail failed");
-    workspace().join("target/debug/workrail")
-}
 
 fn scenario(name: &str, lock: &str, steps: Value) -> Value {
     json!({"name": name, "description": "probe", "lockIds": [lock], "profile": "core", "steps": steps})
@@ -102,26 +86,11 @@ fn declared_limitations_excuse_scenarios_and_the_injected_step_is_passed() {
         .to_string(),
     )
     .unwrap();
-    let json_path = root.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
-        .args(["--server", &format!("{} mcp", server().display())])
-        .arg("--fixtures")
-        .arg(root.path())
-        .arg("--surface")
-        .arg(&surface)
-        .arg("--json")
-        .arg(&json_path)
-        .current_dir(workspace())
-        .output()
-        .expect("the suite runs");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, report) = common::run_suite(root.path(), &surface);
     assert!(
         stdout.ends_with("1 passed, 0 failed, 3 skipped\n"),
         "{stdout}"
     );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let result = |name: &str| {
         report["results"]
             .as_array()

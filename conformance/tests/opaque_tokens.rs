@@ -11,27 +11,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::workspace;
 
 use serde_json::{Value, json};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn server() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
-        .current_dir(workspace())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build -p workrail failed");
-    workspace().join("target/debug/workrail")
-}
 
 /// Step 2 decodes a token and saves `run`; step 3 reads `run`; step 4 changes a token's
 /// version: all three are skipped. Step 5 tampers a token (one character in opaque mode) and
@@ -111,26 +95,11 @@ fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
         .unwrap(),
     )
     .unwrap();
-    let json_path = root.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
-        .args(["--server", &format!("{} mcp", server().display())])
-        .arg("--fixtures")
-        .arg(root.path())
-        .arg("--surface")
-        .arg(&surface)
-        .arg("--json")
-        .arg(&json_path)
-        .current_dir(workspace())
-        .output()
-        .expect("the suite runs");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, report) = common::run_suite(root.path(), &surface);
     assert!(
         stdout.ends_with("1 passed, 0 failed, 1 skipped\n"),
         "{stdout}"
     );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let results = report["results"].as_array().unwrap();
     // Nothing the second scenario checks applies: skipped, with why, not passed.
     let all = results

@@ -8,27 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{server, workspace};
+
 use std::process::Command;
 
 use serde_json::json;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn server() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
-        .current_dir(workspace())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build -p workrail failed");
-    workspace().join("target/debug/workrail")
-}
 
 fn run(env: &str) -> (bool, String) {
     let root = tempfile::tempdir().unwrap();

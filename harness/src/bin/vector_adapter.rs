@@ -7,24 +7,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, Write};
-
 fn main() {
-    let stdin = std::io::stdin();
-    let mut stdout = std::io::stdout().lock();
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else {
-            return;
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let answer = workrail_harness::vector_adapter::answer_line(&line);
-        if writeln!(stdout, "{answer}")
-            .and_then(|()| stdout.flush())
-            .is_err()
-        {
-            return;
-        }
-    }
+    workrail_conformance::adapter::serve_stdio(workrail_harness::vector_adapter::answer_line);
 }

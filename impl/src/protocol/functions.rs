@@ -46,16 +46,7 @@ pub(super) fn branch_context(
         .and_then(|s| compiled.step(s))
         .map_or(&[], |s| &s.functions);
     // The preferred branch below `node`, oldest first, as the recap walks it.
-    let downstream: Vec<NodeId> = match &view.preferred_tip {
-        Some(tip) => {
-            let path = view.ancestry(tip);
-            match path.iter().position(|n| n == node) {
-                Some(at) => path[at + 1..].to_vec(),
-                None => Vec::new(),
-            }
-        }
-        None => Vec::new(),
-    };
+    let downstream = super::recap::preferred_branch_below(view, node);
     let noted: Vec<&NodeId> = downstream
         .iter()
         .filter(|n| view.recap_notes(n).is_some())

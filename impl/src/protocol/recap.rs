@@ -140,6 +140,22 @@ fn notes_on_path<'f>(facts: &'f Facts<'_>, run: &RunId, path: &[NodeId]) -> Vec<
     path.iter().filter_map(|n| view.recap_notes(n)).collect()
 }
 
+/// The nodes of the preferred branch below `node`, oldest first (empty when the preferred tip
+/// is not below it).
+pub(super) fn preferred_branch_below(
+    view: &crate::projections::RunView,
+    node: &NodeId,
+) -> Vec<NodeId> {
+    let Some(tip) = &view.preferred_tip else {
+        return Vec::new();
+    };
+    let path = view.ancestry(tip);
+    match path.iter().position(|n| n == node) {
+        Some(at) => path[at + 1..].to_vec(),
+        None => Vec::new(),
+    }
+}
+
 /// The recap for rehydrating `node`, or `None` when there is nothing to recall.
 pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView> {
     let view = facts.run(run)?;
@@ -187,16 +203,7 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
             if is_tip_branch { " (preferred)" } else { "" }
         ));
     }
-    let downstream: Vec<NodeId> = match &view.preferred_tip {
-        Some(tip) => {
-            let path = view.ancestry(tip);
-            match path.iter().position(|n| n == node) {
-                Some(at) => path[at + 1..].to_vec(),
-                None => Vec::new(),
-            }
-        }
-        None => Vec::new(),
-    };
+    let downstream = preferred_branch_below(view, node);
     let room = RECAP_MAX_BYTES.saturating_sub(text.len() + 64);
     let downstream_notes = notes_on_path(facts, run, &downstream);
     let (entries, total) = newest_notes(

@@ -1,0 +1,49 @@
+//! Helpers the suite's own tests share: the workspace, the reference server, and one run of the
+//! suite with a fixture root and a surface file.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The workspace root (the parent of the `conformance` crate).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// The reference server, built first: `<workspace>/target/debug/workrail`.
+pub fn server() -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
+        .current_dir(workspace())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build -p workrail failed");
+    workspace().join("target/debug/workrail")
+}
+
+/// Runs the suite against `workrail mcp` with the scenarios under `fixtures` and `surface`;
+/// requires it to succeed and returns its text report and its `--json` report.
+pub fn run_suite(fixtures: &Path, surface: &Path) -> (String, Value) {
+    let json_path = fixtures.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
+        .args(["--server", &format!("{} mcp", server().display())])
+        .arg("--fixtures")
+        .arg(fixtures)
+        .arg("--surface")
+        .arg(surface)
+        .arg("--json")
+        .arg(&json_path)
+        .current_dir(workspace())
+        .output()
+        .expect("the suite runs");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    let report = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    (stdout, report)
+}
