@@ -215,7 +215,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Inspect { session_id, all } => {
             let workrail = open(cli.data_dir)?;
-            match workrail.inspect_session(&session_id, all) {
+            let inspected = workrail.inspect_session(&session_id, all);
+            // The process ends here: freeing a large session's caches one allocation at a time
+            // buys nothing, and a read command holds no lock and buffers no write.
+            std::mem::forget(workrail);
+            match inspected {
                 Ok(text) => {
                     print_stdout(&text);
                     Ok(ExitCode::SUCCESS)

@@ -40,7 +40,10 @@ pub struct SessionSummary {
 }
 
 fn summarize(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
-    let facts = Facts::new(&loaded.events);
+    summarize_facts(wr, &Facts::new(&loaded.events))
+}
+
+fn summarize_facts(wr: &Workrail, facts: &Facts) -> SessionSummary {
     let runs = facts
         .projection
         .runs
@@ -54,7 +57,7 @@ fn summarize(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
             let tip_complete = view
                 .preferred_tip
                 .as_ref()
-                .is_some_and(|tip| wr.snapshot_complete(&facts, run, tip));
+                .is_some_and(|tip| wr.snapshot_complete(facts, run, tip));
             let autonomy = view
                 .preferred_tip
                 .as_ref()
@@ -325,8 +328,12 @@ pub(super) fn inspect_session(
             crate::store::how_to_clear(&session, loaded.health.kind(), Some(c.reason.as_str()))
         );
     }
-    // A read command writes nothing, not even the projection cache (decision D69).
-    let summary = session_summary_read_only(wr, &loaded);
+    // A read command writes nothing, not even the projection cache (decision D69). The
+    // projection made for the outline serves the summary too.
+    let summary = match wr.cache.get(&loaded.session_id, CacheKey::of(&loaded)) {
+        CacheLookup::Hit(summary) => summary,
+        _ => summarize_facts(wr, &facts),
+    };
     for run in &summary.runs {
         let _ = writeln!(
             out,
