@@ -136,6 +136,12 @@ enum Command {
         #[arg(long, value_name = "N")]
         ttl_days: Option<u64>,
     },
+    /// Desired versus applied config of the running servers, with restart triggers; `config set`
+    /// edits a feature flag or a preference default.
+    Config(crate::control::cli::ConfigArgs),
+    /// List workflows, show a source, compiled or pinned snapshot, save a source, copy a wr.*
+    /// workflow to an editable namespace.
+    Workflows(crate::control::cli::WorkflowsArgs),
     /// Manage the token signing keyring.
     Keys {
         #[command(subcommand)]
@@ -195,12 +201,18 @@ fn init_logging() {
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command.unwrap_or(Command::Mcp) {
         Command::Mcp => {
+            let dir = data_dir_of(cli.data_dir.clone())?;
             let workrail = open(cli.data_dir)?;
+            // Recorded (with its lock held) until the server exits (decision D85).
+            let _record = crate::control::servers::register_this_server(&dir, workrail.features())
+                .map_err(|e| envelope_text(&e))?;
             tracing::info!("serving MCP over stdio");
             crate::mcp::run_stdio(Arc::new(workrail))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate { file, bundled } => Ok(validate(&file, bundled)),
+        Command::Config(args) => crate::control::cli::config(cli.data_dir, args),
+        Command::Workflows(args) => crate::control::cli::workflows(cli.data_dir, args),
         Command::Sessions { json } => {
             let data_dir = match &cli.data_dir {
                 Some(dir) => dir.clone(),
@@ -358,6 +370,14 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             );
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// The data directory: `--data-dir`, else the process configuration's.
+fn data_dir_of(data_dir: Option<PathBuf>) -> Result<PathBuf, String> {
+    match data_dir {
+        Some(dir) => Ok(dir),
+        None => Ok(WorkrailConfig::from_env()?.data_dir),
     }
 }
 
