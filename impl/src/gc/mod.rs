@@ -20,7 +20,9 @@
 //! 7. removes what crashed writers left (decision D63), older than [`CAS_GRACE`]: temp files
 //!    (`.tmp-*`) in the store's directories (the data directory's `cache/` included), and
 //!    session directories that never committed (a first append killed before its manifest),
-//!    each under its session lock.
+//!    each under its session lock;
+//! 8. removes the records (and lock files) of servers that ended without removing them, older
+//!    than [`CAS_GRACE`], each under the record's lock (decision D86): a live server holds it.
 //!
 //! When step 4 deleted a session, the persisted `resume_session` index
 //! (`cache/resume-index.v1.jsonl`, D64) is removed too: it holds the deleted sessions' notes.
