@@ -10,6 +10,8 @@
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
 //! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
+//! workrail config [--json] | config set <key> <value>   desired vs applied config, restart triggers; edits
+//! workrail workflows list|show|save|copy   workflows, sources, compiled and pinned snapshots (see `control::cli`)
 //! ```
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (invalid workflow, unknown session,
@@ -634,7 +636,7 @@ fn envelope_text(e: &ErrorEnvelope) -> String {
     format!("{}: {}\n  suggestion: {}", e.code, e.message, e.suggestion)
 }
 
-fn print_stdout(text: &str) {
+pub(crate) fn print_stdout(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
     let _ = out.flush();

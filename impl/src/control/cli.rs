@@ -10,7 +10,6 @@
 //! workrail workflows copy <id> [--as user.<name>]   copy to an editable namespace
 //! ```
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -143,9 +142,7 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, String> {
 }
 
 fn print(text: &str) {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
+    crate::cli::print_stdout(text);
 }
 
 /// Runs `workrail config`.
@@ -316,14 +313,8 @@ fn sources_here() -> Result<SourceConfig, String> {
 }
 
 fn read_text(file: &Path) -> Result<String, String> {
-    if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| format!("cannot read stdin: {e}"))?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
+    crate::sources::fs::read_source_text(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))
 }
 
 /// Runs `workrail workflows`.

@@ -143,7 +143,7 @@ pub fn show_workflow(sources: &SourceConfig, id: &str) -> Result<WorkflowDetail,
     let text = problem
         .path
         .as_deref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|p| crate::sources::fs::read_source_file(Path::new(p)).ok())
         .unwrap_or_default();
     Ok(WorkflowDetail {
         workflow_id,
@@ -282,32 +282,6 @@ fn read_only(id: &str) -> ErrorEnvelope {
     .with_details(json!({"workflowId": id, "operation": "copy", "reason": "read_only_namespace"}))
 }
 
-/// Writes `bytes` to `path` atomically: a temp file beside it, fsync, rename, directory fsync.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(crate::store::layout::temp_file_name(&name));
-    let mode = std::fs::metadata(path).ok().map(|m| m.permissions());
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        if let Some(mode) = mode {
-            file.set_permissions(mode)?;
-        }
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 fn write_envelope(path: &Path, e: std::io::Error) -> ErrorEnvelope {
     ErrorEnvelope::new(
         ErrorCode::StoreIoError,
@@ -374,7 +348,8 @@ pub fn save_source(
         )
     })?;
     let compiled = validate(kind, id, text)?;
-    write_atomic(&path, text.as_bytes()).map_err(|e| write_envelope(&path, e))?;
+    crate::sources::fs::write_source_file(&path, text.as_bytes())
+        .map_err(|e| write_envelope(&path, e))?;
     Ok(SavedSource {
         workflow_id: compiled.snapshot.body.workflow_id.clone(),
         source_kind: kind,
@@ -444,8 +419,8 @@ pub fn copy_to_editable(
         .map_err(|e| super::applied::internal(format!("cannot serialize the copy: {e}")))?;
     text.push('\n');
     let compiled = validate(WorkflowSourceKind::User, &target, &text)?;
-    std::fs::create_dir_all(&dir).map_err(|e| write_envelope(&dir, e))?;
-    write_atomic(&path, text.as_bytes()).map_err(|e| write_envelope(&path, e))?;
+    crate::sources::fs::write_source_file(&path, text.as_bytes())
+        .map_err(|e| write_envelope(&path, e))?;
     Ok(SavedSource {
         workflow_id: target_id,
         source_kind: WorkflowSourceKind::User,
