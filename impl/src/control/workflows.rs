@@ -32,6 +32,7 @@ use crate::store::{PinnedWorkflowStore, SessionRead, SessionStore};
 pub struct WorkflowRow {
     pub workflow_id: WorkflowId,
     pub name: String,
+    pub description: String,
     pub source_kind: WorkflowSourceKind,
     pub source_ref: String,
     /// `false` for bundled `wr.*` workflows (copy them to edit).
@@ -66,6 +67,13 @@ pub fn list_workflows(sources: &SourceConfig) -> WorkflowList {
             .map(|w| WorkflowRow {
                 workflow_id: w.workflow_id.clone(),
                 name: w.compiled.snapshot.body.name.clone().unwrap_or_default(),
+                description: w
+                    .compiled
+                    .snapshot
+                    .body
+                    .description
+                    .clone()
+                    .unwrap_or_default(),
                 source_kind: w.source_kind,
                 source_ref: w.source_ref.clone(),
                 editable: w.source_kind != WorkflowSourceKind::Bundled,
