@@ -393,3 +393,35 @@ fn a_pinned_run_shows_its_snapshot_and_a_drift_warning_after_an_edit() {
         "the data directory is untouched"
     );
 }
+
+/// Saving keeps the authoring rules: a legacy (dot-free) id is refused with the compiler's
+/// error and the file stays as it was, and a legacy alias of a bundled workflow is as
+/// read-only as its `wr.*` id.
+/// lock: L-NS-LEGACY-CREATE-REJECTED, L-NS-WR-READ-ONLY
+#[test]
+fn saving_refuses_legacy_ids_and_bundled_aliases() {
+    let place = populated();
+    let file = place.home.join(".workrail/workflows/old.json");
+    let text = json!({
+        "id": "old-flow",
+        "name": "Old",
+        "description": "A legacy id.",
+        "steps": [{"id": "only", "title": "Only", "prompt": "Do it."}],
+    })
+    .to_string();
+    std::fs::write(&file, &text).unwrap();
+    let listed = list_workflows(&place.sources());
+    let row = listed
+        .workflows
+        .iter()
+        .find(|w| w.workflow_id.as_str() == "old-flow")
+        .expect("legacy ids still load");
+    assert_eq!(row.suggested_id.as_ref().unwrap().as_str(), "user.old_flow");
+    let refused = save_source(&place.sources(), "old-flow", &text).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::WorkflowInvalid, "{refused:?}");
+    let pointers = refused.details.unwrap()["errors"].to_string();
+    assert!(pointers.contains("\"/id\""), "{pointers}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    let alias = save_source(&place.sources(), "coding-task-workflow", "{}").unwrap_err();
+    assert!(alias.message.contains("wr.coding_task") && alias.suggestion.contains("copy"));
+}

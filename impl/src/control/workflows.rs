@@ -335,6 +335,12 @@ pub fn save_source(
         return Err(read_only(id));
     }
     let catalog = catalog(sources);
+    // A legacy alias of a bundled workflow is as read-only as its `wr.*` id.
+    if let Some(resolved) = catalog.resolve(id)
+        && resolved.workflow.source_kind == WorkflowSourceKind::Bundled
+    {
+        return Err(read_only(resolved.workflow.workflow_id.as_str()));
+    }
     let (kind, source_ref) = match catalog.get(id) {
         Some(w) => (w.source_kind, w.source_ref.clone()),
         None => match catalog.problem_of(id) {
