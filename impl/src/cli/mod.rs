@@ -203,7 +203,7 @@ fn init_logging() {
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command.unwrap_or(Command::Mcp) {
         Command::Mcp => {
-            let dir = data_dir_of(cli.data_dir.clone())?;
+            let dir = crate::control::cli::data_dir(cli.data_dir.clone())?;
             let workrail = open(cli.data_dir)?;
             // Recorded (with its lock held) until the server exits (decision D85).
             let _record = crate::control::servers::register_this_server(&dir, workrail.features())
@@ -372,14 +372,6 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             );
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// The data directory: `--data-dir`, else the process configuration's.
-fn data_dir_of(data_dir: Option<PathBuf>) -> Result<PathBuf, String> {
-    match data_dir {
-        Some(dir) => Ok(dir),
-        None => Ok(WorkrailConfig::from_env()?.data_dir),
     }
 }
 

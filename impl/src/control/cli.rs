@@ -130,7 +130,8 @@ pub fn envelope_text(e: &ErrorEnvelope) -> String {
     out
 }
 
-fn data_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
+/// The data directory: `--data-dir`, else the process configuration's.
+pub fn data_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
     match given {
         Some(dir) => Ok(dir),
         None => Ok(WorkrailConfig::from_env()?.data_dir),
