@@ -452,3 +452,52 @@ fn gc_removes_dead_server_records_past_the_grace_period() {
     );
     close(live);
 }
+
+/// A server that applied other tool schemas and other sources (as one running an older binary
+/// in another layout would) is compared with what a restart would apply now: the schema and
+/// the source registration are both named as restart triggers, and the record is live exactly
+/// while its registration holds the lock.
+/// lock: L-CONSOLE-RESTART-TRIGGERS, L-CONSOLE-APPLIED-CONFIG
+#[test]
+fn schema_and_source_changes_are_restart_triggers() {
+    let place = Place::new();
+    let launch = place.launch();
+    let mut applied = desired_config(&place.data, &launch).unwrap();
+    let tool = applied.tools[1].name.clone();
+    applied.tools[1].input_schema = workrail_spec::jcs::sha256(b"an older schema");
+    let dropped = applied.sources.pop().unwrap();
+    let fs: std::sync::Arc<dyn workrail::store::fs::StoreFs> =
+        std::sync::Arc::new(workrail::store::fs::OsFs::new(&place.data));
+    std::fs::create_dir_all(&place.data).unwrap();
+    let registration = workrail::control::ServerRegistration::start(
+        fs,
+        &workrail::entropy::OsEntropy,
+        applied.clone(),
+        launch,
+    )
+    .unwrap();
+    let overview = config_overview(&place.data).unwrap();
+    assert_eq!(overview.servers.len(), 1);
+    let server = &overview.servers[0];
+    assert_eq!(server.server_id, registration.record().server_id);
+    let comparison = server.comparison.clone().unwrap();
+    assert!(comparison.restart_required);
+    let desired = server.desired.config.clone().unwrap();
+    assert_eq!(
+        comparison.triggers,
+        vec![
+            RestartTrigger::ToolSchemaChanged {
+                tool,
+                input: true,
+                output: false,
+            },
+            RestartTrigger::SourceRegistrationChanged {
+                applied: applied.sources.clone(),
+                desired: desired.sources.clone(),
+            },
+        ]
+    );
+    assert_eq!(desired.sources.last(), Some(&dropped));
+    drop(registration);
+    assert!(list_servers(&place.data).unwrap().servers.is_empty());
+}
