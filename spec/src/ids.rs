@@ -255,6 +255,11 @@ prefixed_id!(
     BundleId,
     "bundle"
 );
+prefixed_id!(
+    /// A running `workrail mcp` process, named by its record under `servers/` (decision D85).
+    ServerId,
+    "srv"
+);
 
 macro_rules! delimiter_safe_id {
     ($(#[$meta:meta])* $name:ident) => {

@@ -55,6 +55,7 @@ pub fn all_schemas() -> Vec<GeneratedSchema> {
         render::<TokenPayload>("durable", "TokenPayload"),
         render::<BlockerReport>("durable", "BlockerReport"),
         render::<PreferenceWarningV1>("durable", "PreferenceWarningV1"),
+        render::<crate::config::ServerRecordV1>("durable", "ServerRecordV1"),
         render::<ErrorEnvelope>("tools", "ErrorEnvelope"),
         render::<ListWorkflowsInput>("tools", "list_workflows.input"),
         render::<ListWorkflowsOutput>("tools", "list_workflows.output"),

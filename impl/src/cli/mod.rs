@@ -10,6 +10,8 @@
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
 //! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
+//! workrail config [--json] | config set <key> <value>   desired vs applied config, restart triggers; edits
+//! workrail workflows list|show|save|copy   workflows, sources, compiled and pinned snapshots (see `control::cli`)
 //! ```
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (invalid workflow, unknown session,
@@ -136,6 +138,12 @@ enum Command {
         #[arg(long, value_name = "N")]
         ttl_days: Option<u64>,
     },
+    /// Desired versus applied config of the running servers, with restart triggers; `config set`
+    /// edits a feature flag or a preference default.
+    Config(crate::control::cli::ConfigArgs),
+    /// List workflows, show a source, compiled or pinned snapshot, save a source, copy a wr.*
+    /// workflow to an editable namespace.
+    Workflows(crate::control::cli::WorkflowsArgs),
     /// Manage the token signing keyring.
     Keys {
         #[command(subcommand)]
@@ -195,12 +203,18 @@ fn init_logging() {
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command.unwrap_or(Command::Mcp) {
         Command::Mcp => {
+            let dir = crate::control::cli::data_dir(cli.data_dir.clone())?;
             let workrail = open(cli.data_dir)?;
+            // Recorded (with its lock held) until the server exits (decision D85).
+            let _record = crate::control::servers::register_this_server(&dir, workrail.features())
+                .map_err(|e| envelope_text(&e))?;
             tracing::info!("serving MCP over stdio");
             crate::mcp::run_stdio(Arc::new(workrail))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate { file, bundled } => Ok(validate(&file, bundled)),
+        Command::Config(args) => crate::control::cli::config(cli.data_dir, args),
+        Command::Workflows(args) => crate::control::cli::workflows(cli.data_dir, args),
         Command::Sessions { json } => {
             let data_dir = match &cli.data_dir {
                 Some(dir) => dir.clone(),
@@ -618,7 +632,7 @@ fn envelope_text(e: &ErrorEnvelope) -> String {
     format!("{}: {}\n  suggestion: {}", e.code, e.message, e.suggestion)
 }
 
-fn print_stdout(text: &str) {
+pub(crate) fn print_stdout(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
     let _ = out.flush();

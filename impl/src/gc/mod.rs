@@ -20,7 +20,9 @@
 //! 7. removes what crashed writers left (decision D63), older than [`CAS_GRACE`]: temp files
 //!    (`.tmp-*`) in the store's directories (the data directory's `cache/` included), and
 //!    session directories that never committed (a first append killed before its manifest),
-//!    each under its session lock.
+//!    each under its session lock;
+//! 8. removes the records (and lock files) of servers that ended without removing them, older
+//!    than [`CAS_GRACE`], each under the record's lock (decision D86): a live server holds it.
 //!
 //! When step 4 deleted a session, the persisted `resume_session` index
 //! (`cache/resume-index.v1.jsonl`, D64) is removed too: it holds the deleted sessions' notes.
@@ -40,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EventData, OutputPayload};
-use workrail_spec::ids::{SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
+use workrail_spec::ids::{ServerId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
 use workrail_spec::manifest::ManifestRecord;
 
 mod os;
@@ -250,6 +252,9 @@ pub struct GcReport {
     /// Temp files crashed writers left (paths in the data directory), deleted (dry run: that
     /// would be deleted).
     pub deleted_temp_files: Vec<String>,
+    /// Records (and lock files) of servers that ended without removing them, older than
+    /// [`CAS_GRACE`] (decision D86), deleted (dry run: that would be deleted).
+    pub deleted_server_records: Vec<String>,
     /// Unreachable objects kept because they are younger than [`CAS_GRACE`].
     pub young_objects_kept: usize,
     pub warnings: Vec<GcWarning>,
@@ -331,6 +336,7 @@ pub fn run(
         deleted_artifacts: Vec::new(),
         deleted_uncommitted_sessions: Vec::new(),
         deleted_temp_files: Vec::new(),
+        deleted_server_records: Vec::new(),
         young_objects_kept: 0,
         warnings: Vec::new(),
     };
@@ -605,6 +611,7 @@ pub fn run(
         Path::new(layout::KEYS_DIR),
         Path::new("config"),
         Path::new(layout::DATA_CACHE_DIR),
+        Path::new(layout::SERVERS_DIR),
     ];
     temp_dirs.extend(session_dirs.iter().map(PathBuf::as_path));
     for dir in temp_dirs {
@@ -617,6 +624,8 @@ pub fn run(
             report.deleted_uncommitted_sessions.push(id);
         }
     }
+    // 8) Records of servers that ended without removing them (killed), decision D86.
+    report.deleted_server_records = sweeper.sweep_server_records()?;
     progress.finish();
     Ok(report)
 }
@@ -766,6 +775,64 @@ impl Sweeper<'_> {
         }
         drop(lock);
         Ok(true)
+    }
+
+    /// Deletes the records and lock files of servers that are not running (their lock is free)
+    /// and whose files are older than [`CAS_GRACE`], each under the record's lock.
+    fn sweep_server_records(&mut self) -> Result<Vec<String>, ErrorEnvelope> {
+        let dir = Path::new(layout::SERVERS_DIR);
+        let names = self
+            .fs
+            .list_dir(dir)
+            .map_err(|e| io_envelope("listing server records", e))?;
+        let ids: BTreeSet<ServerId> = names
+            .iter()
+            .filter(|n| !layout::is_temp_file_name(n))
+            .filter_map(|n| n.strip_suffix(".json").or_else(|| n.strip_suffix(".lock")))
+            .filter_map(|stem| ServerId::parse(stem).ok())
+            .collect();
+        let mut deleted = Vec::new();
+        for id in ids {
+            let record = layout::server_record_path(&id);
+            let lock_file = layout::server_lock_path(&id);
+            let old = |p: &Path| self.fs.len(p).ok().flatten().is_none() || self.is_old(p);
+            if !old(&record) || !old(&lock_file) {
+                continue;
+            }
+            // A dry run takes no lock that would create a file: a shared one on an existing
+            // lock file only.
+            let lock = if self.dry_run {
+                match self.fs.try_lock_shared(&lock_file) {
+                    Err(LockError::Busy) => continue,
+                    Ok(guard) => guard,
+                    Err(LockError::Io(e)) => {
+                        return Err(io_envelope("checking a server record's lock", e));
+                    }
+                }
+            } else {
+                match self.fs.try_lock(&lock_file) {
+                    Ok(lock) => Some(lock),
+                    Err(LockError::Busy) => continue,
+                    Err(LockError::Io(e)) => {
+                        return Err(io_envelope("locking a server record", e));
+                    }
+                }
+            };
+            if !self.dry_run {
+                self.fs
+                    .remove_file(&record)
+                    .and_then(|()| self.fs.remove_file(&lock_file))
+                    .map_err(|e| io_envelope("deleting a dead server's record", e))?;
+            }
+            drop(lock);
+            deleted.push(record.to_string_lossy().into_owned());
+        }
+        if !self.dry_run && !deleted.is_empty() {
+            self.fs
+                .sync_dir(dir)
+                .map_err(|e| io_envelope("syncing servers/", e))?;
+        }
+        Ok(deleted)
     }
 
     /// Deletes the unmarked, not-young objects of one CAS directory; returns them.

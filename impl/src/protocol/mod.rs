@@ -961,44 +961,11 @@ impl Workrail {
             .is_some_and(|s| s.engine_payload.engine_state.is_complete())
     }
 
-    /// Global preference defaults: `config/preferences.json` in the data directory
-    /// (`{"preset": …, "autonomy": …, "riskPolicy": …}`, all optional; a key overrides the
-    /// preset), else the guided preset. Read at each start and copied into the new run.
+    /// Global preference defaults (see [`read_global_preferences`]).
     fn global_preferences(
         &self,
     ) -> Result<workrail_spec::event::EffectivePreferences, ErrorEnvelope> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase", deny_unknown_fields)]
-        struct GlobalConfig {
-            preset: Option<workrail_spec::preferences::ModePreset>,
-            autonomy: Option<workrail_spec::closed::Autonomy>,
-            risk_policy: Option<workrail_spec::closed::RiskPolicy>,
-        }
-        let path = std::path::Path::new(GLOBAL_PREFERENCES_FILE);
-        let Some(bytes) = self.fs.read(path).map_err(|e| {
-            ErrorEnvelope::new(
-                ErrorCode::StoreIoError,
-                format!("cannot read {GLOBAL_PREFERENCES_FILE}: {e}"),
-                "Check the data directory's permissions.",
-                Retry::RetryableImmediate,
-            )
-        })?
-        else {
-            return Ok(GLOBAL_DEFAULTS);
-        };
-        let config: GlobalConfig = serde_json::from_slice(&bytes).map_err(|e| {
-            ErrorEnvelope::new(
-                ErrorCode::ValidationError,
-                format!("{GLOBAL_PREFERENCES_FILE} in the data directory is invalid: {e}"),
-                "Fix it to {\"preset\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"autonomy\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"riskPolicy\": \"conservative\" | \"balanced\" | \"aggressive\"} (all optional; autonomy and riskPolicy override the preset), or delete it to use the guided preset.",
-                Retry::NotRetryable,
-            )
-        })?;
-        let base = config.preset.map_or(GLOBAL_DEFAULTS, |p| p.preferences());
-        Ok(workrail_spec::event::EffectivePreferences {
-            autonomy: config.autonomy.unwrap_or(base.autonomy),
-            risk_policy: config.risk_policy.unwrap_or(base.risk_policy),
-        })
+        read_global_preferences(self.fs.as_ref())
     }
 
     /// A fresh, random event id.
@@ -1036,6 +1003,46 @@ impl Workrail {
         SessionEvent::new(id, EventIndex::ZERO, session.clone(), scope, data)
             .map_err(|e| invariant(format!("WorkRail built an invalid event: {e}")))
     }
+}
+
+/// Global preference defaults: `config/preferences.json` in the data directory
+/// (`{"preset": …, "autonomy": …, "riskPolicy": …}`, all optional; a key overrides the
+/// preset), else the guided preset. Read at each start and copied into the new run.
+pub(crate) fn read_global_preferences(
+    fs: &dyn StoreFs,
+) -> Result<workrail_spec::event::EffectivePreferences, ErrorEnvelope> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct GlobalConfig {
+        preset: Option<workrail_spec::preferences::ModePreset>,
+        autonomy: Option<workrail_spec::closed::Autonomy>,
+        risk_policy: Option<workrail_spec::closed::RiskPolicy>,
+    }
+    let path = std::path::Path::new(GLOBAL_PREFERENCES_FILE);
+    let Some(bytes) = fs.read(path).map_err(|e| {
+        ErrorEnvelope::new(
+            ErrorCode::StoreIoError,
+            format!("cannot read {GLOBAL_PREFERENCES_FILE}: {e}"),
+            "Check the data directory's permissions.",
+            Retry::RetryableImmediate,
+        )
+    })?
+    else {
+        return Ok(GLOBAL_DEFAULTS);
+    };
+    let config: GlobalConfig = serde_json::from_slice(&bytes).map_err(|e| {
+        ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            format!("{GLOBAL_PREFERENCES_FILE} in the data directory is invalid: {e}"),
+            "Fix it to {\"preset\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"autonomy\": \"guided\" | \"full_auto_stop_on_user_deps\" | \"full_auto_never_stop\", \"riskPolicy\": \"conservative\" | \"balanced\" | \"aggressive\"} (all optional; autonomy and riskPolicy override the preset), or delete it to use the guided preset.",
+            Retry::NotRetryable,
+        )
+    })?;
+    let base = config.preset.map_or(GLOBAL_DEFAULTS, |p| p.preferences());
+    Ok(workrail_spec::event::EffectivePreferences {
+        autonomy: config.autonomy.unwrap_or(base.autonomy),
+        risk_policy: config.risk_policy.unwrap_or(base.risk_policy),
+    })
 }
 
 fn unknown_node(state: &StatePayload) -> ErrorEnvelope {

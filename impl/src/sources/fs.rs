@@ -1,7 +1,7 @@
 //! Directory sources: every `*.json` file directly inside one directory (the only module of the
 //! compiler side that touches the filesystem).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use workrail_spec::ids::Sha256Digest;
@@ -140,4 +140,46 @@ impl WorkflowSource for DirSource {
         }
         Some(print)
     }
+}
+
+/// Reads a workflow source text given on the command line: a file, or stdin for `-`.
+pub fn read_source_text(path: &Path) -> std::io::Result<String> {
+    if path.as_os_str() == "-" {
+        return std::io::read_to_string(std::io::stdin());
+    }
+    std::fs::read_to_string(path)
+}
+
+/// Reads a workflow source file (a document that did not compile, shown for editing).
+pub fn read_source_file(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+/// Writes a workflow source file whole and atomically: a temp file beside it (its mode copied
+/// from the file it replaces), fsync, rename, fsync of the directory, which is created first
+/// when missing. A failure leaves the old file as it was and removes the temp file.
+pub fn write_source_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(crate::store::layout::temp_file_name(&name));
+    let mode = std::fs::metadata(path).ok().map(|m| m.permissions());
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        if let Some(mode) = mode {
+            file.set_permissions(mode)?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    std::fs::File::open(dir)?.sync_all()
 }

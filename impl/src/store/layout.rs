@@ -10,11 +10,13 @@
 //! artifacts/<hex>.json                               structured output artifacts (JCS)
 //! keys/keyring.json                                  token signing keys (0600)
 //! cache/resume-index.v1.jsonl                        derived `resume_session` summaries, safe to delete
+//! servers/<serverId>.json                            a running server's record (decision D85)
+//! servers/<serverId>.lock                            held by that server for its lifetime
 //! ```
 
 use std::path::PathBuf;
 
-use workrail_spec::ids::{EventIndex, SessionId, SnapshotRef, WorkflowHash};
+use workrail_spec::ids::{EventIndex, ServerId, SessionId, SnapshotRef, WorkflowHash};
 use workrail_spec::manifest::segment_rel_path;
 
 pub const SESSIONS_DIR: &str = "sessions";
@@ -27,6 +29,19 @@ pub const KEYRING_FILE: &str = "keys/keyring.json";
 pub const DATA_CACHE_DIR: &str = "cache";
 /// `resume_session`'s persisted summary index (`impl/docs/store.md` "Caches").
 pub const RESUME_INDEX_FILE: &str = "cache/resume-index.v1.jsonl";
+
+/// Records of running servers (decision D85).
+pub const SERVERS_DIR: &str = "servers";
+
+/// `servers/<serverId>.json`.
+pub fn server_record_path(id: &ServerId) -> PathBuf {
+    PathBuf::from(SERVERS_DIR).join(format!("{id}.json"))
+}
+
+/// `servers/<serverId>.lock`: held by the server for its lifetime.
+pub fn server_lock_path(id: &ServerId) -> PathBuf {
+    PathBuf::from(SERVERS_DIR).join(format!("{id}.lock"))
+}
 
 pub fn session_dir(session: &SessionId) -> PathBuf {
     PathBuf::from(SESSIONS_DIR).join(session.as_str())
