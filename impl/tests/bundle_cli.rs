@@ -406,6 +406,10 @@ fn gc_removes_what_crashed_writers_left() {
         ),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("records of servers no longer running, deleted: 0"),
+        "{stdout}"
+    );
     assert!(!stale.exists() && !abandoned.exists());
     assert!(fresh.exists(), "a temp file in flight was deleted");
     assert!(dir.path().join("sessions").join(&session).exists());

@@ -615,14 +615,15 @@ fn gc_text(
         ));
     }
     out.push_str(&format!(
-        "sessions {verb}: {}\nsnapshots {verb}: {}\npinned workflows {verb}: {}\nartifacts {verb}: {}\nunreachable objects kept as too recent: {}\nleft by crashed writers, {verb}: {} uncommitted session directories, {} temp files\n",
+        "sessions {verb}: {}\nsnapshots {verb}: {}\npinned workflows {verb}: {}\nartifacts {verb}: {}\nunreachable objects kept as too recent: {}\nleft by crashed writers, {verb}: {} uncommitted session directories, {} temp files\nrecords of servers no longer running, {verb}: {}\n",
         report.deleted_sessions.len(),
         report.deleted_snapshots.len(),
         report.deleted_pinned_workflows.len(),
         report.deleted_artifacts.len(),
         report.young_objects_kept,
         report.deleted_uncommitted_sessions.len(),
-        report.deleted_temp_files.len()
+        report.deleted_temp_files.len(),
+        report.deleted_server_records.len()
     ));
     out
 }
