@@ -10,6 +10,7 @@
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
 //! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
+//! workrail console [--port N] [--open]    serve the read-only Console on 127.0.0.1 (prints its link)
 //! ```
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (invalid workflow, unknown session,
@@ -135,6 +136,20 @@ enum Command {
         /// Override the configured TTL (days since a session's last change) for this run.
         #[arg(long, value_name = "N")]
         ttl_days: Option<u64>,
+    },
+    /// Serve the Console: a read-only web view of the sessions, their run DAGs and nodes, on
+    /// 127.0.0.1 only.
+    ///
+    /// Prints one line, `WorkRail Console: http://127.0.0.1:<port>/?token=<secret>`, then serves
+    /// until killed. The secret is new on every launch; only a browser that opened that link
+    /// (or holds its cookie) is let in. Writes nothing to the data directory.
+    Console {
+        /// The port to listen on (0 or absent: a free port).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        port: u16,
+        /// Also open the link in the default browser (best effort).
+        #[arg(long)]
+        open: bool,
     },
     /// Manage the token signing keyring.
     Keys {
@@ -346,6 +361,15 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             if report.safe_mode {
                 return Err(safe_mode_text(&report));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Console { port, open } => {
+            // Read-only: the data directory is not created, and nothing in it is written.
+            let mut config = WorkrailConfig::from_env()?;
+            if let Some(dir) = cli.data_dir {
+                config.data_dir = dir;
+            }
+            crate::console::run(crate::console::ConsoleOptions { config, port, open })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys {

@@ -9,6 +9,7 @@
 
 mod advance;
 mod checkpoint;
+mod console;
 pub mod derive;
 mod facts;
 mod functions;
@@ -39,6 +40,7 @@ use workrail_spec::tools::{
     ResumeSessionOutput, StartWorkflowInput, Warning,
 };
 
+pub use self::console::ConsoleLookup;
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
 pub use self::inspect::{RunSummary, SessionSummary};
 pub use self::respond::{render_text, run_label};
@@ -229,6 +231,25 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
+        Self::open_created(config)
+    }
+
+    /// Opens WorkRail on an existing data directory for reading only (the Console): `None`
+    /// while the directory has no keyring yet (nothing was ever written there), and nothing is
+    /// created, so a read-only caller never writes.
+    pub fn open_existing(config: WorkrailConfig) -> Result<Option<Workrail>, ErrorEnvelope> {
+        if !config
+            .data_dir
+            .join(crate::store::layout::KEYRING_FILE)
+            .is_file()
+        {
+            return Ok(None);
+        }
+        Self::open_created(config).map(Some)
+    }
+
+    /// [`Workrail::open`] once the data directory exists.
+    fn open_created(config: WorkrailConfig) -> Result<Workrail, ErrorEnvelope> {
         let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(&config.data_dir));
         let sources = config.sources.clone();
         let cache = crate::sources::CatalogCache::new();
