@@ -222,10 +222,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 None => WorkrailConfig::from_env()?.data_dir,
             };
             let workrail = open(cli.data_dir)?;
+            use crate::gc::RetentionClock as _;
+            let clock = crate::gc::OsRetentionClock::new(data_dir);
             let rows = workrail
-                .sessions_overview()
+                .sessions_by_activity(&|p| clock.modified(p).ok().flatten())
                 .map_err(|e| envelope_text(&e))?;
-            print_stdout(&sessions_text(rows, &data_dir, json)?);
+            print_stdout(&sessions_text(rows, json)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { session_id, all } => {
@@ -483,29 +485,12 @@ fn import_text(report: &crate::bundle::ImportReport) -> String {
 /// `workrail sessions`: newest first by the last change of each session's manifest (the
 /// control stream changes with every commit).
 fn sessions_text(
-    rows: Vec<crate::protocol::SessionOverview>,
-    data_dir: &std::path::Path,
-    json: bool,
-) -> Result<String, String> {
-    use crate::gc::RetentionClock as _;
-    let clock = crate::gc::OsRetentionClock::new(data_dir.to_path_buf());
-    let mut dated: Vec<(
+    dated: Vec<(
         Option<std::time::SystemTime>,
         crate::protocol::SessionOverview,
-    )> = rows
-        .into_iter()
-        .map(|row| {
-            let at = clock
-                .modified(&crate::store::layout::manifest_path(&row.session_id))
-                .ok()
-                .flatten();
-            (at, row)
-        })
-        .collect();
-    dated.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then_with(|| a.1.session_id.cmp(&b.1.session_id))
-    });
+    )>,
+    json: bool,
+) -> Result<String, String> {
     let when = |at: Option<std::time::SystemTime>| at.map(crate::time::rfc3339_utc);
     if json {
         let items: Vec<serde_json::Value> = dated

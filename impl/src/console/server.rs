@@ -252,12 +252,7 @@ async fn sessions_page(State(app): State<App>, Query(filter): Query<sessions::Fi
         };
         use crate::gc::RetentionClock as _;
         let clock = crate::gc::OsRetentionClock::new(data_dir);
-        let mut dated = w.console_sessions(&|p| clock.modified(p).ok().flatten())?;
-        dated.sort_by(|a, b| {
-            b.0.cmp(&a.0)
-                .then_with(|| a.1.session_id.cmp(&b.1.session_id))
-        });
-        Ok(dated.into_iter().map(|(_, row)| row).collect())
+        w.console_sessions(&|p| clock.modified(p).ok().flatten())
     })
     .await;
     match rows {

@@ -49,17 +49,16 @@ fn salvage_of(loaded: &LoadedSession) -> Option<SalvageNotice> {
 }
 
 impl Workrail {
-    /// Every session as a Console row, in session id order (the caller orders by activity).
-    /// `modified` gives a manifest's last change (relative path), when known.
+    /// Every session as a Console row, newest activity first (see
+    /// [`Workrail::sessions_by_activity`]).
     pub fn console_sessions(
         &self,
         modified: &dyn Fn(&std::path::Path) -> Option<std::time::SystemTime>,
-    ) -> Result<Vec<(Option<std::time::SystemTime>, SessionRow)>, String> {
-        let rows = self.sessions_overview().map_err(|e| e.message)?;
+    ) -> Result<Vec<SessionRow>, String> {
+        let rows = self.sessions_by_activity(modified).map_err(|e| e.message)?;
         Ok(rows
             .into_iter()
-            .map(|row| {
-                let at = modified(&crate::store::layout::manifest_path(&row.session_id));
+            .map(|(at, row)| {
                 let mut workflows: Vec<String> = Vec::new();
                 for run in &row.runs {
                     let id = run.workflow_id.to_string();
@@ -68,22 +67,19 @@ impl Workrail {
                     }
                 }
                 let preferred = row.runs.iter().max_by_key(|r| r.tip_last_activity);
-                (
-                    at,
-                    SessionRow {
-                        session_id: row.session_id.to_string(),
-                        health: row.health.clone(),
-                        workflows,
-                        labels: row
-                            .runs
-                            .iter()
-                            .map(|r| bounded(&r.label, TITLE_MAX_BYTES))
-                            .collect(),
-                        status: preferred.map(|r| r.status.as_str().to_owned()),
-                        last_activity: at.map(crate::time::rfc3339_utc),
-                        unresolved_gaps: row.runs.iter().map(|r| r.unresolved_gaps).sum(),
-                    },
-                )
+                SessionRow {
+                    session_id: row.session_id.to_string(),
+                    health: row.health.clone(),
+                    workflows,
+                    labels: row
+                        .runs
+                        .iter()
+                        .map(|r| bounded(&r.label, TITLE_MAX_BYTES))
+                        .collect(),
+                    status: preferred.map(|r| r.status.as_str().to_owned()),
+                    last_activity: at.map(crate::time::rfc3339_utc),
+                    unresolved_gaps: row.runs.iter().map(|r| r.unresolved_gaps).sum(),
+                }
             })
             .collect())
     }

@@ -581,6 +581,29 @@ impl Workrail {
         Ok(rows)
     }
 
+    /// [`Workrail::sessions_overview`] newest first by the last change of each session's
+    /// manifest (the control stream changes with every commit), ties by session id; `modified`
+    /// gives a file's last change (path relative to the data directory), when known. Shared by
+    /// `workrail sessions` and the Console.
+    pub fn sessions_by_activity(
+        &self,
+        modified: &dyn Fn(&std::path::Path) -> Option<std::time::SystemTime>,
+    ) -> Result<Vec<(Option<std::time::SystemTime>, SessionOverview)>, ErrorEnvelope> {
+        let mut dated: Vec<_> = self
+            .sessions_overview()?
+            .into_iter()
+            .map(|row| {
+                let at = modified(&crate::store::layout::manifest_path(&row.session_id));
+                (at, row)
+            })
+            .collect();
+        dated.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then_with(|| a.1.session_id.cmp(&b.1.session_id))
+        });
+        Ok(dated)
+    }
+
     /// A human-readable view of a session: health, runs, DAG, preferred tips, status, outputs.
     pub fn inspect_session(&self, session_id: &str, all: bool) -> Result<String, ErrorEnvelope> {
         inspect::inspect_session(self, session_id, all)
