@@ -175,6 +175,15 @@ fn build(dir: &Path) -> (String, String) {
         json!({"workflowId": "wr.mr_review", "preferences": {"autonomy": "full_auto_never_stop"}}),
     );
     let never_stop = out["session"]["sessionId"].as_str().unwrap().to_owned();
+    // A checkpoint on the first node; the run goes on from the checkpoint node.
+    out = mcp.exec(
+        "checkpoint_workflow",
+        json!({
+            "stateToken": out["stateToken"],
+            "checkpointToken": out["checkpointToken"],
+            "output": {"notesMarkdown": "halfway"},
+        }),
+    );
     for n in 0..50 {
         if out["isComplete"] == true {
             break;
@@ -799,6 +808,27 @@ fn a_never_stop_gap_is_listed_unresolved_on_its_node() {
             .values()
             .any(|p| p.contains("<dd class=\"autonomy\">full_auto_never_stop</dd>"))
     );
+    // The checkpoint: a checkpoint node behind a checkpoint edge.
+    let html = c.page(&format!("/sessions/{}", f.never_stop));
+    let checkpoints: Vec<&str> = tags_with_class(&html, "g", "node")
+        .into_iter()
+        .filter(|g| attr_values(g, "data-kind") == ["checkpoint"])
+        .collect();
+    assert_eq!(checkpoints.len(), 1, "{html}");
+    let to_checkpoint: Vec<&str> = tags_with_class(&html, "path", "edge")
+        .into_iter()
+        .filter(|e| attr_values(e, "data-kind") == ["checkpoint"])
+        .collect();
+    assert_eq!(to_checkpoint.len(), 1, "{html}");
+    assert_eq!(
+        attr_values(to_checkpoint[0], "data-to"),
+        attr_values(checkpoints[0], "data-node-id")
+    );
+    assert_eq!(
+        attr_values(to_checkpoint[0], "data-cause"),
+        ["checkpoint_created"]
+    );
+    assert_eq!(tags_with_class(&html, "g", "tip").len(), 1);
 }
 
 /// lock: L-HEALTH-SALVAGE-READ-ONLY

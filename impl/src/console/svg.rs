@@ -7,13 +7,30 @@ use maud::{Markup, html};
 
 use crate::projections::console::RunView;
 
-const COL: u32 = 200;
 const ROW: u32 = 64;
-const NODE_W: u32 = 172;
 const NODE_H: u32 = 40;
 const PAD: u32 = 12;
-/// Characters of a title drawn inside a node box (the full title is in its `<title>`).
-const DRAWN_TITLE_CHARS: usize = 22;
+/// The gap between columns.
+const GUTTER: u32 = 36;
+/// Node boxes are as wide as the run's longest title needs, within these bounds.
+const NODE_W_MIN: u32 = 150;
+const NODE_W_MAX: u32 = 420;
+/// About how wide one character of a title is drawn (12 px sans-serif).
+const CHAR_W: u32 = 7;
+
+/// The width of the run's node boxes: room for its longest title, within bounds.
+fn node_width(run: &RunView) -> u32 {
+    let longest = run
+        .nodes
+        .iter()
+        .map(|n| u32::try_from(n.title.chars().count()).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(0);
+    longest
+        .saturating_mul(CHAR_W)
+        .saturating_add(16)
+        .clamp(NODE_W_MIN, NODE_W_MAX)
+}
 
 /// Column (depth) and lane of every node, by node id.
 pub fn layout(run: &RunView) -> HashMap<String, (u32, u32)> {
@@ -65,30 +82,23 @@ fn node_class(n: &crate::projections::console::NodeSummary) -> String {
     class
 }
 
-fn drawn_title(title: &str) -> String {
-    if title.chars().count() <= DRAWN_TITLE_CHARS {
-        title.to_owned()
-    } else {
-        let cut: String = title.chars().take(DRAWN_TITLE_CHARS - 1).collect();
-        format!("{cut}…")
-    }
-}
-
 /// The run's DAG; nodes link to their node page under `/sessions/<session>/nodes/`.
 pub fn render(session_id: &str, run: &RunView) -> Markup {
     let place = layout(run);
+    let node_w = node_width(run);
+    let col = node_w + GUTTER;
     let cols = place.values().map(|p| p.0).max().map_or(1, |m| m + 1);
     let lanes = place.values().map(|p| p.1).max().map_or(1, |m| m + 1);
-    let width = cols * COL + 2 * PAD;
+    let width = cols * col - GUTTER + 2 * PAD;
     let height = lanes * ROW + 2 * PAD;
-    let at = |id: &str| place.get(id).map(|&(c, l)| (PAD + c * COL, PAD + l * ROW));
+    let at = |id: &str| place.get(id).map(|&(c, l)| (PAD + c * col, PAD + l * ROW));
     html! {
         svg class="dag" xmlns="http://www.w3.org/2000/svg" width=(width) height=(height)
             viewBox=(format!("0 0 {width} {height}")) role="img"
             aria-label=(format!("DAG of run {}", run.run_id)) {
             @for e in &run.edges {
                 @if let (Some((x1, y1)), Some((x2, y2))) = (at(&e.from), at(&e.to)) {
-                    @let (sx, sy, tx, ty) = (x1 + NODE_W, y1 + NODE_H / 2, x2, y2 + NODE_H / 2);
+                    @let (sx, sy, tx, ty) = (x1 + node_w, y1 + NODE_H / 2, x2, y2 + NODE_H / 2);
                     @let mid = (sx + tx) / 2;
                     path class=(format!("edge {}", e.kind)) data-from=(e.from) data-to=(e.to)
                         data-kind=(e.kind) data-cause=(e.cause)
@@ -103,8 +113,8 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
                             @if n.is_tip { ", preferred tip" }
                             @if n.blocked_attempts > 0 { ", " (n.blocked_attempts) " blocked attempt(s)" } }
                         a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id)) {
-                            rect x=(x) y=(y) width=(NODE_W) height=(NODE_H) rx="6" {}
-                            text class="title" x=(x + 8) y=(y + 17) data-full=(n.title) { (drawn_title(&n.title)) }
+                            rect x=(x) y=(y) width=(node_w) height=(NODE_H) rx="6" {}
+                            text class="title" x=(x + 8) y=(y + 17) { (n.title) }
                             text class="sub" x=(x + 8) y=(y + 32) { (n.kind) " · #" (n.created_index) }
                         }
                     }

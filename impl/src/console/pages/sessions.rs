@@ -126,3 +126,41 @@ pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(i: usize) -> SessionRow {
+        SessionRow {
+            session_id: format!("sess_{i:016}"),
+            health: "healthy".into(),
+            workflows: vec!["wr.mr_review".into()],
+            labels: vec![format!("Review #{i}")],
+            status: Some("in_progress".into()),
+            last_activity: None,
+            unresolved_gaps: 0,
+        }
+    }
+
+    #[test]
+    fn sessions_are_paged_by_25_with_prev_and_next_links() {
+        let rows: Vec<SessionRow> = (0..30).map(row).collect();
+        let first = render(&rows, &Filter::default()).into_string();
+        assert_eq!(first.matches("<tr class=\"session\"").count(), PAGE_SIZE);
+        assert!(first.contains("rel=\"next\" href=\"/?page=2\""), "{first}");
+        assert!(!first.contains("rel=\"prev\""));
+        let filter = Filter {
+            q: Some("review".into()),
+            page: Some("2".into()),
+            ..Filter::default()
+        };
+        let second = render(&rows, &filter).into_string();
+        assert_eq!(second.matches("<tr class=\"session\"").count(), 5);
+        assert!(
+            second.contains("rel=\"prev\" href=\"/?q=review&amp;page=1\""),
+            "{second}"
+        );
+        assert!(!second.contains("rel=\"next\""));
+    }
+}
