@@ -115,7 +115,11 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
                         a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id)) {
                             rect x=(x) y=(y) width=(node_w) height=(NODE_H) rx="6" {}
                             text class="title" x=(x + 8) y=(y + 17) { (n.title) }
-                            text class="sub" x=(x + 8) y=(y + 32) { (n.kind) " · #" (n.created_index) }
+                            text class="sub" x=(x + 8) y=(y + 32) {
+                                (n.kind) " · #" (n.created_index)
+                                @if n.is_tip { " · tip" }
+                                @if n.blocked_attempts > 0 { " · " (n.blocked_attempts) " blocked" }
+                            }
                         }
                     }
                 }

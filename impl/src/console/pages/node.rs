@@ -23,7 +23,7 @@ pub fn render(view: &NodeView) -> Markup {
             dl id="node-facts" {
                 dt { "Node" } dd class="node-id" { code { (n.node_id) } }
                 dt { "Kind" } dd class="kind" { (n.kind) }
-                dt { "Step" } dd class="step-id" { @if let Some(s) = &n.step_id { code { (s) } } @else { "none (complete)" } }
+                dt { "Waits at step" } dd class="step-id" { @if let Some(s) = &n.step_id { code { (s) } } @else { "none (complete)" } }
                 dt { "Created order" } dd class="created-index" { (n.created_index) }
                 dt { "Run" } dd { code { (view.run_id) } " (" code { (view.workflow_id) } ")" }
                 dt { "Parent" } dd { @if let Some(p) = &n.parent { a href=(format!("/sessions/{}/nodes/{p}", view.session_id)) { code { (p) } } } @else { "none (root)" } }
@@ -31,6 +31,7 @@ pub fn render(view: &NodeView) -> Markup {
             }
             section id="notes" {
                 h2 { "Notes" }
+                p class="hint" { "The recap notes of the acknowledgement that created this node (the latest, when corrected)." }
                 @match &view.notes {
                     Some(notes) => div class="markdown" { (PreEscaped(crate::console::markdown::to_safe_html(notes))) },
                     None => (empty("No notes recorded at this node.")),
