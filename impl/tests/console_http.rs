@@ -436,7 +436,7 @@ fn copy_dir(from: &Path, to: &Path) {
 // Tests.
 
 #[test]
-fn the_link_line_carries_a_fresh_secret_and_only_loopback_is_bound() {
+fn the_link_line_names_loopback_and_a_fresh_secret() {
     let f = fixture();
     let a = Console::start(f.dir.path());
     let b = Console::start(f.dir.path());

@@ -3,7 +3,11 @@
 
 use pulldown_cmark::{Event, Options, Parser, html};
 
-/// Sanitized HTML for a Markdown text.
+use crate::projections::console::{NOTES_MAX_BYTES, bounded};
+
+/// Sanitized HTML for a Markdown text, at most about [`NOTES_MAX_BYTES`]: HTML longer than that
+/// is cut with the canonical truncation marker before it is sanitized, which closes whatever
+/// the cut left open.
 pub fn to_safe_html(markdown: &str) -> String {
     let parser = Parser::new_ext(
         markdown,
@@ -18,7 +22,7 @@ pub fn to_safe_html(markdown: &str) -> String {
     html::push_html(&mut out, parser);
     ammonia::Builder::default()
         .link_rel(Some("noopener noreferrer nofollow"))
-        .clean(&out)
+        .clean(&bounded(&out, NOTES_MAX_BYTES))
         .to_string()
 }
 
@@ -36,5 +40,8 @@ mod tests {
         assert!(html.contains("<h1>Title</h1>"), "{html}");
         let link = to_safe_html("[x](javascript:alert(1))");
         assert!(!link.contains("javascript:"), "{link}");
+        let long = to_safe_html(&"- **item** `code`\n".repeat(10_000));
+        assert!(long.len() < NOTES_MAX_BYTES + 1024, "{}", long.len());
+        assert!(long.contains("[TRUNCATED]"));
     }
 }
