@@ -265,15 +265,7 @@ async fn sessions_page(State(app): State<App>, Query(filter): Query<sessions::Fi
 async fn session_page(State(app): State<App>, Path(id): Path<String>) -> Response {
     let key = id.clone();
     let found = read(&app, move |w| match w {
-        Some(w) => match (w.console_session(&key), w.console_version(&key)) {
-            (ConsoleLookup::Found(view), ConsoleLookup::Found(version)) => {
-                ConsoleLookup::Found((view, version))
-            }
-            (ConsoleLookup::Unreadable(e), _) | (_, ConsoleLookup::Unreadable(e)) => {
-                ConsoleLookup::Unreadable(e)
-            }
-            _ => ConsoleLookup::NotFound,
-        },
+        Some(w) => w.console_session(&key),
         None => ConsoleLookup::NotFound,
     })
     .await;
@@ -281,7 +273,7 @@ async fn session_page(State(app): State<App>, Path(id): Path<String>) -> Respons
         Ok(found) => lookup_response(
             found,
             &format!("No session {id} in this data directory."),
-            |(view, version)| html(StatusCode::OK, session::render(&view, &version)),
+            |view| html(StatusCode::OK, session::render(&view)),
         ),
         Err(response) => response,
     }

@@ -96,6 +96,9 @@ impl SessionRow {
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     pub session_id: String,
+    /// The live-update version of the log this view was built from (see
+    /// `Workrail::console_version`).
+    pub version: String,
     pub health: String,
     pub salvage: Option<SalvageNotice>,
     pub events: usize,

@@ -33,6 +33,16 @@ fn compact<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+fn version_of(l: &LoadedSession) -> String {
+    format!(
+        "m{}.{}-e{}-{}",
+        l.manifest_committed_bytes,
+        l.manifest_file_bytes,
+        l.events.len(),
+        l.health.kind().as_str()
+    )
+}
+
 fn salvage_of(loaded: &LoadedSession) -> Option<SalvageNotice> {
     let c = loaded.health.corruption()?;
     Some(SalvageNotice {
@@ -100,13 +110,7 @@ impl Workrail {
     /// health. Read path only.
     pub fn console_version(&self, session_id: &str) -> ConsoleLookup<String> {
         match self.console_load(session_id) {
-            ConsoleLookup::Found(l) => ConsoleLookup::Found(format!(
-                "m{}.{}-e{}-{}",
-                l.manifest_committed_bytes,
-                l.manifest_file_bytes,
-                l.events.len(),
-                l.health.kind().as_str()
-            )),
+            ConsoleLookup::Found(l) => ConsoleLookup::Found(version_of(&l)),
             ConsoleLookup::NotFound => ConsoleLookup::NotFound,
             ConsoleLookup::Unreadable(e) => ConsoleLookup::Unreadable(e),
         }
@@ -213,6 +217,7 @@ impl Workrail {
         }
         ConsoleLookup::Found(SessionView {
             session_id: loaded.session_id.to_string(),
+            version: version_of(&loaded),
             health: loaded.health.kind().as_str().to_owned(),
             salvage: salvage_of(&loaded),
             events: loaded.events.len(),

@@ -5,12 +5,12 @@ use maud::{Markup, html};
 use super::layout::{page, salvage_banner};
 use crate::projections::console::{LIST_MAX, SessionView};
 
-/// The page for one session; `version` is the live-update version it was rendered at.
-pub fn render(view: &SessionView, version: &str) -> Markup {
+/// The page for one session, with the live-update version it was rendered at.
+pub fn render(view: &SessionView) -> Markup {
     let url = format!("/sessions/{}/version", view.session_id);
     page(
         &format!("Session {}", view.session_id),
-        Some((version, &url)),
+        Some((&view.version, &url)),
         html! {
             h1 { "Session " code { (view.session_id) } }
             @if let Some(notice) = &view.salvage { (salvage_banner(&view.session_id, notice)) }
@@ -20,12 +20,12 @@ pub fn render(view: &SessionView, version: &str) -> Markup {
                 " · " (view.runs.len()) " run(s)"
             }
             ul class="legend" {
-                li { span class="swatch node" {} "step node" }
-                li { span class="swatch node checkpoint" {} "checkpoint node" }
-                li { span class="swatch node tip" {} "preferred tip" }
-                li { span class="swatch node blocked-attempt" {} "node with blocked attempts" }
-                li { span class="swatch edge" {} "acknowledged step" }
-                li { span class="swatch edge checkpoint" {} "checkpoint edge" }
+                li { span class="swatch swatch-step" {} "step node" }
+                li { span class="swatch swatch-checkpoint" {} "checkpoint node" }
+                li { span class="swatch swatch-tip" {} "preferred tip" }
+                li { span class="swatch swatch-blocked" {} "node with blocked attempts" }
+                li { span class="swatch swatch-edge" {} "acknowledged step" }
+                li { span class="swatch swatch-edge-checkpoint" {} "checkpoint edge" }
                 li { "A node with two or more outgoing steps is a fork (a rewind that went another way)." }
             }
             @if view.runs.is_empty() {
