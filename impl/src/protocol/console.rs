@@ -10,7 +10,7 @@ use workrail_spec::reason::ReasonCode;
 
 use super::Workrail;
 use super::facts::Facts;
-use super::inspect::session_summary_read_only;
+use super::inspect::{NodeStep, node_step, session_summary_read_only};
 use crate::projections::NodeInfo;
 use crate::projections::console::{
     ArtifactView, BlockedAttempt, BlockerView, CapabilityView, DecisionView, DivergenceView,
@@ -124,22 +124,12 @@ impl Workrail {
         info: &NodeInfo,
         tip: Option<&NodeId>,
     ) -> NodeSummary {
-        let (step_id, title) = match self.snapshots.get_shared(&info.snapshot_ref) {
-            Ok(snapshot) => {
-                let engine = &snapshot.engine_payload.engine_state;
-                match engine.pending_step() {
-                    Some(pending) => {
-                        let title = compiled
-                            .and_then(|c| c.step(&pending.step_id))
-                            .map(|s| s.title.clone())
-                            .unwrap_or_else(|| pending.step_id.to_string());
-                        (Some(pending.step_id.to_string()), title)
-                    }
-                    None if engine.is_complete() => (None, "complete".to_owned()),
-                    None => (None, "no pending step".to_owned()),
-                }
+        let (step_id, title) = match node_step(self, compiled, info) {
+            NodeStep::Pending { step_id, title } => {
+                let title = title.unwrap_or_else(|| step_id.to_string());
+                (Some(step_id.to_string()), title)
             }
-            Err(_) => (None, "snapshot unreadable".to_owned()),
+            other => (None, other.label().to_owned()),
         };
         let blocked_attempts = facts
             .advance_records(&info.node_id)
