@@ -220,10 +220,20 @@ struct Console {
 
 impl Console {
     fn start(data_dir: &Path) -> Console {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        Console::start_with(data_dir, &[], None)
+    }
+
+    /// `workrail console` with extra arguments, and optionally its `PATH`.
+    fn start_with(data_dir: &Path, args: &[&str], path: Option<&Path>) -> Console {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
+        if let Some(path) = path {
+            command.env("PATH", path);
+        }
+        let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
             .arg("console")
+            .args(args)
             .env("HOME", data_dir)
             .env_remove("WORKRAIL_DATA_DIR")
             .env_remove("WORKRAIL_WORKFLOW_DIRS")
@@ -231,7 +241,7 @@ impl Console {
             .current_dir(data_dir.parent().unwrap())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn workrail console");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
@@ -458,6 +468,34 @@ fn the_link_line_names_loopback_and_a_fresh_secret() {
         );
     }
     assert_ne!(a.secret, b.secret, "a new secret on every launch");
+}
+
+#[test]
+fn the_port_is_the_one_asked_for_and_a_failed_open_is_only_a_warning() {
+    let f = fixture();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // No browser launcher can be found on an empty PATH.
+    let empty = tempfile::tempdir().unwrap();
+    let mut c = Console::start_with(
+        f.dir.path(),
+        &["--port", &port.to_string(), "--open"],
+        Some(empty.path()),
+    );
+    assert_eq!(c.port, port, "{}", c.line);
+    assert!(c.page("/").contains("<table id=\"sessions\">"));
+    let mut stderr = c.child.stderr.take().unwrap();
+    let _ = c.child.kill();
+    let _ = c.child.wait();
+    let mut warning = String::new();
+    stderr.read_to_string(&mut warning).unwrap();
+    assert!(
+        warning.contains("warning: cannot open a browser"),
+        "{warning}"
+    );
 }
 
 #[test]
