@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod cli;
 pub mod compiler;
 pub mod control;
+pub mod console;
 pub mod engine;
 pub mod entropy;
 pub mod features;
