@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use console_support::{Console, Demo, Mcp, build_demo_data_dir, copy_dir, corrupt_last_segment};
+use console_support::{
+    Console, Demo, Mcp, USER_WORKFLOW_ID, build_demo_data_dir, copy_dir, corrupt_last_segment,
+    new_root, user_workflow_source, user_workflows,
+};
 use serde_json::{Value, json};
 
 const CHROMEDRIVER: &str = "chromedriver";
@@ -264,7 +267,8 @@ impl Drop for Browser {
 
 /// A demo data directory, its Console, and a browser signed in with the printed link.
 struct Setup {
-    data: tempfile::TempDir,
+    _root: tempfile::TempDir,
+    data: PathBuf,
     demo: Demo,
     console: Console,
     browser: Browser,
@@ -272,12 +276,13 @@ struct Setup {
 
 fn setup() -> Option<Setup> {
     let binary = chromium()?;
-    let data = tempfile::tempdir().unwrap();
-    let demo = build_demo_data_dir(data.path());
-    let console = Console::start(data.path());
+    let (root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let console = Console::start(&data);
     let browser = Browser::start(&binary);
     browser.goto(&console.url);
     Some(Setup {
+        _root: root,
         data,
         demo,
         console,
@@ -304,11 +309,21 @@ fn the_printed_link_signs_in_and_the_session_list_shows_every_run() {
         .iter()
         .map(|r| r["attrs"]["data-session-id"].as_str().unwrap())
         .collect();
-    assert_eq!(rows.len(), 2, "{ids:?}");
-    assert!(ids.contains(&s.demo.forked_session.as_str()), "{ids:?}");
-    assert!(ids.contains(&s.demo.gap_session.as_str()), "{ids:?}");
-    for cell in b.all("table#sessions tr.session td.workflow") {
-        assert!(cell["text"].as_str().unwrap().contains("wr.mr_review"));
+    assert_eq!(rows.len(), 3, "{ids:?}");
+    for session in [
+        &s.demo.forked_session,
+        &s.demo.gap_session,
+        &s.demo.user_run.0,
+    ] {
+        assert!(ids.contains(&session.as_str()), "{ids:?}");
+    }
+    // Newest first: the user workflow's run started last.
+    assert_eq!(ids[0], s.demo.user_run.0, "{ids:?}");
+    for session in [&s.demo.forked_session, &s.demo.gap_session] {
+        let cell = b.text(&format!(
+            "tr.session[data-session-id=\"{session}\"] td.workflow"
+        ));
+        assert!(cell.contains("wr.mr_review"), "{cell}");
     }
     for cell in b.all("table#sessions tr.session td.health") {
         assert_eq!(cell["text"], "healthy");
@@ -343,7 +358,6 @@ fn the_printed_link_signs_in_and_the_session_list_shows_every_run() {
     b.resize(390, 844);
     b.assert_no_horizontal_scroll();
     s.browser.shot("sessions-390");
-    drop(s.data);
 }
 
 /// The run DAG of a forked run: two branches out of the first step, exactly one preferred tip,
@@ -477,12 +491,12 @@ fn a_never_stop_gap_is_shown_on_its_node() {
 #[test]
 fn a_corrupted_copy_shows_the_salvage_banner() {
     let Some(binary) = chromium() else { return };
-    let data = tempfile::tempdir().unwrap();
-    let demo = build_demo_data_dir(data.path());
-    let copy = tempfile::tempdir().unwrap();
-    copy_dir(data.path(), copy.path());
-    corrupt_last_segment(copy.path(), &demo.forked_session);
-    let console = Console::start(copy.path());
+    let (_root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let (_copy_root, copy) = new_root();
+    copy_dir(&data, &copy);
+    corrupt_last_segment(&copy, &demo.forked_session);
+    let console = Console::start(&copy);
     let mut browser = Browser::start(&binary);
     browser.goto(&console.url);
     let health = browser.all(&format!(
@@ -525,7 +539,7 @@ fn a_request_without_the_secret_is_refused() {
     assert!(b.text("h1").contains("This Console needs its link"));
     // The printed link still works afterwards.
     b.goto(&s.console.url);
-    assert_eq!(b.all("table#sessions tr.session").len(), 2);
+    assert_eq!(b.all("table#sessions tr.session").len(), 3);
 }
 
 /// The session page follows an agent's progress without a reload.
@@ -535,7 +549,7 @@ fn the_session_page_follows_new_advances_without_a_reload() {
     let b = &s.browser;
     b.goto(&session_url(&s.console, &s.demo.forked_session));
     let before = b.all("section.run svg.dag g.node").len();
-    let mut mcp = Mcp::start(s.data.path());
+    let mut mcp = Mcp::start(&s.data);
     mcp.ack(
         &s.demo.forked_tip,
         "The agent goes on while the page is open.",
@@ -544,4 +558,205 @@ fn the_session_page_follows_new_advances_without_a_reload() {
     b.eventually(15, "the new node appearing", |b| {
         b.all("section.run svg.dag g.node").len() == before + 1
     });
+}
+
+/// The Workflows page lists every source with its access; the bundled ones are read-only with a
+/// copy to an editable namespace.
+#[test]
+fn workflows_are_listed_and_bundled_ones_are_read_only_with_a_copy() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&format!("{}/workflows", s.console.origin));
+    let rows = b.all("table#workflows tr.workflow");
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-workflow-id"].as_str().unwrap())
+        .collect();
+    for id in ["wr.mr_review", "wr.coding_task", USER_WORKFLOW_ID] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    let access = |id: &str| b.text(&format!("tr.workflow[data-workflow-id=\"{id}\"] td.access"));
+    assert_eq!(access("wr.mr_review"), "read-only");
+    assert_eq!(access(USER_WORKFLOW_ID), "editable");
+    s.browser.shot("workflows");
+
+    let b = &s.browser;
+    b.goto(&format!("{}/workflows/wr.mr_review", s.console.origin));
+    assert!(!b.all("p#read-only").is_empty(), "{}", b.body_text());
+    assert!(
+        b.all("form#edit").is_empty(),
+        "a bundled workflow has no edit form"
+    );
+    assert!(b.text("section#source pre").contains("\"wr.mr_review\""));
+    assert!(
+        b.text("section#compiled code.workflow-hash")
+            .starts_with("sha256:")
+    );
+    b.js(
+        "document.querySelector('form#copy input[name=newId]').value = 'user.my_review'; \
+         document.querySelector('form#copy').submit(); return null;",
+    );
+    b.eventually(10, "the copy's page", |b| {
+        b.url().ends_with("/workflows/user.my_review")
+    });
+    assert!(!b.all("form#edit textarea[name=source]").is_empty());
+    let copied = user_workflows(&s.data).join("my_review.json");
+    let copied = std::fs::read_dir(user_workflows(&s.data))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .contains("\"user.my_review\"")
+        })
+        .unwrap_or_else(|| panic!("no copy in the user directory (expected like {copied:?})"));
+    assert!(copied.starts_with(user_workflows(&s.data)));
+    s.browser.shot("workflow-bundled");
+}
+
+/// lock: L-CONSOLE-EDIT-SOURCE, L-CONSOLE-INSPECT
+/// An edit that does not compile is refused at its field and writes nothing; a good one is
+/// saved into the source file; the run that pinned the old version then shows the drift, with
+/// its pinned snapshot beside the new compiled one.
+#[test]
+fn an_edit_is_rejected_with_its_pointer_then_saved_and_the_pinned_run_shows_drift() {
+    let Some(mut s) = setup() else { return };
+    let file = user_workflows(&s.data).join("release_check.json");
+    let before = std::fs::read_to_string(&file).unwrap();
+    let (session, run) = s.demo.user_run.clone();
+    let page = format!("{}/workflows/{USER_WORKFLOW_ID}", s.console.origin);
+    let pinned_page = format!("{page}?session={session}&run={run}");
+    let b = &s.browser;
+    b.goto(&pinned_page);
+    assert!(
+        b.all("#drift-warning").is_empty(),
+        "in sync before the edit"
+    );
+    let pinned_hash = b.text("section#pinned code.pinned-hash");
+    assert_eq!(b.text("section#compiled code.workflow-hash"), pinned_hash);
+
+    // A step without a prompt: refused with the pointer at that field, nothing written.
+    let mut broken: Value = serde_json::from_str(&before).unwrap();
+    broken["steps"][1].as_object_mut().unwrap().remove("prompt");
+    let set_and_save = |b: &Browser, text: &str| {
+        b.js(&format!(
+            "document.querySelector('form#edit textarea[name=source]').value = {}; \
+             document.querySelector('form#edit button#save').click(); return null;",
+            json!(text)
+        ));
+    };
+    b.goto(&page);
+    set_and_save(b, &serde_json::to_string_pretty(&broken).unwrap());
+    b.eventually(10, "the errors", |b| {
+        !b.all("ul#errors li.error").is_empty()
+    });
+    let errors = b.all("ul#errors li.error");
+    assert!(
+        errors.iter().any(|e| e["attrs"]["data-pointer"]
+            .as_str()
+            .unwrap()
+            .starts_with("/steps/1")),
+        "{errors:?}"
+    );
+    assert!(
+        b.js("return document.querySelector('form#edit textarea[name=source]').value;")
+            .as_str()
+            .unwrap()
+            .contains("Smoke test"),
+        "the submitted text is kept"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        before,
+        "nothing written"
+    );
+    s.browser.shot("workflow-edit-rejected");
+
+    // Fixed: saved into the source file.
+    let b = &s.browser;
+    set_and_save(
+        b,
+        &user_workflow_source("Run the smoke tests on staging first."),
+    );
+    b.eventually(10, "the saved notice", |b| !b.all("p#saved").is_empty());
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("on staging first")
+    );
+
+    // The run pinned the old version: drift, both hashes named, the pinned snapshot unchanged.
+    b.goto(&pinned_page);
+    let warning = b.all("#drift-warning");
+    assert_eq!(warning.len(), 1, "{}", b.body_text());
+    assert_eq!(warning[0]["attrs"]["data-status"], "changed");
+    let current_hash = b.text("section#compiled code.workflow-hash");
+    assert_ne!(current_hash, pinned_hash);
+    let text = warning[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&pinned_hash) && text.contains(&current_hash),
+        "{text}"
+    );
+    assert_eq!(b.text("section#pinned code.pinned-hash"), pinned_hash);
+    assert!(
+        b.text("section#pinned pre")
+            .contains("Run the smoke tests.")
+    );
+    s.browser.shot("workflow-drift");
+    let b = &s.browser;
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+    s.browser.shot("workflow-drift-390");
+}
+
+/// lock: L-CONSOLE-APPLIED-CONFIG, L-CONSOLE-RESTART-TRIGGERS
+/// A running server's applied config is shown against the desired one; switching on a flag
+/// that gates a tool makes that server restart-required, naming the trigger.
+#[test]
+fn desired_versus_applied_after_a_flag_change() {
+    let Some(mut s) = setup() else { return };
+    let server = Mcp::start(&s.data);
+    let b = &s.browser;
+    b.goto(&format!("{}/config", s.console.origin));
+    b.eventually(10, "the running server", |b| {
+        !b.all("div.server").is_empty()
+    });
+    let servers = b.all("div.server");
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    assert_eq!(servers[0]["attrs"]["data-restart-required"], "false");
+    assert_eq!(
+        servers[0]["attrs"]["data-applied-hash"].as_str().unwrap(),
+        b.text("code#desired-hash"),
+        "in sync: applied is desired"
+    );
+    assert!(b.all("span.restart-badge").is_empty());
+    s.browser.shot("config-in-sync");
+
+    // `start_session` is off by default and gates its tool.
+    let b = &s.browser;
+    b.js(
+        "document.querySelector('form#flags input[name=start_session]').checked = true; \
+         document.querySelector('form#flags button#save-flags').click(); return null;",
+    );
+    b.eventually(10, "the restart badge", |b| {
+        !b.all("div.server[data-restart-required=\"true\"] span.restart-badge")
+            .is_empty()
+    });
+    let kinds: Vec<String> = b
+        .all("div.server li.trigger")
+        .iter()
+        .map(|t| t["attrs"]["data-kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.contains(&"tool_set_changed".to_owned()), "{kinds:?}");
+    assert!(
+        kinds.contains(&"tool_gating_flag_changed".to_owned()),
+        "{kinds:?}"
+    );
+    let features = std::fs::read_to_string(s.data.join("config").join("features.json")).unwrap();
+    assert!(
+        features.contains("\"start_session\": true") || features.contains("\"start_session\":true"),
+        "{features}"
+    );
+    s.browser.shot("config-restart-required");
+    server.close();
 }

@@ -25,18 +25,60 @@ pub struct Mcp {
     next_id: i64,
 }
 
-/// The environment every child gets: the data directory, and no workflow directories of the
-/// developer's own.
+/// The home and project directories of the tests' `workrail` processes: siblings of the data
+/// directory (`<root>/data` beside `<root>/home` and `<root>/project`), so that every process
+/// on one data directory sees the same workflow sources.
+pub fn home_dir(data_dir: &Path) -> PathBuf {
+    data_dir.parent().unwrap().join("home")
+}
+
+pub fn project_dir(data_dir: &Path) -> PathBuf {
+    data_dir.parent().unwrap().join("project")
+}
+
+/// The user workflow directory (`~/.workrail/workflows`).
+pub fn user_workflows(data_dir: &Path) -> PathBuf {
+    home_dir(data_dir).join(".workrail").join("workflows")
+}
+
+/// A fresh `<root>/data` for [`build_demo_data_dir`].
+pub fn new_root() -> (tempfile::TempDir, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    (root, data)
+}
+
+/// A `workrail` command on `data_dir`, with its home and project directories (never the
+/// developer's own workflow directories).
 pub fn workrail(data_dir: &Path) -> Command {
+    let (home, project) = (home_dir(data_dir), project_dir(data_dir));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
     command
         .env("WORKRAIL_DATA_DIR", data_dir)
-        .env("HOME", data_dir)
+        .env("HOME", home)
         .env_remove("WORKRAIL_WORKFLOW_DIRS")
         .env_remove("WORKRAIL_FEATURES")
         .env_remove("XDG_DATA_HOME")
-        .current_dir(data_dir.ancestors().find(|p| p.is_dir()).unwrap());
+        .current_dir(project);
     command
+}
+
+/// The user workflow the demo runs: two steps, editable.
+pub const USER_WORKFLOW_ID: &str = "user.release_check";
+
+pub fn user_workflow_source(second_prompt: &str) -> String {
+    serde_json::to_string_pretty(&json!({
+        "id": USER_WORKFLOW_ID,
+        "name": "Release check",
+        "description": "Checks a release before it ships.",
+        "steps": [
+            {"id": "changelog", "title": "Read the changelog", "prompt": "Read the changelog and list what changed."},
+            {"id": "smoke", "title": "Smoke test", "prompt": second_prompt},
+        ],
+    }))
+    .unwrap()
 }
 
 impl Mcp {
@@ -145,13 +187,22 @@ pub struct Demo {
     pub gap_session: String,
     /// The open state of the forked run's original branch, to advance it later.
     pub forked_tip: Value,
+    /// The run of [`USER_WORKFLOW_ID`]: `(sessionId, runId)`.
+    pub user_run: (String, String),
 }
 
 /// Builds, through the real server: a guided `wr.mr_review` run whose first step was acked
 /// twice (a rewind, so a fork), whose original branch reached `verify_findings` and was blocked
 /// there for want of its required output; and a never-stop run of the same workflow that went
-/// past `verify_findings` with a gap.
+/// past `verify_findings` with a gap; and a run of the user workflow [`USER_WORKFLOW_ID`].
 pub fn build_demo_data_dir(data_dir: &Path) -> Demo {
+    let user = user_workflows(data_dir);
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("release_check.json"),
+        user_workflow_source("Run the smoke tests."),
+    )
+    .unwrap();
     let mut mcp = Mcp::start(data_dir);
     let s0 = mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
     let s1 = mcp.ack(&s0, SCRIPTED_NOTES);
@@ -186,7 +237,13 @@ pub fn build_demo_data_dir(data_dir: &Path) -> Demo {
         "No verification report: recorded as a gap, the run goes on.",
     );
     assert_ne!(n5["kind"], "blocked", "never-stop does not block: {n5}");
+    let u0 = mcp.exec("start_workflow", json!({"workflowId": USER_WORKFLOW_ID}));
+    let user_run = (
+        u0["session"]["sessionId"].as_str().unwrap().to_owned(),
+        u0["session"]["runId"].as_str().unwrap().to_owned(),
+    );
     let demo = Demo {
+        user_run,
         forked_session: s0["session"]["sessionId"].as_str().unwrap().to_owned(),
         gap_session: n0["session"]["sessionId"].as_str().unwrap().to_owned(),
         forked_tip: forked,
