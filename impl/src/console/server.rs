@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Form, Path, Query, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use maud::Markup;
 
 use super::auth;
-use super::pages::{layout, node, session, sessions};
+use super::pages::{config, layout, node, session, sessions, workflows};
 use crate::projections::console::SessionRow;
 use crate::protocol::{ConsoleLookup, Workrail, WorkrailConfig};
 
@@ -129,6 +129,11 @@ fn router(app: App) -> Router {
         .route("/sessions/{session}", get(session_page))
         .route("/sessions/{session}/version", get(version))
         .route("/sessions/{session}/nodes/{node}", get(node_page))
+        .route("/workflows", get(workflows_page))
+        .route("/workflows/{id}", get(workflow_page).post(save_workflow))
+        .route("/workflows/{id}/copy", post(copy_workflow))
+        .route("/config", get(config_page))
+        .route("/config/flags", post(save_flags))
         .route(
             "/assets/console.css",
             get(|| async { asset("text/css; charset=utf-8", CSS) }),
@@ -314,4 +319,288 @@ async fn node_page(
         ),
         Err(response) => response,
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows and Config (locks §6): the data and every write come from `crate::control`, over
+// the sources of the Console's own environment (decision D87). Every POST has passed `guard`.
+
+/// 303 to `location`, after a successful POST.
+fn see_other(location: &str) -> Response {
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, location)
+        .body(Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&Shared) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let app = Arc::clone(app);
+    tokio::task::spawn_blocking(move || f(&app))
+        .await
+        .map_err(|e| {
+            html(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                layout::unreadable(&e.to_string()),
+            )
+        })
+}
+
+/// The value of `name` in a submitted form.
+fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
+    form.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn error_status(e: &workrail_spec::error::ErrorEnvelope) -> StatusCode {
+    use workrail_spec::error::ErrorCode;
+    match e.code {
+        ErrorCode::WorkflowNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::ValidationError | ErrorCode::WorkflowInvalid => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+async fn workflows_page(State(app): State<App>) -> Response {
+    match blocking(&app, |app| {
+        crate::control::list_workflows(&app.config.sources)
+    })
+    .await
+    {
+        Ok(list) => html(StatusCode::OK, workflows::list(&list)),
+        Err(response) => response,
+    }
+}
+
+/// The workflow page's query: a selected run, and the notice after a save.
+#[derive(Debug, Default, serde::Deserialize)]
+struct WorkflowQuery {
+    session: Option<String>,
+    run: Option<String>,
+    saved: Option<String>,
+}
+
+/// The runs of this data directory whose workflow is `id` (read path only).
+fn pinned_runs(app: &Shared, id: &str) -> (Vec<workflows::PinnedRun>, bool) {
+    let Ok(Some(w)) = app.workrail() else {
+        return (Vec::new(), false);
+    };
+    let Ok(rows) = w.console_sessions(&|_| None) else {
+        return (Vec::new(), false);
+    };
+    let mut runs = Vec::new();
+    for row in rows.iter().filter(|r| r.workflows.iter().any(|w| w == id)) {
+        let ConsoleLookup::Found(view) = w.console_session(&row.session_id) else {
+            continue;
+        };
+        for run in view.runs.iter().filter(|r| r.workflow_id == id) {
+            if runs.len() == crate::projections::console::LIST_MAX {
+                return (runs, true);
+            }
+            runs.push(workflows::PinnedRun {
+                session_id: view.session_id.clone(),
+                run_id: run.run_id.clone(),
+                label: run.label.clone(),
+                status: run.status.clone(),
+            });
+        }
+    }
+    (runs, false)
+}
+
+/// Renders one workflow's page (with `form` after a refused POST) with `status`.
+fn workflow_response(
+    app: &Shared,
+    id: &str,
+    query: &WorkflowQuery,
+    form: &workflows::FormState,
+    status: StatusCode,
+) -> Response {
+    let detail = match crate::control::show_workflow(&app.config.sources, id) {
+        Ok(detail) => detail,
+        Err(e) => {
+            let status = match error_status(&e) {
+                StatusCode::INTERNAL_SERVER_ERROR => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::NOT_FOUND,
+            };
+            return html(status, workflows::not_found(id, &e));
+        }
+    };
+    let pinned = match &query.run {
+        Some(run) if !run.is_empty() => {
+            workflows::Pinned::Run(Box::new(crate::control::pinned_for_run(
+                &app.config.data_dir,
+                &app.config.sources,
+                run,
+                query.session.as_deref().filter(|s| !s.is_empty()),
+            )))
+        }
+        _ => {
+            let (runs, cut) = pinned_runs(app, detail.workflow_id.as_str());
+            workflows::Pinned::Runs(runs, cut)
+        }
+    };
+    html(status, workflows::detail(&detail, &pinned, form))
+}
+
+async fn workflow_page(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<WorkflowQuery>,
+) -> Response {
+    blocking(&app, move |app| {
+        let form = workflows::FormState {
+            saved: query.saved.as_deref() == Some("1"),
+            ..workflows::FormState::default()
+        };
+        workflow_response(app, &id, &query, &form, StatusCode::OK)
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+/// `POST /workflows/<id>`: compiles the submitted source and writes it into the workflow's own
+/// source file (`control::save_source`), or shows the compiler's errors with the text kept.
+async fn save_workflow(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    blocking(&app, move |app| {
+        let Some(text) = field(&form, "source") else {
+            let state = workflows::FormState {
+                errors: vec![(String::new(), "The form carried no source text.".to_owned())],
+                ..workflows::FormState::default()
+            };
+            return workflow_response(
+                app,
+                &id,
+                &WorkflowQuery::default(),
+                &state,
+                StatusCode::UNPROCESSABLE_ENTITY,
+            );
+        };
+        match crate::control::save_source(&app.config.sources, &id, text) {
+            Ok(saved) => see_other(&format!(
+                "{}?saved=1",
+                workflows::workflow_href(saved.workflow_id.as_str())
+            )),
+            Err(e) => {
+                let state = workflows::FormState {
+                    submitted: Some(text.to_owned()),
+                    errors: workflows::error_items(&e),
+                    ..workflows::FormState::default()
+                };
+                workflow_response(
+                    app,
+                    &id,
+                    &WorkflowQuery::default(),
+                    &state,
+                    error_status(&e),
+                )
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+/// `POST /workflows/<id>/copy`: writes a copy under a `user.*` id into the user workflow
+/// directory (`control::copy_to_editable`), then shows the copy.
+async fn copy_workflow(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    blocking(&app, move |app| {
+        let new_id = field(&form, "newId")
+            .map(str::trim)
+            .filter(|v| !v.is_empty());
+        match crate::control::copy_to_editable(&app.config.sources, &id, new_id) {
+            Ok(saved) => see_other(&workflows::workflow_href(saved.workflow_id.as_str())),
+            Err(e) => {
+                let state = workflows::FormState {
+                    errors: workflows::error_items(&e),
+                    copy_id: new_id.map(str::to_owned),
+                    ..workflows::FormState::default()
+                };
+                workflow_response(
+                    app,
+                    &id,
+                    &WorkflowQuery::default(),
+                    &state,
+                    error_status(&e),
+                )
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ConfigQuery {
+    saved: Option<String>,
+}
+
+fn config_response(
+    app: &Shared,
+    saved: bool,
+    error: Option<&workrail_spec::error::ErrorEnvelope>,
+    status: StatusCode,
+) -> Response {
+    match crate::control::config_overview(&app.config.data_dir) {
+        Ok(overview) => html(status, config::render(&overview, saved, error)),
+        Err(e) => html(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            layout::unreadable(&format!("{} {}", e.message, e.suggestion)),
+        ),
+    }
+}
+
+async fn config_page(State(app): State<App>, Query(query): Query<ConfigQuery>) -> Response {
+    blocking(&app, move |app| {
+        config_response(
+            app,
+            query.saved.as_deref() == Some("1"),
+            None,
+            StatusCode::OK,
+        )
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+/// `POST /config/flags`: one checkbox per flag (checked = on); each flag whose value differs
+/// from the desired config is written through `control::set_feature`.
+async fn save_flags(State(app): State<App>, Form(form): Form<Vec<(String, String)>>) -> Response {
+    blocking(&app, move |app| {
+        let data_dir = &app.config.data_dir;
+        let overview = match crate::control::config_overview(data_dir) {
+            Ok(overview) => overview,
+            Err(e) => return config_response(app, false, Some(&e), error_status(&e)),
+        };
+        let Some(desired) = overview.desired_here.config else {
+            return match overview.desired_here.error {
+                Some(e) => config_response(app, false, Some(&e), StatusCode::UNPROCESSABLE_ENTITY),
+                None => config_response(app, false, None, StatusCode::UNPROCESSABLE_ENTITY),
+            };
+        };
+        for flag in &desired.features {
+            let on = field(&form, &flag.name).is_some();
+            if on != flag.on
+                && let Err(e) = crate::control::set_feature(data_dir, &flag.name, on)
+            {
+                return config_response(app, false, Some(&e), error_status(&e));
+            }
+        }
+        see_other("/config?saved=1")
+    })
+    .await
+    .unwrap_or_else(|response| response)
 }

@@ -12,6 +12,10 @@ pub fn page(title: &str, main_attrs: Option<(&str, &str)>, body: Markup) -> Mark
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                // Over the `no-referrer` header: a form POST then carries its `Origin` (under
+                // `no-referrer` browsers send `Origin: null`), and still nothing leaves the
+                // Console's origin (decision D90).
+                meta name="referrer" content="same-origin";
                 title { (title) " · WorkRail Console" }
                 link rel="stylesheet" href="/assets/console.css";
                 script src="/assets/console.js" defer {}
