@@ -17,7 +17,9 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use console_support::{Console, USER_WORKFLOW_ID, new_root, user_workflow_source, user_workflows};
+use console_support::{
+    Console, USER_WORKFLOW_ID, build_demo_data_dir, new_root, user_workflow_source, user_workflows,
+};
 
 /// One reply: status, lowercased headers, body (de-chunked).
 #[derive(Debug)]
@@ -159,8 +161,9 @@ impl Fixture {
     }
 }
 
-/// Every file under `root` with its contents (what a refused request must leave unchanged).
-fn fingerprint(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+/// Every path under `root` with its modification time and contents (what a refused request or
+/// a read must leave unchanged).
+fn fingerprint(root: &Path) -> BTreeMap<PathBuf, (Option<std::time::SystemTime>, Vec<u8>)> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -169,11 +172,12 @@ fn fingerprint(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         };
         for entry in entries {
             let path = entry.unwrap().path();
+            let modified = std::fs::metadata(&path).unwrap().modified().ok();
             if path.is_dir() {
-                out.insert(path.clone(), Vec::new());
+                out.insert(path.clone(), (modified, Vec::new()));
                 stack.push(path);
             } else {
-                out.insert(path.clone(), std::fs::read(&path).unwrap());
+                out.insert(path.clone(), (modified, std::fs::read(&path).unwrap()));
             }
         }
     }
@@ -409,4 +413,41 @@ fn the_config_page_shows_the_desired_hash_and_the_flags_form_writes_only_the_fla
         page.body
             .contains("name=\"start_session\" value=\"on\" checked")
     );
+}
+
+/// lock: L-CONSOLE-INSPECT
+#[test]
+fn the_workflow_and_config_pages_show_source_compiled_and_pinned_and_write_nothing() {
+    let (root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let before = fingerprint(root.path());
+    let console = Console::start(&data);
+    let secret = console.url.split_once("?token=").unwrap().1.to_owned();
+    let cookie = format!("workrail_console={secret}");
+    let get = |path: &str| send(&console, "GET", path, &[("Cookie", &cookie)], "");
+
+    let list = get("/workflows");
+    assert_eq!(list.status, 200);
+    let page = get("/workflows/user.release_check");
+    assert_eq!(page.status, 200);
+    let (session, run) = &demo.user_run;
+    let link = format!("/workflows/user.release_check?session={session}&amp;run={run}");
+    assert!(page.body.contains("class=\"pinned-run\""), "{}", page.body);
+    assert!(page.body.contains(&link), "{link} missing");
+    let pinned = get(&format!(
+        "/workflows/user.release_check?session={session}&run={run}"
+    ));
+    assert_eq!(pinned.status, 200);
+    assert!(pinned.body.contains("class=\"pinned-hash\">sha256:"));
+    assert!(pinned.body.contains("class=\"workflow-hash\">sha256:"));
+    assert!(!pinned.body.contains("drift-warning"), "in sync");
+    for id in ["wr.mr_review", "wr.coding_task", "wr.bug_investigation"] {
+        assert_eq!(get(&format!("/workflows/{id}")).status, 200, "{id}");
+    }
+    let unknown_run = get("/workflows/user.release_check?run=run_nothing");
+    assert_eq!(unknown_run.status, 200);
+    assert!(unknown_run.body.contains("id=\"pinned-error\""));
+    assert_eq!(get("/config").status, 200);
+    drop(console);
+    assert_eq!(fingerprint(root.path()), before, "a page wrote");
 }
