@@ -451,3 +451,40 @@ fn the_workflow_and_config_pages_show_source_compiled_and_pinned_and_write_nothi
     drop(console);
     assert_eq!(fingerprint(root.path()), before, "a page wrote");
 }
+
+/// lock: L-CONSOLE-INSPECT
+#[test]
+fn a_source_that_no_longer_compiles_is_listed_with_its_error_and_can_be_fixed() {
+    let f = Fixture::new();
+    let file = user_workflows(&f.data).join("broken.json");
+    std::fs::write(
+        &file,
+        r#"{"id": "user.broken", "name": "Broken", "steps": [{"id": "a", "title": "A"}]}"#,
+    )
+    .unwrap();
+    let list = f.get("/workflows");
+    assert!(
+        list.body.contains("data-workflow-id=\"user.broken\""),
+        "{}",
+        list.body
+    );
+    assert!(list.body.contains("class=\"hash error\""), "{}", list.body);
+    let page = f.get("/workflows/user.broken");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("class=\"compile-error\""),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("class=\"workflow-hash\""));
+    assert!(page.body.contains("id=\"edit\""));
+    let fixed = r#"{"id": "user.broken", "name": "Broken", "description": "Fixed.", "steps": [{"id": "a", "title": "A", "prompt": "Do A."}]}"#;
+    let r = f.post("/workflows/user.broken", &[("source", fixed)]);
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), fixed);
+    assert!(
+        f.get("/workflows/user.broken")
+            .body
+            .contains("class=\"workflow-hash\">sha256:")
+    );
+}

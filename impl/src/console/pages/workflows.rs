@@ -150,27 +150,27 @@ pub fn list(list: &WorkflowList) -> Markup {
             } @else {
                 div class="scroll" {
                     table id="workflows" {
-                        thead { tr { th { "Workflow" } th { "Name" } th { "Source" } th { "File" } th { "Hash" } th { "Access" } } }
+                        thead { tr { th { "Workflow" } th { "Access" } th { "Source" } th { "Name" } th { "File" } th { "Hash" } } }
                         tbody {
                             @for w in list.workflows.iter().take(LIST_MAX) {
                                 tr class="workflow" data-workflow-id=(w.workflow_id.as_str()) {
                                     td class="id" { a class="workflow-link" href=(workflow_href(w.workflow_id.as_str())) { (w.workflow_id.as_str()) } }
-                                    td class="name" { (bounded(&w.name, TITLE_MAX_BYTES)) }
+                                    td class="access" { (access(w.editable)) }
                                     td class="source" { (w.source_kind.as_str()) }
+                                    td class="name" { (bounded(&w.name, TITLE_MAX_BYTES)) }
                                     td class="ref" { code { (bounded(&w.source_ref, TITLE_MAX_BYTES)) } }
                                     td class="hash" { code { (w.workflow_hash.as_str()) } }
-                                    td class="access" { (access(w.editable)) }
                                 }
                             }
                             @for p in broken.iter().take(LIST_MAX) {
                                 @let id = p.workflow_id.as_deref().unwrap_or_default();
                                 tr class="workflow broken" data-workflow-id=(id) {
                                     td class="id" { a class="workflow-link" href=(workflow_href(id)) { (id) } }
-                                    td class="name" {}
+                                    td class="access" { (access(!id.starts_with("wr."))) }
                                     td class="source" { (p.source_kind.as_str()) }
+                                    td class="name" {}
                                     td class="ref" { code { (bounded(&p.source_ref, TITLE_MAX_BYTES)) } }
                                     td class="hash error" { (p.problem) ": " (bounded(p.errors.first().map_or("", String::as_str), TEXT_MAX_BYTES)) }
-                                    td class="access" { (access(!id.starts_with("wr."))) }
                                 }
                             }
                         }
