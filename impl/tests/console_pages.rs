@@ -488,3 +488,23 @@ fn a_source_that_no_longer_compiles_is_listed_with_its_error_and_can_be_fixed() 
             .contains("class=\"workflow-hash\">sha256:")
     );
 }
+
+/// An invalid `config/features.json` is named on the page, and the flags form leaves it as it is.
+#[test]
+fn an_invalid_flags_file_is_shown_and_never_overwritten() {
+    let f = Fixture::new();
+    let config = f.data.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("features.json"),
+        "{\"start_session\": \"maybe\"}",
+    )
+    .unwrap();
+    let page = f.get("/config");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("id=\"desired-error\""), "{}", page.body);
+    let before = fingerprint(f.data.parent().unwrap());
+    let r = f.post("/config/flags", &[("start_session", "on")]);
+    assert_eq!(r.status, 422, "{r:?}");
+    assert_eq!(fingerprint(f.data.parent().unwrap()), before);
+}

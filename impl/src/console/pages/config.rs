@@ -74,9 +74,11 @@ fn runtime_safe(c: &RuntimeSafeChange) -> Markup {
     }
 }
 
-fn envelope(id: &str, e: &ErrorEnvelope) -> Markup {
+/// A refused edit or a config that cannot be computed; `id` only for the page's own (a server's
+/// is one of many).
+fn envelope(id: Option<&str>, e: &ErrorEnvelope) -> Markup {
     html! {
-        p id=(id) class="error" role="alert" {
+        p id=[id] class="error" role="alert" {
             (bounded(&e.message, TEXT_MAX_BYTES)) " " (bounded(&e.suggestion, TEXT_MAX_BYTES))
         }
     }
@@ -108,7 +110,7 @@ fn server(s: &ServerConfigView) -> Markup {
                     }
                 }
             }
-            @if let Some(e) = &s.desired.error { (envelope("desired-error", e)) }
+            @if let Some(e) = &s.desired.error { (envelope(None, e)) }
             @if let Some(c) = &s.comparison {
                 @if !c.triggers.is_empty() {
                     p { "Applying the desired config needs a restart of this server (its MCP client fixes the tool list when it connects):" }
@@ -133,7 +135,7 @@ pub fn render(overview: &ConfigOverview, saved: bool, error: Option<&ErrorEnvelo
         html! {
             h1 { "Config" }
             @if saved { p id="saved" role="status" { "Saved to " code { "config/features.json" } ". Running servers keep their applied config until they restart." } }
-            @if let Some(e) = error { (envelope("errors", e)) }
+            @if let Some(e) = error { (envelope(Some("errors"), e)) }
             section id="desired" {
                 h2 { "Desired" }
                 p class="hint" {
@@ -144,7 +146,7 @@ pub fn render(overview: &ConfigOverview, saved: bool, error: Option<&ErrorEnvelo
                     Some(h) => p { "Desired config hash: " code id="desired-hash" { (h.as_str()) } },
                     None => p { "The desired config cannot be computed." },
                 }
-                @if let Some(e) = &desired.error { (envelope("desired-error", e)) }
+                @if let Some(e) = &desired.error { (envelope(Some("desired-error"), e)) }
                 @if let Some(config) = &desired.config {
                     form id="flags" method="post" action="/config/flags" {
                         fieldset {
