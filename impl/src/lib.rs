@@ -10,6 +10,7 @@ pub mod builtins;
 pub mod bundle;
 pub mod cli;
 pub mod compiler;
+pub mod console;
 pub mod control;
 pub mod engine;
 pub mod entropy;

@@ -12,6 +12,7 @@
 //! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
 //! workrail config [--json] | config set <key> <value>   desired vs applied config, restart triggers; edits
 //! workrail workflows list|show|save|copy   workflows, sources, compiled and pinned snapshots (see `control::cli`)
+//! workrail console [--port N] [--open]    serve the read-only Console on 127.0.0.1 (prints its link)
 //! ```
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (invalid workflow, unknown session,
@@ -144,6 +145,20 @@ enum Command {
     /// List workflows, show a source, compiled or pinned snapshot, save a source, copy a wr.*
     /// workflow to an editable namespace.
     Workflows(crate::control::cli::WorkflowsArgs),
+    /// Serve the Console: a read-only web view of the sessions, their run DAGs and nodes, on
+    /// 127.0.0.1 only.
+    ///
+    /// Prints one line, `WorkRail Console: http://127.0.0.1:<port>/?token=<secret>`, then serves
+    /// until killed. The secret is new on every launch; only a browser that opened that link
+    /// (or holds its cookie) is let in. Writes nothing to the data directory.
+    Console {
+        /// The port to listen on (0 or absent: a free port).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        port: u16,
+        /// Also open the link in the default browser (best effort).
+        #[arg(long)]
+        open: bool,
+    },
     /// Manage the token signing keyring.
     Keys {
         #[command(subcommand)]
@@ -221,10 +236,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 None => WorkrailConfig::from_env()?.data_dir,
             };
             let workrail = open(cli.data_dir)?;
+            use crate::gc::RetentionClock as _;
+            let clock = crate::gc::OsRetentionClock::new(data_dir);
             let rows = workrail
-                .sessions_overview()
+                .sessions_by_activity(&|p| clock.modified(p).ok().flatten())
                 .map_err(|e| envelope_text(&e))?;
-            print_stdout(&sessions_text(rows, &data_dir, json)?);
+            print_stdout(&sessions_text(rows, json)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { session_id, all } => {
@@ -366,6 +383,15 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Console { port, open } => {
+            // Read-only: the data directory is not created, and nothing in it is written.
+            let mut config = WorkrailConfig::from_env()?;
+            if let Some(dir) = cli.data_dir {
+                config.data_dir = dir;
+            }
+            crate::console::run(crate::console::ConsoleOptions { config, port, open })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Keys {
             action: KeysAction::Rotate,
         } => {
@@ -477,29 +503,12 @@ fn import_text(report: &crate::bundle::ImportReport) -> String {
 /// `workrail sessions`: newest first by the last change of each session's manifest (the
 /// control stream changes with every commit).
 fn sessions_text(
-    rows: Vec<crate::protocol::SessionOverview>,
-    data_dir: &std::path::Path,
-    json: bool,
-) -> Result<String, String> {
-    use crate::gc::RetentionClock as _;
-    let clock = crate::gc::OsRetentionClock::new(data_dir.to_path_buf());
-    let mut dated: Vec<(
+    dated: Vec<(
         Option<std::time::SystemTime>,
         crate::protocol::SessionOverview,
-    )> = rows
-        .into_iter()
-        .map(|row| {
-            let at = clock
-                .modified(&crate::store::layout::manifest_path(&row.session_id))
-                .ok()
-                .flatten();
-            (at, row)
-        })
-        .collect();
-    dated.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then_with(|| a.1.session_id.cmp(&b.1.session_id))
-    });
+    )>,
+    json: bool,
+) -> Result<String, String> {
     let when = |at: Option<std::time::SystemTime>| at.map(crate::time::rfc3339_utc);
     if json {
         let items: Vec<serde_json::Value> = dated

@@ -4,6 +4,7 @@
 //! Projecting a log from nothing is linear in the number of events; a [`Projector`] extends a
 //! projection with appended events only, so a long session is not projected again per call.
 
+pub mod console;
 mod dag;
 pub mod resume;
 

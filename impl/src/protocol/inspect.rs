@@ -289,6 +289,53 @@ fn node_line(
     );
 }
 
+/// Where a node stands: the step its snapshot waits at, as responses name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum NodeStep {
+    /// Waiting at a step, with the step's title when the pinned workflow has it.
+    Pending {
+        step_id: workrail_spec::ids::StepId,
+        title: Option<String>,
+    },
+    Complete,
+    NoPendingStep,
+    SnapshotUnreadable,
+}
+
+impl NodeStep {
+    /// How `workrail inspect` and the Console name a node that waits at no step.
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Self::Pending { .. } => "pending",
+            Self::Complete => "complete",
+            Self::NoPendingStep => "no pending step",
+            Self::SnapshotUnreadable => "snapshot unreadable",
+        }
+    }
+}
+
+/// The step `info` waits at (its snapshot's pending step), read from the snapshot store.
+pub(super) fn node_step(
+    wr: &Workrail,
+    compiled: Option<&workrail_spec::compiled::CompiledWorkflowSnapshotV1>,
+    info: &crate::projections::NodeInfo,
+) -> NodeStep {
+    let Ok(snapshot) = wr.snapshots.get_shared(&info.snapshot_ref) else {
+        return NodeStep::SnapshotUnreadable;
+    };
+    let engine = &snapshot.engine_payload.engine_state;
+    match engine.pending_step() {
+        Some(pending) => NodeStep::Pending {
+            step_id: pending.step_id.clone(),
+            title: compiled
+                .and_then(|c| c.step(&pending.step_id))
+                .map(|s| s.title.clone()),
+        },
+        None if engine.is_complete() => NodeStep::Complete,
+        None => NodeStep::NoPendingStep,
+    }
+}
+
 /// `workrail inspect`: the session's health and each run's outline (see [`tree`]; `all`: every
 /// node).
 pub(super) fn inspect_session(
@@ -346,21 +393,12 @@ pub(super) fn inspect_session(
             let compiled = wr.pinned.get_shared(&view.dag.started.workflow_hash).ok();
             // The step each node waits at (its snapshot's pending step), as responses name it.
             let step_of = |info: &crate::projections::NodeInfo| -> String {
-                let Ok(snapshot) = wr.snapshots.get_shared(&info.snapshot_ref) else {
-                    return "snapshot unreadable".to_owned();
-                };
-                let engine = &snapshot.engine_payload.engine_state;
-                match engine.pending_step() {
-                    Some(pending) => {
-                        let title = compiled
-                            .as_ref()
-                            .and_then(|c| c.step(&pending.step_id))
-                            .map(|s| format!("\"{}\" ", s.title))
-                            .unwrap_or_default();
-                        format!("at step {title}[{}]", pending.step_id)
+                match node_step(wr, compiled.as_deref(), info) {
+                    NodeStep::Pending { step_id, title } => {
+                        let title = title.map(|t| format!("\"{t}\" ")).unwrap_or_default();
+                        format!("at step {title}[{step_id}]")
                     }
-                    None if engine.is_complete() => "complete".to_owned(),
-                    None => "no pending step".to_owned(),
+                    other => other.label().to_owned(),
                 }
             };
             tree(

@@ -9,6 +9,7 @@
 
 mod advance;
 mod checkpoint;
+mod console;
 pub mod derive;
 mod facts;
 mod functions;
@@ -39,6 +40,7 @@ use workrail_spec::tools::{
     ResumeSessionOutput, StartWorkflowInput, Warning,
 };
 
+pub use self::console::ConsoleLookup;
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
 pub use self::inspect::{RunSummary, SessionSummary};
 pub use self::respond::{render_text, run_label};
@@ -229,6 +231,25 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
+        Self::open_created(config)
+    }
+
+    /// Opens WorkRail on an existing data directory for reading only (the Console): `None`
+    /// while the directory has no keyring yet (nothing was ever written there), and nothing is
+    /// created, so a read-only caller never writes.
+    pub fn open_existing(config: WorkrailConfig) -> Result<Option<Workrail>, ErrorEnvelope> {
+        if !config
+            .data_dir
+            .join(crate::store::layout::KEYRING_FILE)
+            .is_file()
+        {
+            return Ok(None);
+        }
+        Self::open_created(config).map(Some)
+    }
+
+    /// [`Workrail::open`] once the data directory exists.
+    fn open_created(config: WorkrailConfig) -> Result<Workrail, ErrorEnvelope> {
         let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(&config.data_dir));
         let sources = config.sources.clone();
         let cache = crate::sources::CatalogCache::new();
@@ -558,6 +579,29 @@ impl Workrail {
             }
         }
         Ok(rows)
+    }
+
+    /// [`Workrail::sessions_overview`] newest first by the last change of each session's
+    /// manifest (the control stream changes with every commit), ties by session id; `modified`
+    /// gives a file's last change (path relative to the data directory), when known. Shared by
+    /// `workrail sessions` and the Console.
+    pub fn sessions_by_activity(
+        &self,
+        modified: &dyn Fn(&std::path::Path) -> Option<std::time::SystemTime>,
+    ) -> Result<Vec<(Option<std::time::SystemTime>, SessionOverview)>, ErrorEnvelope> {
+        let mut dated: Vec<_> = self
+            .sessions_overview()?
+            .into_iter()
+            .map(|row| {
+                let at = modified(&crate::store::layout::manifest_path(&row.session_id));
+                (at, row)
+            })
+            .collect();
+        dated.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then_with(|| a.1.session_id.cmp(&b.1.session_id))
+        });
+        Ok(dated)
     }
 
     /// A human-readable view of a session: health, runs, DAG, preferred tips, status, outputs.

@@ -1,0 +1,112 @@
+//! The frame of every page, the salvage banner and the error pages.
+
+use maud::{DOCTYPE, Markup, html};
+
+use crate::projections::console::SalvageNotice;
+
+/// A whole page: head with the embedded assets, navigation, and `body` inside `<main>`.
+pub fn page(title: &str, main_attrs: Option<(&str, &str)>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                // Over the `no-referrer` header: a form POST then carries its `Origin` (under
+                // `no-referrer` browsers send `Origin: null`), and still nothing leaves the
+                // Console's origin (decision D90).
+                meta name="referrer" content="same-origin";
+                title { (title) " · WorkRail Console" }
+                link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
+            }
+            body {
+                nav id="nav" {
+                    span class="brand" { "WorkRail Console" }
+                    a href="/" { "Sessions" }
+                    a href="/workflows" { "Workflows" }
+                    a href="/config" { "Config" }
+                }
+                @match main_attrs {
+                    Some((version, url)) => main data-version=(version) data-version-url=(url) { (body) },
+                    None => main { (body) },
+                }
+            }
+        }
+    }
+}
+
+/// The banner over a session that is not healthy: what is wrong and how to get it out of the
+/// way; the page below shows the validated prefix only.
+pub fn salvage_banner(session_id: &str, notice: &SalvageNotice) -> Markup {
+    html! {
+        div id="salvage-banner" role="alert" {
+            p {
+                strong { "Salvage view: " }
+                "this session is " code { (notice.health) } " (" code { (notice.reason) } "): "
+                (notice.detail)
+                @if let Some(i) = notice.manifest_index { " (validation stopped at manifest record " (i) ")" }
+                "."
+            }
+            p { "Only its validated prefix is shown below; it is never used to advance execution." }
+            p {
+                "To recover: " (notice.how_to_clear) ". Commands: "
+                code { "workrail repair " (session_id) } " / "
+                code { "workrail export " (session_id) } "."
+            }
+        }
+    }
+}
+
+/// 403: no or a wrong secret.
+pub fn needs_link() -> Markup {
+    page(
+        "This Console needs its link",
+        None,
+        html! {
+            h1 { "This Console needs its link" }
+            p {
+                "Open the URL printed by " code { "workrail console" }
+                " in the terminal where it runs: it carries a per-launch secret, and this browser has not presented it (or presented an old one)."
+            }
+        },
+    )
+}
+
+/// 403: a state-changing request from another origin.
+pub fn cross_origin() -> Markup {
+    page(
+        "Cross-origin request refused",
+        None,
+        html! {
+            h1 { "Cross-origin request refused" }
+            p { "Requests that change anything must come from the Console's own pages." }
+        },
+    )
+}
+
+/// 404 for a path, or for a session or node that does not exist.
+pub fn not_found(what: &str) -> Markup {
+    page(
+        "Not found",
+        None,
+        html! {
+            h1 { "Not found" }
+            p { (what) }
+            p { a href="/" { "Back to the sessions" } }
+        },
+    )
+}
+
+/// 500: the data directory could not be read.
+pub fn unreadable(detail: &str) -> Markup {
+    page(
+        "Cannot read the data directory",
+        None,
+        html! {
+            h1 { "Cannot read the data directory" }
+            p { (detail) }
+            p { a href="/" { "Back to the sessions" } }
+        },
+    )
+}

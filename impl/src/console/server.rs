@@ -1,0 +1,606 @@
+//! `workrail console`: binds 127.0.0.1, prints its link, routes requests through the access
+//! rules and serves the pages. Pages are built on blocking threads from the store's read path.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Form, Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+
+use super::auth;
+use super::pages::{config, layout, node, session, sessions, workflows};
+use crate::projections::console::SessionRow;
+use crate::protocol::{ConsoleLookup, Workrail, WorkrailConfig};
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+/// Every response's security headers.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'";
+
+/// What `workrail console` was asked for.
+#[derive(Debug, Clone)]
+pub struct ConsoleOptions {
+    pub config: WorkrailConfig,
+    /// 0: any free port.
+    pub port: u16,
+    /// Launch the default browser on the link (best effort).
+    pub open: bool,
+}
+
+struct Shared {
+    secret: String,
+    origin: String,
+    config: WorkrailConfig,
+    /// Opened on first use once the data directory holds a keyring (nothing is created).
+    workrail: Mutex<Option<Arc<Workrail>>>,
+}
+
+impl Shared {
+    fn workrail(&self) -> Result<Option<Arc<Workrail>>, String> {
+        let mut held = self.workrail.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = held.as_ref() {
+            return Ok(Some(Arc::clone(w)));
+        }
+        let opened = Workrail::open_existing(self.config.clone())
+            .map_err(|e| e.message)?
+            .map(Arc::new);
+        held.clone_from(&opened);
+        Ok(opened)
+    }
+}
+
+type App = Arc<Shared>;
+
+/// Runs the Console until the process is killed.
+pub fn run(options: ConsoleOptions) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the Console's runtime: {e}"))?;
+    runtime.block_on(serve(options))
+}
+
+async fn serve(options: ConsoleOptions) -> Result<(), String> {
+    let listener =
+        tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, options.port)))
+            .await
+            .map_err(|e| format!("cannot listen on 127.0.0.1:{}: {e}", options.port))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the Console's address: {e}"))?
+        .port();
+    let secret = auth::new_secret(options.config.entropy.as_ref())?;
+    let origin = format!("http://127.0.0.1:{port}");
+    let url = format!("{origin}/?token={secret}");
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "WorkRail Console: {url}")
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("cannot print the Console's link: {e}"))?;
+    }
+    if options.open {
+        open_browser(&url);
+    }
+    let app: App = Arc::new(Shared {
+        secret,
+        origin,
+        config: options.config,
+        workrail: Mutex::new(None),
+    });
+    axum::serve(listener, router(app))
+        .await
+        .map_err(|e| format!("the Console stopped: {e}"))
+}
+
+/// Best effort: a failure is a warning on stderr.
+fn open_browser(url: &str) {
+    let mut command = if cfg!(target_os = "macos") {
+        std::process::Command::new("open")
+    } else if cfg!(windows) {
+        let mut c = std::process::Command::new("cmd");
+        c.args(["/C", "start", ""]);
+        c
+    } else {
+        std::process::Command::new("xdg-open")
+    };
+    let spawned = command
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = spawned {
+        eprintln!("workrail: warning: cannot open a browser ({e}); open the link above yourself");
+    }
+}
+
+fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(sessions_page))
+        .route("/sessions/{session}", get(session_page))
+        .route("/sessions/{session}/version", get(version))
+        .route("/sessions/{session}/nodes/{node}", get(node_page))
+        .route("/workflows", get(workflows_page))
+        .route("/workflows/{id}", get(workflow_page).post(save_workflow))
+        .route("/workflows/{id}/copy", post(copy_workflow))
+        .route("/config", get(config_page))
+        .route("/config/flags", post(save_flags))
+        .route(
+            "/assets/console.css",
+            get(|| async { asset("text/css; charset=utf-8", CSS) }),
+        )
+        .route(
+            "/assets/console.js",
+            get(|| async { asset("text/javascript; charset=utf-8", JS) }),
+        )
+        .fallback(|| async {
+            html(
+                StatusCode::NOT_FOUND,
+                layout::not_found("No page has this address."),
+            )
+        })
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard))
+        .layer(middleware::map_response(security_headers))
+        .with_state(app)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+fn html(status: StatusCode, markup: Markup) -> Response {
+    (status, Html(markup.into_string())).into_response()
+}
+
+async fn security_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The access rules: the secret (link or cookie), then same-origin for state changes.
+async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
+    let query = request.uri().query();
+    let from_link = auth::query_token(query);
+    let presented = from_link
+        .clone()
+        .or_else(|| auth::cookie_token(request.headers()));
+    if !presented.is_some_and(|p| auth::secret_matches(&app.secret, &p)) {
+        return html(StatusCode::FORBIDDEN, layout::needs_link());
+    }
+    let cookie = from_link.is_some().then(|| auth::set_cookie(&app.secret));
+    if let Some(cookie) = &cookie
+        && matches!(*request.method(), Method::GET | Method::HEAD)
+    {
+        let path = request.uri().path();
+        let location = match auth::query_without_token(query) {
+            Some(rest) => format!("{path}?{rest}"),
+            None => path.to_owned(),
+        };
+        return Response::builder()
+            .status(StatusCode::SEE_OTHER)
+            .header(header::LOCATION, location)
+            .header(header::SET_COOKIE, cookie)
+            .body(Body::empty())
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    if auth::is_state_changing(request.method())
+        && !auth::same_origin(request.headers(), &app.origin)
+    {
+        return html(StatusCode::FORBIDDEN, layout::cross_origin());
+    }
+    let mut response = next.run(request).await;
+    if let Some(cookie) = cookie
+        && let Ok(value) = HeaderValue::from_str(&cookie)
+    {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// Runs a read on a blocking thread with the opened WorkRail (`None`: nothing stored yet).
+async fn read<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(Option<&Workrail>) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let app = Arc::clone(app);
+    tokio::task::spawn_blocking(move || match app.workrail() {
+        Ok(w) => Ok(f(w.as_deref())),
+        Err(e) => Err(e),
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r)
+    .map_err(|e| html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e)))
+}
+
+fn lookup_response<T>(
+    found: ConsoleLookup<T>,
+    what: &str,
+    render: impl FnOnce(T) -> Response,
+) -> Response {
+    match found {
+        ConsoleLookup::Found(v) => render(v),
+        ConsoleLookup::NotFound => html(StatusCode::NOT_FOUND, layout::not_found(what)),
+        ConsoleLookup::Unreadable(e) => {
+            html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e))
+        }
+    }
+}
+
+async fn sessions_page(State(app): State<App>, Query(filter): Query<sessions::Filter>) -> Response {
+    let data_dir = app.config.data_dir.clone();
+    let rows = read(&app, move |w| -> Result<Vec<SessionRow>, String> {
+        let Some(w) = w else {
+            return Ok(Vec::new());
+        };
+        use crate::gc::RetentionClock as _;
+        let clock = crate::gc::OsRetentionClock::new(data_dir);
+        w.console_sessions(&|p| clock.modified(p).ok().flatten())
+    })
+    .await;
+    match rows {
+        Ok(Ok(rows)) => html(StatusCode::OK, sessions::render(&rows, &filter)),
+        Ok(Err(e)) => html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e)),
+        Err(response) => response,
+    }
+}
+
+async fn session_page(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let key = id.clone();
+    let found = read(&app, move |w| match w {
+        Some(w) => w.console_session(&key),
+        None => ConsoleLookup::NotFound,
+    })
+    .await;
+    match found {
+        Ok(found) => lookup_response(
+            found,
+            &format!("No session {id} in this data directory."),
+            |view| html(StatusCode::OK, session::render(&view)),
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn version(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let key = id.clone();
+    let found = read(&app, move |w| match w {
+        Some(w) => w.console_version(&key),
+        None => ConsoleLookup::NotFound,
+    })
+    .await;
+    match found {
+        Ok(found) => lookup_response(
+            found,
+            &format!("No session {id} in this data directory."),
+            |v| ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], v).into_response(),
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn node_page(
+    State(app): State<App>,
+    Path((id, node_id)): Path<(String, String)>,
+) -> Response {
+    let (key, node_key) = (id.clone(), node_id.clone());
+    let found = read(&app, move |w| match w {
+        Some(w) => w.console_node(&key, &node_key),
+        None => ConsoleLookup::NotFound,
+    })
+    .await;
+    match found {
+        Ok(found) => lookup_response(
+            found,
+            &format!("No node {node_id} in session {id} of this data directory."),
+            |view| html(StatusCode::OK, node::render(&view)),
+        ),
+        Err(response) => response,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows and Config (locks §6): the data and every write come from `crate::control`, over
+// the sources of the Console's own environment (decision D87). Every POST has passed `guard`.
+
+/// 303 to `location`, after a successful POST.
+fn see_other(location: &str) -> Response {
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, location)
+        .body(Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&Shared) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let app = Arc::clone(app);
+    tokio::task::spawn_blocking(move || f(&app))
+        .await
+        .map_err(|e| {
+            html(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                layout::unreadable(&e.to_string()),
+            )
+        })
+}
+
+/// The value of `name` in a submitted form.
+fn field<'f>(form: &'f [(String, String)], name: &str) -> Option<&'f str> {
+    form.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn error_status(e: &workrail_spec::error::ErrorEnvelope) -> StatusCode {
+    use workrail_spec::error::ErrorCode;
+    match e.code {
+        ErrorCode::WorkflowNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::ValidationError | ErrorCode::WorkflowInvalid => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+async fn workflows_page(State(app): State<App>) -> Response {
+    match blocking(&app, |app| {
+        crate::control::list_workflows(&app.config.sources)
+    })
+    .await
+    {
+        Ok(list) => html(StatusCode::OK, workflows::list(&list)),
+        Err(response) => response,
+    }
+}
+
+/// The workflow page's query: a selected run, and the notice after a save.
+#[derive(Debug, Default, serde::Deserialize)]
+struct WorkflowQuery {
+    session: Option<String>,
+    run: Option<String>,
+    saved: Option<String>,
+}
+
+/// The runs of this data directory whose workflow is `id` (read path only).
+fn pinned_runs(app: &Shared, id: &str) -> (Vec<workflows::PinnedRun>, bool) {
+    let Ok(Some(w)) = app.workrail() else {
+        return (Vec::new(), false);
+    };
+    let Ok(rows) = w.console_sessions(&|_| None) else {
+        return (Vec::new(), false);
+    };
+    let mut runs = Vec::new();
+    for row in rows.iter().filter(|r| r.workflows.iter().any(|w| w == id)) {
+        let ConsoleLookup::Found(view) = w.console_session(&row.session_id) else {
+            continue;
+        };
+        for run in view.runs.iter().filter(|r| r.workflow_id == id) {
+            if runs.len() == crate::projections::console::LIST_MAX {
+                return (runs, true);
+            }
+            runs.push(workflows::PinnedRun {
+                session_id: view.session_id.clone(),
+                run_id: run.run_id.clone(),
+                label: run.label.clone(),
+                status: run.status.clone(),
+            });
+        }
+    }
+    (runs, false)
+}
+
+/// Renders one workflow's page (with `form` after a refused POST) with `status`.
+fn workflow_response(
+    app: &Shared,
+    id: &str,
+    query: &WorkflowQuery,
+    form: &workflows::FormState,
+    status: StatusCode,
+) -> Response {
+    let detail = match crate::control::show_workflow(&app.config.sources, id) {
+        Ok(detail) => detail,
+        Err(e) => {
+            let status = match error_status(&e) {
+                StatusCode::INTERNAL_SERVER_ERROR => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::NOT_FOUND,
+            };
+            return html(status, workflows::not_found(id, &e));
+        }
+    };
+    let pinned = match &query.run {
+        Some(run) if !run.is_empty() => {
+            workflows::Pinned::Run(Box::new(crate::control::pinned_for_run(
+                &app.config.data_dir,
+                &app.config.sources,
+                run,
+                query.session.as_deref().filter(|s| !s.is_empty()),
+            )))
+        }
+        _ => {
+            let (runs, cut) = pinned_runs(app, detail.workflow_id.as_str());
+            workflows::Pinned::Runs(runs, cut)
+        }
+    };
+    html(status, workflows::detail(&detail, &pinned, form))
+}
+
+async fn workflow_page(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<WorkflowQuery>,
+) -> Response {
+    blocking(&app, move |app| {
+        let form = workflows::FormState {
+            saved: query.saved.as_deref() == Some("1"),
+            ..workflows::FormState::default()
+        };
+        workflow_response(app, &id, &query, &form, StatusCode::OK)
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+/// `POST /workflows/<id>`: compiles the submitted source and writes it into the workflow's own
+/// source file (`control::save_source`), or shows the compiler's errors with the text kept.
+async fn save_workflow(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    blocking(&app, move |app| {
+        let Some(text) = field(&form, "source") else {
+            let state = workflows::FormState {
+                errors: vec![(String::new(), "The form carried no source text.".to_owned())],
+                ..workflows::FormState::default()
+            };
+            return workflow_response(
+                app,
+                &id,
+                &WorkflowQuery::default(),
+                &state,
+                StatusCode::UNPROCESSABLE_ENTITY,
+            );
+        };
+        match crate::control::save_source(&app.config.sources, &id, text) {
+            Ok(saved) => see_other(&format!(
+                "{}?saved=1",
+                workflows::workflow_href(saved.workflow_id.as_str())
+            )),
+            Err(e) => {
+                let state = workflows::FormState {
+                    submitted: Some(text.to_owned()),
+                    errors: workflows::error_items(&e),
+                    ..workflows::FormState::default()
+                };
+                workflow_response(
+                    app,
+                    &id,
+                    &WorkflowQuery::default(),
+                    &state,
+                    error_status(&e),
+                )
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+/// `POST /workflows/<id>/copy`: writes a copy under a `user.*` id into the user workflow
+/// directory (`control::copy_to_editable`), then shows the copy.
+async fn copy_workflow(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    blocking(&app, move |app| {
+        let new_id = field(&form, "newId")
+            .map(str::trim)
+            .filter(|v| !v.is_empty());
+        match crate::control::copy_to_editable(&app.config.sources, &id, new_id) {
+            Ok(saved) => see_other(&workflows::workflow_href(saved.workflow_id.as_str())),
+            Err(e) => {
+                let state = workflows::FormState {
+                    errors: workflows::error_items(&e),
+                    copy_id: new_id.map(str::to_owned),
+                    ..workflows::FormState::default()
+                };
+                workflow_response(
+                    app,
+                    &id,
+                    &WorkflowQuery::default(),
+                    &state,
+                    error_status(&e),
+                )
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ConfigQuery {
+    saved: Option<String>,
+}
+
+fn config_response(
+    app: &Shared,
+    saved: bool,
+    error: Option<&workrail_spec::error::ErrorEnvelope>,
+    status: StatusCode,
+) -> Response {
+    match crate::control::config_overview(&app.config.data_dir) {
+        Ok(overview) => html(status, config::render(&overview, saved, error)),
+        Err(e) => html(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            layout::unreadable(&format!("{} {}", e.message, e.suggestion)),
+        ),
+    }
+}
+
+async fn config_page(State(app): State<App>, Query(query): Query<ConfigQuery>) -> Response {
+    blocking(&app, move |app| {
+        config_response(
+            app,
+            query.saved.as_deref() == Some("1"),
+            None,
+            StatusCode::OK,
+        )
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
+/// `POST /config/flags`: one checkbox per flag (checked = on); each flag whose value differs
+/// from the desired config is written through `control::set_feature`.
+async fn save_flags(State(app): State<App>, Form(form): Form<Vec<(String, String)>>) -> Response {
+    blocking(&app, move |app| {
+        let data_dir = &app.config.data_dir;
+        let overview = match crate::control::config_overview(data_dir) {
+            Ok(overview) => overview,
+            Err(e) => return config_response(app, false, Some(&e), error_status(&e)),
+        };
+        let Some(desired) = overview.desired_here.config else {
+            return match overview.desired_here.error {
+                Some(e) => config_response(app, false, Some(&e), StatusCode::UNPROCESSABLE_ENTITY),
+                None => config_response(app, false, None, StatusCode::UNPROCESSABLE_ENTITY),
+            };
+        };
+        for flag in &desired.features {
+            let on = field(&form, &flag.name).is_some();
+            if on != flag.on
+                && let Err(e) = crate::control::set_feature(data_dir, &flag.name, on)
+            {
+                return config_response(app, false, Some(&e), error_status(&e));
+            }
+        }
+        see_other("/config?saved=1")
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}

@@ -1,0 +1,762 @@
+//! The Console in a real browser: headless Chromium driven over WebDriver (chromedriver), over a
+//! data directory built by the real `workrail mcp` (a fork, a blocked attempt, a never-stop gap).
+//!
+//! Needs the Debian packages `chromium` and `chromium-driver` (`.ci/run` installs them). Where
+//! they are missing the tests say so and pass, except under `CI` or
+//! `WORKRAIL_BROWSER_TESTS=1`, where a missing browser fails them.
+//!
+//! Every page visited is saved as a PNG under `$CARGO_TARGET_TMPDIR/console-screenshots/`, and
+//! also under `$WORKRAIL_SCREENSHOTS_DIR` when set (how `impl/docs/console/*.png` are made:
+//! `WORKRAIL_SCREENSHOTS_DIR=impl/docs/console cargo test -p workrail --test console_browser`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod console_support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use console_support::{
+    Console, Demo, Mcp, USER_WORKFLOW_ID, build_demo_data_dir, copy_dir, corrupt_last_segment,
+    new_root, user_workflow_source, user_workflows,
+};
+use serde_json::{Value, json};
+
+const CHROMEDRIVER: &str = "chromedriver";
+const CHROMIUM_CANDIDATES: [&str; 3] = [
+    "/usr/lib/chromium/chromium",
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+];
+
+/// The browser binary, or `None` (and a note) where the tests may be skipped.
+fn chromium() -> Option<PathBuf> {
+    let found = CHROMIUM_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file());
+    let driver = Command::new(CHROMEDRIVER)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    match (found, driver) {
+        (Some(binary), true) => Some(binary),
+        _ => {
+            let required = std::env::var_os("CI").is_some()
+                || std::env::var("WORKRAIL_BROWSER_TESTS").is_ok_and(|v| v == "1");
+            let message = "headless Chromium and chromedriver are needed for the Console's browser tests: install the Debian packages `chromium` and `chromium-driver` (`apt-get install -y chromium chromium-driver`)";
+            assert!(!required, "{message}");
+            eprintln!("skipped: {message}");
+            None
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A chromedriver process and one headless Chromium session driven through it.
+struct Browser {
+    runtime: tokio::runtime::Runtime,
+    client: Option<fantoccini::Client>,
+    driver: Child,
+    _profile: tempfile::TempDir,
+    shots: Vec<PathBuf>,
+}
+
+impl Browser {
+    fn start(binary: &Path) -> Browser {
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chromedriver");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let profile = tempfile::tempdir().unwrap();
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": binary,
+                "args": [
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--no-first-run",
+                    "--hide-scrollbars",
+                    "--window-size=1280,800",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        let webdriver = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            let attempt = runtime.block_on(
+                fantoccini::ClientBuilder::new(connector)
+                    .capabilities(capabilities.clone())
+                    .connect(&webdriver),
+            );
+            match attempt {
+                Ok(client) => break client,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("no WebDriver session from chromedriver: {e}"),
+            }
+        };
+        let browser = Browser {
+            runtime,
+            client: Some(client),
+            driver,
+            _profile: profile,
+            shots: Vec::new(),
+        };
+        browser.resize(1280, 800);
+        browser
+    }
+
+    fn client(&self) -> &fantoccini::Client {
+        self.client.as_ref().unwrap()
+    }
+
+    fn goto(&self, url: &str) {
+        self.runtime
+            .block_on(self.client().goto(url))
+            .unwrap_or_else(|e| panic!("goto {url}: {e}"));
+    }
+
+    fn url(&self) -> String {
+        self.runtime
+            .block_on(self.client().current_url())
+            .unwrap()
+            .to_string()
+    }
+
+    /// Runs `script` (a function body) in the page and returns its JSON result.
+    fn js(&self, script: &str) -> Value {
+        self.runtime
+            .block_on(self.client().execute(script, Vec::new()))
+            .unwrap_or_else(|e| panic!("script failed ({e}): {script}"))
+    }
+
+    /// Every element matching `selector`: its text, and the attributes named in `attrs`.
+    fn all(&self, selector: &str) -> Vec<Value> {
+        let script = format!(
+            "return Array.from(document.querySelectorAll({})).map(e => {{
+                const attrs = {{}};
+                for (const a of e.attributes) attrs[a.name] = a.value;
+                return {{text: (e.textContent || '').trim(), attrs, classes: Array.from(e.classList)}};
+            }});",
+            json!(selector)
+        );
+        match self.js(&script) {
+            Value::Array(items) => items,
+            other => panic!("querySelectorAll({selector}) gave {other}"),
+        }
+    }
+
+    fn text(&self, selector: &str) -> String {
+        let found = self.all(selector);
+        assert!(
+            !found.is_empty(),
+            "no `{selector}` on {}:\n{}",
+            self.url(),
+            self.body_text()
+        );
+        found[0]["text"].as_str().unwrap().to_owned()
+    }
+
+    fn body_text(&self) -> String {
+        self.js("return document.body ? document.body.innerText : '';")
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn resize(&self, width: u32, height: u32) {
+        self.runtime
+            .block_on(self.client().set_window_size(width, height))
+            .unwrap();
+    }
+
+    fn delete_cookies(&self) {
+        self.runtime
+            .block_on(self.client().delete_all_cookies())
+            .unwrap();
+    }
+
+    /// Saves a screenshot of the page as `<name>.png`.
+    fn shot(&mut self, name: &str) {
+        let png = self
+            .runtime
+            .block_on(self.client().screenshot())
+            .expect("screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let mut dirs = vec![PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")];
+        if let Some(extra) = std::env::var_os("WORKRAIL_SCREENSHOTS_DIR") {
+            let extra = PathBuf::from(extra);
+            dirs.push(if extra.is_absolute() {
+                extra
+            } else {
+                // Relative to the workspace root, where the documented command runs.
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(extra)
+            });
+        }
+        for dir in dirs {
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{name}.png"));
+            std::fs::write(&path, &png).unwrap();
+            self.shots.push(path);
+        }
+    }
+
+    /// The page body is no wider than the viewport (wide parts scroll inside themselves).
+    fn assert_no_horizontal_scroll(&self) {
+        let widths = self.js(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+        );
+        let (scroll, client) = (widths[0].as_u64().unwrap(), widths[1].as_u64().unwrap());
+        assert!(
+            scroll <= client + 1,
+            "{} scrolls sideways at {client}px wide (content {scroll}px)",
+            self.url()
+        );
+    }
+
+    /// Polls `check` for up to `secs` seconds.
+    fn eventually(&self, secs: u64, what: &str, check: impl Fn(&Browser) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !check(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{what} did not happen within {secs}s on {}",
+                self.url()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let _ = self.runtime.block_on(client.close());
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// A demo data directory, its Console, and a browser signed in with the printed link.
+struct Setup {
+    _root: tempfile::TempDir,
+    data: PathBuf,
+    demo: Demo,
+    console: Console,
+    browser: Browser,
+}
+
+fn setup() -> Option<Setup> {
+    let binary = chromium()?;
+    let (root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let console = Console::start(&data);
+    let browser = Browser::start(&binary);
+    browser.goto(&console.url);
+    Some(Setup {
+        _root: root,
+        data,
+        demo,
+        console,
+        browser,
+    })
+}
+
+fn session_url(console: &Console, session: &str) -> String {
+    format!("{}/sessions/{session}", console.origin)
+}
+
+#[test]
+fn the_printed_link_signs_in_and_the_session_list_shows_every_run() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    // The secret leaves the address bar: the cookie carries it from now on.
+    let url = b.url();
+    assert!(
+        !url.contains("token="),
+        "redirected without the token: {url}"
+    );
+    let rows = b.all("table#sessions tr.session");
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-session-id"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3, "{ids:?}");
+    for session in [
+        &s.demo.forked_session,
+        &s.demo.gap_session,
+        &s.demo.user_run.0,
+    ] {
+        assert!(ids.contains(&session.as_str()), "{ids:?}");
+    }
+    // Newest first: the user workflow's run started last.
+    assert_eq!(ids[0], s.demo.user_run.0, "{ids:?}");
+    for session in [&s.demo.forked_session, &s.demo.gap_session] {
+        let cell = b.text(&format!(
+            "tr.session[data-session-id=\"{session}\"] td.workflow"
+        ));
+        assert!(cell.contains("wr.mr_review"), "{cell}");
+    }
+    for cell in b.all("table#sessions tr.session td.health") {
+        assert_eq!(cell["text"], "healthy");
+    }
+    let statuses: Vec<String> = b
+        .all("table#sessions tr.session td.status")
+        .iter()
+        .map(|c| c["text"].as_str().unwrap().to_owned())
+        .collect();
+    for status in &statuses {
+        assert!(
+            ["in_progress", "blocked", "complete", "complete_with_gaps"].contains(&status.as_str()),
+            "{statuses:?}"
+        );
+    }
+    // The never-stop run's gap is counted.
+    let gap_row = b.all(&format!(
+        "tr.session[data-session-id=\"{}\"] td.gaps",
+        s.demo.gap_session
+    ));
+    assert!(
+        gap_row[0]["text"].as_str().unwrap().parse::<u32>().unwrap() >= 1,
+        "{gap_row:?}"
+    );
+    s.browser.shot("sessions");
+    // Filtering by text narrows the list to nothing for a word no run has.
+    let b = &s.browser;
+    b.goto(&format!("{}/?q=no-such-run-anywhere", s.console.origin));
+    assert!(b.all("table#sessions tr.session").is_empty());
+    // At phone width the list still fits.
+    b.goto(&format!("{}/", s.console.origin));
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+    s.browser.shot("sessions-390");
+}
+
+/// The run DAG of a forked run: two branches out of the first step, exactly one preferred tip,
+/// and the blocked attempt marked on its node.
+#[test]
+fn a_fork_is_drawn_with_two_branches_the_tip_marked_and_the_blocked_attempt() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    assert!(b.text("h1").contains(&s.demo.forked_session));
+    let nodes = b.all("section.run svg.dag g.node");
+    assert_eq!(
+        nodes.len(),
+        6,
+        "five steps on the original branch and the fork: {nodes:?}"
+    );
+    let tips = b.all("section.run svg.dag g.node.tip");
+    assert_eq!(tips.len(), 1, "exactly one preferred tip");
+    let edges = b.all("section.run svg.dag path.edge[data-kind=\"acked_step\"]");
+    let mut out_degree = std::collections::BTreeMap::<String, usize>::new();
+    for e in &edges {
+        *out_degree
+            .entry(e["attrs"]["data-from"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert!(
+        out_degree.values().any(|n| *n == 2),
+        "a node with two outgoing acked_step edges: {out_degree:?}"
+    );
+    let blocked = b.all("section.run svg.dag g.node.blocked-attempt");
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["attrs"]["data-blocked-attempts"], "1");
+    let titles: Vec<String> = b
+        .all("section.run svg.dag g.node text.title")
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(titles.iter().all(|t| !t.is_empty()), "{titles:?}");
+    s.browser.shot("session-fork");
+
+    // The blocked attempt's node page lists its blockers.
+    let blocked_node = blocked[0]["attrs"]["data-node-id"].as_str().unwrap();
+    let b = &s.browser;
+    b.goto(&format!(
+        "{}/nodes/{blocked_node}",
+        session_url(&s.console, &s.demo.forked_session)
+    ));
+    let blockers = b.all("#blockers div.attempt.blocked li.blocker");
+    assert!(!blockers.is_empty(), "{}", b.body_text());
+    assert_eq!(blockers[0]["attrs"]["data-code"], "MISSING_REQUIRED_OUTPUT");
+    assert!(!blockers[0]["text"].as_str().unwrap().is_empty());
+    s.browser.shot("node-blocked");
+
+    // At phone width the graph scrolls inside its own box, not the page.
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+    s.browser.shot("session-fork-390");
+}
+
+/// Notes are rendered Markdown, and a script in them never runs.
+#[test]
+fn notes_render_as_markdown_and_a_script_in_them_never_runs() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    let nodes: Vec<String> = b
+        .all("section.run svg.dag g.node")
+        .iter()
+        .map(|n| n["attrs"]["data-node-id"].as_str().unwrap().to_owned())
+        .collect();
+    // The node that shows the first step's notes.
+    let shown = nodes.iter().any(|node| {
+        b.goto(&format!(
+            "{}/nodes/{node}",
+            session_url(&s.console, &s.demo.forked_session)
+        ));
+        b.text("#notes").contains("the diff")
+    });
+    assert!(shown, "no node page shows the first step's notes");
+    let notes = b.all("#notes strong");
+    assert!(
+        notes.iter().any(|n| n["text"] == "the diff"),
+        "bold text is rendered: {}",
+        b.body_text()
+    );
+    assert_eq!(b.all("#notes li").len(), 2, "the list is rendered");
+    assert!(b.all("#notes script").is_empty(), "no script element");
+    assert_eq!(
+        b.js("return typeof window.__workrailPwned;"),
+        "undefined",
+        "the script in the notes did not run"
+    );
+    assert!(!b.all("#preferences").is_empty());
+    s.browser.shot("node-notes");
+}
+
+/// A never-stop run shows its gap on the node, unresolved.
+#[test]
+fn a_never_stop_gap_is_shown_on_its_node() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.gap_session));
+    let nodes: Vec<String> = b
+        .all("section.run svg.dag g.node")
+        .iter()
+        .map(|n| n["attrs"]["data-node-id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(nodes.len() >= 4, "{nodes:?}");
+    let mut found = None;
+    for node in &nodes {
+        b.goto(&format!(
+            "{}/nodes/{node}",
+            session_url(&s.console, &s.demo.gap_session)
+        ));
+        let gaps = b.all("#gaps li.gap");
+        if !gaps.is_empty() {
+            found = Some(gaps);
+            break;
+        }
+    }
+    let gaps = found.expect("a node of the never-stop run shows a gap");
+    assert_eq!(gaps[0]["attrs"]["data-resolved"], "false", "{gaps:?}");
+    assert!(gaps[0]["attrs"]["data-severity"].is_string(), "{gaps:?}");
+    s.browser.shot("node-gap");
+}
+
+/// A damaged copy shows its validated prefix under a banner that names the damage and the way
+/// out.
+#[test]
+fn a_corrupted_copy_shows_the_salvage_banner() {
+    let Some(binary) = chromium() else { return };
+    let (_root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let (_copy_root, copy) = new_root();
+    copy_dir(&data, &copy);
+    corrupt_last_segment(&copy, &demo.forked_session);
+    let console = Console::start(&copy);
+    let mut browser = Browser::start(&binary);
+    browser.goto(&console.url);
+    let health = browser.all(&format!(
+        "tr.session[data-session-id=\"{}\"] td.health",
+        demo.forked_session
+    ));
+    assert_eq!(health[0]["text"], "corrupt_tail", "{health:?}");
+    browser.goto(&session_url(&console, &demo.forked_session));
+    let banner = browser.text("#salvage-banner");
+    for words in [
+        "corrupt_tail",
+        "validated prefix",
+        &format!("workrail repair {}", demo.forked_session),
+        &format!("workrail export {}", demo.forked_session),
+    ] {
+        assert!(banner.contains(words), "{words:?} missing from {banner:?}");
+    }
+    assert!(
+        !browser.all("section.run svg.dag g.node").is_empty(),
+        "the validated prefix is still shown"
+    );
+    browser.shot("session-salvage");
+}
+
+/// Without the printed link nothing is shown; a wrong secret is refused the same way.
+#[test]
+fn a_request_without_the_secret_is_refused() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.delete_cookies();
+    b.goto(&format!("{}/", s.console.origin));
+    assert!(b.text("h1").contains("This Console needs its link"));
+    assert!(b.all("table#sessions").is_empty());
+    assert!(!b.body_text().contains(&s.demo.forked_session));
+    s.browser.shot("refused");
+    let b = &s.browser;
+    b.goto(&format!("{}/?token={}", s.console.origin, "0".repeat(64)));
+    assert!(b.text("h1").contains("This Console needs its link"));
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    assert!(b.text("h1").contains("This Console needs its link"));
+    // The printed link still works afterwards.
+    b.goto(&s.console.url);
+    assert_eq!(b.all("table#sessions tr.session").len(), 3);
+}
+
+/// The session page follows an agent's progress without a reload.
+#[test]
+fn the_session_page_follows_new_advances_without_a_reload() {
+    let Some(s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    let before = b.all("section.run svg.dag g.node").len();
+    let mut mcp = Mcp::start(&s.data);
+    mcp.ack(
+        &s.demo.forked_tip,
+        "The agent goes on while the page is open.",
+    );
+    mcp.close();
+    b.eventually(15, "the new node appearing", |b| {
+        b.all("section.run svg.dag g.node").len() == before + 1
+    });
+}
+
+/// The Workflows page lists every source with its access; the bundled ones are read-only with a
+/// copy to an editable namespace.
+#[test]
+fn workflows_are_listed_and_bundled_ones_are_read_only_with_a_copy() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&format!("{}/workflows", s.console.origin));
+    let rows = b.all("table#workflows tr.workflow");
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-workflow-id"].as_str().unwrap())
+        .collect();
+    for id in ["wr.mr_review", "wr.coding_task", USER_WORKFLOW_ID] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    let access = |id: &str| b.text(&format!("tr.workflow[data-workflow-id=\"{id}\"] td.access"));
+    assert_eq!(access("wr.mr_review"), "read-only");
+    assert_eq!(access(USER_WORKFLOW_ID), "editable");
+    s.browser.shot("workflows");
+
+    let b = &s.browser;
+    b.goto(&format!("{}/workflows/wr.mr_review", s.console.origin));
+    assert!(!b.all("p#read-only").is_empty(), "{}", b.body_text());
+    assert!(
+        b.all("form#edit").is_empty(),
+        "a bundled workflow has no edit form"
+    );
+    assert!(b.text("section#source pre").contains("\"wr.mr_review\""));
+    assert!(
+        b.text("section#compiled code.workflow-hash")
+            .starts_with("sha256:")
+    );
+    b.js(
+        "document.querySelector('form#copy input[name=newId]').value = 'user.my_review'; \
+         document.querySelector('form#copy').submit(); return null;",
+    );
+    b.eventually(10, "the copy's page", |b| {
+        b.url().ends_with("/workflows/user.my_review")
+    });
+    assert!(!b.all("form#edit textarea[name=source]").is_empty());
+    let copied = user_workflows(&s.data).join("my_review.json");
+    let copied = std::fs::read_dir(user_workflows(&s.data))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .contains("\"user.my_review\"")
+        })
+        .unwrap_or_else(|| panic!("no copy in the user directory (expected like {copied:?})"));
+    assert!(copied.starts_with(user_workflows(&s.data)));
+    s.browser.shot("workflow-bundled");
+}
+
+/// lock: L-CONSOLE-EDIT-SOURCE, L-CONSOLE-INSPECT
+/// An edit that does not compile is refused at its field and writes nothing; a good one is
+/// saved into the source file; the run that pinned the old version then shows the drift, with
+/// its pinned snapshot beside the new compiled one.
+#[test]
+fn an_edit_is_rejected_with_its_pointer_then_saved_and_the_pinned_run_shows_drift() {
+    let Some(mut s) = setup() else { return };
+    let file = user_workflows(&s.data).join("release_check.json");
+    let before = std::fs::read_to_string(&file).unwrap();
+    let (session, run) = s.demo.user_run.clone();
+    let page = format!("{}/workflows/{USER_WORKFLOW_ID}", s.console.origin);
+    let pinned_page = format!("{page}?session={session}&run={run}");
+    let b = &s.browser;
+    b.goto(&pinned_page);
+    assert!(
+        b.all("#drift-warning").is_empty(),
+        "in sync before the edit"
+    );
+    let pinned_hash = b.text("section#pinned code.pinned-hash");
+    assert_eq!(b.text("section#compiled code.workflow-hash"), pinned_hash);
+
+    // A step without a prompt: refused with the pointer at that field, nothing written.
+    let mut broken: Value = serde_json::from_str(&before).unwrap();
+    broken["steps"][1].as_object_mut().unwrap().remove("prompt");
+    let set_and_save = |b: &Browser, text: &str| {
+        b.js(&format!(
+            "document.querySelector('form#edit textarea[name=source]').value = {}; \
+             document.querySelector('form#edit button#save').click(); return null;",
+            json!(text)
+        ));
+    };
+    b.goto(&page);
+    set_and_save(b, &serde_json::to_string_pretty(&broken).unwrap());
+    b.eventually(10, "the errors", |b| {
+        !b.all("ul#errors li.error").is_empty()
+    });
+    let errors = b.all("ul#errors li.error");
+    assert!(
+        errors.iter().any(|e| e["attrs"]["data-pointer"]
+            .as_str()
+            .unwrap()
+            .starts_with("/steps/1")),
+        "{errors:?}"
+    );
+    assert!(
+        b.js("return document.querySelector('form#edit textarea[name=source]').value;")
+            .as_str()
+            .unwrap()
+            .contains("Smoke test"),
+        "the submitted text is kept"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        before,
+        "nothing written"
+    );
+    s.browser.shot("workflow-edit-rejected");
+
+    // Fixed: saved into the source file.
+    let b = &s.browser;
+    set_and_save(
+        b,
+        &user_workflow_source("Run the smoke tests on staging first."),
+    );
+    b.eventually(10, "the saved notice", |b| !b.all("p#saved").is_empty());
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("on staging first")
+    );
+
+    // The run pinned the old version: drift, both hashes named, the pinned snapshot unchanged.
+    b.goto(&pinned_page);
+    let warning = b.all("#drift-warning");
+    assert_eq!(warning.len(), 1, "{}", b.body_text());
+    assert_eq!(warning[0]["attrs"]["data-status"], "changed");
+    let current_hash = b.text("section#compiled code.workflow-hash");
+    assert_ne!(current_hash, pinned_hash);
+    let text = warning[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&pinned_hash) && text.contains(&current_hash),
+        "{text}"
+    );
+    assert_eq!(b.text("section#pinned code.pinned-hash"), pinned_hash);
+    assert!(
+        b.text("section#pinned pre")
+            .contains("Run the smoke tests.")
+    );
+    s.browser.shot("workflow-drift");
+    let b = &s.browser;
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+    s.browser.shot("workflow-drift-390");
+}
+
+/// lock: L-CONSOLE-APPLIED-CONFIG, L-CONSOLE-RESTART-TRIGGERS
+/// A running server's applied config is shown against the desired one; switching on a flag
+/// that gates a tool makes that server restart-required, naming the trigger.
+#[test]
+fn desired_versus_applied_after_a_flag_change() {
+    let Some(mut s) = setup() else { return };
+    let server = Mcp::start(&s.data);
+    let b = &s.browser;
+    b.goto(&format!("{}/config", s.console.origin));
+    b.eventually(10, "the running server", |b| {
+        !b.all("div.server").is_empty()
+    });
+    let servers = b.all("div.server");
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    assert_eq!(servers[0]["attrs"]["data-restart-required"], "false");
+    assert_eq!(
+        servers[0]["attrs"]["data-applied-hash"].as_str().unwrap(),
+        b.text("code#desired-hash"),
+        "in sync: applied is desired"
+    );
+    assert!(b.all("span.restart-badge").is_empty());
+    s.browser.shot("config-in-sync");
+
+    // `start_session` is off by default and gates its tool.
+    let b = &s.browser;
+    b.js(
+        "document.querySelector('form#flags input[name=start_session]').checked = true; \
+         document.querySelector('form#flags button#save-flags').click(); return null;",
+    );
+    b.eventually(10, "the restart badge", |b| {
+        !b.all("div.server[data-restart-required=\"true\"] span.restart-badge")
+            .is_empty()
+    });
+    let kinds: Vec<String> = b
+        .all("div.server li.trigger")
+        .iter()
+        .map(|t| t["attrs"]["data-kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.contains(&"tool_set_changed".to_owned()), "{kinds:?}");
+    assert!(
+        kinds.contains(&"tool_gating_flag_changed".to_owned()),
+        "{kinds:?}"
+    );
+    let features = std::fs::read_to_string(s.data.join("config").join("features.json")).unwrap();
+    assert!(
+        features.contains("\"start_session\": true") || features.contains("\"start_session\":true"),
+        "{features}"
+    );
+    s.browser.shot("config-restart-required");
+    server.close();
+}
