@@ -204,11 +204,29 @@ impl Browser {
     }
 
     /// Saves a screenshot of the page as `<name>.png`.
+    /// The whole page, not only the viewport: the window grows to the page's height (at most
+    /// 4000 px) for the shot and then gets its size back.
     fn shot(&mut self, name: &str) {
+        let (width, height) = self
+            .runtime
+            .block_on(self.client().get_window_size())
+            .unwrap();
+        let page = self
+            .js("return Math.ceil(document.documentElement.scrollHeight);")
+            .as_u64()
+            .unwrap_or(height);
+        let (width, height) = (width as u32, height as u32);
+        let tall = (page as u32).clamp(height, 4000);
+        if tall > height {
+            self.resize(width, tall);
+        }
         let png = self
             .runtime
             .block_on(self.client().screenshot())
             .expect("screenshot");
+        if tall > height {
+            self.resize(width, height);
+        }
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
         let mut dirs = vec![PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")];
         if let Some(extra) = std::env::var_os("WORKRAIL_SCREENSHOTS_DIR") {
