@@ -203,9 +203,8 @@ impl Browser {
             .unwrap();
     }
 
-    /// Saves a screenshot of the page as `<name>.png`.
-    /// The whole page, not only the viewport: the window grows to the page's height (at most
-    /// 4000 px) for the shot and then gets its size back.
+    /// Saves a screenshot of the whole page as `<name>.png`: the window grows to the page's
+    /// height (at most 4000 px) for the shot and then gets its size back.
     fn shot(&mut self, name: &str) {
         let (width, height) = self
             .runtime
@@ -215,10 +214,26 @@ impl Browser {
             .js("return Math.ceil(document.documentElement.scrollHeight);")
             .as_u64()
             .unwrap_or(height);
+        // The window is taller than its viewport by the browser's own bars.
+        let viewport = self
+            .js("return window.innerHeight;")
+            .as_u64()
+            .unwrap_or(height);
+        let bars = height.saturating_sub(viewport);
         let (width, height) = (width as u32, height as u32);
-        let tall = (page as u32).clamp(height, 4000);
+        let tall = u32::try_from(page + bars)
+            .unwrap_or(4000)
+            .clamp(height, 4000);
         if tall > height {
             self.resize(width, tall);
+            // The viewport follows the window a moment later.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while self.js("return window.innerHeight;").as_u64().unwrap_or(0)
+                < page.min(u64::from(tall))
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         let png = self
             .runtime
