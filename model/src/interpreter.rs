@@ -33,8 +33,10 @@
 //! pack's `artifactKind`, checked before the step completes. For `wr.contracts.loop_control` the
 //! artifacts are read exactly as the loop reads them, for the step's innermost enclosing loop
 //! (`kind`, `loopId` equal to that loop, `decision`, optional `summary` of at most 512 bytes, no
-//! other fields): none is missing, any malformed one or one for another loop is invalid. **Scope:** for other packs the model checks presence
-//! only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
+//! other fields): none is missing, any malformed one or one for another loop is invalid. For
+//! `wr.contracts.capability_observation` every observation is read as `crate::capabilities`
+//! reads it (D40): none is missing, any invalid one is invalid. **Scope:** for other packs the
+//! model checks presence only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
 //! and pointer is disclosed once.
 
 use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
@@ -234,6 +236,20 @@ fn check_required_output(
             Some(frame) => read_loop_control(Some(output), &frame.loop_id),
             None if present => LoopControlReading::Invalid,
             None => LoopControlReading::Missing,
+        }
+    } else if contract.artifact_kind == crate::capabilities::OBSERVATION_ARTIFACT_KIND {
+        // Every observation the step sends is the contract's business (D40): a malformed one,
+        // or a claim on the probe of its own capability, makes the output invalid.
+        let readings = crate::capabilities::read_observations(&step.step_id, output);
+        if readings.is_empty() {
+            LoopControlReading::Missing
+        } else if readings
+            .iter()
+            .any(|r| matches!(r, crate::capabilities::ObservationReading::Invalid(_)))
+        {
+            LoopControlReading::Invalid
+        } else {
+            return Ok(None);
         }
     } else if present {
         return Ok(None);

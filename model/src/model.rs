@@ -59,9 +59,10 @@ use workrail_spec::closed::{
 };
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::{
-    AdvanceOutcome, AdvanceRecorded, EdgeCause, EdgeCreated, EffectivePreferences, EventData,
-    EventScope, GapRecorded, GapResolution, NodeCreated, NodeOutputAppended, OutputPayload,
-    PreferenceDelta, PreferencesChanged, RunStarted, SessionCreated, SessionEvent,
+    AdvanceOutcome, AdvanceRecorded, CapabilityObserved, EdgeCause, EdgeCreated,
+    EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution, NodeCreated,
+    NodeOutputAppended, OutputPayload, PreferenceDelta, PreferencesChanged, RunStarted,
+    SessionCreated, SessionEvent,
 };
 use workrail_spec::ids::{
     AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, SnapshotRef, WorkflowHash,
@@ -615,15 +616,41 @@ impl Model {
             .pending_step()
             .map(|p| p.step_id.clone())
             .ok_or_else(|| ModelError::NothingPending(node_id.clone()))?;
-        let (capability_blocks, capability_gaps) = crate::capabilities::at_ack(
+        let reported = crate::capabilities::valid_observations(&step_id, &attempt.output);
+        let (capability_blocks, mut capability_gaps) = crate::capabilities::at_ack(
             workflow,
             events,
             &dag,
             run_id,
             node_id,
             &step_id,
+            &reported,
             effective.autonomy,
         );
+        // Invalid observations a step does not require are disclosed, never recorded (D42).
+        if let Some(finding) =
+            crate::capabilities::invalid_optional(workflow, &step_id, &attempt.output)
+            && let Some(severity) = finding
+                .reason
+                .disposition(effective.autonomy, false)
+                .gap_severity
+        {
+            capability_gaps.push((finding, severity));
+        }
+        // A strong `available` observation resolves the branch's open disclosures about its
+        // capability (D40); the branch is the same whether the attempt advances or blocks.
+        let resolved =
+            crate::capabilities::resolved_by(events, run_id, &dag.ancestry(node_id), &reported);
+        let observations: Vec<CapabilityObserved> = reported
+            .iter()
+            .enumerate()
+            .map(|(i, o)| CapabilityObserved {
+                cap_obs_id: derive::cap_obs_id(session_id, &attempt.attempt_id, i),
+                capability: o.capability,
+                status: o.status,
+                provenance: o.provenance.clone(),
+            })
+            .collect();
         let with_gap = |finding: &interpreter::Finding| {
             finding
                 .reason
@@ -686,8 +713,12 @@ impl Model {
                     outputs_of(session_id, &attempt.attempt_id, &attempt.output, warning)?;
                 // node_created, edge_created, outputs, gaps, the preference change, then
                 // advance_recorded: the edge's cause names the advance_recorded of the same plan.
-                let record_ahead =
-                    2 + outputs.len() as u64 + disclosed.len() as u64 + u64::from(change.is_some());
+                let record_ahead = 2
+                    + outputs.len() as u64
+                    + observations.len() as u64
+                    + disclosed.len() as u64
+                    + resolved.len() as u64
+                    + u64::from(change.is_some());
                 let record_event = plan.event_id_ahead(record_ahead)?;
                 plan.push(
                     child_scope.clone(),
@@ -713,7 +744,14 @@ impl Model {
                 for output in outputs {
                     plan.push(child_scope.clone(), EventData::NodeOutputAppended(output))?;
                 }
+                for observation in observations {
+                    plan.push(
+                        child_scope.clone(),
+                        EventData::CapabilityObserved(observation),
+                    )?;
+                }
                 push_gaps(&mut plan, &child_scope, origin, &disclosed)?;
+                push_resolutions(&mut plan, &child_scope, origin, disclosed.len(), &resolved)?;
                 if let Some(change) = change {
                     plan.push(child_scope, EventData::PreferencesChanged(change))?;
                 }
@@ -727,7 +765,13 @@ impl Model {
                 if let Some(warning) = warning {
                     plan.push(here.clone(), EventData::NodeOutputAppended(warning))?;
                 }
+                // Observations are facts about the environment, not about the step: a blocked
+                // attempt records them on the attempted node (D40).
+                for observation in observations {
+                    plan.push(here.clone(), EventData::CapabilityObserved(observation))?;
+                }
                 push_gaps(&mut plan, &here, origin, &gaps)?;
+                push_resolutions(&mut plan, &here, origin, gaps.len(), &resolved)?;
                 AdvanceOutcome::Blocked {
                     blockers: BlockerReport::new(
                         blockers
@@ -1095,6 +1139,38 @@ fn push_gaps(
                 resolution: GapResolution::Unresolved,
                 evidence_refs: None,
                 details: finding.details.clone(),
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// Records the resolution of each gap in `resolved`: an `info` gap of the same reason and
+/// details linking to it (`L-GAP-RESOLVED-PROJECTION`), numbered after the attempt's `first`
+/// disclosures.
+fn push_resolutions(
+    plan: &mut Plan<'_>,
+    scope: &EventScope,
+    origin: &str,
+    first: usize,
+    resolved: &[projections::GapRecord],
+) -> Result<(), ModelError> {
+    for (i, gap) in resolved.iter().enumerate() {
+        plan.push(
+            scope.clone(),
+            EventData::GapRecorded(GapRecorded {
+                gap_id: derive::gap_id(plan.session_id, origin, first + i),
+                severity: GapSeverity::Info,
+                reason: gap.reason,
+                summary: BoundedText::truncating(&format!(
+                    "resolved: a strong observation shows the capability available (gap {})",
+                    gap.gap_id
+                )),
+                resolution: GapResolution::Resolves {
+                    resolves_gap_id: gap.gap_id.clone(),
+                },
+                evidence_refs: None,
+                details: gap.details.clone(),
             }),
         )?;
     }
