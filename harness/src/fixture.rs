@@ -157,6 +157,55 @@ pub enum ArtifactSpec {
     Verification,
     /// An artifact no contract asks for.
     Note(u8),
+    /// A valid `wr.capability_observation` (D40).
+    Observation(ObservationSpec),
+    /// A `wr.capability_observation` the pack refuses, one of a few shapes.
+    ObservationInvalid(u8),
+}
+
+/// A valid capability observation: which capability, what it says, on which basis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub struct ObservationSpec {
+    /// `delegation` when even, `web_browsing` when odd.
+    pub capability: u8,
+    pub available: bool,
+    /// 0: an attempt with `basis` absent; 1: `basis: attempt`; 2: a claim (`claimedBy` absent);
+    /// 3: a claim by the user.
+    pub basis: u8,
+    /// A failed attempt's `failureCode`: absent (0) or one of the four codes.
+    pub failure: u8,
+}
+
+impl ObservationSpec {
+    fn to_json(self) -> Value {
+        let capability = ["delegation", "web_browsing"][usize::from(self.capability % 2)];
+        let status = if self.available {
+            "available"
+        } else {
+            "unavailable"
+        };
+        let mut a = json!({"kind": "wr.capability_observation", "capability": capability,
+            "status": status, "evidence": format!("Tried {capability}.")});
+        match self.basis % 4 {
+            0 => {}
+            1 => a["basis"] = json!("attempt"),
+            2 => a["basis"] = json!("claim"),
+            _ => {
+                a["basis"] = json!("claim");
+                a["claimedBy"] = json!("user");
+            }
+        }
+        let codes = ["tool_missing", "tool_error", "policy_blocked", "unknown"];
+        if self.basis % 4 < 2
+            && !self.available
+            && let Some(code) = usize::from(self.failure % 5)
+                .checked_sub(1)
+                .and_then(|i| codes.get(i))
+        {
+            a["failureCode"] = json!(code);
+        }
+        a
+    }
 }
 
 impl ArtifactSpec {
@@ -194,6 +243,17 @@ impl ArtifactSpec {
                 |p| p.example(),
             ),
             Self::Note(n) => json!({"kind": "harness.note", "n": n}),
+            Self::Observation(spec) => spec.to_json(),
+            Self::ObservationInvalid(n) => match n % 4 {
+                0 => json!({"kind": "wr.capability_observation", "capability": "web_browsing",
+                    "status": "available", "evidence": "Worked.", "failureCode": "tool_error"}),
+                1 => json!({"kind": "wr.capability_observation", "capability": "delegation",
+                    "status": "unavailable", "evidence": "Failed.", "claimedBy": "agent"}),
+                2 => json!({"kind": "wr.capability_observation", "capability": "web_browsing",
+                    "status": "maybe", "evidence": "Unsure."}),
+                _ => json!({"kind": "wr.capability_observation", "capability": "delegation",
+                    "status": "available"}),
+            },
         };
         match value {
             Value::Object(map) => map,

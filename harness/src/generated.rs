@@ -13,8 +13,9 @@
 //! the generated agent outputs (`ArtifactSpec`) decide; any other `loop_control` loop is decided
 //! by nobody, so its decision step is always missing its artifact.
 //!
-//! Left out, because the model does not cover them yet: capability observations (the agents
-//! send no `wr.capability_observation`), and user-only dependency and divergence reports.
+//! The generated agents (`ops::output_strategy`) send `wr.capability_observation` artifacts of
+//! every basis and status, valid and invalid, on any step (D40, D75, D76). Left out, because the
+//! model does not cover them yet: user-only dependency and divergence reports.
 
 use std::sync::Arc;
 

@@ -25,6 +25,11 @@
 //! in never-stop a critical gap, disclosed once per branch while an earlier disclosure of the
 //! same reason and capability is unresolved on the branch.
 //!
+//! **Reported unavailable (D75).** An ack whose own last strong observation of a `required`
+//! capability says `unavailable` is `required_capability_unavailable` whatever its step (a probe
+//! too): the reason is about the capability, and the reason table decides by the capability's
+//! requirement alone (D39).
+//!
 //! **Preferred capabilities.** A strong `unavailable` observation of a `preferred` capability is
 //! `required_capability_unavailable` about a subject the workflow does not require: a `warning`
 //! gap in every mode (D39), disclosed once per branch likewise. Undeclared and disabled
@@ -102,8 +107,46 @@ pub fn read_observations(step: &StepId, output: &OutputInput) -> Vec<Observation
         .collect()
 }
 
-/// The valid observations of `output` at `step`, in order.
-pub fn valid_observations(step: &StepId, output: &OutputInput) -> Vec<ReportedObservation> {
+/// Whether `step`'s contract requires capability observations (a probe's does).
+fn requires_observations(workflow: &CompiledWorkflowSnapshotV1, step: &StepId) -> bool {
+    workflow
+        .step(step)
+        .and_then(|s| s.output.as_ref())
+        .and_then(|o| o.contract_ref.as_deref())
+        == Some(OBSERVATION_CONTRACT_REF)
+}
+
+/// Why the observations of `output` are not a valid required output at `step`, if they are not:
+/// every one must be valid, and a probe's must include one about the capability it probes
+/// (D76, as a loop's decision must name its loop, D45). `None` also when there are none (that
+/// is a missing output, not an invalid one).
+pub fn required_output_problem(step: &StepId, output: &OutputInput) -> Option<String> {
+    let readings = read_observations(step, output);
+    if let Some(why) = readings.iter().find_map(|r| match r {
+        ObservationReading::Invalid(why) => Some(why.clone()),
+        ObservationReading::Valid(_) => None,
+    }) {
+        return Some(why);
+    }
+    let probed = probed_by(step)?;
+    let answered = readings
+        .iter()
+        .any(|r| matches!(r, ObservationReading::Valid(o) if o.capability.as_str() == probed));
+    (!readings.is_empty() && !answered)
+        .then(|| format!("the probe of {probed} needs an observation of {probed}"))
+}
+
+/// The observations an ack records at `step`, in order: its valid ones, except on a step that
+/// requires observations and did not get a valid required output, where none is (D76: the
+/// required output is judged whole, and the agent sends it again with the fix).
+pub fn valid_observations(
+    workflow: &CompiledWorkflowSnapshotV1,
+    step: &StepId,
+    output: &OutputInput,
+) -> Vec<ReportedObservation> {
+    if requires_observations(workflow, step) && required_output_problem(step, output).is_some() {
+        return Vec::new();
+    }
     read_observations(step, output)
         .into_iter()
         .filter_map(|r| match r {
@@ -321,7 +364,20 @@ pub fn at_ack(
     };
     let mut blocking = Vec::new();
     let mut disclosed = Vec::new();
-    for capability in dependencies(workflow, step) {
+    // The capabilities judged here: those the step depends on, and every required capability
+    // the ack itself reports unavailable (D75: the reason is about the capability, so it arises
+    // where the observation is reported, a probe included).
+    let mut judged: Vec<Capability> = dependencies(workflow, step);
+    for (capability, requirement) in &workflow.body.capabilities {
+        if *requirement == CapabilityRequirement::Required
+            && reported_status(reported, *capability) == Some(CapabilityStatus::Unavailable)
+            && !judged.contains(capability)
+        {
+            judged.push(*capability);
+        }
+    }
+    judged.sort();
+    for capability in judged {
         let status = reported_status(reported, capability)
             .unwrap_or_else(|| branch_status(events, run, &branch, capability));
         let (reason, what) = match status {
@@ -394,12 +450,7 @@ pub fn invalid_optional(
     step: &StepId,
     output: &OutputInput,
 ) -> Option<Finding> {
-    let requires = workflow
-        .step(step)
-        .and_then(|s| s.output.as_ref())
-        .and_then(|o| o.contract_ref.as_deref())
-        == Some(OBSERVATION_CONTRACT_REF);
-    if requires {
+    if requires_observations(workflow, step) {
         return None;
     }
     let why = read_observations(step, output)

@@ -35,7 +35,8 @@
 //! (`kind`, `loopId` equal to that loop, `decision`, optional `summary` of at most 512 bytes, no
 //! other fields): none is missing, any malformed one or one for another loop is invalid. For
 //! `wr.contracts.capability_observation` every observation is read as `crate::capabilities`
-//! reads it (D40): none is missing, any invalid one is invalid. **Scope:** for other packs the
+//! reads it (D40, D76): none is missing; any invalid one, or a probe's observations none of which
+//! is about its capability, is invalid. **Scope:** for other packs the
 //! model checks presence only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
 //! and pointer is disclosed once.
 
@@ -238,15 +239,12 @@ fn check_required_output(
             None => LoopControlReading::Missing,
         }
     } else if contract.artifact_kind == crate::capabilities::OBSERVATION_ARTIFACT_KIND {
-        // Every observation the step sends is the contract's business (D40): a malformed one,
-        // or a claim on the probe of its own capability, makes the output invalid.
-        let readings = crate::capabilities::read_observations(&step.step_id, output);
-        if readings.is_empty() {
+        // Every observation the step sends is the contract's business (D40, D76): a malformed
+        // one, a claim on the probe of its own capability, or a probe's observations that never
+        // name the capability it probes make the output invalid.
+        if !present {
             LoopControlReading::Missing
-        } else if readings
-            .iter()
-            .any(|r| matches!(r, crate::capabilities::ObservationReading::Invalid(_)))
-        {
+        } else if crate::capabilities::required_output_problem(&step.step_id, output).is_some() {
             LoopControlReading::Invalid
         } else {
             return Ok(None);

@@ -616,7 +616,7 @@ impl Model {
             .pending_step()
             .map(|p| p.step_id.clone())
             .ok_or_else(|| ModelError::NothingPending(node_id.clone()))?;
-        let reported = crate::capabilities::valid_observations(&step_id, &attempt.output);
+        let reported = crate::capabilities::valid_observations(workflow, &step_id, &attempt.output);
         let (capability_blocks, mut capability_gaps) = crate::capabilities::at_ack(
             workflow,
             events,

@@ -253,7 +253,7 @@ fn artifacts_become_observations_with_the_provenance_of_their_basis_and_step() {
 
 /// lock: L-CAP-WEAK-NO-UNLOCK, L-CAP-OBSERVED-ONLY, L-REASON-BLOCKING-MODES
 #[test]
-fn only_a_strong_available_observation_unlocks_a_dependent_step() {
+fn only_a_strong_available_observation_unlocks_a_required_capability() {
     let (model, root) = started(Autonomy::Guided);
     // The probe refuses a claim about its capability: an invalid required output.
     let (model, obs) = advance(
@@ -266,21 +266,53 @@ fn only_a_strong_available_observation_unlocks_a_dependent_step() {
         )]),
     );
     assert_eq!(blocker_codes(&obs), [BlockerCode::InvalidRequiredOutput]);
-    // A failed probe advances (the probe itself depends on nothing) and is recorded strong.
+    // A failed probe of a required capability blocks (D75), and is recorded where the attempt
+    // lands: the attempted node.
     let (model, obs) = advance(
         &model,
         &root,
         with(vec![observed("web_browsing", "unavailable", json!({}))]),
     );
+    assert_eq!(
+        blocker_codes(&obs),
+        [BlockerCode::RequiredCapabilityUnavailable]
+    );
+    let events = model.events(&sid("s")).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.data(), EventData::CapabilityObserved(o)
+        if o.status == CapabilityStatus::Unavailable && e.scope().node_id() == Some(&root)))
+    );
+    // The retried probe works: the latest strong observation unlocks.
+    let (model, obs) = advance(
+        &model,
+        &root,
+        with(vec![observed("web_browsing", "available", json!({}))]),
+    );
     let probed = moved_to(&obs);
     let events = model.events(&sid("s")).unwrap();
-    assert!(!capability_unlocked(
+    assert!(capability_unlocked(
         events,
         &rid("r"),
         &probed,
         Capability::WebBrowsing
     ));
-    // The dependent step is blocked as unavailable; a claim does not change that.
+    // The capability breaks while browsing: the dependent step is blocked as unavailable ...
+    let (model, obs) = advance(
+        &model,
+        &probed,
+        with(vec![observed(
+            "web_browsing",
+            "unavailable",
+            json!({"failureCode": "tool_error"}),
+        )]),
+    );
+    assert_eq!(
+        blocker_codes(&obs),
+        [BlockerCode::RequiredCapabilityUnavailable]
+    );
+    // ... and a claim that it is back does not change that: it is recorded weak, never unlocks.
     let (model, obs) = advance(
         &model,
         &probed,
@@ -294,7 +326,6 @@ fn only_a_strong_available_observation_unlocks_a_dependent_step() {
         blocker_codes(&obs),
         [BlockerCode::RequiredCapabilityUnavailable]
     );
-    // The claim was recorded on the attempted node (weak): it shows, it does not unlock.
     let events = model.events(&sid("s")).unwrap();
     assert!(
         events
@@ -309,14 +340,13 @@ fn only_a_strong_available_observation_unlocks_a_dependent_step() {
         &probed,
         Capability::WebBrowsing
     ));
-    // An attempt that works unlocks it, in the same ack.
+    // An attempt that works unlocks it in the same ack, and later steps see it on the branch.
     let (model, obs) = advance(
         &model,
         &probed,
         with(vec![observed("web_browsing", "available", json!({}))]),
     );
     let browsed = moved_to(&obs);
-    // Later steps see it through the branch.
     let (_, obs) = advance(&model, &browsed, with(vec![]));
     assert!(matches!(obs, Observation::Advanced { .. }), "{obs:?}");
 }
