@@ -102,7 +102,7 @@ fn artifact_strategy() -> impl Strategy<Value = ArtifactSpec> {
         1 => Just(ArtifactSpec::LoopOtherLoop),
         4 => Just(ArtifactSpec::Verification),
         1 => (0u8..3).prop_map(ArtifactSpec::Note),
-        3 => (0u8..2, any::<bool>(), 0u8..4, 0u8..5).prop_map(|(capability, available, basis, failure)| {
+        8 => (0u8..2, any::<bool>(), 0u8..4, 0u8..5).prop_map(|(capability, available, basis, failure)| {
             ArtifactSpec::Observation(ObservationSpec { capability, available, basis, failure })
         }),
         1 => (0u8..4).prop_map(ArtifactSpec::ObservationInvalid),

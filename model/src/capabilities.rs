@@ -18,12 +18,12 @@
 //! probe in compiled step order. Its status is decided by the ack's own strong observations (the
 //! last one of the capability), else by the nearest node on the branch (the acknowledged one
 //! first, then its ancestors) holding a strong observation, its latest by `EventIndex`
-//! (`projections::capability_unlocked`). Without a strong `available` status, acking a dependent
+//! (`projections::branch_capability_status`). Without a strong `available` status, acking a dependent
 //! step is `capability_missing:required_capability_unavailable` when the deciding observation
 //! says `unavailable`, else `required_capability_unknown` (details `{kind: "capability",
 //! capability}`, pointer `capability`). The reason table decides: blocked in the blocking modes;
-//! in never-stop a critical gap, disclosed once per branch while an earlier disclosure of the
-//! same reason and capability is unresolved on the branch.
+//! in never-stop a critical gap, disclosed once per branch while an earlier `capability_missing`
+//! disclosure of the same capability (whichever its reason) is unresolved on the branch (D77).
 //!
 //! **Reported unavailable (D75).** An ack whose own last strong observation of a `required`
 //! capability says `unavailable` is `required_capability_unavailable` whatever its step (a probe
@@ -47,7 +47,7 @@ use workrail_spec::closed::{
     CapabilityStatus, ClaimValue, ClaimedBy, EnforcementGrade, GapSeverity, ProbeResult,
 };
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
-use workrail_spec::event::{EventData, GapResolution, Provenance, ProvenanceDetail, SessionEvent};
+use workrail_spec::event::{GapResolution, Provenance, ProvenanceDetail, SessionEvent};
 use workrail_spec::ids::{NodeId, RunId, StepId};
 use workrail_spec::reason::{
     CapabilityMissingReason, ContractViolationReason, GapReason, ReasonCode,
@@ -55,7 +55,7 @@ use workrail_spec::reason::{
 use workrail_spec::tools::OutputInput;
 
 use crate::interpreter::Finding;
-use crate::projections::{GapRecord, RunDag, capability_unlocked, unresolved_gaps_in_run};
+use crate::projections::{GapRecord, RunDag, branch_capability_status, unresolved_gaps_in_run};
 
 /// The artifact kind of a capability observation.
 pub const OBSERVATION_ARTIFACT_KIND: &str = "wr.capability_observation";
@@ -267,32 +267,6 @@ fn read_one(step: &StepId, artifact: &Map<String, Value>) -> Result<ReportedObse
     })
 }
 
-/// The status the branch ending at `branch[0]` shows for `capability`: the latest strong
-/// observation of the nearest node holding one, `unknown` without one.
-fn branch_status(
-    events: &[SessionEvent],
-    run: &RunId,
-    branch: &[NodeId],
-    capability: Capability,
-) -> CapabilityStatus {
-    let strong_at = |node: &NodeId| {
-        events.iter().any(|e| match e.data() {
-            EventData::CapabilityObserved(o) => {
-                e.scope().run_id() == Some(run)
-                    && e.scope().node_id() == Some(node)
-                    && o.capability == capability
-                    && o.provenance.enforcement_grade() == EnforcementGrade::Strong
-            }
-            _ => false,
-        })
-    };
-    match branch.iter().find(|n| strong_at(n)) {
-        Some(n) if capability_unlocked(events, run, n, capability) => CapabilityStatus::Available,
-        Some(_) => CapabilityStatus::Unavailable,
-        None => CapabilityStatus::Unknown,
-    }
-}
-
 /// The status an ack's own observations give `capability`: its last strong one, if any.
 fn reported_status(
     reported: &[ReportedObservation],
@@ -358,9 +332,13 @@ pub fn at_ack(
 ) -> (Vec<Finding>, Vec<(Finding, GapSeverity)>) {
     let branch = dag.ancestry(node);
     let open = open_disclosures(events, run, &branch);
-    let already = |reason: ReasonCode, details: &ReasonDetails| {
-        open.iter()
-            .any(|g| g.reason == reason.gap_reason() && g.details.as_ref() == Some(details))
+    // One disclosure per capability and branch until resolved (D40, D77): whichever
+    // `capability_missing` reason disclosed it, the capability is already disclosed.
+    let already = |_: ReasonCode, details: &ReasonDetails| {
+        open.iter().any(|g| {
+            matches!(g.reason, GapReason::CapabilityMissing(_))
+                && g.details.as_ref() == Some(details)
+        })
     };
     let mut blocking = Vec::new();
     let mut disclosed = Vec::new();
@@ -379,7 +357,7 @@ pub fn at_ack(
     judged.sort();
     for capability in judged {
         let status = reported_status(reported, capability)
-            .unwrap_or_else(|| branch_status(events, run, &branch, capability));
+            .unwrap_or_else(|| branch_capability_status(events, dag, run, node, capability));
         let (reason, what) = match status {
             CapabilityStatus::Available => continue,
             CapabilityStatus::Unavailable => (
