@@ -50,6 +50,31 @@ pub(crate) const REPORT_PACKS: [&str; 3] = [
     USER_ONLY_DEPENDENCY,
 ];
 
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    static CLAIM_JUDGED_AS_ATTEMPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// TEST-ONLY (feature `test-mutations`): while on, for the calling thread, an acknowledgement's
+/// weak claims are judged like attempts (a claim of `available` unlocks a dependent step, a
+/// claim of `unavailable` blocks it), which D27 forbids; the claim is still recorded weak, so
+/// only a comparison of the judgement sees it.
+#[cfg(feature = "test-mutations")]
+pub fn plant_claim_judged_as_attempt(on: bool) {
+    CLAIM_JUDGED_AS_ATTEMPT.with(|c| c.set(on));
+}
+
+#[cfg(feature = "test-mutations")]
+fn planted_claim_judged_as_attempt() -> bool {
+    CLAIM_JUDGED_AS_ATTEMPT.with(std::cell::Cell::get)
+}
+
+#[cfg(not(feature = "test-mutations"))]
+#[inline(always)]
+fn planted_claim_judged_as_attempt() -> bool {
+    false
+}
+
 /// The capability a `wr.templates.capability_probe` step probes.
 pub(crate) fn probed_capability(step: &CompiledStep) -> Option<Capability> {
     if step.provenance.origin_id.as_deref() != Some(CAPABILITY_PROBE) {
@@ -366,7 +391,7 @@ impl Judge<'_> {
                 provenance: Provenance { detail },
             });
             // Weak claims inform, never unlock or re-lock (decision D27).
-            if !claim {
+            if !claim || planted_claim_judged_as_attempt() {
                 latest.insert(
                     capability,
                     (
