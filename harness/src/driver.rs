@@ -1080,6 +1080,7 @@ pub fn diff(expected: &crate::truth::RunShape, actual: &crate::truth::RunShape) 
     field!(observations);
     field!(capabilities);
     field!(resolutions);
+    field!(divergences);
     out
 }
 

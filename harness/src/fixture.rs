@@ -161,6 +161,22 @@ pub enum ArtifactSpec {
     Observation(ObservationSpec),
     /// A `wr.capability_observation` the pack refuses, one of a few shapes.
     ObservationInvalid(u8),
+    /// A `wr.user_only_dependency` report (D41): `reason` picks the reason (approvals and choices
+    /// most often); for `needs_user_choice`, `choice` picks `scope_boundary` (the choice generated
+    /// steps mark non-assumable) half the time, else `irreversible_action` (marked nowhere) or
+    /// none; `supplied` reports that the user supplied it.
+    UserDependency {
+        reason: u8,
+        choice: u8,
+        supplied: bool,
+    },
+    /// A `wr.user_only_dependency` the pack refuses, one of a few shapes.
+    UserDependencyInvalid(u8),
+    /// A `workflow_divergence` marker (D42): `reason` picks the reason; `related` names no step,
+    /// `s1` (a step of every generated workflow) or a step no workflow has.
+    Divergence { reason: u8, related: u8 },
+    /// A `workflow_divergence` the pack refuses (an empty summary).
+    DivergenceInvalid,
 }
 
 /// A valid capability observation: which capability, what it says, on which basis.
@@ -244,6 +260,68 @@ impl ArtifactSpec {
             ),
             Self::Note(n) => json!({"kind": "harness.note", "n": n}),
             Self::Observation(spec) => spec.to_json(),
+            Self::UserDependency {
+                reason,
+                choice,
+                supplied,
+            } => {
+                // Approvals and choices are the common requests (so a `supplied` report often
+                // finds the disclosure it resolves); the rest are rare.
+                let reasons = [
+                    "needs_user_approval",
+                    "needs_user_approval",
+                    "needs_user_choice",
+                    "needs_user_choice",
+                    "needs_user_choice",
+                    "needs_user_secret_or_token",
+                    "needs_user_account_access",
+                    "needs_user_artifact",
+                    "needs_user_environment_action",
+                ];
+                let reason = reasons[usize::from(reason) % reasons.len()];
+                let mut a = json!({"kind": "wr.user_only_dependency", "reason": reason,
+                    "summary": format!("Only the user can help: {reason}.")});
+                if reason == "needs_user_choice" {
+                    match choice % 4 {
+                        0 | 1 => a["nonAssumableChoice"] = json!("scope_boundary"),
+                        2 => a["nonAssumableChoice"] = json!("irreversible_action"),
+                        _ => {}
+                    }
+                }
+                if supplied {
+                    a["status"] = json!("supplied");
+                }
+                a
+            }
+            Self::UserDependencyInvalid(n) => match n % 3 {
+                0 => json!({"kind": "wr.user_only_dependency", "reason": "needs_user_patience",
+                    "summary": "Wait."}),
+                1 => json!({"kind": "wr.user_only_dependency", "reason": "needs_user_artifact",
+                    "summary": "The spec.", "nonAssumableChoice": "scope_boundary"}),
+                _ => json!({"kind": "wr.user_only_dependency", "reason": "needs_user_approval",
+                    "summary": "Approve.", "status": "maybe"}),
+            },
+            Self::Divergence { reason, related } => {
+                let reasons = [
+                    "missing_user_context",
+                    "capability_unavailable",
+                    "efficiency_skip",
+                    "safety_stop",
+                    "policy_constraint",
+                ];
+                let reason = reasons[usize::from(reason % 5)];
+                let mut a = json!({"kind": "workflow_divergence", "reason": reason,
+                    "summary": format!("Diverged: {reason}.")});
+                match related % 3 {
+                    0 => {}
+                    1 => a["relatedStepId"] = json!("s1"),
+                    _ => a["relatedStepId"] = json!("nowhere"),
+                }
+                a
+            }
+            Self::DivergenceInvalid => {
+                json!({"kind": "workflow_divergence", "reason": "efficiency_skip", "summary": ""})
+            }
             Self::ObservationInvalid(n) => match n % 4 {
                 0 => json!({"kind": "wr.capability_observation", "capability": "web_browsing",
                     "status": "available", "evidence": "Worked.", "failureCode": "tool_error"}),

@@ -13,9 +13,10 @@
 //! the generated agent outputs (`ArtifactSpec`) decide; any other `loop_control` loop is decided
 //! by nobody, so its decision step is always missing its artifact.
 //!
-//! The generated agents (`ops::output_strategy`) send `wr.capability_observation` artifacts of
-//! every basis and status, valid and invalid, on any step (D40, D75, D76). Left out, because the
-//! model does not cover them yet: user-only dependency and divergence reports.
+//! The generated agents (`ops::output_strategy`) send, on any step, `wr.capability_observation`
+//! artifacts of every basis and status, `wr.user_only_dependency` reports (needed or supplied,
+//! choices the step marks and choices it does not) and `workflow_divergence` markers, valid and
+//! invalid (D40 to D42, D75 to D77).
 
 use std::sync::Arc;
 

@@ -106,11 +106,18 @@ fn artifact_strategy() -> impl Strategy<Value = ArtifactSpec> {
             ArtifactSpec::Observation(ObservationSpec { capability, available, basis, failure })
         }),
         1 => (0u8..4).prop_map(ArtifactSpec::ObservationInvalid),
+        2 => (0u8..9, 0u8..4, any::<bool>()).prop_map(|(reason, choice, supplied)| {
+            ArtifactSpec::UserDependency { reason, choice, supplied }
+        }),
+        1 => (0u8..3).prop_map(ArtifactSpec::UserDependencyInvalid),
+        2 => (0u8..5, 0u8..3).prop_map(|(reason, related)| ArtifactSpec::Divergence { reason, related }),
+        1 => Just(ArtifactSpec::DivergenceInvalid),
     ]
 }
 
 /// Outputs: mostly a recap with zero to two artifacts (several loop-control artifacts in one
-/// ack included: D45 decides them; capability observations of every basis, valid or not: D40).
+/// ack included: D45 decides them; capability observations of every basis, user-only dependency
+/// reports and divergence markers, valid or not: D40 to D42).
 pub fn output_strategy() -> impl Strategy<Value = OutputSpec> {
     (
         prop_oneof![1 => Just(None), 4 => (0u8..8).prop_map(Some)],

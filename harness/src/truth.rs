@@ -10,7 +10,7 @@
 //! outcome, blockers with their codes, pointers and details, in order), the effective
 //! preferences at every node, every capability observation with its provenance, each node's
 //! capability status (on the node and, enforcement-grade, on its branch), and every gap
-//! resolution (which node resolved what, where). Production's own projection of the same log
+//! resolution (which node resolved what, where) and every divergence marker. Production's own projection of the same log
 //! must agree on the preferred tip, the status, each node's current output per channel, the
 //! unresolved gaps, every node's effective preferences and every node's capability projection.
 
@@ -24,14 +24,14 @@ use workrail_model::projections::{
 };
 use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
 use workrail_spec::closed::{
-    Autonomy, Capability, CapabilityStatus, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind,
-    OutputChannel, RunStatus,
+    Autonomy, Capability, CapabilityStatus, DivergenceReason, EdgeCauseKind, EdgeKind, GapSeverity,
+    NodeKind, OutputChannel, RunStatus,
 };
 use workrail_spec::event::{
     AdvanceOutcome, EffectivePreferences, EventData, GapResolution, OutputPayload, Provenance,
     SessionEvent,
 };
-use workrail_spec::ids::{AttemptId, NodeId, RunId, SnapshotRef};
+use workrail_spec::ids::{AttemptId, NodeId, RunId, SnapshotRef, StepId};
 use workrail_spec::reason::GapReason;
 
 /// A one-to-one map between model ids and production ids, grown as they appear.
@@ -139,6 +139,8 @@ pub struct RunShape {
     pub capabilities: Vec<(NodeId, Capability, CapabilityStatus, CapabilityStatus)>,
     /// Resolutions `(resolving node, severity, reason, details, resolved gap's node)`, sorted.
     pub resolutions: Vec<ResolutionShape>,
+    /// Every divergence marker `(node, reason, summary, relatedStepId)`, in log order (D42).
+    pub divergences: Vec<(NodeId, DivergenceReason, String, Option<StepId>)>,
 }
 
 /// One gap resolution: `(resolving node, severity, reason, details, resolved gap's node)`.
@@ -276,6 +278,20 @@ pub fn run_shape(
             observations.push((t.node(node), o.capability, o.status, o.provenance.clone()));
         }
     }
+    let mut divergences = Vec::new();
+    for event in events {
+        if let EventData::DivergenceRecorded(d) = event.data()
+            && event.scope().run_id() == Some(run)
+            && let Some(node) = event.scope().node_id()
+        {
+            divergences.push((
+                t.node(node),
+                d.reason,
+                d.summary.as_str().to_owned(),
+                d.related_step_id.clone(),
+            ));
+        }
+    }
     let records = gap_records(events);
     let mut resolutions = Vec::new();
     for g in records.iter().filter(|g| &g.run_id == run) {
@@ -312,6 +328,7 @@ pub fn run_shape(
         observations,
         capabilities,
         resolutions,
+        divergences,
     })
 }
 

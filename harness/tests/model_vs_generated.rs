@@ -106,20 +106,24 @@ fn the_generator_reaches_nesting_conditions_and_contracts() {
     assert!(two_controls && verify && loop_functions);
 }
 
-/// The generated agents reach the capability paths the comparison is meant to cover (D40, D75,
-/// D76): observations of every provenance kind are recorded, an observation resolves an earlier
-/// disclosure, and a required capability is blocked as unavailable, over a bounded number of
-/// generated cases that both sides agree on.
-/// lock: L-CAP-PROVENANCE, L-GAP-RESOLVED-PROJECTION
+/// The generated agents reach the report paths the comparison is meant to cover (D40 to D42,
+/// D75, D76): observations of every provenance kind are recorded, an observation resolves an
+/// earlier disclosure, a required capability is blocked as unavailable, a user-only dependency
+/// (a non-assumable choice among them) blocks, a supplied one resolves its disclosure, and a
+/// divergence is recorded, over a bounded number of generated cases both sides agree on.
+/// lock: L-CAP-PROVENANCE, L-GAP-RESOLVED-PROJECTION, L-GAP-NON-ASSUMABLE-CHOICE, L-GAP-USER-ONLY-REASONS
 #[test]
-fn the_generated_agents_reach_every_capability_path() {
+fn the_generated_agents_reach_every_report_path() {
     use proptest::strategy::ValueTree;
-    use workrail_spec::blocker::BlockerCode;
+    use workrail_spec::blocker::{BlockerCode, ReasonDetails};
     use workrail_spec::closed::ProvenanceKind;
     use workrail_spec::event::{AdvanceOutcome, EventData, GapResolution};
+    use workrail_spec::reason::GapReason;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut kinds = std::collections::BTreeSet::new();
     let (mut resolved, mut unavailable) = (false, false);
+    let (mut user_blocked, mut user_resolved, mut choice_blocked, mut diverged) =
+        (false, false, false, false);
     for _ in 0..256 {
         let json = generated::workflow_json()
             .new_tree(&mut runner)
@@ -141,14 +145,22 @@ fn the_generated_agents_reach_every_capability_path() {
                         kinds.insert(o.provenance.detail.kind());
                     }
                     EventData::GapRecorded(g) => {
-                        resolved |= matches!(g.resolution, GapResolution::Resolves { .. });
+                        let resolves = matches!(g.resolution, GapResolution::Resolves { .. });
+                        resolved |= resolves && matches!(g.reason, GapReason::CapabilityMissing(_));
+                        user_resolved |=
+                            resolves && matches!(g.reason, GapReason::UserOnlyDependency(_));
                     }
+                    EventData::DivergenceRecorded(_) => diverged = true,
                     EventData::AdvanceRecorded(a) => {
                         if let AdvanceOutcome::Blocked { blockers } = &a.outcome {
-                            unavailable |= blockers
-                                .blockers()
-                                .iter()
+                            let codes = || blockers.blockers().iter();
+                            unavailable |= codes()
                                 .any(|b| b.code == BlockerCode::RequiredCapabilityUnavailable);
+                            user_blocked |=
+                                codes().any(|b| b.code == BlockerCode::UserOnlyDependency);
+                            choice_blocked |= codes().any(|b| {
+                                matches!(b.details, Some(ReasonDetails::NonAssumableChoice { .. }))
+                            });
                         }
                     }
                     _ => {}
@@ -169,4 +181,48 @@ fn the_generated_agents_reach_every_capability_path() {
         unavailable,
         "no required capability was blocked as unavailable"
     );
+    assert!(
+        user_blocked && choice_blocked,
+        "no user-only dependency (or choice) blocked"
+    );
+    // A supplied report resolves only a never-stop disclosure of the same reason on its branch,
+    // which generated sequences seldom line up: a scripted one, compared the same way, does.
+    let supplied = |supplied| ops::Op::Advance {
+        node: 0,
+        output: workrail_harness::fixture::OutputSpec {
+            notes: Some(1),
+            artifacts: vec![workrail_harness::fixture::ArtifactSpec::UserDependency {
+                reason: 0,
+                choice: 0,
+                supplied,
+            }],
+        },
+        prefs: None,
+    };
+    let scripted = [
+        ops::Op::Start {
+            prefs: Some(ops::PrefSpec::Autonomy(2)),
+        },
+        supplied(false),
+        supplied(true),
+    ];
+    let mut h = Harness::new(InProcess::new(5));
+    h.run(&scripted).unwrap();
+    let run = &h.world.runs[0];
+    user_resolved |= h
+        .world
+        .model
+        .events(&run.model_session)
+        .unwrap()
+        .iter()
+        .any(|e| {
+            matches!(e.data(), EventData::GapRecorded(g)
+            if matches!(g.resolution, GapResolution::Resolves { .. })
+                && matches!(g.reason, GapReason::UserOnlyDependency(_)))
+        });
+    assert!(
+        user_resolved,
+        "no supplied user-only dependency resolved a disclosure"
+    );
+    assert!(diverged, "no divergence was recorded");
 }

@@ -249,6 +249,16 @@ fn check_required_output(
         } else {
             return Ok(None);
         }
+    } else if contract.artifact_kind == crate::reports::DIVERGENCE_ARTIFACT_KIND {
+        // Every marker the step sends is the contract's business (D42).
+        let readings = crate::reports::read_divergences(wf, output);
+        if readings.is_empty() {
+            LoopControlReading::Missing
+        } else if readings.iter().any(Result::is_err) {
+            LoopControlReading::Invalid
+        } else {
+            return Ok(None);
+        }
     } else if present {
         return Ok(None);
     } else {

@@ -59,10 +59,10 @@ use workrail_spec::closed::{
 };
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::{
-    AdvanceOutcome, AdvanceRecorded, CapabilityObserved, EdgeCause, EdgeCreated,
-    EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution, NodeCreated,
-    NodeOutputAppended, OutputPayload, PreferenceDelta, PreferencesChanged, RunStarted,
-    SessionCreated, SessionEvent,
+    AdvanceOutcome, AdvanceRecorded, CapabilityObserved, DivergenceRecorded, EdgeCause,
+    EdgeCreated, EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution,
+    NodeCreated, NodeOutputAppended, OutputPayload, PreferenceDelta, PreferencesChanged,
+    RunStarted, SessionCreated, SessionEvent,
 };
 use workrail_spec::ids::{
     AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, SnapshotRef, WorkflowHash,
@@ -617,7 +617,7 @@ impl Model {
             .map(|p| p.step_id.clone())
             .ok_or_else(|| ModelError::NothingPending(node_id.clone()))?;
         let reported = crate::capabilities::valid_observations(workflow, &step_id, &attempt.output);
-        let (capability_blocks, mut capability_gaps) = crate::capabilities::at_ack(
+        let (mut capability_blocks, mut capability_gaps) = crate::capabilities::at_ack(
             workflow,
             events,
             &dag,
@@ -639,8 +639,46 @@ impl Model {
         }
         // A strong `available` observation resolves the branch's open disclosures about its
         // capability (D40); the branch is the same whether the attempt advances or blocks.
-        let resolved =
-            crate::capabilities::resolved_by(events, run_id, &dag.ancestry(node_id), &reported);
+        let branch = dag.ancestry(node_id);
+        let mut resolved = crate::capabilities::resolved_by(events, run_id, &branch, &reported);
+        // The ack's reports (D41, D42) are judged beside its capabilities: they are part of
+        // the acknowledgement itself (D74).
+        let (user_blocks, user_gaps, user_resolved) = crate::reports::user_dependencies_at_ack(
+            workflow,
+            events,
+            run_id,
+            &branch,
+            &step_id,
+            &attempt.output,
+            effective.autonomy,
+        );
+        capability_blocks.extend(user_blocks);
+        capability_gaps.extend(user_gaps);
+        for gap in user_resolved {
+            if !resolved.contains(&gap) {
+                resolved.push(gap);
+            }
+        }
+        let (divergences, invalid_divergence) =
+            crate::reports::divergences_at_ack(workflow, &step_id, &attempt.output);
+        if let Some(finding) = invalid_divergence
+            && let Some(severity) = finding
+                .reason
+                .disposition(effective.autonomy, false)
+                .gap_severity
+        {
+            capability_gaps.push((finding, severity));
+        }
+        let divergences: Vec<DivergenceRecorded> = divergences
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| DivergenceRecorded {
+                divergence_id: derive::divergence_id(session_id, &attempt.attempt_id, i),
+                reason: d.reason,
+                summary: BoundedText::truncating(&d.summary),
+                related_step_id: d.related_step_id,
+            })
+            .collect();
         let observations: Vec<CapabilityObserved> = reported
             .iter()
             .enumerate()
@@ -716,6 +754,7 @@ impl Model {
                 let record_ahead = 2
                     + outputs.len() as u64
                     + observations.len() as u64
+                    + divergences.len() as u64
                     + disclosed.len() as u64
                     + resolved.len() as u64
                     + u64::from(change.is_some());
@@ -748,6 +787,13 @@ impl Model {
                     plan.push(
                         child_scope.clone(),
                         EventData::CapabilityObserved(observation),
+                    )?;
+                }
+                // Divergences describe completed work: only an advance records them (D42).
+                for divergence in divergences {
+                    plan.push(
+                        child_scope.clone(),
+                        EventData::DivergenceRecorded(divergence),
                     )?;
                 }
                 push_gaps(&mut plan, &child_scope, origin, &disclosed)?;
@@ -1145,9 +1191,9 @@ fn push_gaps(
     Ok(())
 }
 
-/// Records the resolution of each gap in `resolved`: an `info` gap of the same reason and
-/// details linking to it (`L-GAP-RESOLVED-PROJECTION`), numbered after the attempt's `first`
-/// disclosures.
+/// Records the resolution of each gap in `resolved` (a strong `available` observation, D40, or a
+/// `supplied` user-only dependency, D41): an `info` gap of the same reason and details linking to
+/// it (`L-GAP-RESOLVED-PROJECTION`), numbered after the attempt's `first` disclosures.
 fn push_resolutions(
     plan: &mut Plan<'_>,
     scope: &EventScope,
@@ -1163,7 +1209,7 @@ fn push_resolutions(
                 severity: GapSeverity::Info,
                 reason: gap.reason,
                 summary: BoundedText::truncating(&format!(
-                    "resolved: a strong observation shows the capability available (gap {})",
+                    "resolved by a later report of this attempt (gap {})",
                     gap.gap_id
                 )),
                 resolution: GapResolution::Resolves {
