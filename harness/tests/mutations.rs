@@ -18,6 +18,9 @@
 //!   comparison of capability projections; the reports engine judges an acknowledgement's claims
 //!   like attempts (`engine::plant_claim_judged_as_attempt`), caught by the model comparison over
 //!   generated workflows that declare capabilities.
+//! - **user-only dependencies**: the reports engine accepts `needs_user_choice` for a choice the
+//!   step does not mark non-assumable (`engine::plant_unmarked_choice_accepted`), caught by the
+//!   model comparison over generated workflows (their steps mark `scope_boundary` only).
 //! - **blocker pointer contents**: a required output's blocker points at the artifact kind
 //!   instead of its contract (same pointer kind, other contents). Caught only because blockers
 //!   are compared in full.
@@ -201,6 +204,15 @@ fn the_generated_workflows_catch_a_claim_judged_as_an_attempt() {
         "the property fails without the bug"
     );
     let _bug = Planted::on(workrail::engine::plant_claim_judged_as_attempt);
+    let found =
+        generated_workflows_disagree().expect("the generated workflows missed the planted bug");
+    assert!(found.contains("model"), "{found}");
+}
+
+/// lock: L-GAP-NON-ASSUMABLE-CHOICE
+#[test]
+fn the_generated_workflows_catch_an_unmarked_choice_accepted_as_the_users() {
+    let _bug = Planted::on(workrail::engine::plant_unmarked_choice_accepted);
     let found =
         generated_workflows_disagree().expect("the generated workflows missed the planted bug");
     assert!(found.contains("model"), "{found}");
