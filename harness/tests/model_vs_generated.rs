@@ -176,6 +176,50 @@ fn the_generated_agents_reach_every_report_path() {
             ProvenanceKind::ManualClaim
         ]
     );
+    // Likewise a strong `available` observation after a disclosure about the same capability:
+    // a scripted run of a workflow that prefers web browsing, reported unavailable then available.
+    let observe = |available| ops::Op::Advance {
+        node: 0,
+        output: workrail_harness::fixture::OutputSpec {
+            notes: None,
+            artifacts: vec![workrail_harness::fixture::ArtifactSpec::Observation(
+                workrail_harness::fixture::ObservationSpec {
+                    capability: 1,
+                    available,
+                    basis: 0,
+                    failure: 1,
+                },
+            )],
+        },
+        prefs: None,
+    };
+    let prefers = serde_json::json!({"id": GENERATED_ID, "name": "Prefers", "description": "Prefers web browsing.",
+        "capabilities": {"web_browsing": "preferred"}, "features": ["wr.features.capabilities"],
+        "steps": [{"id": "s1", "title": "One", "prompt": "Do one."},
+                  {"id": "s2", "title": "Two", "prompt": "Do two."},
+                  {"id": "s3", "title": "Three", "prompt": "Do three."}]})
+    .to_string();
+    let workflow = under_test(&prefers);
+    let sys = InProcess::with_catalog(MemFs::new(), 9, workflow.catalog());
+    let mut h = Harness::with_workflow(sys, workflow);
+    h.run(&[
+        ops::Op::Start { prefs: None },
+        observe(false),
+        observe(true),
+    ])
+    .unwrap();
+    let run = &h.world.runs[0];
+    resolved |= h
+        .world
+        .model
+        .events(&run.model_session)
+        .unwrap()
+        .iter()
+        .any(|e| {
+            matches!(e.data(), EventData::GapRecorded(g)
+            if matches!(g.resolution, GapResolution::Resolves { .. })
+                && matches!(g.reason, GapReason::CapabilityMissing(_)))
+        });
     assert!(resolved, "no observation resolved a disclosure");
     assert!(
         unavailable,
