@@ -270,3 +270,68 @@ fn the_generated_agents_reach_every_report_path() {
     );
     assert!(diverged, "no divergence was recorded");
 }
+
+/// A resolution record is not a disclosure (D79): after a strong `available` observation
+/// resolved a preferred capability's `unavailable` disclosure, a later `unavailable` is disclosed
+/// again, and both sides agree on every step.
+/// lock: L-GAP-RESOLVED-PROJECTION, L-GAP-IMMUTABLE-RESOLUTION
+#[test]
+fn a_capability_is_disclosed_again_after_its_disclosure_was_resolved() {
+    use workrail_harness::fixture::{ArtifactSpec, ObservationSpec, OutputSpec};
+    use workrail_spec::closed::GapSeverity;
+    use workrail_spec::event::{EventData, GapResolution};
+    let observe = |available| ops::Op::Advance {
+        node: 0,
+        output: OutputSpec {
+            notes: None,
+            artifacts: vec![ArtifactSpec::Observation(ObservationSpec {
+                capability: 0,
+                available,
+                basis: 1,
+                failure: 2,
+            })],
+        },
+        prefs: None,
+    };
+    let prefers = serde_json::json!({"id": GENERATED_ID, "name": "Prefers",
+        "description": "Prefers delegation.",
+        "capabilities": {"delegation": "preferred"}, "features": ["wr.features.capabilities"],
+        "steps": [{"id": "s1", "title": "One", "prompt": "Do one."},
+                  {"id": "s2", "title": "Two", "prompt": "Do two."},
+                  {"id": "s3", "title": "Three", "prompt": "Do three."},
+                  {"id": "s4", "title": "Four", "prompt": "Do four."}]})
+    .to_string();
+    let workflow = under_test(&prefers);
+    let sys = InProcess::with_catalog(MemFs::new(), 11, workflow.catalog());
+    let mut h = Harness::with_workflow(sys, workflow);
+    h.run(&[
+        ops::Op::Start { prefs: None },
+        observe(false),
+        observe(true),
+        observe(false),
+    ])
+    .unwrap();
+    let run = &h.world.runs[0];
+    let gaps: Vec<(GapSeverity, bool)> = h
+        .world
+        .model
+        .events(&run.model_session)
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::GapRecorded(g) => Some((
+                g.severity,
+                matches!(g.resolution, GapResolution::Resolves { .. }),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        gaps,
+        [
+            (GapSeverity::Warning, false),
+            (GapSeverity::Info, true),
+            (GapSeverity::Warning, false)
+        ]
+    );
+}

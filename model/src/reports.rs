@@ -20,7 +20,9 @@
 //! `relatedStepId` a step of the workflow. On a step whose contract does not require markers an
 //! invalid one is a `warning` gap (`contract_violation:invalid_required_output`) and is not
 //! recorded; valid ones become `divergence_recorded` on the node the ack creates (a blocked
-//! attempt drops them: they describe completed work).
+//! attempt drops them: they describe completed work). On a step whose contract requires markers
+//! they are its required output, judged whole: one invalid marker makes the output invalid and
+//! none is recorded, even when never-stop advances (D78).
 
 use serde_json::{Map, Value};
 use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
@@ -212,8 +214,9 @@ pub fn divergences_at_ack(
     let invalid = readings.iter().find_map(|r| r.as_ref().err().cloned());
     let valid = readings.into_iter().filter_map(Result::ok).collect();
     if step_requires(workflow, step, DIVERGENCE_CONTRACT_REF) {
-        // The required output's own check judges them; an invalid one blocks there.
-        return (valid, None);
+        // The markers are the step's required output, judged whole (D78): its own check
+        // reports an invalid one, and an invalid output records none of them.
+        return (if invalid.is_some() { Vec::new() } else { valid }, None);
     }
     let finding = invalid.map(|why| {
         invalid_output(

@@ -250,3 +250,70 @@ fn divergences_are_recorded_on_the_new_node_and_invalid_ones_are_warnings() {
         )]
     );
 }
+
+/// lock: L-AUTHOR-DIVERGENCE-ARTIFACT, L-REASON-NEVER-STOP
+#[test]
+fn a_required_marker_output_is_judged_whole() {
+    let mut wf = workflow(
+        vec![compiled_step("deviate", None), compiled_step("last", None)],
+        vec![s("deviate"), s("last")],
+        vec![],
+    );
+    wf.body
+        .contracts
+        .push(workrail_spec::compiled::CompiledContract {
+            contract_ref: "wr.contracts.workflow_divergence".into(),
+            artifact_kind: "workflow_divergence".into(),
+            schema: json!({"type": "object"}),
+            example: json!({"kind": "workflow_divergence"}),
+        });
+    wf.body
+        .contracts
+        .sort_by(|a, b| a.contract_ref.cmp(&b.contract_ref));
+    wf.body.steps[0].output =
+        compiled_step("deviate", Some("wr.contracts.workflow_divergence")).output;
+    let (model, obs) = Model::new(prefs(Autonomy::FullAutoNeverStop, RiskPolicy::Conservative))
+        .apply(&Command::Start(Box::new(StartRun {
+            session_id: sid("s"),
+            run_id: rid("r"),
+            workflow: wf,
+            source_kind: WorkflowSourceKind::Project,
+            source_ref: "workflows/test.json".into(),
+            session_baseline: None,
+            preferences: Vec::new(),
+        })))
+        .unwrap();
+    let Observation::Started { root, .. } = obs else {
+        panic!("{obs:?}")
+    };
+    let valid = json!({"kind": "workflow_divergence", "reason": "efficiency_skip",
+        "summary": "Skipped the survey."});
+    let invalid =
+        json!({"kind": "workflow_divergence", "reason": "efficiency_skip", "summary": ""});
+    // Never-stop discloses the invalid required output and advances, recording no marker.
+    let (model, obs) = advance(&model, &root, vec![valid.clone(), invalid]);
+    moved_to(&obs);
+    let recorded = |model: &Model| {
+        model
+            .events(&sid("s"))
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e.data(), EventData::DivergenceRecorded(_)))
+            .count()
+    };
+    assert_eq!(recorded(&model), 0);
+    let open = unresolved_gaps_in_run(model.events(&sid("s")).unwrap(), &rid("r"));
+    assert_eq!(
+        open.iter()
+            .map(|g| (g.severity, g.reason))
+            .collect::<Vec<_>>(),
+        [(
+            GapSeverity::Critical,
+            GapReason::ContractViolation(ContractViolationReason::InvalidRequiredOutput)
+        )]
+    );
+    // A valid output is recorded.
+    let (model, obs) = advance(&model, &root, vec![valid]);
+    moved_to(&obs);
+    assert_eq!(recorded(&model), 1);
+}
