@@ -1077,6 +1077,10 @@ pub fn diff(expected: &crate::truth::RunShape, actual: &crate::truth::RunShape) 
     field!(outputs);
     field!(attempts);
     field!(preferences);
+    field!(observations);
+    field!(capabilities);
+    field!(resolutions);
+    field!(divergences);
     out
 }
 

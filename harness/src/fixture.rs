@@ -157,6 +157,71 @@ pub enum ArtifactSpec {
     Verification,
     /// An artifact no contract asks for.
     Note(u8),
+    /// A valid `wr.capability_observation` (D40).
+    Observation(ObservationSpec),
+    /// A `wr.capability_observation` the pack refuses, one of a few shapes.
+    ObservationInvalid(u8),
+    /// A `wr.user_only_dependency` report (D41): `reason` picks the reason (approvals and choices
+    /// most often); for `needs_user_choice`, `choice` picks `scope_boundary` (the choice generated
+    /// steps mark non-assumable) half the time, else `irreversible_action` (marked nowhere) or
+    /// none; `supplied` reports that the user supplied it.
+    UserDependency {
+        reason: u8,
+        choice: u8,
+        supplied: bool,
+    },
+    /// A `wr.user_only_dependency` the pack refuses, one of a few shapes.
+    UserDependencyInvalid(u8),
+    /// A `workflow_divergence` marker (D42): `reason` picks the reason; `related` names no step,
+    /// `s1` (a step of every generated workflow) or a step no workflow has.
+    Divergence { reason: u8, related: u8 },
+    /// A `workflow_divergence` the pack refuses (an empty summary).
+    DivergenceInvalid,
+}
+
+/// A valid capability observation: which capability, what it says, on which basis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub struct ObservationSpec {
+    /// `delegation` when even, `web_browsing` when odd.
+    pub capability: u8,
+    pub available: bool,
+    /// 0: an attempt with `basis` absent; 1: `basis: attempt`; 2: a claim (`claimedBy` absent);
+    /// 3: a claim by the user.
+    pub basis: u8,
+    /// A failed attempt's `failureCode`: absent (0) or one of the four codes.
+    pub failure: u8,
+}
+
+impl ObservationSpec {
+    fn to_json(self) -> Value {
+        let capability = ["delegation", "web_browsing"][usize::from(self.capability % 2)];
+        let status = if self.available {
+            "available"
+        } else {
+            "unavailable"
+        };
+        let mut a = json!({"kind": "wr.capability_observation", "capability": capability,
+            "status": status, "evidence": format!("Tried {capability}.")});
+        match self.basis % 4 {
+            0 => {}
+            1 => a["basis"] = json!("attempt"),
+            2 => a["basis"] = json!("claim"),
+            _ => {
+                a["basis"] = json!("claim");
+                a["claimedBy"] = json!("user");
+            }
+        }
+        let codes = ["tool_missing", "tool_error", "policy_blocked", "unknown"];
+        if self.basis % 4 < 2
+            && !self.available
+            && let Some(code) = usize::from(self.failure % 5)
+                .checked_sub(1)
+                .and_then(|i| codes.get(i))
+        {
+            a["failureCode"] = json!(code);
+        }
+        a
+    }
 }
 
 impl ArtifactSpec {
@@ -194,6 +259,79 @@ impl ArtifactSpec {
                 |p| p.example(),
             ),
             Self::Note(n) => json!({"kind": "harness.note", "n": n}),
+            Self::Observation(spec) => spec.to_json(),
+            Self::UserDependency {
+                reason,
+                choice,
+                supplied,
+            } => {
+                // Approvals and choices are the common requests (so a `supplied` report often
+                // finds the disclosure it resolves); the rest are rare.
+                let reasons = [
+                    "needs_user_approval",
+                    "needs_user_approval",
+                    "needs_user_choice",
+                    "needs_user_choice",
+                    "needs_user_choice",
+                    "needs_user_secret_or_token",
+                    "needs_user_account_access",
+                    "needs_user_artifact",
+                    "needs_user_environment_action",
+                ];
+                let reason = reasons[usize::from(reason) % reasons.len()];
+                let mut a = json!({"kind": "wr.user_only_dependency", "reason": reason,
+                    "summary": format!("Only the user can help: {reason}.")});
+                if reason == "needs_user_choice" {
+                    match choice % 4 {
+                        0 | 1 => a["nonAssumableChoice"] = json!("scope_boundary"),
+                        2 => a["nonAssumableChoice"] = json!("irreversible_action"),
+                        _ => {}
+                    }
+                }
+                if supplied {
+                    a["status"] = json!("supplied");
+                }
+                a
+            }
+            Self::UserDependencyInvalid(n) => match n % 3 {
+                0 => json!({"kind": "wr.user_only_dependency", "reason": "needs_user_patience",
+                    "summary": "Wait."}),
+                1 => json!({"kind": "wr.user_only_dependency", "reason": "needs_user_artifact",
+                    "summary": "The spec.", "nonAssumableChoice": "scope_boundary"}),
+                _ => json!({"kind": "wr.user_only_dependency", "reason": "needs_user_approval",
+                    "summary": "Approve.", "status": "maybe"}),
+            },
+            Self::Divergence { reason, related } => {
+                let reasons = [
+                    "missing_user_context",
+                    "capability_unavailable",
+                    "efficiency_skip",
+                    "safety_stop",
+                    "policy_constraint",
+                ];
+                let reason = reasons[usize::from(reason % 5)];
+                let mut a = json!({"kind": "workflow_divergence", "reason": reason,
+                    "summary": format!("Diverged: {reason}.")});
+                match related % 3 {
+                    0 => {}
+                    1 => a["relatedStepId"] = json!("s1"),
+                    _ => a["relatedStepId"] = json!("nowhere"),
+                }
+                a
+            }
+            Self::DivergenceInvalid => {
+                json!({"kind": "workflow_divergence", "reason": "efficiency_skip", "summary": ""})
+            }
+            Self::ObservationInvalid(n) => match n % 4 {
+                0 => json!({"kind": "wr.capability_observation", "capability": "web_browsing",
+                    "status": "available", "evidence": "Worked.", "failureCode": "tool_error"}),
+                1 => json!({"kind": "wr.capability_observation", "capability": "delegation",
+                    "status": "unavailable", "evidence": "Failed.", "claimedBy": "agent"}),
+                2 => json!({"kind": "wr.capability_observation", "capability": "web_browsing",
+                    "status": "maybe", "evidence": "Unsure."}),
+                _ => json!({"kind": "wr.capability_observation", "capability": "delegation",
+                    "status": "available"}),
+            },
         };
         match value {
             Value::Object(map) => map,

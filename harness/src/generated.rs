@@ -2,7 +2,7 @@
 //! `project.harness` happens to contain.
 //!
 //! A generated workflow is valid by construction: plain steps, steps with the
-//! `wr.contracts.verification_report` contract, loops nested up to three deep (`loop_control`
+//! `wr.contracts.verification_report` or the `wr.contracts.workflow_divergence` contract, loops nested up to three deep (`loop_control`
 //! loops end with their decision step; `always_true` loops run to their limit; `always_false`
 //! loops never run), `maxIterations` from 1 to 3, `nonAssumableChoices`, function definitions at
 //! every scope, the text-only features (`durable_recap_guidance`, `mode_guidance`,
@@ -13,8 +13,10 @@
 //! the generated agent outputs (`ArtifactSpec`) decide; any other `loop_control` loop is decided
 //! by nobody, so its decision step is always missing its artifact.
 //!
-//! Left out, because the model does not cover them yet: capability observations (the agents
-//! send no `wr.capability_observation`), and user-only dependency and divergence reports.
+//! The generated agents (`ops::output_strategy`) send, on any step, `wr.capability_observation`
+//! artifacts of every basis and status, `wr.user_only_dependency` reports (needed or supplied,
+//! choices the step marks and choices it does not) and `workflow_divergence` markers, valid and
+//! invalid (D40 to D42, D75 to D77).
 
 use std::sync::Arc;
 
@@ -96,6 +98,8 @@ enum Item {
         calls_log: bool,
     },
     Verify,
+    /// A step whose contract requires a divergence marker (`wr.contracts.workflow_divergence`).
+    Diverge,
     /// A `wr.templates.capability_probe` call (each capability probed at most once).
     Probe(u8),
     Loop {
@@ -118,6 +122,7 @@ fn item(depth: u32) -> BoxedStrategy<Item> {
         3 => (any::<bool>(), any::<bool>())
             .prop_map(|(choices, calls_log)| Item::Plain { choices, calls_log }),
         1 => Just(Item::Verify),
+        1 => Just(Item::Diverge),
         1 => (0u8..2).prop_map(Item::Probe),
     ];
     if depth == 0 {
@@ -178,6 +183,12 @@ impl Writer {
                 let id = self.step_id();
                 json!({"id": id, "title": format!("Verify {id}"), "prompt": "Verify the result.",
                        "output": {"contractRef": "wr.contracts.verification_report"}})
+            }
+            Item::Diverge => {
+                let id = self.step_id();
+                json!({"id": id, "title": format!("Deviate {id}"),
+                       "prompt": "Skip the usual survey and say why.",
+                       "output": {"contractRef": "wr.contracts.workflow_divergence"}})
             }
             Item::Loop {
                 kind,

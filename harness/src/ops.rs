@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use workrail_spec::closed::{Autonomy, RiskPolicy};
 use workrail_spec::event::PreferenceDelta;
 
-use crate::fixture::{ArtifactSpec, OutputSpec};
+use crate::fixture::{ArtifactSpec, ObservationSpec, OutputSpec};
 
 /// A preference change sent with `start_workflow` or with an ack (locks §4 closed set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
@@ -102,11 +102,22 @@ fn artifact_strategy() -> impl Strategy<Value = ArtifactSpec> {
         1 => Just(ArtifactSpec::LoopOtherLoop),
         4 => Just(ArtifactSpec::Verification),
         1 => (0u8..3).prop_map(ArtifactSpec::Note),
+        8 => (0u8..2, any::<bool>(), 0u8..4, 0u8..5).prop_map(|(capability, available, basis, failure)| {
+            ArtifactSpec::Observation(ObservationSpec { capability, available, basis, failure })
+        }),
+        1 => (0u8..4).prop_map(ArtifactSpec::ObservationInvalid),
+        2 => (0u8..9, 0u8..4, any::<bool>()).prop_map(|(reason, choice, supplied)| {
+            ArtifactSpec::UserDependency { reason, choice, supplied }
+        }),
+        1 => (0u8..3).prop_map(ArtifactSpec::UserDependencyInvalid),
+        2 => (0u8..5, 0u8..3).prop_map(|(reason, related)| ArtifactSpec::Divergence { reason, related }),
+        1 => Just(ArtifactSpec::DivergenceInvalid),
     ]
 }
 
 /// Outputs: mostly a recap with zero to two artifacts (several loop-control artifacts in one
-/// ack included: D45 decides them).
+/// ack included: D45 decides them; capability observations of every basis, user-only dependency
+/// reports and divergence markers, valid or not: D40 to D42).
 pub fn output_strategy() -> impl Strategy<Value = OutputSpec> {
     (
         prop_oneof![1 => Just(None), 4 => (0u8..8).prop_map(Some)],

@@ -7,23 +7,31 @@
 //! kinds, parent links, snapshot refs, edge kinds and causes, all in creation order), the
 //! preferred tip, the run status, the unresolved gaps (node, severity, reason, details), the
 //! current outputs per node (channel and payload), the recorded attempts per node (attempt,
-//! outcome, blockers with their codes, pointers and details, in order), and the effective preferences at every node. Production's
-//! own projection of the same log must agree on the preferred tip, the status, each node's
-//! current output per channel, the unresolved gaps and every node's effective preferences.
+//! outcome, blockers with their codes, pointers and details, in order), the effective
+//! preferences at every node, every capability observation with its provenance, each node's
+//! capability status (on the node and, enforcement-grade, on its branch), and every gap
+//! resolution (which node resolved what, where) and every divergence marker. Production's own projection of the same log
+//! must agree on the preferred tip, the status, each node's current output per channel, the
+//! unresolved gaps, every node's effective preferences and every node's capability projection.
 
 use std::collections::BTreeMap;
 
 use workrail_model::Model;
 use workrail_model::projections::{
-    PreferenceDefaults, RunDag, advance_records, effective_preferences, node_outputs,
-    preferred_tip, run_status, unresolved_gaps_in_run,
+    PreferenceDefaults, RunDag, advance_records, branch_capability_status, capability_status,
+    effective_preferences, gap_records, node_outputs, preferred_tip, run_status,
+    unresolved_gaps_in_run,
 };
 use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
 use workrail_spec::closed::{
-    Autonomy, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind, OutputChannel, RunStatus,
+    Autonomy, Capability, CapabilityStatus, DivergenceReason, EdgeCauseKind, EdgeKind, GapSeverity,
+    NodeKind, OutputChannel, RunStatus,
 };
-use workrail_spec::event::{AdvanceOutcome, EffectivePreferences, OutputPayload, SessionEvent};
-use workrail_spec::ids::{AttemptId, NodeId, RunId, SnapshotRef};
+use workrail_spec::event::{
+    AdvanceOutcome, EffectivePreferences, EventData, GapResolution, OutputPayload, Provenance,
+    SessionEvent,
+};
+use workrail_spec::ids::{AttemptId, NodeId, RunId, SnapshotRef, StepId};
 use workrail_spec::reason::GapReason;
 
 /// A one-to-one map between model ids and production ids, grown as they appear.
@@ -124,7 +132,25 @@ pub struct RunShape {
     pub attempts: Vec<(NodeId, AttemptId, OutcomeShape)>,
     /// Effective preferences at every node, in creation order.
     pub preferences: Vec<(NodeId, EffectivePreferences)>,
+    /// Every capability observation `(node, capability, status, provenance)`, in log order.
+    pub observations: Vec<(NodeId, Capability, CapabilityStatus, Provenance)>,
+    /// Per node (creation order) and capability: the latest observation on the node itself,
+    /// and the enforcement-grade status on its branch (D27, D40).
+    pub capabilities: Vec<(NodeId, Capability, CapabilityStatus, CapabilityStatus)>,
+    /// Resolutions `(resolving node, severity, reason, details, resolved gap's node)`, sorted.
+    pub resolutions: Vec<ResolutionShape>,
+    /// Every divergence marker `(node, reason, summary, relatedStepId)`, in log order (D42).
+    pub divergences: Vec<(NodeId, DivergenceReason, String, Option<StepId>)>,
 }
+
+/// One gap resolution: `(resolving node, severity, reason, details, resolved gap's node)`.
+pub type ResolutionShape = (
+    NodeId,
+    GapSeverity,
+    GapReason,
+    Option<ReasonDetails>,
+    Option<NodeId>,
+);
 
 /// Translates production ids into model ids; an id never seen is an error.
 struct Translate<'a> {
@@ -180,10 +206,19 @@ pub fn run_shape(
     let mut preferences = Vec::new();
     let mut attempts = Vec::new();
     let mut outputs = Vec::new();
+    let mut capabilities = Vec::new();
     for n in &by_creation {
         let id = t.node(&n.node_id);
         let parent = n.parent.as_ref().map(|p| t.node(p));
         nodes.push((id.clone(), n.kind, parent, n.snapshot_ref.clone()));
+        for capability in Capability::ALL {
+            capabilities.push((
+                id.clone(),
+                *capability,
+                capability_status(events, run, &n.node_id, *capability),
+                branch_capability_status(events, &dag, run, &n.node_id, *capability),
+            ));
+        }
         preferences.push((
             id.clone(),
             effective_preferences(events, &dag, &n.node_id, defaults),
@@ -234,6 +269,47 @@ pub fn run_shape(
         .map(|g| (t.node(&g.node_id), g.severity, g.reason, g.details))
         .collect();
     gaps.sort_by_key(|g| format!("{g:?}"));
+    let mut observations = Vec::new();
+    for event in events {
+        if let EventData::CapabilityObserved(o) = event.data()
+            && event.scope().run_id() == Some(run)
+            && let Some(node) = event.scope().node_id()
+        {
+            observations.push((t.node(node), o.capability, o.status, o.provenance.clone()));
+        }
+    }
+    let mut divergences = Vec::new();
+    for event in events {
+        if let EventData::DivergenceRecorded(d) = event.data()
+            && event.scope().run_id() == Some(run)
+            && let Some(node) = event.scope().node_id()
+        {
+            divergences.push((
+                t.node(node),
+                d.reason,
+                d.summary.as_str().to_owned(),
+                d.related_step_id.clone(),
+            ));
+        }
+    }
+    let records = gap_records(events);
+    let mut resolutions = Vec::new();
+    for g in records.iter().filter(|g| &g.run_id == run) {
+        if let GapResolution::Resolves { resolves_gap_id } = &g.resolution {
+            let resolved_node = records
+                .iter()
+                .find(|r| &r.gap_id == resolves_gap_id)
+                .map(|r| r.node_id.clone());
+            resolutions.push((
+                t.node(&g.node_id),
+                g.severity,
+                g.reason,
+                g.details.clone(),
+                resolved_node.map(|n| t.node(&n)),
+            ));
+        }
+    }
+    resolutions.sort_by_key(|r| format!("{r:?}"));
     if !t.unknown.is_empty() {
         return Err(format!(
             "production's log has ids the harness never saw in a response: {}",
@@ -249,6 +325,10 @@ pub fn run_shape(
         outputs,
         attempts,
         preferences,
+        observations,
+        capabilities,
+        resolutions,
+        divergences,
     })
 }
 
@@ -269,8 +349,9 @@ pub fn model_shape(
 
 /// Production's own projection of its log must agree with the model's projections of the same
 /// log (locks §2, §2.1): on the preferred tip and the run status, each node's current output per
-/// channel (the latest one not superseded), the run's unresolved gaps, and every node's
-/// effective preferences.
+/// channel (the latest one not superseded), the run's unresolved gaps, every node's effective
+/// preferences, and every node's capability projection (the latest observation on the node, the
+/// enforcement-grade status on its branch and whether that unlocks: D27, D40).
 pub fn cross_check_production_projection(
     events: &[SessionEvent],
     run: &RunId,
@@ -326,6 +407,26 @@ pub fn cross_check_production_projection(
             if production != model {
                 return Err(format!(
                     "current {channel:?} output of {node}: production's projection says {production:?}, the model's projection of the same log says {model:?}"
+                ));
+            }
+        }
+        for capability in Capability::ALL {
+            let production_here = view
+                .capabilities
+                .get(&(node.clone(), *capability))
+                .map_or(CapabilityStatus::Unknown, |o| o.status);
+            let model_here = capability_status(events, run, node, *capability);
+            let production_branch = view
+                .strong_status(node, *capability)
+                .unwrap_or(CapabilityStatus::Unknown);
+            let model_branch = branch_capability_status(events, &dag, run, node, *capability);
+            let production_unlocked = view.capability_unlocked(node, *capability);
+            if production_here != model_here
+                || production_branch != model_branch
+                || production_unlocked != (model_branch == CapabilityStatus::Available)
+            {
+                return Err(format!(
+                    "capability {capability} at {node}: production's projection says latest {production_here:?}, strong on the branch {production_branch:?}, unlocked {production_unlocked}; the model's projection of the same log says latest {model_here:?}, strong on the branch {model_branch:?}"
                 ));
             }
         }

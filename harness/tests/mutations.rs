@@ -13,6 +13,14 @@
 //!   compared with the model's, each one proven by a bug in it: the first output of a channel
 //!   kept current, an unresolved gap listed on its node's parent, preferences not inherited
 //!   from ancestors.
+//! - **capabilities**: production's capability projection counts a weak claim as
+//!   enforcement-grade (`PlantedProjectionBug::WeakObservationUnlocks`), caught by the
+//!   comparison of capability projections; the reports engine judges an acknowledgement's claims
+//!   like attempts (`engine::plant_claim_judged_as_attempt`), caught by the model comparison over
+//!   generated workflows that declare capabilities.
+//! - **user-only dependencies**: the reports engine accepts `needs_user_choice` for a choice the
+//!   step does not mark non-assumable (`engine::plant_unmarked_choice_accepted`), caught by the
+//!   model comparison over generated workflows (their steps mark `scope_boundary` only).
 //! - **blocker pointer contents**: a required output's blocker points at the artifact kind
 //!   instead of its contract (same pointer kind, other contents). Caught only because blockers
 //!   are compared in full.
@@ -151,4 +159,61 @@ fn the_state_machine_catches_a_blocker_pointing_at_the_wrong_contract() {
     let caught = check_sequences(ops::config(2), 24, InProcess::new);
     let found = caught.expect_err("the generated sequences missed the planted bug");
     assert!(found.contains("wr.loop_control"), "{found}");
+}
+
+/// lock: L-CAP-WEAK-NO-UNLOCK
+#[test]
+fn the_state_machine_catches_a_claim_that_unlocks_in_the_projection() {
+    let found =
+        caught_in_projections(workrail::projections::PlantedProjectionBug::WeakObservationUnlocks);
+    assert!(found.contains("capability"), "{found}");
+}
+
+/// Runs the generated-workflow property (as `model_vs_generated.rs` does, at CI case counts)
+/// and returns the first disagreement, if any.
+fn generated_workflows_disagree() -> Option<String> {
+    use proptest::strategy::{Strategy, ValueTree};
+    use std::sync::Arc;
+    use workrail::store::memfs::MemFs;
+    use workrail_harness::generated::{self, GENERATED_FILE, GENERATED_ID, WorkflowUnderTest};
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ops::config(2),
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
+    let strategy = (generated::workflow_json(), ops::ops_strategy(24));
+    for _ in 0..ops::cases(2) {
+        let (json, ops) = strategy.new_tree(&mut runner).ok()?.current();
+        let workflow =
+            Arc::new(WorkflowUnderTest::compile(GENERATED_ID, GENERATED_FILE, &json).ok()?);
+        let sys = InProcess::with_catalog(MemFs::new(), 3, workflow.catalog());
+        if let Err(found) = Harness::with_workflow(sys, workflow).run(&ops) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// lock: L-CAP-WEAK-NO-UNLOCK
+#[test]
+fn the_generated_workflows_catch_a_claim_judged_as_an_attempt() {
+    assert_eq!(
+        generated_workflows_disagree(),
+        None,
+        "the property fails without the bug"
+    );
+    let _bug = Planted::on(workrail::engine::plant_claim_judged_as_attempt);
+    let found =
+        generated_workflows_disagree().expect("the generated workflows missed the planted bug");
+    assert!(found.contains("model"), "{found}");
+}
+
+/// lock: L-GAP-NON-ASSUMABLE-CHOICE
+#[test]
+fn the_generated_workflows_catch_an_unmarked_choice_accepted_as_the_users() {
+    let _bug = Planted::on(workrail::engine::plant_unmarked_choice_accepted);
+    let found =
+        generated_workflows_disagree().expect("the generated workflows missed the planted bug");
+    assert!(found.contains("model"), "{found}");
 }

@@ -13,8 +13,8 @@
 //! naming its recorded outcome. A child node id is a function of the attempt that created it.
 
 use workrail_spec::ids::{
-    AttemptId, ChangeId, EventId, EventIndex, GapId, NodeId, OutputId, RunId, SessionId,
-    Sha256Digest,
+    AttemptId, CapObsId, ChangeId, DivergenceId, EventId, EventIndex, GapId, NodeId, OutputId,
+    RunId, SessionId, Sha256Digest,
 };
 use workrail_spec::jcs::sha256;
 
@@ -91,6 +91,23 @@ pub fn output_id(session: &SessionId, attempt: &AttemptId, discriminator: &str) 
 pub fn gap_id(session: &SessionId, origin: &str, i: usize) -> GapId {
     let i = i.to_string();
     GapId::from_digest(&digest(&["gap", session.as_str(), origin, &i]))
+}
+
+/// The `i`-th capability observation an ack attempt records (D40: `derive(attemptId, index)`).
+pub fn cap_obs_id(session: &SessionId, attempt: &AttemptId, i: usize) -> CapObsId {
+    let i = i.to_string();
+    CapObsId::from_digest(&digest(&["capobs", session.as_str(), attempt.as_str(), &i]))
+}
+
+/// The `i`-th divergence marker an ack attempt records (D42).
+pub fn divergence_id(session: &SessionId, attempt: &AttemptId, i: usize) -> DivergenceId {
+    let i = i.to_string();
+    DivergenceId::from_digest(&digest(&[
+        "divergence",
+        session.as_str(),
+        attempt.as_str(),
+        &i,
+    ]))
 }
 
 /// The preference change recorded by `start` when the start command carries preferences.

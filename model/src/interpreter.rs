@@ -33,8 +33,11 @@
 //! pack's `artifactKind`, checked before the step completes. For `wr.contracts.loop_control` the
 //! artifacts are read exactly as the loop reads them, for the step's innermost enclosing loop
 //! (`kind`, `loopId` equal to that loop, `decision`, optional `summary` of at most 512 bytes, no
-//! other fields): none is missing, any malformed one or one for another loop is invalid. **Scope:** for other packs the model checks presence
-//! only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
+//! other fields): none is missing, any malformed one or one for another loop is invalid. For
+//! `wr.contracts.capability_observation` every observation is read as `crate::capabilities`
+//! reads it (D40, D76): none is missing; any invalid one, or a probe's observations none of which
+//! is about its capability, is invalid. **Scope:** for other packs the
+//! model checks presence only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
 //! and pointer is disclosed once.
 
 use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
@@ -234,6 +237,27 @@ fn check_required_output(
             Some(frame) => read_loop_control(Some(output), &frame.loop_id),
             None if present => LoopControlReading::Invalid,
             None => LoopControlReading::Missing,
+        }
+    } else if contract.artifact_kind == crate::capabilities::OBSERVATION_ARTIFACT_KIND {
+        // Every observation the step sends is the contract's business (D40, D76): a malformed
+        // one, a claim on the probe of its own capability, or a probe's observations that never
+        // name the capability it probes make the output invalid.
+        if !present {
+            LoopControlReading::Missing
+        } else if crate::capabilities::required_output_problem(&step.step_id, output).is_some() {
+            LoopControlReading::Invalid
+        } else {
+            return Ok(None);
+        }
+    } else if contract.artifact_kind == crate::reports::DIVERGENCE_ARTIFACT_KIND {
+        // Every marker the step sends is the contract's business (D42).
+        let readings = crate::reports::read_divergences(wf, output);
+        if readings.is_empty() {
+            LoopControlReading::Missing
+        } else if readings.iter().any(Result::is_err) {
+            LoopControlReading::Invalid
+        } else {
+            return Ok(None);
         }
     } else if present {
         return Ok(None);

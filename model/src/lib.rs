@@ -23,6 +23,7 @@ pub mod derive;
 pub mod interpreter;
 pub mod model;
 pub mod projections;
+pub mod reports;
 
 pub use model::{
     AckAt, AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,

@@ -19,6 +19,7 @@
 //! | [`Command::Advance`] at a node that already has a step child | the same, as a new sibling with cause `non_tip_advance` | `L-DAG-NON-TIP-AUTO-FORK`, `L-DAG-NO-FORK-EDGE-KIND` |
 //! | [`Command::Advance`], a recorded attempt | returns the recorded outcome; appends nothing, recomputes nothing | `L-TOKEN-ACK-IDEMPOTENT`, `L-TOKEN-REPLAY-FACTS`, `L-EVENT-ADVANCE-ATTEMPT-KEY`, `L-EVENT-ATTEMPTS-APPENDABLE` |
 //! | [`Command::Advance`], missing/invalid required output or loop control, loop limit | blocking modes: `advance_recorded{blocked}` (same pending step; the next attempt is fresh), plus a critical gap for `unexpected:*`; never-stop: critical gap on the child and advance | `L-REASON-SINGLE-MODEL`, `L-REASON-BLOCKING-MODES`, `L-REASON-NEVER-STOP`, `L-REASON-UNEXPECTED`, `L-LOOP-MISSING-CONTROL-BLOCKING`, `L-LOOP-MISSING-CONTROL-NEVER-STOP`, `L-LOOP-LIMIT-ERROR` |
+//! | [`Command::Advance`] with reports (`wr.capability_observation`, `wr.user_only_dependency`, `workflow_divergence`) | valid observations become `capability_observed` where the attempt lands (the child, or the attempted node when blocked) with provenance by basis and step; a required capability the step depends on without a strong `available` status, or reported unavailable, is `capability_missing:*`; a `needed` user-only dependency is `user_only_dependency:*`; strong `available` observations and `supplied` reports resolve open disclosures by `info` gaps; valid divergences become `divergence_recorded` on the child only; invalid optional reports are `warning` gaps (D40 to D42, D75 to D77; [`crate::capabilities`], [`crate::reports`]) | `L-CAP-PROVENANCE`, `L-CAP-WEAK-NO-UNLOCK`, `L-GAP-NON-ASSUMABLE-CHOICE`, `L-GAP-RESOLVED-PROJECTION`, `L-EVENT-DIVERGENCE` |
 //! | [`Command::Checkpoint`] | `checkpoint` node (same snapshot) + `checkpoint` edge (`checkpoint_created`) + outputs on it; no advancement; a recorded checkpoint attempt is a no-op returning the same observation | `L-DAG-CHECKPOINT-EDGE`, `L-DAG-CHECKPOINT-NO-ADVANCE`, `L-TOKEN-CHECKPOINT-IDEMPOTENT` |
 //! | [`Command::ChangePreferences`] | node-attached `preferences_changed` (delta + effective); the same `changeId` again is a no-op | `L-EVENT-PREFS-CHANGED`, `L-PREF-NODE-ATTACHED`, `L-PREF-PRECEDENCE` |
 //!
@@ -59,9 +60,10 @@ use workrail_spec::closed::{
 };
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::{
-    AdvanceOutcome, AdvanceRecorded, EdgeCause, EdgeCreated, EffectivePreferences, EventData,
-    EventScope, GapRecorded, GapResolution, NodeCreated, NodeOutputAppended, OutputPayload,
-    PreferenceDelta, PreferencesChanged, RunStarted, SessionCreated, SessionEvent,
+    AdvanceOutcome, AdvanceRecorded, CapabilityObserved, DivergenceRecorded, EdgeCause,
+    EdgeCreated, EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution,
+    NodeCreated, NodeOutputAppended, OutputPayload, PreferenceDelta, PreferencesChanged,
+    RunStarted, SessionCreated, SessionEvent,
 };
 use workrail_spec::ids::{
     AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, SnapshotRef, WorkflowHash,
@@ -615,15 +617,79 @@ impl Model {
             .pending_step()
             .map(|p| p.step_id.clone())
             .ok_or_else(|| ModelError::NothingPending(node_id.clone()))?;
-        let (capability_blocks, capability_gaps) = crate::capabilities::at_ack(
+        let reported = crate::capabilities::valid_observations(workflow, &step_id, &attempt.output);
+        let (mut capability_blocks, mut capability_gaps) = crate::capabilities::at_ack(
             workflow,
             events,
             &dag,
             run_id,
             node_id,
             &step_id,
+            &reported,
             effective.autonomy,
         );
+        // Invalid observations a step does not require are disclosed, never recorded (D42).
+        if let Some(finding) =
+            crate::capabilities::invalid_optional(workflow, &step_id, &attempt.output)
+            && let Some(severity) = finding
+                .reason
+                .disposition(effective.autonomy, false)
+                .gap_severity
+        {
+            capability_gaps.push((finding, severity));
+        }
+        // A strong `available` observation resolves the branch's open disclosures about its
+        // capability (D40); the branch is the same whether the attempt advances or blocks.
+        let branch = dag.ancestry(node_id);
+        let mut resolved = crate::capabilities::resolved_by(events, run_id, &branch, &reported);
+        // The ack's reports (D41, D42) are judged beside its capabilities: they are part of
+        // the acknowledgement itself (D74).
+        let (user_blocks, user_gaps, user_resolved) = crate::reports::user_dependencies_at_ack(
+            workflow,
+            events,
+            run_id,
+            &branch,
+            &step_id,
+            &attempt.output,
+            effective.autonomy,
+        );
+        capability_blocks.extend(user_blocks);
+        capability_gaps.extend(user_gaps);
+        for gap in user_resolved {
+            if !resolved.contains(&gap) {
+                resolved.push(gap);
+            }
+        }
+        let (divergences, invalid_divergence) =
+            crate::reports::divergences_at_ack(workflow, &step_id, &attempt.output);
+        if let Some(finding) = invalid_divergence
+            && let Some(severity) = finding
+                .reason
+                .disposition(effective.autonomy, false)
+                .gap_severity
+        {
+            capability_gaps.push((finding, severity));
+        }
+        let divergences: Vec<DivergenceRecorded> = divergences
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| DivergenceRecorded {
+                divergence_id: derive::divergence_id(session_id, &attempt.attempt_id, i),
+                reason: d.reason,
+                summary: BoundedText::truncating(&d.summary),
+                related_step_id: d.related_step_id,
+            })
+            .collect();
+        let observations: Vec<CapabilityObserved> = reported
+            .iter()
+            .enumerate()
+            .map(|(i, o)| CapabilityObserved {
+                cap_obs_id: derive::cap_obs_id(session_id, &attempt.attempt_id, i),
+                capability: o.capability,
+                status: o.status,
+                provenance: o.provenance.clone(),
+            })
+            .collect();
         let with_gap = |finding: &interpreter::Finding| {
             finding
                 .reason
@@ -686,8 +752,13 @@ impl Model {
                     outputs_of(session_id, &attempt.attempt_id, &attempt.output, warning)?;
                 // node_created, edge_created, outputs, gaps, the preference change, then
                 // advance_recorded: the edge's cause names the advance_recorded of the same plan.
-                let record_ahead =
-                    2 + outputs.len() as u64 + disclosed.len() as u64 + u64::from(change.is_some());
+                let record_ahead = 2
+                    + outputs.len() as u64
+                    + observations.len() as u64
+                    + divergences.len() as u64
+                    + disclosed.len() as u64
+                    + resolved.len() as u64
+                    + u64::from(change.is_some());
                 let record_event = plan.event_id_ahead(record_ahead)?;
                 plan.push(
                     child_scope.clone(),
@@ -713,7 +784,21 @@ impl Model {
                 for output in outputs {
                     plan.push(child_scope.clone(), EventData::NodeOutputAppended(output))?;
                 }
+                for observation in observations {
+                    plan.push(
+                        child_scope.clone(),
+                        EventData::CapabilityObserved(observation),
+                    )?;
+                }
+                // Divergences describe completed work: only an advance records them (D42).
+                for divergence in divergences {
+                    plan.push(
+                        child_scope.clone(),
+                        EventData::DivergenceRecorded(divergence),
+                    )?;
+                }
                 push_gaps(&mut plan, &child_scope, origin, &disclosed)?;
+                push_resolutions(&mut plan, &child_scope, origin, disclosed.len(), &resolved)?;
                 if let Some(change) = change {
                     plan.push(child_scope, EventData::PreferencesChanged(change))?;
                 }
@@ -727,7 +812,13 @@ impl Model {
                 if let Some(warning) = warning {
                     plan.push(here.clone(), EventData::NodeOutputAppended(warning))?;
                 }
+                // Observations are facts about the environment, not about the step: a blocked
+                // attempt records them on the attempted node (D40).
+                for observation in observations {
+                    plan.push(here.clone(), EventData::CapabilityObserved(observation))?;
+                }
                 push_gaps(&mut plan, &here, origin, &gaps)?;
+                push_resolutions(&mut plan, &here, origin, gaps.len(), &resolved)?;
                 AdvanceOutcome::Blocked {
                     blockers: BlockerReport::new(
                         blockers
@@ -1095,6 +1186,38 @@ fn push_gaps(
                 resolution: GapResolution::Unresolved,
                 evidence_refs: None,
                 details: finding.details.clone(),
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// Records the resolution of each gap in `resolved` (a strong `available` observation, D40, or a
+/// `supplied` user-only dependency, D41): an `info` gap of the same reason and details linking to
+/// it (`L-GAP-RESOLVED-PROJECTION`), numbered after the attempt's `first` disclosures.
+fn push_resolutions(
+    plan: &mut Plan<'_>,
+    scope: &EventScope,
+    origin: &str,
+    first: usize,
+    resolved: &[projections::GapRecord],
+) -> Result<(), ModelError> {
+    for (i, gap) in resolved.iter().enumerate() {
+        plan.push(
+            scope.clone(),
+            EventData::GapRecorded(GapRecorded {
+                gap_id: derive::gap_id(plan.session_id, origin, first + i),
+                severity: GapSeverity::Info,
+                reason: gap.reason,
+                summary: BoundedText::truncating(&format!(
+                    "resolved by a later report of this attempt (gap {})",
+                    gap.gap_id
+                )),
+                resolution: GapResolution::Resolves {
+                    resolves_gap_id: gap.gap_id.clone(),
+                },
+                evidence_refs: None,
+                details: gap.details.clone(),
             }),
         )?;
     }

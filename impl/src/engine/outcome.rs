@@ -136,7 +136,8 @@ pub struct BranchFacts {
     /// The enforcement-grade (strong) status of each capability on the node's lineage
     /// (decision D27); a capability that is absent is `unknown`.
     pub strong_status: BTreeMap<Capability, CapabilityStatus>,
-    /// Gaps on the node's lineage that no later gap resolves, oldest first.
+    /// Disclosures on the node's lineage that no later gap resolves, oldest first (resolution
+    /// records are not disclosures, D79).
     pub open_gaps: Vec<OpenGap>,
 }
 

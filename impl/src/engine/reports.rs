@@ -50,6 +50,55 @@ pub(crate) const REPORT_PACKS: [&str; 3] = [
     USER_ONLY_DEPENDENCY,
 ];
 
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    static CLAIM_JUDGED_AS_ATTEMPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// TEST-ONLY (feature `test-mutations`): while on, for the calling thread, an acknowledgement's
+/// weak claims are judged like attempts (a claim of `available` unlocks a dependent step, a
+/// claim of `unavailable` blocks it), which D27 forbids; the claim is still recorded weak, so
+/// only a comparison of the judgement sees it.
+#[cfg(feature = "test-mutations")]
+pub fn plant_claim_judged_as_attempt(on: bool) {
+    CLAIM_JUDGED_AS_ATTEMPT.with(|c| c.set(on));
+}
+
+#[cfg(feature = "test-mutations")]
+fn planted_claim_judged_as_attempt() -> bool {
+    CLAIM_JUDGED_AS_ATTEMPT.with(std::cell::Cell::get)
+}
+
+#[cfg(not(feature = "test-mutations"))]
+#[inline(always)]
+fn planted_claim_judged_as_attempt() -> bool {
+    false
+}
+
+#[cfg(feature = "test-mutations")]
+thread_local! {
+    static UNMARKED_CHOICE_ACCEPTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// TEST-ONLY (feature `test-mutations`): while on, for the calling thread, a
+/// `needs_user_choice` report naming a choice the step does not mark non-assumable is accepted
+/// as a user-only dependency, which D41 and locks §3 forbid (the choice is the agent's to make).
+#[cfg(feature = "test-mutations")]
+pub fn plant_unmarked_choice_accepted(on: bool) {
+    UNMARKED_CHOICE_ACCEPTED.with(|c| c.set(on));
+}
+
+#[cfg(feature = "test-mutations")]
+fn planted_unmarked_choice_accepted() -> bool {
+    UNMARKED_CHOICE_ACCEPTED.with(std::cell::Cell::get)
+}
+
+#[cfg(not(feature = "test-mutations"))]
+#[inline(always)]
+fn planted_unmarked_choice_accepted() -> bool {
+    false
+}
+
 /// The capability a `wr.templates.capability_probe` step probes.
 pub(crate) fn probed_capability(step: &CompiledStep) -> Option<Capability> {
     if step.provenance.origin_id.as_deref() != Some(CAPABILITY_PROBE) {
@@ -140,7 +189,10 @@ pub(crate) fn semantic_problems(
             let choice =
                 text(artifact, "nonAssumableChoice").and_then(NonAssumableChoiceKind::parse);
             match choice {
-                Some(choice) if !step.non_assumable_choices.contains(&choice) => {
+                Some(choice)
+                    if !step.non_assumable_choices.contains(&choice)
+                        && !planted_unmarked_choice_accepted() =>
+                {
                     let declared: Vec<&str> = step
                         .non_assumable_choices
                         .iter()
@@ -366,7 +418,7 @@ impl Judge<'_> {
                 provenance: Provenance { detail },
             });
             // Weak claims inform, never unlock or re-lock (decision D27).
-            if !claim {
+            if !claim || planted_claim_judged_as_attempt() {
                 latest.insert(
                     capability,
                     (

@@ -553,11 +553,14 @@ pub enum PlantedProjectionBug {
     /// `resume_session` ranks the least recently active tip first within a tier (locks §2.3
     /// say the most recent).
     ResumeOldestFirst,
+    /// A weak observation (a manual claim) counts as enforcement-grade, so a claim unlocks
+    /// (locks appendix "capability observation provenance", D27 say it never does).
+    WeakObservationUnlocks,
 }
 
 #[cfg(feature = "test-mutations")]
 thread_local! {
-    static PLANTED_PROJECTION_BUGS: std::cell::Cell<[bool; 4]> = const { std::cell::Cell::new([false; 4]) };
+    static PLANTED_PROJECTION_BUGS: std::cell::Cell<[bool; 5]> = const { std::cell::Cell::new([false; 5]) };
 }
 
 /// TEST-ONLY (feature `test-mutations`): switches `bug` on or off for the calling thread.
@@ -579,6 +582,12 @@ pub(super) fn planted(bug: PlantedProjectionBug) -> bool {
 #[inline(always)]
 pub(super) fn planted(_: PlantedProjectionBug) -> bool {
     false
+}
+
+/// Whether an observation is enforcement-grade: strong provenance only (D27).
+fn is_enforcement_grade(observation: &CapabilityObserved) -> bool {
+    observation.provenance.enforcement_grade() == EnforcementGrade::Strong
+        || planted(PlantedProjectionBug::WeakObservationUnlocks)
 }
 
 /// Builds every projection of a session: incrementally from nothing (see [`Projector`]), or in
@@ -688,7 +697,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
             EventData::GapRecorded(g) => gaps.entry(run_id).or_default().push((node_id, g.clone())),
             EventData::CapabilityObserved(c) => {
                 // Later events replace earlier ones: the latest by EventIndex wins.
-                if c.provenance.enforcement_grade() == EnforcementGrade::Strong {
+                if is_enforcement_grade(c) {
                     strong
                         .entry(run_id.clone())
                         .or_default()
@@ -959,7 +968,7 @@ fn apply(
             }
         }
         EventData::CapabilityObserved(c) => {
-            if c.provenance.enforcement_grade() == EnforcementGrade::Strong {
+            if is_enforcement_grade(c) {
                 view.strong_capabilities
                     .insert((node_id.clone(), c.capability), c.clone());
             }

@@ -613,9 +613,12 @@ fn branch_facts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> BranchFacts {
             .iter()
             .filter_map(|c| view.strong_status(node, *c).map(|s| (*c, s)))
             .collect(),
+        // Disclosures only: a resolution record (an `info` gap that resolves another) is itself
+        // unresolved in the projection, but it discloses nothing and resolves nothing (D79).
         open_gaps: view
             .open_gaps_on(node)
             .into_iter()
+            .filter(|g| matches!(g.resolution, GapResolution::Unresolved))
             .map(|g| OpenGap {
                 gap_id: g.gap_id.clone(),
                 severity: g.severity,

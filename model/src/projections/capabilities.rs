@@ -11,6 +11,8 @@ use workrail_spec::closed::{Capability, CapabilityStatus, EnforcementGrade};
 use workrail_spec::event::{EventData, SessionEvent};
 use workrail_spec::ids::{EventIndex, NodeId, RunId};
 
+use super::RunDag;
+
 /// The latest observation of a capability at a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapabilityObservation {
@@ -63,4 +65,24 @@ pub fn capability_unlocked(
         .filter(|o| o.grade == EnforcementGrade::Strong)
         .max_by_key(|o| o.observed_at)
         .is_some_and(|o| o.status == CapabilityStatus::Available)
+}
+
+/// The enforcement-grade status of `capability` on the branch ending at `node` (D27, D40): the
+/// latest strong observation of the nearest node on its ancestry (the node itself first) that
+/// holds one; `unknown` without one. Weak claims never count.
+pub fn branch_capability_status(
+    events: &[SessionEvent],
+    dag: &RunDag,
+    run_id: &RunId,
+    node_id: &NodeId,
+    capability: Capability,
+) -> CapabilityStatus {
+    dag.ancestry(node_id)
+        .iter()
+        .find_map(|n| {
+            observations(events, run_id, n, capability)
+                .filter(|o| o.grade == EnforcementGrade::Strong)
+                .max_by_key(|o| o.observed_at)
+        })
+        .map_or(CapabilityStatus::Unknown, |o| o.status)
 }

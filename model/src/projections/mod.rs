@@ -30,7 +30,9 @@ pub mod status;
 pub mod tip;
 
 pub use advances::{AttemptRecord, advance_outcome, advance_records};
-pub use capabilities::{CapabilityObservation, capability_status, capability_unlocked};
+pub use capabilities::{
+    CapabilityObservation, branch_capability_status, capability_status, capability_unlocked,
+};
 pub use dag::{DagEdge, DagNode, RunDag, run_ids};
 pub use gaps::{
     GapRecord, gap_records, is_resolved, unresolved_gaps_at_node, unresolved_gaps_in_run,
