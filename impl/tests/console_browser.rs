@@ -791,5 +791,21 @@ fn desired_versus_applied_after_a_flag_change() {
         "{features}"
     );
     s.browser.shot("config-restart-required");
+
+    // A preference default is runtime-safe: listed as such, no new trigger.
+    let b = &s.browser;
+    b.js(
+        "document.querySelector('form#preferences select[name=autonomy]').value = 'full_auto_never_stop'; \
+         document.querySelector('form#preferences button#save-preferences').click(); return null;",
+    );
+    b.eventually(10, "the runtime-safe change", |b| {
+        !b.all("div.server li.runtime-safe").is_empty()
+    });
+    let after: Vec<String> = b
+        .all("div.server li.trigger")
+        .iter()
+        .map(|t| t["attrs"]["data-kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(after, kinds, "a preference default adds no restart trigger");
     server.close();
 }

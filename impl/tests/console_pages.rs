@@ -191,7 +191,7 @@ fn state_changing_posts_from_another_origin_or_without_the_secret_are_refused_an
     let root = f.data.parent().unwrap().to_path_buf();
     let before = fingerprint(&root);
     let good = user_workflow_source("Changed by a forged request.");
-    let posts: [(&str, Vec<(&str, &str)>); 3] = [
+    let posts: [(&str, Vec<(&str, &str)>); 4] = [
         (
             "/workflows/user.release_check",
             vec![("source", good.as_str())],
@@ -201,6 +201,10 @@ fn state_changing_posts_from_another_origin_or_without_the_secret_are_refused_an
             vec![("newId", "user.forged")],
         ),
         ("/config/flags", vec![("start_session", "on")]),
+        (
+            "/config/preferences",
+            vec![("autonomy", "full_auto_never_stop")],
+        ),
     ];
     for (path, form) in &posts {
         let body = form_encode(form);
@@ -413,6 +417,51 @@ fn the_config_page_shows_the_desired_hash_and_the_flags_form_writes_only_the_fla
         page.body
             .contains("name=\"start_session\" value=\"on\" checked")
     );
+}
+
+/// The preference defaults form writes only the changed keys into `config/preferences.json`,
+/// refuses a value outside the closed set without writing, and the page shows what was saved.
+#[test]
+fn the_preferences_form_writes_only_the_changed_defaults() {
+    let f = Fixture::new();
+    let page = f.get("/config");
+    for needle in [
+        "id=\"preferences\"",
+        "action=\"/config/preferences\"",
+        "<option value=\"guided\" selected>",
+        "<option value=\"conservative\" selected>",
+    ] {
+        assert!(page.body.contains(needle), "{needle} missing");
+    }
+    let r = f.post(
+        "/config/preferences",
+        &[
+            ("autonomy", "full_auto_never_stop"),
+            ("riskPolicy", "conservative"),
+        ],
+    );
+    assert_eq!(r.status, 303, "{r:?}");
+    let file = f.data.join("config").join("preferences.json");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(saved["autonomy"], "full_auto_never_stop", "{saved}");
+    assert!(
+        saved.get("riskPolicy").is_none(),
+        "unchanged keys are not written: {saved}"
+    );
+    let page = f.get("/config?saved=1");
+    assert!(
+        page.body
+            .contains("<option value=\"full_auto_never_stop\" selected>"),
+        "{}",
+        page.body
+    );
+    // A value outside the closed set is refused and writes nothing.
+    let before = std::fs::read(&file).unwrap();
+    let r = f.post("/config/preferences", &[("autonomy", "yolo")]);
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(r.body.contains("yolo"), "the error names the value");
+    assert_eq!(std::fs::read(&file).unwrap(), before);
 }
 
 /// lock: L-CONSOLE-INSPECT

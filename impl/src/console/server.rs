@@ -134,6 +134,7 @@ fn router(app: App) -> Router {
         .route("/workflows/{id}/copy", post(copy_workflow))
         .route("/config", get(config_page))
         .route("/config/flags", post(save_flags))
+        .route("/config/preferences", post(save_preferences))
         .route(
             "/assets/console.css",
             get(|| async { asset("text/css; charset=utf-8", CSS) }),
@@ -578,6 +579,41 @@ async fn config_page(State(app): State<App>, Query(query): Query<ConfigQuery>) -
 
 /// `POST /config/flags`: one checkbox per flag (checked = on); each flag whose value differs
 /// from the desired config is written through `control::set_feature`.
+/// Writes the preference defaults whose value changed (`config/preferences.json`, through
+/// `control::set_preference`; runtime-safe: read when a run starts).
+async fn save_preferences(
+    State(app): State<App>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    blocking(&app, move |app| {
+        let data_dir = &app.config.data_dir;
+        let overview = match crate::control::config_overview(data_dir) {
+            Ok(overview) => overview,
+            Err(e) => return config_response(app, false, Some(&e), error_status(&e)),
+        };
+        let Some(desired) = overview.desired_here.config else {
+            return match overview.desired_here.error {
+                Some(e) => config_response(app, false, Some(&e), StatusCode::UNPROCESSABLE_ENTITY),
+                None => config_response(app, false, None, StatusCode::UNPROCESSABLE_ENTITY),
+            };
+        };
+        let current = [
+            ("autonomy", desired.preferences.autonomy.as_str()),
+            ("riskPolicy", desired.preferences.risk_policy.as_str()),
+        ];
+        for (key, now) in current {
+            if let Some(value) = field(&form, key).filter(|v| *v != now)
+                && let Err(e) = crate::control::set_preference(data_dir, key, value)
+            {
+                return config_response(app, false, Some(&e), error_status(&e));
+            }
+        }
+        see_other("/config?saved=1")
+    })
+    .await
+    .unwrap_or_else(|response| response)
+}
+
 async fn save_flags(State(app): State<App>, Form(form): Form<Vec<(String, String)>>) -> Response {
     blocking(&app, move |app| {
         let data_dir = &app.config.data_dir;

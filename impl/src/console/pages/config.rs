@@ -3,10 +3,12 @@
 //! own desired one with the restart triggers (locks §6 "Desired vs applied", "Restart-required
 //! triggers").
 //!
-//! Rendering only: the data comes from `crate::control::config_overview`; the form posts to
-//! `/config/flags`, which writes through `crate::control::set_feature` only.
+//! Rendering only: the data comes from `crate::control::config_overview`; the forms post to
+//! `/config/flags`, which writes through `crate::control::set_feature` only, and to
+//! `/config/preferences`, which writes through `crate::control::set_preference` only.
 
 use maud::{Markup, html};
+use workrail_spec::closed::{Autonomy, RiskPolicy};
 use workrail_spec::config::{RestartTrigger, RuntimeSafeChange};
 use workrail_spec::error::ErrorEnvelope;
 
@@ -168,11 +170,40 @@ pub fn render(overview: &ConfigOverview, saved: bool, error: Option<&ErrorEnvelo
                         }
                         button id="save-flags" type="submit" { "Save flags" }
                     }
-                    p class="hint" {
-                        "Preferences for new runs: autonomy " code { (config.preferences.autonomy.as_str()) }
-                        ", risk policy " code { (config.preferences.risk_policy.as_str()) }
-                        " (" code { "workrail config set" } "). Retention: " (config.retention.ttl_days) " days."
+                    form id="preferences" method="post" action="/config/preferences" {
+                        fieldset {
+                            legend { "Preference defaults for new runs" }
+                            label class="preference" {
+                                "autonomy "
+                                select name="autonomy" {
+                                    @for a in Autonomy::ALL {
+                                        @if *a == config.preferences.autonomy {
+                                            option value=(a.as_str()) selected { (a.as_str()) }
+                                        } @else {
+                                            option value=(a.as_str()) { (a.as_str()) }
+                                        }
+                                    }
+                                }
+                            }
+                            label class="preference" {
+                                "risk policy "
+                                select name="riskPolicy" {
+                                    @for r in RiskPolicy::ALL {
+                                        @if *r == config.preferences.risk_policy {
+                                            option value=(r.as_str()) selected { (r.as_str()) }
+                                        } @else {
+                                            option value=(r.as_str()) { (r.as_str()) }
+                                        }
+                                    }
+                                }
+                            }
+                            p class="hint" {
+                                "Read when a run starts: a change applies to the next run of every server, with no restart. A run keeps the preferences it started with."
+                            }
+                        }
+                        button id="save-preferences" type="submit" { "Save preference defaults" }
                     }
+                    p class="hint" { "Retention: " (config.retention.ttl_days) " days (" code { "workrail config set" } ")." }
                     h3 { "Workflow sources" }
                     ul class="sources" {
                         @for s in config.sources.iter().take(LIST_MAX) {
