@@ -171,3 +171,36 @@ fn the_resume_index_sees_another_process_commits() {
     let bare = open_seeded(&fs, 3).with_cache_budget(CacheBudget::of_mib(0));
     assert_eq!(resume_text(&bare, "zebras"), resume_text(&a, "zebras"));
 }
+
+/// A long-running reader (the Console) keeps each session's overview row while the session's
+/// manifest keeps the length the row was made at: its rows follow another process's commits and
+/// always equal what a process with no cache sees.
+#[test]
+fn session_rows_follow_another_process_commits() {
+    let fs = MemFs::new();
+    let writer = open(&fs);
+    let reader = open(&fs);
+    let mut out = start(&writer, "project.demo");
+    let mut nodes_seen = Vec::new();
+    for i in 0..6 {
+        let rows = reader.sessions_overview().unwrap();
+        let again = reader.sessions_overview().unwrap();
+        let uncached = open(&fs)
+            .with_cache_budget(CacheBudget::of_mib(0))
+            .sessions_overview()
+            .unwrap();
+        let show = |r: &[workrail::protocol::SessionOverview]| serde_json::to_string(r).unwrap();
+        assert_eq!(show(&rows), show(&uncached), "after {i} acks");
+        assert_eq!(show(&rows), show(&again), "a second read changes nothing");
+        nodes_seen.push(rows[0].runs[0].nodes);
+        let artifacts = if pending(&out) == "decide" {
+            vec![loop_control("continue")]
+        } else {
+            vec![]
+        };
+        out = writer
+            .continue_workflow(ack(&out, &format!("step {i}"), artifacts))
+            .unwrap();
+    }
+    assert_eq!(nodes_seen, vec![1, 2, 3, 4, 5, 6], "each commit is seen");
+}

@@ -170,6 +170,9 @@ pub struct Workrail {
     memo: facts::ProjectionMemo,
     /// `resume_session`'s summary of each session, by the manifest length it was made at.
     resume_index: crate::store::ObjectCache<SessionId, resume::IndexedSummary>,
+    /// Each session's overview row, by the `manifest.jsonl` length it was made at: a long-running
+    /// reader (the Console) reprojects only the sessions that changed.
+    overviews: crate::store::ObjectCache<SessionId, (u64, SessionOverview)>,
     /// What the persisted resume index covers as this process last read or wrote it (`None`:
     /// not yet known), so an unchanged index is not written again.
     resume_on_disk: std::sync::Mutex<Option<resume_index::Coverage>>,
@@ -311,6 +314,9 @@ impl Workrail {
             resume_index: crate::store::ObjectCache::new(
                 crate::store::CacheBudget::default().resume,
             ),
+            overviews: crate::store::ObjectCache::new(
+                crate::store::CacheBudget::default().overviews,
+            ),
             resume_on_disk: std::sync::Mutex::new(None),
         })
     }
@@ -330,6 +336,7 @@ impl Workrail {
         self.snapshots = SnapshotStore::with_budget(Arc::clone(&self.fs), budget.snapshots);
         self.pinned = PinnedWorkflowStore::with_budget(Arc::clone(&self.fs), budget.workflows);
         self.resume_index = crate::store::ObjectCache::new(budget.resume);
+        self.overviews = crate::store::ObjectCache::new(budget.overviews);
         self
     }
 
@@ -559,16 +566,39 @@ impl Workrail {
             .list_sessions()
             .map_err(store_envelope(false))?
         {
+            // A row made at the manifest length the file still has is current (as a cached
+            // session is, decision D60): a long-running reader reprojects only what changed.
+            let len = self
+                .fs
+                .len(&crate::store::layout::manifest_path(&id))
+                .ok()
+                .flatten();
+            if let Some(row) = self.overviews.get(&id).filter(|r| Some(r.0) == len) {
+                rows.push(row.1.clone());
+                continue;
+            }
             match self.sessions.load(&id) {
-                Ok(loaded) => rows.push(SessionOverview {
-                    health: loaded.health.kind().as_str().to_owned(),
-                    reason: loaded
-                        .health
-                        .corruption()
-                        .map(|c| c.reason.as_str().to_owned()),
-                    runs: inspect::session_summary_read_only(self, &loaded).runs,
-                    session_id: id,
-                }),
+                Ok(loaded) => {
+                    let row = SessionOverview {
+                        health: loaded.health.kind().as_str().to_owned(),
+                        reason: loaded
+                            .health
+                            .corruption()
+                            .map(|c| c.reason.as_str().to_owned()),
+                        runs: inspect::session_summary_read_only(self, &loaded).runs,
+                        session_id: id.clone(),
+                    };
+                    // Only a view without a torn manifest tail is remembered.
+                    if loaded.manifest_file_bytes == loaded.manifest_committed_bytes {
+                        let bytes = row.estimated_bytes();
+                        self.overviews.insert(
+                            id,
+                            Arc::new((loaded.manifest_file_bytes, row.clone())),
+                            bytes,
+                        );
+                    }
+                    rows.push(row);
+                }
                 Err(StoreError::NotFound { .. }) => {}
                 Err(e) => rows.push(SessionOverview {
                     session_id: id,
@@ -1111,6 +1141,17 @@ pub struct SessionOverview {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub runs: Vec<RunSummary>,
+}
+
+impl SessionOverview {
+    /// Roughly what the row holds in memory, for the cache budget.
+    fn estimated_bytes(&self) -> usize {
+        let run = std::mem::size_of::<RunSummary>() + 96;
+        std::mem::size_of::<Self>()
+            + self.health.len()
+            + self.reason.as_ref().map_or(0, String::len)
+            + self.runs.iter().map(|r| run + r.label.len()).sum::<usize>()
+    }
 }
 
 /// Where a token points, for scope-mismatch messages and details.

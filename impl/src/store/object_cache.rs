@@ -20,8 +20,11 @@ pub const DEFAULT_CACHE_MB: usize = 64;
 /// The byte budget of each cache of one WorkRail (a process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheBudget {
-    /// Loaded sessions (events, manifest, their projections): three eighths.
+    /// Loaded sessions (events, manifest, their projections): five sixteenths.
     pub sessions: usize,
+    /// The rows of `workrail sessions` and the Console's sessions page, one per session (its
+    /// health and run summaries): one sixteenth.
+    pub overviews: usize,
     /// `resume_session`'s per-session summaries (run tips, their notes): one eighth.
     pub resume: usize,
     /// Execution snapshots: a quarter.
@@ -35,7 +38,8 @@ impl CacheBudget {
     pub fn of_mib(mib: usize) -> Self {
         let total = mib.saturating_mul(1024 * 1024);
         Self {
-            sessions: total / 8 * 3,
+            sessions: total / 16 * 5,
+            overviews: total / 16,
             resume: total / 8,
             snapshots: total / 4,
             workflows: total / 4,
