@@ -50,10 +50,19 @@ pub fn salvage_banner(session_id: &str, notice: &SalvageNotice) -> Markup {
             }
             p { "Only its validated prefix is shown below; it is never used to advance execution." }
             p {
-                "To recover: " (notice.how_to_clear) ". Commands: "
-                code { "workrail repair " (session_id) } " / "
+                "To recover: " (with_code_spans(&notice.how_to_clear)) ". Commands: "
+                code { "workrail repair " (session_id) } " (restores missing snapshot pins only, and says so otherwise) / "
                 code { "workrail export " (session_id) } "."
             }
+        }
+    }
+}
+
+/// A text whose `backticked` parts (commands, as the CLI writes them) are shown as code.
+fn with_code_spans(text: &str) -> Markup {
+    html! {
+        @for (i, part) in text.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
         }
     }
 }
