@@ -116,7 +116,8 @@ const IO: &[&str] = &[
 
 /// The adapter modules of `impl` that may do that I/O: the filesystem behind the store's,
 /// the workflow sources' and the workspace's ports, GC's clock, and the process's edges (the
-/// command line and the MCP server's stdio).
+/// command line, the MCP server's stdio, and the Console's loopback listener, printed link and
+/// browser launch).
 const IO_ADAPTERS: &[&str] = &[
     "store/fs.rs",
     "sources/fs.rs",
@@ -124,6 +125,7 @@ const IO_ADAPTERS: &[&str] = &[
     "gc/os.rs",
     "cli/mod.rs",
     "mcp/server.rs",
+    "console/server.rs",
     "main.rs",
 ];
 
