@@ -1,5 +1,7 @@
-//! A run's DAG as server-rendered SVG: a layered layout where a node's column is its distance
-//! from the root and each branch of a fork takes a lane (row) of its own.
+//! A run's DAG as server-rendered SVG: a layered layout where a node's layer is its distance
+//! from the root and each branch of a fork takes a lane of its own. A short run is drawn
+//! across (layers are columns); a deep one top to bottom (layers are rows), so a long loop
+//! scrolls with the page instead of sideways.
 
 use std::collections::HashMap;
 
@@ -17,6 +19,8 @@ const NODE_W_MIN: u32 = 150;
 const NODE_W_MAX: u32 = 420;
 /// About how wide one character of a title is drawn (12 px sans-serif).
 const CHAR_W: u32 = 7;
+/// Runs with more layers than this are drawn top to bottom.
+const ACROSS_MAX_LAYERS: u32 = 8;
 
 /// The width of the run's node boxes: room for its longest title, within bounds.
 fn node_width(run: &RunView) -> u32 {
@@ -89,20 +93,44 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
     let col = node_w + GUTTER;
     let cols = place.values().map(|p| p.0).max().map_or(1, |m| m + 1);
     let lanes = place.values().map(|p| p.1).max().map_or(1, |m| m + 1);
-    let width = cols * col - GUTTER + 2 * PAD;
-    let height = lanes * ROW + 2 * PAD;
-    let at = |id: &str| place.get(id).map(|&(c, l)| (PAD + c * col, PAD + l * ROW));
+    let down = cols > ACROSS_MAX_LAYERS;
+    let (width, height) = if down {
+        (lanes * col - GUTTER + 2 * PAD, cols * ROW + 2 * PAD)
+    } else {
+        (cols * col - GUTTER + 2 * PAD, lanes * ROW + 2 * PAD)
+    };
+    let at = |id: &str| {
+        place.get(id).map(|&(layer, lane)| {
+            if down {
+                (PAD + lane * col, PAD + layer * ROW)
+            } else {
+                (PAD + layer * col, PAD + lane * ROW)
+            }
+        })
+    };
+    // An edge leaves its parent's right side (across) or bottom (down) for the child's left
+    // side or top, as a smooth curve.
+    let edge_path = |(x1, y1): (u32, u32), (x2, y2): (u32, u32)| {
+        if down {
+            let (sx, sy, tx, ty) = (x1 + node_w / 2, y1 + NODE_H, x2 + node_w / 2, y2);
+            let mid = (sy + ty) / 2;
+            format!("M{sx},{sy} C{sx},{mid} {tx},{mid} {tx},{ty}")
+        } else {
+            let (sx, sy, tx, ty) = (x1 + node_w, y1 + NODE_H / 2, x2, y2 + NODE_H / 2);
+            let mid = (sx + tx) / 2;
+            format!("M{sx},{sy} C{mid},{sy} {mid},{ty} {tx},{ty}")
+        }
+    };
     html! {
         svg class="dag" xmlns="http://www.w3.org/2000/svg" width=(width) height=(height)
             viewBox=(format!("0 0 {width} {height}")) role="img"
+            data-orientation=(if down { "down" } else { "across" })
             aria-label=(format!("DAG of run {}", run.run_id)) {
             @for e in &run.edges {
-                @if let (Some((x1, y1)), Some((x2, y2))) = (at(&e.from), at(&e.to)) {
-                    @let (sx, sy, tx, ty) = (x1 + node_w, y1 + NODE_H / 2, x2, y2 + NODE_H / 2);
-                    @let mid = (sx + tx) / 2;
+                @if let (Some(from), Some(to)) = (at(&e.from), at(&e.to)) {
                     path class=(format!("edge {}", e.kind)) data-from=(e.from) data-to=(e.to)
                         data-kind=(e.kind) data-cause=(e.cause)
-                        d=(format!("M{sx},{sy} C{mid},{sy} {mid},{ty} {tx},{ty}")) {}
+                        d=(edge_path(from, to)) {}
                 }
             }
             @for n in &run.nodes {
@@ -155,6 +183,7 @@ mod tests {
             status: "in_progress".into(),
             preferred_tip: None,
             unresolved_gaps: 0,
+            node_count: 4,
             nodes: vec![
                 node("r", None, 0),
                 node("a", Some("r"), 1),
@@ -169,5 +198,37 @@ mod tests {
         assert_eq!(place["a"], (1, 0));
         assert_eq!(place["b"], (2, 0));
         assert_eq!(place["c"], (1, 1));
+        let svg = render("sess", &run).into_string();
+        assert!(svg.contains("data-orientation=\"across\""), "{svg}");
+    }
+
+    /// A long loop is drawn top to bottom: the drawing grows down, not sideways.
+    #[test]
+    fn a_deep_run_is_drawn_top_to_bottom() {
+        let ids: Vec<String> = (0..40).map(|i| format!("n{i}")).collect();
+        let nodes = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| node(id, i.checked_sub(1).map(|p| ids[p].as_str()), i as u64))
+            .collect();
+        let run = RunView {
+            run_id: "run".into(),
+            workflow_id: "a.b".into(),
+            label: String::new(),
+            status: "in_progress".into(),
+            preferred_tip: None,
+            unresolved_gaps: 0,
+            node_count: 40,
+            nodes,
+            edges: Vec::new(),
+            nodes_cut: false,
+        };
+        let svg = render("sess", &run).into_string();
+        assert!(svg.contains("data-orientation=\"down\""), "{svg}");
+        let attr = |name: &str| -> u32 {
+            let start = svg.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+            svg[start..].split('"').next().unwrap().parse().unwrap()
+        };
+        assert!(attr("height") > 10 * attr("width"), "{svg}");
     }
 }

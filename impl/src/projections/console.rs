@@ -115,7 +115,9 @@ pub struct RunView {
     pub status: String,
     pub preferred_tip: Option<String>,
     pub unresolved_gaps: usize,
-    /// In `node_created` order.
+    /// Every node of the run, drawn or not.
+    pub node_count: usize,
+    /// In `node_created` order (the newest [`LIST_MAX`], and the preferred tip).
     pub nodes: Vec<NodeSummary>,
     pub edges: Vec<EdgeView>,
     /// True when the run has more nodes than [`LIST_MAX`] (the newest are kept).

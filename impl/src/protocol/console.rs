@@ -165,8 +165,16 @@ impl Workrail {
             let compiled = self.pinned.get_shared(&view.dag.started.workflow_hash).ok();
             let mut infos: Vec<&NodeInfo> = view.dag.nodes.values().collect();
             infos.sort_by_key(|i| i.created_index);
-            let nodes_cut = infos.len() > LIST_MAX;
-            let infos = &infos[infos.len().saturating_sub(LIST_MAX)..];
+            let node_count = infos.len();
+            let nodes_cut = node_count > LIST_MAX;
+            let mut infos = infos.split_off(node_count.saturating_sub(LIST_MAX));
+            // The preferred tip is always drawn, even when it is older than the newest nodes.
+            if let Some(tip) = run.preferred_tip.as_ref()
+                && !infos.iter().any(|i| &i.node_id == tip)
+                && let Some(info) = view.dag.nodes.get(tip)
+            {
+                infos.insert(0, info);
+            }
             let nodes: Vec<NodeSummary> = infos
                 .iter()
                 .map(|info| {
@@ -200,6 +208,7 @@ impl Workrail {
                 status: run.status.as_str().to_owned(),
                 preferred_tip: run.preferred_tip.as_ref().map(ToString::to_string),
                 unresolved_gaps: run.unresolved_gaps,
+                node_count,
                 nodes,
                 edges,
                 nodes_cut,

@@ -38,14 +38,14 @@ pub fn render(view: &SessionView) -> Markup {
                         dt { "Run" } dd { code { (run.run_id) } }
                         dt { "Workflow" } dd class="run-workflow" { code { (run.workflow_id) } }
                         dt { "Status" } dd class="run-status" { (run.status) }
-                        dt { "Nodes" } dd { (run.nodes.len()) }
+                        dt { "Nodes" } dd { (run.node_count) }
                         dt { "Open gaps" } dd { (run.unresolved_gaps) }
                         @if let Some(tip) = &run.preferred_tip {
                             dt { "Preferred tip" } dd { a href=(format!("/sessions/{}/nodes/{tip}", view.session_id)) { code { (tip) } } }
                         }
                     }
                     @if run.nodes_cut {
-                        p class="cut" { "Only the newest " (LIST_MAX) " nodes are drawn. " (workrail_spec::budget::TRUNCATION_MARKER.trim()) }
+                        p class="cut" { "Only the newest " (LIST_MAX) " of " (run.node_count) " nodes (and the preferred tip) are drawn. " (workrail_spec::budget::TRUNCATION_MARKER.trim()) }
                     }
                     div class="scroll" { (crate::console::svg::render(&view.session_id, run)) }
                 }
