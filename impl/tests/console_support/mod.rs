@@ -237,6 +237,9 @@ pub fn build_demo_data_dir(data_dir: &Path) -> Demo {
         "No verification report: recorded as a gap, the run goes on.",
     );
     assert_ne!(n5["kind"], "blocked", "never-stop does not block: {n5}");
+    // Activity is ordered by the manifests' modification times, which the kernel stamps at a
+    // coarse tick: the last session starts a clear moment after the others.
+    std::thread::sleep(std::time::Duration::from_millis(50));
     let u0 = mcp.exec("start_workflow", json!({"workflowId": USER_WORKFLOW_ID}));
     let user_run = (
         u0["session"]["sessionId"].as_str().unwrap().to_owned(),
