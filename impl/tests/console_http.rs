@@ -12,13 +12,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod console_support;
+
+use console_support::Mcp;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -30,108 +32,17 @@ const MARKER: &str = "console-notes-marker";
 // ---------------------------------------------------------------------------------------------
 // Driving `workrail mcp` over stdio.
 
-struct Mcp {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    next_id: i64,
-}
-
-impl Mcp {
-    fn start(data_dir: &Path) -> Mcp {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
-            .arg("mcp")
-            .env("WORKRAIL_DATA_DIR", data_dir)
-            .env("HOME", data_dir)
-            .env_remove("WORKRAIL_WORKFLOW_DIRS")
-            .env_remove("XDG_DATA_HOME")
-            .current_dir(data_dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn workrail mcp");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut mcp = Mcp {
-            child,
-            stdin,
-            lines: rx,
-            next_id: 0,
-        };
-        let init = mcp.request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "console-test", "version": "0"},
-            }),
-        );
-        assert_eq!(init["result"]["serverInfo"]["name"], "workrail", "{init}");
-        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        mcp
-    }
-
-    fn send(&mut self, message: &Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        let mut line = serde_json::to_string(message).unwrap();
-        line.push('\n');
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(TIMEOUT)
-                .unwrap_or_else(|e| panic!("no response to {method}: {e}"));
-            let value: Value = serde_json::from_str(&line).unwrap();
-            if value["id"] == json!(id) {
-                return value;
-            }
-        }
-    }
-
-    /// A successful tool call's `structuredContent`.
-    fn exec(&mut self, tool: &str, arguments: Value) -> Value {
-        let response = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
-        let result = &response["result"];
-        assert_eq!(result["isError"], false, "{tool} {arguments}: {response}");
-        result["structuredContent"].clone()
-    }
-
-    fn close(mut self) {
-        drop(self.stdin.take());
-        for _ in 0..1000 {
-            if self.child.try_wait().unwrap().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("workrail mcp did not exit on EOF");
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `workrail mcp` on `data_dir`, which is also its home and working directory.
+fn start_mcp(data_dir: &Path) -> Mcp {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
+    command
+        .arg("mcp")
+        .env("WORKRAIL_DATA_DIR", data_dir)
+        .env("HOME", data_dir)
+        .env_remove("WORKRAIL_WORKFLOW_DIRS")
+        .env_remove("XDG_DATA_HOME")
+        .current_dir(data_dir);
+    Mcp::spawn(command)
 }
 
 fn ack(out: &Value, notes: &str) -> Value {
@@ -153,7 +64,7 @@ struct Fixture {
 
 /// Drives `workrail mcp` to build the fixture's sessions.
 fn build(dir: &Path) -> (String, String) {
-    let mut mcp = Mcp::start(dir);
+    let mut mcp = start_mcp(dir);
     let s0 = mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
     let s1 = mcp.exec("continue_workflow", ack(&s0, "context gathered"));
     let notes = format!(
@@ -917,7 +828,7 @@ fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
 #[test]
 fn the_version_moves_with_the_log_and_the_console_reads_beside_a_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let mut mcp = Mcp::start(dir.path());
+    let mut mcp = start_mcp(dir.path());
     let s0 = mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
     let session = s0["session"]["sessionId"].as_str().unwrap().to_owned();
     let c = Console::start(dir.path());
@@ -980,7 +891,7 @@ fn a_full_crawl_writes_nothing_to_the_data_directory() {
 #[test]
 fn the_console_adds_no_mcp_tool() {
     let dir = tempfile::tempdir().unwrap();
-    let mut mcp = Mcp::start(dir.path());
+    let mut mcp = start_mcp(dir.path());
     let list = mcp.request("tools/list", json!({}));
     let mut names: Vec<String> = list["result"]["tools"]
         .as_array()

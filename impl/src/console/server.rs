@@ -577,13 +577,17 @@ async fn config_page(State(app): State<App>, Query(query): Query<ConfigQuery>) -
     .unwrap_or_else(|response| response)
 }
 
-/// `POST /config/flags`: one checkbox per flag (checked = on); each flag whose value differs
-/// from the desired config is written through `control::set_feature`.
-/// Writes the preference defaults whose value changed (`config/preferences.json`, through
-/// `control::set_preference`; runtime-safe: read when a run starts).
-async fn save_preferences(
-    State(app): State<App>,
-    Form(form): Form<Vec<(String, String)>>,
+/// Runs a Config form's writes against the desired config of this environment: `write` gets
+/// it and the data directory and returns the first refusal; then the browser goes back to the
+/// page (303), or the page comes back with the refusal.
+async fn save_config(
+    app: App,
+    write: impl FnOnce(
+        &workrail_spec::config::AppliedConfigV1,
+        &std::path::Path,
+    ) -> Result<(), workrail_spec::error::ErrorEnvelope>
+    + Send
+    + 'static,
 ) -> Response {
     blocking(&app, move |app| {
         let data_dir = &app.config.data_dir;
@@ -597,46 +601,48 @@ async fn save_preferences(
                 None => config_response(app, false, None, StatusCode::UNPROCESSABLE_ENTITY),
             };
         };
-        let current = [
-            ("autonomy", desired.preferences.autonomy.as_str()),
-            ("riskPolicy", desired.preferences.risk_policy.as_str()),
-        ];
-        for (key, now) in current {
-            if let Some(value) = field(&form, key).filter(|v| *v != now)
-                && let Err(e) = crate::control::set_preference(data_dir, key, value)
-            {
-                return config_response(app, false, Some(&e), error_status(&e));
-            }
+        match write(&desired, data_dir) {
+            Ok(()) => see_other("/config?saved=1"),
+            Err(e) => config_response(app, false, Some(&e), error_status(&e)),
         }
-        see_other("/config?saved=1")
     })
     .await
     .unwrap_or_else(|response| response)
 }
 
+/// `POST /config/flags`: one checkbox per flag (checked = on); each flag whose value differs
+/// from the desired config is written through `control::set_feature`.
 async fn save_flags(State(app): State<App>, Form(form): Form<Vec<(String, String)>>) -> Response {
-    blocking(&app, move |app| {
-        let data_dir = &app.config.data_dir;
-        let overview = match crate::control::config_overview(data_dir) {
-            Ok(overview) => overview,
-            Err(e) => return config_response(app, false, Some(&e), error_status(&e)),
-        };
-        let Some(desired) = overview.desired_here.config else {
-            return match overview.desired_here.error {
-                Some(e) => config_response(app, false, Some(&e), StatusCode::UNPROCESSABLE_ENTITY),
-                None => config_response(app, false, None, StatusCode::UNPROCESSABLE_ENTITY),
-            };
-        };
+    save_config(app, move |desired, data_dir| {
         for flag in &desired.features {
             let on = field(&form, &flag.name).is_some();
-            if on != flag.on
-                && let Err(e) = crate::control::set_feature(data_dir, &flag.name, on)
-            {
-                return config_response(app, false, Some(&e), error_status(&e));
+            if on != flag.on {
+                crate::control::set_feature(data_dir, &flag.name, on)?;
             }
         }
-        see_other("/config?saved=1")
+        Ok(())
     })
     .await
-    .unwrap_or_else(|response| response)
+}
+
+/// `POST /config/preferences`: each preference default whose value differs from the desired
+/// config is written through `control::set_preference` (`config/preferences.json`;
+/// runtime-safe: read when a run starts).
+async fn save_preferences(
+    State(app): State<App>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    save_config(app, move |desired, data_dir| {
+        let current = [
+            ("autonomy", desired.preferences.autonomy.as_str()),
+            ("riskPolicy", desired.preferences.risk_policy.as_str()),
+        ];
+        for (key, now) in current {
+            if let Some(value) = field(&form, key).filter(|v| *v != now) {
+                crate::control::set_preference(data_dir, key, value)?;
+            }
+        }
+        Ok(())
+    })
+    .await
 }

@@ -83,8 +83,14 @@ pub fn user_workflow_source(second_prompt: &str) -> String {
 
 impl Mcp {
     pub fn start(data_dir: &Path) -> Mcp {
-        let mut child = workrail(data_dir)
-            .arg("mcp")
+        let mut command = workrail(data_dir);
+        command.arg("mcp");
+        Mcp::spawn(command)
+    }
+
+    /// Spawns `command` (a `workrail mcp` with its environment) and completes the handshake.
+    pub fn spawn(mut command: Command) -> Mcp {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -128,7 +134,7 @@ impl Mcp {
         stdin.flush().unwrap();
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = json!(self.next_id);
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
