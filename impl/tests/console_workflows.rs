@@ -10,7 +10,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+mod console_support;
+
+use console_support::fingerprint;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -112,32 +114,6 @@ fn populated() -> Place {
     )
     .unwrap();
     place
-}
-
-fn fingerprint(dir: &Path) -> BTreeMap<PathBuf, (u32, Option<Vec<u8>>)> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, (u32, Option<Vec<u8>>)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            #[cfg(unix)]
-            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
-            #[cfg(not(unix))]
-            let mode = 0;
-            let rel = path.strip_prefix(root).unwrap().to_path_buf();
-            if meta.is_dir() {
-                out.insert(rel, (mode, None));
-                walk(root, &path, out);
-            } else {
-                out.insert(rel, (mode, Some(std::fs::read(&path).unwrap())));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
 }
 
 /// Every workflow is listed with its source; bundled `wr.*` ones are read-only, the others

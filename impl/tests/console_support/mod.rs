@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -345,4 +346,32 @@ pub fn corrupt_last_segment(data_dir: &Path, session: &str) -> PathBuf {
     bytes[middle] ^= 0x20;
     std::fs::write(&last, bytes).unwrap();
     last
+}
+
+/// Every entry under `dir`: relative path, mode and bytes (directories too), to prove a read
+/// wrote nothing.
+pub fn fingerprint(dir: &Path) -> BTreeMap<PathBuf, (u32, Option<Vec<u8>>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, (u32, Option<Vec<u8>>)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            #[cfg(unix)]
+            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+            #[cfg(not(unix))]
+            let mode = 0;
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if meta.is_dir() {
+                out.insert(rel, (mode, None));
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, (mode, Some(std::fs::read(&path).unwrap())));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
 }
