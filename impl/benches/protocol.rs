@@ -18,7 +18,11 @@
 //! and empty-call (`ping`, the stdio round trip alone) p50s over the server's stdio, and the
 //! p50 of `workrail inspect <session>` as its own process (a fresh process: it loads the
 //! session from disk), beside that of `workrail inspect` of an unknown session (the process
-//! alone), so growth with session length shows.
+//! alone), so growth with session length shows. Each acknowledgement carries about 400 bytes of
+//! notes, so the rehydrate's recap is at its budget from the first checkpoint on and every
+//! checkpoint's rehydrate answers the same number of bytes (printed). `workrail inspect`
+//! verifies every segment and object of the session (D53), so its cost per advance is what is
+//! held flat (D93). Each figure with a target is followed by `ok` or `OVER TARGET`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -44,6 +48,11 @@ const WORKFLOW: &str = r#"{
      ]}
   ]
 }"#;
+
+/// How a figure compares with its target, as printed after it.
+fn verdict(within: bool) -> &'static str {
+    if within { " ok" } else { " OVER TARGET" }
+}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -77,8 +86,17 @@ fn snapshot_worker() -> SnapshotWorker {
 /// The sizes an advance of the bench workflow writes: its snapshot, its event segment, and the
 /// manifest records (segment and snapshot pin) that go out in one write.
 const SNAPSHOT_BYTES: usize = 380;
-const SEGMENT_BYTES: usize = 2500;
+const SEGMENT_BYTES: usize = 2900;
 const RECORDS_BYTES: usize = 510;
+
+/// Each acknowledgement's notes after "Unit N done.": about 400 bytes, an ordinary agent's
+/// notes. Ten of them fill the rehydrate recap's 4 KiB budget, so every growth checkpoint
+/// answers a rehydrate of the same size and the rows differ by session length alone.
+const NOTES_BODY: &str = "Read the module and its tests, changed the parser to keep the byte offset of each token, \
+added a regression test for the empty input, and ran the suite: all green. Kept the public API \
+as it was; the one behaviour change is that errors now name the line and column. Left the \
+formatter alone, since the issue does not ask for it. Next: the review step checks the error \
+wording against the existing messages and the docs page that lists them.";
 
 /// The durable I/O one advance cannot avoid (round `i`), with payloads of similar size: in the
 /// locked order, or with the snapshot stored by `overlap` while the segment is written.
@@ -249,6 +267,8 @@ fn main() {
         advances: usize,
         advance: Duration,
         rehydrate: Duration,
+        /// The rehydrate's JSON-RPC response, in bytes (the same at every checkpoint).
+        rehydrate_bytes: usize,
         empty: Duration,
         resume: Duration,
         inspect: Duration,
@@ -294,7 +314,8 @@ fn main() {
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
-                    let mut output = json!({"notesMarkdown": format!("Unit {i} done.")});
+                    let mut output =
+                        json!({"notesMarkdown": format!("Unit {i} done. {NOTES_BODY}")});
                     if pending == "decide" {
                         output["artifacts"] = json!([{"kind": "wr.loop_control", "loopId": "work", "decision": "continue"}]);
                     }
@@ -325,13 +346,15 @@ fn main() {
             let session = out["session"]["sessionId"].as_str().unwrap().to_owned();
             // Each kind in a loop of its own: a process started in between (the inspections)
             // would leave the server's caches cold for the next call.
+            let mut rehydrate_bytes = 0;
             for _ in 0..21 {
                 let t = Instant::now();
-                call(
+                let answer = call(
                     "tools/call",
                     json!({"name": "continue_workflow", "arguments": {"stateToken": out["stateToken"]}}),
                 );
                 rehydrates.push(t.elapsed());
+                rehydrate_bytes = answer.to_string().len();
                 let t = Instant::now();
                 call("ping", json!({}));
                 empties.push(t.elapsed());
@@ -368,6 +391,7 @@ fn main() {
                 advances: i + 1,
                 advance: percentile(&recent, 0.5),
                 rehydrate: percentile(&rehydrates, 0.5),
+                rehydrate_bytes,
                 empty: percentile(&empties, 0.5),
                 resume: percentile(&resumes, 0.5),
                 inspect: percentile(&inspections, 0.5),
@@ -395,9 +419,10 @@ fn main() {
         ms(p99)
     );
     println!(
-        "durable I/O floor of one advance: p50 {:.2} ms; ratio p50/floor {:.2} (target <= 1.30)",
+        "durable I/O floor of one advance: p50 {:.2} ms; ratio p50/floor {:.2} (target <= 1.30){}",
         ms(floor50),
-        ms(p50) / ms(floor50)
+        ms(p50) / ms(floor50),
+        verdict(ms(p50) / ms(floor50) <= 1.3)
     );
     let overlapped50 = percentile(&overlapped, 0.5);
     println!(
@@ -406,31 +431,39 @@ fn main() {
         ms(p50) / ms(overlapped50)
     );
     println!(
-        "first start_workflow in a fresh process: {:.2} ms (target <= 20)",
-        ms(cold_start)
+        "first start_workflow in a fresh process: {:.2} ms (target <= 20){}",
+        ms(cold_start),
+        verdict(ms(cold_start) <= 20.0)
     );
     println!(
-        "| advances | advance p50 (last 10) | rehydrate p50 | empty call p50 | rehydrate minus round trip (target <= 0.20) | resume_session p50 | `workrail inspect` p50 | its process alone | inspect minus process |"
+        "| advances | advance p50 (last 10) | rehydrate p50 | its response | empty call p50 | rehydrate minus round trip (target <= 0.20) | resume_session p50 | `workrail inspect` p50 | its process alone | inspect minus process | per advance |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    // `workrail inspect` verifies the whole session (D53), so its cost per advance is what
+    // must stay flat (decision D93).
+    let inspect_per_advance =
+        |g: &Growth| (ms(g.inspect) - ms(g.inspect_nothing)).max(0.0) * 1e3 / g.advances as f64;
     for g in &growth {
         println!(
-            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            "| {} | {:.2} ms | {:.2} ms | {} B | {:.2} ms | {:.2} ms{} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} us |",
             g.advances,
             ms(g.advance),
             ms(g.rehydrate),
+            g.rehydrate_bytes,
             ms(g.empty),
             ms(g.rehydrate) - ms(g.empty),
+            verdict(ms(g.rehydrate) - ms(g.empty) <= 0.20),
             ms(g.resume),
             ms(g.inspect),
             ms(g.inspect_nothing),
-            ms(g.inspect) - ms(g.inspect_nothing)
+            ms(g.inspect) - ms(g.inspect_nothing),
+            inspect_per_advance(g),
         );
     }
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
     let above = |peak: u64| peak.saturating_sub(import.3) as f64 / import.0 as f64;
     println!(
-        "this session's {:.1} MiB bundle: export peak resident memory {:.1} MiB ({:.1}x), import {:.1} MiB ({:.1}x); above an idle process's {:.1} MiB: export {:.1}x, import {:.1}x (target <= 3x)",
+        "this session's {:.1} MiB bundle: export peak resident memory {:.1} MiB ({:.1}x), import {:.1} MiB ({:.1}x); above an idle process's {:.1} MiB: export {:.1}x, import {:.1}x (target <= 3x){}",
         mib(import.0),
         mib(import.1),
         import.1 as f64 / import.0 as f64,
@@ -438,19 +471,41 @@ fn main() {
         import.2 as f64 / import.0 as f64,
         mib(import.3),
         above(import.1),
-        above(import.2)
+        above(import.2),
+        verdict(above(import.1) <= 3.0 && above(import.2) <= 3.0)
     );
     if let (Some(first), Some(last)) = (growth.first(), growth.last())
         && growth.len() > 1
     {
+        let ratio = |f: fn(&Growth) -> Duration| ms(f(last)) / ms(f(first));
+        let (advance, rehydrate, resume) = (
+            ratio(|g| g.advance),
+            ratio(|g| g.rehydrate),
+            ratio(|g| g.resume),
+        );
         println!(
-            "growth {}->{} advances (target <= 1.20 for the advance; flat for the rest): advance {:.2}x, rehydrate {:.2}x, resume_session {:.2}x, inspect {:.2}x",
+            "growth {}->{} advances (target <= 1.20 each): advance {advance:.2}x{}, rehydrate {rehydrate:.2}x{}, resume_session {resume:.2}x{}; `workrail inspect` {:.2}x (it verifies every segment and object: linear by design, D93)",
             first.advances,
             last.advances,
-            ms(last.advance) / ms(first.advance),
-            ms(last.rehydrate) / ms(first.rehydrate),
-            ms(last.resume) / ms(first.resume),
-            ms(last.inspect) / ms(first.inspect),
+            verdict(advance <= 1.2),
+            verdict(rehydrate <= 1.2),
+            verdict(resume <= 1.2),
+            ratio(|g| g.inspect),
         );
+        // Per advance from the first checkpoint of at least 500 advances, where the process's
+        // fixed costs no longer dominate.
+        if let Some(mid) = growth.iter().find(|g| g.advances >= 500)
+            && mid.advances < last.advances
+        {
+            let per = inspect_per_advance(last) / inspect_per_advance(mid);
+            println!(
+                "`workrail inspect` per advance {}->{} advances (target <= 1.20: linear, D93): {:.0} us -> {:.0} us, {per:.2}x{}",
+                mid.advances,
+                last.advances,
+                inspect_per_advance(mid),
+                inspect_per_advance(last),
+                verdict(per <= 1.2),
+            );
+        }
     }
 }

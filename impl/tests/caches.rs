@@ -204,3 +204,44 @@ fn session_rows_follow_another_process_commits() {
     }
     assert_eq!(nodes_seen, vec![1, 2, 3, 4, 5, 6], "each commit is seen");
 }
+
+/// D94: the session in use stays cached even when it alone is over the sessions' budget, so a
+/// long session is not reloaded from disk on every call; the next session evicts it, and the
+/// answers are those of a roomy cache.
+#[test]
+fn the_session_in_use_stays_cached_when_it_alone_is_over_the_budget() {
+    let fs = MemFs::new();
+    let cramped = open(&fs).with_cache_budget(CacheBudget {
+        sessions: 1024,
+        ..CacheBudget::default()
+    });
+    let roomy_fs = MemFs::new();
+    let roomy = open(&roomy_fs);
+    assert_eq!(drive(&cramped), drive(&roomy));
+    let [sessions, ..] = cramped.cache_sizes();
+    assert_eq!(sessions.0, 1, "the session in use is kept");
+    assert!(sessions.1 > sessions.2, "and it alone is over the budget");
+
+    // Calls on it read no segment and no manifest line again: only `stat`s of the manifest.
+    let out = start(&cramped, "project.demo");
+    let next = cramped
+        .continue_workflow(ack(&out, "first", vec![]))
+        .unwrap();
+    let segment_reads = || {
+        fs.reads()
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .count()
+    };
+    let before = segment_reads();
+    for _ in 0..5 {
+        cramped
+            .continue_workflow(rehydrate(&next.state_token))
+            .unwrap();
+    }
+    assert_eq!(segment_reads(), before, "rehydrates reloaded the session");
+
+    // Another session takes its place: the cache holds one over-budget session at most.
+    let [sessions, ..] = cramped.cache_sizes();
+    assert_eq!(sessions.0, 1);
+}

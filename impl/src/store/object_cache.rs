@@ -74,6 +74,9 @@ struct Inner<K: Hash + Eq, V> {
 /// The cache.
 pub struct ObjectCache<K: Hash + Eq, V> {
     budget: usize,
+    /// Whether the most recently stored value stays even when it alone is over the budget (the
+    /// session cache, D94); otherwise such a value is not kept.
+    keep_newest: bool,
     inner: Mutex<Inner<K, V>>,
 }
 
@@ -93,10 +96,23 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
     pub fn new(budget: usize) -> Self {
         Self {
             budget,
+            keep_newest: false,
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
                 bytes: 0,
             }),
+        }
+    }
+
+    /// An empty cache holding at most `budget` estimated bytes, except that the most recently
+    /// stored value is kept even when it alone is larger (then it is the only entry), unless
+    /// `budget` is 0. For loaded sessions (D94): a call on a session needs the whole session in
+    /// memory anyway, so keeping the one in use adds nothing to the peak, while dropping it
+    /// would make every call on a long session reload it from disk.
+    pub fn keeping_newest(budget: usize) -> Self {
+        Self {
+            keep_newest: budget > 0,
+            ..Self::new(budget)
         }
     }
 
@@ -110,9 +126,10 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
     }
 
     /// Stores `value` of about `bytes` bytes, then evicts the least recently used entries until
-    /// the budget holds. A value larger than the whole budget is not kept.
+    /// the budget holds. A value larger than the whole budget is not kept, unless the cache
+    /// keeps its newest value ([`ObjectCache::keeping_newest`]).
     pub fn insert(&self, key: K, value: Arc<V>, bytes: usize) {
-        if bytes > self.budget {
+        if bytes > self.budget && !self.keep_newest {
             self.remove(&key);
             return;
         }
@@ -121,7 +138,9 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
             inner.bytes -= old;
         }
         inner.bytes += bytes;
-        while inner.bytes > self.budget {
+        // The value just stored is the most recently used: it leaves last.
+        let floor = usize::from(self.keep_newest);
+        while inner.bytes > self.budget && inner.entries.len() > floor {
             match inner.entries.pop_lru() {
                 Some((_, (_, size))) => inner.bytes -= size,
                 None => break,
@@ -161,4 +180,42 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
 /// parsed form (strings, vectors, maps) takes about twice the text.
 pub fn estimate(file_bytes: usize) -> usize {
     file_bytes.saturating_mul(2).saturating_add(256)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_over_budget_value_is_not_kept_by_default() {
+        let cache = ObjectCache::new(100);
+        cache.insert(1, Arc::new("small"), 40);
+        cache.insert(2, Arc::new("huge"), 150);
+        assert!(cache.get(&2).is_none());
+        assert_eq!(cache.get(&1).as_deref(), Some(&"small"));
+        assert_eq!(cache.bytes(), 40);
+    }
+
+    #[test]
+    fn a_cache_keeping_its_newest_keeps_an_over_budget_value_alone() {
+        let cache = ObjectCache::keeping_newest(100);
+        cache.insert(1, Arc::new("small"), 40);
+        cache.insert(2, Arc::new("huge"), 150);
+        assert_eq!(cache.get(&2).as_deref(), Some(&"huge"));
+        assert!(cache.get(&1).is_none(), "everything else leaves");
+        assert_eq!((cache.len(), cache.bytes()), (1, 150));
+        // The next value within the budget evicts the oversized one, now least recently used.
+        cache.insert(3, Arc::new("next"), 60);
+        assert!(cache.get(&2).is_none());
+        assert_eq!((cache.len(), cache.bytes()), (1, 60));
+        cache.insert(4, Arc::new("another"), 30);
+        assert_eq!((cache.len(), cache.bytes()), (2, 90));
+    }
+
+    #[test]
+    fn a_zero_budget_keeps_nothing_even_when_keeping_the_newest() {
+        let cache = ObjectCache::keeping_newest(0);
+        cache.insert(1, Arc::new("any"), 1);
+        assert!(cache.is_empty());
+    }
 }

@@ -182,7 +182,7 @@ impl SessionStore {
             fs,
             limits,
             lock_wait: DEFAULT_LOCK_WAIT,
-            cache: ObjectCache::new(CacheBudget::default().sessions),
+            cache: ObjectCache::keeping_newest(CacheBudget::default().sessions),
             objects: None,
         }
     }
@@ -194,9 +194,10 @@ impl SessionStore {
         self
     }
 
-    /// The same store keeping at most `budget` estimated bytes of loaded sessions.
+    /// The same store keeping at most `budget` estimated bytes of loaded sessions, or the one
+    /// most recently used session when it alone is larger (D94).
     pub fn with_cache_budget(mut self, budget: usize) -> Self {
-        self.cache = ObjectCache::new(budget);
+        self.cache = ObjectCache::keeping_newest(budget);
         self
     }
 
