@@ -222,7 +222,9 @@ impl SessionBackend for FileBackend {
     }
 
     fn load_or_create_keyring(&self, entropy: &dyn Entropy) -> Result<Keyring, StoreError> {
-        self.keyring.load_or_create(entropy).map(|held| held.keyring)
+        self.keyring
+            .load_or_create(entropy)
+            .map(|held| held.keyring)
     }
 
     fn list_sessions(&self) -> Result<Vec<SessionId>, StoreError> {

@@ -47,10 +47,7 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<i32, StoreErro
     .await
     .map_err(sql_error(op))?;
     let found: i32 = tx
-        .query_one(
-            "SELECT coalesce(max(version), 0) FROM schema_version",
-            &[],
-        )
+        .query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[])
         .await
         .map_err(sql_error(op))?
         .get(0);
