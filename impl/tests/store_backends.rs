@@ -753,8 +753,21 @@ mod suite {
         assert!(appended.iter().all(|a| a.newly_appended));
         // Another session was never locked.
         let t = session_id(2);
-        let _held = b.lock_session(&s).unwrap();
+        let held = b.lock_session(&s).unwrap();
         other.append(&t, start_plan(b, &t)).unwrap();
+        drop(held);
+
+        // A backend closed while one of its locks is held does not hang, and its guard still
+        // drops quietly and leaves the lock free.
+        let closing = fx.reopen();
+        let orphan = closing.lock_session(&s).unwrap();
+        drop(closing);
+        drop(orphan);
+        drop(other.lock_session(&s).unwrap());
+        assert_eq!(
+            other.append(&s, advance_plan(b, &s, 1, 2)).unwrap().len(),
+            3
+        );
     }
 
     /// Locks checked: L-SNAPSHOT-CAS-STORE.

@@ -127,6 +127,8 @@ enum Request {
     List {
         reply: Reply<Vec<String>>,
     },
+    /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
+    Shutdown,
 }
 
 /// A PostgreSQL error as a store error: retryable I/O (`STORE_IO_ERROR`), with the server's
@@ -190,8 +192,11 @@ impl fmt::Debug for PostgresBackend {
 
 impl Drop for PostgresBackend {
     fn drop(&mut self) {
-        // Closing the channel ends the worker's loop; its connections close with it.
-        self.requests = None;
+        // Lock guards still hold senders, so the channel may stay open: ask the worker to stop.
+        // Its connections close with it, which releases every lock they held.
+        if let Some(requests) = self.requests.take() {
+            let _ = requests.send(Request::Shutdown);
+        }
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
@@ -750,6 +755,9 @@ fn run_worker(
             return;
         }
         while let Some(request) = requests.recv().await {
+            if matches!(request, Request::Shutdown) {
+                break;
+            }
             worker.handle(request).await;
         }
     });
@@ -848,6 +856,7 @@ impl Worker {
             Request::List { reply } => {
                 let _ = reply.send(self.list().await);
             }
+            Request::Shutdown => {}
         }
     }
 
