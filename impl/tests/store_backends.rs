@@ -1028,3 +1028,52 @@ fn postgres_and_files_commit_the_same_bytes() {
         .strings("SELECT body FROM events ORDER BY event_index");
     assert_eq!(stored, canonical_events(&loads[1].events));
 }
+
+/// Rows removed by hand get the file store's verdicts for a missing line (D99).
+#[test]
+fn postgres_reports_removed_rows_as_the_file_store_would() {
+    let Some(fx) = PgFixture::new("removed_rows") else {
+        return;
+    };
+    let b = fx.backend();
+    let (s, t, u) = (session_id(1), session_id(2), session_id(3));
+    for session in [&s, &t, &u] {
+        b.append(session, start_plan(b, session)).unwrap();
+        b.append(session, advance_plan(b, session, 0, 1)).unwrap();
+    }
+    let id = |session: &SessionId| literal(session.as_str());
+    // The triggers guard inserts only: removal is damage done outside WorkRail.
+    fx.sql.run(&format!(
+        "DELETE FROM events WHERE session_id = {} AND event_index = 4",
+        id(&s)
+    ));
+    fx.sql.run(&format!(
+        "DELETE FROM manifest WHERE session_id = {} AND manifest_index = 2",
+        id(&t)
+    ));
+    fx.sql.run(&format!(
+        "DELETE FROM workflows WHERE digest = {}",
+        literal(workflow().workflow_hash().unwrap().digest().as_str())
+    ));
+    let health = |session: &SessionId| {
+        let loaded = b.load(session).unwrap();
+        let c = loaded.health.corruption().unwrap().clone();
+        (loaded.health.kind().as_str(), c.reason, c.manifest_index)
+    };
+    // Every session now lacks its pinned workflow, found at its first segment.
+    assert_eq!(
+        health(&u),
+        ("corrupt_head", CorruptionReason::WorkflowMissing, 0)
+    );
+    b.put_workflow(&workflow()).unwrap();
+    assert_eq!(
+        health(&s),
+        ("corrupt_tail", CorruptionReason::SegmentSizeMismatch, 2)
+    );
+    assert_eq!(
+        health(&t),
+        ("corrupt_tail", CorruptionReason::ManifestIndexGap, 2)
+    );
+    assert_eq!(b.load(&u).unwrap().health, SessionHealth::Healthy);
+    assert_eq!(b.load(&t).unwrap().events.len(), 3);
+}
