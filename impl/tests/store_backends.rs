@@ -892,8 +892,8 @@ mod suite {
         assert_eq!(fx.reopen().list_sessions().unwrap(), expected);
     }
 
-    /// The MCP server calls the store from its tokio runtime: a backend must not block on a
-    /// runtime of its own there (tokio panics), on a current-thread or a multi-thread runtime.
+    /// The MCP server calls the store from a task of its current-thread tokio runtime (D67): a
+    /// backend must not block on a runtime of its own there (tokio panics).
     pub fn calls_from_inside_a_tokio_runtime(fx: &dyn Fixture) {
         let backend: Arc<dyn SessionBackend> = Arc::from(fx.reopen());
         let s = session_id(1);
@@ -935,10 +935,14 @@ fn postgres_refuses_index_gaps_and_duplicate_dedupe_keys_itself() {
     let b = fx.backend();
     let s = session_id(1);
     b.append(&s, start_plan(b, &s)).unwrap();
+    // From a connection whose search_path does not name the schema: the trigger functions keep
+    // the schema they were created in.
+    fx.sql.run("SET search_path TO public");
     let row = |index: u64, key: &str| {
         format!(
-            "INSERT INTO events (session_id, event_index, event_id, dedupe_key, body)
+            "INSERT INTO {}.events (session_id, event_index, event_id, dedupe_key, body)
              VALUES ({}, {index}, 'evt_x', {}, '{{}}')",
+            fx.schema,
             literal(s.as_str()),
             literal(key)
         )
@@ -964,8 +968,10 @@ fn postgres_refuses_index_gaps_and_duplicate_dedupe_keys_itself() {
     );
     assert_eq!(b.load(&s).unwrap().events.len(), 3);
     assert_eq!(
-        fx.sql
-            .strings("SELECT max(version)::text FROM schema_version"),
+        fx.sql.strings(&format!(
+            "SELECT max(version)::text FROM {}.schema_version",
+            fx.schema
+        )),
         ["1"]
     );
 }
@@ -1044,15 +1050,18 @@ fn postgres_reports_removed_rows_as_the_file_store_would() {
     let id = |session: &SessionId| literal(session.as_str());
     // The triggers guard inserts only: removal is damage done outside WorkRail.
     fx.sql.run(&format!(
-        "DELETE FROM events WHERE session_id = {} AND event_index = 4",
+        "DELETE FROM {}.events WHERE session_id = {} AND event_index = 4",
+        fx.schema,
         id(&s)
     ));
     fx.sql.run(&format!(
-        "DELETE FROM manifest WHERE session_id = {} AND manifest_index = 2",
+        "DELETE FROM {}.manifest WHERE session_id = {} AND manifest_index = 2",
+        fx.schema,
         id(&t)
     ));
     fx.sql.run(&format!(
-        "DELETE FROM workflows WHERE digest = {}",
+        "DELETE FROM {}.workflows WHERE digest = {}",
+        fx.schema,
         literal(workflow().workflow_hash().unwrap().digest().as_str())
     ));
     let health = |session: &SessionId| {

@@ -49,8 +49,10 @@ CREATE TABLE keyring (
 );
 
 -- An event row must carry exactly the session's next index: gaps and reorderings are refused
--- by the database itself, whatever the writer does.
-CREATE FUNCTION events_contiguous() RETURNS trigger LANGUAGE plpgsql AS $$
+-- by the database itself, whatever the writer does. The functions keep the schema they were
+-- created in, so a connection with another search_path cannot point them at other tables.
+CREATE FUNCTION events_contiguous() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
 BEGIN
     UPDATE sessions SET next_event_index = next_event_index + 1
      WHERE session_id = NEW.session_id AND next_event_index = NEW.event_index;
@@ -64,7 +66,8 @@ END $$;
 CREATE TRIGGER events_contiguous BEFORE INSERT ON events
     FOR EACH ROW EXECUTE FUNCTION events_contiguous();
 
-CREATE FUNCTION manifest_contiguous() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION manifest_contiguous() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
 BEGIN
     UPDATE sessions SET next_manifest_index = next_manifest_index + 1
      WHERE session_id = NEW.session_id AND next_manifest_index = NEW.manifest_index;
