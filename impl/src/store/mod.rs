@@ -2,6 +2,7 @@
 //! pin-after-close), the snapshot CAS, pinned workflows, the keyring, OS file locks and session
 //! health. `impl/docs/store.md` describes the format, the commit protocol and every crash state.
 
+pub mod backend;
 mod cache;
 mod cas;
 mod error;
@@ -14,9 +15,11 @@ pub mod memfs;
 pub mod object_cache;
 mod overlap;
 pub mod planted;
+pub mod postgres;
 mod repair;
 mod session;
 
+pub use backend::{FileBackend, SessionBackend, SessionLock};
 pub use cache::{CACHE_VERSION, CacheKey, CacheLookup, ProjectionCache};
 pub use cas::{
     ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, PreparedArtifact, SnapshotStore,

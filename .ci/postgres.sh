@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the store backend tests (impl/tests/store_backends.rs).
+# Sourced by .ci/run (or by hand: `source .ci/postgres.sh`): installs Debian's postgresql when
+# it is missing, starts a cluster in a temporary directory as a non-root user, listening on
+# 127.0.0.1 on a free port with trust authentication, creates a database, exports
+# WORKRAIL_TEST_POSTGRES and defines `workrail_pg_stop`, which stops the cluster and removes it.
+
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+fi
+workrail_pg_bin="$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+workrail_pg_dir="$(mktemp -d)"
+
+# PostgreSQL refuses to run as root: run it as the package's `postgres` user, else `nobody`.
+if [ "$(id -u)" -eq 0 ]; then
+    if id postgres >/dev/null 2>&1; then workrail_pg_user=postgres; else workrail_pg_user=nobody; fi
+    chown "$workrail_pg_user" "$workrail_pg_dir"
+    workrail_pg_as() { runuser -u "$workrail_pg_user" -- "$@"; }
+else
+    workrail_pg_as() { "$@"; }
+fi
+
+workrail_pg_stop() {
+    workrail_pg_as "$workrail_pg_bin/pg_ctl" -D "$workrail_pg_dir/data" -m immediate stop \
+        >/dev/null 2>&1 || true
+    rm -rf "$workrail_pg_dir"
+}
+
+workrail_pg_as "$workrail_pg_bin/initdb" -D "$workrail_pg_dir/data" -U postgres -A trust \
+    -E UTF8 --no-sync >/dev/null
+
+# A free port: the first from 54320 that nothing answers on (pg_ctl fails on a taken one,
+# then the next is tried).
+workrail_pg_port=54320
+while :; do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$workrail_pg_port") 2>/dev/null \
+        && workrail_pg_as "$workrail_pg_bin/pg_ctl" -D "$workrail_pg_dir/data" \
+            -l "$workrail_pg_dir/server.log" -w -t 60 \
+            -o "-c listen_addresses=127.0.0.1 -p $workrail_pg_port -c unix_socket_directories=$workrail_pg_dir -c fsync=off -c max_connections=200" \
+            start >/dev/null; then
+        break
+    fi
+    workrail_pg_port=$((workrail_pg_port + 1))
+    if [ "$workrail_pg_port" -gt 54420 ]; then
+        echo "no free port for PostgreSQL; its log:" >&2
+        cat "$workrail_pg_dir/server.log" >&2 || true
+        exit 1
+    fi
+done
+
+"$workrail_pg_bin/createdb" -h 127.0.0.1 -p "$workrail_pg_port" -U postgres workrail_test
+export WORKRAIL_TEST_POSTGRES="postgres://postgres@127.0.0.1:$workrail_pg_port/workrail_test"
+echo "PostgreSQL $("$workrail_pg_bin/postgres" --version | awk '{print $3}') at $WORKRAIL_TEST_POSTGRES (data in $workrail_pg_dir)"

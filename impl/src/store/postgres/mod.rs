@@ -1,0 +1,1148 @@
+//! The PostgreSQL session backend (issue 19, first slice): the [`SessionBackend`] seam over one
+//! PostgreSQL schema. `impl/docs/store.md` "PostgreSQL (in progress)" describes it.
+//!
+//! - **Threads (D98).** The protocol is synchronous and runs inside the MCP server's tokio
+//!   runtime, where blocking on another runtime would panic. The backend therefore owns a thread
+//!   running its own current-thread runtime and the connections; each trait method sends a
+//!   request over a channel and waits for the reply.
+//! - **Rows (D96).** Events and manifest records are stored one per row as the exact canonical
+//!   text the file store writes as a line, so the manifest records (segment bounds, sha256 and
+//!   byte counts of the segment text) are identical in both backends.
+//! - **The append (D97)** is one transaction under `pg_try_advisory_xact_lock` of the session,
+//!   retried for the bounded wait: health check, events, `segment_closed` and the pins commit
+//!   together or not at all.
+//! - **Health (D99)** is judged by the file store's own validator over an in-memory image of the
+//!   rows (segments rebuilt from the events a `segment_closed` names), so every rule and every
+//!   reason is the same.
+
+mod schema;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio_postgres::{Client, Config, GenericClient, NoTls};
+use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::dedupe::DedupeKey;
+use workrail_spec::event::{EventData, SessionEvent};
+use workrail_spec::ids::{EventIndex, ManifestIndex, SessionId, SnapshotRef, WorkflowHash};
+use workrail_spec::jcs::{Canonical, sha256, to_canonical_string};
+use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, segment_rel_path};
+use workrail_spec::snapshot::ExecutionSnapshotFileV1;
+
+pub use schema::{MIGRATIONS, SCHEMA_VERSION, valid_schema_name};
+
+use super::backend::{SessionBackend, SessionLock};
+use super::cas::ObjectCheck;
+use super::error::{Committed, StoreError};
+use super::fs::StoreFs;
+use super::keyring::{KEY_BYTES, Keyring, SigningKey};
+use super::layout;
+use super::load::{LoadedSession, introduced_snapshots, load_session};
+use super::memfs::MemFs;
+use super::session::{AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits};
+use crate::entropy::Entropy;
+
+/// The schema used when none is named.
+pub const DEFAULT_SCHEMA: &str = "workrail";
+
+/// How long connecting may take before it is an I/O error.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Reply<T> = std_mpsc::Sender<Result<T, StoreError>>;
+
+/// Which content-addressed table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ObjectTable {
+    Snapshots,
+    Workflows,
+}
+
+impl ObjectTable {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Snapshots => "snapshots",
+            Self::Workflows => "workflows",
+        }
+    }
+}
+
+/// A session's rows, read in one transaction: what load validates.
+#[derive(Debug, Default)]
+struct Image {
+    /// Manifest record texts in `manifest_index` order.
+    manifest: Vec<String>,
+    /// Event texts with their `event_index`, ascending.
+    events: Vec<(i64, String)>,
+    /// The referenced snapshots and workflows that exist: (digest, text).
+    snapshots: Vec<(String, String)>,
+    workflows: Vec<(String, String)>,
+}
+
+enum Request {
+    Append {
+        session: SessionId,
+        plan: AppendPlan,
+        wait: Duration,
+        reply: Reply<Vec<AppendedEvent>>,
+    },
+    Image {
+        session: SessionId,
+        reply: Reply<Option<Image>>,
+    },
+    Lock {
+        session: SessionId,
+        wait: Duration,
+        reply: Reply<u64>,
+    },
+    Unlock {
+        id: u64,
+        reply: Reply<()>,
+    },
+    PutObject {
+        table: ObjectTable,
+        digest: String,
+        body: String,
+        reply: Reply<()>,
+    },
+    GetObject {
+        table: ObjectTable,
+        digest: String,
+        reply: Reply<Option<String>>,
+    },
+    Keyring {
+        candidate: Option<String>,
+        reply: Reply<Option<String>>,
+    },
+    List {
+        reply: Reply<Vec<String>>,
+    },
+    /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
+    Shutdown,
+}
+
+/// A PostgreSQL error as a store error: retryable I/O (`STORE_IO_ERROR`), with the server's
+/// SQLSTATE and message when it sent one. Never a panic.
+pub(crate) fn sql_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
+    move |e| StoreError::Io {
+        session: None,
+        op,
+        detail: describe(&e),
+    }
+}
+
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text.push_str(": ");
+                text.push_str(&s.to_string());
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Io {
+        session: None,
+        op: "reach the PostgreSQL backend",
+        detail: "the backend's connection thread has stopped".into(),
+    }
+}
+
+/// The advisory lock key of a session: the first 8 bytes of a SHA-256 of the schema and id.
+fn lock_key(schema: &str, session: &SessionId) -> i64 {
+    let digest = Sha256::digest(format!("workrail-session-lock:{schema}:{session}").as_bytes());
+    let mut key = [0u8; 8];
+    key.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(key)
+}
+
+/// The session store in one PostgreSQL schema.
+pub struct PostgresBackend {
+    requests: Option<mpsc::UnboundedSender<Request>>,
+    worker: Option<JoinHandle<()>>,
+    schema: String,
+    lock_wait: Duration,
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("schema", &self.schema)
+            .field("lock_wait", &self.lock_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresBackend {
+    fn drop(&mut self) {
+        // Lock guards still hold senders, so the channel may stay open: ask the worker to stop.
+        // Its connections close with it, which releases every lock they held.
+        if let Some(requests) = self.requests.take() {
+            let _ = requests.send(Request::Shutdown);
+        }
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl PostgresBackend {
+    /// Connects to `url` (`postgres://…`, plain connection), creates `schema` if needed and
+    /// migrates it to [`SCHEMA_VERSION`]. A schema newer than this build is refused.
+    pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        let op = "connect to PostgreSQL";
+        if !valid_schema_name(schema) {
+            return Err(StoreError::Io {
+                session: None,
+                op,
+                detail: format!(
+                    "schema name {schema:?} is not a lower-case identifier ([a-z_][a-z0-9_]*)"
+                ),
+            });
+        }
+        let mut config = Config::from_str(url).map_err(sql_error(op))?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let (ready, started) = std_mpsc::channel();
+        let worker_schema = schema.to_owned();
+        let worker = std::thread::Builder::new()
+            .name(format!("workrail-pg-{schema}"))
+            .spawn(move || run_worker(config, worker_schema, receiver, ready))
+            .map_err(|e| StoreError::Io {
+                session: None,
+                op,
+                detail: format!("could not start the backend thread: {e}"),
+            })?;
+        let backend = Self {
+            requests: Some(requests),
+            worker: Some(worker),
+            schema: schema.to_owned(),
+            lock_wait: DEFAULT_LOCK_WAIT,
+        };
+        started.recv().map_err(|_| stopped())??;
+        Ok(backend)
+    }
+
+    /// The same backend waiting at most `wait` for another holder of a session lock.
+    pub fn with_lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Request) -> Result<T, StoreError> {
+        let (reply, answer) = std_mpsc::channel();
+        let requests = self.requests.as_ref().ok_or_else(stopped)?;
+        requests.send(make(reply)).map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
+    }
+
+    fn get_object(&self, table: ObjectTable, digest: &str) -> Result<Option<String>, StoreError> {
+        let digest = digest.to_owned();
+        self.call(|reply| Request::GetObject {
+            table,
+            digest,
+            reply,
+        })
+    }
+
+    fn put_object(&self, table: ObjectTable, digest: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let body = String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Internal {
+            detail: format!("canonical JSON is not UTF-8: {e}"),
+        })?;
+        let digest = digest.to_owned();
+        self.call(|reply| Request::PutObject {
+            table,
+            digest,
+            body,
+            reply,
+        })
+    }
+}
+
+/// Hands out lock guards: dropping one asks the worker to end its transaction.
+struct HeldLock {
+    id: u64,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let (reply, answer) = std_mpsc::channel();
+        if self
+            .requests
+            .send(Request::Unlock { id: self.id, reply })
+            .is_ok()
+        {
+            // Wait for the release, so a lock dropped is a lock free.
+            let _ = answer.recv();
+        }
+    }
+}
+
+impl SessionBackend for PostgresBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn append(
+        &self,
+        session: &SessionId,
+        plan: AppendPlan,
+    ) -> Result<Vec<AppendedEvent>, StoreError> {
+        let wait = self.lock_wait;
+        let session = session.clone();
+        self.call(|reply| Request::Append {
+            session,
+            plan,
+            wait,
+            reply,
+        })
+    }
+
+    fn load(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
+        let id = session.clone();
+        let image = self.call(|reply| Request::Image { session: id, reply })?;
+        let loaded = match image {
+            Some(image) => validate(session, &image)?,
+            None => None,
+        };
+        loaded.map(Arc::new).ok_or_else(|| StoreError::NotFound {
+            session: session.clone(),
+        })
+    }
+
+    fn lock_session(&self, session: &SessionId) -> Result<SessionLock, StoreError> {
+        let wait = self.lock_wait;
+        let id = session.clone();
+        let lock = self.call(|reply| Request::Lock {
+            session: id,
+            wait,
+            reply,
+        })?;
+        let requests = self.requests.clone().ok_or_else(stopped)?;
+        Ok(SessionLock::new(
+            session.clone(),
+            Box::new(HeldLock { id: lock, requests }),
+        ))
+    }
+
+    fn put_snapshot(&self, snapshot: &ExecutionSnapshotFileV1) -> Result<SnapshotRef, StoreError> {
+        let canonical = Canonical::of(snapshot).map_err(|e| StoreError::Internal {
+            detail: e.to_string(),
+        })?;
+        let digest = canonical.digest().clone();
+        self.put_object(ObjectTable::Snapshots, digest.as_str(), canonical.bytes())?;
+        Ok(SnapshotRef::from_digest(digest))
+    }
+
+    fn get_snapshot(&self, snapshot: &SnapshotRef) -> Result<ExecutionSnapshotFileV1, StoreError> {
+        let what = format!("snapshot {snapshot}");
+        let text = self
+            .get_object(ObjectTable::Snapshots, snapshot.digest().as_str())?
+            .ok_or_else(|| StoreError::MissingObject { what: what.clone() })?;
+        let corrupt = |detail: String| StoreError::CorruptObject {
+            what: what.clone(),
+            detail,
+        };
+        let value =
+            ExecutionSnapshotFileV1::from_json_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        if &sha256(text.as_bytes()) != snapshot.digest() {
+            let actual = value.snapshot_ref().map_err(|e| corrupt(e.to_string()))?;
+            if &actual != snapshot {
+                return Err(corrupt(format!("content hashes to {actual}")));
+            }
+        }
+        Ok(value)
+    }
+
+    fn put_workflow(
+        &self,
+        compiled: &CompiledWorkflowSnapshotV1,
+    ) -> Result<WorkflowHash, StoreError> {
+        let canonical = Canonical::of(compiled).map_err(|e| StoreError::Internal {
+            detail: e.to_string(),
+        })?;
+        let digest = canonical.digest().clone();
+        self.put_object(ObjectTable::Workflows, digest.as_str(), canonical.bytes())?;
+        Ok(WorkflowHash::from_digest(digest))
+    }
+
+    fn get_workflow(&self, hash: &WorkflowHash) -> Result<CompiledWorkflowSnapshotV1, StoreError> {
+        let what = format!("pinned workflow {hash}");
+        let text = self
+            .get_object(ObjectTable::Workflows, hash.digest().as_str())?
+            .ok_or_else(|| StoreError::MissingObject { what: what.clone() })?;
+        let corrupt = |detail: String| StoreError::CorruptObject {
+            what: what.clone(),
+            detail,
+        };
+        let value =
+            CompiledWorkflowSnapshotV1::from_json_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        if &sha256(text.as_bytes()) != hash.digest() {
+            let actual = value.workflow_hash().map_err(|e| corrupt(e.to_string()))?;
+            if &actual != hash {
+                return Err(corrupt(format!("content hashes to {actual}")));
+            }
+        }
+        Ok(value)
+    }
+
+    fn load_or_create_keyring(&self, entropy: &dyn Entropy) -> Result<Keyring, StoreError> {
+        if let Some(body) = self.call(|reply| Request::Keyring {
+            candidate: None,
+            reply,
+        })? {
+            return parse_keyring(&body);
+        }
+        // First use: offer a fresh keyring; whoever inserted first wins, and everyone reads
+        // the row that won.
+        let fresh = Keyring {
+            current: fresh_key(entropy)?,
+            previous: None,
+        };
+        let candidate = Some(encode_keyring(&fresh)?);
+        let body = self
+            .call(|reply| Request::Keyring { candidate, reply })?
+            .ok_or_else(|| StoreError::Internal {
+                detail: "the keyring row vanished right after it was created".into(),
+            })?;
+        parse_keyring(&body)
+    }
+
+    fn list_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        let names = self.call(|reply| Request::List { reply })?;
+        Ok(names
+            .iter()
+            .filter_map(|n| SessionId::parse(n).ok())
+            .collect())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The keyring row: the same JSON as keys/keyring.json.
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct KeyJson {
+    key_id: String,
+    secret: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct KeyringJson {
+    v: u64,
+    current: KeyJson,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous: Option<KeyJson>,
+}
+
+fn keyring_corrupt(detail: impl ToString) -> StoreError {
+    StoreError::KeyringCorrupt {
+        detail: detail.to_string(),
+    }
+}
+
+fn parse_keyring(body: &str) -> Result<Keyring, StoreError> {
+    let file: KeyringJson = serde_json::from_str(body).map_err(keyring_corrupt)?;
+    if file.v != 1 {
+        return Err(keyring_corrupt(format!(
+            "keyring version {} is not supported (expected 1)",
+            file.v
+        )));
+    }
+    let decode = |key: KeyJson| -> Result<SigningKey, StoreError> {
+        let bytes = URL_SAFE_NO_PAD
+            .decode(&key.secret)
+            .map_err(keyring_corrupt)?;
+        let secret: [u8; KEY_BYTES] = bytes
+            .try_into()
+            .map_err(|_| keyring_corrupt(format!("key {} is not {KEY_BYTES} bytes", key.key_id)))?;
+        Ok(SigningKey {
+            key_id: key.key_id,
+            secret,
+        })
+    };
+    Ok(Keyring {
+        current: decode(file.current)?,
+        previous: file.previous.map(decode).transpose()?,
+    })
+}
+
+fn encode_keyring(keyring: &Keyring) -> Result<String, StoreError> {
+    let encode = |key: &SigningKey| KeyJson {
+        key_id: key.key_id.clone(),
+        secret: URL_SAFE_NO_PAD.encode(key.secret),
+    };
+    serde_json::to_string_pretty(&KeyringJson {
+        v: 1,
+        current: encode(&keyring.current),
+        previous: keyring.previous.as_ref().map(encode),
+    })
+    .map_err(|e| StoreError::Internal {
+        detail: e.to_string(),
+    })
+}
+
+/// A fresh key as the file keyring makes one: 32 random bytes, id `k_` + hex of the first four.
+fn fresh_key(entropy: &dyn Entropy) -> Result<SigningKey, StoreError> {
+    let mut secret = [0u8; KEY_BYTES];
+    entropy.fill(&mut secret).map_err(|e| StoreError::Io {
+        session: None,
+        op: "generate signing key",
+        detail: e.to_string(),
+    })?;
+    let id: String = secret[..4].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(SigningKey {
+        key_id: format!("k_{id}"),
+        secret,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health: the file store's validator over an in-memory image of the rows.
+
+fn object_path(dir: &str, digest: &str) -> Option<std::path::PathBuf> {
+    let hex = digest.strip_prefix("sha256:")?;
+    Some(Path::new(dir).join(format!("{hex}.json")))
+}
+
+/// Judges a session's rows with the file store's rules (decision D99): the manifest rows become
+/// `manifest.jsonl`, each `segment_closed` gets the segment text rebuilt from the event rows in
+/// its bounds, and the referenced objects are laid out as in the CAS, so a changed, missing or
+/// reordered row shows up as the same reason a damaged file would.
+fn validate(session: &SessionId, image: &Image) -> Result<Option<LoadedSession>, StoreError> {
+    let memory = |e: std::io::Error| StoreError::Internal {
+        detail: format!("in-memory image: {e}"),
+    };
+    let fs = Arc::new(MemFs::new());
+    let write = |path: &Path, bytes: &[u8]| -> Result<(), StoreError> {
+        if let Some(parent) = path.parent() {
+            fs.create_dir_all(parent).map_err(memory)?;
+        }
+        fs.write_new(path, bytes).map_err(memory)
+    };
+    let mut manifest = String::new();
+    for body in &image.manifest {
+        manifest.push_str(body);
+        manifest.push('\n');
+    }
+    write(&layout::manifest_path(session), manifest.as_bytes())?;
+    let dir = layout::session_dir(session);
+    for body in &image.manifest {
+        let Ok(ManifestRecord::SegmentClosed(seg)) = ManifestRecord::from_json_str(body) else {
+            continue;
+        };
+        let (first, last) = (
+            seg.first_event_index.get() as i64,
+            seg.last_event_index.get() as i64,
+        );
+        let mut text = String::new();
+        for (index, event) in &image.events {
+            if (first..=last).contains(index) {
+                text.push_str(event);
+                text.push('\n');
+            }
+        }
+        // Only a damaged manifest names one segment twice; the validator reports it.
+        let _ = write(&dir.join(&seg.segment_rel_path), text.as_bytes());
+    }
+    for (digest, body) in &image.snapshots {
+        if let Some(path) = object_path(layout::SNAPSHOTS_DIR, digest) {
+            write(&path, body.as_bytes())?;
+        }
+    }
+    for (digest, body) in &image.workflows {
+        if let Some(path) = object_path(layout::PINNED_WORKFLOWS_DIR, digest) {
+            write(&path, body.as_bytes())?;
+        }
+    }
+    let objects = ObjectCheck::new(Arc::clone(&fs) as Arc<dyn StoreFs>);
+    load_session(&*fs, session, Some(&objects)).map_err(|e| StoreError::Io {
+        session: Some(session.clone()),
+        op: "load session",
+        detail: e.to_string(),
+    })
+}
+
+/// What an append writes: the results in plan order, the new events, and their records.
+struct Prepared {
+    results: Vec<AppendedEvent>,
+    fresh: Vec<(SessionEvent, String)>,
+    records: Vec<(ManifestRecord, String)>,
+}
+
+/// The file store's append rules over a validated session: plan checks, dedupeKey no-ops,
+/// numbering, the segment's `segment_closed` and the pins of the snapshots it introduces.
+fn prepare(
+    loaded: &LoadedSession,
+    plan: AppendPlan,
+    limits: SegmentLimits,
+) -> Result<Prepared, StoreError> {
+    let session_id = &loaded.session_id;
+    let invalid = |detail: String| StoreError::InvalidPlan {
+        session: session_id.clone(),
+        detail,
+    };
+    if plan.events.is_empty() {
+        return Err(invalid("a plan needs at least one event".into()));
+    }
+    let mut seen: BTreeSet<&DedupeKey> = BTreeSet::new();
+    for event in &plan.events {
+        if event.session_id() != session_id {
+            return Err(invalid(format!(
+                "event {} belongs to session {}",
+                event.dedupe_key(),
+                event.session_id()
+            )));
+        }
+        if !seen.insert(event.dedupe_key()) {
+            return Err(invalid(format!(
+                "dedupeKey {} appears twice",
+                event.dedupe_key()
+            )));
+        }
+    }
+    let mut results = Vec::with_capacity(plan.events.len());
+    let mut fresh: Vec<SessionEvent> = Vec::new();
+    let first = loaded.next_event_index();
+    for event in plan.events {
+        if let Some(existing) = loaded.event_by_dedupe_key(event.dedupe_key()) {
+            results.push(AppendedEvent {
+                event: existing.clone(),
+                newly_appended: false,
+            });
+            continue;
+        }
+        let index = EventIndex::new(first + fresh.len() as u64)
+            .ok_or_else(|| invalid("eventIndex would exceed 2^53-1".into()))?;
+        let event = event.with_event_index(index);
+        results.push(AppendedEvent {
+            event: event.clone(),
+            newly_appended: true,
+        });
+        fresh.push(event);
+    }
+    if fresh.is_empty() {
+        return Ok(Prepared {
+            results,
+            fresh: Vec::new(),
+            records: Vec::new(),
+        });
+    }
+    let mut lines = Vec::with_capacity(fresh.len());
+    let mut segment = String::new();
+    for event in &fresh {
+        let line = to_canonical_string(event).map_err(|e| invalid(e.to_string()))?;
+        segment.push_str(&line);
+        segment.push('\n');
+        lines.push(line);
+    }
+    if fresh.len() > limits.max_events || segment.len() > limits.max_bytes {
+        return Err(invalid(format!(
+            "plan of {} events / {} bytes exceeds the segment limits ({} events, {} bytes)",
+            fresh.len(),
+            segment.len(),
+            limits.max_events,
+            limits.max_bytes
+        )));
+    }
+    let index = |value: u64| {
+        ManifestIndex::new(value).ok_or(StoreError::Internal {
+            detail: "manifestIndex would exceed 2^53-1".into(),
+        })
+    };
+    let first_index = fresh[0].event_index();
+    let last_index = fresh[fresh.len() - 1].event_index();
+    let mut next = loaded.manifest.len() as u64;
+    let mut records = vec![ManifestRecord::SegmentClosed(SegmentClosed {
+        manifest_index: index(next)?,
+        session_id: session_id.clone(),
+        first_event_index: first_index,
+        last_event_index: last_index,
+        segment_rel_path: segment_rel_path(first_index, last_index),
+        sha256: sha256(segment.as_bytes()),
+        bytes: segment.len() as u64,
+    })];
+    next += 1;
+    let mut newly_pinned: Vec<SnapshotRef> = Vec::new();
+    for (snapshot, i) in introduced_snapshots(&fresh) {
+        if loaded.is_pinned(&snapshot) || newly_pinned.contains(&snapshot) {
+            continue;
+        }
+        records.push(ManifestRecord::SnapshotPinned(SnapshotPinned {
+            manifest_index: index(next)?,
+            session_id: session_id.clone(),
+            event_index: fresh[i].event_index(),
+            snapshot_ref: snapshot.clone(),
+            created_by_event_id: fresh[i].event_id().clone(),
+        }));
+        next += 1;
+        newly_pinned.push(snapshot);
+    }
+    let records = records
+        .into_iter()
+        .map(|r| {
+            let text = to_canonical_string(&r).map_err(|e| StoreError::Internal {
+                detail: format!("manifest record is not canonicalizable: {e}"),
+            })?;
+            Ok((r, text))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(Prepared {
+        results,
+        fresh: fresh.into_iter().zip(lines).collect(),
+        records,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker thread.
+
+fn run_worker(
+    config: Config,
+    schema: String,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    ready: std_mpsc::Sender<Result<(), StoreError>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = ready.send(Err(StoreError::Io {
+                session: None,
+                op: "start the PostgreSQL backend",
+                detail: e.to_string(),
+            }));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let mut worker = Worker {
+            config,
+            schema,
+            client: None,
+            locks: HashMap::new(),
+            next_lock: 0,
+        };
+        let started = worker.start().await;
+        let failed = started.is_err();
+        let _ = ready.send(started);
+        if failed {
+            return;
+        }
+        while let Some(request) = requests.recv().await {
+            if matches!(request, Request::Shutdown) {
+                break;
+            }
+            worker.handle(request).await;
+        }
+    });
+}
+
+struct Worker {
+    config: Config,
+    schema: String,
+    /// The connection every request but the lock guards uses; reopened after it breaks.
+    client: Option<Client>,
+    /// Lock guards: each holds its own connection with an open transaction.
+    locks: HashMap<u64, Client>,
+    next_lock: u64,
+}
+
+impl Worker {
+    async fn connect(&self, role: &str) -> Result<Client, StoreError> {
+        let op = "connect to PostgreSQL";
+        let mut config = self.config.clone();
+        config.application_name(format!("workrail-{role}:{}", self.schema));
+        let (client, connection) = config.connect(NoTls).await.map_err(sql_error(op))?;
+        tokio::spawn(async move {
+            // Ends when the connection closes; a broken connection shows up as `is_closed`.
+            let _ = connection.await;
+        });
+        client
+            .batch_execute(&format!("SET search_path TO {}", self.schema))
+            .await
+            .map_err(sql_error(op))?;
+        Ok(client)
+    }
+
+    async fn start(&mut self) -> Result<(), StoreError> {
+        let mut client = self.connect("main").await?;
+        schema::migrate(&mut client, &self.schema).await?;
+        self.client = Some(client);
+        Ok(())
+    }
+
+    async fn client(&mut self) -> Result<&mut Client, StoreError> {
+        let broken = self.client.as_ref().is_none_or(Client::is_closed);
+        if broken {
+            self.client = None;
+            let client = self.connect("main").await?;
+            self.client = Some(client);
+        }
+        self.client.as_mut().ok_or_else(stopped)
+    }
+
+    async fn handle(&mut self, request: Request) {
+        match request {
+            Request::Append {
+                session,
+                plan,
+                wait,
+                reply,
+            } => {
+                let _ = reply.send(self.append(&session, plan, wait).await);
+            }
+            Request::Image { session, reply } => {
+                let _ = reply.send(self.image(&session).await);
+            }
+            Request::Lock {
+                session,
+                wait,
+                reply,
+            } => {
+                let _ = reply.send(self.lock(&session, wait).await);
+            }
+            Request::Unlock { id, reply } => {
+                if let Some(client) = self.locks.remove(&id) {
+                    // Ending the transaction releases its advisory lock; a broken connection
+                    // has released it already.
+                    let _ = client.batch_execute("ROLLBACK").await;
+                }
+                let _ = reply.send(Ok(()));
+            }
+            Request::PutObject {
+                table,
+                digest,
+                body,
+                reply,
+            } => {
+                let _ = reply.send(self.put_object(table, &digest, &body).await);
+            }
+            Request::GetObject {
+                table,
+                digest,
+                reply,
+            } => {
+                let _ = reply.send(self.get_object(table, &digest).await);
+            }
+            Request::Keyring { candidate, reply } => {
+                let _ = reply.send(self.keyring(candidate).await);
+            }
+            Request::List { reply } => {
+                let _ = reply.send(self.list().await);
+            }
+            Request::Shutdown => {}
+        }
+    }
+
+    async fn image(&mut self, session: &SessionId) -> Result<Option<Image>, StoreError> {
+        let op = "load session";
+        let client = self.client().await?;
+        // One snapshot of the database: an append is one transaction, so a reader sees it
+        // whole or not at all, and never waits for a writer.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(sql_error(op))?;
+        let image = fetch_image(&tx, session).await;
+        let _ = tx.rollback().await;
+        image
+    }
+
+    async fn append(
+        &mut self,
+        session: &SessionId,
+        plan: AppendPlan,
+        wait: Duration,
+    ) -> Result<Vec<AppendedEvent>, StoreError> {
+        let op = "append to the session";
+        let key = lock_key(&self.schema, session);
+        let client = self.client().await?;
+        let tx = client.transaction().await.map_err(sql_error(op))?;
+        if !try_lock(&tx, key, wait).await.map_err(sql_error(op))? {
+            return Err(StoreError::Locked {
+                session: session.clone(),
+            });
+        }
+        // Under the lock nothing else commits to this session: this load is authoritative.
+        let loaded = match fetch_image(&tx, session).await? {
+            Some(image) => validate(session, &image)?,
+            None => None,
+        }
+        .unwrap_or_else(|| LoadedSession::empty(session.clone()));
+        if !loaded.health.is_healthy() {
+            return Err(StoreError::Unhealthy {
+                session: session.clone(),
+                health: loaded.health.clone(),
+            });
+        }
+        let prepared = prepare(&loaded, plan, SegmentLimits::default())?;
+        if prepared.fresh.is_empty() {
+            return Ok(prepared.results);
+        }
+        let write = |e: tokio_postgres::Error| StoreError::Io {
+            session: Some(session.clone()),
+            op,
+            detail: format!("{}; nothing was committed", describe(&e)),
+        };
+        tx.execute(
+            "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
+            &[&session.as_str()],
+        )
+        .await
+        .map_err(write)?;
+        let insert_event = tx
+            .prepare(
+                "INSERT INTO events (session_id, event_index, event_id, dedupe_key, body)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .await
+            .map_err(write)?;
+        for (event, body) in &prepared.fresh {
+            let index = event.event_index().get() as i64;
+            tx.execute(
+                &insert_event,
+                &[
+                    &session.as_str(),
+                    &index,
+                    &event.event_id().as_str(),
+                    &event.dedupe_key().as_str(),
+                    body,
+                ],
+            )
+            .await
+            .map_err(write)?;
+        }
+        let insert_record = tx
+            .prepare(
+                "INSERT INTO manifest (session_id, manifest_index, kind, body)
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .await
+            .map_err(write)?;
+        for (record, body) in &prepared.records {
+            let index = record.manifest_index().get() as i64;
+            tx.execute(
+                &insert_record,
+                &[&session.as_str(), &index, &record.kind().as_str(), body],
+            )
+            .await
+            .map_err(write)?;
+        }
+        tx.commit().await.map_err(|e| StoreError::Write {
+            session: Some(session.clone()),
+            op: "commit the append transaction",
+            path: format!("postgres schema {}", self.schema),
+            os_error: describe(&e),
+            errno: None,
+            // The COMMIT may have reached the server before the connection broke.
+            committed: Committed::Unknown,
+        })?;
+        Ok(prepared.results)
+    }
+
+    async fn lock(&mut self, session: &SessionId, wait: Duration) -> Result<u64, StoreError> {
+        let op = "lock session";
+        let client = self.connect("lock").await?;
+        client.batch_execute("BEGIN").await.map_err(sql_error(op))?;
+        let key = lock_key(&self.schema, session);
+        if !try_lock(&client, key, wait).await.map_err(sql_error(op))? {
+            return Err(StoreError::Locked {
+                session: session.clone(),
+            });
+        }
+        self.next_lock += 1;
+        self.locks.insert(self.next_lock, client);
+        Ok(self.next_lock)
+    }
+
+    async fn put_object(
+        &mut self,
+        table: ObjectTable,
+        digest: &str,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        // An existing object with other (damaged) bytes is replaced, as the file store does.
+        let sql = format!(
+            "INSERT INTO {t} (digest, body) VALUES ($1, $2)
+             ON CONFLICT (digest) DO UPDATE SET body = EXCLUDED.body
+             WHERE {t}.body IS DISTINCT FROM EXCLUDED.body",
+            t = table.name()
+        );
+        client
+            .execute(&sql, &[&digest, &body])
+            .await
+            .map_err(sql_error("store an object"))?;
+        Ok(())
+    }
+
+    async fn get_object(
+        &mut self,
+        table: ObjectTable,
+        digest: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!("SELECT body FROM {} WHERE digest = $1", table.name());
+        let row = client
+            .query_opt(&sql, &[&digest])
+            .await
+            .map_err(sql_error("read an object"))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn keyring(&mut self, candidate: Option<String>) -> Result<Option<String>, StoreError> {
+        let op = "load or create the keyring";
+        let client = self.client().await?;
+        if let Some(body) = candidate {
+            client
+                .execute(
+                    "INSERT INTO keyring (id, body) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+                    &[&body],
+                )
+                .await
+                .map_err(sql_error(op))?;
+        }
+        let row = client
+            .query_opt("SELECT body FROM keyring WHERE id = 1", &[])
+            .await
+            .map_err(sql_error(op))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn list(&mut self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT session_id FROM sessions ORDER BY session_id", &[])
+            .await
+            .map_err(sql_error("list sessions"))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+/// Tries the session's transaction-level advisory lock until it is taken or `wait` has passed.
+async fn try_lock(
+    client: &impl GenericClient,
+    key: i64,
+    wait: Duration,
+) -> Result<bool, tokio_postgres::Error> {
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let taken: bool = client
+            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key])
+            .await?
+            .get(0);
+        if taken {
+            return Ok(true);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Reads a session's rows and the objects its events reference. `None` without a session row.
+async fn fetch_image(
+    client: &impl GenericClient,
+    session: &SessionId,
+) -> Result<Option<Image>, StoreError> {
+    let op = "load session";
+    let id = session.as_str();
+    let exists = client
+        .query_opt("SELECT 1 FROM sessions WHERE session_id = $1", &[&id])
+        .await
+        .map_err(sql_error(op))?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let manifest = client
+        .query(
+            "SELECT body FROM manifest WHERE session_id = $1 ORDER BY manifest_index",
+            &[&id],
+        )
+        .await
+        .map_err(sql_error(op))?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let events: Vec<(i64, String)> = client
+        .query(
+            "SELECT event_index, body FROM events WHERE session_id = $1 ORDER BY event_index",
+            &[&id],
+        )
+        .await
+        .map_err(sql_error(op))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut snapshots = BTreeSet::new();
+    let mut workflows = BTreeSet::new();
+    for (_, body) in &events {
+        // An event that does not parse is reported by the validator.
+        let Ok(event) = SessionEvent::from_json_str(body) else {
+            continue;
+        };
+        match event.data() {
+            EventData::NodeCreated(n) => {
+                snapshots.insert(n.snapshot_ref.digest().as_str().to_owned());
+            }
+            EventData::RunStarted(r) => {
+                workflows.insert(r.workflow_hash.digest().as_str().to_owned());
+            }
+            _ => {}
+        }
+    }
+    let objects = |table: &'static str, digests: BTreeSet<String>| async move {
+        let digests: Vec<String> = digests.into_iter().collect();
+        let sql = format!("SELECT digest, body FROM {table} WHERE digest = ANY($1)");
+        client
+            .query(&sql, &[&digests])
+            .await
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(sql_error(op))
+    };
+    let snapshots = objects("snapshots", snapshots).await?;
+    let workflows = objects("workflows", workflows).await?;
+    Ok(Some(Image {
+        manifest,
+        events,
+        snapshots,
+        workflows,
+    }))
+}
