@@ -190,6 +190,22 @@ struct Outcome {
     stderr: String,
 }
 
+impl Outcome {
+    /// How many times the driver retried after a store error (`… retry <what>: <error>`).
+    fn retries(&self) -> usize {
+        self.stderr.matches(": retry ").count()
+    }
+
+    /// Of those, how many after a commit whose outcome was unknown (the connection lost
+    /// during `COMMIT`).
+    fn unknown_commits(&self) -> usize {
+        self.stderr
+            .lines()
+            .filter(|l| l.contains(": retry ") && l.contains("may or may not be committed"))
+            .count()
+    }
+}
+
 struct Driver {
     tag: u32,
     child: Child,
@@ -590,6 +606,7 @@ fn connections_terminated_mid_append_lose_nothing() {
         );
     }
     let mut reports = Vec::new();
+    let (mut retries, mut unknown) = (0, 0);
     for outcome in outcomes {
         assert!(
             outcome.status.success(),
@@ -598,9 +615,14 @@ fn connections_terminated_mid_append_lose_nothing() {
             outcome.stderr
         );
         assert_eq!(outcome.reports.len(), 40);
+        retries += outcome.retries();
+        unknown += outcome.unknown_commits();
         reports.extend(outcome.reports);
     }
-    eprintln!("{test}: {terminated} connections terminated during 120 appends");
+    eprintln!(
+        "{test}: {terminated} connections terminated during 120 appends; the drivers retried {retries} calls ({unknown} after a COMMIT of unknown outcome)"
+    );
+    assert!(retries > 0, "no termination ever hit a driver's call");
     assert!(
         terminated >= 5,
         "too few connections were terminated to mean anything"
@@ -873,8 +895,11 @@ fn server_killed_mid_transaction_keeps_every_plan_whole() {
     std::thread::sleep(Duration::from_millis(400));
     let mut reports = Vec::new();
     let mut survived = 0;
+    let (mut retries, mut unknown) = (0, 0);
     for driver in drivers {
         let outcome = driver.kill9();
+        retries += outcome.retries();
+        unknown += outcome.unknown_commits();
         // A driver may give up during an outage (status 2); nothing else is acceptable.
         match outcome.status.code() {
             None => survived += 1,
@@ -884,9 +909,10 @@ fn server_killed_mid_transaction_keeps_every_plan_whole() {
         reports.extend(outcome.reports);
     }
     eprintln!(
-        "{test}: {} appends reported across 3 server crashes, {survived} of 3 drivers still running",
+        "{test}: {} appends reported across 3 server crashes, {survived} of 3 drivers still running; they retried {retries} calls ({unknown} after a COMMIT of unknown outcome)",
         reports.len()
     );
     assert!(!reports.is_empty());
+    assert!(retries > 0, "no crash ever hit a driver's call");
     check_all(&url, spec.schema, 2, 4, &reports);
 }

@@ -24,7 +24,8 @@
 //! ```
 //!
 //! A retryable store error (`Locked`, `Io`, `Write`) is retried with the same plan (a retry is
-//! idempotent by dedupeKey) up to `--retries` times; then, or on any other error, the driver
+//! idempotent by dedupeKey) up to `--retries` times, each retry noted on stderr (`… retry <what>:
+//! <error>`); then, or on any other error, the driver
 //! prints why on stderr and exits with status 2 (retries exhausted) or 3 (not retryable).
 
 use std::io::Write;
@@ -296,6 +297,7 @@ fn with_retries<T>(what: &str, retries: u32, mut op: impl FnMut() -> Result<T, S
             Ok(value) => return value,
             Err(e) if retryable(&e) && attempt < retries => {
                 attempt += 1;
+                eprintln!("workrail-store-driver: retry {what}: {e}");
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
