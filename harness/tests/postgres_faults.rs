@@ -839,6 +839,32 @@ impl Cluster {
         assert!(ok, "pg_ctl stop -m immediate failed: {}", self.log());
     }
 
+    /// A harder crash: `kill -9` of the postmaster alone (its backends notice and exit).
+    fn kill_postmaster(&self) {
+        let pid = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
+        let pid = pid.lines().next().unwrap().trim().to_owned();
+        assert!(
+            Command::new("kill")
+                .args(["-9", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+
+    /// Starts the server again, retrying while the killed one's processes linger.
+    fn restart(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.start() {
+            assert!(
+                Instant::now() < deadline,
+                "the restart failed for 20 s: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
@@ -857,8 +883,8 @@ impl Drop for Cluster {
     }
 }
 
-/// Three drivers append while the server is crashed (`pg_ctl stop -m immediate`) and
-/// restarted, three times: whatever a driver reported survived, no plan is half there, and
+/// Three drivers append while the server is crashed and restarted, three times (twice
+/// `pg_ctl stop -m immediate`, once `kill -9` of the postmaster): whatever a driver reported survived, no plan is half there, and
 /// every session is healthy and appendable afterwards.
 #[test]
 fn server_killed_mid_transaction_keeps_every_plan_whole() {
@@ -886,11 +912,15 @@ fn server_killed_mid_transaction_keeps_every_plan_whole() {
     // Migrate first, so no driver dies on a server that goes away during its first connect.
     drop(PostgresBackend::connect(&url, spec.schema).unwrap());
     let drivers: Vec<Driver> = (0..3).map(|k| spec.spawn(200 + k)).collect();
-    for _ in 0..3 {
+    for round in 0..3 {
         std::thread::sleep(rng.millis(300, 800));
-        cluster.stop_immediate();
+        if round == 1 {
+            cluster.kill_postmaster();
+        } else {
+            cluster.stop_immediate();
+        }
         std::thread::sleep(rng.millis(50, 300));
-        assert!(cluster.start(), "the restart failed: {}", cluster.log());
+        cluster.restart();
     }
     std::thread::sleep(Duration::from_millis(400));
     let mut reports = Vec::new();
