@@ -818,7 +818,10 @@ impl Cluster {
             .arg("-l")
             .arg(self.dir.path().join("server.log"))
             .args(["-w", "-t", "60", "-o", &options, "start"])
+            // Why a start failed is in server.log (a restart retries while the killed
+            // server's processes linger).
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .status()
             .unwrap()
             .success()
