@@ -15,7 +15,10 @@
 //!   rows (segments rebuilt from the events a `segment_closed` names), so every rule and every
 //!   reason is the same.
 
+mod gate;
 mod schema;
+
+pub use gate::PgGate;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -66,6 +69,7 @@ type Reply<T> = std_mpsc::Sender<Result<T, StoreError>>;
 enum ObjectTable {
     Snapshots,
     Workflows,
+    Artifacts,
 }
 
 impl ObjectTable {
@@ -73,6 +77,7 @@ impl ObjectTable {
         match self {
             Self::Snapshots => "snapshots",
             Self::Workflows => "workflows",
+            Self::Artifacts => "artifacts",
         }
     }
 }
@@ -127,6 +132,36 @@ enum Request {
     List {
         reply: Reply<Vec<String>>,
     },
+    /// Opens an append gate: a connection of its own holding the session's advisory lock
+    /// (session level) and the session's rows read under it.
+    GateOpen {
+        session: SessionId,
+        wait: Duration,
+        reply: Reply<(u64, Option<Image>)>,
+    },
+    /// Commits a plan prepared against the gate's view, on the gate's connection.
+    GateAppend {
+        id: u64,
+        session: SessionId,
+        prepared: Prepared,
+        reply: Reply<()>,
+    },
+    /// Releases a gate's lock.
+    GateClose {
+        id: u64,
+        reply: Reply<()>,
+    },
+    /// Each session's manifest length as the file store would write it (the resume index's
+    /// freshness key).
+    ManifestBytes {
+        reply: Reply<Vec<(String, i64)>>,
+    },
+    /// Replaces the keyring row when it still holds `old` (a rotation); `false` when it did not.
+    SwapKeyring {
+        old: String,
+        new: String,
+        reply: Reply<bool>,
+    },
     /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
     Shutdown,
 }
@@ -179,6 +214,8 @@ pub struct PostgresBackend {
     worker: Option<JoinHandle<()>>,
     schema: String,
     lock_wait: Duration,
+    /// Validated sessions this process loaded or committed (D94's budget, newest kept).
+    sessions: super::object_cache::ObjectCache<SessionId, LoadedSession>,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -235,6 +272,9 @@ impl PostgresBackend {
             worker: Some(worker),
             schema: schema.to_owned(),
             lock_wait: DEFAULT_LOCK_WAIT,
+            sessions: super::object_cache::ObjectCache::keeping_newest(
+                super::object_cache::CacheBudget::default().sessions,
+            ),
         };
         started.recv().map_err(|_| stopped())??;
         Ok(backend)
@@ -244,6 +284,26 @@ impl PostgresBackend {
     pub fn with_lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = wait;
         self
+    }
+
+    /// Waits at most `wait` for another holder of a session lock.
+    pub fn set_lock_wait(&mut self, wait: Duration) {
+        self.lock_wait = wait;
+    }
+
+    /// Empties the session cache and bounds it by `budget` estimated bytes.
+    pub fn set_cache_budget(&mut self, budget: usize) {
+        self.sessions = super::object_cache::ObjectCache::keeping_newest(budget);
+    }
+
+    /// This process's cache of validated sessions.
+    pub fn session_cache(&self) -> &super::object_cache::ObjectCache<SessionId, LoadedSession> {
+        &self.sessions
+    }
+
+    /// Drops the cached view of `session`.
+    pub fn forget_cached(&self, session: &SessionId) {
+        self.sessions.remove(session);
     }
 
     pub fn schema(&self) -> &str {
@@ -747,6 +807,8 @@ fn run_worker(
             client: None,
             locks: HashMap::new(),
             next_lock: 0,
+            gates: HashMap::new(),
+            idle: Vec::new(),
         };
         let started = worker.start().await;
         let failed = started.is_err();
@@ -771,6 +833,10 @@ struct Worker {
     /// Lock guards: each holds its own connection with an open transaction.
     locks: HashMap<u64, Client>,
     next_lock: u64,
+    /// Open append gates: a connection holding a session-level advisory lock, and its key.
+    gates: HashMap<u64, (Client, i64)>,
+    /// Gate connections kept for the next gate (a connection costs a round trip or three).
+    idle: Vec<Client>,
 }
 
 impl Worker {
@@ -856,8 +922,134 @@ impl Worker {
             Request::List { reply } => {
                 let _ = reply.send(self.list().await);
             }
+            Request::GateOpen {
+                session,
+                wait,
+                reply,
+            } => {
+                let _ = reply.send(self.gate_open(&session, wait).await);
+            }
+            Request::GateAppend {
+                id,
+                session,
+                prepared,
+                reply,
+            } => {
+                let _ = reply.send(self.gate_append(id, &session, &prepared).await);
+            }
+            Request::GateClose { id, reply } => {
+                if let Some((client, key)) = self.gates.remove(&id) {
+                    let released = client
+                        .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+                        .await
+                        .is_ok_and(|row| row.get::<_, bool>(0));
+                    // A connection whose unlock failed is dropped, and its lock with it.
+                    if released && !client.is_closed() && self.idle.len() < 2 {
+                        self.idle.push(client);
+                    }
+                }
+                let _ = reply.send(Ok(()));
+            }
+            Request::ManifestBytes { reply } => {
+                let _ = reply.send(self.manifest_bytes().await);
+            }
+            Request::SwapKeyring { old, new, reply } => {
+                let _ = reply.send(self.swap_keyring(&old, &new).await);
+            }
             Request::Shutdown => {}
         }
+    }
+
+    async fn gate_open(
+        &mut self,
+        session: &SessionId,
+        wait: Duration,
+    ) -> Result<(u64, Option<Image>), StoreError> {
+        let op = "lock session";
+        let client = match self.idle.pop() {
+            Some(client) if !client.is_closed() => client,
+            _ => self.connect("gate").await?,
+        };
+        let key = lock_key(&self.schema, session);
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let taken: bool = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+                .map_err(sql_error(op))?
+                .get(0);
+            if taken {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.idle.push(client);
+                return Err(StoreError::Locked {
+                    session: session.clone(),
+                });
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        // Under the lock nothing else commits to this session: this read is authoritative.
+        let image = fetch_image(&client, session).await;
+        self.next_lock += 1;
+        self.gates.insert(self.next_lock, (client, key));
+        Ok((self.next_lock, image?))
+    }
+
+    async fn gate_append(
+        &mut self,
+        id: u64,
+        session: &SessionId,
+        prepared: &Prepared,
+    ) -> Result<(), StoreError> {
+        let op = "append to the session";
+        let schema = self.schema.clone();
+        let (client, _) = self
+            .gates
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::Internal {
+                detail: "an append gate was used after it closed".into(),
+            })?;
+        if client.is_closed() {
+            return Err(StoreError::Io {
+                session: Some(session.clone()),
+                op,
+                detail: "the connection holding the session lock closed; nothing was committed"
+                    .into(),
+            });
+        }
+        let tx = client.transaction().await.map_err(sql_error(op))?;
+        insert_prepared(&tx, session, prepared).await?;
+        commit(tx, session, &schema).await
+    }
+
+    async fn manifest_bytes(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT session_id, coalesce(sum(octet_length(body) + 1), 0)::bigint
+                 FROM sessions LEFT JOIN manifest USING (session_id)
+                 GROUP BY session_id ORDER BY session_id",
+                &[],
+            )
+            .await
+            .map_err(sql_error("read the manifest lengths"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn swap_keyring(&mut self, old: &str, new: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE keyring SET body = $2 WHERE id = 1 AND body = $1",
+                &[&old, &new],
+            )
+            .await
+            .map_err(sql_error("rotate the keyring"))?;
+        Ok(changed == 1)
     }
 
     async fn image(&mut self, session: &SessionId) -> Result<Option<Image>, StoreError> {
@@ -885,6 +1077,7 @@ impl Worker {
     ) -> Result<Vec<AppendedEvent>, StoreError> {
         let op = "append to the session";
         let key = lock_key(&self.schema, session);
+        let schema = self.schema.clone();
         let client = self.client().await?;
         let tx = client.transaction().await.map_err(sql_error(op))?;
         if !try_lock(&tx, key, wait).await.map_err(sql_error(op))? {
@@ -908,64 +1101,8 @@ impl Worker {
         if prepared.fresh.is_empty() {
             return Ok(prepared.results);
         }
-        let write = |e: tokio_postgres::Error| StoreError::Io {
-            session: Some(session.clone()),
-            op,
-            detail: format!("{}; nothing was committed", describe(&e)),
-        };
-        tx.execute(
-            "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
-            &[&session.as_str()],
-        )
-        .await
-        .map_err(write)?;
-        let insert_event = tx
-            .prepare(
-                "INSERT INTO events (session_id, event_index, event_id, dedupe_key, body)
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .await
-            .map_err(write)?;
-        for (event, body) in &prepared.fresh {
-            let index = event.event_index().get() as i64;
-            tx.execute(
-                &insert_event,
-                &[
-                    &session.as_str(),
-                    &index,
-                    &event.event_id().as_str(),
-                    &event.dedupe_key().as_str(),
-                    body,
-                ],
-            )
-            .await
-            .map_err(write)?;
-        }
-        let insert_record = tx
-            .prepare(
-                "INSERT INTO manifest (session_id, manifest_index, kind, body)
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .await
-            .map_err(write)?;
-        for (record, body) in &prepared.records {
-            let index = record.manifest_index().get() as i64;
-            tx.execute(
-                &insert_record,
-                &[&session.as_str(), &index, &record.kind().as_str(), body],
-            )
-            .await
-            .map_err(write)?;
-        }
-        tx.commit().await.map_err(|e| StoreError::Write {
-            session: Some(session.clone()),
-            op: "commit the append transaction",
-            path: format!("postgres schema {}", self.schema),
-            os_error: describe(&e),
-            errno: None,
-            // The COMMIT may have reached the server before the connection broke.
-            committed: Committed::Unknown,
-        })?;
+        insert_prepared(&tx, session, &prepared).await?;
+        commit(tx, session, &schema).await?;
         Ok(prepared.results)
     }
 
@@ -1046,6 +1183,83 @@ impl Worker {
             .map_err(sql_error("list sessions"))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
+}
+
+/// Inserts a prepared plan's rows (the session row on its first append, the events, then its
+/// manifest records) in `tx`.
+async fn insert_prepared(
+    tx: &tokio_postgres::Transaction<'_>,
+    session: &SessionId,
+    prepared: &Prepared,
+) -> Result<(), StoreError> {
+    let op = "append to the session";
+    let write = |e: tokio_postgres::Error| StoreError::Io {
+        session: Some(session.clone()),
+        op,
+        detail: format!("{}; nothing was committed", describe(&e)),
+    };
+    tx.execute(
+        "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
+        &[&session.as_str()],
+    )
+    .await
+    .map_err(write)?;
+    let insert_event = tx
+        .prepare(
+            "INSERT INTO events (session_id, event_index, event_id, dedupe_key, body)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .await
+        .map_err(write)?;
+    for (event, body) in &prepared.fresh {
+        let index = event.event_index().get() as i64;
+        tx.execute(
+            &insert_event,
+            &[
+                &session.as_str(),
+                &index,
+                &event.event_id().as_str(),
+                &event.dedupe_key().as_str(),
+                body,
+            ],
+        )
+        .await
+        .map_err(write)?;
+    }
+    let insert_record = tx
+        .prepare(
+            "INSERT INTO manifest (session_id, manifest_index, kind, body)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .await
+        .map_err(write)?;
+    for (record, body) in &prepared.records {
+        let index = record.manifest_index().get() as i64;
+        tx.execute(
+            &insert_record,
+            &[&session.as_str(), &index, &record.kind().as_str(), body],
+        )
+        .await
+        .map_err(write)?;
+    }
+    Ok(())
+}
+
+/// Commits an append transaction: a failed `COMMIT` may have reached the server, so what it
+/// committed is unknown (the next load decides; a retry is idempotent by dedupeKey).
+async fn commit(
+    tx: tokio_postgres::Transaction<'_>,
+    session: &SessionId,
+    schema: &str,
+) -> Result<(), StoreError> {
+    tx.commit().await.map_err(|e| StoreError::Write {
+        session: Some(session.clone()),
+        op: "commit the append transaction",
+        path: format!("postgres schema {schema}"),
+        os_error: describe(&e),
+        errno: None,
+        committed: Committed::Unknown,
+    })
 }
 
 /// Tries the session's transaction-level advisory lock until it is taken or `wait` has passed.
