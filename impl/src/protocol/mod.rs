@@ -23,6 +23,7 @@ mod resume;
 mod resume_index;
 mod session;
 mod start;
+mod store_choice;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -44,6 +45,7 @@ pub use self::console::ConsoleLookup;
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
 pub use self::inspect::{RunSummary, SessionSummary};
 pub use self::respond::{render_text, run_label};
+pub use self::store_choice::{STORE_ENV, STORE_SCHEMA_ENV, StoreChoice, redact};
 use crate::entropy::{Entropy, OsEntropy};
 use crate::features::{FEATURES_ENV, FeatureOverrides, Features};
 use crate::projections::NodeInfo;
@@ -229,7 +231,36 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
-        Self::open_created(config)
+        Self::open_created(config, &StoreChoice::Files)
+    }
+
+    /// [`Workrail::open`] on the chosen store: the data directory (created on first use) keeps
+    /// the derived per-machine files whatever the store.
+    pub fn open_on(config: WorkrailConfig, store: &StoreChoice) -> Result<Workrail, ErrorEnvelope> {
+        if *store == StoreChoice::Files {
+            return Self::open(config);
+        }
+        crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                format!("cannot create the WorkRail data directory: {e}"),
+                format!("Set {DATA_DIR_ENV} to a writable directory."),
+                Retry::NotRetryable,
+            )
+        })?;
+        Self::open_created(config, store)
+    }
+
+    /// [`Workrail::open_existing`] on the chosen store. PostgreSQL is opened whenever it is
+    /// reachable (connecting migrates its schema; the keyring row is made on first use).
+    pub fn open_existing_on(
+        config: WorkrailConfig,
+        store: &StoreChoice,
+    ) -> Result<Option<Workrail>, ErrorEnvelope> {
+        match store {
+            StoreChoice::Files => Self::open_existing(config),
+            StoreChoice::Postgres { .. } => Self::open_created(config, store).map(Some),
+        }
     }
 
     /// Opens WorkRail on an existing data directory for reading only (the Console): `None`
@@ -243,12 +274,19 @@ impl Workrail {
         {
             return Ok(None);
         }
-        Self::open_created(config).map(Some)
+        Self::open_created(config, &StoreChoice::Files).map(Some)
     }
 
     /// [`Workrail::open`] once the data directory exists.
-    fn open_created(config: WorkrailConfig) -> Result<Workrail, ErrorEnvelope> {
+    fn open_created(
+        config: WorkrailConfig,
+        choice: &StoreChoice,
+    ) -> Result<Workrail, ErrorEnvelope> {
         let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(&config.data_dir));
+        let store = match choice.connect()? {
+            None => Store::files(Arc::clone(&fs)),
+            Some(backend) => Store::postgres(backend),
+        };
         let sources = config.sources.clone();
         let cache = crate::sources::CatalogCache::new();
         let catalog: CatalogLoader = Arc::new(move || {
@@ -268,7 +306,7 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
-        let mut workrail = Self::with_parts(fs, catalog, config.entropy)?
+        let mut workrail = Self::with_store(fs, store, catalog, config.entropy)?
             .with_cache_budget(budget)
             .with_feature_overrides(&config.features)
             .with_workspace(config.workspace);
