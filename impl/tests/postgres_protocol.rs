@@ -7,7 +7,8 @@
 //!
 //! Guards against: a protocol path that still reaches the file store directly (its writes would
 //! be missing from PostgreSQL, and the responses would differ), a gate that does not update its
-//! view after a commit, and a store selection that the binary ignores.
+//! view after a commit, a cached PostgreSQL session that hides another process's appends, and a
+//! store selection that the binary ignores.
 //!
 //! Needs `WORKRAIL_TEST_POSTGRES=postgres://…` (`source .ci/postgres.sh`); without it the tests
 //! say why and pass, except under `CI`, where they fail. Each test uses a schema of its own.
@@ -327,6 +328,8 @@ fn another_backend_sees_what_one_committed() {
         two.sessions().load(&session).unwrap().events,
         one.sessions().load(&session).unwrap().events
     );
+    // The second holds its view in its session cache (D104).
+    assert_eq!(two.cache_sizes()[0].0, 1);
     let next = one
         .continue_workflow(ack(&started, "Done.", vec![]))
         .unwrap();

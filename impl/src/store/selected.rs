@@ -429,7 +429,7 @@ impl SessionRead for Store {
     fn load(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
         match self {
             Store::Files(f) => SessionRead::load(&f.sessions, session),
-            Store::Postgres(p) => SessionBackend::load(&*p.backend, session),
+            Store::Postgres(p) => p.backend.load_cached(session),
         }
     }
 

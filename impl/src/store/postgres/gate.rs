@@ -7,8 +7,8 @@ use std::sync::Arc;
 use workrail_spec::ids::{SessionId, Sha256Digest};
 
 use super::{
-    ObjectTable, PostgresBackend, Request, encode_keyring, fresh_key, parse_keyring, prepare,
-    validate,
+    GateRead, ObjectTable, PostgresBackend, Request, encode_keyring, fresh_key, parse_keyring,
+    prepare, validate,
 };
 use crate::entropy::Entropy;
 use crate::store::error::StoreError;
@@ -38,6 +38,10 @@ impl std::fmt::Debug for PgGate<'_> {
 
 impl Drop for PgGate<'_> {
     fn drop(&mut self) {
+        // Hand the up-to-date view to the cache unless a failed commit left it unknown.
+        if !self.poisoned && !self.session.events.is_empty() {
+            self.backend.remember(&self.session);
+        }
         let id = self.id;
         // Waits for the release, so a gate closed is a lock free.
         let _ = self.backend.call(|reply| Request::GateClose { id, reply });
@@ -110,22 +114,78 @@ impl PgGate<'_> {
     }
 }
 
+/// A cached view's freshness key: its manifest records and the bytes they spell.
+fn key_of(loaded: &LoadedSession) -> (i64, i64) {
+    (
+        loaded.manifest.len() as i64,
+        loaded.manifest_committed_bytes as i64,
+    )
+}
+
 impl PostgresBackend {
+    /// A healthy cached view of `session`, if this process holds one.
+    fn cached(&self, session: &SessionId) -> Option<Arc<LoadedSession>> {
+        self.sessions.get(session).filter(|c| {
+            c.health.is_healthy() && c.manifest_file_bytes == c.manifest_committed_bytes
+        })
+    }
+
+    /// Keeps a healthy view in the session cache.
+    fn remember(&self, loaded: &Arc<LoadedSession>) {
+        if loaded.health.is_healthy() {
+            self.sessions.insert(
+                loaded.session_id.clone(),
+                Arc::clone(loaded),
+                loaded.estimated_bytes(),
+            );
+        }
+    }
+
+    /// [`SessionBackend::load`] through this process's cache (D104): one query for the
+    /// session's manifest, and the cached view while it is unchanged; else a full load, cached
+    /// when healthy. Rows are append-only, so an unchanged manifest is an unchanged session (as
+    /// the file store trusts an unchanged `manifest.jsonl` length, D60).
+    pub fn load_cached(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
+        if let Some(cached) = self.cached(session) {
+            let id = session.clone();
+            let now = self.call(|reply| Request::Freshness { session: id, reply })?;
+            if now == key_of(&cached) {
+                return Ok(cached);
+            }
+        }
+        let loaded = crate::store::backend::SessionBackend::load(self, session)?;
+        self.remember(&loaded);
+        Ok(loaded)
+    }
+
     /// Opens the append gate of `session`: its lock (waiting the bounded moment, then
     /// [`StoreError::Locked`]) and its validated rows; anything but healthy is an error.
     pub fn open_gate(&self, session: &SessionId) -> Result<PgGate<'_>, StoreError> {
         let wait = self.lock_wait;
         let id = session.clone();
-        let (gate_id, image) = self.call(|reply| Request::GateOpen {
+        let cached = self.cached(session);
+        let known = cached.as_ref().map(|c| key_of(c));
+        let (gate_id, read) = self.call(|reply| Request::GateOpen {
             session: id,
             wait,
+            known,
             reply,
         })?;
+        // The gate owns the view while it is open; it goes back to the cache when it closes.
+        self.forget_cached(session);
         let mut gate = PgGate {
             backend: self,
             id: gate_id,
             session: Arc::new(LoadedSession::empty(session.clone())),
             poisoned: false,
+        };
+        let image = match (read, cached) {
+            (GateRead::Unchanged, Some(cached)) => {
+                gate.session = cached;
+                return Ok(gate);
+            }
+            (GateRead::Unchanged, None) => None,
+            (GateRead::Image(image), _) => image,
         };
         if let Some(image) = image
             && let Some(loaded) = validate(session, &image)?

@@ -137,7 +137,15 @@ enum Request {
     GateOpen {
         session: SessionId,
         wait: Duration,
-        reply: Reply<(u64, Option<Image>)>,
+        /// The manifest (records, bytes) of the caller's cached view: when the rows still have
+        /// them, they are not read again.
+        known: Option<(i64, i64)>,
+        reply: Reply<(u64, GateRead)>,
+    },
+    /// The session's manifest (records, bytes): one query, the freshness key of a cached view.
+    Freshness {
+        session: SessionId,
+        reply: Reply<(i64, i64)>,
     },
     /// Commits a plan prepared against the gate's view, on the gate's connection.
     GateAppend {
@@ -925,9 +933,17 @@ impl Worker {
             Request::GateOpen {
                 session,
                 wait,
+                known,
                 reply,
             } => {
-                let _ = reply.send(self.gate_open(&session, wait).await);
+                let _ = reply.send(self.gate_open(&session, wait, known).await);
+            }
+            Request::Freshness { session, reply } => {
+                let result = match self.client().await {
+                    Ok(client) => freshness(&*client, &session).await,
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(result);
             }
             Request::GateAppend {
                 id,
@@ -964,7 +980,8 @@ impl Worker {
         &mut self,
         session: &SessionId,
         wait: Duration,
-    ) -> Result<(u64, Option<Image>), StoreError> {
+        known: Option<(i64, i64)>,
+    ) -> Result<(u64, GateRead), StoreError> {
         let op = "lock session";
         let client = match self.idle.pop() {
             Some(client) if !client.is_closed() => client,
@@ -993,10 +1010,17 @@ impl Worker {
             pause = (pause * 2).min(Duration::from_millis(20));
         }
         // Under the lock nothing else commits to this session: this read is authoritative.
-        let image = fetch_image(&client, session).await;
+        let read = match known {
+            Some(known) => match freshness(&client, session).await {
+                Ok(now) if now == known => Ok(GateRead::Unchanged),
+                Ok(_) => fetch_image(&client, session).await.map(GateRead::Image),
+                Err(e) => Err(e),
+            },
+            None => fetch_image(&client, session).await.map(GateRead::Image),
+        };
         self.next_lock += 1;
         self.gates.insert(self.next_lock, (client, key));
-        Ok((self.next_lock, image?))
+        Ok((self.next_lock, read?))
     }
 
     async fn gate_append(
@@ -1285,6 +1309,30 @@ async fn try_lock(
         tokio::time::sleep(pause.min(deadline - now)).await;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
+}
+
+/// What a gate read under its lock.
+enum GateRead {
+    /// The manifest is as the caller's cached view has it.
+    Unchanged,
+    /// The session's rows (`None`: no session row yet).
+    Image(Option<Image>),
+}
+
+/// The session's manifest as (records, bytes of `manifest.jsonl` they spell).
+async fn freshness(
+    client: &impl GenericClient,
+    session: &SessionId,
+) -> Result<(i64, i64), StoreError> {
+    let row = client
+        .query_one(
+            "SELECT count(*)::bigint, coalesce(sum(octet_length(body) + 1), 0)::bigint
+             FROM manifest WHERE session_id = $1",
+            &[&session.as_str()],
+        )
+        .await
+        .map_err(sql_error("check the session for changes"))?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// Reads a session's rows and the objects its events reference. `None` without a session row.
