@@ -415,7 +415,22 @@ fn workrail_mcp_runs_on_postgres_when_workrail_store_names_it() {
     let backend = PostgresBackend::connect(&url, &schema.name).unwrap();
     let loaded = workrail::store::SessionBackend::load(&backend, &session).unwrap();
     assert!(loaded.events.len() > 3, "{}", loaded.events.len());
-    assert!(!dir.path().join("sessions").join(session.as_str()).exists());
+    // Inspecting it (which caches projections) leaves no session directory behind either.
+    let inspected = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .args(["inspect", session.as_str()])
+        .env("WORKRAIL_DATA_DIR", dir.path())
+        .env("HOME", dir.path())
+        .env("WORKRAIL_STORE", &url)
+        .env("WORKRAIL_STORE_SCHEMA", &schema.name)
+        .output()
+        .unwrap();
+    assert!(
+        inspected.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspected.stderr)
+    );
+    assert!(String::from_utf8_lossy(&inspected.stdout).contains(session.as_str()));
+    assert!(!dir.path().join("sessions").exists());
 }
 
 #[test]

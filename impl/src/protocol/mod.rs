@@ -343,8 +343,13 @@ impl Workrail {
         let features = Features::load(fs.as_ref())?;
         Ok(Self {
             fs: Arc::clone(&fs),
+            // Under `sessions/<id>/cache/` for the file store; in memory for PostgreSQL, whose
+            // session ids must not make directories in the data directory (D101).
+            cache: ProjectionCache::new(match &store {
+                Store::Files(_) => Arc::clone(&fs),
+                Store::Postgres(_) => Arc::new(crate::store::memfs::MemFs::new()),
+            }),
             store,
-            cache: ProjectionCache::new(Arc::clone(&fs)),
             codec: RwLock::new((held, codec)),
             entropy,
             catalog,
