@@ -333,10 +333,17 @@ fn another_backend_sees_what_one_committed() {
     let next = one
         .continue_workflow(ack(&started, "Done.", vec![]))
         .unwrap();
-    assert_eq!(
-        two.sessions().load(&session).unwrap().events,
-        one.sessions().load(&session).unwrap().events
-    );
+    // The second reads only the new rows past its cached view: the same session as a full read.
+    let seen = two.sessions().load(&session).unwrap();
+    let full = workrail::store::SessionBackend::load(
+        &PostgresBackend::connect(&schema.url, &schema.name).unwrap(),
+        &session,
+    )
+    .unwrap();
+    assert!(seen.health.is_healthy());
+    assert_eq!(seen.events, full.events);
+    assert_eq!(seen.manifest, full.manifest);
+    assert_eq!(seen.events, one.sessions().load(&session).unwrap().events);
     // The second continues from the first's tokens (one keyring row) and the first sees it.
     let third = two
         .continue_workflow(ack(&next, "Done again.", vec![]))
@@ -462,4 +469,43 @@ fn a_bad_or_unreachable_store_is_a_clear_error_without_the_password() {
         "{text}"
     );
     assert!(!text.contains("panicked"), "{text}");
+}
+
+#[test]
+fn a_cached_view_never_hides_damage_in_the_rows_after_it() {
+    let Some(url) = postgres_url("a_cached_view_never_hides_damage_in_the_rows_after_it") else {
+        return;
+    };
+    let schema = Schema::new(&url, "tail_damage");
+    let one = schema.workrail();
+    let two = schema.workrail();
+    let started = one
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "wr.coding_task".into(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session = started.session.session_id.clone();
+    assert!(two.sessions().load(&session).unwrap().health.is_healthy());
+    one.continue_workflow(ack(&started, "Done.", vec![]))
+        .unwrap();
+    // The newest event row changed by hand, same length: the rows after the cached view are
+    // damaged, and the verdict is the full read's.
+    schema.run(&format!(
+        "UPDATE {s}.events SET body = translate(body, 'e', 'E')
+         WHERE session_id = '{id}'
+           AND event_index = (SELECT max(event_index) FROM {s}.events WHERE session_id = '{id}')",
+        s = schema.name,
+        id = session.as_str()
+    ));
+    let seen = two.sessions().load(&session).unwrap();
+    let full = workrail::store::SessionBackend::load(
+        &PostgresBackend::connect(&schema.url, &schema.name).unwrap(),
+        &session,
+    )
+    .unwrap();
+    assert!(!seen.health.is_healthy());
+    assert_eq!(seen.health, full.health);
 }

@@ -6,10 +6,17 @@ use std::sync::Arc;
 
 use workrail_spec::ids::{SessionId, Sha256Digest};
 
+use workrail_spec::event::EventData;
+
 use super::{
-    GateRead, ObjectTable, PostgresBackend, Request, encode_keyring, fresh_key, parse_keyring,
-    prepare, validate,
+    GateRead, Image, ObjectTable, PostgresBackend, Request, encode_keyring, fresh_key,
+    parse_keyring, prepare, validate, validate_with,
 };
+
+/// The canonical text of a stored record or event, as its row holds it.
+fn canonical<T: serde::Serialize>(value: &T) -> Option<String> {
+    workrail_spec::jcs::to_canonical_string(value).ok()
+}
 use crate::entropy::Entropy;
 use crate::store::error::StoreError;
 use crate::store::keyring::{HeldKeyring, Keyring, Refresh};
@@ -142,8 +149,8 @@ impl PostgresBackend {
     }
 
     /// [`SessionBackend::load`] through this process's cache (D104): one query for the
-    /// session's manifest, and the cached view while it is unchanged; else a full load, cached
-    /// when healthy. Rows are append-only, so an unchanged manifest is an unchanged session (as
+    /// session's manifest, and the cached view while it is unchanged; else only the rows past
+    /// the view ([`PostgresBackend::load_tail`]), or a full load; cached when healthy. Rows are append-only, so an unchanged manifest is an unchanged session (as
     /// the file store trusts an unchanged `manifest.jsonl` length, D60).
     pub fn load_cached(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
         if let Some(cached) = self.cached(session) {
@@ -152,9 +159,68 @@ impl PostgresBackend {
             if now == key_of(&cached) {
                 return Ok(cached);
             }
+            if let Some(loaded) = self.load_tail(&cached)? {
+                self.remember(&loaded);
+                return Ok(loaded);
+            }
         }
         let loaded = crate::store::backend::SessionBackend::load(self, session)?;
         self.remember(&loaded);
+        Ok(loaded)
+    }
+
+    /// The session past the healthy view `cached`: only the new rows and the objects the new
+    /// events reference are read; the view's rows are laid out again from its own records and
+    /// its objects count as verified. `None` (a full load decides) when the rows before the
+    /// view's end are not all there or the result is not healthy, so every verdict other than
+    /// healthy comes from a full read.
+    fn load_tail(&self, cached: &LoadedSession) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        let session = &cached.session_id;
+        let id = session.clone();
+        let (manifest_from, event_from) =
+            (cached.manifest.len() as i64, cached.events.len() as i64);
+        let Some(tail) = self.call(|reply| Request::Tail {
+            session: id,
+            manifest_from,
+            event_from,
+            reply,
+        })?
+        else {
+            return Ok(None);
+        };
+        let mut manifest = Vec::with_capacity(cached.manifest.len() + tail.manifest.len());
+        for record in &cached.manifest {
+            let Some(line) = canonical(record) else {
+                return Ok(None);
+            };
+            manifest.push(line);
+        }
+        manifest.extend(tail.manifest);
+        let mut events = Vec::with_capacity(cached.events.len() + tail.events.len());
+        for event in &cached.events {
+            let Some(line) = canonical(event) else {
+                return Ok(None);
+            };
+            events.push((event.event_index().get() as i64, line));
+        }
+        events.extend(tail.events);
+        let mut verified = Vec::new();
+        for event in &cached.events {
+            match event.data() {
+                EventData::NodeCreated(n) => verified.push(n.snapshot_ref.digest().clone()),
+                EventData::RunStarted(r) => verified.push(r.workflow_hash.digest().clone()),
+                _ => {}
+            }
+        }
+        let image = Image {
+            manifest,
+            events,
+            snapshots: tail.snapshots,
+            workflows: tail.workflows,
+        };
+        let loaded = validate_with(session, &image, &verified)?
+            .filter(|l| l.health.is_healthy())
+            .map(Arc::new);
         Ok(loaded)
     }
 

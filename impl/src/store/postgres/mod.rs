@@ -142,6 +142,13 @@ enum Request {
         known: Option<(i64, i64)>,
         reply: Reply<(u64, GateRead)>,
     },
+    /// The rows past a cached view (see [`fetch_tail`]), read in one snapshot.
+    Tail {
+        session: SessionId,
+        manifest_from: i64,
+        event_from: i64,
+        reply: Reply<Option<Image>>,
+    },
     /// The session's manifest (records, bytes): one query, the freshness key of a cached view.
     Freshness {
         session: SessionId,
@@ -601,6 +608,16 @@ fn object_path(dir: &str, digest: &str) -> Option<std::path::PathBuf> {
 /// its bounds, and the referenced objects are laid out as in the CAS, so a changed, missing or
 /// reordered row shows up as the same reason a damaged file would.
 fn validate(session: &SessionId, image: &Image) -> Result<Option<LoadedSession>, StoreError> {
+    validate_with(session, image, &[])
+}
+
+/// [`validate`], with the objects of `verified` taken as intact (they were verified by an
+/// earlier load in this process, and objects are immutable: D53's rule).
+fn validate_with(
+    session: &SessionId,
+    image: &Image,
+    verified: &[workrail_spec::ids::Sha256Digest],
+) -> Result<Option<LoadedSession>, StoreError> {
     let memory = |e: std::io::Error| StoreError::Internal {
         detail: format!("in-memory image: {e}"),
     };
@@ -647,6 +664,7 @@ fn validate(session: &SessionId, image: &Image) -> Result<Option<LoadedSession>,
         }
     }
     let objects = ObjectCheck::new(Arc::clone(&fs) as Arc<dyn StoreFs>);
+    objects.assume_intact(verified);
     load_session(&*fs, session, Some(&objects)).map_err(|e| StoreError::Io {
         session: Some(session.clone()),
         op: "load session",
@@ -938,6 +956,14 @@ impl Worker {
             } => {
                 let _ = reply.send(self.gate_open(&session, wait, known).await);
             }
+            Request::Tail {
+                session,
+                manifest_from,
+                event_from,
+                reply,
+            } => {
+                let _ = reply.send(self.tail(&session, manifest_from, event_from).await);
+            }
             Request::Freshness { session, reply } => {
                 let result = match self.client().await {
                     Ok(client) => freshness(&*client, &session).await,
@@ -974,6 +1000,26 @@ impl Worker {
             }
             Request::Shutdown => {}
         }
+    }
+
+    async fn tail(
+        &mut self,
+        session: &SessionId,
+        manifest_from: i64,
+        event_from: i64,
+    ) -> Result<Option<Image>, StoreError> {
+        let op = "load session";
+        let client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(sql_error(op))?;
+        let image = fetch_tail(&tx, session, manifest_from, event_from).await;
+        let _ = tx.rollback().await;
+        image
     }
 
     async fn gate_open(
@@ -1369,9 +1415,26 @@ async fn fetch_image(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    let (snapshots, workflows) = fetch_objects(client, &events).await?;
+    Ok(Some(Image {
+        manifest,
+        events,
+        snapshots,
+        workflows,
+    }))
+}
+
+/// The snapshots and workflows `events` reference that exist: (digest, text) each.
+type Objects = (Vec<(String, String)>, Vec<(String, String)>);
+
+async fn fetch_objects(
+    client: &impl GenericClient,
+    events: &[(i64, String)],
+) -> Result<Objects, StoreError> {
+    let op = "load session";
     let mut snapshots = BTreeSet::new();
     let mut workflows = BTreeSet::new();
-    for (_, body) in &events {
+    for (_, body) in events {
         // An event that does not parse is reported by the validator.
         let Ok(event) = SessionEvent::from_json_str(body) else {
             continue;
@@ -1401,6 +1464,54 @@ async fn fetch_image(
     };
     let snapshots = objects("snapshots", snapshots).await?;
     let workflows = objects("workflows", workflows).await?;
+    Ok((snapshots, workflows))
+}
+
+/// The rows past a cached view of `manifest_from` records and `event_from` events, and the
+/// objects the new events reference; `None` when the session row is gone or the rows before
+/// those positions are not all there (then only a full load can judge).
+async fn fetch_tail(
+    client: &impl GenericClient,
+    session: &SessionId,
+    manifest_from: i64,
+    event_from: i64,
+) -> Result<Option<Image>, StoreError> {
+    let op = "load session";
+    let id = session.as_str();
+    let prefix = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM manifest WHERE session_id = $1 AND manifest_index < $2),
+                    (SELECT count(*) FROM events WHERE session_id = $1 AND event_index < $3)",
+            &[&id, &manifest_from, &event_from],
+        )
+        .await
+        .map_err(sql_error(op))?;
+    if prefix.get::<_, i64>(0) != manifest_from || prefix.get::<_, i64>(1) != event_from {
+        return Ok(None);
+    }
+    let manifest = client
+        .query(
+            "SELECT body FROM manifest WHERE session_id = $1 AND manifest_index >= $2
+             ORDER BY manifest_index",
+            &[&id, &manifest_from],
+        )
+        .await
+        .map_err(sql_error(op))?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let events: Vec<(i64, String)> = client
+        .query(
+            "SELECT event_index, body FROM events WHERE session_id = $1 AND event_index >= $2
+             ORDER BY event_index",
+            &[&id, &event_from],
+        )
+        .await
+        .map_err(sql_error(op))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let (snapshots, workflows) = fetch_objects(client, &events).await?;
     Ok(Some(Image {
         manifest,
         events,
