@@ -78,7 +78,7 @@ pub fn export_bundle(
         )
     })?;
     let loaded = parts
-        .sessions
+        .store
         .load(&session)
         .map_err(|e| e.to_envelope(false))?;
     let mut warnings = Vec::new();
@@ -166,24 +166,24 @@ pub fn export_bundle(
     let mut snapshots = BTreeMap::new();
     for snapshot_ref in snapshot_refs {
         let snapshot = parts
-            .snapshots
-            .get(&snapshot_ref)
+            .store
+            .snapshot(&snapshot_ref)
             .map_err(|e| with_context(e.to_envelope(false), "reading a pinned snapshot"))?;
-        snapshots.insert(snapshot_ref, snapshot);
+        snapshots.insert(snapshot_ref, std::sync::Arc::unwrap_or_clone(snapshot));
         progress.advance(1);
     }
     let mut pinned_workflows = BTreeMap::new();
     for hash in hashes {
         let compiled = parts
-            .pinned
-            .get(&hash)
+            .store
+            .workflow(&hash)
             .map_err(|e| with_context(e.to_envelope(false), "reading a pinned workflow"))?;
-        pinned_workflows.insert(hash, compiled);
+        pinned_workflows.insert(hash, std::sync::Arc::unwrap_or_clone(compiled));
         progress.advance(1);
     }
     let mut artifacts = BTreeMap::new();
     for digest in artifact_digests {
-        match parts.artifacts.get(&digest) {
+        match parts.store.artifact(&digest) {
             Ok(value) => {
                 artifacts.insert(digest, value);
             }
@@ -207,7 +207,7 @@ pub fn export_bundle(
     // The session's records move into the bundle rather than being copied: the session cache
     // lets go of its view (the next load reads the session again), and only when another
     // holder still shares it are they copied.
-    parts.sessions.forget_cached(&session);
+    parts.store.forget_cached(&session);
     let (events, manifest) = match std::sync::Arc::try_unwrap(loaded) {
         Ok(owned) => (owned.events, owned.manifest),
         Err(shared) => (shared.events.clone(), shared.manifest.clone()),

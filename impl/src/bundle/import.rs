@@ -131,7 +131,7 @@ pub fn import_bundle<'t>(
     let mut warnings = checked.warnings;
     let source = body.session.session_id.clone();
     let existing: HashSet<SessionId> = parts
-        .sessions
+        .store
         .list_sessions()
         .map_err(|e| e.to_envelope(false))?
         .into_iter()
@@ -174,7 +174,7 @@ pub fn import_bundle<'t>(
     );
     let store_err = |e: StoreError| e.to_envelope(false);
     for (hash, compiled) in &body.session.pinned_workflows {
-        if &parts.pinned.put(compiled).map_err(store_err)? != hash {
+        if &parts.store.put_workflow(compiled).map_err(store_err)? != hash {
             return Err(invariant(format!(
                 "import: pinned workflow {hash} was stored under another hash"
             )));
@@ -182,7 +182,7 @@ pub fn import_bundle<'t>(
         progress.advance(1);
     }
     for (snapshot_ref, snapshot) in &body.session.snapshots {
-        if &parts.snapshots.put(snapshot).map_err(store_err)? != snapshot_ref {
+        if &parts.store.put_snapshot(snapshot).map_err(store_err)? != snapshot_ref {
             return Err(invariant(format!(
                 "import: snapshot {snapshot_ref} was stored under another ref"
             )));
@@ -193,7 +193,7 @@ pub fn import_bundle<'t>(
         let object = value
             .as_object()
             .ok_or_else(|| invariant(format!("import: artifact {digest} is not a JSON object")))?;
-        if &parts.artifacts.put_object(object).map_err(store_err)?.0 != digest {
+        if &parts.store.put_artifact(object).map_err(store_err)?.0 != digest {
             return Err(invariant(format!(
                 "import: artifact {digest} was stored under another digest"
             )));
@@ -217,7 +217,7 @@ pub fn import_bundle<'t>(
 
     // 3) The session, under its lock, one plan per original segment (pins come from the store).
     let committed = parts
-        .sessions
+        .store
         .with_append_gate(&target, |gate| {
             if !gate.session().events.is_empty() {
                 return Err(GateError(ErrorEnvelope::new(

@@ -46,12 +46,16 @@ pub const EXIT_USAGE: u8 = 2;
     name = "workrail",
     version,
     about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.",
-    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)"
+    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)\n  WORKRAIL_STORE          a postgres:// URL to keep sessions, objects and keys in PostgreSQL (default: the file store in the data directory)\n  WORKRAIL_STORE_SCHEMA   the PostgreSQL schema (default: workrail)"
 )]
 struct Cli {
     /// Data directory (overrides WORKRAIL_DATA_DIR).
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// The store: a postgres:// or postgresql:// URL (overrides WORKRAIL_STORE); empty or
+    /// unset: the file store in the data directory.
+    #[arg(long, global = true, value_name = "URL")]
+    store: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -216,6 +220,8 @@ fn init_logging() {
 }
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
+    let store = crate::protocol::StoreChoice::resolve(cli.store.as_deref())?;
+    let open = |data_dir: Option<PathBuf>| open(data_dir, &store);
     match cli.command.unwrap_or(Command::Mcp) {
         Command::Mcp => {
             let dir = crate::control::cli::data_dir(cli.data_dir.clone())?;
@@ -389,7 +395,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             if let Some(dir) = cli.data_dir {
                 config.data_dir = dir;
             }
-            crate::console::run(crate::console::ConsoleOptions { config, port, open })?;
+            crate::console::run(crate::console::ConsoleOptions {
+                config,
+                store,
+                port,
+                open,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys {
@@ -406,7 +417,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
 }
 
 /// Opens WorkRail with the process configuration, creating the data directory if needed.
-fn open(data_dir: Option<PathBuf>) -> Result<Workrail, String> {
+fn open(
+    data_dir: Option<PathBuf>,
+    store: &crate::protocol::StoreChoice,
+) -> Result<Workrail, String> {
     let mut config = WorkrailConfig::from_env()?;
     if let Some(dir) = data_dir {
         config.data_dir = dir;
@@ -417,8 +431,8 @@ fn open(data_dir: Option<PathBuf>) -> Result<Workrail, String> {
             config.data_dir.display()
         )
     })?;
-    tracing::debug!(data_dir = %config.data_dir.display(), "opening WorkRail");
-    Workrail::open(config).map_err(|e| envelope_text(&e))
+    tracing::debug!(data_dir = %config.data_dir.display(), store = %store.describe(), "opening WorkRail");
+    Workrail::open_on(config, store).map_err(|e| envelope_text(&e))
 }
 
 /// A progress bar on stderr; indicatif hides it when stderr is not a terminal.

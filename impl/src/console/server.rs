@@ -28,6 +28,8 @@ const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; s
 #[derive(Debug, Clone)]
 pub struct ConsoleOptions {
     pub config: WorkrailConfig,
+    /// The store the sessions live in.
+    pub store: crate::protocol::StoreChoice,
     /// 0: any free port.
     pub port: u16,
     /// Launch the default browser on the link (best effort).
@@ -38,6 +40,7 @@ struct Shared {
     secret: String,
     origin: String,
     config: WorkrailConfig,
+    store: crate::protocol::StoreChoice,
     /// Opened on first use once the data directory holds a keyring (nothing is created).
     workrail: Mutex<Option<Arc<Workrail>>>,
 }
@@ -48,7 +51,7 @@ impl Shared {
         if let Some(w) = held.as_ref() {
             return Ok(Some(Arc::clone(w)));
         }
-        let opened = Workrail::open_existing(self.config.clone())
+        let opened = Workrail::open_existing_on(self.config.clone(), &self.store)
             .map_err(|e| e.message)?
             .map(Arc::new);
         held.clone_from(&opened);
@@ -94,6 +97,7 @@ async fn serve(options: ConsoleOptions) -> Result<(), String> {
         secret,
         origin,
         config: options.config,
+        store: options.store,
         workrail: Mutex::new(None),
     });
     axum::serve(listener, router(app))

@@ -310,7 +310,15 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<GcReport, ErrorEnvelope> {
     let parts = wr.parts();
-    let fs: &dyn StoreFs = parts.sessions.fs().as_ref();
+    let Some(files) = parts.store.file_stores() else {
+        return Err(ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            "`workrail gc` works on the file store only for now; this WorkRail uses PostgreSQL, where retention and the sweep of unreferenced objects are not implemented yet. Nothing was deleted.",
+            "Run gc without --store / WORKRAIL_STORE for the data directory's file store.",
+            Retry::NotRetryable,
+        ));
+    };
+    let fs: &dyn StoreFs = files.fs().as_ref();
     let config = match RetentionConfig::load(fs)? {
         Some(config) => config,
         None => {
@@ -367,7 +375,7 @@ pub fn run(
             age_days: None,
             deleted: false,
         };
-        match parts.sessions.load(&id) {
+        match parts.store.load(&id) {
             Ok(loaded) if loaded.health.is_healthy() => healthy.push((id, loaded)),
             Ok(loaded) => {
                 report.safe_mode = true;
@@ -562,8 +570,8 @@ pub fn run(
     }
 
     // 6) Sweep.
-    let snapshots = parts.snapshots.list().map_err(|e| e.to_envelope(false))?;
-    let workflows = parts.pinned.list().map_err(|e| e.to_envelope(false))?;
+    let snapshots = files.snapshots.list().map_err(|e| e.to_envelope(false))?;
+    let workflows = files.pinned.list().map_err(|e| e.to_envelope(false))?;
     let artifacts = list_artifacts(fs)?;
     progress.begin(
         "gc: sweeping",
@@ -650,7 +658,7 @@ fn delete_session(
         Err(LockError::Busy) => return Ok(Deleted::Locked),
         Err(LockError::Io(e)) => return Err(io_envelope("locking a session", e)),
     };
-    let now_loaded = match parts.sessions.load(id) {
+    let now_loaded = match parts.store.load(id) {
         Ok(loaded) => Some(loaded),
         Err(StoreError::NotFound { .. }) => None,
         Err(e) => return Err(e.to_envelope(false)),

@@ -372,10 +372,10 @@ fn replay(
                 .node(&state.run_id, to_node_id)
                 .ok_or_else(|| invariant("a recorded advance names a node that does not exist"))?;
             let snapshot = wr
-                .snapshots
-                .get(&info.snapshot_ref)
+                .store
+                .snapshot(&info.snapshot_ref)
                 .map_err(|e| e.to_envelope(true))?;
-            let to_state = snapshot.engine_payload.engine_state;
+            let to_state = snapshot.engine_payload.engine_state.clone();
             let mut output = respond_at(
                 wr,
                 prefix,
@@ -454,7 +454,7 @@ pub(super) fn advance(
         state: node_state,
     } = ctx;
     drop(pre_lock_view);
-    let result = wr.sessions.with_append_gate(&state.session_id, |gate| {
+    let result = wr.store.with_append_gate(&state.session_id, |gate| {
         // Re-read under the lock: another process may have recorded this attempt meanwhile.
         let fresh = NodeContext {
             loaded: gate.shared(),
@@ -480,15 +480,15 @@ pub(super) fn advance(
         };
         // The new node's snapshot and the artifacts are stored while the segment is written
         // (decision D65); all are durable before the manifest attests the plan.
-        let (snapshots, artifact_store) = (wr.snapshots.clone(), wr.artifacts.clone());
+        let writer = wr.store.writer();
         let (snapshot, artifacts) = (plan.snapshot, plan.artifacts);
         let store_snapshot = move || {
             if let Some((snapshot, bytes)) = snapshot {
-                snapshots.put_canonical(&snapshot, &bytes)?;
+                writer.put_snapshot_canonical(&snapshot, &bytes)?;
             }
             artifacts
                 .iter()
-                .try_for_each(|a| artifact_store.put_prepared(a))
+                .try_for_each(|a| writer.put_prepared_artifact(a))
         };
         let NodeContext {
             compiled,

@@ -88,7 +88,7 @@ pub(super) fn checkpoint(
         state: node_state,
     } = ctx;
     drop(pre_lock_view);
-    let outcome = wr.sessions.with_append_gate(&state.session_id, |gate| {
+    let outcome = wr.store.with_append_gate(&state.session_id, |gate| {
         let fresh = NodeContext {
             loaded: gate.shared(),
             compiled: pinned_workflow,
@@ -141,8 +141,8 @@ pub(super) fn checkpoint(
             );
             // Durable before the append that references them.
             for artifact in &artifacts {
-                wr.artifacts
-                    .put_prepared(artifact)
+                wr.store
+                    .put_prepared_artifact(artifact)
                     .map_err(|e| Wrapped(e.to_envelope(true)))?;
             }
             // The edge is the plan's last event: replays end their prefix there.

@@ -98,7 +98,7 @@ impl Workrail {
         let Ok(session) = SessionId::parse(session_id) else {
             return ConsoleLookup::NotFound;
         };
-        match self.sessions.load(&session) {
+        match self.store.load(&session) {
             Ok(loaded) => ConsoleLookup::Found(loaded),
             Err(StoreError::NotFound { .. }) => ConsoleLookup::NotFound,
             Err(e) => ConsoleLookup::Unreadable(e.to_string()),
@@ -162,7 +162,7 @@ impl Workrail {
             let Some(view) = facts.run(&run.run_id) else {
                 continue;
             };
-            let compiled = self.pinned.get_shared(&view.dag.started.workflow_hash).ok();
+            let compiled = self.store.workflow(&view.dag.started.workflow_hash).ok();
             let mut infos: Vec<&NodeInfo> = view.dag.nodes.values().collect();
             infos.sort_by_key(|i| i.created_index);
             let node_count = infos.len();
@@ -246,7 +246,7 @@ impl Workrail {
         let Some(info) = view.dag.nodes.get(&node) else {
             return ConsoleLookup::NotFound;
         };
-        let compiled = self.pinned.get_shared(&view.dag.started.workflow_hash).ok();
+        let compiled = self.store.workflow(&view.dag.started.workflow_hash).ok();
         let summary = self.console_node_summary(
             &facts,
             compiled.as_deref(),
@@ -358,8 +358,8 @@ impl Workrail {
                 continue;
             };
             let kind = self
-                .artifacts
-                .get(sha256)
+                .store
+                .artifact(sha256)
                 .ok()
                 .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned))
                 .unwrap_or_else(|| "artifact".to_owned());

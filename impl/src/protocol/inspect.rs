@@ -50,8 +50,8 @@ fn summarize_facts(wr: &Workrail, facts: &Facts) -> SessionSummary {
         .iter()
         .map(|(run, view)| {
             let label = wr
-                .pinned
-                .get(&view.dag.started.workflow_hash)
+                .store
+                .workflow(&view.dag.started.workflow_hash)
                 .map(|c| run_label(&c, run))
                 .unwrap_or_else(|_| run.to_string());
             let tip_complete = view
@@ -320,7 +320,7 @@ pub(super) fn node_step(
     compiled: Option<&workrail_spec::compiled::CompiledWorkflowSnapshotV1>,
     info: &crate::projections::NodeInfo,
 ) -> NodeStep {
-    let Ok(snapshot) = wr.snapshots.get_shared(&info.snapshot_ref) else {
+    let Ok(snapshot) = wr.store.snapshot(&info.snapshot_ref) else {
         return NodeStep::SnapshotUnreadable;
     };
     let engine = &snapshot.engine_payload.engine_state;
@@ -352,7 +352,7 @@ pub(super) fn inspect_session(
         )
     })?;
     let loaded = wr
-        .sessions
+        .store
         .load(&session)
         .map_err(|e: StoreError| e.to_envelope(false))?;
     let facts = Facts::new(&loaded.events);
@@ -390,7 +390,7 @@ pub(super) fn inspect_session(
         if let Some(view) = facts.run(&run.run_id)
             && let Some(root) = &view.dag.root
         {
-            let compiled = wr.pinned.get_shared(&view.dag.started.workflow_hash).ok();
+            let compiled = wr.store.workflow(&view.dag.started.workflow_hash).ok();
             // The step each node waits at (its snapshot's pending step), as responses name it.
             let step_of = |info: &crate::projections::NodeInfo| -> String {
                 match node_step(wr, compiled.as_deref(), info) {

@@ -23,6 +23,7 @@ mod resume;
 mod resume_index;
 mod session;
 mod start;
+mod store_choice;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -44,14 +45,14 @@ pub use self::console::ConsoleLookup;
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
 pub use self::inspect::{RunSummary, SessionSummary};
 pub use self::respond::{render_text, run_label};
+pub use self::store_choice::{STORE_ENV, STORE_SCHEMA_ENV, StoreChoice, redact};
 use crate::entropy::{Entropy, OsEntropy};
 use crate::features::{FEATURES_ENV, FeatureOverrides, Features};
 use crate::projections::NodeInfo;
 use crate::sources::{Catalog, SourceConfig, WorkflowSource};
 use crate::store::fs::{OsFs, StoreFs};
 use crate::store::{
-    ArtifactStore, HeldKeyring, KeyringStore, LoadedSession, PinnedWorkflowStore, ProjectionCache,
-    Refresh, SessionRead, SessionStore, SnapshotStore, StoreError,
+    HeldKeyring, LoadedSession, ProjectionCache, Refresh, SessionRead, Store, StoreError,
 };
 use crate::tokens::TokenCodec;
 use crate::workspace::fs::ProcessWorkspace;
@@ -153,14 +154,13 @@ impl WorkrailConfig {
 
 /// WorkRail: stores, tokens and workflow sources.
 pub struct Workrail {
+    /// The data directory: derived per-machine files (projection cache, resume index, server
+    /// records, config) whatever the store.
     fs: Arc<dyn StoreFs>,
-    sessions: SessionStore,
-    snapshots: SnapshotStore,
-    pinned: PinnedWorkflowStore,
-    artifacts: ArtifactStore,
+    /// Sessions, objects and the keyring: the file store or PostgreSQL (D100).
+    store: Store,
     cache: ProjectionCache,
-    keys: KeyringStore,
-    /// The keyring this process holds (compared with the file on each use) and its codec.
+    /// The keyring this process holds (compared with the stored one on each use) and its codec.
     codec: RwLock<(HeldKeyring, TokenCodec)>,
     entropy: Arc<dyn Entropy>,
     catalog: CatalogLoader,
@@ -181,7 +181,7 @@ pub struct Workrail {
 impl std::fmt::Debug for Workrail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Workrail")
-            .field("sessions", &self.sessions)
+            .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
@@ -206,10 +206,7 @@ pub(crate) fn invariant(message: impl Into<String>) -> ErrorEnvelope {
 
 /// What export/import and GC use of a [`Workrail`] (see [`Workrail::parts`]).
 pub(crate) struct Parts<'a> {
-    pub sessions: &'a SessionStore,
-    pub snapshots: &'a SnapshotStore,
-    pub pinned: &'a PinnedWorkflowStore,
-    pub artifacts: &'a ArtifactStore,
+    pub store: &'a Store,
     pub entropy: &'a dyn Entropy,
     pub codec: TokenCodec,
 }
@@ -234,7 +231,36 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
-        Self::open_created(config)
+        Self::open_created(config, &StoreChoice::Files)
+    }
+
+    /// [`Workrail::open`] on the chosen store: the data directory (created on first use) keeps
+    /// the derived per-machine files whatever the store.
+    pub fn open_on(config: WorkrailConfig, store: &StoreChoice) -> Result<Workrail, ErrorEnvelope> {
+        if *store == StoreChoice::Files {
+            return Self::open(config);
+        }
+        crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                format!("cannot create the WorkRail data directory: {e}"),
+                format!("Set {DATA_DIR_ENV} to a writable directory."),
+                Retry::NotRetryable,
+            )
+        })?;
+        Self::open_created(config, store)
+    }
+
+    /// [`Workrail::open_existing`] on the chosen store. PostgreSQL is opened whenever it is
+    /// reachable (connecting migrates its schema; the keyring row is made on first use).
+    pub fn open_existing_on(
+        config: WorkrailConfig,
+        store: &StoreChoice,
+    ) -> Result<Option<Workrail>, ErrorEnvelope> {
+        match store {
+            StoreChoice::Files => Self::open_existing(config),
+            StoreChoice::Postgres { .. } => Self::open_created(config, store).map(Some),
+        }
     }
 
     /// Opens WorkRail on an existing data directory for reading only (the Console): `None`
@@ -248,12 +274,19 @@ impl Workrail {
         {
             return Ok(None);
         }
-        Self::open_created(config).map(Some)
+        Self::open_created(config, &StoreChoice::Files).map(Some)
     }
 
     /// [`Workrail::open`] once the data directory exists.
-    fn open_created(config: WorkrailConfig) -> Result<Workrail, ErrorEnvelope> {
+    fn open_created(
+        config: WorkrailConfig,
+        choice: &StoreChoice,
+    ) -> Result<Workrail, ErrorEnvelope> {
         let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(&config.data_dir));
+        let store = match choice.connect()? {
+            None => Store::files(Arc::clone(&fs)),
+            Some(backend) => Store::postgres(backend),
+        };
         let sources = config.sources.clone();
         let cache = crate::sources::CatalogCache::new();
         let catalog: CatalogLoader = Arc::new(move || {
@@ -273,7 +306,7 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
-        let mut workrail = Self::with_parts(fs, catalog, config.entropy)?
+        let mut workrail = Self::with_store(fs, store, catalog, config.entropy)?
             .with_cache_budget(budget)
             .with_feature_overrides(&config.features)
             .with_workspace(config.workspace);
@@ -291,20 +324,32 @@ impl Workrail {
         catalog: CatalogLoader,
         entropy: Arc<dyn Entropy>,
     ) -> Result<Workrail, ErrorEnvelope> {
-        let keys = KeyringStore::new(Arc::clone(&fs));
-        let held = keys
-            .load_or_create(entropy.as_ref())
+        let store = Store::files(Arc::clone(&fs));
+        Self::with_store(fs, store, catalog, entropy)
+    }
+
+    /// Opens WorkRail on `store`, with `fs` as the data directory of the derived per-machine
+    /// files (tests, harnesses, and [`Workrail::open`] with a PostgreSQL store).
+    pub fn with_store(
+        fs: Arc<dyn StoreFs>,
+        store: Store,
+        catalog: CatalogLoader,
+        entropy: Arc<dyn Entropy>,
+    ) -> Result<Workrail, ErrorEnvelope> {
+        let held = store
+            .load_or_create_keyring(entropy.as_ref())
             .map_err(store_envelope(false))?;
         let codec = TokenCodec::new(held.keyring.clone());
         let features = Features::load(fs.as_ref())?;
         Ok(Self {
             fs: Arc::clone(&fs),
-            sessions: SessionStore::new(Arc::clone(&fs)).with_object_check(),
-            snapshots: SnapshotStore::new(Arc::clone(&fs)),
-            pinned: PinnedWorkflowStore::new(Arc::clone(&fs)),
-            artifacts: ArtifactStore::new(Arc::clone(&fs)),
-            cache: ProjectionCache::new(Arc::clone(&fs)),
-            keys,
+            // Under `sessions/<id>/cache/` for the file store; in memory for PostgreSQL, whose
+            // session ids must not make directories in the data directory (D101).
+            cache: ProjectionCache::new(match &store {
+                Store::Files(_) => Arc::clone(&fs),
+                Store::Postgres(_) => Arc::new(crate::store::memfs::MemFs::new()),
+            }),
+            store,
             codec: RwLock::new((held, codec)),
             entropy,
             catalog,
@@ -325,16 +370,14 @@ impl Workrail {
     /// before answering `SESSION_LOCKED` (default [`crate::store::DEFAULT_LOCK_WAIT`], or
     /// `WORKRAIL_LOCK_WAIT_MS` for [`Workrail::open`]).
     pub fn with_lock_wait(mut self, wait: std::time::Duration) -> Self {
-        self.sessions = self.sessions.with_lock_wait(wait);
+        self.store = self.store.with_lock_wait(wait);
         self
     }
 
     /// The same WorkRail with empty caches of these byte budgets (`WORKRAIL_CACHE_MB` for
     /// [`Workrail::open`]; `impl/docs/store.md` "Caches").
     pub fn with_cache_budget(mut self, budget: crate::store::CacheBudget) -> Self {
-        self.sessions = self.sessions.with_cache_budget(budget.sessions);
-        self.snapshots = SnapshotStore::with_budget(Arc::clone(&self.fs), budget.snapshots);
-        self.pinned = PinnedWorkflowStore::with_budget(Arc::clone(&self.fs), budget.workflows);
+        self.store = self.store.with_cache_budget(budget);
         self.resume_index = crate::store::ObjectCache::new(budget.resume);
         self.overviews = crate::store::ObjectCache::new(budget.overviews);
         self
@@ -343,14 +386,7 @@ impl Workrail {
     /// The sizes of this process's caches: (sessions, snapshots, workflows), each as (entries,
     /// estimated bytes, budget).
     pub fn cache_sizes(&self) -> [(usize, usize, usize); 3] {
-        let sessions = self.sessions.session_cache();
-        let snapshots = self.snapshots.cache();
-        let workflows = self.pinned.cache();
-        [
-            (sessions.len(), sessions.bytes(), sessions.budget()),
-            (snapshots.len(), snapshots.bytes(), snapshots.budget()),
-            (workflows.len(), workflows.bytes(), workflows.budget()),
-        ]
+        self.store.cache_sizes()
     }
 
     /// The same WorkRail observing `workspace` when runs start.
@@ -375,7 +411,7 @@ impl Workrail {
     fn codec(&self) -> TokenCodec {
         let refreshed = {
             let held = self.codec.read().unwrap_or_else(|p| p.into_inner());
-            match self.keys.refresh(&held.0) {
+            match self.store.refresh_keyring(&held.0) {
                 Ok(Refresh::Changed(newer) | Refresh::Restamped(newer)) => newer,
                 Ok(Refresh::Unchanged | Refresh::Restored) => return held.1.clone(),
                 Err(e) => {
@@ -396,10 +432,7 @@ impl Workrail {
         &self,
         session: &SessionId,
     ) -> Result<Vec<(workrail_spec::ids::RunId, NodeId, WorkflowHash)>, ErrorEnvelope> {
-        let loaded = self
-            .sessions
-            .load(session)
-            .map_err(|e| e.to_envelope(false))?;
+        let loaded = self.store.load(session).map_err(|e| e.to_envelope(false))?;
         let facts = self.memo.facts(session, &loaded.events);
         Ok(facts
             .projection
@@ -414,14 +447,19 @@ impl Workrail {
 
     /// The session store's read side (projections, inspection).
     pub fn sessions(&self) -> &dyn SessionRead {
-        &self.sessions
+        &self.store
+    }
+
+    /// The store sessions, objects and the keyring live in.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Explicit key rotation: `current -> previous`, fresh `current`.
     pub fn rotate_keys(&self) -> Result<(), ErrorEnvelope> {
         let held = self
-            .keys
-            .rotate(self.entropy.as_ref())
+            .store
+            .rotate_keyring(self.entropy.as_ref())
             .map_err(store_envelope(false))?;
         let codec = TokenCodec::new(held.keyring.clone());
         *self.codec.write().unwrap_or_else(|p| p.into_inner()) = (held, codec);
@@ -550,10 +588,7 @@ impl Workrail {
         &self,
         session_id: &SessionId,
     ) -> Result<inspect::SessionSummary, ErrorEnvelope> {
-        let loaded = self
-            .sessions
-            .load(session_id)
-            .map_err(store_envelope(false))?;
+        let loaded = self.store.load(session_id).map_err(store_envelope(false))?;
         Ok(inspect::session_summary(self, &loaded))
     }
 
@@ -561,23 +596,17 @@ impl Workrail {
     /// directories without committed truth are left out. Writes nothing, not even a cache.
     pub fn sessions_overview(&self) -> Result<Vec<SessionOverview>, ErrorEnvelope> {
         let mut rows = Vec::new();
-        for id in self
-            .sessions
-            .list_sessions()
-            .map_err(store_envelope(false))?
-        {
-            // A row made at the manifest length the file still has is current (as a cached
+        let ids = self.store.list_sessions().map_err(store_envelope(false))?;
+        let lengths = self.store.manifest_lengths(&ids);
+        for (id, len) in ids.into_iter().zip(lengths) {
+            // A row made at the manifest length the store still has is current (as a cached
             // session is, decision D60): a long-running reader reprojects only what changed.
-            let len = self
-                .fs
-                .len(&crate::store::layout::manifest_path(&id))
-                .ok()
-                .flatten();
+            let len = len.ok().flatten();
             if let Some(row) = self.overviews.get(&id).filter(|r| Some(r.0) == len) {
                 rows.push(row.1.clone());
                 continue;
             }
-            match self.sessions.load(&id) {
+            match self.store.load(&id) {
                 Ok(loaded) => {
                     let row = SessionOverview {
                         health: loaded.health.kind().as_str().to_owned(),
@@ -651,10 +680,17 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
-        let verify = |snapshot: &workrail_spec::ids::SnapshotRef| {
-            self.snapshots.get_shared(snapshot).map(drop)
+        let verify =
+            |snapshot: &workrail_spec::ids::SnapshotRef| self.store.snapshot(snapshot).map(drop);
+        let Some(files) = self.store.file_stores() else {
+            return Err(ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                "`workrail repair` applies to the file store only: in PostgreSQL an append commits its events, its segment record and its pins in one transaction, so the pins it restores cannot be missing.",
+                "To inspect a PostgreSQL session, use `workrail inspect` with the same --store.",
+                Retry::NotRetryable,
+            ));
         };
-        let outcome = self
+        let outcome = files
             .sessions
             .repair_missing_pins(&session, &verify)
             .map_err(store_envelope(false))?;
@@ -725,10 +761,7 @@ impl Workrail {
     /// The stores, entropy and token codec, for `crate::bundle` and `crate::gc`.
     pub(crate) fn parts(&self) -> Parts<'_> {
         Parts {
-            sessions: &self.sessions,
-            snapshots: &self.snapshots,
-            pinned: &self.pinned,
-            artifacts: &self.artifacts,
+            store: &self.store,
             entropy: self.entropy.as_ref(),
             codec: self.codec(),
         }
@@ -748,7 +781,7 @@ impl Workrail {
     fn token_error(&self, e: &crate::tokens::TokenError, field: &str) -> ErrorEnvelope {
         use crate::tokens::{SignatureFailure, TokenError};
         if matches!(e, TokenError::BadSignature(SignatureFailure::Unverified))
-            && let Some(note) = self.keys.recreated()
+            && let Some(note) = self.store.keyring_recreated()
         {
             return ErrorEnvelope::new(
                 ErrorCode::TokenBadSignature,
@@ -799,7 +832,7 @@ impl Workrail {
             )
         };
         let loaded = self
-            .sessions
+            .store
             .load_healthy(&ack.session_id)
             .map_err(|e| match e {
                 StoreError::NotFound { .. } => self.session_gone(&ack.session_id, "ackToken"),
@@ -888,7 +921,7 @@ impl Workrail {
             run: run.to_string(),
             ..TokenPlace::default()
         };
-        let Ok(loaded) = self.sessions.load(session) else {
+        let Ok(loaded) = self.store.load(session) else {
             return place;
         };
         let facts = Facts::new(&loaded.events);
@@ -896,12 +929,12 @@ impl Workrail {
             return place;
         };
         place.created_index = Some(info.created_index);
-        let Ok(compiled) = self.pinned.get_shared(&view.dag.started.workflow_hash) else {
+        let Ok(compiled) = self.store.workflow(&view.dag.started.workflow_hash) else {
             return place;
         };
         place.label = Some(run_label(&compiled, run));
         place.workflow_id = Some(compiled.body.workflow_id.to_string());
-        let Ok(snapshot) = self.snapshots.get_shared(&info.snapshot_ref) else {
+        let Ok(snapshot) = self.store.snapshot(&info.snapshot_ref) else {
             return place;
         };
         let engine = &snapshot.engine_payload.engine_state;
@@ -934,7 +967,7 @@ impl Workrail {
     /// checks (unknown node, workflow hash mismatch). `healthy` is required.
     fn node_context(&self, state: &StatePayload) -> Result<NodeContext, ErrorEnvelope> {
         let loaded = self
-            .sessions
+            .store
             .load_healthy(&state.session_id)
             .map_err(|e| match e {
                 StoreError::NotFound { .. } => self.session_gone(&state.session_id, "stateToken"),
@@ -958,12 +991,12 @@ impl Workrail {
             ));
         }
         let compiled = self
-            .pinned
-            .get_shared(&state.workflow_hash)
+            .store
+            .workflow(&state.workflow_hash)
             .map_err(store_envelope(true))?;
         let snapshot = self
-            .snapshots
-            .get_shared(&info.snapshot_ref)
+            .store
+            .snapshot(&info.snapshot_ref)
             .map_err(store_envelope(true))?;
         if snapshot.workflow_hash != state.workflow_hash {
             return Err(invariant(
@@ -1031,7 +1064,7 @@ impl Workrail {
     ) -> bool {
         facts
             .node(run, node)
-            .and_then(|n| self.snapshots.get_shared(&n.snapshot_ref).ok())
+            .and_then(|n| self.store.snapshot(&n.snapshot_ref).ok())
             .is_some_and(|s| s.engine_payload.engine_state.is_complete())
     }
 

@@ -166,8 +166,8 @@ pub(super) fn warning_payload(
         .to_value()
         .map_err(|e| super::invariant(format!("a preference warning does not serialize: {e}")))?;
     let (sha256, byte_length) = wr
-        .artifacts
-        .put_object(
+        .store
+        .put_artifact(
             value
                 .as_object()
                 .ok_or_else(|| super::invariant("a preference warning is not a JSON object"))?,

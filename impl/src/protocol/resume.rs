@@ -33,8 +33,7 @@ use super::{Workrail, invariant, run_label, store_envelope};
 use crate::projections::resume::{
     RankedTip, ResumeQuery, ResumeSource, SessionResumeSummary, rank_summaries, snippet, summarize,
 };
-use crate::store::fs::StoreFs;
-use crate::store::{SessionRead, StoreError, layout};
+use crate::store::{SessionRead, StoreError};
 
 /// A session's resume summary and the `manifest.jsonl` length it was made at: the manifest is
 /// append-only, so while its length is unchanged the summary is current (a view with a torn
@@ -85,7 +84,7 @@ fn load_summary(
     id: &SessionId,
     workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
 ) -> Result<(Arc<IndexedSummary>, bool), NotCandidate> {
-    let loaded = match wr.sessions.load(id) {
+    let loaded = match wr.store.load(id) {
         Ok(loaded) if loaded.health.is_healthy() => loaded,
         // A directory without committed truth is not a session.
         Err(StoreError::NotFound { .. }) => return Err(None),
@@ -117,8 +116,8 @@ fn load_summary(
             continue;
         };
         let is_complete = wr
-            .snapshots
-            .get_shared(&node.snapshot_ref)
+            .store
+            .snapshot(&node.snapshot_ref)
             .is_ok_and(|s| s.engine_payload.engine_state.is_complete());
         let autonomy = facts.preferences(&tip.run_id, &tip.node_id).autonomy;
         tips.push((
@@ -176,34 +175,6 @@ impl Summaries {
     }
 }
 
-/// The length of each session's manifest (`Err`: it could not be read): a `stat` each, the
-/// bulk of a call over thousands of sessions.
-fn manifest_lengths(fs: &dyn StoreFs, ids: &[SessionId]) -> Vec<std::io::Result<Option<u64>>> {
-    ids.iter()
-        .map(|id| fs.len(&layout::manifest_path(id)))
-        .collect()
-}
-
-/// [`manifest_lengths`] over two threads when there are many.
-fn manifest_lengths_parallel(
-    fs: &dyn StoreFs,
-    ids: &[SessionId],
-) -> Vec<std::io::Result<Option<u64>>> {
-    if ids.len() < 512 {
-        return manifest_lengths(fs, ids);
-    }
-    let (first, second) = ids.split_at(ids.len() / 2);
-    std::thread::scope(|scope| {
-        let helper = scope.spawn(|| manifest_lengths(fs, second));
-        let mut lengths = manifest_lengths(fs, first);
-        match helper.join() {
-            Ok(rest) => lengths.extend(rest),
-            Err(_) => lengths.extend(manifest_lengths(fs, second)),
-        }
-        lengths
-    })
-}
-
 pub(super) fn resume_session(
     wr: &Workrail,
     input: ResumeSessionInput,
@@ -214,27 +185,31 @@ pub(super) fn resume_session(
         names
             .entry(hash.clone())
             .or_insert_with(|| {
-                wr.pinned
-                    .get_shared(hash)
+                wr.store
+                    .workflow(hash)
                     .ok()
                     .and_then(|c| c.body.name.clone())
             })
             .clone()
     };
-    let ids = wr.sessions.list_sessions().map_err(store_envelope(false))?;
+    let ids = wr.store.list_sessions().map_err(store_envelope(false))?;
     // The persisted index is read when this process's own index cannot cover every session
     // (a fresh process), beside the `stat`s of the manifests.
-    let fs = wr.sessions.fs().as_ref();
-    let (lengths, disk) = if wr.resume_index.len() < ids.len() {
+    // The persisted index serves the file store only (D101): PostgreSQL's sessions are not
+    // this machine's, and one query gives every manifest length.
+    let persisted = wr.store.file_stores().is_some();
+    let (lengths, disk) = if persisted && wr.resume_index.len() < ids.len() {
         // The `stat`s on helper threads; the parse here, where the summaries will live.
         std::thread::scope(|scope| {
-            let helper = scope.spawn(|| manifest_lengths_parallel(fs, &ids));
+            let helper = scope.spawn(|| wr.store.manifest_lengths(&ids));
             let disk = read_disk_index(wr);
-            let lengths = helper.join().unwrap_or_else(|_| manifest_lengths(fs, &ids));
+            let lengths = helper
+                .join()
+                .unwrap_or_else(|_| wr.store.manifest_lengths(&ids));
             (lengths, Some(disk))
         })
     } else {
-        (manifest_lengths_parallel(fs, &ids), None)
+        (wr.store.manifest_lengths(&ids), None)
     };
     let mut summaries = Summaries {
         list: Vec::with_capacity(ids.len()),
@@ -318,7 +293,9 @@ pub(super) fn resume_session(
             Err(e) => return Err(e),
         }
     }
-    persist(wr, &summaries, disk.is_some(), skipped.count, distrust);
+    if persisted {
+        persist(wr, &summaries, disk.is_some(), skipped.count, distrust);
+    }
     Ok(ResumeSessionOutput {
         candidates,
         skipped_unhealthy_sessions: skipped.count,
@@ -328,7 +305,7 @@ pub(super) fn resume_session(
 
 /// Reads the persisted index and remembers what the file covers.
 fn read_disk_index(wr: &Workrail) -> DiskIndex {
-    let index = resume_index::read(wr.sessions.fs().as_ref());
+    let index = resume_index::read(wr.fs.as_ref());
     *wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner()) = Some(index.coverage);
     index
 }
@@ -355,12 +332,12 @@ fn persist(
     let mut on_disk = wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner());
     if on_disk.is_none() && !read_this_call {
         // This process never read the file (every session was in memory, or there is none).
-        *on_disk = Some(resume_index::read(wr.sessions.fs().as_ref()).coverage);
+        *on_disk = Some(resume_index::read(wr.fs.as_ref()).coverage);
     }
     if !distrust && *on_disk == Some(now) {
         return;
     }
-    if let Err(e) = resume_index::write(wr.sessions.fs().as_ref(), &keep) {
+    if let Err(e) = resume_index::write(wr.fs.as_ref(), &keep) {
         tracing::debug!("resume index not written (it is derived; the answer stands): {e}");
     }
     // Not retried before something changes, written or not.
@@ -422,12 +399,12 @@ fn describe(
     tip: RankedTip,
 ) -> Result<ResumeCandidateView, ErrorEnvelope> {
     let compiled = wr
-        .pinned
-        .get_shared(&tip.workflow_hash)
+        .store
+        .workflow(&tip.workflow_hash)
         .map_err(store_envelope(false))?;
     let snapshot = wr
-        .snapshots
-        .get_shared(&facts.snapshot_ref)
+        .store
+        .snapshot(&facts.snapshot_ref)
         .map_err(store_envelope(false))?;
     let state = &snapshot.engine_payload.engine_state;
     let is_complete = state.is_complete();

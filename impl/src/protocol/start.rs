@@ -79,8 +79,8 @@ pub(super) fn start_in(
     let workflow = resolved.workflow;
     let compiled = &workflow.compiled.snapshot;
     let workflow_hash = wr
-        .pinned
-        .put_canonical(compiled, &workflow.compiled.canonical)
+        .store
+        .put_workflow_canonical(compiled, &workflow.compiled.canonical)
         .map_err(|e| e.to_envelope(true))?;
     let transition = engine::start(compiled, &EngineState::Init)
         .map_err(|e| invariant(format!("the interpreter cannot start this workflow: {e}")))?;
@@ -90,8 +90,8 @@ pub(super) fn start_in(
             .map_err(|e| invariant(e.to_string()))?,
     };
     let snapshot_ref = wr
-        .snapshots
-        .put(&snapshot)
+        .store
+        .put_snapshot(&snapshot)
         .map_err(|e| e.to_envelope(true))?;
 
     let bytes = |wr: &Workrail| wr.entropy.id_bytes().map_err(entropy_error);
@@ -197,7 +197,7 @@ pub(super) fn start_in(
     }
 
     let mut output = wr
-        .sessions
+        .store
         .with_append_gate(&session, |gate| {
             gate.append(AppendPlan { events })?;
             Ok::<_, crate::store::StoreError>(gate.shared())

@@ -4,8 +4,8 @@
 //!
 //! Every operation speaks the spec's types: events and manifest records are the same values
 //! (and the same canonical bytes) in every backend, so an export, a replay or a health verdict
-//! does not depend on where a session lives. The protocol is not yet wired onto this seam: it
-//! still drives [`SessionStore::with_append_gate`] directly.
+//! does not depend on where a session lives. The protocol reaches either store through
+//! [`super::Store`] (D100), whose append gate has the closure shape this trait cannot offer.
 
 use std::fmt;
 use std::sync::Arc;

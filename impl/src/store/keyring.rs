@@ -114,6 +114,22 @@ impl PartialEq for HeldKeyring {
 
 impl Eq for HeldKeyring {}
 
+impl HeldKeyring {
+    /// A keyring held as read from `bytes` somewhere without a file stamp (a database row).
+    pub(crate) fn from_bytes(keyring: Keyring, bytes: Vec<u8>) -> Self {
+        Self {
+            keyring,
+            bytes,
+            stamp: None,
+        }
+    }
+
+    /// The bytes this keyring was read from.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// What [`KeyringStore::refresh`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refresh {

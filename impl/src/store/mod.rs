@@ -17,6 +17,7 @@ mod overlap;
 pub mod planted;
 pub mod postgres;
 mod repair;
+mod selected;
 mod session;
 
 pub use backend::{FileBackend, SessionBackend, SessionLock};
@@ -34,6 +35,7 @@ pub use keyring::{
 pub use load::LoadedSession;
 pub use object_cache::{CACHE_MB_ENV, CacheBudget, DEFAULT_CACHE_MB, ObjectCache};
 pub use repair::RepairOutcome;
+pub use selected::{FileStores, Gate, ObjectWriter, PgStores, Store};
 pub use session::{
     AppendGate, AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits, SessionRead,
     SessionStore, plan_snapshot_refs,

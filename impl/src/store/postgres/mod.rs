@@ -15,7 +15,10 @@
 //!   rows (segments rebuilt from the events a `segment_closed` names), so every rule and every
 //!   reason is the same.
 
+mod gate;
 mod schema;
+
+pub use gate::PgGate;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -66,6 +69,7 @@ type Reply<T> = std_mpsc::Sender<Result<T, StoreError>>;
 enum ObjectTable {
     Snapshots,
     Workflows,
+    Artifacts,
 }
 
 impl ObjectTable {
@@ -73,6 +77,7 @@ impl ObjectTable {
         match self {
             Self::Snapshots => "snapshots",
             Self::Workflows => "workflows",
+            Self::Artifacts => "artifacts",
         }
     }
 }
@@ -127,6 +132,51 @@ enum Request {
     List {
         reply: Reply<Vec<String>>,
     },
+    /// Opens an append gate: a connection of its own holding the session's advisory lock
+    /// (session level) and the session's rows read under it.
+    GateOpen {
+        session: SessionId,
+        wait: Duration,
+        /// The manifest (records, bytes) of the caller's cached view: when the rows still have
+        /// them, they are not read again.
+        known: Option<(i64, i64)>,
+        reply: Reply<(u64, GateRead)>,
+    },
+    /// The rows past a cached view (see [`fetch_tail`]), read in one snapshot.
+    Tail {
+        session: SessionId,
+        manifest_from: i64,
+        event_from: i64,
+        reply: Reply<Option<Image>>,
+    },
+    /// The session's manifest (records, bytes): one query, the freshness key of a cached view.
+    Freshness {
+        session: SessionId,
+        reply: Reply<(i64, i64)>,
+    },
+    /// Commits a plan prepared against the gate's view, on the gate's connection.
+    GateAppend {
+        id: u64,
+        session: SessionId,
+        prepared: Prepared,
+        reply: Reply<()>,
+    },
+    /// Releases a gate's lock.
+    GateClose {
+        id: u64,
+        reply: Reply<()>,
+    },
+    /// Each session's manifest length as the file store would write it (the resume index's
+    /// freshness key).
+    ManifestBytes {
+        reply: Reply<Vec<(String, i64)>>,
+    },
+    /// Replaces the keyring row when it still holds `old` (a rotation); `false` when it did not.
+    SwapKeyring {
+        old: String,
+        new: String,
+        reply: Reply<bool>,
+    },
     /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
     Shutdown,
 }
@@ -179,6 +229,8 @@ pub struct PostgresBackend {
     worker: Option<JoinHandle<()>>,
     schema: String,
     lock_wait: Duration,
+    /// Validated sessions this process loaded or committed (D94's budget, newest kept).
+    sessions: super::object_cache::ObjectCache<SessionId, LoadedSession>,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -235,6 +287,9 @@ impl PostgresBackend {
             worker: Some(worker),
             schema: schema.to_owned(),
             lock_wait: DEFAULT_LOCK_WAIT,
+            sessions: super::object_cache::ObjectCache::keeping_newest(
+                super::object_cache::CacheBudget::default().sessions,
+            ),
         };
         started.recv().map_err(|_| stopped())??;
         Ok(backend)
@@ -244,6 +299,26 @@ impl PostgresBackend {
     pub fn with_lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = wait;
         self
+    }
+
+    /// Waits at most `wait` for another holder of a session lock.
+    pub fn set_lock_wait(&mut self, wait: Duration) {
+        self.lock_wait = wait;
+    }
+
+    /// Empties the session cache and bounds it by `budget` estimated bytes.
+    pub fn set_cache_budget(&mut self, budget: usize) {
+        self.sessions = super::object_cache::ObjectCache::keeping_newest(budget);
+    }
+
+    /// This process's cache of validated sessions.
+    pub fn session_cache(&self) -> &super::object_cache::ObjectCache<SessionId, LoadedSession> {
+        &self.sessions
+    }
+
+    /// Drops the cached view of `session`.
+    pub fn forget_cached(&self, session: &SessionId) {
+        self.sessions.remove(session);
     }
 
     pub fn schema(&self) -> &str {
@@ -533,6 +608,16 @@ fn object_path(dir: &str, digest: &str) -> Option<std::path::PathBuf> {
 /// its bounds, and the referenced objects are laid out as in the CAS, so a changed, missing or
 /// reordered row shows up as the same reason a damaged file would.
 fn validate(session: &SessionId, image: &Image) -> Result<Option<LoadedSession>, StoreError> {
+    validate_with(session, image, &[])
+}
+
+/// [`validate`], with the objects of `verified` taken as intact (they were verified by an
+/// earlier load in this process, and objects are immutable: D53's rule).
+fn validate_with(
+    session: &SessionId,
+    image: &Image,
+    verified: &[workrail_spec::ids::Sha256Digest],
+) -> Result<Option<LoadedSession>, StoreError> {
     let memory = |e: std::io::Error| StoreError::Internal {
         detail: format!("in-memory image: {e}"),
     };
@@ -579,6 +664,7 @@ fn validate(session: &SessionId, image: &Image) -> Result<Option<LoadedSession>,
         }
     }
     let objects = ObjectCheck::new(Arc::clone(&fs) as Arc<dyn StoreFs>);
+    objects.assume_intact(verified);
     load_session(&*fs, session, Some(&objects)).map_err(|e| StoreError::Io {
         session: Some(session.clone()),
         op: "load session",
@@ -747,6 +833,8 @@ fn run_worker(
             client: None,
             locks: HashMap::new(),
             next_lock: 0,
+            gates: HashMap::new(),
+            idle: Vec::new(),
         };
         let started = worker.start().await;
         let failed = started.is_err();
@@ -771,6 +859,10 @@ struct Worker {
     /// Lock guards: each holds its own connection with an open transaction.
     locks: HashMap<u64, Client>,
     next_lock: u64,
+    /// Open append gates: a connection holding a session-level advisory lock, and its key.
+    gates: HashMap<u64, (Client, i64)>,
+    /// Gate connections kept for the next gate (a connection costs a round trip or three).
+    idle: Vec<Client>,
 }
 
 impl Worker {
@@ -856,8 +948,178 @@ impl Worker {
             Request::List { reply } => {
                 let _ = reply.send(self.list().await);
             }
+            Request::GateOpen {
+                session,
+                wait,
+                known,
+                reply,
+            } => {
+                let _ = reply.send(self.gate_open(&session, wait, known).await);
+            }
+            Request::Tail {
+                session,
+                manifest_from,
+                event_from,
+                reply,
+            } => {
+                let _ = reply.send(self.tail(&session, manifest_from, event_from).await);
+            }
+            Request::Freshness { session, reply } => {
+                let result = match self.client().await {
+                    Ok(client) => freshness(&*client, &session).await,
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(result);
+            }
+            Request::GateAppend {
+                id,
+                session,
+                prepared,
+                reply,
+            } => {
+                let _ = reply.send(self.gate_append(id, &session, &prepared).await);
+            }
+            Request::GateClose { id, reply } => {
+                if let Some((client, key)) = self.gates.remove(&id) {
+                    let released = client
+                        .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+                        .await
+                        .is_ok_and(|row| row.get::<_, bool>(0));
+                    // A connection whose unlock failed is dropped, and its lock with it.
+                    if released && !client.is_closed() && self.idle.len() < 2 {
+                        self.idle.push(client);
+                    }
+                }
+                let _ = reply.send(Ok(()));
+            }
+            Request::ManifestBytes { reply } => {
+                let _ = reply.send(self.manifest_bytes().await);
+            }
+            Request::SwapKeyring { old, new, reply } => {
+                let _ = reply.send(self.swap_keyring(&old, &new).await);
+            }
             Request::Shutdown => {}
         }
+    }
+
+    async fn tail(
+        &mut self,
+        session: &SessionId,
+        manifest_from: i64,
+        event_from: i64,
+    ) -> Result<Option<Image>, StoreError> {
+        let op = "load session";
+        let client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(sql_error(op))?;
+        let image = fetch_tail(&tx, session, manifest_from, event_from).await;
+        let _ = tx.rollback().await;
+        image
+    }
+
+    async fn gate_open(
+        &mut self,
+        session: &SessionId,
+        wait: Duration,
+        known: Option<(i64, i64)>,
+    ) -> Result<(u64, GateRead), StoreError> {
+        let op = "lock session";
+        let client = match self.idle.pop() {
+            Some(client) if !client.is_closed() => client,
+            _ => self.connect("gate").await?,
+        };
+        let key = lock_key(&self.schema, session);
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let taken: bool = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+                .map_err(sql_error(op))?
+                .get(0);
+            if taken {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.idle.push(client);
+                return Err(StoreError::Locked {
+                    session: session.clone(),
+                });
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        // Under the lock nothing else commits to this session: this read is authoritative.
+        let read = match known {
+            Some(known) => match freshness(&client, session).await {
+                Ok(now) if now == known => Ok(GateRead::Unchanged),
+                Ok(_) => fetch_image(&client, session).await.map(GateRead::Image),
+                Err(e) => Err(e),
+            },
+            None => fetch_image(&client, session).await.map(GateRead::Image),
+        };
+        self.next_lock += 1;
+        self.gates.insert(self.next_lock, (client, key));
+        Ok((self.next_lock, read?))
+    }
+
+    async fn gate_append(
+        &mut self,
+        id: u64,
+        session: &SessionId,
+        prepared: &Prepared,
+    ) -> Result<(), StoreError> {
+        let op = "append to the session";
+        let schema = self.schema.clone();
+        let (client, _) = self
+            .gates
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::Internal {
+                detail: "an append gate was used after it closed".into(),
+            })?;
+        if client.is_closed() {
+            return Err(StoreError::Io {
+                session: Some(session.clone()),
+                op,
+                detail: "the connection holding the session lock closed; nothing was committed"
+                    .into(),
+            });
+        }
+        let tx = client.transaction().await.map_err(sql_error(op))?;
+        insert_prepared(&tx, session, prepared).await?;
+        commit(tx, session, &schema).await
+    }
+
+    async fn manifest_bytes(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT session_id, coalesce(sum(octet_length(body) + 1), 0)::bigint
+                 FROM sessions LEFT JOIN manifest USING (session_id)
+                 GROUP BY session_id ORDER BY session_id",
+                &[],
+            )
+            .await
+            .map_err(sql_error("read the manifest lengths"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn swap_keyring(&mut self, old: &str, new: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE keyring SET body = $2 WHERE id = 1 AND body = $1",
+                &[&old, &new],
+            )
+            .await
+            .map_err(sql_error("rotate the keyring"))?;
+        Ok(changed == 1)
     }
 
     async fn image(&mut self, session: &SessionId) -> Result<Option<Image>, StoreError> {
@@ -885,6 +1147,7 @@ impl Worker {
     ) -> Result<Vec<AppendedEvent>, StoreError> {
         let op = "append to the session";
         let key = lock_key(&self.schema, session);
+        let schema = self.schema.clone();
         let client = self.client().await?;
         let tx = client.transaction().await.map_err(sql_error(op))?;
         if !try_lock(&tx, key, wait).await.map_err(sql_error(op))? {
@@ -908,64 +1171,8 @@ impl Worker {
         if prepared.fresh.is_empty() {
             return Ok(prepared.results);
         }
-        let write = |e: tokio_postgres::Error| StoreError::Io {
-            session: Some(session.clone()),
-            op,
-            detail: format!("{}; nothing was committed", describe(&e)),
-        };
-        tx.execute(
-            "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
-            &[&session.as_str()],
-        )
-        .await
-        .map_err(write)?;
-        let insert_event = tx
-            .prepare(
-                "INSERT INTO events (session_id, event_index, event_id, dedupe_key, body)
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .await
-            .map_err(write)?;
-        for (event, body) in &prepared.fresh {
-            let index = event.event_index().get() as i64;
-            tx.execute(
-                &insert_event,
-                &[
-                    &session.as_str(),
-                    &index,
-                    &event.event_id().as_str(),
-                    &event.dedupe_key().as_str(),
-                    body,
-                ],
-            )
-            .await
-            .map_err(write)?;
-        }
-        let insert_record = tx
-            .prepare(
-                "INSERT INTO manifest (session_id, manifest_index, kind, body)
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .await
-            .map_err(write)?;
-        for (record, body) in &prepared.records {
-            let index = record.manifest_index().get() as i64;
-            tx.execute(
-                &insert_record,
-                &[&session.as_str(), &index, &record.kind().as_str(), body],
-            )
-            .await
-            .map_err(write)?;
-        }
-        tx.commit().await.map_err(|e| StoreError::Write {
-            session: Some(session.clone()),
-            op: "commit the append transaction",
-            path: format!("postgres schema {}", self.schema),
-            os_error: describe(&e),
-            errno: None,
-            // The COMMIT may have reached the server before the connection broke.
-            committed: Committed::Unknown,
-        })?;
+        insert_prepared(&tx, session, &prepared).await?;
+        commit(tx, session, &schema).await?;
         Ok(prepared.results)
     }
 
@@ -1048,6 +1255,83 @@ impl Worker {
     }
 }
 
+/// Inserts a prepared plan's rows (the session row on its first append, the events, then its
+/// manifest records) in `tx`.
+async fn insert_prepared(
+    tx: &tokio_postgres::Transaction<'_>,
+    session: &SessionId,
+    prepared: &Prepared,
+) -> Result<(), StoreError> {
+    let op = "append to the session";
+    let write = |e: tokio_postgres::Error| StoreError::Io {
+        session: Some(session.clone()),
+        op,
+        detail: format!("{}; nothing was committed", describe(&e)),
+    };
+    tx.execute(
+        "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
+        &[&session.as_str()],
+    )
+    .await
+    .map_err(write)?;
+    let insert_event = tx
+        .prepare(
+            "INSERT INTO events (session_id, event_index, event_id, dedupe_key, body)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .await
+        .map_err(write)?;
+    for (event, body) in &prepared.fresh {
+        let index = event.event_index().get() as i64;
+        tx.execute(
+            &insert_event,
+            &[
+                &session.as_str(),
+                &index,
+                &event.event_id().as_str(),
+                &event.dedupe_key().as_str(),
+                body,
+            ],
+        )
+        .await
+        .map_err(write)?;
+    }
+    let insert_record = tx
+        .prepare(
+            "INSERT INTO manifest (session_id, manifest_index, kind, body)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .await
+        .map_err(write)?;
+    for (record, body) in &prepared.records {
+        let index = record.manifest_index().get() as i64;
+        tx.execute(
+            &insert_record,
+            &[&session.as_str(), &index, &record.kind().as_str(), body],
+        )
+        .await
+        .map_err(write)?;
+    }
+    Ok(())
+}
+
+/// Commits an append transaction: a failed `COMMIT` may have reached the server, so what it
+/// committed is unknown (the next load decides; a retry is idempotent by dedupeKey).
+async fn commit(
+    tx: tokio_postgres::Transaction<'_>,
+    session: &SessionId,
+    schema: &str,
+) -> Result<(), StoreError> {
+    tx.commit().await.map_err(|e| StoreError::Write {
+        session: Some(session.clone()),
+        op: "commit the append transaction",
+        path: format!("postgres schema {schema}"),
+        os_error: describe(&e),
+        errno: None,
+        committed: Committed::Unknown,
+    })
+}
+
 /// Tries the session's transaction-level advisory lock until it is taken or `wait` has passed.
 async fn try_lock(
     client: &impl GenericClient,
@@ -1071,6 +1355,30 @@ async fn try_lock(
         tokio::time::sleep(pause.min(deadline - now)).await;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
+}
+
+/// What a gate read under its lock.
+enum GateRead {
+    /// The manifest is as the caller's cached view has it.
+    Unchanged,
+    /// The session's rows (`None`: no session row yet).
+    Image(Option<Image>),
+}
+
+/// The session's manifest as (records, bytes of `manifest.jsonl` they spell).
+async fn freshness(
+    client: &impl GenericClient,
+    session: &SessionId,
+) -> Result<(i64, i64), StoreError> {
+    let row = client
+        .query_one(
+            "SELECT count(*)::bigint, coalesce(sum(octet_length(body) + 1), 0)::bigint
+             FROM manifest WHERE session_id = $1",
+            &[&session.as_str()],
+        )
+        .await
+        .map_err(sql_error("check the session for changes"))?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// Reads a session's rows and the objects its events reference. `None` without a session row.
@@ -1107,9 +1415,26 @@ async fn fetch_image(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    let (snapshots, workflows) = fetch_objects(client, &events).await?;
+    Ok(Some(Image {
+        manifest,
+        events,
+        snapshots,
+        workflows,
+    }))
+}
+
+/// The snapshots and workflows `events` reference that exist: (digest, text) each.
+type Objects = (Vec<(String, String)>, Vec<(String, String)>);
+
+async fn fetch_objects(
+    client: &impl GenericClient,
+    events: &[(i64, String)],
+) -> Result<Objects, StoreError> {
+    let op = "load session";
     let mut snapshots = BTreeSet::new();
     let mut workflows = BTreeSet::new();
-    for (_, body) in &events {
+    for (_, body) in events {
         // An event that does not parse is reported by the validator.
         let Ok(event) = SessionEvent::from_json_str(body) else {
             continue;
@@ -1139,6 +1464,54 @@ async fn fetch_image(
     };
     let snapshots = objects("snapshots", snapshots).await?;
     let workflows = objects("workflows", workflows).await?;
+    Ok((snapshots, workflows))
+}
+
+/// The rows past a cached view of `manifest_from` records and `event_from` events, and the
+/// objects the new events reference; `None` when the session row is gone or the rows before
+/// those positions are not all there (then only a full load can judge).
+async fn fetch_tail(
+    client: &impl GenericClient,
+    session: &SessionId,
+    manifest_from: i64,
+    event_from: i64,
+) -> Result<Option<Image>, StoreError> {
+    let op = "load session";
+    let id = session.as_str();
+    let prefix = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM manifest WHERE session_id = $1 AND manifest_index < $2),
+                    (SELECT count(*) FROM events WHERE session_id = $1 AND event_index < $3)",
+            &[&id, &manifest_from, &event_from],
+        )
+        .await
+        .map_err(sql_error(op))?;
+    if prefix.get::<_, i64>(0) != manifest_from || prefix.get::<_, i64>(1) != event_from {
+        return Ok(None);
+    }
+    let manifest = client
+        .query(
+            "SELECT body FROM manifest WHERE session_id = $1 AND manifest_index >= $2
+             ORDER BY manifest_index",
+            &[&id, &manifest_from],
+        )
+        .await
+        .map_err(sql_error(op))?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let events: Vec<(i64, String)> = client
+        .query(
+            "SELECT event_index, body FROM events WHERE session_id = $1 AND event_index >= $2
+             ORDER BY event_index",
+            &[&id, &event_from],
+        )
+        .await
+        .map_err(sql_error(op))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let (snapshots, workflows) = fetch_objects(client, &events).await?;
     Ok(Some(Image {
         manifest,
         events,

@@ -9,7 +9,10 @@ use crate::store::error::StoreError;
 
 /// The migrations in order; migration `n` (1-based) brings the schema to version `n`. Only ever
 /// append to this list: a released migration never changes.
-pub const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_sessions.sql")];
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_sessions.sql"),
+    include_str!("migrations/0002_artifacts.sql"),
+];
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -1,0 +1,399 @@
+//! What the protocol needs of PostgreSQL beyond the seam's trait: the append gate (lock, load,
+//! the caller's decision, append, under one lock), artifacts, the keyring as held by a process
+//! (refresh and rotation, D66) and the manifest lengths that key the resume index.
+
+use std::sync::Arc;
+
+use workrail_spec::ids::{SessionId, Sha256Digest};
+
+use workrail_spec::event::EventData;
+
+use super::{
+    GateRead, Image, ObjectTable, PostgresBackend, Request, encode_keyring, fresh_key,
+    parse_keyring, prepare, validate, validate_with,
+};
+
+/// The canonical text of a stored record or event, as its row holds it.
+fn canonical<T: serde::Serialize>(value: &T) -> Option<String> {
+    workrail_spec::jcs::to_canonical_string(value).ok()
+}
+use crate::entropy::Entropy;
+use crate::store::error::StoreError;
+use crate::store::keyring::{HeldKeyring, Keyring, Refresh};
+use crate::store::load::{LoadedSession, introduced_snapshots};
+use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits};
+
+/// An open append gate on PostgreSQL: a connection of the backend's holds the session's
+/// advisory lock (session level) until the gate is dropped; the gate's view is the session as
+/// of its last commit.
+pub struct PgGate<'b> {
+    backend: &'b PostgresBackend,
+    id: u64,
+    session: Arc<LoadedSession>,
+    /// Set by a failed commit: what it left is unknown until the next gate reloads.
+    poisoned: bool,
+}
+
+impl std::fmt::Debug for PgGate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgGate")
+            .field("session", &self.session.session_id)
+            .field("poisoned", &self.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PgGate<'_> {
+    fn drop(&mut self) {
+        // Hand the up-to-date view to the cache unless a failed commit left it unknown.
+        if !self.poisoned && !self.session.events.is_empty() {
+            self.backend.remember(&self.session);
+        }
+        let id = self.id;
+        // Waits for the release, so a gate closed is a lock free.
+        let _ = self.backend.call(|reply| Request::GateClose { id, reply });
+    }
+}
+
+impl PgGate<'_> {
+    /// The session as of the last commit (validated, healthy).
+    pub fn session(&self) -> &LoadedSession {
+        &self.session
+    }
+
+    /// A shared handle on the session as of the last commit.
+    pub fn shared(&self) -> Arc<LoadedSession> {
+        Arc::clone(&self.session)
+    }
+
+    /// Runs `alongside` (the durable writes the plan depends on), then commits the plan in one
+    /// transaction on the gate's connection; the gate's view follows the commit.
+    pub fn append_alongside<T>(
+        &mut self,
+        plan: AppendPlan,
+        alongside: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<(Vec<AppendedEvent>, T), StoreError> {
+        if self.poisoned {
+            return Err(StoreError::Poisoned {
+                session: self.session.session_id.clone(),
+            });
+        }
+        let prepared = prepare(&self.session, plan, SegmentLimits::default())?;
+        let beside = alongside()?;
+        if prepared.fresh.is_empty() {
+            return Ok((prepared.results, beside));
+        }
+        let session = self.session.session_id.clone();
+        let id = self.id;
+        let results = prepared.results.clone();
+        let fresh: Vec<_> = prepared.fresh.iter().map(|(e, _)| e.clone()).collect();
+        let records: Vec<_> = prepared.records.iter().map(|(r, _)| r.clone()).collect();
+        let bytes: u64 = prepared
+            .records
+            .iter()
+            .map(|(_, text)| text.len() as u64 + 1)
+            .sum();
+        if let Err(e) = self.backend.call(|reply| Request::GateAppend {
+            id,
+            session,
+            prepared,
+            reply,
+        }) {
+            self.poisoned = true;
+            return Err(e);
+        }
+        let pins: Vec<_> = introduced_snapshots(&fresh)
+            .into_iter()
+            .map(|(snapshot, _)| snapshot)
+            .collect();
+        let view = Arc::make_mut(&mut self.session);
+        let base = view.events.len();
+        for (offset, event) in fresh.iter().enumerate() {
+            view.dedupe
+                .insert(event.dedupe_key().clone(), base + offset);
+        }
+        view.events.extend(fresh);
+        view.manifest.extend(records);
+        view.pinned.extend(pins);
+        view.manifest_committed_bytes += bytes;
+        view.manifest_file_bytes = view.manifest_committed_bytes;
+        Ok((results, beside))
+    }
+}
+
+/// A cached view's freshness key: its manifest records and the bytes they spell.
+fn key_of(loaded: &LoadedSession) -> (i64, i64) {
+    (
+        loaded.manifest.len() as i64,
+        loaded.manifest_committed_bytes as i64,
+    )
+}
+
+impl PostgresBackend {
+    /// A healthy cached view of `session`, if this process holds one.
+    fn cached(&self, session: &SessionId) -> Option<Arc<LoadedSession>> {
+        self.sessions.get(session).filter(|c| {
+            c.health.is_healthy() && c.manifest_file_bytes == c.manifest_committed_bytes
+        })
+    }
+
+    /// Keeps a healthy view in the session cache.
+    fn remember(&self, loaded: &Arc<LoadedSession>) {
+        if loaded.health.is_healthy() {
+            self.sessions.insert(
+                loaded.session_id.clone(),
+                Arc::clone(loaded),
+                loaded.estimated_bytes(),
+            );
+        }
+    }
+
+    /// [`SessionBackend::load`] through this process's cache (D104): one query for the
+    /// session's manifest, and the cached view while it is unchanged; else only the rows past
+    /// the view ([`PostgresBackend::load_tail`]), or a full load; cached when healthy. Rows are append-only, so an unchanged manifest is an unchanged session (as
+    /// the file store trusts an unchanged `manifest.jsonl` length, D60).
+    pub fn load_cached(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {
+        if let Some(cached) = self.cached(session) {
+            let id = session.clone();
+            let now = self.call(|reply| Request::Freshness { session: id, reply })?;
+            if now == key_of(&cached) {
+                return Ok(cached);
+            }
+            if let Some(loaded) = self.load_tail(&cached)? {
+                self.remember(&loaded);
+                return Ok(loaded);
+            }
+        }
+        let loaded = crate::store::backend::SessionBackend::load(self, session)?;
+        self.remember(&loaded);
+        Ok(loaded)
+    }
+
+    /// The session past the healthy view `cached`: only the new rows and the objects the new
+    /// events reference are read; the view's rows are laid out again from its own records and
+    /// its objects count as verified. `None` (a full load decides) when the rows before the
+    /// view's end are not all there or the result is not healthy, so every verdict other than
+    /// healthy comes from a full read.
+    fn load_tail(&self, cached: &LoadedSession) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        let session = &cached.session_id;
+        let id = session.clone();
+        let (manifest_from, event_from) =
+            (cached.manifest.len() as i64, cached.events.len() as i64);
+        let Some(tail) = self.call(|reply| Request::Tail {
+            session: id,
+            manifest_from,
+            event_from,
+            reply,
+        })?
+        else {
+            return Ok(None);
+        };
+        let mut manifest = Vec::with_capacity(cached.manifest.len() + tail.manifest.len());
+        for record in &cached.manifest {
+            let Some(line) = canonical(record) else {
+                return Ok(None);
+            };
+            manifest.push(line);
+        }
+        manifest.extend(tail.manifest);
+        let mut events = Vec::with_capacity(cached.events.len() + tail.events.len());
+        for event in &cached.events {
+            let Some(line) = canonical(event) else {
+                return Ok(None);
+            };
+            events.push((event.event_index().get() as i64, line));
+        }
+        events.extend(tail.events);
+        let mut verified = Vec::new();
+        for event in &cached.events {
+            match event.data() {
+                EventData::NodeCreated(n) => verified.push(n.snapshot_ref.digest().clone()),
+                EventData::RunStarted(r) => verified.push(r.workflow_hash.digest().clone()),
+                _ => {}
+            }
+        }
+        let image = Image {
+            manifest,
+            events,
+            snapshots: tail.snapshots,
+            workflows: tail.workflows,
+        };
+        let loaded = validate_with(session, &image, &verified)?
+            .filter(|l| l.health.is_healthy())
+            .map(Arc::new);
+        Ok(loaded)
+    }
+
+    /// Opens the append gate of `session`: its lock (waiting the bounded moment, then
+    /// [`StoreError::Locked`]) and its validated rows; anything but healthy is an error.
+    pub fn open_gate(&self, session: &SessionId) -> Result<PgGate<'_>, StoreError> {
+        let wait = self.lock_wait;
+        let id = session.clone();
+        let cached = self.cached(session);
+        let known = cached.as_ref().map(|c| key_of(c));
+        let (gate_id, read) = self.call(|reply| Request::GateOpen {
+            session: id,
+            wait,
+            known,
+            reply,
+        })?;
+        // The gate owns the view while it is open; it goes back to the cache when it closes.
+        self.forget_cached(session);
+        let mut gate = PgGate {
+            backend: self,
+            id: gate_id,
+            session: Arc::new(LoadedSession::empty(session.clone())),
+            poisoned: false,
+        };
+        let image = match (read, cached) {
+            (GateRead::Unchanged, Some(cached)) => {
+                gate.session = cached;
+                return Ok(gate);
+            }
+            (GateRead::Unchanged, None) => None,
+            (GateRead::Image(image), _) => image,
+        };
+        if let Some(image) = image
+            && let Some(loaded) = validate(session, &image)?
+        {
+            if !loaded.health.is_healthy() {
+                return Err(StoreError::Unhealthy {
+                    session: session.clone(),
+                    health: loaded.health,
+                });
+            }
+            gate.session = Arc::new(loaded);
+        }
+        Ok(gate)
+    }
+
+    pub fn put_artifact(&self, digest: &Sha256Digest, bytes: &[u8]) -> Result<(), StoreError> {
+        self.put_object(ObjectTable::Artifacts, digest.as_str(), bytes)
+    }
+
+    /// The artifact's text, verified against its digest.
+    pub fn get_artifact(&self, digest: &Sha256Digest) -> Result<serde_json::Value, StoreError> {
+        let what = format!("artifact {digest}");
+        let text = self
+            .get_object(ObjectTable::Artifacts, digest.as_str())?
+            .ok_or_else(|| StoreError::CorruptObject {
+                what: what.clone(),
+                detail: "missing".into(),
+            })?;
+        if &workrail_spec::jcs::sha256(text.as_bytes()) != digest {
+            return Err(StoreError::CorruptObject {
+                what,
+                detail: "content does not match its digest".into(),
+            });
+        }
+        workrail_spec::jcs::parse_strict(&text).map_err(|e| StoreError::CorruptObject {
+            what,
+            detail: e.to_string(),
+        })
+    }
+
+    /// Every session's manifest length as its rows spell `manifest.jsonl` (each record's text
+    /// plus a newline), by session id.
+    pub fn manifest_lengths(&self) -> Result<Vec<(SessionId, u64)>, StoreError> {
+        let rows = self.call(|reply| Request::ManifestBytes { reply })?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, len)| Some((SessionId::parse(&id).ok()?, len.max(0) as u64)))
+            .collect())
+    }
+
+    /// The keyring row as this process holds it, created with a fresh key on first use.
+    pub fn load_or_create_held(&self, entropy: &dyn Entropy) -> Result<HeldKeyring, StoreError> {
+        if let Some(body) = self.keyring_row(None)? {
+            return held(body);
+        }
+        let fresh = Keyring {
+            current: fresh_key(entropy)?,
+            previous: None,
+        };
+        let candidate = Some(encode_keyring(&fresh)?);
+        let body = self
+            .keyring_row(candidate)?
+            .ok_or_else(|| StoreError::Internal {
+                detail: "the keyring row vanished right after it was created".into(),
+            })?;
+        held(body)
+    }
+
+    /// Compares the row with `held` (one small read): another process's rotation is picked
+    /// up; a row that vanished is written back from memory.
+    pub fn refresh_keyring(&self, held_now: &HeldKeyring) -> Result<Refresh, StoreError> {
+        match self.keyring_row(None)? {
+            Some(body) if body.as_bytes() == held_now.bytes() => Ok(Refresh::Unchanged),
+            Some(body) => held(body).map(Refresh::Changed),
+            None => {
+                let body = String::from_utf8(held_now.bytes().to_vec()).map_err(|e| {
+                    StoreError::Internal {
+                        detail: format!("the held keyring is not UTF-8: {e}"),
+                    }
+                })?;
+                tracing::warn!("the keyring row was missing; written back from memory");
+                self.keyring_row(Some(body))?;
+                Ok(Refresh::Restored)
+            }
+        }
+    }
+
+    /// Rotation: `current -> previous`, fresh `current`, as one compare-and-swap of the row.
+    pub fn rotate_keyring(&self, entropy: &dyn Entropy) -> Result<HeldKeyring, StoreError> {
+        for _ in 0..8 {
+            let old = self.load_or_create_held(entropy)?;
+            let old_body =
+                String::from_utf8(old.bytes().to_vec()).map_err(|e| StoreError::Internal {
+                    detail: format!("the keyring row is not UTF-8: {e}"),
+                })?;
+            let new = Keyring {
+                current: fresh_key(entropy)?,
+                previous: Some(old.keyring.current.clone()),
+            };
+            let new_body = encode_keyring(&new)?;
+            let swapped = self.call(|reply| Request::SwapKeyring {
+                old: old_body,
+                new: new_body.clone(),
+                reply,
+            })?;
+            if swapped {
+                return Ok(HeldKeyring::from_bytes(new, new_body.into_bytes()));
+            }
+        }
+        Err(StoreError::Io {
+            session: None,
+            op: "rotate the keyring",
+            detail: "another process kept rotating the keyring at the same time; try again".into(),
+        })
+    }
+
+    fn keyring_row(&self, candidate: Option<String>) -> Result<Option<String>, StoreError> {
+        self.call(|reply| Request::Keyring { candidate, reply })
+    }
+}
+
+fn held(body: String) -> Result<HeldKeyring, StoreError> {
+    let keyring = parse_keyring(&body)?;
+    Ok(HeldKeyring::from_bytes(keyring, body.into_bytes()))
+}
+
+impl PostgresBackend {
+    /// Stores a snapshot's canonical bytes under their digest.
+    pub fn put_snapshot_bytes(
+        &self,
+        snapshot: &workrail_spec::ids::SnapshotRef,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.put_object(ObjectTable::Snapshots, snapshot.digest().as_str(), bytes)
+    }
+
+    /// Stores a compiled workflow's canonical bytes under its hash.
+    pub fn put_workflow_bytes(
+        &self,
+        hash: &workrail_spec::ids::WorkflowHash,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.put_object(ObjectTable::Workflows, hash.digest().as_str(), bytes)
+    }
+}
