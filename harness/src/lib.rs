@@ -11,6 +11,8 @@
 //! - [`multirun`]: several runs in one data directory, with tokens mixed at random across
 //!   runs and nodes, and the payload-only oracle of what each call must do.
 //! - [`mangle`]: tokens mangled the way agents mangle them, and the tolerated-or-refused oracle.
+//! - [`postgres`]: throwaway PostgreSQL schemas, table fingerprints, and the use-cases on a
+//!   schema ([`postgres::OnPostgres`]) for the same comparison.
 //! - [`vector_adapter`]: the offline vectors' adapter protocol answered by the production crate
 //!   (the `workrail-vector-adapter` binary).
 //! - [`fuzzing`]: the entry points of the cargo-fuzz targets in `fuzz/` (also used by the
@@ -28,6 +30,7 @@ pub mod mangle;
 pub mod multiproc;
 pub mod multirun;
 pub mod ops;
+pub mod postgres;
 pub mod system;
 pub mod truth;
 pub mod vector_adapter;
