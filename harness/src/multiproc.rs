@@ -47,6 +47,12 @@
 //! - `locked_not_retryable`: a lock-busy error not marked retryable;
 //! - `session_locked`: lock-busy errors (allowed: retried as their `retry` says).
 //!
+//! **On PostgreSQL** ([`Config::on_postgres`]): every process gets `WORKRAIL_STORE` and
+//! `WORKRAIL_STORE_SCHEMA`, and each server runs in a data directory of its own (a restarted
+//! server on its old one), like servers on several machines sharing one database. The oracle is
+//! the same; the committed log is the schema's event rows and the objects are its
+//! content-addressed rows, both read with plain SQL.
+//!
 //! Everything but `session_locked` must be 0. Loops are bounded in time and count; every child
 //! process is killed when its handle drops (also on panic).
 
@@ -101,7 +107,7 @@ const MAX_SAMPLES: usize = 24;
 // Configuration and randomness
 // -------------------------------------------------------------------------------------------
 
-/// How long, how wide and with which seed the scenarios run.
+/// How long, how wide and with which seed the scenarios run, and on which store.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Servers of the race; the readers and the kill storm use half of it (at least one).
@@ -109,6 +115,17 @@ pub struct Config {
     /// How long each scenario drives its servers (checks come after).
     pub run_for: Duration,
     pub seed: u64,
+    /// `None`: every process on one data directory (the file store). `Some`: every process
+    /// on this PostgreSQL schema (`WORKRAIL_STORE`), each server in a data directory of its own,
+    /// like servers on several machines sharing one database.
+    pub postgres: Option<PgTarget>,
+}
+
+/// A PostgreSQL database and schema the processes share.
+#[derive(Debug, Clone)]
+pub struct PgTarget {
+    pub url: String,
+    pub schema: String,
 }
 
 impl Config {
@@ -141,7 +158,17 @@ impl Config {
             servers,
             run_for: Duration::from_secs(secs),
             seed,
+            postgres: None,
         })
+    }
+
+    /// The same scenarios with every process on a PostgreSQL schema.
+    pub fn on_postgres(mut self, url: &str, schema: &str) -> Self {
+        self.postgres = Some(PgTarget {
+            url: url.to_owned(),
+            schema: schema.to_owned(),
+        });
+        self
     }
 
     /// Servers of the readers scenario (besides the writer) and of the kill storm.
@@ -437,7 +464,7 @@ impl Conn {
         let log = File::create(lab.logs().join(format!("{name}.log")))
             .map_err(|e| format!("cannot create the server log: {e}"))?;
         let mut child = lab
-            .command()
+            .command_in(&lab.machine_dir(name)?)
             .arg("mcp")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -670,6 +697,7 @@ struct Lab {
     /// Retries of an operation in flight stop here.
     hard_deadline: Instant,
     cli_seq: AtomicU64,
+    postgres: Option<PgTarget>,
 }
 
 impl Lab {
@@ -710,6 +738,7 @@ impl Lab {
             deadline: now + config.run_for,
             hard_deadline: now + config.run_for + GRACE,
             cli_seq: AtomicU64::new(0),
+            postgres: config.postgres.clone(),
         })
     }
 
@@ -728,9 +757,39 @@ impl Lab {
     /// The binary with this lab's environment: its data and workflow directories, a private
     /// HOME, and the default lock wait (what users get).
     fn command(&self) -> Command {
+        self.command_in(&self.data_dir())
+    }
+
+    /// A server's data directory: the lab's one, or on PostgreSQL one per machine (a server's
+    /// name without its restart count: a restarted server comes back on its machine).
+    fn machine_dir(&self, name: &str) -> Result<PathBuf, String> {
+        if self.postgres.is_none() {
+            return Ok(self.data_dir());
+        }
+        let machine = match name.rsplit_once('-') {
+            Some((machine, n)) if n.chars().all(|c| c.is_ascii_digit()) => machine,
+            _ => name,
+        };
+        let dir = self.dir.path().join("machines").join(machine);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+
+    /// [`Lab::command`] on another data directory; on PostgreSQL with `WORKRAIL_STORE` and
+    /// `WORKRAIL_STORE_SCHEMA` set (else both removed).
+    fn command_in(&self, data_dir: &Path) -> Command {
         let mut command = Command::new(&self.binary);
+        match &self.postgres {
+            Some(pg) => command
+                .env("WORKRAIL_STORE", &pg.url)
+                .env("WORKRAIL_STORE_SCHEMA", &pg.schema),
+            None => command
+                .env_remove("WORKRAIL_STORE")
+                .env_remove("WORKRAIL_STORE_SCHEMA"),
+        };
         command
-            .env("WORKRAIL_DATA_DIR", self.data_dir())
+            .env("WORKRAIL_DATA_DIR", data_dir)
             .env("WORKRAIL_WORKFLOW_DIRS", self.dir.path().join("workflows"))
             .env("HOME", self.dir.path().join("home"))
             .env_remove("XDG_DATA_HOME")
@@ -1591,23 +1650,97 @@ fn read_committed(session_dir: &Path) -> Result<Committed, String> {
         for line in segment.lines() {
             let event: Value = serde_json::from_str(line)
                 .map_err(|e| format!("an unreadable event in {rel} ({e}): {line}"))?;
-            match event["kind"].as_str() {
-                Some("node_created") => {
-                    if let Some(node) = event["scope"]["nodeId"].as_str() {
-                        committed.nodes.insert(node.to_owned());
-                    }
-                }
-                Some("advance_recorded") => {
-                    let data = &event["data"];
-                    let attempt = data["attemptId"].as_str().unwrap_or_default().to_owned();
-                    let to = data["outcome"]["toNodeId"].as_str().map(str::to_owned);
-                    committed.attempts.entry(attempt).or_default().push(to);
-                }
-                _ => {}
-            }
+            committed.note(&event);
         }
     }
     Ok(committed)
+}
+
+impl Committed {
+    /// Takes in one committed event.
+    fn note(&mut self, event: &Value) {
+        match event["kind"].as_str() {
+            Some("node_created") => {
+                if let Some(node) = event["scope"]["nodeId"].as_str() {
+                    self.nodes.insert(node.to_owned());
+                }
+            }
+            Some("advance_recorded") => {
+                let data = &event["data"];
+                let attempt = data["attemptId"].as_str().unwrap_or_default().to_owned();
+                let to = data["outcome"]["toNodeId"].as_str().map(str::to_owned);
+                self.attempts.entry(attempt).or_default().push(to);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The committed truth on PostgreSQL, read with plain SQL beside the servers' backend: an
+/// append is one transaction, so every event row is committed truth.
+struct PgTruth {
+    sql: crate::postgres::Sql,
+    schema: String,
+}
+
+impl PgTruth {
+    fn new(target: &PgTarget) -> Self {
+        Self {
+            sql: crate::postgres::Sql::connect(&target.url),
+            schema: target.schema.clone(),
+        }
+    }
+
+    /// Every session row (a session id is `sess_` and base32: safe to quote as a literal).
+    fn sessions(&self) -> Vec<String> {
+        self.sql
+            .rows(&format!(
+                "SELECT session_id FROM \"{}\".sessions ORDER BY session_id",
+                self.schema
+            ))
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|s| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .collect()
+    }
+
+    fn has_committed_record(&self, session: &str) -> bool {
+        let rows = self.sql.rows(&format!(
+            "SELECT count(*) FROM \"{}\".manifest WHERE session_id = '{session}' AND kind = 'segment_closed'",
+            self.schema
+        ));
+        rows[0].get::<_, i64>(0) > 0
+    }
+
+    fn read_committed(&self, session: &str) -> Result<Committed, String> {
+        let mut committed = Committed::default();
+        for row in self.sql.rows(&format!(
+            "SELECT body FROM \"{}\".events WHERE session_id = '{session}' ORDER BY event_index",
+            self.schema
+        )) {
+            let body: String = row.get(0);
+            let event: Value = serde_json::from_str(&body)
+                .map_err(|e| format!("an unreadable event row ({e}): {body}"))?;
+            committed.note(&event);
+        }
+        Ok(committed)
+    }
+
+    /// Content-addressed rows whose text does not hash to their key.
+    fn damaged_objects(&self) -> (u64, Vec<String>) {
+        let mut names = Vec::new();
+        for table in ["snapshots", "workflows", "artifacts"] {
+            for row in self.sql.rows(&format!(
+                "SELECT digest FROM \"{}\".{table} \
+                 WHERE regexp_replace(digest, '^sha256:', '') \
+                       <> encode(sha256(convert_to(body, 'UTF8')), 'hex')",
+                self.schema
+            )) {
+                names.push(format!("{table}/{}", row.get::<_, String>(0)));
+            }
+        }
+        (names.len() as u64, names)
+    }
 }
 
 /// Whether the manifest holds at least one complete record.
@@ -1654,15 +1787,19 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
 
     // Health, by a fresh `workrail inspect` per session.
     let sessions_dir = lab.data_dir().join("sessions");
-    let mut sessions: Vec<String> = std::fs::read_dir(&sessions_dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.starts_with("sess_"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let pg = lab.postgres.as_ref().map(PgTruth::new);
+    let mut sessions: Vec<String> = match &pg {
+        Some(pg) => pg.sessions(),
+        None => std::fs::read_dir(&sessions_dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.starts_with("sess_"))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
     sessions.sort();
 
     let mut healthy: HashMap<String, bool> = HashMap::new();
@@ -1673,7 +1810,13 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
             Ok(out) if out.success => health_of(&out.stdout).map(str::to_owned),
             // A start killed before its first commit leaves a directory without committed
             // truth, which is no session (no response ever named it: the ledger checks that).
-            Ok(out) if out.stderr.contains("SESSION_NOT_FOUND") && !has_committed_record(&dir) => {
+            Ok(out)
+                if out.stderr.contains("SESSION_NOT_FOUND")
+                    && !match &pg {
+                        Some(pg) => pg.has_committed_record(session),
+                        None => has_committed_record(&dir),
+                    } =>
+            {
                 report.uncommitted_dirs += 1;
                 continue;
             }
@@ -1686,7 +1829,11 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
             report.sample(format!("session {session} afterwards: health {verdict:?}"));
         }
         healthy.insert(session.clone(), is_healthy);
-        match read_committed(&dir) {
+        let read = match &pg {
+            Some(pg) => pg.read_committed(session),
+            None => read_committed(&dir),
+        };
+        match read {
             Ok(c) => {
                 committed.insert(session.clone(), c);
             }
@@ -1697,7 +1844,10 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
         }
     }
     report.sessions = sessions.len() as u64 - report.uncommitted_dirs;
-    let (damaged, damaged_names) = damaged_objects(&lab.data_dir());
+    let (damaged, damaged_names) = match &pg {
+        Some(pg) => pg.damaged_objects(),
+        None => damaged_objects(&lab.data_dir()),
+    };
     report.damaged_objects = damaged;
     for name in damaged_names {
         report.sample(format!("damaged object {name}"));
@@ -1808,6 +1958,10 @@ pub fn lost_commit_is_caught(config: &Config) -> Result<Report, String> {
         slot.stop()?;
     }
     let session = lock(&board).latest.session.clone();
+    if let Some(target) = &lab.postgres {
+        cut_last_transaction(target, &session)?;
+        return finish(lab, &slots);
+    }
     let manifest = lab
         .data_dir()
         .join("sessions")
@@ -1826,4 +1980,39 @@ pub fn lost_commit_is_caught(config: &Config) -> Result<Report, String> {
         .collect();
     std::fs::write(&manifest, kept).map_err(|e| e.to_string())?;
     finish(lab, &slots)
+}
+
+/// On PostgreSQL: the last `segment_closed` record of `session`, every manifest record after
+/// it, its events, and the session's next indices set back, as if that append had never
+/// committed.
+fn cut_last_transaction(target: &PgTarget, session: &str) -> Result<(), String> {
+    if !session
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(format!("an unexpected session id {session:?}"));
+    }
+    let sql = crate::postgres::Sql::connect(&target.url);
+    let schema = &target.schema;
+    let rows = sql.rows(&format!(
+        "SELECT manifest_index, body FROM \"{schema}\".manifest \
+         WHERE session_id = '{session}' AND kind = 'segment_closed' \
+         ORDER BY manifest_index DESC LIMIT 1"
+    ));
+    let row = rows.first().ok_or("no segment_closed record")?;
+    let close: i64 = row.get(0);
+    let body: String = row.get(1);
+    let record: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let first = record["firstEventIndex"]
+        .as_i64()
+        .ok_or("a segment_closed record without firstEventIndex")?;
+    sql.run(&format!(
+        "BEGIN; \
+         DELETE FROM \"{schema}\".manifest WHERE session_id = '{session}' AND manifest_index >= {close}; \
+         DELETE FROM \"{schema}\".events WHERE session_id = '{session}' AND event_index >= {first}; \
+         UPDATE \"{schema}\".sessions SET next_event_index = {first}, next_manifest_index = {close} \
+          WHERE session_id = '{session}'; \
+         COMMIT;"
+    ));
+    Ok(())
 }

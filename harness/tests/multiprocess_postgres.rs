@@ -1,0 +1,122 @@
+//! Real `workrail mcp` processes on one PostgreSQL schema (issue 19, item 4; `src/multiproc.rs`
+//! with [`Config::on_postgres`]): each server in a data directory of its own, so the database is
+//! all they share, like servers on several machines. Racing writers on one run, and a storm of
+//! `kill -9` at seeded moments while clients keep advancing, replaying, forking and starting
+//! runs. The oracle of `multiprocess.rs`, with the committed log read from the schema's rows:
+//! every session healthy and continuable afterwards (every client's latest stateToken
+//! rehydrates on a fresh server), nothing acknowledged lost, no attempt recorded twice, every
+//! replay byte-identical, every object row hashing to its key. Each test prints one line of
+//! counts; every count but `session_locked` must be 0.
+//!
+//! About 8 s of driving per scenario by default (`WORKRAIL_MULTIPROC_SECS` overrides it; the
+//! seed is `WORKRAIL_MULTIPROC_SEED`, printed in the line). Needs
+//! `WORKRAIL_TEST_POSTGRES=postgres://…` (`source .ci/postgres.sh`); without it the tests say
+//! why and pass, except under `CI`, where they fail. Each scenario uses a schema of its own.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use workrail_harness::multiproc::{self, Config, Report, SECS_ENV};
+use workrail_harness::postgres::{Schema, postgres_url};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Seconds of driving per scenario when `WORKRAIL_MULTIPROC_SECS` is unset.
+const DEFAULT_SECS: u64 = 8;
+
+fn config(schema: &Schema) -> Config {
+    // Built (when stale) before a scenario's clock starts, not inside its driving time.
+    let _ = workrail_harness::system::workrail_binary();
+    let mut config = Config::from_env().unwrap();
+    if std::env::var(SECS_ENV).map_or(true, |v| v.trim().is_empty()) {
+        config.run_for = Duration::from_secs(DEFAULT_SECS);
+    }
+    config.on_postgres(&schema.url, &schema.name)
+}
+
+fn assert_sound(report: &Report) {
+    println!("{}", report.line());
+    for locked in &report.locked_samples {
+        println!("  allowed: {locked}");
+    }
+    let samples = report.samples.join("\n  ");
+    let counts = [
+        ("lost_events", report.lost_events),
+        ("duplicate_attempts", report.duplicate_attempts),
+        ("replay_mismatches", report.replay_mismatches),
+        ("false_corruption", report.false_corruption),
+        ("store_io_errors", report.store_io_errors),
+        ("unhealthy_sessions", report.unhealthy_sessions),
+        ("stale_tokens", report.stale_tokens),
+        ("damaged_objects", report.damaged_objects),
+        ("other_errors", report.other_errors),
+        ("locked_not_retryable", report.locked_not_retryable),
+    ];
+    for (name, count) in counts {
+        assert_eq!(count, 0, "{name}: {}\n  {samples}", report.line());
+    }
+    assert_eq!(report.failures(), 0, "{}\n  {samples}", report.line());
+    assert!(
+        report.calls > 0 && report.sessions > 0 && report.acks > 0,
+        "{}",
+        report.line()
+    );
+}
+
+/// lock: L-STORE-COMMIT-UNDER-LOCK, L-WRITER-BUSY
+#[test]
+fn servers_on_several_machines_racing_on_one_database_lose_and_duplicate_nothing() {
+    let Some(url) = postgres_url(
+        "servers_on_several_machines_racing_on_one_database_lose_and_duplicate_nothing",
+    ) else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&url, "race");
+    let report = multiproc::race(&config(&schema)).unwrap();
+    assert_sound(&report);
+    assert!(
+        report.ack_replays > 0,
+        "no ackToken raced: {}",
+        report.line()
+    );
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS
+#[test]
+fn servers_killed_on_one_database_lose_nothing_and_replays_return_the_recorded_response() {
+    let Some(url) = postgres_url(
+        "servers_killed_on_one_database_lose_nothing_and_replays_return_the_recorded_response",
+    ) else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&url, "storm");
+    let report = multiproc::kill_storm(&config(&schema)).unwrap();
+    assert_sound(&report);
+    assert!(report.kills > 0, "{}", report.line());
+}
+
+/// The oracle is not blind on PostgreSQL: an append cut from the schema after it was answered
+/// (its events, its `segment_closed` record and everything after it, the next indices set back)
+/// is counted as lost, and its token as stale, while the session itself stays healthy.
+#[test]
+fn the_checks_count_a_commit_that_vanished_from_the_database() {
+    let Some(url) = postgres_url("the_checks_count_a_commit_that_vanished_from_the_database")
+    else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&url, "lost");
+    let report = multiproc::lost_commit_is_caught(&config(&schema)).unwrap();
+    println!("{}", report.line());
+    assert!(report.lost_events > 0, "{}", report.line());
+    assert!(report.stale_tokens > 0, "{}", report.line());
+    assert_eq!(report.unhealthy_sessions, 0, "{:?}", report.samples);
+}
