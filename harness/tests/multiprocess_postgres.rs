@@ -1,8 +1,8 @@
 //! Real `workrail mcp` processes on one PostgreSQL schema (issue 19, item 4; `src/multiproc.rs`
 //! with [`Config::on_postgres`]): each server in a data directory of its own, so the database is
-//! all they share, like servers on several machines. Racing writers on one run, and a storm of
-//! `kill -9` at seeded moments while clients keep advancing, replaying, forking and starting
-//! runs. The oracle of `multiprocess.rs`, with the committed log read from the schema's rows:
+//! all they share, like servers on several machines. Racing writers on one run, readers beside
+//! a writer, and a storm of `kill -9` at seeded moments while clients keep advancing,
+//! replaying, forking and starting runs. The oracle of `multiprocess.rs`, with the committed log read from the schema's rows:
 //! every session healthy and continuable afterwards (every client's latest stateToken
 //! rehydrates on a fresh server), nothing acknowledged lost, no attempt recorded twice, every
 //! replay byte-identical, every object row hashing to its key. Each test prints one line of
@@ -86,6 +86,22 @@ fn servers_on_several_machines_racing_on_one_database_lose_and_duplicate_nothing
         "no ackToken raced: {}",
         report.line()
     );
+}
+
+/// Reads on other machines (rehydrate, `resume_session`, `workrail export` and `workrail
+/// inspect` as processes of their own) beside a writer never see corruption or miss a commit.
+#[test]
+fn readers_on_other_machines_beside_a_writer_never_see_corruption_or_miss_a_commit() {
+    let Some(url) = postgres_url(
+        "readers_on_other_machines_beside_a_writer_never_see_corruption_or_miss_a_commit",
+    ) else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&url, "readers");
+    let report = multiproc::readers(&config(&schema)).unwrap();
+    assert_sound(&report);
+    assert!(report.cli_runs > 0, "{}", report.line());
 }
 
 /// lock: L-TOKEN-REPLAY-FACTS
