@@ -100,7 +100,7 @@ fn walk() -> Vec<Op> {
     ]
 }
 
-/// lock: L-TOKEN-REHYDRATE-PURE, L-TOKEN-ACK-IDEMPOTENT, L-TOKEN-REPLAY-FACTS, L-DAG-NON-TIP-AUTO-FORK, L-TIP-LAST-ACTIVITY, L-STATUS-FROM-TIP, L-STATUS-COMPLETE, L-STATUS-BLOCKED, L-WRITER-BUSY, L-TOKEN-CHECKPOINT-IDEMPOTENT
+/// The walk reaches every state it is written for, matching the model after every command.
 #[test]
 fn a_walk_through_every_command_matches_the_model_on_postgres() {
     let Some(url) = postgres_url("a_walk_through_every_command_matches_the_model_on_postgres")
@@ -127,7 +127,7 @@ fn a_walk_through_every_command_matches_the_model_on_postgres() {
     );
 }
 
-/// lock: L-TOKEN-REHYDRATE-PURE, L-TOKEN-ACK-IDEMPOTENT, L-TOKEN-REPLAY-FACTS, L-DAG-NON-TIP-AUTO-FORK, L-TIP-LAST-ACTIVITY, L-STATUS-FROM-TIP, L-WRITER-BUSY, L-TOKEN-CHECKPOINT-IDEMPOTENT
+/// Generated sequences match the model; the generator reaches every kind of command.
 #[test]
 fn generated_sequences_match_the_model_on_postgres() {
     let Some(url) = postgres_url("generated_sequences_match_the_model_on_postgres") else {
@@ -152,7 +152,6 @@ fn generated_sequences_match_the_model_on_postgres() {
 /// Replays answer from recorded facts, byte for byte, in the process that recorded them and in
 /// a fresh one (empty caches, new connections); and no read (rehydrate, replay,
 /// `resume_session`, the sessions overview, inspect, export) changes a row of any table.
-/// lock: L-TOKEN-ACK-IDEMPOTENT, L-TOKEN-REPLAY-FACTS, L-TOKEN-REHYDRATE-PURE
 #[test]
 fn replays_are_byte_identical_and_reads_write_nothing_on_postgres() {
     let Some(url) = postgres_url("replays_are_byte_identical_and_reads_write_nothing_on_postgres")
@@ -214,7 +213,6 @@ fn replays_are_byte_identical_and_reads_write_nothing_on_postgres() {
 /// The comparison on PostgreSQL is not blind: a replay rebuilt from the current log instead of
 /// the recorded facts (the planted bug of `mutations.rs`, switched on for this thread only) is
 /// caught by the byte-identical replay check, in a known sequence and by the generated ones.
-/// lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
 #[test]
 fn the_state_machine_on_postgres_catches_a_replay_that_recomputes() {
     struct Planted;

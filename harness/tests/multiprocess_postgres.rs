@@ -69,7 +69,7 @@ fn assert_sound(report: &Report) {
     );
 }
 
-/// lock: L-STORE-COMMIT-UNDER-LOCK, L-WRITER-BUSY
+/// Servers (8 by default) start runs at one instant and race on one run's ackTokens.
 #[test]
 fn servers_on_several_machines_racing_on_one_database_lose_and_duplicate_nothing() {
     let Some(url) = postgres_url(
@@ -104,7 +104,7 @@ fn readers_on_other_machines_beside_a_writer_never_see_corruption_or_miss_a_comm
     assert!(report.cli_runs > 0, "{}", report.line());
 }
 
-/// lock: L-TOKEN-REPLAY-FACTS
+/// Servers `kill -9`ed at seeded moments; a call cut off is sent again to the new server.
 #[test]
 fn servers_killed_on_one_database_lose_nothing_and_replays_return_the_recorded_response() {
     let Some(url) = postgres_url(
