@@ -51,7 +51,9 @@
 //! `WORKRAIL_STORE_SCHEMA`, and each server runs in a data directory of its own (a restarted
 //! server on its old one), like servers on several machines sharing one database. The oracle is
 //! the same; the committed log is the schema's event rows and the objects are its
-//! content-addressed rows, both read with plain SQL.
+//! content-addressed rows, both read with plain SQL; a file in any data directory afterwards,
+//! other than the machine's records of running servers (`servers/`), is counted in
+//! `other_errors` (the database is all the servers may share).
 //!
 //! Everything but `session_locked` must be 0. Loops are bounded in time and count; every child
 //! process is killed when its handle drops (also on panic).
@@ -1743,6 +1745,21 @@ impl PgTruth {
     }
 }
 
+/// Every file below `dir` (none when it does not exist).
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
 /// Whether the manifest holds at least one complete record.
 fn has_committed_record(session_dir: &Path) -> bool {
     std::fs::read(session_dir.join("manifest.jsonl")).is_ok_and(|bytes| bytes.contains(&b'\n'))
@@ -1844,6 +1861,28 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
         }
     }
     report.sessions = sessions.len() as u64 - report.uncommitted_dirs;
+    // On PostgreSQL the database is all the servers share: no server writes a file into its
+    // data directory (sessions, objects and keys are rows; caches stay in memory) but the
+    // records of the machine's running servers (`servers/`, decision D85), which a killed
+    // server leaves behind.
+    if pg.is_some() {
+        let mut written = Vec::new();
+        for root in [lab.data_dir(), lab.dir.path().join("machines")] {
+            files_under(&root, &mut written);
+        }
+        let server_record = |path: &Path| {
+            path.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == workrail::store::layout::SERVERS_DIR)
+        };
+        for path in written.into_iter().filter(|p| !server_record(p)) {
+            report.other_errors += 1;
+            report.sample(format!(
+                "a server on PostgreSQL wrote {} into a data directory",
+                path.display()
+            ));
+        }
+    }
     let (damaged, damaged_names) = match &pg {
         Some(pg) => pg.damaged_objects(),
         None => damaged_objects(&lab.data_dir()),
