@@ -8,7 +8,7 @@
 //! replay byte-identical, every object row hashing to its key. Each test prints one line of
 //! counts; every count but `session_locked` must be 0.
 //!
-//! About 8 s of driving per scenario by default (`WORKRAIL_MULTIPROC_SECS` overrides it; the
+//! About 6 s of driving per scenario by default (`WORKRAIL_MULTIPROC_SECS` overrides it; the
 //! seed is `WORKRAIL_MULTIPROC_SEED`, printed in the line). Needs
 //! `WORKRAIL_TEST_POSTGRES=postgres://…` (`source .ci/postgres.sh`); without it the tests say
 //! why and pass, except under `CI`, where they fail. Each scenario uses a schema of its own.
@@ -28,7 +28,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Seconds of driving per scenario when `WORKRAIL_MULTIPROC_SECS` is unset.
-const DEFAULT_SECS: u64 = 8;
+const DEFAULT_SECS: u64 = 6;
 
 fn config(schema: &Schema) -> Config {
     // Built (when stale) before a scenario's clock starts, not inside its driving time.
