@@ -10,6 +10,10 @@
 //! the first call with the index <= 50 ms, warm p50 <= 50 ms. Also prints the server's
 //! resident memory afterwards beside the data directory's size (the caches are bounded, the
 //! data is not) and the index file's size.
+//!
+//! With `WORKRAIL_TEST_POSTGRES` (a `postgres://` URL) set, the same figures follow for a
+//! PostgreSQL store (`WORKRAIL_STORE`, a schema of the bench's own, dropped at the end), where no
+//! resume index is persisted (D101): the first call of a fresh server reads every session.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,9 +31,49 @@ struct Server {
     next_id: u64,
 }
 
+/// Where the sessions live: the file store in the data directory, or a PostgreSQL schema.
+#[derive(Clone, Copy)]
+enum Store<'a> {
+    Files,
+    Postgres { url: &'a str, schema: &'a str },
+}
+
+impl Store<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Store::Files => "file store",
+            Store::Postgres { .. } => "PostgreSQL",
+        }
+    }
+}
+
+/// Runs `sql` on the database at `url`.
+fn postgres_run(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(connection);
+        client.batch_execute(sql).await.unwrap();
+        drop(client);
+        let _ = task.await;
+    });
+}
+
 impl Server {
-    fn start(root: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+    fn start(root: &Path, store: Store<'_>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
+        command.env_remove("WORKRAIL_STORE");
+        if let Store::Postgres { url, schema } = store {
+            command
+                .env("WORKRAIL_STORE", url)
+                .env("WORKRAIL_STORE_SCHEMA", schema);
+        }
+        let mut child = command
             .arg("mcp")
             .env("WORKRAIL_DATA_DIR", root.join("data"))
             .env("HOME", root)
@@ -111,8 +155,31 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    bench(sessions, Store::Files);
+    match std::env::var("WORKRAIL_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => {
+            let schema = format!("bench_resume_{}", std::process::id());
+            postgres_run(&url, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            bench(
+                sessions,
+                Store::Postgres {
+                    url: &url,
+                    schema: &schema,
+                },
+            );
+            postgres_run(&url, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+        }
+        _ => println!(
+            "(PostgreSQL: set WORKRAIL_TEST_POSTGRES=postgres://… to print the same figures for it; `source .ci/postgres.sh` starts a throwaway server)"
+        ),
+    }
+}
+
+fn bench(sessions: usize, store: Store<'_>) {
+    let files = matches!(store, Store::Files);
+    println!("== {}", store.name());
     let root = tempfile::tempdir().unwrap();
-    let mut writer = Server::start(root.path());
+    let mut writer = Server::start(root.path(), store);
     let created = Instant::now();
     for i in 0..sessions {
         let out = writer.tool("start_workflow", json!({"workflowId": "wr.coding_task"}));
@@ -132,14 +199,19 @@ fn main() {
     );
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let first_call = |expect_index: bool| {
-        let mut server = Server::start(root.path());
+        let mut server = Server::start(root.path(), store);
         let index = root.path().join("data/cache/resume-index.v1.jsonl");
-        assert_eq!(index.is_file(), expect_index);
+        // The persisted index is the file store's (D101).
+        assert_eq!(index.is_file(), expect_index && files);
         let t = Instant::now();
         let first = server.tool("resume_session", json!({}));
         let took = t.elapsed();
         assert_eq!(first["candidates"].as_array().unwrap().len(), 5);
-        assert!(index.is_file(), "the first call wrote no index");
+        assert_eq!(
+            index.is_file(),
+            files,
+            "only the file store persists the index"
+        );
         (server, took)
     };
     let (builder, no_index) = first_call(false);
@@ -165,7 +237,7 @@ fn main() {
     warm.sort();
     // Another process commits 1% more sessions; a fresh server loads them beside the index.
     let more = (sessions / 100).max(1);
-    let mut writer = Server::start(root.path());
+    let mut writer = Server::start(root.path(), store);
     for i in 0..more {
         let out = writer.tool("start_workflow", json!({"workflowId": "wr.coding_task"}));
         writer.tool(
@@ -180,12 +252,21 @@ fn main() {
     writer.stop();
     let (after, stale) = first_call(true);
     after.stop();
-    println!(
-        "resume_session over {sessions} sessions, first call of a fresh server: {:.1} ms with the index (target <= 50), {:.1} ms with {more} sessions committed since the index was written, {:.1} ms without an index (it writes one)",
-        ms(cold),
-        ms(stale),
-        ms(no_index),
-    );
+    if files {
+        println!(
+            "resume_session over {sessions} sessions, first call of a fresh server: {:.1} ms with the index (target <= 50), {:.1} ms with {more} sessions committed since the index was written, {:.1} ms without an index (it writes one)",
+            ms(cold),
+            ms(stale),
+            ms(no_index),
+        );
+    } else {
+        println!(
+            "resume_session over {sessions} sessions, first call of a fresh server (no persisted index on PostgreSQL, D101): {:.1} ms, {:.1} ms, and {:.1} ms after {more} more sessions",
+            ms(no_index),
+            ms(cold),
+            ms(stale),
+        );
+    }
     println!(
         "resume_session warm p50 {:.1} ms (target <= 50), max {:.1} ms",
         ms(warm[warm.len() / 2]),
@@ -195,9 +276,15 @@ fn main() {
     let index_mib = std::fs::metadata(root.path().join("data/cache/resume-index.v1.jsonl"))
         .map_or(0.0, |m| m.len() as f64 / (1024.0 * 1024.0));
     if let Some((rss, peak)) = memory {
-        println!(
-            "server memory after those calls: RSS {rss:.1} MiB, peak {peak:.1} MiB, over a {data_mib:.1} MiB data directory (caches bounded by WORKRAIL_CACHE_MB, default 64); resume index {index_mib:.1} MiB"
-        );
+        if files {
+            println!(
+                "server memory after those calls: RSS {rss:.1} MiB, peak {peak:.1} MiB, over a {data_mib:.1} MiB data directory (caches bounded by WORKRAIL_CACHE_MB, default 64); resume index {index_mib:.1} MiB"
+            );
+        } else {
+            println!(
+                "server memory after those calls: RSS {rss:.1} MiB, peak {peak:.1} MiB (caches bounded by WORKRAIL_CACHE_MB, default 64)"
+            );
+        }
     }
 }
 
