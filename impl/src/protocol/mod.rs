@@ -683,12 +683,7 @@ impl Workrail {
         let verify =
             |snapshot: &workrail_spec::ids::SnapshotRef| self.store.snapshot(snapshot).map(drop);
         let Some(files) = self.store.file_stores() else {
-            return Err(ErrorEnvelope::new(
-                ErrorCode::ValidationError,
-                "`workrail repair` applies to the file store only: in PostgreSQL an append commits its events, its segment record and its pins in one transaction, so the pins it restores cannot be missing.",
-                "To inspect a PostgreSQL session, use `workrail inspect` with the same --store.",
-                Retry::NotRetryable,
-            ));
+            return self.check_postgres_session(&session);
         };
         let outcome = files
             .sessions
@@ -725,6 +720,39 @@ impl Workrail {
                 )
             }
         })
+    }
+
+    /// `workrail repair` on PostgreSQL (decision D111): a plan commits with its pins in one
+    /// transaction, so the torn write the file store's repair fixes cannot arise. The session is
+    /// checked instead: healthy says so; anything else is refused with its verdict and the way
+    /// back, writing nothing.
+    fn check_postgres_session(&self, session: &SessionId) -> Result<String, ErrorEnvelope> {
+        // A full read, past the process's cached view: a check must see every row.
+        let loaded = match self.store.postgres_stores() {
+            Some(pg) => crate::store::SessionBackend::load(pg.backend().as_ref(), session),
+            None => self.store.load(session),
+        }
+        .map_err(store_envelope(false))?;
+        let health = &loaded.health;
+        if health.is_healthy() {
+            return Ok(format!(
+                "Session {session} is healthy; nothing to repair. (On PostgreSQL a write commits its events, its segment record and its snapshot pins in one transaction, so the torn write `workrail repair` fixes on the file store cannot happen.)"
+            ));
+        }
+        let mut envelope = StoreError::Unhealthy {
+            session: session.clone(),
+            health: health.clone(),
+        }
+        .to_envelope(false);
+        let found = health
+            .corruption()
+            .map(|c| format!(": {} ({})", c.reason, c.detail))
+            .unwrap_or_default();
+        envelope.message = format!(
+            "Session {session} is not healthy ({}{found}) and was not repaired: on PostgreSQL `workrail repair` only checks a session (its rows commit whole), so nothing was written.",
+            health.kind()
+        );
+        Err(envelope)
     }
 
     /// Exports a session as one self-verifying bundle (`impl/docs/bundles.md`); a
