@@ -15,13 +15,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use protocol_support::{ack, catalog, start};
+use workrail::bundle::NoProgress;
 use workrail::entropy::SeededEntropy;
+use workrail::gc::{
+    GcOptions, GcReport, GcWarningCode, OsRetentionClock, RetentionConfig, RetentionDecision,
+};
 use workrail::protocol::Workrail;
 use workrail::store::Store;
 use workrail::store::fs::StoreFs;
 use workrail::store::memfs::MemFs;
 use workrail::store::postgres::PostgresBackend;
+use workrail::store::{SessionBackend, StoreError};
 use workrail_spec::error::{ErrorCode, Retry};
+use workrail_spec::ids::SessionId;
 
 fn postgres_url(test: &str) -> Option<String> {
     match std::env::var("WORKRAIL_TEST_POSTGRES") {
@@ -89,8 +95,16 @@ impl Schema {
     }
 
     fn workrail(&self) -> Workrail {
-        let backend = PostgresBackend::connect(&self.url, &self.name).unwrap();
-        let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+        self.workrail_in(Arc::new(MemFs::new()))
+    }
+
+    fn backend(&self) -> PostgresBackend {
+        PostgresBackend::connect(&self.url, &self.name).unwrap()
+    }
+
+    /// A `Workrail` on this schema whose data directory is `fs`.
+    fn workrail_in(&self, fs: Arc<dyn StoreFs>) -> Workrail {
+        let backend = self.backend();
         Workrail::with_store(
             fs,
             Store::postgres(backend),
@@ -174,4 +188,211 @@ fn repair_on_postgres_names_the_verdict_of_a_damaged_session_and_the_way_back() 
         refused.suggestion
     );
     assert_eq!(schema.rows(), before, "repair wrote to a damaged session");
+}
+
+fn gc(wr: &Workrail, dry_run: bool) -> GcReport {
+    let options = GcOptions {
+        dry_run,
+        ttl_days: None,
+    };
+    wr.gc(
+        &options,
+        &OsRetentionClock::new("/nonexistent"),
+        &NoProgress,
+    )
+    .unwrap()
+}
+
+/// A session started and acked `acks` times; its id.
+fn session_with(wr: &Workrail, acks: usize) -> SessionId {
+    let mut out = start(wr, "wr.coding_task");
+    let id = out.session.session_id.clone();
+    for i in 0..acks {
+        out = wr
+            .continue_workflow(ack(&out, &format!("Step {i} done."), vec![]))
+            .unwrap();
+    }
+    id
+}
+
+impl Schema {
+    /// Makes `sessions` look idle for 100 days.
+    fn age(&self, sessions: &[&SessionId]) {
+        for id in sessions {
+            self.run(&format!(
+                "UPDATE {}.sessions SET last_activity = now() - interval '100 days' WHERE session_id = '{id}'",
+                self.name
+            ));
+        }
+    }
+
+    /// Makes every object stored so far older than the sweep's grace.
+    fn age_objects(&self) {
+        for t in ["snapshots", "workflows", "artifacts"] {
+            self.run(&format!(
+                "UPDATE {}.{t} SET created_at = now() - interval '2 hours'",
+                self.name
+            ));
+        }
+    }
+}
+
+fn verdict(report: &GcReport, id: &SessionId) -> (RetentionDecision, bool) {
+    let v = report
+        .sessions
+        .iter()
+        .find(|v| &v.session_id == id)
+        .unwrap_or_else(|| panic!("no verdict for {id}: {report:?}"));
+    (v.decision, v.deleted)
+}
+
+#[test]
+fn gc_on_postgres_deletes_expired_sessions_and_sweeps_only_old_unreferenced_objects() {
+    let Some(url) = postgres_url("gc_on_postgres_deletes_expired_sessions") else {
+        return;
+    };
+    let schema = Schema::new(&url);
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = schema.workrail_in(Arc::clone(&fs));
+    let expired = session_with(&wr, 3);
+    let recent = session_with(&wr, 1);
+    let kept = session_with(&wr, 1);
+    RetentionConfig {
+        ttl_days: 60,
+        keep: vec![kept.clone()],
+    }
+    .save(fs.as_ref())
+    .unwrap();
+    schema.age(&[&expired, &kept]);
+    schema.age_objects();
+    // An unreferenced object stored just now (a writer's put before its plan): kept.
+    let young = format!("sha256:{}", "0".repeat(64));
+    schema.run(&format!(
+        "INSERT INTO {}.snapshots (digest, body) VALUES ('{young}', '{{}}')",
+        schema.name
+    ));
+
+    let rows = schema.rows();
+    let dry = gc(&wr, true);
+    assert!(!dry.safe_mode, "{dry:?}");
+    assert_eq!(dry.deleted_sessions, vec![expired.clone()], "{dry:?}");
+    assert!(
+        !dry.deleted_snapshots.is_empty(),
+        "the expired session's own snapshots are not swept: {dry:?}"
+    );
+    assert_eq!(schema.rows(), rows, "a dry run wrote");
+
+    let report = gc(&wr, false);
+    assert!(
+        !report.safe_mode && report.warnings.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(report.deleted_sessions, vec![expired.clone()]);
+    assert_eq!(report.deleted_snapshots, dry.deleted_snapshots);
+    assert_eq!(
+        report.deleted_pinned_workflows,
+        dry.deleted_pinned_workflows
+    );
+    assert_eq!(
+        verdict(&report, &expired),
+        (RetentionDecision::Expired, true)
+    );
+    assert_eq!(
+        verdict(&report, &recent),
+        (RetentionDecision::WithinTtl, false)
+    );
+    assert_eq!(
+        verdict(&report, &kept),
+        (RetentionDecision::KeepListed, false)
+    );
+    assert!(report.young_objects_kept >= 1, "{report:?}");
+    assert_eq!(
+        schema.count(&format!(
+            "SELECT count(*) FROM {}.snapshots WHERE digest = '{young}'",
+            schema.name
+        )),
+        1,
+        "a young unreferenced object was swept"
+    );
+    for table in ["events", "manifest", "sessions"] {
+        assert_eq!(
+            schema.count(&format!(
+                "SELECT count(*) FROM {}.{table} WHERE session_id = '{expired}'",
+                schema.name
+            )),
+            0,
+            "rows of the deleted session remain in {table}"
+        );
+    }
+
+    // What stays loads healthy from every row (its objects all there) and goes on.
+    let fresh = schema.backend();
+    assert!(matches!(
+        SessionBackend::load(&fresh, &expired),
+        Err(StoreError::NotFound { .. })
+    ));
+    for id in [&recent, &kept] {
+        let loaded = SessionBackend::load(&fresh, id).unwrap();
+        assert!(loaded.health.is_healthy(), "{id}: {:?}", loaded.health);
+    }
+    let again = gc(&wr, false);
+    assert!(again.deleted_sessions.is_empty() && again.deleted_snapshots.is_empty());
+}
+
+#[test]
+fn gc_on_postgres_deletes_nothing_while_a_session_is_damaged() {
+    let Some(url) = postgres_url("gc_on_postgres_deletes_nothing_while_damaged") else {
+        return;
+    };
+    let schema = Schema::new(&url);
+    let wr = schema.workrail();
+    let expired = session_with(&wr, 2);
+    let damaged = session_with(&wr, 1);
+    schema.age(&[&expired]);
+    schema.age_objects();
+    schema.run(&format!(
+        "UPDATE {}.events SET body = replace(body, 'Step 0 done.', 'Step 9 done.') WHERE session_id = '{damaged}'",
+        schema.name
+    ));
+    let rows = schema.rows();
+    let report = gc(&wr, false);
+    assert!(report.safe_mode, "{report:?}");
+    assert!(report.deleted_sessions.is_empty() && report.deleted_snapshots.is_empty());
+    assert_eq!(verdict(&report, &damaged).0, RetentionDecision::Unhealthy);
+    let warning = report
+        .warnings
+        .iter()
+        .find(|w| w.session_id.as_ref() == Some(&damaged))
+        .unwrap();
+    assert_eq!(warning.code, GcWarningCode::SafeModeCorruptSession);
+    assert_eq!(warning.reason.as_deref(), Some("segment_digest_mismatch"));
+    assert_eq!(schema.rows(), rows, "safe mode deleted something");
+}
+
+#[test]
+fn gc_on_postgres_never_deletes_a_session_another_process_holds() {
+    let Some(url) = postgres_url("gc_on_postgres_never_deletes_a_locked_session") else {
+        return;
+    };
+    let schema = Schema::new(&url);
+    let wr = schema.workrail();
+    let expired = session_with(&wr, 1);
+    schema.age(&[&expired]);
+    let other = schema.backend();
+    let guard = other.lock_session(&expired).unwrap();
+    let report = gc(&wr, false);
+    assert!(report.deleted_sessions.is_empty(), "{report:?}");
+    assert_eq!(
+        verdict(&report, &expired),
+        (RetentionDecision::Locked, false)
+    );
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.code == GcWarningCode::SessionLocked)
+    );
+    drop(guard);
+    let report = gc(&wr, false);
+    assert_eq!(report.deleted_sessions, vec![expired]);
 }

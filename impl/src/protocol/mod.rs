@@ -787,6 +787,11 @@ impl Workrail {
     }
 
     /// The stores, entropy and token codec, for `crate::bundle` and `crate::gc`.
+    /// The data directory (per machine: config, server records, derived caches).
+    pub(crate) fn data_fs(&self) -> &Arc<dyn StoreFs> {
+        &self.fs
+    }
+
     pub(crate) fn parts(&self) -> Parts<'_> {
         Parts {
             store: &self.store,

@@ -228,8 +228,48 @@ enum Request {
         new: String,
         reply: Reply<bool>,
     },
+    /// Each session's last activity, in milliseconds since the Unix epoch (GC, D112).
+    Activity {
+        reply: Reply<Vec<(String, i64)>>,
+    },
+    /// Deletes a session's rows in one transaction under its advisory lock, when its manifest
+    /// still has `expect` (records, bytes) (GC, D112).
+    DeleteSession {
+        session: SessionId,
+        expect: (i64, i64),
+        wait: Duration,
+        reply: Reply<Deleted>,
+    },
+    /// The unreferenced objects older than `grace`, deleted unless `dry_run` (GC, D112).
+    Sweep {
+        roots: [Vec<String>; 3],
+        grace: Duration,
+        dry_run: bool,
+        reply: Reply<Swept>,
+    },
     /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
     Shutdown,
+}
+
+/// What [`PostgresBackend::delete_session`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The session's rows are gone.
+    Yes,
+    /// Another process held its lock past the wait: nothing was deleted.
+    Locked,
+    /// Its manifest rows are not what GC validated: nothing was deleted.
+    Changed,
+}
+
+/// What [`PostgresBackend::sweep`] deleted (or, in a dry run, would delete): digests per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub snapshots: Vec<String>,
+    pub workflows: Vec<String>,
+    pub artifacts: Vec<String>,
+    /// Unreferenced objects kept because they are younger than the grace.
+    pub young: usize,
 }
 
 /// A PostgreSQL error as a store error: retryable I/O (`STORE_IO_ERROR`), with the server's
@@ -394,6 +434,54 @@ impl PostgresBackend {
         let requests = self.requests.as_ref().ok_or_else(stopped)?;
         requests.send(make(reply)).map_err(|_| stopped())?;
         answer.recv().map_err(|_| stopped())?
+    }
+
+    /// Each session's manifest length in bytes, by session id (one query).
+    pub fn manifest_lengths_by_id(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.call(|reply| Request::ManifestBytes { reply })
+    }
+
+    /// Each session's last activity (the time of its last committed append), in milliseconds
+    /// since the Unix epoch, by session id (D112).
+    pub fn last_activity(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.call(|reply| Request::Activity { reply })
+    }
+
+    /// Deletes `session`'s rows (events, manifest, session) in one transaction under its
+    /// advisory lock, when its manifest still holds `expect` = (records, bytes): never while
+    /// another process appends, never a session that changed since it was judged (D112).
+    pub fn delete_session(
+        &self,
+        session: &SessionId,
+        expect: (i64, i64),
+    ) -> Result<Deleted, StoreError> {
+        let wait = self.lock_wait;
+        let id = session.clone();
+        let deleted = self.call(|reply| Request::DeleteSession {
+            session: id,
+            expect,
+            wait,
+            reply,
+        })?;
+        self.forget_cached(session);
+        Ok(deleted)
+    }
+
+    /// Deletes, in one statement, the snapshots, workflows and artifacts whose digests are not
+    /// in `roots` (snapshots, workflows, artifacts) and that were stored more than `grace` ago
+    /// by the database's clock; with `dry_run` only lists them (D112).
+    pub fn sweep(
+        &self,
+        roots: [Vec<String>; 3],
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Swept, StoreError> {
+        self.call(|reply| Request::Sweep {
+            roots,
+            grace,
+            dry_run,
+            reply,
+        })
     }
 
     fn get_object(&self, table: ObjectTable, digest: &str) -> Result<Option<String>, StoreError> {
@@ -1142,8 +1230,142 @@ impl Worker {
                 self.settle(stalled).await;
                 let _ = reply.send(result);
             }
+            Request::Activity { reply } => {
+                let result = bounded!("read the sessions' last activity", self.activity());
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
+            Request::DeleteSession {
+                session,
+                expect,
+                wait,
+                reply,
+            } => {
+                let result = bounded!(
+                    "delete a session",
+                    self.delete_session(&session, expect, wait)
+                );
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
+            Request::Sweep {
+                roots,
+                grace,
+                dry_run,
+                reply,
+            } => {
+                let result = bounded!(
+                    "sweep unreferenced objects",
+                    self.sweep(&roots, grace, dry_run)
+                );
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
             Request::Shutdown => {}
         }
+    }
+
+    async fn activity(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT session_id, (extract(epoch FROM last_activity) * 1000)::bigint
+                 FROM sessions ORDER BY session_id",
+                &[],
+            )
+            .await
+            .map_err(sql_error("read the sessions' last activity"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn delete_session(
+        &mut self,
+        session: &SessionId,
+        expect: (i64, i64),
+        wait: Duration,
+    ) -> Result<Deleted, StoreError> {
+        let op = "delete a session";
+        let key = lock_key(&self.schema, session);
+        let client = self.client().await?;
+        let tx = client.transaction().await.map_err(sql_error(op))?;
+        if !try_lock(&tx, key, wait).await.map_err(sql_error(op))? {
+            return Ok(Deleted::Locked);
+        }
+        // Under the lock nothing else commits to this session: the check is authoritative.
+        if freshness(&tx, session).await? != expect {
+            return Ok(Deleted::Changed);
+        }
+        for table in ["events", "manifest", "sessions"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE session_id = $1"),
+                &[&session.as_str()],
+            )
+            .await
+            .map_err(sql_error(op))?;
+        }
+        tx.commit().await.map_err(sql_error(op))?;
+        Ok(Deleted::Yes)
+    }
+
+    async fn sweep(
+        &mut self,
+        roots: &[Vec<String>; 3],
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Swept, StoreError> {
+        let op = "sweep unreferenced objects";
+        let client = self.client().await?;
+        let tables = [
+            ObjectTable::Snapshots,
+            ObjectTable::Workflows,
+            ObjectTable::Artifacts,
+        ];
+        // One statement: one snapshot of the database, each table's old unreferenced rows
+        // deleted (or listed) and the young ones counted.
+        let mut parts = Vec::new();
+        let mut selects = Vec::new();
+        for (i, table) in tables.iter().enumerate() {
+            let t = table.name();
+            let p = i + 1;
+            let old = format!(
+                "{t} WHERE NOT (digest = ANY(${p}::text[])) AND created_at < now() - make_interval(secs => $4)"
+            );
+            parts.push(if dry_run {
+                format!("g{p} AS (SELECT digest FROM {old})")
+            } else {
+                format!("g{p} AS (DELETE FROM {old} RETURNING digest)")
+            });
+            parts.push(format!(
+                "y{p} AS (SELECT count(*) AS n FROM {t} WHERE NOT (digest = ANY(${p}::text[])) AND created_at >= now() - make_interval(secs => $4))"
+            ));
+            selects.push(format!("SELECT {p}, digest FROM g{p}"));
+            selects.push(format!("SELECT -{p}, n::text FROM y{p}"));
+        }
+        let sql = format!("WITH {} {}", parts.join(", "), selects.join(" UNION ALL "));
+        let secs = grace.as_secs_f64();
+        let rows = client
+            .query(&sql, &[&roots[0], &roots[1], &roots[2], &secs])
+            .await
+            .map_err(sql_error(op))?;
+        let mut swept = Swept::default();
+        for row in rows {
+            let which: i32 = row.get(0);
+            let text: String = row.get(1);
+            match which {
+                1 => swept.snapshots.push(text),
+                2 => swept.workflows.push(text),
+                3 => swept.artifacts.push(text),
+                _ => swept.young += text.parse::<usize>().unwrap_or(0),
+            }
+        }
+        for list in [
+            &mut swept.snapshots,
+            &mut swept.workflows,
+            &mut swept.artifacts,
+        ] {
+            list.sort();
+        }
+        Ok(swept)
     }
 
     /// After a stalled request: closes every connection of the worker (their tasks are aborted,
@@ -1363,11 +1585,12 @@ impl Worker {
         body: &str,
     ) -> Result<(), StoreError> {
         let client = self.client().await?;
-        // An existing object with other (damaged) bytes is replaced, as the file store does.
+        // An existing object with other (damaged) bytes is replaced, as the file store does;
+        // storing it again makes it young, so GC's sweep keeps it for its grace (D112): a
+        // writer stores an object just before the plan that references it.
         let sql = format!(
             "INSERT INTO {t} (digest, body) VALUES ($1, $2)
-             ON CONFLICT (digest) DO UPDATE SET body = EXCLUDED.body
-             WHERE {t}.body IS DISTINCT FROM EXCLUDED.body",
+             ON CONFLICT (digest) DO UPDATE SET body = EXCLUDED.body, created_at = now()",
             t = table.name()
         );
         client
@@ -1434,7 +1657,9 @@ async fn insert_prepared(
         detail: format!("{}; nothing was committed", describe(&e)),
     };
     tx.execute(
-        "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
+        // The session's last activity (GC's retention, D112) moves with every commit.
+        "INSERT INTO sessions (session_id) VALUES ($1)
+         ON CONFLICT (session_id) DO UPDATE SET last_activity = now()",
         &[&session.as_str()],
     )
     .await
