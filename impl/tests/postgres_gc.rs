@@ -272,6 +272,25 @@ fn gc_on_postgres_deletes_expired_sessions_and_sweeps_only_old_unreferenced_obje
         schema.name
     ));
 
+    // `workrail sessions` dates each session by its last activity.
+    let dated = wr.sessions_by_activity(&|_| None).unwrap();
+    let age_of = |id: &SessionId| {
+        let at = dated
+            .iter()
+            .find(|(_, row)| &row.session_id == id)
+            .and_then(|(at, _)| *at)
+            .unwrap_or_else(|| panic!("{id} has no last activity"));
+        std::time::SystemTime::now()
+            .duration_since(at)
+            .unwrap_or_default()
+    };
+    assert!(age_of(&expired) > std::time::Duration::from_secs(99 * 86_400));
+    assert!(age_of(&recent) < std::time::Duration::from_secs(3600));
+    assert_eq!(
+        dated[0].1.session_id, recent,
+        "the newest session is not first"
+    );
+
     let rows = schema.rows();
     let dry = gc(&wr, true);
     assert!(!dry.safe_mode, "{dry:?}");

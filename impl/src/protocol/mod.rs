@@ -641,18 +641,42 @@ impl Workrail {
     }
 
     /// [`Workrail::sessions_overview`] newest first by the last change of each session's
-    /// manifest (the control stream changes with every commit), ties by session id; `modified`
+    /// manifest (the control stream changes with every commit; on PostgreSQL its
+    /// `last_activity`), ties by session id; `modified`
     /// gives a file's last change (path relative to the data directory), when known. Shared by
     /// `workrail sessions` and the Console.
     pub fn sessions_by_activity(
         &self,
         modified: &dyn Fn(&std::path::Path) -> Option<std::time::SystemTime>,
     ) -> Result<Vec<(Option<std::time::SystemTime>, SessionOverview)>, ErrorEnvelope> {
+        // On PostgreSQL the last change is the session row's `last_activity` (D112), read once.
+        let activity: Option<std::collections::HashMap<String, std::time::SystemTime>> =
+            match self.store.postgres_stores() {
+                Some(pg) => Some(
+                    pg.backend()
+                        .last_activity()
+                        .map_err(store_envelope(false))?
+                        .into_iter()
+                        .map(|(id, ms)| {
+                            let ms = u64::try_from(ms).unwrap_or(0);
+                            (
+                                id,
+                                std::time::SystemTime::UNIX_EPOCH
+                                    + std::time::Duration::from_millis(ms),
+                            )
+                        })
+                        .collect(),
+                ),
+                None => None,
+            };
         let mut dated: Vec<_> = self
             .sessions_overview()?
             .into_iter()
             .map(|row| {
-                let at = modified(&crate::store::layout::manifest_path(&row.session_id));
+                let at = match &activity {
+                    Some(activity) => activity.get(row.session_id.as_str()).copied(),
+                    None => modified(&crate::store::layout::manifest_path(&row.session_id)),
+                };
                 (at, row)
             })
             .collect();
