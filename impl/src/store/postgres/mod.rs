@@ -1,5 +1,5 @@
 //! The PostgreSQL session backend (issue 19, first slice): the [`SessionBackend`] seam over one
-//! PostgreSQL schema. `impl/docs/store.md` "PostgreSQL (in progress)" describes it.
+//! PostgreSQL schema. `impl/docs/store.md` "PostgreSQL" describes it.
 //!
 //! - **Threads (D98).** The protocol is synchronous and runs inside the MCP server's tokio
 //!   runtime, where blocking on another runtime would panic. The backend therefore owns a thread
