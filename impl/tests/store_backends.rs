@@ -1034,7 +1034,7 @@ fn postgres_refuses_index_gaps_and_duplicate_dedupe_keys_itself() {
             "SELECT max(version)::text FROM {}.schema_version",
             fx.schema
         )),
-        ["2"]
+        [workrail::store::postgres::SCHEMA_VERSION.to_string()]
     );
 }
 
@@ -1048,7 +1048,10 @@ fn postgres_refuses_a_schema_newer_than_it_knows() {
     let err = PostgresBackend::connect(&fx.url, &fx.schema).unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("at version 99, newer than this WorkRail knows (version 2)"),
+        text.contains(&format!(
+            "at version 99, newer than this WorkRail knows (version {})",
+            workrail::store::postgres::SCHEMA_VERSION
+        )),
         "{text}"
     );
 }

@@ -5,7 +5,7 @@
 //! workrail mcp                  serve MCP over stdio
 //! workrail validate <file>      compile a workflow source: its errors, or its workflowHash
 //! workrail inspect <sessionId>  print a session's runs (status, preferred tip, an outline of the DAG with notes; --all: every node)
-//! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited)
+//! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited; PostgreSQL: check)
 //! workrail keys rotate          rotate the token signing key
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
@@ -46,7 +46,7 @@ pub const EXIT_USAGE: u8 = 2;
     name = "workrail",
     version,
     about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.",
-    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)\n  WORKRAIL_STORE          a postgres:// URL to keep sessions, objects and keys in PostgreSQL (default: the file store in the data directory)\n  WORKRAIL_STORE_SCHEMA   the PostgreSQL schema (default: workrail)"
+    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)\n  WORKRAIL_STORE          a postgres:// URL to keep sessions, objects and keys in PostgreSQL (default: the file store in the data directory)\n  WORKRAIL_STORE_SCHEMA   the PostgreSQL schema (default: workrail)\n  WORKRAIL_STORE_TIMEOUT_MS  how long one PostgreSQL call may wait for the database, in ms (default: 10000)"
 )]
 struct Cli {
     /// Data directory (overrides WORKRAIL_DATA_DIR).

@@ -28,6 +28,10 @@
 //! (`cache/resume-index.v1.jsonl`, D64) is removed too: it holds the deleted sessions' notes.
 //! GC never reads it; otherwise it leaves it alone (derived, checked against each manifest).
 //!
+//! On PostgreSQL the same rules run over the rows (`postgres.rs`, decision D112): age is the
+//! session's `last_activity`, a session is deleted in one transaction under its advisory lock,
+//! and the sweep is one statement keeping objects stored within [`CAS_GRACE`].
+//!
 //! `dry_run` does all the reading and reports what would go, writing nothing. Time comes from
 //! the [`RetentionClock`] port so tests control it.
 
@@ -46,6 +50,7 @@ use workrail_spec::ids::{ServerId, SessionId, Sha256Digest, SnapshotRef, Workflo
 use workrail_spec::manifest::ManifestRecord;
 
 mod os;
+mod postgres;
 
 pub use os::OsRetentionClock;
 
@@ -311,12 +316,10 @@ pub fn run(
 ) -> Result<GcReport, ErrorEnvelope> {
     let parts = wr.parts();
     let Some(files) = parts.store.file_stores() else {
-        return Err(ErrorEnvelope::new(
-            ErrorCode::ValidationError,
-            "`workrail gc` works on the file store only for now; this WorkRail uses PostgreSQL, where retention and the sweep of unreferenced objects are not implemented yet. Nothing was deleted.",
-            "Run gc without --store / WORKRAIL_STORE for the data directory's file store.",
-            Retry::NotRetryable,
-        ));
+        return match parts.store.postgres_stores() {
+            Some(pg) => postgres::run(wr, pg.backend(), options, clock, progress),
+            None => Err(crate::protocol::invariant("gc: a store of neither kind")),
+        };
     };
     let fs: &dyn StoreFs = files.fs().as_ref();
     let config = match RetentionConfig::load(fs)? {
@@ -379,33 +382,7 @@ pub fn run(
             Ok(loaded) if loaded.health.is_healthy() => healthy.push((id, loaded)),
             Ok(loaded) => {
                 report.safe_mode = true;
-                let corruption = loaded.health.corruption();
-                let unknown = matches!(loaded.health, SessionHealth::UnknownVersion(_));
-                report.warnings.push(GcWarning {
-                    code: if unknown {
-                        GcWarningCode::SafeModeUnknownVersion
-                    } else {
-                        GcWarningCode::SafeModeCorruptSession
-                    },
-                    session_id: Some(id.clone()),
-                    health: Some(loaded.health.kind()),
-                    reason: corruption.map(|c| c.reason.as_str().to_owned()),
-                    message: format!(
-                        "safe mode: session {id} is {}{}; gc deletes nothing until it is repaired or removed. To clear it: {}",
-                        loaded.health.kind(),
-                        corruption
-                            .map(|c| format!(
-                                " ({} at manifest record {}: {})",
-                                c.reason, c.manifest_index, c.detail
-                            ))
-                            .unwrap_or_default(),
-                        crate::store::how_to_clear(
-                            &id,
-                            loaded.health.kind(),
-                            corruption.map(|c| c.reason.as_str())
-                        )
-                    ),
-                });
+                report.warnings.push(unhealthy_warning(&id, &loaded.health));
                 report.sessions.push(verdict(RetentionDecision::Unhealthy));
             }
             Err(StoreError::NotFound { .. }) => {
@@ -636,6 +613,33 @@ pub fn run(
     report.deleted_server_records = sweeper.sweep_server_records()?;
     progress.finish();
     Ok(report)
+}
+
+/// The safe-mode warning for a session that is not healthy.
+fn unhealthy_warning(id: &SessionId, health: &SessionHealth) -> GcWarning {
+    let corruption = health.corruption();
+    let unknown = matches!(health, SessionHealth::UnknownVersion(_));
+    GcWarning {
+        code: if unknown {
+            GcWarningCode::SafeModeUnknownVersion
+        } else {
+            GcWarningCode::SafeModeCorruptSession
+        },
+        session_id: Some(id.clone()),
+        health: Some(health.kind()),
+        reason: corruption.map(|c| c.reason.as_str().to_owned()),
+        message: format!(
+            "safe mode: session {id} is {}{}; gc deletes nothing until it is repaired or removed. To clear it: {}",
+            health.kind(),
+            corruption
+                .map(|c| format!(
+                    " ({} at manifest record {}: {})",
+                    c.reason, c.manifest_index, c.detail
+                ))
+                .unwrap_or_default(),
+            crate::store::how_to_clear(id, health.kind(), corruption.map(|c| c.reason.as_str()))
+        ),
+    }
 }
 
 enum Deleted {

@@ -641,18 +641,42 @@ impl Workrail {
     }
 
     /// [`Workrail::sessions_overview`] newest first by the last change of each session's
-    /// manifest (the control stream changes with every commit), ties by session id; `modified`
+    /// manifest (the control stream changes with every commit; on PostgreSQL its
+    /// `last_activity`), ties by session id; `modified`
     /// gives a file's last change (path relative to the data directory), when known. Shared by
     /// `workrail sessions` and the Console.
     pub fn sessions_by_activity(
         &self,
         modified: &dyn Fn(&std::path::Path) -> Option<std::time::SystemTime>,
     ) -> Result<Vec<(Option<std::time::SystemTime>, SessionOverview)>, ErrorEnvelope> {
+        // On PostgreSQL the last change is the session row's `last_activity` (D112), read once.
+        let activity: Option<std::collections::HashMap<String, std::time::SystemTime>> =
+            match self.store.postgres_stores() {
+                Some(pg) => Some(
+                    pg.backend()
+                        .last_activity()
+                        .map_err(store_envelope(false))?
+                        .into_iter()
+                        .map(|(id, ms)| {
+                            let ms = u64::try_from(ms).unwrap_or(0);
+                            (
+                                id,
+                                std::time::SystemTime::UNIX_EPOCH
+                                    + std::time::Duration::from_millis(ms),
+                            )
+                        })
+                        .collect(),
+                ),
+                None => None,
+            };
         let mut dated: Vec<_> = self
             .sessions_overview()?
             .into_iter()
             .map(|row| {
-                let at = modified(&crate::store::layout::manifest_path(&row.session_id));
+                let at = match &activity {
+                    Some(activity) => activity.get(row.session_id.as_str()).copied(),
+                    None => modified(&crate::store::layout::manifest_path(&row.session_id)),
+                };
                 (at, row)
             })
             .collect();
@@ -683,12 +707,7 @@ impl Workrail {
         let verify =
             |snapshot: &workrail_spec::ids::SnapshotRef| self.store.snapshot(snapshot).map(drop);
         let Some(files) = self.store.file_stores() else {
-            return Err(ErrorEnvelope::new(
-                ErrorCode::ValidationError,
-                "`workrail repair` applies to the file store only: in PostgreSQL an append commits its events, its segment record and its pins in one transaction, so the pins it restores cannot be missing.",
-                "To inspect a PostgreSQL session, use `workrail inspect` with the same --store.",
-                Retry::NotRetryable,
-            ));
+            return self.check_postgres_session(&session);
         };
         let outcome = files
             .sessions
@@ -727,6 +746,39 @@ impl Workrail {
         })
     }
 
+    /// `workrail repair` on PostgreSQL (decision D111): a plan commits with its pins in one
+    /// transaction, so the torn write the file store's repair fixes cannot arise. The session is
+    /// checked instead: healthy says so; anything else is refused with its verdict and the way
+    /// back, writing nothing.
+    fn check_postgres_session(&self, session: &SessionId) -> Result<String, ErrorEnvelope> {
+        // A full read, past the process's cached view: a check must see every row.
+        let loaded = match self.store.postgres_stores() {
+            Some(pg) => crate::store::SessionBackend::load(pg.backend().as_ref(), session),
+            None => self.store.load(session),
+        }
+        .map_err(store_envelope(false))?;
+        let health = &loaded.health;
+        if health.is_healthy() {
+            return Ok(format!(
+                "Session {session} is healthy; nothing to repair. (On PostgreSQL a write commits its events, its segment record and its snapshot pins in one transaction, so the torn write `workrail repair` fixes on the file store cannot happen.)"
+            ));
+        }
+        let mut envelope = StoreError::Unhealthy {
+            session: session.clone(),
+            health: health.clone(),
+        }
+        .to_envelope(false);
+        let found = health
+            .corruption()
+            .map(|c| format!(": {} ({})", c.reason, c.detail))
+            .unwrap_or_default();
+        envelope.message = format!(
+            "Session {session} is not healthy ({}{found}) and was not repaired: on PostgreSQL `workrail repair` only checks a session (its rows commit whole), so nothing was written.",
+            health.kind()
+        );
+        Err(envelope)
+    }
+
     /// Exports a session as one self-verifying bundle (`impl/docs/bundles.md`); a
     /// `corrupt_tail` session exports its validated prefix with a salvage banner.
     pub fn export_session(
@@ -759,6 +811,11 @@ impl Workrail {
     }
 
     /// The stores, entropy and token codec, for `crate::bundle` and `crate::gc`.
+    /// The data directory (per machine: config, server records, derived caches).
+    pub(crate) fn data_fs(&self) -> &Arc<dyn StoreFs> {
+        &self.fs
+    }
+
     pub(crate) fn parts(&self) -> Parts<'_> {
         Parts {
             store: &self.store,

@@ -23,6 +23,10 @@ pub enum StoreError {
         op: &'static str,
         detail: String,
     },
+    /// The database did not answer within the bound (decision D110): the call was abandoned
+    /// and its connections closed, so the server rolls back whatever it had not committed.
+    #[error("the database did not answer within {after_ms} ms during {op}")]
+    Unanswered { op: &'static str, after_ms: u64 },
     /// A write of the commit path failed; `committed` says exactly what durable truth holds.
     #[error("{op} failed on {path}: {os_error} ({committed})")]
     Write {
@@ -210,6 +214,15 @@ impl StoreError {
                 Retry::RetryableImmediate,
             )
             .with_details(serde_json::json!({"op": op, "osError": detail})),
+            Self::Unanswered { op, after_ms } => ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                format!(
+                    "The database did not answer within {after_ms} ms during {op}; the call was abandoned and its connection closed, so the server keeps nothing it had not committed."
+                ),
+                "Retry the same call (a retried append is idempotent); if it keeps failing, check that the PostgreSQL server is running and reachable. WORKRAIL_STORE_TIMEOUT_MS sets how long a call may wait.",
+                Retry::RetryableAfterMs { after_ms: 1000 },
+            )
+            .with_details(serde_json::json!({"op": op, "timeoutMs": after_ms})),
             Self::Write {
                 op,
                 path,

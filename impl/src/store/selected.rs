@@ -175,6 +175,14 @@ impl Store {
         }
     }
 
+    /// The PostgreSQL stores, when this is PostgreSQL (maintenance: repair and GC).
+    pub fn postgres_stores(&self) -> Option<&PgStores> {
+        match self {
+            Store::Postgres(p) => Some(p),
+            Store::Files(_) => None,
+        }
+    }
+
     /// The file store's parts (maintenance that only the file store has: repair, GC).
     pub fn file_stores(&self) -> Option<&FileStores> {
         match self {

@@ -1,5 +1,5 @@
 //! The PostgreSQL session backend (issue 19, first slice): the [`SessionBackend`] seam over one
-//! PostgreSQL schema. `impl/docs/store.md` "PostgreSQL (in progress)" describes it.
+//! PostgreSQL schema. `impl/docs/store.md` "PostgreSQL" describes it.
 //!
 //! - **Threads (D98).** The protocol is synchronous and runs inside the MCP server's tokio
 //!   runtime, where blocking on another runtime would panic. The backend therefore owns a thread
@@ -61,6 +61,57 @@ pub const DEFAULT_SCHEMA: &str = "workrail";
 
 /// How long connecting may take before it is an I/O error.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The variable bounding how long one call may wait for the database, in milliseconds.
+pub const TIMEOUT_ENV: &str = "WORKRAIL_STORE_TIMEOUT_MS";
+
+/// How long one call may wait for the database when [`TIMEOUT_ENV`] is unset (D110).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bound of [`TIMEOUT_ENV`], or [`DEFAULT_TIMEOUT`] when it is unset or empty; anything
+/// but a whole number of milliseconds from 100 to 3,600,000 is an error naming the variable.
+pub fn timeout_from_env() -> Result<Duration, StoreError> {
+    match std::env::var(TIMEOUT_ENV) {
+        Ok(text) if !text.trim().is_empty() => match text.trim().parse::<u64>() {
+            Ok(ms) if (100..=3_600_000).contains(&ms) => Ok(Duration::from_millis(ms)),
+            _ => Err(StoreError::Io {
+                session: None,
+                op: "read WORKRAIL_STORE_TIMEOUT_MS",
+                detail: format!(
+                    "{TIMEOUT_ENV}={text:?} is not a number of milliseconds from 100 to 3600000; unset it for the default of 10000"
+                ),
+            }),
+        },
+        _ => Ok(DEFAULT_TIMEOUT),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Bounds every connection of `config` (D110): the server cancels a statement, a lock wait or
+/// an abandoned transaction after `limit`, and TCP keepalives and `tcp_user_timeout` end a
+/// connection to a peer that went silent.
+fn bound_config(config: &mut Config, limit: Duration) {
+    let ms = millis(limit);
+    let bounds = format!(
+        "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={}",
+        ms.saturating_mul(6)
+    );
+    let options = match config.get_options() {
+        Some(given) if !given.trim().is_empty() => format!("{given} {bounds}"),
+        _ => bounds,
+    };
+    config.options(options);
+    let probe = (limit / 2).max(Duration::from_secs(1));
+    config
+        .keepalives(true)
+        .keepalives_idle(probe)
+        .keepalives_interval(probe)
+        .keepalives_retries(2)
+        .tcp_user_timeout(limit);
+}
 
 type Reply<T> = std_mpsc::Sender<Result<T, StoreError>>;
 
@@ -177,8 +228,48 @@ enum Request {
         new: String,
         reply: Reply<bool>,
     },
+    /// Each session's last activity, in milliseconds since the Unix epoch (GC, D112).
+    Activity {
+        reply: Reply<Vec<(String, i64)>>,
+    },
+    /// Deletes a session's rows in one transaction under its advisory lock, when its manifest
+    /// still has `expect` (records, bytes) (GC, D112).
+    DeleteSession {
+        session: SessionId,
+        expect: (i64, i64),
+        wait: Duration,
+        reply: Reply<Deleted>,
+    },
+    /// The unreferenced objects older than `grace`, deleted unless `dry_run` (GC, D112).
+    Sweep {
+        roots: [Vec<String>; 3],
+        grace: Duration,
+        dry_run: bool,
+        reply: Reply<Swept>,
+    },
     /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
     Shutdown,
+}
+
+/// What [`PostgresBackend::delete_session`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The session's rows are gone.
+    Yes,
+    /// Another process held its lock past the wait: nothing was deleted.
+    Locked,
+    /// Its manifest rows are not what GC validated: nothing was deleted.
+    Changed,
+}
+
+/// What [`PostgresBackend::sweep`] deleted (or, in a dry run, would delete): digests per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub snapshots: Vec<String>,
+    pub workflows: Vec<String>,
+    pub artifacts: Vec<String>,
+    /// Unreferenced objects kept because they are younger than the grace.
+    pub young: usize,
 }
 
 /// A PostgreSQL error as a store error: retryable I/O (`STORE_IO_ERROR`), with the server's
@@ -259,6 +350,17 @@ impl PostgresBackend {
     /// Connects to `url` (`postgres://…`, plain connection), creates `schema` if needed and
     /// migrates it to [`SCHEMA_VERSION`]. A schema newer than this build is refused.
     pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, schema, timeout_from_env()?)
+    }
+
+    /// [`Self::connect`] with every call bounded by `limit` instead of [`TIMEOUT_ENV`]: a call
+    /// the database does not answer in time is [`StoreError::Unanswered`] (retryable), and the
+    /// backend's connections are closed and reopened by the next call (D110).
+    pub fn connect_with_timeout(
+        url: &str,
+        schema: &str,
+        limit: Duration,
+    ) -> Result<Self, StoreError> {
         let op = "connect to PostgreSQL";
         if !valid_schema_name(schema) {
             return Err(StoreError::Io {
@@ -270,13 +372,14 @@ impl PostgresBackend {
             });
         }
         let mut config = Config::from_str(url).map_err(sql_error(op))?;
-        config.connect_timeout(CONNECT_TIMEOUT);
+        config.connect_timeout(CONNECT_TIMEOUT.min(limit));
+        bound_config(&mut config, limit);
         let (requests, receiver) = mpsc::unbounded_channel();
         let (ready, started) = std_mpsc::channel();
         let worker_schema = schema.to_owned();
         let worker = std::thread::Builder::new()
             .name(format!("workrail-pg-{schema}"))
-            .spawn(move || run_worker(config, worker_schema, receiver, ready))
+            .spawn(move || run_worker(config, worker_schema, limit, receiver, ready))
             .map_err(|e| StoreError::Io {
                 session: None,
                 op,
@@ -286,7 +389,8 @@ impl PostgresBackend {
             requests: Some(requests),
             worker: Some(worker),
             schema: schema.to_owned(),
-            lock_wait: DEFAULT_LOCK_WAIT,
+            // A lock wait past the call's bound would be a stall, not `Locked`.
+            lock_wait: DEFAULT_LOCK_WAIT.min(limit / 2),
             sessions: super::object_cache::ObjectCache::keeping_newest(
                 super::object_cache::CacheBudget::default().sessions,
             ),
@@ -330,6 +434,54 @@ impl PostgresBackend {
         let requests = self.requests.as_ref().ok_or_else(stopped)?;
         requests.send(make(reply)).map_err(|_| stopped())?;
         answer.recv().map_err(|_| stopped())?
+    }
+
+    /// Each session's manifest length in bytes, by session id (one query).
+    pub fn manifest_lengths_by_id(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.call(|reply| Request::ManifestBytes { reply })
+    }
+
+    /// Each session's last activity (the time of its last committed append), in milliseconds
+    /// since the Unix epoch, by session id (D112).
+    pub fn last_activity(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.call(|reply| Request::Activity { reply })
+    }
+
+    /// Deletes `session`'s rows (events, manifest, session) in one transaction under its
+    /// advisory lock, when its manifest still holds `expect` = (records, bytes): never while
+    /// another process appends, never a session that changed since it was judged (D112).
+    pub fn delete_session(
+        &self,
+        session: &SessionId,
+        expect: (i64, i64),
+    ) -> Result<Deleted, StoreError> {
+        let wait = self.lock_wait;
+        let id = session.clone();
+        let deleted = self.call(|reply| Request::DeleteSession {
+            session: id,
+            expect,
+            wait,
+            reply,
+        })?;
+        self.forget_cached(session);
+        Ok(deleted)
+    }
+
+    /// Deletes, in one statement, the snapshots, workflows and artifacts whose digests are not
+    /// in `roots` (snapshots, workflows, artifacts) and that were stored more than `grace` ago
+    /// by the database's clock; with `dry_run` only lists them (D112).
+    pub fn sweep(
+        &self,
+        roots: [Vec<String>; 3],
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Swept, StoreError> {
+        self.call(|reply| Request::Sweep {
+            roots,
+            grace,
+            dry_run,
+            reply,
+        })
     }
 
     fn get_object(&self, table: ObjectTable, digest: &str) -> Result<Option<String>, StoreError> {
@@ -809,6 +961,7 @@ fn prepare(
 fn run_worker(
     config: Config,
     schema: String,
+    limit: Duration,
     mut requests: mpsc::UnboundedReceiver<Request>,
     ready: std_mpsc::Sender<Result<(), StoreError>>,
 ) {
@@ -835,8 +988,16 @@ fn run_worker(
             next_lock: 0,
             gates: HashMap::new(),
             idle: Vec::new(),
+            limit,
+            tasks: Vec::new(),
         };
-        let started = worker.start().await;
+        let started = match tokio::time::timeout(limit, worker.start()).await {
+            Ok(started) => started,
+            Err(_) => Err(StoreError::Unanswered {
+                op: "connect to PostgreSQL",
+                after_ms: millis(limit),
+            }),
+        };
         let failed = started.is_err();
         let _ = ready.send(started);
         if failed {
@@ -863,18 +1024,23 @@ struct Worker {
     gates: HashMap<u64, (Client, i64)>,
     /// Gate connections kept for the next gate (a connection costs a round trip or three).
     idle: Vec<Client>,
+    /// How long one request may wait for the database (D110).
+    limit: Duration,
+    /// The tasks driving this worker's connections, aborted when a request stalls.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Worker {
-    async fn connect(&self, role: &str) -> Result<Client, StoreError> {
+    async fn connect(&mut self, role: &str) -> Result<Client, StoreError> {
         let op = "connect to PostgreSQL";
         let mut config = self.config.clone();
         config.application_name(format!("workrail-{role}:{}", self.schema));
         let (client, connection) = config.connect(NoTls).await.map_err(sql_error(op))?;
-        tokio::spawn(async move {
+        self.tasks.retain(|task| !task.is_finished());
+        self.tasks.push(tokio::spawn(async move {
             // Ends when the connection closes; a broken connection shows up as `is_closed`.
             let _ = connection.await;
-        });
+        }));
         client
             .batch_execute(&format!("SET search_path TO {}", self.schema))
             .await
@@ -899,7 +1065,28 @@ impl Worker {
         self.client.as_mut().ok_or_else(stopped)
     }
 
+    /// Answers one request within [`Worker::limit`] (D110). A request the database does not
+    /// answer in time is abandoned with [`StoreError::Unanswered`], and every connection of the
+    /// worker is closed: the server rolls back what it had not committed, a held gate refuses
+    /// to commit, and the next request connects afresh.
     async fn handle(&mut self, request: Request) {
+        let limit = self.limit;
+        let mut stalled = false;
+        macro_rules! bounded {
+            ($op:expr, $work:expr) => {{
+                let outcome = tokio::time::timeout(limit, $work).await;
+                match outcome {
+                    Ok(result) => result,
+                    Err(_) => {
+                        stalled = true;
+                        Err(StoreError::Unanswered {
+                            op: $op,
+                            after_ms: millis(limit),
+                        })
+                    }
+                }
+            }};
+        }
         match request {
             Request::Append {
                 session,
@@ -907,25 +1094,36 @@ impl Worker {
                 wait,
                 reply,
             } => {
-                let _ = reply.send(self.append(&session, plan, wait).await);
+                let result = bounded!("append to the session", self.append(&session, plan, wait));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Image { session, reply } => {
-                let _ = reply.send(self.image(&session).await);
+                let result = bounded!("load session", self.image(&session));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Lock {
                 session,
                 wait,
                 reply,
             } => {
-                let _ = reply.send(self.lock(&session, wait).await);
+                let result = bounded!("lock session", self.lock(&session, wait));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Unlock { id, reply } => {
-                if let Some(client) = self.locks.remove(&id) {
-                    // Ending the transaction releases its advisory lock; a broken connection
-                    // has released it already.
-                    let _ = client.batch_execute("ROLLBACK").await;
-                }
-                let _ = reply.send(Ok(()));
+                let client = self.locks.remove(&id);
+                let result: Result<(), StoreError> = bounded!("unlock session", async {
+                    if let Some(client) = client {
+                        // Ending the transaction releases its advisory lock; a broken
+                        // connection has released it already.
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
+                    Ok(())
+                });
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::PutObject {
                 table,
@@ -933,20 +1131,28 @@ impl Worker {
                 body,
                 reply,
             } => {
-                let _ = reply.send(self.put_object(table, &digest, &body).await);
+                let result = bounded!("store an object", self.put_object(table, &digest, &body));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::GetObject {
                 table,
                 digest,
                 reply,
             } => {
-                let _ = reply.send(self.get_object(table, &digest).await);
+                let result = bounded!("read an object", self.get_object(table, &digest));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Keyring { candidate, reply } => {
-                let _ = reply.send(self.keyring(candidate).await);
+                let result = bounded!("load or create the keyring", self.keyring(candidate));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::List { reply } => {
-                let _ = reply.send(self.list().await);
+                let result = bounded!("list sessions", self.list());
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::GateOpen {
                 session,
@@ -954,7 +1160,9 @@ impl Worker {
                 known,
                 reply,
             } => {
-                let _ = reply.send(self.gate_open(&session, wait, known).await);
+                let result = bounded!("lock session", self.gate_open(&session, wait, known));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Tail {
                 session,
@@ -962,13 +1170,19 @@ impl Worker {
                 event_from,
                 reply,
             } => {
-                let _ = reply.send(self.tail(&session, manifest_from, event_from).await);
+                let result = bounded!(
+                    "load session",
+                    self.tail(&session, manifest_from, event_from)
+                );
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Freshness { session, reply } => {
-                let result = match self.client().await {
-                    Ok(client) => freshness(&*client, &session).await,
-                    Err(e) => Err(e),
-                };
+                let result = bounded!("load session", async {
+                    let client = self.client().await?;
+                    freshness(&*client, &session).await
+                });
+                self.settle(stalled).await;
                 let _ = reply.send(result);
             }
             Request::GateAppend {
@@ -977,28 +1191,196 @@ impl Worker {
                 prepared,
                 reply,
             } => {
-                let _ = reply.send(self.gate_append(id, &session, &prepared).await);
+                let result = bounded!(
+                    "append to the session",
+                    self.gate_append(id, &session, &prepared)
+                );
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::GateClose { id, reply } => {
-                if let Some((client, key)) = self.gates.remove(&id) {
-                    let released = client
-                        .query_one("SELECT pg_advisory_unlock($1)", &[&key])
-                        .await
-                        .is_ok_and(|row| row.get::<_, bool>(0));
-                    // A connection whose unlock failed is dropped, and its lock with it.
-                    if released && !client.is_closed() && self.idle.len() < 2 {
-                        self.idle.push(client);
-                    }
+                let gate = self.gates.remove(&id);
+                let result: Result<Option<Client>, StoreError> =
+                    bounded!("unlock session", async {
+                        let Some((client, key)) = gate else {
+                            return Ok(None);
+                        };
+                        let released = client
+                            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+                            .await
+                            .is_ok_and(|row| row.get::<_, bool>(0));
+                        // A connection whose unlock failed is dropped, and its lock with it.
+                        Ok((released && !client.is_closed()).then_some(client))
+                    });
+                if let Ok(Some(client)) = result
+                    && self.idle.len() < 2
+                {
+                    self.idle.push(client);
                 }
+                self.settle(stalled).await;
                 let _ = reply.send(Ok(()));
             }
             Request::ManifestBytes { reply } => {
-                let _ = reply.send(self.manifest_bytes().await);
+                let result = bounded!("read the manifest lengths", self.manifest_bytes());
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::SwapKeyring { old, new, reply } => {
-                let _ = reply.send(self.swap_keyring(&old, &new).await);
+                let result = bounded!("rotate the keyring", self.swap_keyring(&old, &new));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
+            Request::Activity { reply } => {
+                let result = bounded!("read the sessions' last activity", self.activity());
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
+            Request::DeleteSession {
+                session,
+                expect,
+                wait,
+                reply,
+            } => {
+                let result = bounded!(
+                    "delete a session",
+                    self.delete_session(&session, expect, wait)
+                );
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
+            Request::Sweep {
+                roots,
+                grace,
+                dry_run,
+                reply,
+            } => {
+                let result = bounded!(
+                    "sweep unreferenced objects",
+                    self.sweep(&roots, grace, dry_run)
+                );
+                self.settle(stalled).await;
+                let _ = reply.send(result);
             }
             Request::Shutdown => {}
+        }
+    }
+
+    async fn activity(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT session_id, (extract(epoch FROM last_activity) * 1000)::bigint
+                 FROM sessions ORDER BY session_id",
+                &[],
+            )
+            .await
+            .map_err(sql_error("read the sessions' last activity"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn delete_session(
+        &mut self,
+        session: &SessionId,
+        expect: (i64, i64),
+        wait: Duration,
+    ) -> Result<Deleted, StoreError> {
+        let op = "delete a session";
+        let key = lock_key(&self.schema, session);
+        let client = self.client().await?;
+        let tx = client.transaction().await.map_err(sql_error(op))?;
+        if !try_lock(&tx, key, wait).await.map_err(sql_error(op))? {
+            return Ok(Deleted::Locked);
+        }
+        // Under the lock nothing else commits to this session: the check is authoritative.
+        if freshness(&tx, session).await? != expect {
+            return Ok(Deleted::Changed);
+        }
+        for table in ["events", "manifest", "sessions"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE session_id = $1"),
+                &[&session.as_str()],
+            )
+            .await
+            .map_err(sql_error(op))?;
+        }
+        tx.commit().await.map_err(sql_error(op))?;
+        Ok(Deleted::Yes)
+    }
+
+    async fn sweep(
+        &mut self,
+        roots: &[Vec<String>; 3],
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Swept, StoreError> {
+        let op = "sweep unreferenced objects";
+        let client = self.client().await?;
+        let tables = [
+            ObjectTable::Snapshots,
+            ObjectTable::Workflows,
+            ObjectTable::Artifacts,
+        ];
+        // One statement: one snapshot of the database, each table's old unreferenced rows
+        // deleted (or listed) and the young ones counted.
+        let mut parts = Vec::new();
+        let mut selects = Vec::new();
+        for (i, table) in tables.iter().enumerate() {
+            let t = table.name();
+            let p = i + 1;
+            let old = format!(
+                "{t} WHERE NOT (digest = ANY(${p}::text[])) AND created_at < now() - make_interval(secs => $4)"
+            );
+            parts.push(if dry_run {
+                format!("g{p} AS (SELECT digest FROM {old})")
+            } else {
+                format!("g{p} AS (DELETE FROM {old} RETURNING digest)")
+            });
+            parts.push(format!(
+                "y{p} AS (SELECT count(*) AS n FROM {t} WHERE NOT (digest = ANY(${p}::text[])) AND created_at >= now() - make_interval(secs => $4))"
+            ));
+            selects.push(format!("SELECT {p}, digest FROM g{p}"));
+            selects.push(format!("SELECT -{p}, n::text FROM y{p}"));
+        }
+        let sql = format!("WITH {} {}", parts.join(", "), selects.join(" UNION ALL "));
+        let secs = grace.as_secs_f64();
+        let rows = client
+            .query(&sql, &[&roots[0], &roots[1], &roots[2], &secs])
+            .await
+            .map_err(sql_error(op))?;
+        let mut swept = Swept::default();
+        for row in rows {
+            let which: i32 = row.get(0);
+            let text: String = row.get(1);
+            match which {
+                1 => swept.snapshots.push(text),
+                2 => swept.workflows.push(text),
+                3 => swept.artifacts.push(text),
+                _ => swept.young += text.parse::<usize>().unwrap_or(0),
+            }
+        }
+        for list in [
+            &mut swept.snapshots,
+            &mut swept.workflows,
+            &mut swept.artifacts,
+        ] {
+            list.sort();
+        }
+        Ok(swept)
+    }
+
+    /// After a stalled request: closes every connection of the worker (their tasks are aborted,
+    /// which closes the sockets), so nothing waits on the silent peer and the server, once it
+    /// runs again, rolls back what it had not committed. Gates and lock guards keep their
+    /// entries, now closed: a gate refuses to commit, and the next request connects afresh.
+    async fn settle(&mut self, stalled: bool) {
+        if !stalled {
+            return;
+        }
+        self.client = None;
+        self.idle.clear();
+        for task in std::mem::take(&mut self.tasks) {
+            task.abort();
+            let _ = task.await;
         }
     }
 
@@ -1179,7 +1561,12 @@ impl Worker {
     async fn lock(&mut self, session: &SessionId, wait: Duration) -> Result<u64, StoreError> {
         let op = "lock session";
         let client = self.connect("lock").await?;
-        client.batch_execute("BEGIN").await.map_err(sql_error(op))?;
+        // A guard is held by maintenance for as long as it needs: its idle transaction is not
+        // ended by the server (the statements stay bounded).
+        client
+            .batch_execute("SET idle_in_transaction_session_timeout = 0; BEGIN")
+            .await
+            .map_err(sql_error(op))?;
         let key = lock_key(&self.schema, session);
         if !try_lock(&client, key, wait).await.map_err(sql_error(op))? {
             return Err(StoreError::Locked {
@@ -1198,11 +1585,12 @@ impl Worker {
         body: &str,
     ) -> Result<(), StoreError> {
         let client = self.client().await?;
-        // An existing object with other (damaged) bytes is replaced, as the file store does.
+        // An existing object with other (damaged) bytes is replaced, as the file store does;
+        // storing it again makes it young, so GC's sweep keeps it for its grace (D112): a
+        // writer stores an object just before the plan that references it.
         let sql = format!(
             "INSERT INTO {t} (digest, body) VALUES ($1, $2)
-             ON CONFLICT (digest) DO UPDATE SET body = EXCLUDED.body
-             WHERE {t}.body IS DISTINCT FROM EXCLUDED.body",
+             ON CONFLICT (digest) DO UPDATE SET body = EXCLUDED.body, created_at = now()",
             t = table.name()
         );
         client
@@ -1269,7 +1657,9 @@ async fn insert_prepared(
         detail: format!("{}; nothing was committed", describe(&e)),
     };
     tx.execute(
-        "INSERT INTO sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
+        // The session's last activity (GC's retention, D112) moves with every commit.
+        "INSERT INTO sessions (session_id) VALUES ($1)
+         ON CONFLICT (session_id) DO UPDATE SET last_activity = now()",
         &[&session.as_str()],
     )
     .await

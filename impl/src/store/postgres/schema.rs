@@ -12,6 +12,7 @@ use crate::store::error::StoreError;
 pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_sessions.sql"),
     include_str!("migrations/0002_artifacts.sql"),
+    include_str!("migrations/0003_activity.sql"),
 ];
 
 /// The schema version this build writes and reads.
