@@ -9,132 +9,33 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod postgres_support;
 mod protocol_support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use protocol_support::{ack, catalog, start};
+use postgres_support::{Schema, postgres_url};
+use protocol_support::{ack, start};
 use workrail::bundle::NoProgress;
-use workrail::entropy::SeededEntropy;
 use workrail::gc::{
     GcOptions, GcReport, GcWarningCode, OsRetentionClock, RetentionConfig, RetentionDecision,
 };
 use workrail::protocol::Workrail;
-use workrail::store::Store;
 use workrail::store::fs::StoreFs;
 use workrail::store::memfs::MemFs;
-use workrail::store::postgres::PostgresBackend;
 use workrail::store::{SessionBackend, StoreError};
 use workrail_spec::error::{ErrorCode, Retry};
 use workrail_spec::ids::SessionId;
 
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("WORKRAIL_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but WORKRAIL_TEST_POSTGRES is not: the PostgreSQL maintenance tests must run in CI (source .ci/postgres.sh to start a throwaway cluster)"
-            );
-            eprintln!(
-                "{test}: skipped, WORKRAIL_TEST_POSTGRES is not set (set it to a postgres:// URL, e.g. from `source .ci/postgres.sh`)"
-            );
-            None
-        }
-    }
-}
-
-static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
-
-/// A schema of this test's own, dropped at the end.
-struct Schema {
-    url: String,
-    name: String,
-}
-
-impl Schema {
-    fn new(url: &str) -> Self {
-        let name = format!(
-            "wrg_{}_{}",
-            std::process::id(),
-            SCHEMAS.fetch_add(1, Ordering::SeqCst)
-        );
-        let schema = Self {
-            url: url.to_owned(),
-            name,
-        };
-        schema.run(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.name));
-        schema
-    }
-
-    fn with_client<T>(&self, work: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let task = tokio::spawn(connection);
-            let out = work(&client).await;
-            drop(client);
-            let _ = task.await;
-            out
-        })
-    }
-
-    fn run(&self, sql: &str) {
-        self.with_client(async |c| c.batch_execute(sql).await.unwrap());
-    }
-
-    /// One `bigint` from `sql`.
-    fn count(&self, sql: &str) -> i64 {
-        self.with_client(async |c| c.query_one(sql, &[]).await.unwrap().get(0))
-    }
-
-    fn workrail(&self) -> Workrail {
-        self.workrail_in(Arc::new(MemFs::new()))
-    }
-
-    fn backend(&self) -> PostgresBackend {
-        PostgresBackend::connect(&self.url, &self.name).unwrap()
-    }
-
-    /// A `Workrail` on this schema whose data directory is `fs`.
-    fn workrail_in(&self, fs: Arc<dyn StoreFs>) -> Workrail {
-        let backend = self.backend();
-        Workrail::with_store(
-            fs,
-            Store::postgres(backend),
-            catalog(),
-            Arc::new(SeededEntropy::new(7)),
-        )
-        .unwrap()
-    }
-
-    /// Every row count of the session tables: what a check must leave unchanged.
-    fn rows(&self) -> Vec<i64> {
-        ["sessions", "events", "manifest", "snapshots", "workflows"]
-            .iter()
-            .map(|t| self.count(&format!("SELECT count(*) FROM {}.{t}", self.name)))
-            .collect()
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        self.run(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-    }
-}
-
 #[test]
 fn repair_on_postgres_says_a_healthy_session_is_healthy_and_writes_nothing() {
-    let Some(url) = postgres_url("repair_on_postgres_says_a_healthy_session_is_healthy") else {
+    let Some(url) = postgres_url(
+        "repair_on_postgres_says_a_healthy_session_is_healthy",
+        "maintenance",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url);
+    let schema = Schema::new(&url, "wrg");
     let wr = schema.workrail();
     let first = start(&wr, "wr.coding_task");
     wr.continue_workflow(ack(&first, "Step 0 done.", vec![]))
@@ -155,10 +56,10 @@ fn repair_on_postgres_says_a_healthy_session_is_healthy_and_writes_nothing() {
 
 #[test]
 fn repair_on_postgres_names_the_verdict_of_a_damaged_session_and_the_way_back() {
-    let Some(url) = postgres_url("repair_on_postgres_names_the_verdict") else {
+    let Some(url) = postgres_url("repair_on_postgres_names_the_verdict", "maintenance") else {
         return;
     };
-    let schema = Schema::new(&url);
+    let schema = Schema::new(&url, "wrg");
     let wr = schema.workrail();
     let first = start(&wr, "wr.coding_task");
     wr.continue_workflow(ack(&first, "Step 0 done.", vec![]))
@@ -248,10 +149,10 @@ fn verdict(report: &GcReport, id: &SessionId) -> (RetentionDecision, bool) {
 
 #[test]
 fn gc_on_postgres_deletes_expired_sessions_and_sweeps_only_old_unreferenced_objects() {
-    let Some(url) = postgres_url("gc_on_postgres_deletes_expired_sessions") else {
+    let Some(url) = postgres_url("gc_on_postgres_deletes_expired_sessions", "maintenance") else {
         return;
     };
-    let schema = Schema::new(&url);
+    let schema = Schema::new(&url, "wrg");
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
     let wr = schema.workrail_in(Arc::clone(&fs));
     let expired = session_with(&wr, 3);
@@ -360,10 +261,13 @@ fn gc_on_postgres_deletes_expired_sessions_and_sweeps_only_old_unreferenced_obje
 
 #[test]
 fn gc_on_postgres_deletes_nothing_while_a_session_is_damaged() {
-    let Some(url) = postgres_url("gc_on_postgres_deletes_nothing_while_damaged") else {
+    let Some(url) = postgres_url(
+        "gc_on_postgres_deletes_nothing_while_damaged",
+        "maintenance",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url);
+    let schema = Schema::new(&url, "wrg");
     let wr = schema.workrail();
     let expired = session_with(&wr, 2);
     let damaged = session_with(&wr, 1);
@@ -390,10 +294,13 @@ fn gc_on_postgres_deletes_nothing_while_a_session_is_damaged() {
 
 #[test]
 fn gc_on_postgres_never_deletes_a_session_another_process_holds() {
-    let Some(url) = postgres_url("gc_on_postgres_never_deletes_a_locked_session") else {
+    let Some(url) = postgres_url(
+        "gc_on_postgres_never_deletes_a_locked_session",
+        "maintenance",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url);
+    let schema = Schema::new(&url, "wrg");
     let wr = schema.workrail();
     let expired = session_with(&wr, 1);
     schema.age(&[&expired]);

@@ -15,20 +15,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod postgres_support;
 mod protocol_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use postgres_support::{Schema, postgres_url};
 use protocol_support::{ack, catalog, rehydrate};
 use serde_json::{Value, json};
 use workrail::bundle::{ImportOptions, NoProgress};
 use workrail::entropy::SeededEntropy;
 use workrail::protocol::Workrail;
-use workrail::store::Store;
 use workrail::store::fs::StoreFs;
 use workrail::store::memfs::MemFs;
 use workrail::store::postgres::PostgresBackend;
@@ -36,82 +36,6 @@ use workrail_spec::ids::SessionId;
 use workrail_spec::tools::{
     CheckpointWorkflowInput, ExecutionOutput, OutputInput, ResumeSessionInput, StartWorkflowInput,
 };
-
-/// The database under test, or `None` (and why) outside CI; under CI its absence fails.
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("WORKRAIL_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but WORKRAIL_TEST_POSTGRES is not: the PostgreSQL protocol tests must run in CI (source .ci/postgres.sh to start a throwaway cluster)"
-            );
-            eprintln!(
-                "{test}: skipped, WORKRAIL_TEST_POSTGRES is not set (set it to a postgres:// URL, e.g. from `source .ci/postgres.sh`)"
-            );
-            None
-        }
-    }
-}
-
-static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
-
-/// A schema of this test's own, dropped at the end.
-struct Schema {
-    url: String,
-    name: String,
-}
-
-impl Schema {
-    fn new(url: &str, test: &str) -> Self {
-        let name = format!(
-            "wrp_{}_{}_{}",
-            &test[..test.len().min(32)],
-            std::process::id(),
-            SCHEMAS.fetch_add(1, Ordering::SeqCst)
-        );
-        let schema = Self {
-            url: url.to_owned(),
-            name,
-        };
-        schema.run(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.name));
-        schema
-    }
-
-    fn run(&self, sql: &str) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let task = tokio::spawn(connection);
-            client.batch_execute(sql).await.unwrap();
-            drop(client);
-            let _ = task.await;
-        });
-    }
-
-    fn workrail(&self) -> Workrail {
-        let backend = PostgresBackend::connect(&self.url, &self.name).unwrap();
-        let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
-        Workrail::with_store(
-            fs,
-            Store::postgres(backend),
-            catalog(),
-            Arc::new(SeededEntropy::new(7)),
-        )
-        .unwrap()
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        self.run(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-    }
-}
 
 fn files() -> Workrail {
     protocol_support::open(&MemFs::new())
@@ -199,10 +123,13 @@ fn script(wr: &Workrail) -> (Vec<Value>, SessionId) {
 
 #[test]
 fn the_protocol_answers_the_same_on_postgres_and_on_files() {
-    let Some(url) = postgres_url("the_protocol_answers_the_same_on_postgres_and_on_files") else {
+    let Some(url) = postgres_url(
+        "the_protocol_answers_the_same_on_postgres_and_on_files",
+        "protocol",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url, "same_answers");
+    let schema = Schema::new(&url, "wrp_same_answers");
     let pg = schema.workrail();
     let fs = files();
     let (on_pg, pg_session) = script(&pg);
@@ -225,7 +152,7 @@ fn the_protocol_answers_the_same_on_postgres_and_on_files() {
         .unwrap();
     assert_eq!(ea.text, eb.text);
     // Import into a second store of each kind: the same report (re-minted tokens included).
-    let schema2 = Schema::new(&url, "same_answers_import");
+    let schema2 = Schema::new(&url, "wrp_same_answers_import");
     let pg2 = schema2.workrail();
     let fs2 = files();
     let ia = pg2
@@ -256,10 +183,13 @@ fn assert_same_session(a: &Workrail, session: &SessionId, b: &Workrail, imported
 
 #[test]
 fn bundles_move_sessions_between_postgres_and_files() {
-    let Some(url) = postgres_url("bundles_move_sessions_between_postgres_and_files") else {
+    let Some(url) = postgres_url(
+        "bundles_move_sessions_between_postgres_and_files",
+        "protocol",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url, "bundles_cross");
+    let schema = Schema::new(&url, "wrp_bundles_cross");
     let pg = schema.workrail();
     let (_, session) = script(&pg);
     // PostgreSQL -> files.
@@ -286,7 +216,7 @@ fn bundles_move_sessions_between_postgres_and_files() {
     let exported =
         workrail::bundle::export_session(&source, source_session.as_str(), at_epoch(), &NoProgress)
             .unwrap();
-    let schema2 = Schema::new(&url, "bundles_cross_back");
+    let schema2 = Schema::new(&url, "wrp_bundles_cross_back");
     let pg2 = schema2.workrail();
     let report = pg2
         .import_bundle(
@@ -308,10 +238,10 @@ fn files_with_seed(seed: u64) -> Workrail {
 
 #[test]
 fn another_backend_sees_what_one_committed() {
-    let Some(url) = postgres_url("another_backend_sees_what_one_committed") else {
+    let Some(url) = postgres_url("another_backend_sees_what_one_committed", "protocol") else {
         return;
     };
-    let schema = Schema::new(&url, "two_backends");
+    let schema = Schema::new(&url, "wrp_two_backends");
     let one = schema.workrail();
     let two = schema.workrail();
     let started = one
@@ -356,11 +286,13 @@ fn another_backend_sees_what_one_committed() {
 
 #[test]
 fn workrail_mcp_runs_on_postgres_when_workrail_store_names_it() {
-    let Some(url) = postgres_url("workrail_mcp_runs_on_postgres_when_workrail_store_names_it")
-    else {
+    let Some(url) = postgres_url(
+        "workrail_mcp_runs_on_postgres_when_workrail_store_names_it",
+        "protocol",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url, "mcp_stdio");
+    let schema = Schema::new(&url, "wrp_mcp_stdio");
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
         .arg("mcp")
@@ -473,10 +405,13 @@ fn a_bad_or_unreachable_store_is_a_clear_error_without_the_password() {
 
 #[test]
 fn a_cached_view_never_hides_damage_in_the_rows_after_it() {
-    let Some(url) = postgres_url("a_cached_view_never_hides_damage_in_the_rows_after_it") else {
+    let Some(url) = postgres_url(
+        "a_cached_view_never_hides_damage_in_the_rows_after_it",
+        "protocol",
+    ) else {
         return;
     };
-    let schema = Schema::new(&url, "tail_damage");
+    let schema = Schema::new(&url, "wrp_tail_damage");
     let one = schema.workrail();
     let two = schema.workrail();
     let started = one

@@ -16,13 +16,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod postgres_support;
 mod protocol_support;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use postgres_support::{Schema, postgres_url};
 use protocol_support::{ack, catalog, start};
 use workrail::entropy::SeededEntropy;
 use workrail::protocol::Workrail;
@@ -34,66 +35,7 @@ use workrail::store::postgres::PostgresBackend;
 use workrail_spec::error::{ErrorCode, Retry};
 use workrail_spec::ids::SessionId;
 
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("WORKRAIL_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but WORKRAIL_TEST_POSTGRES is not: the PostgreSQL stall tests must run in CI (source .ci/postgres.sh to start a throwaway cluster)"
-            );
-            eprintln!(
-                "{test}: skipped, WORKRAIL_TEST_POSTGRES is not set (set it to a postgres:// URL, e.g. from `source .ci/postgres.sh`)"
-            );
-            None
-        }
-    }
-}
-
-static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
-
-/// A schema of this test's own, dropped at the end.
-struct Schema {
-    url: String,
-    name: String,
-}
-
 impl Schema {
-    fn new(url: &str) -> Self {
-        let name = format!(
-            "wrs_{}_{}",
-            std::process::id(),
-            SCHEMAS.fetch_add(1, Ordering::SeqCst)
-        );
-        let schema = Self {
-            url: url.to_owned(),
-            name,
-        };
-        schema.run(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.name));
-        schema
-    }
-
-    fn with_client<T>(&self, work: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let task = tokio::spawn(connection);
-            let out = work(&client).await;
-            drop(client);
-            let _ = task.await;
-            out
-        })
-    }
-
-    fn run(&self, sql: &str) {
-        self.with_client(async |c| c.batch_execute(sql).await.unwrap());
-    }
-
     fn query_pids(&self, sql: &str) -> Vec<i32> {
         self.with_client(async |c| {
             let rows = c.query(sql, &[]).await.unwrap();
@@ -108,12 +50,6 @@ impl Schema {
             "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'workrail-%:{}'",
             self.name
         ))
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        self.run(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
     }
 }
 
@@ -172,10 +108,10 @@ fn workrail(schema: &Schema, limit: Duration) -> Workrail {
 
 #[test]
 fn a_stopped_server_is_a_timely_retryable_error_and_the_session_recovers() {
-    let Some(url) = postgres_url("a_stopped_server_is_a_timely_retryable_error") else {
+    let Some(url) = postgres_url("a_stopped_server_is_a_timely_retryable_error", "stall") else {
         return;
     };
-    let schema = Schema::new(&url);
+    let schema = Schema::new(&url, "wrs");
     let wr = workrail(&schema, Duration::from_secs(1));
     let first = start(&wr, "wr.coding_task");
     let session: SessionId = first.session.session_id.clone();
