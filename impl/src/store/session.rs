@@ -563,69 +563,13 @@ impl AppendGate<'_> {
                 session: self.session.session_id.clone(),
             });
         }
-        let session_id = self.session.session_id.clone();
-        let invalid = |detail: String| StoreError::InvalidPlan {
-            session: session_id.clone(),
-            detail,
-        };
-        if plan.events.is_empty() {
-            return Err(invalid("a plan needs at least one event".into()));
-        }
-        let mut seen: HashSet<&DedupeKey> = HashSet::new();
-        for event in &plan.events {
-            if event.session_id() != &session_id {
-                return Err(invalid(format!(
-                    "event {} belongs to session {}",
-                    event.dedupe_key(),
-                    event.session_id()
-                )));
-            }
-            if !seen.insert(event.dedupe_key()) {
-                return Err(invalid(format!(
-                    "dedupeKey {} appears twice",
-                    event.dedupe_key()
-                )));
-            }
-        }
-        // Split into idempotent no-ops and new events; number the new ones.
-        let mut results = Vec::with_capacity(plan.events.len());
-        let mut fresh = Vec::new();
-        let first = self.session.next_event_index();
-        for event in plan.events {
-            if let Some(existing) = self.session.event_by_dedupe_key(event.dedupe_key()) {
-                results.push(AppendedEvent {
-                    event: existing.clone(),
-                    newly_appended: false,
-                });
-                continue;
-            }
-            let index = EventIndex::new(first + fresh.len() as u64)
-                .ok_or_else(|| invalid("eventIndex would exceed 2^53-1".into()))?;
-            let event = event.with_event_index(index);
-            results.push(AppendedEvent {
-                event: event.clone(),
-                newly_appended: true,
-            });
-            fresh.push(event);
-        }
+        let NumberedPlan {
+            results,
+            fresh,
+            segment,
+        } = number_plan(&self.session, plan, &self.store.limits)?;
         if fresh.is_empty() {
             return alongside().map(|t| (results, t));
-        }
-        let mut segment = String::new();
-        for event in &fresh {
-            let line = to_canonical_string(event).map_err(|e| invalid(e.to_string()))?;
-            segment.push_str(&line);
-            segment.push('\n');
-        }
-        if fresh.len() > self.store.limits.max_events || segment.len() > self.store.limits.max_bytes
-        {
-            return Err(invalid(format!(
-                "plan of {} events / {} bytes exceeds the segment limits ({} events, {} bytes)",
-                fresh.len(),
-                segment.len(),
-                self.store.limits.max_events,
-                self.store.limits.max_bytes
-            )));
         }
         let t = self.commit(fresh, segment, alongside)?;
         Ok((results, t))
@@ -806,6 +750,93 @@ fn record_line(record: &ManifestRecord) -> Result<String, StoreError> {
     })?;
     line.push('\n');
     Ok(line)
+}
+
+/// A plan numbered against a session, by the append rules every store shares.
+#[derive(Debug)]
+pub(crate) struct NumberedPlan {
+    /// One per plan event, in plan order: committed dedupeKeys as they were committed
+    /// (`newly_appended: false`), the rest as they will be.
+    pub results: Vec<AppendedEvent>,
+    /// The new events, numbered from the session's next EventIndex.
+    pub fresh: Vec<SessionEvent>,
+    /// Their segment: each event's JCS text and a newline (empty when nothing is new).
+    pub segment: String,
+}
+
+/// The append rules: a plan has at least one event, all of `loaded`'s session and no dedupeKey
+/// twice; a committed dedupeKey is a no-op; the rest are numbered contiguously and must fit the
+/// segment limits. Any breach is `InvalidPlan` and nothing is written.
+pub(crate) fn number_plan(
+    loaded: &LoadedSession,
+    plan: AppendPlan,
+    limits: &SegmentLimits,
+) -> Result<NumberedPlan, StoreError> {
+    let session_id = &loaded.session_id;
+    let invalid = |detail: String| StoreError::InvalidPlan {
+        session: session_id.clone(),
+        detail,
+    };
+    if plan.events.is_empty() {
+        return Err(invalid("a plan needs at least one event".into()));
+    }
+    let mut seen: HashSet<&DedupeKey> = HashSet::new();
+    for event in &plan.events {
+        if event.session_id() != session_id {
+            return Err(invalid(format!(
+                "event {} belongs to session {}",
+                event.dedupe_key(),
+                event.session_id()
+            )));
+        }
+        if !seen.insert(event.dedupe_key()) {
+            return Err(invalid(format!(
+                "dedupeKey {} appears twice",
+                event.dedupe_key()
+            )));
+        }
+    }
+    // Split into idempotent no-ops and new events; number the new ones.
+    let mut results = Vec::with_capacity(plan.events.len());
+    let mut fresh = Vec::new();
+    let first = loaded.next_event_index();
+    for event in plan.events {
+        if let Some(existing) = loaded.event_by_dedupe_key(event.dedupe_key()) {
+            results.push(AppendedEvent {
+                event: existing.clone(),
+                newly_appended: false,
+            });
+            continue;
+        }
+        let index = EventIndex::new(first + fresh.len() as u64)
+            .ok_or_else(|| invalid("eventIndex would exceed 2^53-1".into()))?;
+        let event = event.with_event_index(index);
+        results.push(AppendedEvent {
+            event: event.clone(),
+            newly_appended: true,
+        });
+        fresh.push(event);
+    }
+    let mut segment = String::new();
+    for event in &fresh {
+        let line = to_canonical_string(event).map_err(|e| invalid(e.to_string()))?;
+        segment.push_str(&line);
+        segment.push('\n');
+    }
+    if fresh.len() > limits.max_events || segment.len() > limits.max_bytes {
+        return Err(invalid(format!(
+            "plan of {} events / {} bytes exceeds the segment limits ({} events, {} bytes)",
+            fresh.len(),
+            segment.len(),
+            limits.max_events,
+            limits.max_bytes
+        )));
+    }
+    Ok(NumberedPlan {
+        results,
+        fresh,
+        segment,
+    })
 }
 
 /// Snapshot refs the plan's `node_created` events introduce (for callers that must store the

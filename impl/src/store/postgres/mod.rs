@@ -36,9 +36,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, Config, GenericClient, NoTls};
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
-use workrail_spec::dedupe::DedupeKey;
 use workrail_spec::event::{EventData, SessionEvent};
-use workrail_spec::ids::{EventIndex, ManifestIndex, SessionId, SnapshotRef, WorkflowHash};
+use workrail_spec::ids::{ManifestIndex, SessionId, SnapshotRef, WorkflowHash};
 use workrail_spec::jcs::{Canonical, sha256, to_canonical_string};
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, segment_rel_path};
 use workrail_spec::snapshot::ExecutionSnapshotFileV1;
@@ -53,7 +52,9 @@ use super::keyring::{KEY_BYTES, Keyring, SigningKey};
 use super::layout;
 use super::load::{LoadedSession, introduced_snapshots, load_session};
 use super::memfs::MemFs;
-use super::session::{AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits};
+use super::session::{
+    AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, NumberedPlan, SegmentLimits, number_plan,
+};
 use crate::entropy::Entropy;
 
 /// The schema used when none is named.
@@ -839,49 +840,11 @@ fn prepare(
     limits: SegmentLimits,
 ) -> Result<Prepared, StoreError> {
     let session_id = &loaded.session_id;
-    let invalid = |detail: String| StoreError::InvalidPlan {
-        session: session_id.clone(),
-        detail,
-    };
-    if plan.events.is_empty() {
-        return Err(invalid("a plan needs at least one event".into()));
-    }
-    let mut seen: BTreeSet<&DedupeKey> = BTreeSet::new();
-    for event in &plan.events {
-        if event.session_id() != session_id {
-            return Err(invalid(format!(
-                "event {} belongs to session {}",
-                event.dedupe_key(),
-                event.session_id()
-            )));
-        }
-        if !seen.insert(event.dedupe_key()) {
-            return Err(invalid(format!(
-                "dedupeKey {} appears twice",
-                event.dedupe_key()
-            )));
-        }
-    }
-    let mut results = Vec::with_capacity(plan.events.len());
-    let mut fresh: Vec<SessionEvent> = Vec::new();
-    let first = loaded.next_event_index();
-    for event in plan.events {
-        if let Some(existing) = loaded.event_by_dedupe_key(event.dedupe_key()) {
-            results.push(AppendedEvent {
-                event: existing.clone(),
-                newly_appended: false,
-            });
-            continue;
-        }
-        let index = EventIndex::new(first + fresh.len() as u64)
-            .ok_or_else(|| invalid("eventIndex would exceed 2^53-1".into()))?;
-        let event = event.with_event_index(index);
-        results.push(AppendedEvent {
-            event: event.clone(),
-            newly_appended: true,
-        });
-        fresh.push(event);
-    }
+    let NumberedPlan {
+        results,
+        fresh,
+        segment,
+    } = number_plan(loaded, plan, &limits)?;
     if fresh.is_empty() {
         return Ok(Prepared {
             results,
@@ -889,23 +852,8 @@ fn prepare(
             records: Vec::new(),
         });
     }
-    let mut lines = Vec::with_capacity(fresh.len());
-    let mut segment = String::new();
-    for event in &fresh {
-        let line = to_canonical_string(event).map_err(|e| invalid(e.to_string()))?;
-        segment.push_str(&line);
-        segment.push('\n');
-        lines.push(line);
-    }
-    if fresh.len() > limits.max_events || segment.len() > limits.max_bytes {
-        return Err(invalid(format!(
-            "plan of {} events / {} bytes exceeds the segment limits ({} events, {} bytes)",
-            fresh.len(),
-            segment.len(),
-            limits.max_events,
-            limits.max_bytes
-        )));
-    }
+    // Each event's text is its segment line without the newline.
+    let lines: Vec<String> = segment.split_terminator('\n').map(str::to_owned).collect();
     let index = |value: u64| {
         ManifestIndex::new(value).ok_or(StoreError::Internal {
             detail: "manifestIndex would exceed 2^53-1".into(),
