@@ -3,7 +3,8 @@
 # Sourced by .ci/run (or by hand: `source .ci/postgres.sh`): installs Debian's postgresql when
 # it is missing, starts a cluster in a temporary directory as a non-root user, listening on
 # 127.0.0.1 on a free port with trust authentication, creates a database, exports
-# WORKRAIL_TEST_POSTGRES and defines `workrail_pg_stop`, which stops the cluster and removes it.
+# WORKRAIL_TEST_POSTGRES (and WORKRAIL_TEST_POSTGRES_CA, the CA of the server's TLS
+# certificate) and defines `workrail_pg_stop`, which stops the cluster and removes it.
 
 if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     apt-get update -qq
@@ -29,6 +30,29 @@ workrail_pg_stop() {
 
 workrail_pg_as "$workrail_pg_bin/initdb" -D "$workrail_pg_dir/data" -U postgres -A trust \
     -E UTF8 --no-sync >/dev/null
+
+# TLS for the sslmode tests (impl/tests/postgres_tls.rs): a throwaway CA and a server
+# certificate it signs for localhost and 127.0.0.1; plain connections keep working.
+workrail_pg_tls="$workrail_pg_dir/tls"
+mkdir -p "$workrail_pg_tls"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=workrail test CA" \
+    -keyout "$workrail_pg_tls/ca.key" -out "$workrail_pg_tls/ca.crt" >/dev/null 2>&1
+openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$workrail_pg_tls/server.key" -out "$workrail_pg_tls/server.csr" >/dev/null 2>&1
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$workrail_pg_tls/server.ext"
+openssl x509 -req -in "$workrail_pg_tls/server.csr" -CA "$workrail_pg_tls/ca.crt" \
+    -CAkey "$workrail_pg_tls/ca.key" -CAcreateserial -days 2 \
+    -extfile "$workrail_pg_tls/server.ext" -out "$workrail_pg_tls/server.crt" >/dev/null 2>&1
+chmod 0600 "$workrail_pg_tls/server.key"
+if [ "$(id -u)" -eq 0 ]; then chown -R "$workrail_pg_user" "$workrail_pg_tls"; fi
+chmod 0755 "$workrail_pg_tls"
+chmod 0644 "$workrail_pg_tls/ca.crt" "$workrail_pg_tls/server.crt"
+{
+    echo "ssl = on"
+    echo "ssl_cert_file = '$workrail_pg_tls/server.crt'"
+    echo "ssl_key_file = '$workrail_pg_tls/server.key'"
+} >>"$workrail_pg_dir/data/postgresql.conf"
+export WORKRAIL_TEST_POSTGRES_CA="$workrail_pg_tls/ca.crt"
 
 # A free port: the first from 54320 that nothing answers on (pg_ctl fails on a taken one,
 # then the next is tried).

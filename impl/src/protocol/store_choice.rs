@@ -68,7 +68,12 @@ impl StoreChoice {
                 redact(value)
             ));
         }
-        if let Err(e) = tokio_postgres::Config::from_str(value) {
+        let parsed = crate::store::postgres::tls::split_url(value).and_then(|(url, _)| {
+            tokio_postgres::Config::from_str(&url)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = parsed {
             return Err(format!(
                 "{source} is {:?}, which is not a valid PostgreSQL URL ({e}): {how}",
                 redact(value)

@@ -17,6 +17,7 @@
 
 mod gate;
 mod schema;
+pub mod tls;
 
 pub use gate::PgGate;
 
@@ -34,7 +35,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
-use tokio_postgres::{Client, Config, GenericClient, NoTls};
+use tokio_postgres::{Client, Config, GenericClient};
+use tokio_postgres_rustls::MakeRustlsConnect;
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::{EventData, SessionEvent};
 use workrail_spec::ids::{ManifestIndex, SessionId, SnapshotRef, WorkflowHash};
@@ -348,7 +350,7 @@ impl Drop for PostgresBackend {
 }
 
 impl PostgresBackend {
-    /// Connects to `url` (`postgres://…`, plain connection), creates `schema` if needed and
+    /// Connects to `url` (`postgres://…`, TLS as its `sslmode` asks, D114), creates `schema` if needed and
     /// migrates it to [`SCHEMA_VERSION`]. A schema newer than this build is refused.
     pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         Self::connect_with_timeout(url, schema, timeout_from_env()?)
@@ -372,7 +374,18 @@ impl PostgresBackend {
                 ),
             });
         }
-        let mut config = Config::from_str(url).map_err(sql_error(op))?;
+        let (url, tls) = tls::split_url(url).map_err(|detail| StoreError::Io {
+            session: None,
+            op,
+            detail,
+        })?;
+        let connector = tls::connector(&tls).map_err(|detail| StoreError::Io {
+            session: None,
+            op,
+            detail,
+        })?;
+        let mut config = Config::from_str(&url).map_err(sql_error(op))?;
+        config.ssl_mode(tls.mode.negotiation());
         config.connect_timeout(CONNECT_TIMEOUT.min(limit));
         bound_config(&mut config, limit);
         let (requests, receiver) = mpsc::unbounded_channel();
@@ -380,7 +393,16 @@ impl PostgresBackend {
         let worker_schema = schema.to_owned();
         let worker = std::thread::Builder::new()
             .name(format!("workrail-pg-{schema}"))
-            .spawn(move || run_worker(config, worker_schema, limit, receiver, ready))
+            .spawn(move || {
+                run_worker(
+                    config,
+                    (connector, tls.mode),
+                    worker_schema,
+                    limit,
+                    receiver,
+                    ready,
+                )
+            })
             .map_err(|e| StoreError::Io {
                 session: None,
                 op,
@@ -908,6 +930,7 @@ fn prepare(
 
 fn run_worker(
     config: Config,
+    (tls, ssl_mode): (MakeRustlsConnect, tls::SslMode),
     schema: String,
     limit: Duration,
     mut requests: mpsc::UnboundedReceiver<Request>,
@@ -930,6 +953,8 @@ fn run_worker(
     runtime.block_on(async move {
         let mut worker = Worker {
             config,
+            tls,
+            ssl_mode,
             schema,
             client: None,
             locks: HashMap::new(),
@@ -962,6 +987,9 @@ fn run_worker(
 
 struct Worker {
     config: Config,
+    /// The TLS connector for the URL's sslmode (D114), and that mode.
+    tls: MakeRustlsConnect,
+    ssl_mode: tls::SslMode,
     schema: String,
     /// The connection every request but the lock guards uses; reopened after it breaks.
     client: Option<Client>,
@@ -983,7 +1011,21 @@ impl Worker {
         let op = "connect to PostgreSQL";
         let mut config = self.config.clone();
         config.application_name(format!("workrail-{role}:{}", self.schema));
-        let (client, connection) = config.connect(NoTls).await.map_err(sql_error(op))?;
+        let (client, connection) = config.connect(self.tls.clone()).await.map_err(|e| {
+            let mut detail = describe(&e);
+            if detail.contains("TLS") {
+                detail = format!(
+                    "{detail} (sslmode={}: {})",
+                    self.ssl_mode.name(),
+                    tls::handshake_hint(self.ssl_mode)
+                );
+            }
+            StoreError::Io {
+                session: None,
+                op,
+                detail,
+            }
+        })?;
         self.tasks.retain(|task| !task.is_finished());
         self.tasks.push(tokio::spawn(async move {
             // Ends when the connection closes; a broken connection shows up as `is_closed`.
