@@ -115,11 +115,13 @@ const IO: &[&str] = &[
 ];
 
 /// The adapter modules of `impl` that may do that I/O: the filesystem behind the store's,
-/// the workflow sources' and the workspace's ports, GC's clock, and the process's edges (the
+/// the workflow sources' and the workspace's ports, GC's clock, the PostgreSQL connector (the
+/// CA file a URL's `sslrootcert` names, read once at start), and the process's edges (the
 /// command line, the MCP server's stdio, and the Console's loopback listener, printed link and
 /// browser launch).
 const IO_ADAPTERS: &[&str] = &[
     "store/fs.rs",
+    "store/postgres/tls.rs",
     "sources/fs.rs",
     "workspace/fs.rs",
     "gc/os.rs",
