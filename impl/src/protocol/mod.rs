@@ -154,8 +154,8 @@ impl WorkrailConfig {
 
 /// WorkRail: stores, tokens and workflow sources.
 pub struct Workrail {
-    /// The data directory: derived per-machine files (projection cache, resume index, server
-    /// records, config) whatever the store.
+    /// The data directory: derived per-machine files (projection cache, server records, config)
+    /// whatever the store (the resume index lives with the sessions: D115).
     fs: Arc<dyn StoreFs>,
     /// Sessions, objects and the keyring: the file store or PostgreSQL (D100).
     store: Store,

@@ -8,8 +8,9 @@
 //!
 //! A session's summary is reused while its `manifest.jsonl` keeps the length it was made at:
 //! from this process's memory, else from the persisted index that the previous call of any
-//! process wrote (`cache/resume-index.v1.jsonl`, decision D64, [`super::resume_index`]); only
-//! sessions found in neither are loaded. The best candidates are always loaded and validated
+//! process wrote (`cache/resume-index.v1.jsonl`, decision D64, or on PostgreSQL the row
+//! `derived.resume-index.v1`, D115; [`super::resume_index`]); only sessions found in neither
+//! are loaded. The best candidates are always loaded and validated
 //! before they are described (a summary read from disk never reaches a response), and the
 //! ranking is redone until they all were, so only healthy sessions are offered. The git fields are never filled in from the server's own directory:
 //! every session started in the same repository would match, burying a text query.
@@ -194,12 +195,11 @@ pub(super) fn resume_session(
     };
     let ids = wr.store.list_sessions().map_err(store_envelope(false))?;
     // The persisted index is read when this process's own index cannot cover every session
-    // (a fresh process), beside the `stat`s of the manifests.
-    // The persisted index serves the file store only (D101): PostgreSQL's sessions are not
-    // this machine's, and one query gives every manifest length.
-    let persisted = wr.store.file_stores().is_some();
-    let (lengths, disk) = if persisted && wr.resume_index.len() < ids.len() {
-        // The `stat`s on helper threads; the parse here, where the summaries will live.
+    // (a fresh process), beside the manifest lengths. It lives with the sessions (D115): the
+    // data directory's file, or PostgreSQL's row shared by every machine on the schema.
+    let (lengths, disk) = if wr.resume_index.len() < ids.len() {
+        // The `stat`s (or the one query) on a helper thread; the parse here, where the
+        // summaries will live.
         std::thread::scope(|scope| {
             let helper = scope.spawn(|| wr.store.manifest_lengths(&ids));
             let disk = read_disk_index(wr);
@@ -241,7 +241,7 @@ pub(super) fn resume_session(
     }
     // Rank; a best candidate read from the persisted index is first loaded and validated here
     // (L-RESUME-HEALTHY-ONLY), and the ranking is redone until every best candidate was. An
-    // entry that does not match its session at the same manifest length means the file cannot
+    // entry that does not match its session at the same manifest length means the index cannot
     // be trusted: none of its unchecked entries is written back.
     let mut distrust = false;
     let ranked = loop {
@@ -293,9 +293,7 @@ pub(super) fn resume_session(
             Err(e) => return Err(e),
         }
     }
-    if persisted {
-        persist(wr, &summaries, disk.is_some(), skipped.count, distrust);
-    }
+    persist(wr, &summaries, disk.is_some(), skipped.count, distrust);
     Ok(ResumeSessionOutput {
         candidates,
         skipped_unhealthy_sessions: skipped.count,
@@ -303,16 +301,16 @@ pub(super) fn resume_session(
     })
 }
 
-/// Reads the persisted index and remembers what the file covers.
+/// Reads the persisted index and remembers what it covers.
 fn read_disk_index(wr: &Workrail) -> DiskIndex {
-    let index = resume_index::read(wr.fs.as_ref());
+    let index = resume_index::read(&wr.store);
     *wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner()) = Some(index.coverage);
     index
 }
 
 /// Writes the persisted index when it differs from what this call found (decision D64): best
-/// effort, never in safe mode (a call that left any session out: the data directory holds
-/// damage, and a read leaves it as it found it), never failing the call. With `distrust`, only
+/// effort, never in safe mode (a call that left any session out: the store holds damage, and a
+/// read leaves it as it found it), never failing the call. With `distrust`, only
 /// the summaries this process made itself are written (the next call loads and adds the rest).
 fn persist(
     wr: &Workrail,
@@ -331,13 +329,13 @@ fn persist(
     }
     let mut on_disk = wr.resume_on_disk.lock().unwrap_or_else(|p| p.into_inner());
     if on_disk.is_none() && !read_this_call {
-        // This process never read the file (every session was in memory, or there is none).
-        *on_disk = Some(resume_index::read(wr.fs.as_ref()).coverage);
+        // This process never read the index (every session was in memory, or there is none).
+        *on_disk = Some(resume_index::read(&wr.store).coverage);
     }
     if !distrust && *on_disk == Some(now) {
         return;
     }
-    if let Err(e) = resume_index::write(wr.fs.as_ref(), &keep) {
+    if let Err(e) = resume_index::write(&wr.store, &keep) {
         tracing::debug!("resume index not written (it is derived; the answer stands): {e}");
     }
     // Not retried before something changes, written or not.

@@ -1,5 +1,7 @@
-//! `resume_session`'s summaries kept on disk between processes (decision D64): the file
-//! `cache/resume-index.v1.jsonl` of the data directory, derived and never truth.
+//! `resume_session`'s summaries kept between processes (decision D64): the file
+//! `cache/resume-index.v1.jsonl` of the data directory, or on PostgreSQL the same bytes in the
+//! row `resume-index.v1` of the table `derived`, shared by every process on the schema (D115).
+//! Derived and never truth.
 //!
 //! JSON lines: a header `{"v":1,"sessions":n,"sha256":"<hex of every byte after the header
 //! line>"}`, then the workflows `[[workflowId, workflowHash, [token, ...]], ...]`, then one line
@@ -8,18 +10,19 @@
 //! status], ...]]` (arrays rather than objects, each workflow once, and a line per session so
 //! two threads parse halves: the first call of a fresh process parses this for every session).
 //! An entry is used only while its session's `manifest.jsonl` has exactly `manifestLen` bytes
-//! (the manifest is append-only); anything else about the file (a missing or torn line, another
+//! (the manifest is append-only, and every append adds a record; on PostgreSQL the length its
+//! rows spell); anything else about the file (a missing or torn line, another
 //! version, a digest or count that does not match, an entry that does not parse) discards the
 //! whole file, and the next write replaces it. Entries are never trusted for what a response
 //! shows: the sessions `resume_session` returns are loaded and validated first
 //! (`impl/src/protocol/resume.rs`).
 //!
 //! Written whole, best effort: a temp file unique to the writer, then a rename over the old
-//! file, no fsync (it is rebuildable). Concurrent writers never tear it; the last rename wins.
+//! file, no fsync (it is rebuildable); on PostgreSQL one upsert of the row. Concurrent writers
+//! never tear it; the last one wins.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -28,8 +31,7 @@ use workrail_spec::ids::{NodeId, RunId, SessionId, SnapshotRef, WorkflowHash, Wo
 
 use super::resume::{IndexedSummary, TipFacts};
 use crate::projections::resume::{SessionResumeSummary, TipSummary, TipWorkflow};
-use crate::store::fs::StoreFs;
-use crate::store::layout;
+use crate::store::Store;
 
 /// The format version; a file of any other version is discarded.
 pub(crate) const RESUME_INDEX_VERSION: u64 = 1;
@@ -93,10 +95,11 @@ impl DiskIndex {
     }
 }
 
-/// Reads the index file; an absent, unreadable, damaged or other-version file reads as empty
-/// (L-CACHE-DISCARD: it is rebuilt by the next write).
-pub(crate) fn read(fs: &dyn StoreFs) -> DiskIndex {
-    let bytes = match fs.read(Path::new(layout::RESUME_INDEX_FILE)) {
+/// Reads the persisted index (the data directory's file, or PostgreSQL's row: D115); an absent,
+/// unreadable, damaged or other-version index reads as empty (L-CACHE-DISCARD: it is rebuilt
+/// by the next write).
+pub(crate) fn read(store: &Store) -> DiskIndex {
+    let bytes = match store.read_resume_index() {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return DiskIndex::default(),
         Err(e) => {
@@ -300,25 +303,13 @@ fn render(summaries: &[&Arc<IndexedSummary>]) -> Result<Vec<u8>, serde_json::Err
     Ok(bytes)
 }
 
-/// Replaces the index file with these summaries: a temp file unique to this writer, then a
-/// rename (atomic), no fsync. The caller ignores a failure (the file is derived).
+/// Replaces the persisted index with these summaries, whole ([`Store::write_resume_index`]: a
+/// temp file and a rename, or one upsert of the row). The caller ignores a failure (the index
+/// is derived).
 pub(crate) fn write(
-    fs: &dyn StoreFs,
+    store: &Store,
     summaries: &[&Arc<IndexedSummary>],
 ) -> Result<(), std::io::Error> {
     let bytes = render(summaries).map_err(std::io::Error::other)?;
-    let dir = Path::new(layout::DATA_CACHE_DIR);
-    fs.create_dir_all(dir)?;
-    let final_name = Path::new(layout::RESUME_INDEX_FILE)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("resume-index");
-    let tmp = dir.join(layout::temp_file_name(final_name));
-    let written = fs
-        .write_new(&tmp, &bytes)
-        .and_then(|()| fs.rename(&tmp, Path::new(layout::RESUME_INDEX_FILE)));
-    if written.is_err() {
-        let _ = fs.remove_file(&tmp);
-    }
-    written
+    store.write_resume_index(&bytes)
 }

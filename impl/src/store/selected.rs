@@ -1,10 +1,13 @@
 //! The store a [`crate::protocol::Workrail`] runs on: the file store in the data directory or
 //! PostgreSQL (decision D100). A closed set, so an enum: every method matches on it, and the
 //! append gate keeps its closure shape (`store.with_append_gate(&id, |gate| …)`), which a
-//! trait object could not offer. Derived per-machine files (the projection cache, the resume
-//! index, server records, config) stay in the data directory whatever the store.
+//! trait object could not offer. Derived per-machine files (the projection cache, server
+//! records, config) stay in the data directory whatever the store; the persisted resume index
+//! lives with the sessions it summarizes (a file in the data directory, a row in PostgreSQL:
+//! D115).
 
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +24,7 @@ use super::keyring::{HeldKeyring, KeyringRecreated, KeyringStore, Refresh};
 use super::layout;
 use super::load::LoadedSession;
 use super::object_cache::{CacheBudget, ObjectCache, estimate};
-use super::postgres::{PgGate, PostgresBackend};
+use super::postgres::{PgGate, PostgresBackend, RESUME_INDEX_ROW};
 use super::session::{AppendGate, AppendPlan, AppendedEvent, SessionRead, SessionStore};
 use crate::entropy::Entropy;
 
@@ -413,6 +416,34 @@ impl Store {
         }
     }
 
+    /// The persisted `resume_session` index as stored (D64, D115), `None` when there is none:
+    /// the file `cache/resume-index.v1.jsonl` of the data directory, or the PostgreSQL row
+    /// `derived.resume-index.v1` that every process on the schema shares. Derived: the caller
+    /// checks the bytes and treats an error as no index.
+    pub fn read_resume_index(&self) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            Store::Files(f) => f.fs.read(Path::new(layout::RESUME_INDEX_FILE)),
+            Store::Postgres(p) => p
+                .backend
+                .derived(RESUME_INDEX_ROW)
+                .map_err(|e| io::Error::other(e.to_string())),
+        }
+    }
+
+    /// Replaces the persisted `resume_session` index with `bytes`, whole: in the file store a
+    /// temp file unique to this writer, then a rename (atomic), no fsync (it is rebuildable); in
+    /// PostgreSQL one upsert of the row under the store's timeout. Either way concurrent
+    /// writers never tear it and the last one wins. The caller ignores a failure.
+    pub fn write_resume_index(&self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Store::Files(f) => write_resume_index_file(f.fs.as_ref(), bytes),
+            Store::Postgres(p) => p
+                .backend
+                .put_derived(RESUME_INDEX_ROW, bytes)
+                .map_err(|e| io::Error::other(e.to_string())),
+        }
+    }
+
     /// Each session's manifest length (the resume index's freshness key): a `stat` each in the
     /// file store, one query in PostgreSQL (the length its rows spell as `manifest.jsonl`).
     pub fn manifest_lengths(&self, ids: &[SessionId]) -> Vec<io::Result<Option<u64>>> {
@@ -447,6 +478,24 @@ impl SessionRead for Store {
             Store::Postgres(p) => SessionBackend::list_sessions(&*p.backend),
         }
     }
+}
+
+/// [`Store::write_resume_index`] in the data directory.
+fn write_resume_index_file(fs: &dyn StoreFs, bytes: &[u8]) -> io::Result<()> {
+    let dir = Path::new(layout::DATA_CACHE_DIR);
+    fs.create_dir_all(dir)?;
+    let final_name = Path::new(layout::RESUME_INDEX_FILE)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("resume-index");
+    let tmp = dir.join(layout::temp_file_name(final_name));
+    let written = fs
+        .write_new(&tmp, bytes)
+        .and_then(|()| fs.rename(&tmp, Path::new(layout::RESUME_INDEX_FILE)));
+    if written.is_err() {
+        let _ = fs.remove_file(&tmp);
+    }
+    written
 }
 
 /// The length of each session's manifest (`Err`: it could not be read): a `stat` each.

@@ -59,6 +59,10 @@ use super::session::{
 };
 use crate::entropy::Entropy;
 
+/// The `derived` row holding the persisted `resume_session` index (D115): the bytes of
+/// `cache/resume-index.v1.jsonl`, shared by every process on the schema.
+pub const RESUME_INDEX_ROW: &str = "resume-index.v1";
+
 /// The schema used when none is named.
 pub const DEFAULT_SCHEMA: &str = "workrail";
 
@@ -249,6 +253,17 @@ enum Request {
         grace: Duration,
         dry_run: bool,
         reply: Reply<Swept>,
+    },
+    /// The bytes of the derived row `name`, if there is one (D115).
+    ReadDerived {
+        name: &'static str,
+        reply: Reply<Option<Vec<u8>>>,
+    },
+    /// Replaces the derived row `name` with `bytes` (one statement; the last writer wins).
+    WriteDerived {
+        name: &'static str,
+        bytes: Vec<u8>,
+        reply: Reply<()>,
     },
     /// Ends the worker (the backend is dropped); its connections, lock guards' too, close.
     Shutdown,
@@ -462,6 +477,17 @@ impl PostgresBackend {
     /// Each session's manifest length in bytes, by session id (one query).
     pub fn manifest_lengths_by_id(&self) -> Result<Vec<(String, i64)>, StoreError> {
         self.call(|reply| Request::ManifestBytes { reply })
+    }
+
+    /// The bytes of the derived row `name` (D115), `None` when there is none.
+    pub fn derived(&self, name: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.call(|reply| Request::ReadDerived { name, reply })
+    }
+
+    /// Replaces the derived row `name` with `bytes` in one statement (the last writer wins).
+    pub fn put_derived(&self, name: &'static str, bytes: &[u8]) -> Result<(), StoreError> {
+        let bytes = bytes.to_vec();
+        self.call(|reply| Request::WriteDerived { name, bytes, reply })
     }
 
     /// Each session's last activity (the time of its last committed append), in milliseconds
@@ -1251,8 +1277,40 @@ impl Worker {
                 self.settle(stalled).await;
                 let _ = reply.send(result);
             }
+            Request::ReadDerived { name, reply } => {
+                let result = bounded!("read derived data", self.read_derived(name));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
+            Request::WriteDerived { name, bytes, reply } => {
+                let result = bounded!("write derived data", self.write_derived(name, &bytes));
+                self.settle(stalled).await;
+                let _ = reply.send(result);
+            }
             Request::Shutdown => {}
         }
+    }
+
+    async fn read_derived(&mut self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT bytes FROM derived WHERE name = $1", &[&name])
+            .await
+            .map_err(sql_error("read derived data"))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn write_derived(&mut self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO derived (name, bytes) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET bytes = EXCLUDED.bytes, written_at = now()",
+                &[&name, &bytes],
+            )
+            .await
+            .map_err(sql_error("write derived data"))?;
+        Ok(())
     }
 
     async fn activity(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
@@ -1293,6 +1351,11 @@ impl Worker {
             .await
             .map_err(sql_error(op))?;
         }
+        // Derived rows summarize sessions, notes included (the resume index): they go with the
+        // session, and the next `resume_session` writes the index again (D115, as D64 on files).
+        tx.execute("DELETE FROM derived", &[])
+            .await
+            .map_err(sql_error(op))?;
         tx.commit().await.map_err(sql_error(op))?;
         Ok(Deleted::Yes)
     }

@@ -13,6 +13,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_sessions.sql"),
     include_str!("migrations/0002_artifacts.sql"),
     include_str!("migrations/0003_activity.sql"),
+    include_str!("migrations/0004_derived.sql"),
 ];
 
 /// The schema version this build writes and reads.
