@@ -12,8 +12,8 @@
 //! data is not) and the index file's size.
 //!
 //! With `WORKRAIL_TEST_POSTGRES` (a `postgres://` URL) set, the same figures follow for a
-//! PostgreSQL store (`WORKRAIL_STORE`, a schema of the bench's own, dropped at the end), where no
-//! resume index is persisted (D101): the first call of a fresh server reads every session.
+//! PostgreSQL store (`WORKRAIL_STORE`, a schema of the bench's own, dropped at the end), where the
+//! index is the row `resume-index.v1` of the table `derived` (D115) and its size is the row's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,8 +47,8 @@ impl Store<'_> {
     }
 }
 
-/// Runs `sql` on the database at `url`.
-fn postgres_run(url: &str, sql: &str) {
+/// Runs `work` with a client of the database at `url`.
+fn postgres<T>(url: &str, work: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -58,10 +58,42 @@ fn postgres_run(url: &str, sql: &str) {
             .await
             .unwrap();
         let task = tokio::spawn(connection);
-        client.batch_execute(sql).await.unwrap();
+        let out = work(&client).await;
         drop(client);
         let _ = task.await;
-    });
+        out
+    })
+}
+
+/// Runs `sql` on the database at `url`.
+fn postgres_run(url: &str, sql: &str) {
+    postgres(url, async |c| c.batch_execute(sql).await.unwrap());
+}
+
+/// One `bigint` from `sql` on the database at `url`.
+fn postgres_number(url: &str, sql: &str) -> i64 {
+    postgres(url, async |c| c.query_one(sql, &[]).await.unwrap().get(0))
+}
+
+impl Store<'_> {
+    /// The size of the persisted resume index in bytes, `None` when there is none: the file
+    /// in the data directory under `root`, or the PostgreSQL row (D115).
+    fn index_bytes(&self, root: &Path) -> Option<u64> {
+        match self {
+            Store::Files => std::fs::metadata(root.join("data/cache/resume-index.v1.jsonl"))
+                .ok()
+                .map(|m| m.len()),
+            Store::Postgres { url, schema } => {
+                let n = postgres_number(
+                    url,
+                    &format!(
+                        "SELECT coalesce(max(octet_length(bytes)), -1)::bigint FROM {schema}.derived WHERE name = 'resume-index.v1'"
+                    ),
+                );
+                u64::try_from(n).ok()
+            }
+        }
+    }
 }
 
 impl Server {
@@ -200,17 +232,14 @@ fn bench(sessions: usize, store: Store<'_>) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let first_call = |expect_index: bool| {
         let mut server = Server::start(root.path(), store);
-        let index = root.path().join("data/cache/resume-index.v1.jsonl");
-        // The persisted index is the file store's (D101).
-        assert_eq!(index.is_file(), expect_index && files);
+        assert_eq!(store.index_bytes(root.path()).is_some(), expect_index);
         let t = Instant::now();
         let first = server.tool("resume_session", json!({}));
         let took = t.elapsed();
         assert_eq!(first["candidates"].as_array().unwrap().len(), 5);
-        assert_eq!(
-            index.is_file(),
-            files,
-            "only the file store persists the index"
+        assert!(
+            store.index_bytes(root.path()).is_some(),
+            "the first call wrote the index"
         );
         (server, took)
     };
@@ -252,29 +281,19 @@ fn bench(sessions: usize, store: Store<'_>) {
     writer.stop();
     let (after, stale) = first_call(true);
     after.stop();
-    if files {
-        println!(
-            "resume_session over {sessions} sessions, first call of a fresh server: {:.1} ms with the index (target <= 50), {:.1} ms with {more} sessions committed since the index was written, {:.1} ms without an index (it writes one)",
-            ms(cold),
-            ms(stale),
-            ms(no_index),
-        );
-    } else {
-        println!(
-            "resume_session over {sessions} sessions, first call of a fresh server (no persisted index on PostgreSQL, D101): {:.1} ms, {:.1} ms, and {:.1} ms after {more} more sessions",
-            ms(no_index),
-            ms(cold),
-            ms(stale),
-        );
-    }
+    println!(
+        "resume_session over {sessions} sessions, first call of a fresh server: {:.1} ms with the index (target <= 50), {:.1} ms with {more} sessions committed since the index was written, {:.1} ms without an index (it writes one)",
+        ms(cold),
+        ms(stale),
+        ms(no_index),
+    );
     println!(
         "resume_session warm p50 {:.1} ms (target <= 50), max {:.1} ms",
         ms(warm[warm.len() / 2]),
         ms(warm[warm.len() - 1])
     );
     let data_mib = dir_bytes(&root.path().join("data")) as f64 / (1024.0 * 1024.0);
-    let index_mib = std::fs::metadata(root.path().join("data/cache/resume-index.v1.jsonl"))
-        .map_or(0.0, |m| m.len() as f64 / (1024.0 * 1024.0));
+    let index_mib = store.index_bytes(root.path()).unwrap_or(0) as f64 / (1024.0 * 1024.0);
     if let Some((rss, peak)) = memory {
         if files {
             println!(
@@ -282,7 +301,7 @@ fn bench(sessions: usize, store: Store<'_>) {
             );
         } else {
             println!(
-                "server memory after those calls: RSS {rss:.1} MiB, peak {peak:.1} MiB (caches bounded by WORKRAIL_CACHE_MB, default 64)"
+                "server memory after those calls: RSS {rss:.1} MiB, peak {peak:.1} MiB (caches bounded by WORKRAIL_CACHE_MB, default 64); resume index row {index_mib:.1} MiB"
             );
         }
     }

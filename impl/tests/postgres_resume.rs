@@ -22,13 +22,15 @@
 
 mod postgres_support;
 mod protocol_support;
+mod resume_support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
 use postgres_support::{Schema, postgres_url};
-use protocol_support::{ack, catalog, start};
+use protocol_support::{ack, catalog};
+use resume_support::{id, re_sealed, resume, session};
 use serde_json::{Value, json};
 use workrail::bundle::NoProgress;
 use workrail::entropy::SeededEntropy;
@@ -39,9 +41,7 @@ use workrail::store::memfs::MemFs;
 use workrail::store::postgres::RESUME_INDEX_ROW;
 use workrail::store::{CacheBudget, Store, layout};
 use workrail_spec::ids::SessionId;
-use workrail_spec::tools::{
-    ExecutionOutput, ResumeQueryInput, ResumeSessionInput, ResumeSessionOutput,
-};
+use workrail_spec::tools::ResumeSessionOutput;
 
 /// A process on the schema with its own entropy stream and data directory.
 fn process_in(schema: &Schema, fs: &MemFs, seed: u64) -> Workrail {
@@ -58,34 +58,6 @@ fn process_in(schema: &Schema, fs: &MemFs, seed: u64) -> Workrail {
 /// A process on the schema with a data directory of its own.
 fn process(schema: &Schema, seed: u64) -> Workrail {
     process_in(schema, &MemFs::new(), seed)
-}
-
-/// Starts the demo workflow and acknowledges one step per note.
-fn session(wr: &Workrail, notes: &[&str]) -> ExecutionOutput {
-    let mut out = start(wr, "project.demo");
-    for note in notes {
-        out = wr.continue_workflow(ack(&out, note, vec![])).unwrap();
-    }
-    out
-}
-
-fn id(out: &ExecutionOutput) -> SessionId {
-    out.session.session_id.clone()
-}
-
-fn input(query: &Value) -> ResumeSessionInput {
-    let field = |k: &str| query.get(k).and_then(Value::as_str).map(str::to_owned);
-    ResumeSessionInput {
-        query: Some(ResumeQueryInput {
-            text: field("text"),
-            git_head_sha: field("gitHeadSha"),
-            git_branch: field("gitBranch"),
-        }),
-    }
-}
-
-fn resume(wr: &Workrail, query: &Value) -> ResumeSessionOutput {
-    wr.resume_session(input(query)).unwrap()
 }
 
 fn queries() -> Vec<Value> {
@@ -293,32 +265,6 @@ fn appends_and_new_sessions_after_the_index_was_written_are_seen() {
         let with_stale = resume(&process(&schema, 65), &q);
         assert_eq!(with_stale, bare(&schema, &q), "{q}");
     }
-}
-
-/// The index bytes with their lines edited by `edit` (as `{"workflows": [...], "sessions":
-/// [...]}`) and the header fixed up to match, so only the entries' content is wrong.
-fn re_sealed(bytes: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
-    let text = std::str::from_utf8(bytes).unwrap();
-    let mut lines = text.lines().skip(1);
-    let workflows: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    let sessions: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
-    let mut index = json!({"workflows": workflows, "sessions": sessions});
-    edit(&mut index);
-    let mut body = serde_json::to_vec(&index["workflows"]).unwrap();
-    body.push(b'\n');
-    for session in index["sessions"].as_array().unwrap() {
-        body.extend(serde_json::to_vec(session).unwrap());
-        body.push(b'\n');
-    }
-    let header = json!({
-        "v": 1,
-        "sessions": index["sessions"].as_array().unwrap().len(),
-        "sha256": workrail_spec::jcs::sha256(&body).hex(),
-    });
-    let mut out = serde_json::to_vec(&header).unwrap();
-    out.push(b'\n');
-    out.extend_from_slice(&body);
-    out
 }
 
 /// A damaged, truncated or other-version row reads as no index and is replaced by a good one.

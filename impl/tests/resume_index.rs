@@ -12,12 +12,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod protocol_support;
+mod resume_support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use protocol_support::{ack, catalog, rehydrate, start};
+use resume_support::{id, input, re_sealed, resume, session};
 use serde_json::{Value, json};
 use workrail::entropy::SeededEntropy;
 use workrail::protocol::Workrail;
@@ -26,9 +28,7 @@ use workrail::store::memfs::MemFs;
 use workrail::store::{CacheBudget, layout};
 use workrail::workspace::{FixedWorkspace, GitIdentity};
 use workrail_spec::ids::SessionId;
-use workrail_spec::tools::{
-    ExecutionOutput, ResumeQueryInput, ResumeSessionInput, ResumeSessionOutput,
-};
+use workrail_spec::tools::ResumeSessionOutput;
 
 const SHA_A: &str = "4f3c2a1b0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a";
 const SHA_B: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -51,34 +51,6 @@ fn identity(root: &str, branch: &str, sha: &str) -> GitIdentity {
         branch: Some(branch.to_owned()),
         head_sha: Some(sha.to_owned()),
     }
-}
-
-/// Starts the demo workflow and acknowledges one step per note.
-fn session(wr: &Workrail, notes: &[&str]) -> ExecutionOutput {
-    let mut out = start(wr, "project.demo");
-    for note in notes {
-        out = wr.continue_workflow(ack(&out, note, vec![])).unwrap();
-    }
-    out
-}
-
-fn id(out: &ExecutionOutput) -> SessionId {
-    out.session.session_id.clone()
-}
-
-fn input(query: &Value) -> ResumeSessionInput {
-    let field = |k: &str| query.get(k).and_then(Value::as_str).map(str::to_owned);
-    ResumeSessionInput {
-        query: Some(ResumeQueryInput {
-            text: field("text"),
-            git_head_sha: field("gitHeadSha"),
-            git_branch: field("gitBranch"),
-        }),
-    }
-}
-
-fn resume(wr: &Workrail, query: &Value) -> ResumeSessionOutput {
-    wr.resume_session(input(query)).unwrap()
 }
 
 fn queries() -> Vec<Value> {
@@ -315,32 +287,6 @@ fn a_deleted_session_disappears_from_answers_and_from_the_index() {
         assert_eq!(resume(&process(&fs, 82, None), &q), bare(&fs, &q), "{q}");
         fs.write_new(index_path(), &index).unwrap();
     }
-}
-
-/// The index file with its lines edited by `edit` (as `{"workflows": [...], "sessions":
-/// [...]}`) and the header fixed up to match, so only the entries' content is wrong.
-fn re_sealed(bytes: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
-    let text = std::str::from_utf8(bytes).unwrap();
-    let mut lines = text.lines().skip(1);
-    let workflows: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    let sessions: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
-    let mut index = json!({"workflows": workflows, "sessions": sessions});
-    edit(&mut index);
-    let mut body = serde_json::to_vec(&index["workflows"]).unwrap();
-    body.push(b'\n');
-    for session in index["sessions"].as_array().unwrap() {
-        body.extend(serde_json::to_vec(session).unwrap());
-        body.push(b'\n');
-    }
-    let header = json!({
-        "v": 1,
-        "sessions": index["sessions"].as_array().unwrap().len(),
-        "sha256": workrail_spec::jcs::sha256(&body).hex(),
-    });
-    let mut out = serde_json::to_vec(&header).unwrap();
-    out.push(b'\n');
-    out.extend_from_slice(&body);
-    out
 }
 
 /// Every way the file can be damaged or foreign is discarded (the answer is the one without an
