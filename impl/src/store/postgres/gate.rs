@@ -1,27 +1,25 @@
-//! What the protocol needs of PostgreSQL beyond the seam's trait: the append gate (lock, load,
-//! the caller's decision, append, under one lock), artifacts, the keyring as held by a process
-//! (refresh and rotation, D66) and the manifest lengths that key the resume index.
+//! The append gate and the session cache as the caller holds them (D104): the gate (lock,
+//! load, the caller's decision, append, under one lock) and the healthy views this process
+//! keeps, refreshed by reading only the rows past them.
 
 use std::sync::Arc;
 
-use workrail_spec::ids::{SessionId, Sha256Digest};
-
 use workrail_spec::event::EventData;
+use workrail_spec::ids::SessionId;
 
-use super::{
-    GateRead, Image, ObjectTable, PostgresBackend, Request, encode_keyring, fresh_key,
-    parse_keyring, prepare, validate, validate_with,
-};
+use super::PostgresBackend;
+use super::append::{GateRead, prepare};
+use super::health::{validate, validate_with};
+use super::read::Image;
+use super::worker::Request;
+use crate::store::error::StoreError;
+use crate::store::load::{LoadedSession, introduced_snapshots};
+use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits};
 
 /// The canonical text of a stored record or event, as its row holds it.
 fn canonical<T: serde::Serialize>(value: &T) -> Option<String> {
     workrail_spec::jcs::to_canonical_string(value).ok()
 }
-use crate::entropy::Entropy;
-use crate::store::error::StoreError;
-use crate::store::keyring::{HeldKeyring, Keyring, Refresh};
-use crate::store::load::{LoadedSession, introduced_snapshots};
-use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits};
 
 /// An open append gate on PostgreSQL: a connection of the backend's holds the session's
 /// advisory lock (session level) until the gate is dropped; the gate's view is the session as
@@ -179,10 +177,9 @@ impl PostgresBackend {
         let id = session.clone();
         let (manifest_from, event_from) =
             (cached.manifest.len() as i64, cached.events.len() as i64);
-        let Some(tail) = self.call(|reply| Request::Tail {
+        let Some(tail) = self.call(|reply| Request::Rows {
             session: id,
-            manifest_from,
-            event_from,
+            from: Some((manifest_from, event_from)),
             reply,
         })?
         else {
@@ -265,135 +262,5 @@ impl PostgresBackend {
             gate.session = Arc::new(loaded);
         }
         Ok(gate)
-    }
-
-    pub fn put_artifact(&self, digest: &Sha256Digest, bytes: &[u8]) -> Result<(), StoreError> {
-        self.put_object(ObjectTable::Artifacts, digest.as_str(), bytes)
-    }
-
-    /// The artifact's text, verified against its digest.
-    pub fn get_artifact(&self, digest: &Sha256Digest) -> Result<serde_json::Value, StoreError> {
-        let what = format!("artifact {digest}");
-        let text = self
-            .get_object(ObjectTable::Artifacts, digest.as_str())?
-            .ok_or_else(|| StoreError::CorruptObject {
-                what: what.clone(),
-                detail: "missing".into(),
-            })?;
-        if &workrail_spec::jcs::sha256(text.as_bytes()) != digest {
-            return Err(StoreError::CorruptObject {
-                what,
-                detail: "content does not match its digest".into(),
-            });
-        }
-        workrail_spec::jcs::parse_strict(&text).map_err(|e| StoreError::CorruptObject {
-            what,
-            detail: e.to_string(),
-        })
-    }
-
-    /// Every session's manifest length as its rows spell `manifest.jsonl` (each record's text
-    /// plus a newline), by session id.
-    pub fn manifest_lengths(&self) -> Result<Vec<(SessionId, u64)>, StoreError> {
-        let rows = self.call(|reply| Request::ManifestBytes { reply })?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(id, len)| Some((SessionId::parse(&id).ok()?, len.max(0) as u64)))
-            .collect())
-    }
-
-    /// The keyring row as this process holds it, created with a fresh key on first use.
-    pub fn load_or_create_held(&self, entropy: &dyn Entropy) -> Result<HeldKeyring, StoreError> {
-        if let Some(body) = self.keyring_row(None)? {
-            return held(body);
-        }
-        let fresh = Keyring {
-            current: fresh_key(entropy)?,
-            previous: None,
-        };
-        let candidate = Some(encode_keyring(&fresh)?);
-        let body = self
-            .keyring_row(candidate)?
-            .ok_or_else(|| StoreError::Internal {
-                detail: "the keyring row vanished right after it was created".into(),
-            })?;
-        held(body)
-    }
-
-    /// Compares the row with `held` (one small read): another process's rotation is picked
-    /// up; a row that vanished is written back from memory.
-    pub fn refresh_keyring(&self, held_now: &HeldKeyring) -> Result<Refresh, StoreError> {
-        match self.keyring_row(None)? {
-            Some(body) if body.as_bytes() == held_now.bytes() => Ok(Refresh::Unchanged),
-            Some(body) => held(body).map(Refresh::Changed),
-            None => {
-                let body = String::from_utf8(held_now.bytes().to_vec()).map_err(|e| {
-                    StoreError::Internal {
-                        detail: format!("the held keyring is not UTF-8: {e}"),
-                    }
-                })?;
-                tracing::warn!("the keyring row was missing; written back from memory");
-                self.keyring_row(Some(body))?;
-                Ok(Refresh::Restored)
-            }
-        }
-    }
-
-    /// Rotation: `current -> previous`, fresh `current`, as one compare-and-swap of the row.
-    pub fn rotate_keyring(&self, entropy: &dyn Entropy) -> Result<HeldKeyring, StoreError> {
-        for _ in 0..8 {
-            let old = self.load_or_create_held(entropy)?;
-            let old_body =
-                String::from_utf8(old.bytes().to_vec()).map_err(|e| StoreError::Internal {
-                    detail: format!("the keyring row is not UTF-8: {e}"),
-                })?;
-            let new = Keyring {
-                current: fresh_key(entropy)?,
-                previous: Some(old.keyring.current.clone()),
-            };
-            let new_body = encode_keyring(&new)?;
-            let swapped = self.call(|reply| Request::SwapKeyring {
-                old: old_body,
-                new: new_body.clone(),
-                reply,
-            })?;
-            if swapped {
-                return Ok(HeldKeyring::from_bytes(new, new_body.into_bytes()));
-            }
-        }
-        Err(StoreError::Io {
-            session: None,
-            op: "rotate the keyring",
-            detail: "another process kept rotating the keyring at the same time; try again".into(),
-        })
-    }
-
-    fn keyring_row(&self, candidate: Option<String>) -> Result<Option<String>, StoreError> {
-        self.call(|reply| Request::Keyring { candidate, reply })
-    }
-}
-
-fn held(body: String) -> Result<HeldKeyring, StoreError> {
-    let keyring = parse_keyring(&body)?;
-    Ok(HeldKeyring::from_bytes(keyring, body.into_bytes()))
-}
-
-impl PostgresBackend {
-    /// Stores a snapshot's canonical bytes under their digest.
-    pub fn put_snapshot_bytes(
-        &self,
-        snapshot: &workrail_spec::ids::SnapshotRef,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        self.put_object(ObjectTable::Snapshots, snapshot.digest().as_str(), bytes)
-    }
-
-    /// Stores a compiled workflow's canonical bytes under its hash.
-    pub fn put_workflow_bytes(
-        &self,
-        hash: &workrail_spec::ids::WorkflowHash,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        self.put_object(ObjectTable::Workflows, hash.digest().as_str(), bytes)
     }
 }
