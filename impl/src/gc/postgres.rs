@@ -4,7 +4,9 @@
 //!   be read) puts GC in safe mode: nothing is deleted.
 //! - Age is the time since `sessions.last_activity`, which every committed append sets.
 //! - An expired session is deleted in one transaction under its advisory lock (never while
-//!   another process appends), and only when its manifest rows are still the ones GC judged.
+//!   another process appends), and only when its manifest rows are still the ones GC judged;
+//!   the same transaction deletes the derived rows (the persisted resume index holds the
+//!   session's notes, D115), as GC removes the index file on the file store.
 //! - The sweep runs only when no session appeared or grew while GC ran, and is one statement:
 //!   it deletes the snapshots, workflows and artifacts the retained sessions do not reference
 //!   and that were stored (or stored again) more than [`CAS_GRACE`] ago, so an object a writer
