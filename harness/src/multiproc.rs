@@ -22,6 +22,9 @@
 //!   server every 50–300 ms and starts a new one. A client whose server died mid-call sends the
 //!   same call to the new server: a replay of a committed ack must return the recorded response,
 //!   an uncommitted one commits now.
+//! - [`db_outage`] (PostgreSQL only, `db_outage.rs`): the kill storm's clients while the
+//!   database server itself is killed and brought back under servers that keep running; calls
+//!   during an outage must answer a clear retryable error and are sent again.
 //!
 //! **The oracle.** Every response a client receives goes into a [`Report`] ledger. After a
 //! scenario, with every server stopped, a fresh `workrail inspect` judges each session's health,
