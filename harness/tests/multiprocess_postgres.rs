@@ -159,6 +159,9 @@ fn print_outage(report: &Report) {
     for fault in &report.faults {
         println!("  fault: {fault}");
     }
+    for sample in &report.samples {
+        println!("  sample: {sample}");
+    }
 }
 
 /// Servers (4 by default) on one schema of a cluster of the test's own, their clients

@@ -61,7 +61,7 @@ const IMMEDIATE_RETRY: Duration = Duration::from_millis(50);
 /// Why a `STORE_IO_ERROR` answered during a database outage is not the clear, retryable error a
 /// client can act on: retryable (at once or after a delay), its suggestion saying to retry, the
 /// message or the suggestion naming the database as the cause, and neither sending the reader to
-/// the filesystem, the disk or the data directory. `None` when it is.
+/// the filesystem or the disk. `None` when it is.
 pub fn outage_error_problem(envelope: &ErrorEnvelope) -> Option<String> {
     let mut problems = Vec::new();
     if envelope.code != ErrorCode::StoreIoError {
@@ -78,8 +78,9 @@ pub fn outage_error_problem(envelope: &ErrorEnvelope) -> Option<String> {
         problems.push("neither message nor suggestion names the database".to_owned());
     }
     // The data directory holds no session on PostgreSQL: a text that sends the reader to the
-    // disk sends them the wrong way.
-    for misleading in ["filesystem", "disk", "data directory"] {
+    // filesystem or the disk sends them the wrong way (the data directory may still be named,
+    // e.g. as where the file store would keep sessions instead).
+    for misleading in ["filesystem", "disk"] {
         if text.contains(misleading) {
             problems.push(format!("it blames the {misleading}"));
         }
