@@ -278,7 +278,7 @@ pub struct Swept {
 /// A PostgreSQL error as a store error: retryable I/O (`STORE_IO_ERROR`), with the server's
 /// SQLSTATE and message when it sent one. Never a panic.
 pub(crate) fn sql_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
-    move |e| StoreError::Io {
+    move |e| StoreError::Database {
         session: None,
         op,
         detail: describe(&e),
@@ -302,7 +302,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 fn stopped() -> StoreError {
-    StoreError::Io {
+    StoreError::Database {
         session: None,
         op: "reach the PostgreSQL backend",
         detail: "the backend's connection thread has stopped".into(),
@@ -1020,7 +1020,7 @@ impl Worker {
                     tls::handshake_hint(self.ssl_mode)
                 );
             }
-            StoreError::Io {
+            StoreError::Database {
                 session: None,
                 op,
                 detail,
@@ -1456,7 +1456,7 @@ impl Worker {
                 detail: "an append gate was used after it closed".into(),
             })?;
         if client.is_closed() {
-            return Err(StoreError::Io {
+            return Err(StoreError::Database {
                 session: Some(session.clone()),
                 op,
                 detail: "the connection holding the session lock closed; nothing was committed"
@@ -1641,7 +1641,7 @@ async fn insert_prepared(
     prepared: &Prepared,
 ) -> Result<(), StoreError> {
     let op = "append to the session";
-    let write = |e: tokio_postgres::Error| StoreError::Io {
+    let write = |e: tokio_postgres::Error| StoreError::Database {
         session: Some(session.clone()),
         op,
         detail: format!("{}; nothing was committed", describe(&e)),
@@ -1702,13 +1702,14 @@ async fn commit(
     session: &SessionId,
     schema: &str,
 ) -> Result<(), StoreError> {
-    tx.commit().await.map_err(|e| StoreError::Write {
+    tx.commit().await.map_err(|e| StoreError::Database {
         session: Some(session.clone()),
         op: "commit the append transaction",
-        path: format!("postgres schema {schema}"),
-        os_error: describe(&e),
-        errno: None,
-        committed: Committed::Unknown,
+        detail: format!(
+            "{} on schema {schema}; {}",
+            describe(&e),
+            Committed::Unknown
+        ),
     })
 }
 
