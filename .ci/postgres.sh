@@ -4,7 +4,9 @@
 # it is missing, starts a cluster in a temporary directory as a non-root user, listening on
 # 127.0.0.1 on a free port with trust authentication, creates a database, exports
 # WORKRAIL_TEST_POSTGRES (and WORKRAIL_TEST_POSTGRES_CA, the CA of the server's TLS
-# certificate) and defines `workrail_pg_stop`, which stops the cluster and removes it.
+# certificate; WORKRAIL_TEST_POSTGRES_CLIENT_CERT and _KEY, a client certificate the same CA
+# signs for the role `wr_client_cert`, which may only log in with it) and defines
+# `workrail_pg_stop`, which stops the cluster and removes it.
 
 if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     apt-get update -qq
@@ -25,7 +27,7 @@ fi
 workrail_pg_stop() {
     workrail_pg_as "$workrail_pg_bin/pg_ctl" -D "$workrail_pg_dir/data" -m immediate stop \
         >/dev/null 2>&1 || true
-    rm -rf "$workrail_pg_dir"
+    rm -rf "$workrail_pg_dir" "$workrail_pg_client"
 }
 
 workrail_pg_as "$workrail_pg_bin/initdb" -D "$workrail_pg_dir/data" -U postgres -A trust \
@@ -51,8 +53,30 @@ chmod 0644 "$workrail_pg_tls/ca.crt" "$workrail_pg_tls/server.crt"
     echo "ssl = on"
     echo "ssl_cert_file = '$workrail_pg_tls/server.crt'"
     echo "ssl_key_file = '$workrail_pg_tls/server.key'"
+    echo "ssl_ca_file = '$workrail_pg_tls/ca.crt'"
 } >>"$workrail_pg_dir/data/postgresql.conf"
 export WORKRAIL_TEST_POSTGRES_CA="$workrail_pg_tls/ca.crt"
+
+# A client certificate for the role `wr_client_cert`: over TLS it must present one the CA
+# signed (`cert` authentication), and a plain connection is rejected. Every other role keeps
+# trust authentication. The key stays with the user running the tests (mode 0600).
+workrail_pg_client="$(mktemp -d)"
+openssl req -newkey rsa:2048 -nodes -subj "/CN=wr_client_cert" \
+    -keyout "$workrail_pg_client/client.key" -out "$workrail_pg_client/client.csr" >/dev/null 2>&1
+printf 'extendedKeyUsage=clientAuth\n' >"$workrail_pg_client/client.ext"
+openssl x509 -req -in "$workrail_pg_client/client.csr" -CA "$workrail_pg_tls/ca.crt" \
+    -CAkey "$workrail_pg_tls/ca.key" -CAcreateserial -days 2 \
+    -extfile "$workrail_pg_client/client.ext" -out "$workrail_pg_client/client.crt" >/dev/null 2>&1
+chmod 0600 "$workrail_pg_client/client.key"
+export WORKRAIL_TEST_POSTGRES_CLIENT_CERT="$workrail_pg_client/client.crt"
+export WORKRAIL_TEST_POSTGRES_CLIENT_KEY="$workrail_pg_client/client.key"
+{
+    echo "hostssl all wr_client_cert 127.0.0.1/32 cert"
+    echo "host    all wr_client_cert 127.0.0.1/32 reject"
+    cat "$workrail_pg_dir/data/pg_hba.conf"
+} >"$workrail_pg_dir/pg_hba.conf.new"
+cat "$workrail_pg_dir/pg_hba.conf.new" >"$workrail_pg_dir/data/pg_hba.conf"
+rm -f "$workrail_pg_dir/pg_hba.conf.new"
 
 # A free port: the first from 54320 that nothing answers on (pg_ctl fails on a taken one,
 # then the next is tried).
@@ -75,4 +99,7 @@ done
 
 "$workrail_pg_bin/createdb" -h 127.0.0.1 -p "$workrail_pg_port" -U postgres workrail_test
 export WORKRAIL_TEST_POSTGRES="postgres://postgres@127.0.0.1:$workrail_pg_port/workrail_test"
+"$workrail_pg_bin/psql" -q -h 127.0.0.1 -p "$workrail_pg_port" -U postgres -d workrail_test \
+    -c "CREATE ROLE wr_client_cert LOGIN" \
+    -c "GRANT CREATE ON DATABASE workrail_test TO wr_client_cert" >/dev/null
 echo "PostgreSQL $("$workrail_pg_bin/postgres" --version | awk '{print $3}') at $WORKRAIL_TEST_POSTGRES (data in $workrail_pg_dir)"

@@ -13,6 +13,7 @@
 //! - [`mangle`]: tokens mangled the way agents mangle them, and the tolerated-or-refused oracle.
 //! - [`postgres`]: throwaway PostgreSQL schemas, table fingerprints, and the use-cases on a
 //!   schema ([`postgres::OnPostgres`]) for the same comparison.
+//! - [`pg_cluster`]: a PostgreSQL cluster of a test's own, to crash and restart.
 //! - [`vector_adapter`]: the offline vectors' adapter protocol answered by the production crate
 //!   (the `workrail-vector-adapter` binary).
 //! - [`fuzzing`]: the entry points of the cargo-fuzz targets in `fuzz/` (also used by the
@@ -30,6 +31,7 @@ pub mod mangle;
 pub mod multiproc;
 pub mod multirun;
 pub mod ops;
+pub mod pg_cluster;
 pub mod postgres;
 pub mod system;
 pub mod truth;

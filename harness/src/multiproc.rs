@@ -22,6 +22,9 @@
 //!   server every 50–300 ms and starts a new one. A client whose server died mid-call sends the
 //!   same call to the new server: a replay of a committed ack must return the recorded response,
 //!   an uncommitted one commits now.
+//! - [`db_outage`] (PostgreSQL only, `db_outage.rs`): the kill storm's clients while the
+//!   database server itself is killed and brought back under servers that keep running; calls
+//!   during an outage must answer a clear retryable error and are sent again.
 //!
 //! **The oracle.** Every response a client receives goes into a [`Report`] ledger. After a
 //! scenario, with every server stopped, a fresh `workrail inspect` judges each session's health,
@@ -75,6 +78,9 @@ use workrail_spec::token::TokenPayload;
 use crate::fixture;
 use crate::multirun::payload;
 use crate::system::workrail_binary;
+
+mod db_outage;
+pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
 
 /// Seconds each scenario drives its servers (default [`Config::DEFAULT_SECS`]).
 pub const SECS_ENV: &str = "WORKRAIL_MULTIPROC_SECS";
@@ -252,6 +258,22 @@ pub struct Report {
     pub locked_not_retryable: u64,
     /// Allowed: lock-busy answers, each retried as its `retry` says.
     pub session_locked: u64,
+    /// [`db_outage`]: database kills, each followed by a restart or its own recovery.
+    pub db_kills: u64,
+    /// [`db_outage`], allowed: `STORE_IO_ERROR` answers that are retryable and say to retry
+    /// (and that the database is the cause), each retried with the same arguments.
+    pub outage_errors: u64,
+    /// [`db_outage`]: acks answered after an outage error on the same call (the same
+    /// arguments sent again: a replay of what had committed, or the commit).
+    pub outage_retried_acks: u64,
+    /// [`db_outage`]: storage errors during an outage that are not retryable or do not say what
+    /// to do (see [`outage_error_problem`]).
+    pub unclear_outage_errors: u64,
+    /// [`db_outage`]: servers that died or were started again (the database going away must
+    /// not end a server), or that did not answer at the first try once the database was back.
+    pub servers_down: u64,
+    /// [`db_outage`]: what each database kill was.
+    pub faults: Vec<String>,
     /// The first failures, for the assertion message.
     pub samples: Vec<String>,
     /// The first lock-busy answers (allowed), to see which operations met a held lock.
@@ -286,6 +308,21 @@ impl Report {
             self.locked_not_retryable,
             self.session_locked,
             self.seed,
+        ) + &self.outage_counts()
+    }
+
+    /// The counts of [`db_outage`] (empty for the other scenarios).
+    fn outage_counts(&self) -> String {
+        if self.scenario != "db_outage" {
+            return String::new();
+        }
+        format!(
+            " db_kills={} outage_errors={} outage_retried_acks={} unclear_outage_errors={} servers_down={}",
+            self.db_kills,
+            self.outage_errors,
+            self.outage_retried_acks,
+            self.unclear_outage_errors,
+            self.servers_down,
         )
     }
 
@@ -301,6 +338,8 @@ impl Report {
             + self.damaged_objects
             + self.other_errors
             + self.locked_not_retryable
+            + self.unclear_outage_errors
+            + self.servers_down
     }
 
     fn sample(&mut self, text: String) {
@@ -700,6 +739,8 @@ struct Lab {
     hard_deadline: Instant,
     cli_seq: AtomicU64,
     postgres: Option<PgTarget>,
+    /// [`db_outage`]: storage errors are the database going away, retried when they say so.
+    outages: bool,
 }
 
 impl Lab {
@@ -741,6 +782,7 @@ impl Lab {
             hard_deadline: now + config.run_for + GRACE,
             cli_seq: AtomicU64::new(0),
             postgres: config.postgres.clone(),
+            outages: false,
         })
     }
 
@@ -818,7 +860,11 @@ impl Lab {
     /// delay its `retry` names; a server that died mid-call is replaced and the same call is
     /// sent again. Any other error is recorded and ends the call.
     fn call(&self, slot: &Slot, tool: &str, args: &Value, session: Option<&str>) -> Option<Value> {
-        for tries in 1..=MAX_TRIES {
+        // In [`db_outage`], a clear storage error is retried too, as often as the hard
+        // deadline allows (an outage lasts longer than a lock wait).
+        let mut outage_tries = 0u32;
+        let mut tries = 0;
+        while tries < MAX_TRIES {
             if Instant::now() > self.hard_deadline {
                 self.other(format!("{tool}: still unanswered at the hard deadline"));
                 return None;
@@ -828,12 +874,30 @@ impl Lab {
                 Err(e) => {
                     self.other(format!("server {}: {e}", slot.index));
                     std::thread::sleep(Duration::from_millis(50));
+                    tries += 1;
                     continue;
                 }
             };
             self.book().report.calls += 1;
             match conn.call(tool, args) {
-                Ok(Answer::Ok(result)) => return Some(result),
+                Ok(Answer::Ok(result)) => {
+                    if outage_tries > 0 && args.get("ackToken").is_some() {
+                        self.book().report.outage_retried_acks += 1;
+                    }
+                    return Some(result);
+                }
+                Ok(Answer::Err(envelope))
+                    if self.outages && envelope.code == ErrorCode::StoreIoError =>
+                {
+                    match self.outage_error(tool, &envelope) {
+                        Some(wait) => {
+                            outage_tries += 1;
+                            std::thread::sleep(wait);
+                            continue;
+                        }
+                        None => return None,
+                    }
+                }
                 Ok(Answer::Err(envelope)) => {
                     if !self.lock_busy(tool, &envelope) {
                         self.failed(tool, session, &envelope);
@@ -860,6 +924,7 @@ impl Lab {
                     return None;
                 }
             }
+            tries += 1;
             if tries == MAX_TRIES {
                 self.other(format!("{tool}: gave up after {MAX_TRIES} tries"));
             }

@@ -5,6 +5,7 @@
 //! The database is `WORKRAIL_TEST_POSTGRES` (`source .ci/postgres.sh`). Without it
 //! [`postgres_url`] says why and the caller passes, except under CI (`CI` set), where it panics.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,6 +121,76 @@ impl Sql {
         }
         out
     }
+}
+
+/// All or nothing, in the rows of `schema` (D97): every session's `segment_closed` records
+/// follow each other from 0 and cover exactly its event rows, which are `0..n`, and
+/// `sessions.next_event_index` is `n`; a half-committed plan panics naming the session. The
+/// event count of every session with events.
+pub fn plans_are_whole(sql: &Sql, schema: &str) -> BTreeMap<String, u64> {
+    let mut segments: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for row in sql.rows(&format!(
+        "SELECT session_id, body FROM \"{schema}\".manifest WHERE kind = 'segment_closed' \
+         ORDER BY session_id, manifest_index"
+    )) {
+        let body: &str = row.get(1);
+        let record: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("an unreadable segment_closed record ({e}): {body}"));
+        let index = |field: &str| {
+            record[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a segment_closed record without {field}: {body}"))
+        };
+        let bounds = (index("firstEventIndex"), index("lastEventIndex"));
+        segments.entry(row.get(0)).or_default().push(bounds);
+    }
+    let mut events: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for row in sql.rows(&format!(
+        "SELECT session_id, event_index FROM \"{schema}\".events ORDER BY session_id, event_index"
+    )) {
+        let index: i64 = row.get(1);
+        events.entry(row.get(0)).or_default().push(index as u64);
+    }
+    let next: BTreeMap<String, u64> = sql
+        .rows(&format!(
+            "SELECT session_id, next_event_index FROM \"{schema}\".sessions"
+        ))
+        .iter()
+        .map(|row| (row.get(0), row.get::<_, i64>(1) as u64))
+        .collect();
+    assert_eq!(
+        events.keys().collect::<Vec<_>>(),
+        segments.keys().collect::<Vec<_>>(),
+        "sessions with events and sessions with segment_closed records differ"
+    );
+    let mut counts = BTreeMap::new();
+    for (session, indices) in &events {
+        let mut covered = 0;
+        for &(first, last) in &segments[session] {
+            assert!(
+                first == covered && last >= first,
+                "session {session}: segment {first}-{last} does not follow 0..{covered}"
+            );
+            covered = last + 1;
+        }
+        let count = indices.len() as u64;
+        assert_eq!(
+            *indices,
+            (0..count).collect::<Vec<_>>(),
+            "session {session}: event rows are not 0..{count}"
+        );
+        assert_eq!(
+            covered, count,
+            "session {session}: segment_closed records cover 0..{covered}, the event rows 0..{count}: a half-committed plan"
+        );
+        assert_eq!(
+            next.get(session),
+            Some(&count),
+            "session {session}: next_event_index"
+        );
+        counts.insert(session.clone(), count);
+    }
+    counts
 }
 
 static SCHEMAS: AtomicUsize = AtomicUsize::new(0);

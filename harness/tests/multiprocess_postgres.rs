@@ -18,8 +18,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use workrail_harness::multiproc::{self, Config, Report, SECS_ENV};
-use workrail_harness::postgres::{Schema, postgres_url};
+use workrail_harness::multiproc::{self, Config, Outages, Report, SECS_ENV, outage_error_problem};
+use workrail_harness::pg_cluster::{Cluster, own_cluster};
+use workrail_harness::postgres::{Schema, Sql, plans_are_whole, postgres_url};
+use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -135,4 +137,121 @@ fn the_checks_count_a_commit_that_vanished_from_the_database() {
     assert!(report.lost_events > 0, "{}", report.line());
     assert!(report.stale_tokens > 0, "{}", report.line());
     assert_eq!(report.unhealthy_sessions, 0, "{:?}", report.samples);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The database killed mid-advance (a cluster of the test's own).
+
+/// Seconds of driving of the outage scenario when `WORKRAIL_MULTIPROC_SECS` is unset.
+const OUTAGE_SECS: u64 = 12;
+
+fn outage_config(cluster: &Cluster, schema: &Schema, secs: u64) -> Config {
+    let _ = workrail_harness::system::workrail_binary();
+    let mut config = Config::from_env().unwrap();
+    if std::env::var(SECS_ENV).map_or(true, |v| v.trim().is_empty()) {
+        config.run_for = Duration::from_secs(secs);
+    }
+    config.on_postgres(&cluster.url(), &schema.name)
+}
+
+fn print_outage(report: &Report) {
+    println!("{}", report.line());
+    for fault in &report.faults {
+        println!("  fault: {fault}");
+    }
+    for sample in &report.samples {
+        println!("  sample: {sample}");
+    }
+}
+
+/// Servers (4 by default) on one schema of a cluster of the test's own, their clients
+/// advancing, replaying, forking and starting runs, while the database is killed (`kill -9` of
+/// the postmaster, then a restart on the same data directory and port, or of the backend
+/// serving a call, after which PostgreSQL recovers by itself) at seeded moments, several times.
+/// Calls during an outage answer a clear retryable `STORE_IO_ERROR` and are sent again with the
+/// same arguments; no server dies or is started again, each answers once the database is back,
+/// and the oracle of every scenario holds (nothing lost, no attempt twice, replays
+/// byte-identical, every session healthy and continuable, every object row hashing to its
+/// key), with every plan whole in the rows.
+#[test]
+fn the_database_killed_mid_advance_leaves_every_server_serving_and_every_session_healthy() {
+    let test =
+        "the_database_killed_mid_advance_leaves_every_server_serving_and_every_session_healthy";
+    let Some(cluster) = own_cluster(test) else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&cluster.url(), "outage");
+    let config = outage_config(&cluster, &schema, OUTAGE_SECS);
+    let outages = Outages {
+        faults: &cluster,
+        plant_server_death: false,
+    };
+    let report = multiproc::db_outage(&config, &outages).unwrap();
+    print_outage(&report);
+    assert_sound(&report);
+    let line = report.line();
+    assert!(report.db_kills >= 3, "too few database kills: {line}");
+    assert!(
+        report.outage_errors > 0,
+        "no call ever met an outage: {line}"
+    );
+    assert!(
+        report.outage_retried_acks > 0,
+        "no ack was retried after an outage: {line}"
+    );
+    assert_eq!(report.kills, 0, "{line}");
+    plans_are_whole(&Sql::connect(&cluster.url()), &schema.name);
+}
+
+/// The outage checks are not blind: a server that dies when its database goes away (planted:
+/// the harness kills one during the first outage and lets the client's next call start it
+/// again) is counted.
+#[test]
+fn the_outage_checks_count_a_server_that_died_with_its_database() {
+    let test = "the_outage_checks_count_a_server_that_died_with_its_database";
+    let Some(cluster) = own_cluster(test) else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&cluster.url(), "outage_planted");
+    let config = outage_config(&cluster, &schema, 4);
+    let outages = Outages {
+        faults: &cluster,
+        plant_server_death: true,
+    };
+    let report = multiproc::db_outage(&config, &outages).unwrap();
+    print_outage(&report);
+    assert!(report.servers_down > 0, "{}", report.line());
+    assert!(report.failures() > 0, "{}", report.line());
+}
+
+/// What a client is told during an outage must be retryable, say to retry and name the
+/// database: the check refuses an error that blames the disk, one marked not retryable, and
+/// one without a suggestion to retry.
+#[test]
+fn an_outage_error_must_be_retryable_and_name_the_database() {
+    let clear = ErrorEnvelope::new(
+        ErrorCode::StoreIoError,
+        "The database did not answer within 10000 ms during load session.",
+        "Retry the same call; if it keeps failing, check that the PostgreSQL server is running.",
+        Retry::RetryableAfterMs { after_ms: 1000 },
+    );
+    assert_eq!(outage_error_problem(&clear), None);
+    let mut not_retryable = clear.clone();
+    not_retryable.retry = Retry::NotRetryable;
+    let mut no_advice = clear.clone();
+    no_advice.suggestion = "Check that the PostgreSQL server is running.".to_owned();
+    let blames_the_disk = ErrorEnvelope::new(
+        ErrorCode::StoreIoError,
+        "A filesystem operation failed during load session: connection refused.",
+        "Retry the same call; if it keeps failing, check free disk space.",
+        Retry::RetryableImmediate,
+    );
+    for envelope in [not_retryable, no_advice, blames_the_disk] {
+        assert!(
+            outage_error_problem(&envelope).is_some(),
+            "{envelope:?} passed"
+        );
+    }
 }

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use workrail::store::postgres::PostgresBackend;
 use workrail::store::{SessionBackend, SessionHealth};
+use workrail_harness::pg_cluster::own_cluster;
+use workrail_harness::postgres::{Sql, plans_are_whole};
 use workrail_spec::ids::SessionId;
 
 const DRIVER: &str = env!("CARGO_BIN_EXE_workrail-store-driver");
@@ -59,42 +61,6 @@ impl Rng {
     /// Milliseconds in `lo..hi`.
     fn millis(&mut self, lo: u64, hi: u64) -> Duration {
         Duration::from_millis(lo + self.next() % (hi - lo))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Plain SQL beside the backend (its own runtime and connection).
-
-struct Sql {
-    runtime: tokio::runtime::Runtime,
-    client: tokio_postgres::Client,
-}
-
-impl Sql {
-    fn connect(url: &str) -> Self {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (client, connection) = runtime
-            .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-        runtime.spawn(async move {
-            let _ = connection.await;
-        });
-        Self { runtime, client }
-    }
-
-    fn run(&self, sql: &str) {
-        self.runtime
-            .block_on(self.client.batch_execute(sql))
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-    }
-
-    fn rows(&self, sql: &str) -> Vec<tokio_postgres::Row> {
-        self.runtime
-            .block_on(self.client.query(sql, &[]))
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
     }
 }
 
@@ -369,73 +335,14 @@ fn check_store(url: &str, schema: &str, reports: &[Report]) -> BTreeMap<String, 
         );
     }
 
-    // All or nothing, in the rows themselves: segments back to back from 0 covering exactly
-    // the event rows, and the session row's counters agreeing.
-    let sql = Sql::connect(url);
-    let mut segments: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
-    for row in sql.rows(&format!(
-        "SELECT session_id, body FROM {schema}.manifest WHERE kind = 'segment_closed' ORDER BY session_id, manifest_index"
-    )) {
-        let session: String = row.get(0);
-        let body: String = row.get(1);
-        let record: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let first = record["firstEventIndex"].as_u64().unwrap();
-        let last = record["lastEventIndex"].as_u64().unwrap();
-        segments.entry(session).or_default().push((first, last));
-    }
-    let mut rows: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for row in sql.rows(&format!(
-        "SELECT session_id, event_index FROM {schema}.events ORDER BY session_id, event_index"
-    )) {
-        let session: String = row.get(0);
-        let index: i64 = row.get(1);
-        rows.entry(session).or_default().push(index as u64);
-    }
-    let mut next: BTreeMap<String, u64> = BTreeMap::new();
-    for row in sql.rows(&format!(
-        "SELECT session_id, next_event_index FROM {schema}.sessions"
-    )) {
-        let session: String = row.get(0);
-        let index: i64 = row.get(1);
-        next.insert(session, index as u64);
-    }
-    assert_eq!(
-        rows.keys().collect::<Vec<_>>(),
-        segments.keys().collect::<Vec<_>>(),
-        "sessions with events and sessions with segment_closed records differ"
-    );
-    let mut counts = BTreeMap::new();
-    for (session, indices) in &rows {
-        let mut expected = 0;
-        for &(first, last) in &segments[session] {
-            assert_eq!(
-                first, expected,
-                "session {session}: segment {first}-{last} does not follow the previous one"
-            );
-            assert!(last >= first, "session {session}: segment {first}-{last}");
-            expected = last + 1;
-        }
-        let count = indices.len() as u64;
-        assert_eq!(
-            *indices,
-            (0..count).collect::<Vec<_>>(),
-            "session {session}: event rows are not 0..{count}"
-        );
-        assert_eq!(
-            expected, count,
-            "session {session}: segment_closed records cover 0..{expected}, the event rows 0..{count}: a half-committed plan"
-        );
-        assert_eq!(
-            next.get(session),
-            Some(&count),
-            "session {session}: next_event_index"
-        );
+    // All or nothing, in the rows themselves.
+    let counts = plans_are_whole(&Sql::connect(url), schema);
+    for (session, count) in &counts {
         assert_eq!(
             events.get(session).map(Vec::len),
-            Some(count as usize),
+            Some(*count as usize),
             "session {session}: the load and the rows disagree"
         );
-        counts.insert(session.clone(), count);
     }
     counts
 }
@@ -696,195 +603,8 @@ fn two_machines_on_one_database_serialize_on_the_lock() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. The database server killed mid-transaction (a cluster of the test's own).
-
-/// `/usr/lib/postgresql/<highest>/bin`, when PostgreSQL is installed.
-fn postgres_bin() -> Option<PathBuf> {
-    let mut bins: Vec<(Vec<u64>, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let version = entry
-                .file_name()
-                .to_str()?
-                .split('.')
-                .map(|p| p.parse().ok())
-                .collect::<Option<Vec<u64>>>()?;
-            let bin = entry.path().join("bin");
-            bin.join("initdb").exists().then_some((version, bin))
-        })
-        .collect();
-    bins.sort();
-    bins.pop().map(|(_, bin)| bin)
-}
-
-/// A throwaway cluster as `.ci/postgres.sh` starts one (as the `postgres` user when root),
-/// on a port of its own; stopped and removed on drop.
-struct Cluster {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    port: u16,
-    user: Option<&'static str>,
-}
-
-impl Cluster {
-    fn command(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
-        match self.user {
-            Some(user) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user, "--"]).arg(path);
-                c
-            }
-            None => Command::new(path),
-        }
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn new(bin: PathBuf) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout.trim_ascii() == b"0")
-            .unwrap_or(false);
-        let user = if root {
-            let has_postgres = Command::new("id")
-                .arg("postgres")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            let user = if has_postgres { "postgres" } else { "nobody" };
-            assert!(
-                Command::new("chown")
-                    .arg(user)
-                    .arg(dir.path())
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-            Some(user)
-        } else {
-            None
-        };
-        let mut cluster = Self {
-            bin,
-            dir,
-            port: 0,
-            user,
-        };
-        let out = cluster
-            .command("initdb")
-            .arg("-D")
-            .arg(cluster.data())
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for _ in 0..20 {
-            cluster.port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            if cluster.start() {
-                return cluster;
-            }
-        }
-        panic!("the test cluster did not start: {}", cluster.log());
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-    }
-
-    fn start(&self) -> bool {
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories={} -c fsync=off -c max_connections=100",
-            self.port,
-            self.dir.path().display()
-        );
-        self.command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .arg("-l")
-            .arg(self.dir.path().join("server.log"))
-            .args(["-w", "-t", "60", "-o", &options, "start"])
-            // Why a start failed is in server.log (a restart retries while the killed
-            // server's processes linger).
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap()
-            .success()
-    }
-
-    /// A crash of the server: every backend ends at once, no checkpoint; the restart recovers
-    /// from the WAL.
-    fn stop_immediate(&self) {
-        let ok = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "-w", "stop"])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "pg_ctl stop -m immediate failed: {}", self.log());
-    }
-
-    /// A harder crash: `kill -9` of the postmaster alone (its backends notice and exit).
-    fn kill_postmaster(&self) {
-        let pid = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
-        let pid = pid.lines().next().unwrap().trim().to_owned();
-        assert!(
-            Command::new("kill")
-                .args(["-9", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-
-    /// Starts the server again, retrying while the killed one's processes linger.
-    fn restart(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.start() {
-            assert!(
-                Instant::now() < deadline,
-                "the restart failed for 20 s: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
+// 2. The database server killed mid-transaction (a cluster of the test's own,
+// `workrail_harness::pg_cluster`).
 
 /// Three drivers append while the server is crashed and restarted, three times (twice
 /// `pg_ctl stop -m immediate`, once `kill -9` of the postmaster): whatever a driver reported survived, no plan is half there, and
@@ -892,15 +612,9 @@ impl Drop for Cluster {
 #[test]
 fn server_killed_mid_transaction_keeps_every_plan_whole() {
     let test = "server_killed";
-    let Some(bin) = postgres_bin() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but PostgreSQL's initdb is not installed (/usr/lib/postgresql/*/bin): the server-kill test must run in CI"
-        );
-        eprintln!("{test}: skipped, no /usr/lib/postgresql/*/bin/initdb (install postgresql)");
+    let Some(cluster) = own_cluster(test) else {
         return;
     };
-    let cluster = Cluster::new(bin);
     let url = cluster.url();
     let mut rng = Rng::seeded(test);
     let spec = DriverSpec {

@@ -5,6 +5,11 @@
 //!   plan shape of `workrail-store-driver`) with 1, 4 and 16 sessions appended to at once, one
 //!   thread and one backend per session (as one server process per agent would): p50, p99 and
 //!   throughput, for the file store (`FileBackend` on `OsFs` over a temp dir) and PostgreSQL;
+//! - real advances (`continue_workflow` with an ack of about 400 bytes of notes, through the
+//!   protocol's use-cases: token checks, the engine, the snapshot, the append) on a loop
+//!   workflow, with 1, 4 and 16 runs advanced at once, one thread and one `Workrail` (its own
+//!   backend) per run, as one server process per agent would: p50, p99 and advances per second,
+//!   for both stores;
 //! - what `resume_session` must do cold: list 10,000 small sessions and load each of them,
 //!   with a fresh backend.
 //!
@@ -21,7 +26,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use workrail::compiler::{CompileContext, compile};
+use workrail::entropy::OsEntropy;
+use workrail::protocol::{CatalogLoader, Workrail};
+use workrail::sources::bundled::BundledSource;
+use workrail::sources::memory::MemorySource;
+use workrail::sources::{Catalog, WorkflowSource};
 use workrail::store::fs::{OsFs, StoreFs};
+use workrail::store::memfs::MemFs;
 use workrail::store::postgres::PostgresBackend;
 use workrail::store::{AppendPlan, FileBackend, SessionBackend};
 use workrail_spec::closed::{EdgeCauseKind, EdgeKind, NodeKind, OutputChannel, WorkflowSourceKind};
@@ -29,6 +40,9 @@ use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::*;
 use workrail_spec::ids::*;
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
+use workrail_spec::tools::{
+    ContinueWorkflowInput, ExecutionOutput, OutputInput, StartWorkflowInput,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Plans (the shape of `harness/src/bin/workrail-store-driver.rs`).
@@ -206,6 +220,65 @@ fn advance(backend: &dyn SessionBackend, hash: &WorkflowHash, n: u32, counter: u
 trait Store: Sync {
     fn name(&self) -> &'static str;
     fn open(&self) -> Box<dyn SessionBackend>;
+    /// The protocol's use-cases on a backend of their own (another server process).
+    fn workrail(&self) -> Workrail;
+}
+
+/// A loop workflow long enough for any number of advances.
+const LOOP_WORKFLOW: &str = r#"{
+  "id": "project.bench",
+  "name": "Bench",
+  "description": "A long loop for latency measurements.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"type": "loop", "loopId": "work", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 1000,
+     "body": [
+       {"id": "act", "title": "Act", "prompt": "Do one unit of work."},
+       {"id": "review", "title": "Review", "prompt": "Review the unit of work."},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]}
+  ]
+}"#;
+
+/// The bundled workflows and [`LOOP_WORKFLOW`].
+fn catalog() -> CatalogLoader {
+    Arc::new(|| {
+        let bundled = BundledSource;
+        let project = MemorySource::new(WorkflowSourceKind::Project)
+            .with("project/workflows/bench.json", LOOP_WORKFLOW);
+        let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
+        Arc::new(Catalog::load(&sources))
+    })
+}
+
+/// About 400 bytes of notes, as an agent's acknowledgement carries.
+const NOTES: &str = "Read the files the step names, changed the function as asked, ran the tests \
+    (all green), and checked the edge cases the review listed: empty input, a single element, \
+    and the largest size the caller allows. The change keeps the public signature; the docs \
+    comment now says why the loop stops early. Nothing else was touched. Next: the review \
+    step, then the decision whether another unit of work is needed.";
+
+fn ack_of(out: &ExecutionOutput, i: u32) -> ContinueWorkflowInput {
+    let artifacts = match &out.pending {
+        Some(p) if p.step_id.as_str() == "decide" => vec![
+            json!({"kind": "wr.loop_control", "loopId": "work", "decision": "continue"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ],
+        _ => vec![],
+    };
+    ContinueWorkflowInput {
+        state_token: Some(out.state_token.clone()),
+        ack_token: out.ack_token.clone(),
+        context: None,
+        output: Some(OutputInput {
+            notes_markdown: Some(format!("Unit {i}. {NOTES}")),
+            artifacts,
+        }),
+        preferences: vec![],
+        preset: None,
+    }
 }
 
 struct Files {
@@ -227,6 +300,16 @@ impl Store for Files {
     fn open(&self) -> Box<dyn SessionBackend> {
         let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(self.dir.path()));
         Box::new(FileBackend::new(fs))
+    }
+    fn workrail(&self) -> Workrail {
+        let fs: Arc<dyn StoreFs> = Arc::new(OsFs::new(self.dir.path()));
+        Workrail::with_store(
+            Arc::clone(&fs),
+            workrail::store::Store::files(fs),
+            catalog(),
+            Arc::new(OsEntropy),
+        )
+        .unwrap()
     }
 }
 
@@ -273,6 +356,16 @@ impl Store for Postgres {
     }
     fn open(&self) -> Box<dyn SessionBackend> {
         Box::new(PostgresBackend::connect(&self.url, &self.schema).unwrap())
+    }
+    fn workrail(&self) -> Workrail {
+        let backend = PostgresBackend::connect(&self.url, &self.schema).unwrap();
+        Workrail::with_store(
+            Arc::new(MemFs::new()),
+            workrail::store::Store::postgres(backend),
+            catalog(),
+            Arc::new(OsEntropy),
+        )
+        .unwrap()
     }
 }
 
@@ -336,7 +429,55 @@ fn appends(store: &dyn Store, sessions: u32, appends: u32) -> AppendFigures {
         }
         (all, wall)
     });
-    let tenth = (appends as usize).div_ceil(10);
+    figures(latencies, wall)
+}
+
+/// `runs` threads, each with its own `Workrail` and run, `advances` acknowledged advances each.
+fn protocol_advances(store: &dyn Store, runs: u32, advances: u32) -> AppendFigures {
+    let begin = std::sync::Barrier::new(runs as usize);
+    let (latencies, wall) = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..runs)
+            .map(|_| {
+                let begin = &begin;
+                scope.spawn(move || {
+                    let wr = store.workrail();
+                    let mut out = wr
+                        .start_workflow(StartWorkflowInput {
+                            workflow_id: "project.bench".into(),
+                            context: None,
+                            preferences: vec![],
+                            preset: None,
+                        })
+                        .unwrap();
+                    begin.wait();
+                    let started = Instant::now();
+                    let mut latencies = Vec::with_capacity(advances as usize);
+                    for i in 1..=advances {
+                        let input = ack_of(&out, i);
+                        let t = Instant::now();
+                        out = wr.continue_workflow(input).unwrap();
+                        latencies.push(t.elapsed());
+                    }
+                    (latencies, started.elapsed())
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        let mut wall = Duration::ZERO;
+        for worker in workers {
+            let (latencies, elapsed) = worker.join().unwrap();
+            all.push(latencies);
+            wall = wall.max(elapsed);
+        }
+        (all, wall)
+    });
+    figures(latencies, wall)
+}
+
+/// The figures of per-thread latencies over a run that took `wall`.
+fn figures(latencies: Vec<Vec<Duration>>, wall: Duration) -> AppendFigures {
+    let count = latencies.first().map_or(0, Vec::len);
+    let tenth = count.div_ceil(10);
     let p50_first = median(latencies.iter().flat_map(|l| l[..tenth].to_vec()).collect());
     let p50_last = median(
         latencies
@@ -442,6 +583,41 @@ fn main() {
                 store.name(),
                 sessions,
                 sessions * per_session,
+                ms(f.p50),
+                ms(f.p99),
+                ms(f.p50_first),
+                ms(f.p50_last),
+                f.per_second
+            );
+        }
+    }
+
+    println!(
+        "\ncontinue_workflow advances (an ack with ~400 B of notes, through the use-cases), {per_session} per run, one thread and Workrail per run"
+    );
+    println!(
+        "{:<9} {:>8} {:>8} {:>9} {:>9} {:>13} {:>12} {:>10}",
+        "store",
+        "runs",
+        "advances",
+        "p50 ms",
+        "p99 ms",
+        "p50 first10%",
+        "p50 last10%",
+        "advances/s"
+    );
+    for &runs in &levels {
+        let mut stores: Vec<Box<dyn Store>> = vec![Box::new(Files::new())];
+        if let Some(url) = &url {
+            stores.push(Box::new(Postgres::new(url, &format!("advances_{runs}"))));
+        }
+        for store in &stores {
+            let f = protocol_advances(&**store, runs, per_session);
+            println!(
+                "{:<9} {:>8} {:>8} {:>9.2} {:>9.2} {:>13.2} {:>12.2} {:>10.0}",
+                store.name(),
+                runs,
+                runs * per_session,
                 ms(f.p50),
                 ms(f.p99),
                 ms(f.p50_first),

@@ -278,3 +278,149 @@ fn an_unknown_sslmode_or_a_missing_root_certificate_is_refused_clearly() {
     assert!(err.contains("cannot read"), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+/// The client certificate and key of the role `wr_client_cert` (`.ci/postgres.sh`), or `None`
+/// (and why) outside CI; under CI their absence fails.
+fn client_certificate(test: &str) -> Option<(String, String)> {
+    let cert = std::env::var("WORKRAIL_TEST_POSTGRES_CLIENT_CERT").unwrap_or_default();
+    let key = std::env::var("WORKRAIL_TEST_POSTGRES_CLIENT_KEY").unwrap_or_default();
+    if !cert.is_empty() && !key.is_empty() {
+        return Some((cert, key));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but WORKRAIL_TEST_POSTGRES_CLIENT_CERT or _KEY is not: source .ci/postgres.sh"
+    );
+    eprintln!("{test}: skipped, no client certificate (`source .ci/postgres.sh` makes one)");
+    None
+}
+
+/// `url` logging in as the role that must present a client certificate.
+fn as_cert_role(url: &str) -> String {
+    url.replacen("postgres://postgres@", "postgres://wr_client_cert@", 1)
+}
+
+#[test]
+fn a_client_certificate_logs_in_a_role_that_requires_one() {
+    let test = "a_client_certificate_logs_in_a_role_that_requires_one";
+    let (Some((url, ca)), Some((cert, key))) = (postgres(test), client_certificate(test)) else {
+        return;
+    };
+    let url = with(
+        &as_cert_role(&url).replacen("127.0.0.1", "localhost", 1),
+        &format!("sslmode=verify-full&sslrootcert={ca}&sslcert={cert}&sslkey={key}"),
+    );
+    let schema = schema_name("client_cert");
+    let _drop = Dropped(url.clone(), schema.clone());
+    let wr = workrail(&url, &schema);
+    start_and_ack(&wr);
+    // The server saw the certificate, and the session is the role it names.
+    assert_eq!(
+        query_bools(
+            &url,
+            "SELECT s.ssl AND s.client_dn LIKE '%wr_client_cert%' AND current_user = 'wr_client_cert' FROM pg_stat_ssl s WHERE s.pid = pg_backend_pid()"
+        ),
+        vec![true]
+    );
+    // Under `require` too (the server's certificate unverified, the client's presented).
+    let require = with(
+        &as_cert_role(&std::env::var("WORKRAIL_TEST_POSTGRES").unwrap()),
+        &format!("sslmode=require&sslcert={cert}&sslkey={key}"),
+    );
+    assert_eq!(
+        query_bools(&require, "SELECT current_user = 'wr_client_cert'"),
+        vec![true]
+    );
+}
+
+#[test]
+fn a_missing_or_unsafe_client_certificate_is_refused_clearly() {
+    let test = "a_missing_or_unsafe_client_certificate_is_refused_clearly";
+    let (Some((url, ca)), Some((cert, key))) = (postgres(test), client_certificate(test)) else {
+        return;
+    };
+    let url = with_password(&as_cert_role(&url)).replacen(
+        "postgres://wr_client_cert@",
+        "postgres://wr_client_cert:s3cret@",
+        1,
+    );
+    // Without a certificate the server refuses the role, and the error says so.
+    let err = refused(
+        &with(&url, &format!("sslmode=verify-ca&sslrootcert={ca}")),
+        &schema_name("no_cert"),
+        "the role requires a client certificate",
+    );
+    eprintln!("refused as: {err}");
+    assert!(err.contains("certificate"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    // A key open to others is refused before connecting, with the fix.
+    let dir = std::env::temp_dir().join(format!("workrail-client-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let open_key = dir.join("client.key");
+    std::fs::copy(&key, &open_key).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&open_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let err = refused(
+        &with(
+            &url,
+            &format!(
+                "sslmode=require&sslcert={cert}&sslkey={}",
+                open_key.display()
+            ),
+        ),
+        &schema_name("open_key"),
+        "a key file others may read is refused",
+    );
+    assert!(err.contains("chmod 600"), "{err}");
+    assert!(err.contains(&open_key.display().to_string()), "{err}");
+    // A certificate file that is not there, and a key without its certificate.
+    let err = refused(
+        &with(
+            &url,
+            &format!("sslmode=require&sslcert=/nonexistent/client.crt&sslkey={key}"),
+        ),
+        &schema_name("no_cert_file"),
+        "a missing certificate file is refused",
+    );
+    assert!(err.contains("/nonexistent/client.crt"), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+    let err = refused(
+        &with(&url, &format!("sslmode=require&sslkey={key}")),
+        &schema_name("key_only"),
+        "a key without its certificate is refused",
+    );
+    assert!(err.contains("no sslcert"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn require_with_a_root_certificate_verifies_the_chain() {
+    let Some((url, ca)) = postgres("require_with_a_root_certificate_verifies_the_chain") else {
+        return;
+    };
+    // The right CA: connects (and the server's name is not checked, as under verify-ca).
+    let good = with(&url, &format!("sslmode=require&sslrootcert={ca}"));
+    assert_eq!(
+        query_bools(
+            &good,
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+        ),
+        vec![true]
+    );
+    // Another CA: refused, where plain `require` (no sslrootcert) accepts the same server.
+    let other = another_ca();
+    let err = refused(
+        &with(
+            &with_password(&url),
+            &format!("sslmode=require&sslrootcert={}", other.display()),
+        ),
+        &schema_name("require_other_ca"),
+        "require with sslrootcert verifies the chain",
+    );
+    let _ = std::fs::remove_dir_all(other.parent().unwrap());
+    assert!(err.contains("TLS"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}

@@ -1067,6 +1067,16 @@ fn postgres_reports_a_dead_server_as_a_retryable_io_error() {
     let envelope = err.to_envelope(false);
     assert_eq!(envelope.code, ErrorCode::StoreIoError, "{err}");
     assert_eq!(envelope.retry, Retry::RetryableImmediate);
+    // D120: the text names the database and sends the reader to it, not to the disk.
+    let text = format!("{} {}", envelope.message, envelope.suggestion);
+    assert!(
+        text.contains("PostgreSQL") && text.contains("Retry"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("filesystem") && !text.contains("disk"),
+        "{text}"
+    );
 }
 
 /// Both backends commit the same records byte for byte: a session can move between them.

@@ -283,7 +283,10 @@ fn fail(code: u8, message: &str) -> ! {
 fn retryable(e: &StoreError) -> bool {
     matches!(
         e,
-        StoreError::Locked { .. } | StoreError::Io { .. } | StoreError::Write { .. }
+        StoreError::Locked { .. }
+            | StoreError::Io { .. }
+            | StoreError::Database { .. }
+            | StoreError::Write { .. }
     )
 }
 

@@ -225,7 +225,15 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command.unwrap_or(Command::Mcp) {
         Command::Mcp => {
             let dir = crate::control::cli::data_dir(cli.data_dir.clone())?;
-            let workrail = open(cli.data_dir)?;
+            let workrail = match open(cli.data_dir.clone()) {
+                Ok(workrail) => workrail,
+                // A database unreachable at start does not stop the server: it opens the
+                // store on a later call (decision D127).
+                Err(why) if store != crate::protocol::StoreChoice::Files => {
+                    return serve_until_the_store_opens(dir, cli.data_dir, store.clone(), &why);
+                }
+                Err(why) => return Err(why),
+            };
             // Recorded (with its lock held) until the server exits (decision D85).
             let _record = crate::control::servers::register_this_server(&dir, workrail.features())
                 .map_err(|e| envelope_text(&e))?;
@@ -414,6 +422,51 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `workrail mcp` when its PostgreSQL store could not be opened at start (decision D127): the
+/// server runs, lists its tools, and opens the store on the first tool call that can.
+fn serve_until_the_store_opens(
+    dir: PathBuf,
+    data_dir: Option<PathBuf>,
+    store: crate::protocol::StoreChoice,
+    why: &str,
+) -> Result<ExitCode, String> {
+    crate::store::fs::create_private_root(&dir).map_err(|e| {
+        format!(
+            "cannot create the data directory {}: {e} (set WORKRAIL_DATA_DIR or --data-dir to a writable directory)",
+            dir.display()
+        )
+    })?;
+    let fs = crate::store::fs::OsFs::new(&dir);
+    let features = crate::features::Features::load(&fs).map_err(|e| envelope_text(&e))?;
+    eprintln!(
+        "workrail: serving MCP without its store for now; each tool call tries to open it again:\n{why}"
+    );
+    let _record = crate::control::servers::register_this_server(&dir, &features)
+        .map_err(|e| envelope_text(&e))?;
+    let described = store.describe();
+    let backend = crate::mcp::OpeningBackend::new(
+        move || {
+            let mut config = WorkrailConfig::from_env().map_err(|detail| {
+                ErrorEnvelope::new(
+                    workrail_spec::error::ErrorCode::ValidationError,
+                    detail,
+                    "Fix the environment the server was started with, then restart it.",
+                    workrail_spec::error::Retry::NotRetryable,
+                )
+            })?;
+            if let Some(dir) = &data_dir {
+                config.data_dir = dir.clone();
+            }
+            Workrail::open_on(config, &store)
+        },
+        features,
+        described,
+    );
+    tracing::info!("serving MCP over stdio");
+    crate::mcp::run_stdio(Arc::new(backend))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Opens WorkRail with the process configuration, creating the data directory if needed.

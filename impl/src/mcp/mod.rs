@@ -4,6 +4,7 @@
 //! - [`tools`]: the one canonical source of tool names, titles, descriptions and schemas;
 //! - [`catalog`]: the generated `impl/tools/catalog.json` and the tool list of `impl/docs/mcp.md`;
 //! - [`dispatch`]: argument validation and error mapping for `tools/call` (never panics);
+//! - [`opening`]: a backend opened on first use, for a store unreachable at start (D127);
 //! - [`server`]: the rmcp stdio server calling a [`backend::ToolBackend`] on the blocking pool;
 //! - [`transport`]: the stdin/stdout guard in front of rmcp, so every line gets an answer.
 //!
@@ -12,10 +13,12 @@
 pub mod backend;
 pub mod catalog;
 pub mod dispatch;
+mod opening;
 pub mod render;
 pub mod server;
 pub mod tools;
 mod transport;
 
 pub use backend::ToolBackend;
+pub use opening::OpeningBackend;
 pub use server::{WorkrailServer, run_stdio, serve_stdio};

@@ -106,21 +106,60 @@ impl StoreChoice {
         let StoreChoice::Postgres { url, schema } = self else {
             return Ok(None);
         };
-        PostgresBackend::connect(url, schema).map(Some).map_err(|e| {
-            ErrorEnvelope::new(
-                ErrorCode::StoreIoError,
-                format!(
-                    "cannot open {}: {}",
-                    self.describe(),
-                    redact(&e.to_string())
-                ),
-                format!(
-                    "Check that the PostgreSQL server is running and reachable and that the URL in {STORE_ENV} (or --store) is right; or unset {STORE_ENV} to use the file store in the data directory."
-                ),
-                Retry::NotRetryable,
-            )
-        })
+        PostgresBackend::connect(url, schema)
+            .map(Some)
+            .map_err(|e| {
+                let detail = redact(&e.to_string());
+                let suggestion = connect_suggestion(&detail);
+                ErrorEnvelope::new(
+                    ErrorCode::StoreIoError,
+                    format!("cannot open {}: {detail}", self.describe()),
+                    suggestion,
+                    Retry::NotRetryable,
+                )
+            })
     }
+}
+
+/// What to do about a failed connection, by what failed (the SQLSTATE the server sent, or the
+/// client's own error), so the fix is named rather than every possible one.
+fn connect_suggestion(detail: &str) -> String {
+    let fallback = format!("or unset {STORE_ENV} to use the file store in the data directory.");
+    let has = |needle: &str| detail.contains(needle);
+    let what = if has("SQLSTATE 28P01") {
+        format!(
+            "The server refused the password: fix the user or password in {STORE_ENV} (or --store), then retry;"
+        )
+    } else if has("SQLSTATE 28000") {
+        format!(
+            "The server refused this login (no pg_hba.conf rule admits it, or the role must present a client certificate): check the user and host in {STORE_ENV} (or --store), add sslcert=<file>&sslkey=<file> for a role that logs in with a certificate, or ask the database's administrator to admit it;"
+        )
+    } else if has("SQLSTATE 3D000") {
+        format!(
+            "The database in {STORE_ENV} (or --store) does not exist: create it (createdb) or name an existing one;"
+        )
+    } else if has("SQLSTATE 42501") {
+        "The role may not create or use the schema: grant it CREATE on the database (or USAGE and CREATE on the schema), or set WORKRAIL_STORE_SCHEMA to a schema it owns;".to_owned()
+    } else if has("SQLSTATE 53300") {
+        "The server has no free connection slot: retry in a moment, or raise max_connections;"
+            .to_owned()
+    } else if has("SQLSTATE 57P03") {
+        "The server is starting up or shutting down: retry in a moment;".to_owned()
+    } else if has("newer than this WorkRail") {
+        "Upgrade WorkRail to the version that wrote this schema, or set WORKRAIL_STORE_SCHEMA to another schema;".to_owned()
+    } else if has("Connection refused") {
+        format!(
+            "Nothing accepts connections at the host and port in {STORE_ENV} (or --store): start PostgreSQL there, or fix the host or port;"
+        )
+    } else if has("TLS") || has("sslmode") || has("sslrootcert") || has("sslcert") || has("sslkey")
+    {
+        format!("Fix the TLS settings in {STORE_ENV} (or --store) as the message says;")
+    } else {
+        format!(
+            "Check that the PostgreSQL server is running and reachable and that the URL in {STORE_ENV} (or --store) is right;"
+        )
+    };
+    format!("{what} {fallback}")
 }
 
 /// `text` with the password of any `scheme://user:password@` URL in it replaced by `***`, and
@@ -171,6 +210,42 @@ pub fn redact(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_connection_names_its_fix() {
+        let cases = [
+            (
+                "password authentication failed for user \"me\" (SQLSTATE 28P01)",
+                "refused the password",
+            ),
+            (
+                "connection requires a valid client certificate (SQLSTATE 28000)",
+                "sslcert=<file>&sslkey=<file>",
+            ),
+            (
+                "database \"nope\" does not exist (SQLSTATE 3D000)",
+                "does not exist: create it",
+            ),
+            (
+                "permission denied for database w (SQLSTATE 42501)",
+                "grant it CREATE",
+            ),
+            (
+                "the PostgreSQL schema w is at version 9, newer than this WorkRail knows",
+                "Upgrade WorkRail",
+            ),
+            (
+                "error connecting to server: Connection refused (os error 111)",
+                "start PostgreSQL there",
+            ),
+            ("something else entirely", "running and reachable"),
+        ];
+        for (detail, fix) in cases {
+            let suggestion = connect_suggestion(detail);
+            assert!(suggestion.contains(fix), "{detail}: {suggestion}");
+            assert!(suggestion.contains("file store"), "{suggestion}");
+        }
+    }
 
     #[test]
     fn passwords_never_show() {

@@ -23,6 +23,14 @@ pub enum StoreError {
         op: &'static str,
         detail: String,
     },
+    /// A PostgreSQL request failed: the connection was refused or lost, or the server answered
+    /// an SQL error (decision D120). A `COMMIT` lost with its connection says so in `detail`.
+    #[error("the database failed during {op}: {detail}")]
+    Database {
+        session: Option<SessionId>,
+        op: &'static str,
+        detail: String,
+    },
     /// The database did not answer within the bound (decision D110): the call was abandoned
     /// and its connections closed, so the server rolls back whatever it had not committed.
     #[error("the database did not answer within {after_ms} ms during {op}")]
@@ -214,6 +222,13 @@ impl StoreError {
                 Retry::RetryableImmediate,
             )
             .with_details(serde_json::json!({"op": op, "osError": detail})),
+            Self::Database { op, detail, .. } => ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                format!("The PostgreSQL database failed during {op}: {detail}."),
+                "Retry the same call with the same arguments: a retry never records anything twice, and it answers with what was recorded if this call was. If it keeps failing, check that the PostgreSQL server of WORKRAIL_STORE (or --store) is running and reachable.",
+                Retry::RetryableImmediate,
+            )
+            .with_details(serde_json::json!({"op": op, "databaseError": detail})),
             Self::Unanswered { op, after_ms } => ErrorEnvelope::new(
                 ErrorCode::StoreIoError,
                 format!(

@@ -242,7 +242,7 @@ impl Worker {
                 detail: "an append gate was used after it closed".into(),
             })?;
         if client.is_closed() {
-            return Err(StoreError::Io {
+            return Err(StoreError::Database {
                 session: Some(session.clone()),
                 op,
                 detail: "the connection holding the session lock closed; nothing was committed"
@@ -263,7 +263,7 @@ async fn insert_prepared(
     prepared: &Prepared,
 ) -> Result<(), StoreError> {
     let op = "append to the session";
-    let write = |e: tokio_postgres::Error| StoreError::Io {
+    let write = |e: tokio_postgres::Error| StoreError::Database {
         session: Some(session.clone()),
         op,
         detail: format!("{}; nothing was committed", describe(&e)),
@@ -324,13 +324,14 @@ async fn commit(
     session: &SessionId,
     schema: &str,
 ) -> Result<(), StoreError> {
-    tx.commit().await.map_err(|e| StoreError::Write {
+    tx.commit().await.map_err(|e| StoreError::Database {
         session: Some(session.clone()),
         op: "commit the append transaction",
-        path: format!("postgres schema {schema}"),
-        os_error: describe(&e),
-        errno: None,
-        committed: Committed::Unknown,
+        detail: format!(
+            "{} on schema {schema}; {}",
+            describe(&e),
+            Committed::Unknown
+        ),
     })
 }
 

@@ -124,7 +124,7 @@ fn bound_config(config: &mut Config, limit: Duration) {
 /// A PostgreSQL error as a store error: retryable I/O (`STORE_IO_ERROR`), with the server's
 /// SQLSTATE and message when it sent one. Never a panic.
 pub(crate) fn sql_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
-    move |e| StoreError::Io {
+    move |e| StoreError::Database {
         session: None,
         op,
         detail: describe(&e),
@@ -148,7 +148,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 fn stopped() -> StoreError {
-    StoreError::Io {
+    StoreError::Database {
         session: None,
         op: "reach the PostgreSQL backend",
         detail: "the backend's connection thread has stopped".into(),

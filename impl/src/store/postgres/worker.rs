@@ -233,7 +233,7 @@ impl Worker {
                     tls::handshake_hint(self.ssl_mode)
                 );
             }
-            StoreError::Io {
+            StoreError::Database {
                 session: None,
                 op,
                 detail,
