@@ -193,7 +193,10 @@ fn a_server_started_while_the_database_is_unreachable_serves_once_it_is_back() {
         assert!(suggestion.contains("Retry the same call"), "{suggestion}");
         assert!(suggestion.contains("no restart"), "{suggestion}");
         // The cause's own fix: nothing listens at the URL's port.
-        assert!(suggestion.contains("start PostgreSQL there"), "{suggestion}");
+        assert!(
+            suggestion.contains("start PostgreSQL there"),
+            "{suggestion}"
+        );
         let text = refused["content"][0]["text"].as_str().unwrap();
         assert!(text.contains("Retry the same call"), "{text}");
     }

@@ -463,6 +463,7 @@ fn serve_until_the_store_opens(
         },
         features,
         described,
+        crate::protocol::render_text,
     );
     tracing::info!("serving MCP over stdio");
     crate::mcp::run_stdio(Arc::new(backend))?;

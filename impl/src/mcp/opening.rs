@@ -37,6 +37,8 @@ pub struct OpeningBackend<B: ToolBackend> {
     features: Features,
     /// Where the store lives, for the error text (never holds a password).
     store: String,
+    /// Renders an execution response as text (the open backend renders its own).
+    render: fn(&ExecutionOutput) -> String,
 }
 
 impl<B: ToolBackend> std::fmt::Debug for OpeningBackend<B> {
@@ -50,11 +52,13 @@ impl<B: ToolBackend> std::fmt::Debug for OpeningBackend<B> {
 
 impl<B: ToolBackend> OpeningBackend<B> {
     /// A backend that opens with `open` on its first call. `features` lists the tools until it
-    /// is open; `store` names the store in errors.
+    /// is open; `store` names the store in errors; `render` renders a response should one ever
+    /// be rendered before the backend is open.
     pub fn new(
         open: impl Fn() -> Result<B, ErrorEnvelope> + Send + Sync + 'static,
         features: Features,
         store: String,
+        render: fn(&ExecutionOutput) -> String,
     ) -> Self {
         Self {
             open: Box::new(open),
@@ -62,6 +66,7 @@ impl<B: ToolBackend> OpeningBackend<B> {
             attempt: Mutex::new(()),
             features,
             store,
+            render,
         }
     }
 
@@ -158,7 +163,7 @@ impl<B: ToolBackend> ToolBackend for OpeningBackend<B> {
         // Only a call the open backend answered has an output to render.
         match self.opened.get() {
             Some(opened) => opened.render_execution(output),
-            None => crate::protocol::render_text(output),
+            None => (self.render)(output),
         }
     }
 }
