@@ -519,7 +519,8 @@ fn a_version_3_schema_gains_the_index_table_and_keeps_its_sessions() {
     let expected = expected(&schema);
     // The schema as version 3 left it.
     schema.run(&format!(
-        "DROP TABLE {s}.derived; DELETE FROM {s}.schema_version WHERE version = 4",
+        "DROP TABLE {s}.derived; DELETE FROM {s}.schema_version WHERE version = 4;
+         ALTER TABLE {s}.schema_version DROP COLUMN oldest_build",
         s = schema.name
     ));
     let rows = schema.rows();

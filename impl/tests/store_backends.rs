@@ -1049,8 +1049,56 @@ fn postgres_refuses_a_schema_newer_than_it_knows() {
     let text = err.to_string();
     assert!(
         text.contains(&format!(
-            "at version 99, newer than this WorkRail knows (version {})",
+            "at version 99, newer than this WorkRail knows (version {}), and needs a WorkRail that knows version 99 or later",
             workrail::store::postgres::SCHEMA_VERSION
+        )),
+        "{text}"
+    );
+}
+
+/// D128: a newer schema whose unknown migrations all admit this build's version is used (and
+/// not migrated); one that asks for a newer build is refused, naming the version it needs.
+#[test]
+fn postgres_uses_a_newer_schema_whose_new_migrations_admit_this_build() {
+    let Some(fx) = PgFixture::new("newer_compatible") else {
+        return;
+    };
+    let known = workrail::store::postgres::SCHEMA_VERSION;
+    let b = fx.backend();
+    let s = session_id(0x31);
+    b.append(&s, start_plan(b, &s)).unwrap();
+    // Two migrations this build does not know, both admitting it (or older builds).
+    fx.sql.run(&format!(
+        "INSERT INTO schema_version (version, oldest_build) VALUES ({}, {known}), ({}, {})",
+        known + 1,
+        known + 2,
+        known - 1
+    ));
+    let b = PostgresBackend::connect(&fx.url, &fx.schema).unwrap();
+    assert_eq!(b.load(&s).unwrap().health, SessionHealth::Healthy);
+    b.append(&s, advance_plan(&b, &s, 1, 2)).unwrap();
+    assert_eq!(b.load(&s).unwrap().health, SessionHealth::Healthy);
+    drop(b);
+    assert_eq!(
+        fx.sql.strings(&format!(
+            "SELECT max(version)::text FROM {}.schema_version",
+            fx.schema
+        )),
+        [(known + 2).to_string()],
+        "a build never migrates or rewrites a newer schema"
+    );
+    fx.sql.run(&format!(
+        "INSERT INTO schema_version (version, oldest_build) VALUES ({}, {})",
+        known + 3,
+        known + 3
+    ));
+    let text = PostgresBackend::connect(&fx.url, &fx.schema)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains(&format!(
+            "needs a WorkRail that knows version {} or later",
+            known + 3
         )),
         "{text}"
     );

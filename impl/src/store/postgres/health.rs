@@ -85,7 +85,7 @@ pub(super) fn validate_with(
     }
     let objects = ObjectCheck::new(Arc::clone(&fs) as Arc<dyn StoreFs>);
     objects.assume_intact(verified);
-    load_session(&*fs, session, Some(&objects)).map_err(|e| StoreError::Io {
+    load_session(&*fs, session, Some(&objects)).map_err(|e| StoreError::Database {
         session: Some(session.clone()),
         op: "load session",
         detail: e.to_string(),

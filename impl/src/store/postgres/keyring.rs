@@ -154,7 +154,7 @@ impl PostgresBackend {
                 return Ok(HeldKeyring::from_bytes(new, new_body.into_bytes()));
             }
         }
-        Err(StoreError::Io {
+        Err(StoreError::Database {
             session: None,
             op: "rotate the keyring",
             detail: "another process kept rotating the keyring at the same time; try again".into(),

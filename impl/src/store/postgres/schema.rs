@@ -1,6 +1,7 @@
 //! The PostgreSQL schema: versioned, additive migrations recorded in `schema_version`
-//! (decision D96). A database whose schema is newer than this build knows is refused, never
-//! written to.
+//! (decision D96). A database whose schema is newer than this build knows is used only when
+//! each migration this build does not know admits builds of its version (`oldest_build`,
+//! D128), and is never migrated by it; otherwise it is refused, never written to.
 
 use tokio_postgres::Client;
 
@@ -18,6 +19,22 @@ pub const MIGRATIONS: &[&str] = &[
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Per migration from version 4 on (where `schema_version.oldest_build` exists): the oldest
+/// schema version a build may know and still use a schema with that migration applied
+/// (decision D128). `None` would mean only builds that know the migration. Only ever append.
+const OLDEST_BUILD: &[(i32, Option<i32>)] = &[
+    // `derived` is a table older builds never read: they may keep working beside it.
+    (4, Some(3)),
+];
+
+/// The oldest build version a schema at `version` (applied by this build) admits.
+fn oldest_build(version: i32) -> Option<i32> {
+    OLDEST_BUILD
+        .iter()
+        .find(|(v, _)| *v == version)
+        .and_then(|(_, oldest)| *oldest)
+}
 
 /// Every migration runs under this transaction-level advisory lock, so two processes starting
 /// on an empty database never migrate at once (the key spells `WRschema` in ASCII).
@@ -57,23 +74,46 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<i32, StoreErro
         .map_err(sql_error(op))?
         .get(0);
     if found > SCHEMA_VERSION {
-        return Err(StoreError::Io {
-            session: None,
-            op,
-            detail: format!(
-                "the PostgreSQL schema {schema} is at version {found}, newer than this WorkRail knows (version {SCHEMA_VERSION}); upgrade WorkRail, or point it at another schema"
-            ),
-        });
+        // Newer than this build: usable only when every migration it does not know admits
+        // builds of its version (D128). Nothing is migrated or written either way.
+        let needed: i32 = tx
+            .query_one(
+                "SELECT coalesce(max(coalesce(oldest_build, version)), 0) FROM schema_version WHERE version > $1",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+            .map_err(sql_error(op))?
+            .get(0);
+        if needed > SCHEMA_VERSION {
+            return Err(StoreError::Io {
+                session: None,
+                op,
+                detail: format!(
+                    "the PostgreSQL schema {schema} is at version {found}, newer than this WorkRail knows (version {SCHEMA_VERSION}), and needs a WorkRail that knows version {needed} or later; upgrade WorkRail, or point it at another schema"
+                ),
+            });
+        }
+        tx.commit().await.map_err(sql_error(op))?;
+        return Ok(found);
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let version = i as i32 + 1;
         tx.batch_execute(sql).await.map_err(sql_error(op))?;
-        tx.execute(
-            "INSERT INTO schema_version (version) VALUES ($1)",
-            &[&version],
-        )
-        .await
-        .map_err(sql_error(op))?;
+        if version >= 4 {
+            tx.execute(
+                "INSERT INTO schema_version (version, oldest_build) VALUES ($1, $2)",
+                &[&version, &oldest_build(version)],
+            )
+            .await
+            .map_err(sql_error(op))?;
+        } else {
+            tx.execute(
+                "INSERT INTO schema_version (version) VALUES ($1)",
+                &[&version],
+            )
+            .await
+            .map_err(sql_error(op))?;
+        }
     }
     tx.commit().await.map_err(sql_error(op))?;
     Ok(found)

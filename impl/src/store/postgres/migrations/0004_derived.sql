@@ -9,3 +9,9 @@ CREATE TABLE derived (
     bytes      bytea NOT NULL,
     written_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Which builds may use a schema with a migration applied (D128): `oldest_build` is the oldest
+-- schema version a WorkRail build may know and still use this schema (NULL: only builds that
+-- know this migration). A build refuses a schema only when a migration it does not know asks
+-- for a newer build; this one asks for version 3 (builds of version 3 ignore `derived`).
+ALTER TABLE schema_version ADD COLUMN IF NOT EXISTS oldest_build integer CHECK (oldest_build > 0);
