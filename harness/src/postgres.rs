@@ -88,9 +88,11 @@ impl Sql {
         }
     }
 
-    /// Every base table of `schema`: its row count and an md5 of its rows (as text, one a
-    /// line) ordered by its primary key (by the whole row when it has none), keyed
-    /// `pg/<schema>/<table>`.
+    /// Every base table of `schema` but `derived`: its row count and an md5 of its rows (as
+    /// text, one a line) ordered by its primary key (by the whole row when it has none), keyed
+    /// `pg/<schema>/<table>`. `derived` holds caches any read may refresh, never truth (D115:
+    /// `resume_session` writes its index there, as it writes the file store's
+    /// `cache/resume-index.v1.jsonl`).
     pub fn fingerprint(&self, schema: &str) -> Fingerprint {
         let tables = self.rows(&format!(
             "SELECT c.relname::text, \
@@ -101,6 +103,7 @@ impl Sql {
                  WHERE i.indrelid = c.oid AND i.indisprimary) \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = '{schema}' AND c.relkind IN ('r', 'p') \
+               AND c.relname <> 'derived' \
              ORDER BY c.relname"
         ));
         let mut out = Fingerprint::new();
