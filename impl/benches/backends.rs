@@ -25,6 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+mod support;
+use support::{NOTES_BODY, WORKFLOW};
 use workrail::compiler::{CompileContext, compile};
 use workrail::entropy::OsEntropy;
 use workrail::protocol::{CatalogLoader, Workrail};
@@ -224,39 +227,16 @@ trait Store: Sync {
     fn workrail(&self) -> Workrail;
 }
 
-/// A loop workflow long enough for any number of advances.
-const LOOP_WORKFLOW: &str = r#"{
-  "id": "project.bench",
-  "name": "Bench",
-  "description": "A long loop for latency measurements.",
-  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
-  "steps": [
-    {"type": "loop", "loopId": "work", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 1000,
-     "body": [
-       {"id": "act", "title": "Act", "prompt": "Do one unit of work."},
-       {"id": "review", "title": "Review", "prompt": "Review the unit of work."},
-       {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
-     ]}
-  ]
-}"#;
-
-/// The bundled workflows and [`LOOP_WORKFLOW`].
+/// The bundled workflows and the bench's loop workflow.
 fn catalog() -> CatalogLoader {
     Arc::new(|| {
         let bundled = BundledSource;
         let project = MemorySource::new(WorkflowSourceKind::Project)
-            .with("project/workflows/bench.json", LOOP_WORKFLOW);
+            .with("project/workflows/bench.json", WORKFLOW);
         let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
         Arc::new(Catalog::load(&sources))
     })
 }
-
-/// About 400 bytes of notes, as an agent's acknowledgement carries.
-const NOTES: &str = "Read the files the step names, changed the function as asked, ran the tests \
-    (all green), and checked the edge cases the review listed: empty input, a single element, \
-    and the largest size the caller allows. The change keeps the public signature; the docs \
-    comment now says why the loop stops early. Nothing else was touched. Next: the review \
-    step, then the decision whether another unit of work is needed.";
 
 fn ack_of(out: &ExecutionOutput, i: u32) -> ContinueWorkflowInput {
     let artifacts = match &out.pending {
@@ -273,7 +253,7 @@ fn ack_of(out: &ExecutionOutput, i: u32) -> ContinueWorkflowInput {
         ack_token: out.ack_token.clone(),
         context: None,
         output: Some(OutputInput {
-            notes_markdown: Some(format!("Unit {i}. {NOTES}")),
+            notes_markdown: Some(format!("Unit {i} done. {NOTES_BODY}")),
             artifacts,
         }),
         preferences: vec![],
@@ -400,62 +380,60 @@ fn median(mut values: Vec<Duration>) -> Duration {
 
 /// `sessions` threads, each with its own backend and session, `appends` advances each.
 fn appends(store: &dyn Store, sessions: u32, appends: u32) -> AppendFigures {
-    let begin = std::sync::Barrier::new(sessions as usize);
-    let (latencies, wall) = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..sessions)
-            .map(|n| {
-                let begin = &begin;
-                scope.spawn(move || {
-                    let backend = store.open();
-                    let hash = start(&*backend, n);
-                    begin.wait();
-                    let started = Instant::now();
-                    let mut latencies = Vec::with_capacity(appends as usize);
-                    for counter in 1..=appends {
-                        let t = Instant::now();
-                        advance(&*backend, &hash, n, counter);
-                        latencies.push(t.elapsed());
-                    }
-                    (latencies, started.elapsed())
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        let mut wall = Duration::ZERO;
-        for worker in workers {
-            let (latencies, elapsed) = worker.join().unwrap();
-            all.push(latencies);
-            wall = wall.max(elapsed);
-        }
-        (all, wall)
-    });
-    figures(latencies, wall)
+    timed(
+        sessions,
+        appends,
+        |n| {
+            let backend = store.open();
+            let hash = start(&*backend, n);
+            (backend, hash, n)
+        },
+        |(backend, hash, n), counter| advance(&**backend, hash, *n, counter),
+    )
 }
 
 /// `runs` threads, each with its own `Workrail` and run, `advances` acknowledged advances each.
 fn protocol_advances(store: &dyn Store, runs: u32, advances: u32) -> AppendFigures {
-    let begin = std::sync::Barrier::new(runs as usize);
+    timed(
+        runs,
+        advances,
+        |_| {
+            let wr = store.workrail();
+            let out = wr
+                .start_workflow(StartWorkflowInput {
+                    workflow_id: "project.bench".into(),
+                    context: None,
+                    preferences: vec![],
+                    preset: None,
+                })
+                .unwrap();
+            (wr, out)
+        },
+        |(wr, out), i| *out = wr.continue_workflow(ack_of(out, i)).unwrap(),
+    )
+}
+
+/// `threads` threads, each set up by `setup` (untimed), then `steps` timed calls of `step`
+/// (1-based), all starting together.
+fn timed<S>(
+    threads: u32,
+    steps: u32,
+    setup: impl Fn(u32) -> S + Sync,
+    step: impl Fn(&mut S, u32) + Sync,
+) -> AppendFigures {
+    let begin = std::sync::Barrier::new(threads as usize);
     let (latencies, wall) = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..runs)
-            .map(|_| {
-                let begin = &begin;
+        let workers: Vec<_> = (0..threads)
+            .map(|n| {
+                let (begin, setup, step) = (&begin, &setup, &step);
                 scope.spawn(move || {
-                    let wr = store.workrail();
-                    let mut out = wr
-                        .start_workflow(StartWorkflowInput {
-                            workflow_id: "project.bench".into(),
-                            context: None,
-                            preferences: vec![],
-                            preset: None,
-                        })
-                        .unwrap();
+                    let mut state = setup(n);
                     begin.wait();
                     let started = Instant::now();
-                    let mut latencies = Vec::with_capacity(advances as usize);
-                    for i in 1..=advances {
-                        let input = ack_of(&out, i);
+                    let mut latencies = Vec::with_capacity(steps as usize);
+                    for i in 1..=steps {
                         let t = Instant::now();
-                        out = wr.continue_workflow(input).unwrap();
+                        step(&mut state, i);
                         latencies.push(t.elapsed());
                     }
                     (latencies, started.elapsed())

@@ -36,20 +36,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const WORKFLOW: &str = r#"{
-  "id": "project.bench",
-  "name": "Bench",
-  "description": "A long loop for latency measurements.",
-  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
-  "steps": [
-    {"type": "loop", "loopId": "work", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 1000,
-     "body": [
-       {"id": "act", "title": "Act", "prompt": "Do one unit of work."},
-       {"id": "review", "title": "Review", "prompt": "Review the unit of work."},
-       {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
-     ]}
-  ]
-}"#;
+mod support;
+use support::{NOTES_BODY, WORKFLOW};
 
 /// How a figure compares with its target, as printed after it.
 fn verdict(within: bool) -> &'static str {
@@ -90,15 +78,6 @@ fn snapshot_worker() -> SnapshotWorker {
 const SNAPSHOT_BYTES: usize = 380;
 const SEGMENT_BYTES: usize = 2900;
 const RECORDS_BYTES: usize = 510;
-
-/// Each acknowledgement's notes after "Unit N done.": about 400 bytes, an ordinary agent's
-/// notes. Ten of them fill the rehydrate recap's 4 KiB budget, so every growth checkpoint
-/// answers a rehydrate of the same size and the rows differ by session length alone.
-const NOTES_BODY: &str = "Read the module and its tests, changed the parser to keep the byte offset of each token, \
-added a regression test for the empty input, and ran the suite: all green. Kept the public API \
-as it was; the one behaviour change is that errors now name the line and column. Left the \
-formatter alone, since the issue does not ask for it. Next: the review step checks the error \
-wording against the existing messages and the docs page that lists them.";
 
 /// The durable I/O one advance cannot avoid (round `i`), with payloads of similar size: in the
 /// locked order, or with the snapshot stored by `overlap` while the segment is written.
