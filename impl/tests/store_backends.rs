@@ -1056,6 +1056,62 @@ fn postgres_refuses_a_schema_newer_than_it_knows() {
     );
 }
 
+/// D129: each session's row carries its manifest totals (rows, and bytes as `manifest.jsonl`
+/// spells them), kept by a trigger through appends and hand edits, and backfilled by the
+/// migration for sessions written before it.
+#[test]
+fn postgres_keeps_the_manifest_totals_on_the_session_row() {
+    let Some(fx) = PgFixture::new("manifest_totals") else {
+        return;
+    };
+    let totals = |fx: &PgFixture| {
+        fx.sql.strings(
+            "SELECT s.session_id || ' ' || s.manifest_rows || ' ' || s.manifest_bytes || ' ' || \
+                    coalesce((SELECT count(*) || ' ' || sum(octet_length(m.body) + 1) \
+                                FROM manifest m WHERE m.session_id = s.session_id), '0 0') \
+             FROM sessions s ORDER BY s.session_id",
+        )
+    };
+    let agree = |fx: &PgFixture| {
+        let rows = totals(fx);
+        assert!(!rows.is_empty());
+        for row in rows {
+            let f: Vec<&str> = row.split(' ').collect();
+            assert_eq!((f[1], f[2]), (f[3], f[4]), "totals of {}", f[0]);
+        }
+    };
+    let b = fx.backend();
+    let (s1, s2) = (session_id(0x41), session_id(0x42));
+    b.append(&s1, start_plan(b, &s1)).unwrap();
+    b.append(&s1, advance_plan(b, &s1, 1, 2)).unwrap();
+    b.append(&s2, start_plan(b, &s2)).unwrap();
+    agree(&fx);
+    // A hand edit of a record's text, and a deleted record: the totals follow.
+    fx.sql.run(&format!(
+        "UPDATE manifest SET body = body || ' ' WHERE session_id = {} AND manifest_index = 0",
+        literal(s1.as_str())
+    ));
+    agree(&fx);
+    fx.sql.run(&format!(
+        "DELETE FROM manifest WHERE session_id = {} AND manifest_index = (SELECT max(manifest_index) FROM manifest WHERE session_id = {})",
+        literal(s2.as_str()),
+        literal(s2.as_str())
+    ));
+    agree(&fx);
+    // A schema as version 4 left it (no totals) gains them, backfilled, on the next connection.
+    drop(b);
+    fx.sql.run(
+        "DROP TRIGGER manifest_totals ON manifest; DROP FUNCTION manifest_totals();
+         ALTER TABLE sessions DROP COLUMN manifest_rows, DROP COLUMN manifest_bytes;
+         DELETE FROM schema_version WHERE version = 5",
+    );
+    let b = PostgresBackend::connect(&fx.url, &fx.schema).unwrap();
+    agree(&fx);
+    let s3 = session_id(0x43);
+    b.append(&s3, start_plan(&b, &s3)).unwrap();
+    agree(&fx);
+}
+
 /// D128: a newer schema whose unknown migrations all admit this build's version is used (and
 /// not migrated); one that asks for a newer build is refused, naming the version it needs.
 #[test]

@@ -15,6 +15,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_artifacts.sql"),
     include_str!("migrations/0003_activity.sql"),
     include_str!("migrations/0004_derived.sql"),
+    include_str!("migrations/0005_manifest_totals.sql"),
 ];
 
 /// The schema version this build writes and reads.
@@ -26,6 +27,8 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 const OLDEST_BUILD: &[(i32, Option<i32>)] = &[
     // `derived` is a table older builds never read: they may keep working beside it.
     (4, Some(3)),
+    // The manifest totals are kept by a trigger, whichever build inserts the rows.
+    (5, Some(3)),
 ];
 
 /// The oldest build version a schema at `version` (applied by this build) admits.
