@@ -1099,7 +1099,6 @@ fn postgres_keeps_the_manifest_totals_on_the_session_row() {
     ));
     agree(&fx);
     // A schema as version 4 left it (no totals) gains them, backfilled, on the next connection.
-    drop(b);
     fx.sql.run(
         "DROP TRIGGER manifest_totals ON manifest; DROP FUNCTION manifest_totals();
          ALTER TABLE sessions DROP COLUMN manifest_rows, DROP COLUMN manifest_bytes;
