@@ -167,3 +167,161 @@ impl<B: ToolBackend> ToolBackend for OpeningBackend<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Answers `list_workflows` with nothing and refuses the rest: enough to see which backend
+    /// answered.
+    struct Fake;
+
+    fn refused() -> ErrorEnvelope {
+        ErrorEnvelope::new(
+            ErrorCode::ValidationError,
+            "fake",
+            "fake",
+            Retry::NotRetryable,
+        )
+    }
+
+    impl ToolBackend for Fake {
+        fn list_workflows(
+            &self,
+            _: ListWorkflowsInput,
+        ) -> Result<ListWorkflowsOutput, ErrorEnvelope> {
+            Ok(ListWorkflowsOutput {
+                workflows: vec![],
+                problems: vec![],
+            })
+        }
+        fn inspect_workflow(
+            &self,
+            _: InspectWorkflowInput,
+        ) -> Result<InspectWorkflowOutput, ErrorEnvelope> {
+            Err(refused())
+        }
+        fn start_workflow(&self, _: StartWorkflowInput) -> Result<ExecutionOutput, ErrorEnvelope> {
+            Err(refused())
+        }
+        fn continue_workflow(
+            &self,
+            _: ContinueWorkflowInput,
+        ) -> Result<ExecutionOutput, ErrorEnvelope> {
+            Err(refused())
+        }
+        fn checkpoint_workflow(
+            &self,
+            _: CheckpointWorkflowInput,
+        ) -> Result<ExecutionOutput, ErrorEnvelope> {
+            Err(refused())
+        }
+        fn resume_session(
+            &self,
+            _: ResumeSessionInput,
+        ) -> Result<ResumeSessionOutput, ErrorEnvelope> {
+            Err(refused())
+        }
+        fn start_session(&self, _: StartSessionInput) -> Result<ExecutionOutput, ErrorEnvelope> {
+            Err(refused())
+        }
+        fn render_execution(&self, _: &ExecutionOutput) -> String {
+            String::new()
+        }
+    }
+
+    fn unreachable() -> ErrorEnvelope {
+        ErrorEnvelope::new(
+            ErrorCode::StoreIoError,
+            "cannot open PostgreSQL: connection refused",
+            "Start PostgreSQL.",
+            Retry::NotRetryable,
+        )
+    }
+
+    /// Opens after `failures` failed attempts, counting every attempt.
+    fn opening(failures: usize, attempts: Arc<AtomicUsize>) -> OpeningBackend<Fake> {
+        OpeningBackend::new(
+            move || {
+                let n = attempts.fetch_add(1, Ordering::SeqCst);
+                if n < failures {
+                    Err(unreachable())
+                } else {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    Ok(Fake)
+                }
+            },
+            Features::default(),
+            "PostgreSQL postgres://db/w (schema workrail)".into(),
+            |_| String::new(),
+        )
+    }
+
+    #[test]
+    fn each_call_tries_again_until_the_store_opens_then_never_again() {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let backend = opening(2, Arc::clone(&attempts));
+        for expected in 1..=2 {
+            let err = backend
+                .list_workflows(ListWorkflowsInput::default())
+                .unwrap_err();
+            assert_eq!(err.code, ErrorCode::StoreIoError);
+            assert_eq!(
+                err.retry,
+                Retry::RetryableAfterMs {
+                    after_ms: RETRY_AFTER_MS
+                }
+            );
+            assert!(err.message.contains("recorded nothing"), "{}", err.message);
+            assert!(
+                err.message.contains("connection refused"),
+                "{}",
+                err.message
+            );
+            assert!(
+                err.suggestion.contains("Start PostgreSQL."),
+                "{}",
+                err.suggestion
+            );
+            assert_eq!(attempts.load(Ordering::SeqCst), expected);
+            assert!(!backend.is_open());
+        }
+        assert!(
+            backend
+                .list_workflows(ListWorkflowsInput::default())
+                .is_ok()
+        );
+        assert!(backend.is_open());
+        // Open: calls go to the backend (its own refusals included), with no new attempt.
+        let err = backend
+            .start_workflow(StartWorkflowInput {
+                workflow_id: "wr.coding_task".into(),
+                context: None,
+                preferences: vec![],
+                preset: None,
+            })
+            .unwrap_err();
+        assert_eq!(err.message, "fake");
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn concurrent_calls_open_one_backend() {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let backend = opening(0, Arc::clone(&attempts));
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    assert!(
+                        backend
+                            .list_workflows(ListWorkflowsInput::default())
+                            .is_ok()
+                    );
+                });
+            }
+        });
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    }
+}
