@@ -212,24 +212,27 @@ fn verify_full_with_the_servers_ca_connects() {
     );
 }
 
-/// A CA of the test's own, unrelated to the server's: its certificate's path.
-fn another_ca() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("workrail-other-ca-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cert = dir.join("ca.crt");
+/// A CA of the test's own, unrelated to the server's: the directory holding it (removed on
+/// drop; one per test, as tests run in parallel) and its certificate's path.
+fn another_ca() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("workrail-other-ca-")
+        .tempdir()
+        .unwrap();
+    let cert = dir.path().join("ca.crt");
     let status = Command::new("openssl")
         .args([
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
         ])
         .args(["-subj", "/CN=another CA"])
         .arg("-keyout")
-        .arg(dir.join("ca.key"))
+        .arg(dir.path().join("ca.key"))
         .arg("-out")
         .arg(&cert)
         .output()
         .expect("openssl runs");
     assert!(status.status.success(), "{status:?}");
-    cert
+    (dir, cert)
 }
 
 #[test]
@@ -237,7 +240,7 @@ fn verify_full_against_another_ca_is_refused_clearly() {
     let Some((url, _)) = postgres("verify_full_against_another_ca_is_refused_clearly") else {
         return;
     };
-    let other = another_ca();
+    let (_other_dir, other) = another_ca();
     let url = with(
         &with_password(&url).replacen("127.0.0.1", "localhost", 1),
         &format!("sslmode=verify-full&sslrootcert={}", other.display()),
@@ -247,7 +250,6 @@ fn verify_full_against_another_ca_is_refused_clearly() {
         &schema_name("wrong_ca"),
         "a server certificate from another CA is refused",
     );
-    let _ = std::fs::remove_dir_all(other.parent().unwrap());
     assert!(err.contains("TLS"), "{err}");
     assert!(err.contains("sslrootcert"), "{err}");
     assert!(err.contains("sslmode=verify-full"), "{err}");
@@ -411,7 +413,7 @@ fn require_with_a_root_certificate_verifies_the_chain() {
         vec![true]
     );
     // Another CA: refused, where plain `require` (no sslrootcert) accepts the same server.
-    let other = another_ca();
+    let (_other_dir, other) = another_ca();
     let err = refused(
         &with(
             &with_password(&url),
@@ -420,7 +422,6 @@ fn require_with_a_root_certificate_verifies_the_chain() {
         &schema_name("require_other_ca"),
         "require with sslrootcert verifies the chain",
     );
-    let _ = std::fs::remove_dir_all(other.parent().unwrap());
     assert!(err.contains("TLS"), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
 }
