@@ -67,6 +67,8 @@ def main():
     covered = set().union(*(e for i, e in edges.items() if i < in_first))
     print(f"the {in_first} seeds cover {len(covered)} edges")
     candidates = {i: e - covered for i, e in edges.items() if i >= in_first}
+    reachable = len(set().union(*candidates.values())) if candidates else 0
+    print(f"the run's {len(candidates)} inputs add {reachable} edges in all")
     for _ in range(args.max):
         if not candidates:
             break
