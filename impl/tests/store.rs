@@ -763,3 +763,45 @@ fn plan_start_names_the_first_event_of_the_segment_holding_an_event() {
         "no segment names it: the whole log"
     );
 }
+
+/// `OsFs::lens_in` (every manifest's length in one pass, for the resume index's freshness
+/// check) answers for each file what `len` answers: a length, `None` when the file or the
+/// directory is missing, an error when a path cannot be a file's.
+#[test]
+fn os_lens_in_answers_what_len_answers_for_each_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = OsFs::new(dir.path());
+    let sessions = Path::new("sessions");
+    fs.create_dir_all(&sessions.join("a")).unwrap();
+    fs.create_dir_all(&sessions.join("empty")).unwrap();
+    fs.write_new(&sessions.join("a/manifest.jsonl"), b"12345")
+        .unwrap();
+    fs.write_new(&sessions.join("empty/manifest.jsonl"), b"")
+        .unwrap();
+    fs.write_new(&sessions.join("plain"), b"not a directory")
+        .unwrap();
+    let files: Vec<String> = ["a", "empty", "gone", "plain"]
+        .iter()
+        .map(|s| format!("{s}/manifest.jsonl"))
+        .collect();
+    let lens = fs.lens_in(sessions, &files);
+    let one_by_one: Vec<_> = files.iter().map(|f| fs.len(&sessions.join(f))).collect();
+    assert_eq!(lens.len(), files.len());
+    for (batch, single) in lens.iter().zip(&one_by_one) {
+        match (batch, single) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => assert_eq!(a.kind(), b.kind()),
+            other => panic!("lens_in and len disagree: {other:?}"),
+        }
+    }
+    assert_eq!(lens[0].as_ref().unwrap(), &Some(5));
+    assert_eq!(lens[1].as_ref().unwrap(), &Some(0));
+    assert_eq!(lens[2].as_ref().unwrap(), &None);
+    assert!(
+        lens[3].is_err(),
+        "a file in place of a session directory is an error"
+    );
+    // A missing directory: every file is missing, as `len` says.
+    let none = fs.lens_in(Path::new("nothing-here"), &files);
+    assert!(none.iter().all(|l| matches!(l, Ok(None))));
+}

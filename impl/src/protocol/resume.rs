@@ -193,23 +193,40 @@ pub(super) fn resume_session(
             })
             .clone()
     };
-    let ids = wr.store.list_sessions().map_err(store_envelope(false))?;
     // The persisted index is read when this process's own index cannot cover every session
-    // (a fresh process), beside the manifest lengths. It lives with the sessions (D115): the
-    // data directory's file, or PostgreSQL's row shared by every machine on the schema.
-    let (lengths, disk) = if wr.resume_index.len() < ids.len() {
-        // The `stat`s (or the one query) on a helper thread; the parse here, where the
-        // summaries will live.
-        std::thread::scope(|scope| {
-            let helper = scope.spawn(|| wr.store.manifest_lengths(&ids));
+    // (a fresh process), beside the listing and the manifest lengths (the `stat`s, or the one
+    // query). It lives with the sessions (D115): the data directory's file, or PostgreSQL's row
+    // shared by every machine on the schema. A process without a summary yet starts the parse
+    // before it lists, so the two overlap; the summaries will live on this thread.
+    let (ids, lengths, disk) = if wr.resume_index.is_empty() {
+        let list_and_stat = || -> Result<_, StoreError> {
+            let ids = wr.store.list_sessions()?;
+            let lengths = wr.store.manifest_lengths(&ids);
+            Ok((ids, lengths))
+        };
+        let (listed, disk) = std::thread::scope(|scope| {
+            let helper = scope.spawn(list_and_stat);
             let disk = read_disk_index(wr);
-            let lengths = helper
-                .join()
-                .unwrap_or_else(|_| wr.store.manifest_lengths(&ids));
-            (lengths, Some(disk))
-        })
+            (helper.join().unwrap_or_else(|_| list_and_stat()), disk)
+        });
+        let (ids, lengths) = listed.map_err(store_envelope(false))?;
+        (ids, lengths, Some(disk))
     } else {
-        (wr.store.manifest_lengths(&ids), None)
+        let ids = wr.store.list_sessions().map_err(store_envelope(false))?;
+        if wr.resume_index.len() < ids.len() {
+            let (lengths, disk) = std::thread::scope(|scope| {
+                let helper = scope.spawn(|| wr.store.manifest_lengths(&ids));
+                let disk = read_disk_index(wr);
+                let lengths = helper
+                    .join()
+                    .unwrap_or_else(|_| wr.store.manifest_lengths(&ids));
+                (lengths, disk)
+            });
+            (ids, lengths, Some(disk))
+        } else {
+            let lengths = wr.store.manifest_lengths(&ids);
+            (ids, lengths, None)
+        }
     };
     let mut summaries = Summaries {
         list: Vec::with_capacity(ids.len()),

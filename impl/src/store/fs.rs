@@ -77,6 +77,12 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
     /// The file's length; `Ok(None)` when it does not exist.
     fn len(&self, path: &Path) -> io::Result<Option<u64>>;
+    /// [`len`](Self::len) of each of `files`, paths relative to `dir`, in order: what
+    /// `resume_session` asks of every session's manifest at once, so a filesystem may look `dir`
+    /// up once rather than once per file.
+    fn lens_in(&self, dir: &Path, files: &[String]) -> Vec<io::Result<Option<u64>>> {
+        files.iter().map(|f| self.len(&dir.join(f))).collect()
+    }
     /// Names of the entries of a directory (empty when it does not exist), sorted.
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Removes a file (no-op when missing).
@@ -366,6 +372,29 @@ impl StoreFs for OsFs {
 
     fn len(&self, path: &Path) -> io::Result<Option<u64>> {
         not_found_as_none(fs::metadata(self.abs(path)).map(|m| m.len()))
+    }
+
+    /// Each `stat` relative to `dir` opened once: at 10,000 sessions the path walk from the
+    /// root was a third of the `stat`s' time.
+    #[cfg(unix)]
+    fn lens_in(&self, dir: &Path, files: &[String]) -> Vec<io::Result<Option<u64>>> {
+        use rustix::fs::{AtFlags, Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = match rustix::fs::open(self.abs(dir), flags, Mode::empty()) {
+            Ok(dir) => dir,
+            Err(rustix::io::Errno::NOENT) => return files.iter().map(|_| Ok(None)).collect(),
+            Err(e) => return files.iter().map(|_| Err(e.into())).collect(),
+        };
+        files
+            .iter()
+            .map(
+                |f| match rustix::fs::statat(&dir, f.as_str(), AtFlags::empty()) {
+                    Ok(stat) => Ok(Some(u64::try_from(stat.st_size).unwrap_or(0))),
+                    Err(rustix::io::Errno::NOENT) => Ok(None),
+                    Err(e) => Err(e.into()),
+                },
+            )
+            .collect()
     }
 
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {

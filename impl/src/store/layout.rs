@@ -51,8 +51,11 @@ pub fn events_dir(session: &SessionId) -> PathBuf {
     session_dir(session).join("events")
 }
 
+/// A session's manifest, in its directory.
+pub const MANIFEST_FILE: &str = "manifest.jsonl";
+
 pub fn manifest_path(session: &SessionId) -> PathBuf {
-    session_dir(session).join("manifest.jsonl")
+    session_dir(session).join(MANIFEST_FILE)
 }
 
 pub fn lock_path(session: &SessionId) -> PathBuf {

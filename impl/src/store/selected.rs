@@ -498,11 +498,14 @@ fn write_resume_index_file(fs: &dyn StoreFs, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
-/// The length of each session's manifest (`Err`: it could not be read): a `stat` each.
+/// The length of each session's manifest (`Err`: it could not be read): a `stat` each,
+/// relative to the sessions directory.
 fn manifest_lengths(fs: &dyn StoreFs, ids: &[SessionId]) -> Vec<io::Result<Option<u64>>> {
-    ids.iter()
-        .map(|id| fs.len(&layout::manifest_path(id)))
-        .collect()
+    let files: Vec<String> = ids
+        .iter()
+        .map(|id| format!("{}/{}", id.as_str(), layout::MANIFEST_FILE))
+        .collect();
+    fs.lens_in(Path::new(layout::SESSIONS_DIR), &files)
 }
 
 /// [`manifest_lengths`] over two threads when there are many.
