@@ -596,8 +596,10 @@ impl Workrail {
     /// directories without committed truth are left out. Writes nothing, not even a cache.
     pub fn sessions_overview(&self) -> Result<Vec<SessionOverview>, ErrorEnvelope> {
         let mut rows = Vec::new();
-        let ids = self.store.list_sessions().map_err(store_envelope(false))?;
-        let lengths = self.store.manifest_lengths(&ids);
+        let (ids, lengths) = self
+            .store
+            .sessions_with_manifest_lengths()
+            .map_err(store_envelope(false))?;
         for (id, len) in ids.into_iter().zip(lengths) {
             // A row made at the manifest length the store still has is current (as a cached
             // session is, decision D60): a long-running reader reprojects only what changed.

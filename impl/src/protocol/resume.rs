@@ -199,11 +199,7 @@ pub(super) fn resume_session(
     // shared by every machine on the schema. A process without a summary yet starts the parse
     // before it lists, so the two overlap; the summaries will live on this thread.
     let (ids, lengths, disk) = if wr.resume_index.is_empty() {
-        let list_and_stat = || -> Result<_, StoreError> {
-            let ids = wr.store.list_sessions()?;
-            let lengths = wr.store.manifest_lengths(&ids);
-            Ok((ids, lengths))
-        };
+        let list_and_stat = || wr.store.sessions_with_manifest_lengths();
         let (listed, disk) = std::thread::scope(|scope| {
             let helper = scope.spawn(list_and_stat);
             let disk = read_disk_index(wr);

@@ -444,9 +444,29 @@ impl Store {
         }
     }
 
+    /// Every session, with its manifest length as [`Store::manifest_lengths`] gives it: the
+    /// listing and a `stat` each in the file store, one query in PostgreSQL.
+    pub fn sessions_with_manifest_lengths(
+        &self,
+    ) -> Result<(Vec<SessionId>, Vec<ManifestLength>), StoreError> {
+        match self {
+            Store::Files(f) => {
+                let ids = SessionRead::list_sessions(&f.sessions)?;
+                let lengths = manifest_lengths_parallel(f.fs.as_ref(), &ids);
+                Ok((ids, lengths))
+            }
+            Store::Postgres(p) => Ok(p
+                .backend
+                .manifest_lengths()?
+                .into_iter()
+                .map(|(id, len)| (id, Ok(Some(len))))
+                .unzip()),
+        }
+    }
+
     /// Each session's manifest length (the resume index's freshness key): a `stat` each in the
     /// file store, one query in PostgreSQL (the length its rows spell as `manifest.jsonl`).
-    pub fn manifest_lengths(&self, ids: &[SessionId]) -> Vec<io::Result<Option<u64>>> {
+    pub fn manifest_lengths(&self, ids: &[SessionId]) -> Vec<ManifestLength> {
         match self {
             Store::Files(f) => manifest_lengths_parallel(f.fs.as_ref(), ids),
             Store::Postgres(p) => match p.backend.manifest_lengths() {
@@ -480,6 +500,9 @@ impl SessionRead for Store {
     }
 }
 
+/// A session's manifest length in bytes: `None` when it has none, `Err` when it could not be
+/// read.
+pub type ManifestLength = io::Result<Option<u64>>;
 /// [`Store::write_resume_index`] in the data directory.
 fn write_resume_index_file(fs: &dyn StoreFs, bytes: &[u8]) -> io::Result<()> {
     let dir = Path::new(layout::DATA_CACHE_DIR);
