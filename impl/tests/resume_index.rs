@@ -261,6 +261,13 @@ fn a_session_damaged_after_it_was_indexed_is_never_returned() {
     let out = resume(&warm, &json!({"text": "nothing-matches-this"}));
     assert_eq!(out.skipped_unhealthy_sessions, 1);
     assert!(out.candidates.iter().all(|c| c.session_id != bad));
+    // A process that keeps no summary (a cache budget of 0) reads the index every call, as
+    // loading every session instead would cost far more.
+    let uncached = process(&fs, 85, None).with_cache_budget(CacheBudget::of_mib(0));
+    resume(&uncached, &json!({}));
+    let from = fs.reads().len();
+    resume(&uncached, &json!({}));
+    assert_eq!(index_reads(&fs, from), 1);
 }
 
 /// lock: L-CACHE-DERIVED, L-RESUME-TIP-ONLY
@@ -518,4 +525,63 @@ fn a_large_index_read_in_halves_gives_the_same_answers() {
         assert_eq!(&resume(&process(&fs, 112, None), q), want, "{q}");
         assert!(manifests_read(&fs, reads).len() <= 5, "{q}");
     }
+}
+
+/// How many times the process read the persisted index since `from`.
+fn index_reads(fs: &MemFs, from: usize) -> usize {
+    fs.reads()[from..]
+        .iter()
+        .filter(|p| p.as_path() == index_path())
+        .count()
+}
+
+/// A damaged session the index does not cover is never in a process's summaries, and the index
+/// is not written while it is damaged (safe mode), so it once made every call of a warm process
+/// read and parse the whole index again (2.7 MB at 10,000 sessions). The sessions a call left
+/// out count as covered for the next call while the listing is unchanged and the process still
+/// holds its summaries; a session another process adds makes the next call read the index
+/// again, and is found.
+/// lock: L-CACHE-DERIVED, L-RESUME-HEALTHY-ONLY
+#[test]
+fn a_warm_process_reads_the_index_again_only_when_sessions_appear() {
+    let fs = MemFs::new();
+    let good = id(&session(&process(&fs, 80, None), &["zebracorn one"]));
+    resume(&process(&fs, 82, None), &json!({}));
+    // Made after the index was written, then damaged: the index has no entry for it.
+    let bad = id(&session(&process(&fs, 81, None), &["zebracorn two"]));
+    corrupt_last_segment(&fs, &bad);
+    let warm = process(&fs, 83, None);
+    let from = fs.reads().len();
+    let first = resume(&warm, &json!({"text": "zebracorn"}));
+    assert_eq!(
+        index_reads(&fs, from),
+        1,
+        "a fresh process reads the index once"
+    );
+    let from = fs.reads().len();
+    let again = resume(&warm, &json!({"text": "zebracorn"}));
+    assert_eq!(again, first);
+    assert_eq!(again.skipped_unhealthy_sessions, 1);
+    assert_eq!(again.skipped_sessions[0].session_id, bad);
+    assert_eq!(again.candidates[0].session_id, good);
+    assert_eq!(
+        index_reads(&fs, from),
+        0,
+        "the second call of a warm process read the index again"
+    );
+    // Another process adds a session: the next call reads the index again and finds it.
+    let added = id(&session(&process(&fs, 84, None), &["zebracorn three"]));
+    let from = fs.reads().len();
+    let out = resume(&warm, &json!({"text": "zebracorn"}));
+    assert_eq!(index_reads(&fs, from), 1);
+    assert!(out.candidates.iter().any(|c| c.session_id == added));
+    assert_eq!(out.skipped_unhealthy_sessions, 1);
+    assert!(out.candidates.iter().all(|c| c.session_id != bad));
+    // A process that keeps no summary (a cache budget of 0) reads the index every call, as
+    // loading every session instead would cost far more.
+    let uncached = process(&fs, 85, None).with_cache_budget(CacheBudget::of_mib(0));
+    resume(&uncached, &json!({}));
+    let from = fs.reads().len();
+    resume(&uncached, &json!({}));
+    assert_eq!(index_reads(&fs, from), 1);
 }

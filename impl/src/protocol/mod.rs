@@ -176,6 +176,9 @@ pub struct Workrail {
     /// What the persisted resume index covers as this process last read or wrote it (`None`:
     /// not yet known), so an unchanged index is not written again.
     resume_on_disk: std::sync::Mutex<Option<resume_index::Coverage>>,
+    /// The last `resume_session` that held no summary of some session: what it listed and
+    /// left out, so an unchanged listing does not read the persisted index again.
+    resume_last_call: std::sync::Mutex<Option<resume::LastCall>>,
 }
 
 impl std::fmt::Debug for Workrail {
@@ -363,6 +366,7 @@ impl Workrail {
                 crate::store::CacheBudget::default().overviews,
             ),
             resume_on_disk: std::sync::Mutex::new(None),
+            resume_last_call: std::sync::Mutex::new(None),
         })
     }
 

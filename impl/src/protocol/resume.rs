@@ -198,7 +198,16 @@ pub(super) fn resume_session(
     // query). It lives with the sessions (D115): the data directory's file, or PostgreSQL's row
     // shared by every machine on the schema. A process without a summary yet starts the parse
     // before it lists, so the two overlap; the summaries will live on this thread.
-    let (ids, lengths, disk) = if wr.resume_index.is_empty() {
+    //
+    // A session this process cannot keep a summary of (damaged, without committed truth, or with
+    // a torn manifest tail) would otherwise make every call read the whole index again: the
+    // index is not consulted again while the listing is the one the last call left out those
+    // sessions from and the process still holds the summaries it had then.
+    let last = *wr
+        .resume_last_call
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let (ids, lengths, disk) = if wr.resume_index.is_empty() && last.is_none() {
         let list_and_stat = || wr.store.sessions_with_manifest_lengths();
         let (listed, disk) = std::thread::scope(|scope| {
             let helper = scope.spawn(list_and_stat);
@@ -209,7 +218,11 @@ pub(super) fn resume_session(
         (ids, lengths, Some(disk))
     } else {
         let ids = wr.store.list_sessions().map_err(store_envelope(false))?;
-        if wr.resume_index.len() < ids.len() {
+        let held = wr.resume_index.len();
+        let known = last.is_some_and(|last| {
+            last.listing == listing_of(&ids) && held + last.left_out >= ids.len()
+        });
+        if held < ids.len() && !known {
             let (lengths, disk) = std::thread::scope(|scope| {
                 let helper = scope.spawn(|| wr.store.manifest_lengths(&ids));
                 let disk = read_disk_index(wr);
@@ -228,9 +241,11 @@ pub(super) fn resume_session(
         list: Vec::with_capacity(ids.len()),
     };
     let mut skipped = Skipped::default();
+    let mut left_out = 0;
     for (id, len) in ids.iter().zip(lengths) {
         let Ok(len) = len else {
             skipped.add(id, "unreadable", None);
+            left_out += 1;
             continue;
         };
         if let Some(indexed) = wr
@@ -247,10 +262,24 @@ pub(super) fn resume_session(
             continue;
         }
         match load_summary(wr, id, &mut workflow_name) {
-            Ok(loaded) => summaries.list.push(loaded),
-            Err(None) => {}
-            Err(Some((health, reason))) => skipped.add(id, health, reason),
+            Ok(loaded) => {
+                left_out += usize::from(!loaded.1);
+                summaries.list.push(loaded);
+            }
+            Err(None) => left_out += 1,
+            Err(Some((health, reason))) => {
+                skipped.add(id, health, reason);
+                left_out += 1;
+            }
         }
+    }
+    if wr.resume_index.len() < ids.len() {
+        *wr.resume_last_call
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(LastCall {
+            listing: listing_of(&ids),
+            left_out,
+        });
     }
     // Rank; a best candidate read from the persisted index is first loaded and validated here
     // (L-RESUME-HEALTHY-ONLY), and the ranking is redone until every best candidate was. An
@@ -312,6 +341,26 @@ pub(super) fn resume_session(
         skipped_unhealthy_sessions: skipped.count,
         skipped_sessions: skipped.named,
     })
+}
+
+/// What the last call that could not cover every session from memory saw (see
+/// `resume_session`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LastCall {
+    /// Which sessions were listed.
+    listing: Coverage,
+    /// How many of them it could keep no summary of.
+    left_out: usize,
+}
+
+/// Which sessions `ids` lists, as a number (a collision costs at most a read of the index
+/// skipped: a session it would have covered is loaded instead).
+fn listing_of(ids: &[SessionId]) -> Coverage {
+    let mut listing = Coverage::default();
+    for id in ids {
+        listing.add(id, 0);
+    }
+    listing
 }
 
 /// Reads the persisted index and remembers what it covers.
