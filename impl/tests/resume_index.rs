@@ -261,13 +261,6 @@ fn a_session_damaged_after_it_was_indexed_is_never_returned() {
     let out = resume(&warm, &json!({"text": "nothing-matches-this"}));
     assert_eq!(out.skipped_unhealthy_sessions, 1);
     assert!(out.candidates.iter().all(|c| c.session_id != bad));
-    // A process that keeps no summary (a cache budget of 0) reads the index every call, as
-    // loading every session instead would cost far more.
-    let uncached = process(&fs, 85, None).with_cache_budget(CacheBudget::of_mib(0));
-    resume(&uncached, &json!({}));
-    let from = fs.reads().len();
-    resume(&uncached, &json!({}));
-    assert_eq!(index_reads(&fs, from), 1);
 }
 
 /// lock: L-CACHE-DERIVED, L-RESUME-TIP-ONLY
