@@ -103,7 +103,7 @@ fn bench_appends(rounds: u64) {
     let dir = tempfile::tempdir().unwrap();
     let store = store_at(dir.path());
     store
-        .with_append_gate(&session(), |g| {
+        .with_append_gate(&session(), workrail::store::SessionIntent::Create, |g| {
             g.append(AppendPlan {
                 events: vec![notes_event(0)],
             })
@@ -112,7 +112,7 @@ fn bench_appends(rounds: u64) {
     let start = Instant::now();
     for n in 1..=rounds {
         store
-            .with_append_gate(&session(), |g| {
+            .with_append_gate(&session(), workrail::store::SessionIntent::Create, |g| {
                 g.append(AppendPlan {
                     events: vec![notes_event(n)],
                 })
@@ -150,7 +150,9 @@ fn build_session_of(store: &SessionStore, session: &SessionId, events: u64) {
             .collect();
         next += batch.len() as u64;
         store
-            .with_append_gate(session, |g| g.append(AppendPlan { events: batch }))
+            .with_append_gate(session, workrail::store::SessionIntent::Create, |g| {
+                g.append(AppendPlan { events: batch })
+            })
             .unwrap();
     }
 }

@@ -330,9 +330,9 @@ fn a_lost_manifest_or_session_is_its_own_error_never_an_unknown_node() {
 
     fs.remove_dir_all(&layout::session_dir(&session)).unwrap();
     let error = rehydrate_error(&open(&fs), &out);
-    // Still the locked token error (the token names a node this directory does not hold),
-    // worded for what happened.
-    assert_eq!(error.code, ErrorCode::TokenUnknownNode, "{error:?}");
+    // The token is sound and the session is gone: `SESSION_NOT_FOUND`, worded for what
+    // happened (decision D130).
+    assert_eq!(error.code, ErrorCode::SessionNotFound, "{error:?}");
     assert_eq!(
         error.details.as_ref().unwrap()["problem"],
         "session_deleted"

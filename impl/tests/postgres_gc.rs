@@ -322,3 +322,84 @@ fn gc_on_postgres_never_deletes_a_session_another_process_holds() {
     let report = gc(&wr, false);
     assert_eq!(report.deleted_sessions, vec![expired]);
 }
+
+/// A `last_activity` that cannot be read (NULL, or not a finite time) is an unknown age on
+/// PostgreSQL as on files: the session is retained with a warning, never judged from 1970.
+///
+/// lock: L-GC-RETENTION
+#[test]
+fn gc_on_postgres_keeps_a_session_whose_last_activity_cannot_be_read() {
+    let Some(url) = postgres_url(
+        "gc_on_postgres_keeps_a_session_whose_last_activity_cannot_be_read",
+        "maintenance",
+    ) else {
+        return;
+    };
+    let schema = Schema::new(&url, "wrg");
+    let wr = schema.workrail();
+    let infinite = session_with(&wr, 1);
+    let unset = session_with(&wr, 1);
+    schema.run(&format!(
+        "UPDATE {}.sessions SET last_activity = '-infinity' WHERE session_id = '{infinite}'",
+        schema.name
+    ));
+    // A hand edit may drop the column's NOT NULL too; a NULL must not be 1970 either.
+    schema.run(&format!(
+        "ALTER TABLE {0}.sessions ALTER COLUMN last_activity DROP NOT NULL;
+         UPDATE {0}.sessions SET last_activity = NULL WHERE session_id = '{unset}'",
+        schema.name
+    ));
+    let report = gc(&wr, false);
+    assert!(!report.safe_mode, "{report:?}");
+    assert!(report.deleted_sessions.is_empty(), "{report:?}");
+    for id in [&infinite, &unset] {
+        assert_eq!(verdict(&report, id), (RetentionDecision::AgeUnknown, false));
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.code == GcWarningCode::SessionAgeUnknown
+                    && w.session_id.as_ref() == Some(id)),
+            "{report:?}"
+        );
+    }
+    wr.continue_workflow(protocol_support::rehydrate(
+        &start(&wr, "wr.coding_task").state_token,
+    ))
+    .unwrap();
+}
+
+/// A session GC deleted answers `SESSION_NOT_FOUND` saying so, to a server that had it cached
+/// (decision D130): never `TOKEN_UNKNOWN_NODE` or an internal error.
+///
+/// lock: L-GC-RETENTION
+#[test]
+fn a_session_gc_deleted_on_postgres_answers_session_not_found() {
+    let Some(url) = postgres_url(
+        "a_session_gc_deleted_on_postgres_answers_session_not_found",
+        "maintenance",
+    ) else {
+        return;
+    };
+    let schema = Schema::new(&url, "wrg");
+    let server = schema.workrail();
+    let out = start(&server, "wr.coding_task");
+    let id = out.session.session_id.clone();
+    schema.age(&[&id]);
+    let report = gc(&schema.workrail(), false);
+    assert_eq!(report.deleted_sessions, vec![id.clone()], "{report:?}");
+    for answer in [
+        server.continue_workflow(ack(&out, "done", vec![])),
+        server.continue_workflow(protocol_support::rehydrate(&out.state_token)),
+    ] {
+        let err = answer.unwrap_err();
+        assert_eq!(err.code, ErrorCode::SessionNotFound, "{err:?}");
+        assert_eq!(
+            err.details.as_ref().unwrap()["problem"],
+            serde_json::json!("session_deleted")
+        );
+    }
+    let again = gc(&schema.workrail(), false);
+    assert!(!again.safe_mode, "{again:?}");
+    assert!(!again.sessions.iter().any(|v| v.session_id == id));
+}

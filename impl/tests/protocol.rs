@@ -371,11 +371,14 @@ fn mixed_tampered_and_unknown_tokens_are_refused_with_their_codes() {
     )
     .unwrap();
     let wr2 = open(&fs);
+    // The token is sound; the session it names was deleted (decision D130).
+    let gone = wr2
+        .continue_workflow(rehydrate(&a.state_token))
+        .unwrap_err();
+    assert_eq!(gone.code, ErrorCode::SessionNotFound);
     assert_eq!(
-        wr2.continue_workflow(rehydrate(&a.state_token))
-            .unwrap_err()
-            .code,
-        ErrorCode::TokenUnknownNode
+        gone.details.as_ref().unwrap()["problem"],
+        serde_json::json!("session_deleted")
     );
 }
 
@@ -763,7 +766,8 @@ fn continue_without_any_token_or_with_an_unknown_ack_explains_what_to_send() {
             ..ack(&out, "x", vec![])
         })
         .unwrap_err();
-    assert_eq!(err.code, ErrorCode::TokenUnknownNode);
+    assert_eq!(err.code, ErrorCode::SessionNotFound);
+    assert!(err.message.contains("deleted"), "{}", err.message);
     assert!(err.suggestion.contains("resume_session"));
 }
 

@@ -500,7 +500,7 @@ fn the_latest_observation_of_a_key_is_the_one_ranked() {
         .unwrap()
     };
     store
-        .with_append_gate(&s, |gate| {
+        .with_append_gate(&s, workrail::store::SessionIntent::Create, |gate| {
             gate.append(AppendPlan {
                 events: vec![
                     moved(

@@ -172,6 +172,10 @@ impl StoreFs for RecordingFs {
         self.record(FsCall::Lock(path.to_path_buf()));
         self.inner.try_lock(path)
     }
+    fn try_lock_existing(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        // Creates nothing: nothing for a replay to repeat.
+        self.inner.try_lock_existing(path)
+    }
     fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         self.inner.try_lock_shared(path)
     }

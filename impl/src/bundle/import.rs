@@ -15,7 +15,7 @@ use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
 use super::check::{self, check_plan_fits};
 use super::{BundleWarning, BundleWarningCode, Progress, bundle_failure};
 use crate::protocol::{Workrail, invariant};
-use crate::store::{AppendPlan, SessionRead, StoreError};
+use crate::store::{AppendPlan, SessionIntent, SessionRead, StoreError};
 
 /// How to import.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub fn import_bundle<'t>(
     // 3) The session, under its lock, one plan per original segment (pins come from the store).
     let committed = parts
         .store
-        .with_append_gate(&target, |gate| {
+        .with_append_gate(&target, SessionIntent::Create, |gate| {
             if !gate.session().events.is_empty() {
                 return Err(GateError(ErrorEnvelope::new(
                     ErrorCode::SessionLocked,

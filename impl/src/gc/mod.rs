@@ -1,36 +1,32 @@
 //! Session retention and CAS garbage collection (locks §2.2; `impl/docs/bundles.md`).
 //!
-//! One GC run:
+//! One algorithm for both stores (decision D132): [`run`] holds every rule, and a store supplies
+//! only the primitives of [`GcStore`] (`files.rs` for the data directory, `postgres.rs` for the
+//! rows). One GC run:
 //! 1. reads the retention config (`config/retention.json`, created with the defaults on the
 //!    first real run): a TTL in days and an explicit keep list;
 //! 2. loads and validates **every** session. Any corrupt or unknown-version session (or one
 //!    that cannot be read) puts GC in **safe mode**: it deletes nothing at all and reports a
 //!    structured warning naming the session and the reason;
 //! 3. decides retention: kept sessions never expire; any other session expires when the time
-//!    since its manifest's last modification (the append-only control stream changes with every
-//!    commit) exceeds the TTL; a session whose age cannot be read is retained;
+//!    since its last activity (the manifest's modification time on files, `last_activity` on
+//!    PostgreSQL) exceeds the TTL; a session whose age cannot be read is retained;
 //! 4. deletes expired sessions first, each under its session lock and re-checked unchanged
-//!    under it (the manifest goes first, so an interrupted delete leaves a session without
-//!    truth, never a corrupt one);
+//!    under it, in one atomic step the store provides (decision D130): a writer waiting on the
+//!    lock then finds the session gone and answers `SESSION_NOT_FOUND`, never re-creating it;
 //! 5. marks from the retained sessions only: their `snapshot_pinned` refs (no segment scan),
 //!    the workflowHash of each of their runs, and the artifacts their outputs reference;
 //! 6. sweeps unmarked snapshots, pinned workflows and artifacts, except objects younger than
 //!    [`CAS_GRACE`] (a concurrent writer stores CAS objects just before the plan that references
-//!    them), and only if no retained session changed while GC ran;
-//! 7. removes what crashed writers left (decision D63), older than [`CAS_GRACE`]: temp files
-//!    (`.tmp-*`) in the store's directories (the data directory's `cache/` included), and
-//!    session directories that never committed (a first append killed before its manifest),
-//!    each under its session lock;
+//!    them), and only if no retained session changed while GC ran; an object's age is judged and
+//!    the object deleted with no writer's refresh of it in between (decision D133);
+//! 7. removes what crashed writers left (decision D63) — on files only: temp files, session
+//!    directories that never committed, and the directories of deletions a killed GC left;
 //! 8. removes the records (and lock files) of servers that ended without removing them, older
 //!    than [`CAS_GRACE`], each under the record's lock (decision D86): a live server holds it.
 //!
-//! When step 4 deleted a session, the persisted `resume_session` index
-//! (`cache/resume-index.v1.jsonl`, D64) is removed too: it holds the deleted sessions' notes.
-//! GC never reads it; otherwise it leaves it alone (derived, checked against each manifest).
-//!
-//! On PostgreSQL the same rules run over the rows (`postgres.rs`, decision D112): age is the
-//! session's `last_activity`, a session is deleted in one transaction under its advisory lock,
-//! and the sweep is one statement keeping objects stored within [`CAS_GRACE`].
+//! Several GC runs may overlap: a session another run deleted first is reported as
+//! `already_deleted`, and every run exits with an honest report.
 //!
 //! `dry_run` does all the reading and reports what would go, writing nothing. Time comes from
 //! the [`RetentionClock`] port so tests control it.
@@ -38,7 +34,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -46,9 +42,10 @@ use serde::{Deserialize, Serialize};
 use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EventData, OutputPayload};
-use workrail_spec::ids::{ServerId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
+use workrail_spec::ids::{SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
 use workrail_spec::manifest::ManifestRecord;
 
+mod files;
 mod os;
 mod postgres;
 
@@ -56,8 +53,8 @@ pub use os::OsRetentionClock;
 
 use crate::bundle::Progress;
 use crate::protocol::Workrail;
-use crate::store::fs::{LockError, StoreFs};
-use crate::store::{LoadedSession, SessionHealth, SessionRead, StoreError, layout};
+use crate::store::fs::StoreFs;
+use crate::store::{LoadedSession, SessionHealth, StoreError};
 
 /// Where the retention config lives, relative to the data directory.
 pub const RETENTION_CONFIG_PATH: &str = "config/retention.json";
@@ -167,8 +164,10 @@ pub enum RetentionDecision {
     Changed,
     /// The directory holds no committed truth (e.g. a first append that never committed).
     NoCommittedTruth,
-    /// Its manifest's modification time could not be read: retained.
+    /// Its last activity could not be read: retained.
     AgeUnknown,
+    /// Expired, and deleted by another process (another GC, or by hand) while this GC ran.
+    AlreadyDeleted,
     /// Not healthy: GC is in safe mode.
     Unhealthy,
 }
@@ -206,6 +205,11 @@ pub enum GcWarningCode {
     StrayEntry,
     /// Sessions changed while GC ran, so the CAS sweep was skipped (run gc again).
     SweepSkipped,
+    /// A deleted session's directory was moved out of reach but not wholly removed (the
+    /// session is gone; the next GC removes the rest).
+    DeletionUnfinished,
+    /// Writers kept an object directory busy, so part of its sweep waits for the next GC.
+    SweepDeferred,
 }
 
 /// A structured GC warning.
@@ -301,10 +305,71 @@ impl Roots {
     }
 }
 
-struct Candidate {
-    id: SessionId,
-    loaded: Arc<LoadedSession>,
-    verdict: usize,
+/// What deleting one expired session came to.
+enum Deleted {
+    /// Deleted; `unfinished` says why some of what was moved out of reach is still on disk.
+    Yes { unfinished: Option<String> },
+    /// Another process held its lock past the wait: retained this time.
+    Locked,
+    /// It changed since it was validated (its current view, when known and healthy).
+    Changed(Option<Arc<LoadedSession>>),
+    /// Another process deleted it first.
+    Gone,
+}
+
+/// One entry of the store's session listing.
+struct Listed {
+    /// The name as stored (a session id, or a stray entry to leave alone).
+    name: String,
+    /// When it last committed, when that can be read.
+    last_activity: Option<SystemTime>,
+}
+
+/// What a sweep of the CAS deleted (or would delete).
+#[derive(Default)]
+struct Swept {
+    snapshots: Vec<SnapshotRef>,
+    workflows: Vec<WorkflowHash>,
+    artifacts: Vec<Sha256Digest>,
+    young: usize,
+    warnings: Vec<GcWarning>,
+}
+
+/// The primitives a store gives GC; the rules are [`run`]'s, the same for every store.
+trait GcStore {
+    /// Every entry of the session listing, with its last activity.
+    fn sessions(&self, clock: &dyn RetentionClock) -> Result<Vec<Listed>, ErrorEnvelope>;
+    /// Loads and validates a session from all its stored bytes.
+    fn load(&self, id: &SessionId) -> Result<Arc<LoadedSession>, StoreError>;
+    /// Deletes an expired session, under its lock, only while it is still `judged`, in one
+    /// atomic step (decision D130).
+    fn delete(&self, judged: &LoadedSession) -> Result<Deleted, ErrorEnvelope>;
+    /// After sessions were deleted: drop derived data that summarizes them, best effort.
+    fn after_deletions(&self);
+    /// Whether anything appeared or grew since `seen` were listed and `retained` validated.
+    fn changed_since(
+        &self,
+        seen: &BTreeSet<SessionId>,
+        retained: &[Arc<LoadedSession>],
+    ) -> Result<bool, ErrorEnvelope>;
+    /// Deletes the objects no root reaches and older than [`CAS_GRACE`] (decision D133).
+    fn sweep(
+        &self,
+        roots: &Roots,
+        clock: &dyn RetentionClock,
+        dry_run: bool,
+        progress: &dyn Progress,
+    ) -> Result<Swept, ErrorEnvelope>;
+    /// Removes what crashed writers left (decision D63); `uncommitted` lists the sessions
+    /// without committed truth.
+    fn leftovers(
+        &self,
+        report: &mut GcReport,
+        seen: &BTreeSet<SessionId>,
+        uncommitted: &[SessionId],
+        clock: &dyn RetentionClock,
+        dry_run: bool,
+    ) -> Result<(), ErrorEnvelope>;
 }
 
 /// Runs GC (see the module docs).
@@ -315,19 +380,33 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<GcReport, ErrorEnvelope> {
     let parts = wr.parts();
-    let Some(files) = parts.store.file_stores() else {
-        return match parts.store.postgres_stores() {
-            Some(pg) => postgres::run(wr, pg.backend(), options, clock, progress),
-            None => Err(crate::protocol::invariant("gc: a store of neither kind")),
-        };
-    };
-    let fs: &dyn StoreFs = files.fs().as_ref();
-    let config = match RetentionConfig::load(fs)? {
+    let data: &dyn StoreFs = wr.data_fs().as_ref();
+    if let Some(files) = parts.store.file_stores() {
+        let store = files::FileGc::new(&parts, files);
+        return run_on(&store, data, options, clock, progress);
+    }
+    match parts.store.postgres_stores() {
+        Some(pg) => {
+            let store = postgres::PgGc::new(pg.backend());
+            run_on(&store, data, options, clock, progress)
+        }
+        None => Err(crate::protocol::invariant("gc: a store of neither kind")),
+    }
+}
+
+fn run_on(
+    store: &dyn GcStore,
+    data: &dyn StoreFs,
+    options: &GcOptions,
+    clock: &dyn RetentionClock,
+    progress: &dyn Progress,
+) -> Result<GcReport, ErrorEnvelope> {
+    let config = match RetentionConfig::load(data)? {
         Some(config) => config,
         None => {
             let config = RetentionConfig::default();
             if !options.dry_run {
-                config.save(fs)?;
+                config.save(data)?;
             }
             config
         }
@@ -353,21 +432,21 @@ pub fn run(
     };
 
     // 1) Load and validate every session before anything is decided.
-    let sessions_dir = Path::new(layout::SESSIONS_DIR);
-    let names = fs
-        .list_dir(sessions_dir)
-        .map_err(|e| io_envelope("listing sessions", e))?;
-    progress.begin("gc: validating sessions", names.len() as u64);
-    let mut healthy: Vec<(SessionId, Arc<LoadedSession>)> = Vec::new();
+    let listed = store.sessions(clock)?;
+    progress.begin("gc: validating sessions", listed.len() as u64);
+    let mut healthy: Vec<(SessionId, Arc<LoadedSession>, Option<SystemTime>)> = Vec::new();
     let mut seen: BTreeSet<SessionId> = BTreeSet::new();
     let mut uncommitted: Vec<SessionId> = Vec::new();
-    for name in &names {
+    for entry in listed {
         progress.advance(1);
-        let Ok(id) = SessionId::parse(name) else {
+        let Ok(id) = SessionId::parse(&entry.name) else {
             report.warnings.push(GcWarning::new(
                 GcWarningCode::StrayEntry,
                 None,
-                format!("sessions/{name} is not a session id; left alone"),
+                format!(
+                    "the session entry {:?} is not a session id; left alone",
+                    entry.name
+                ),
             ));
             continue;
         };
@@ -378,8 +457,10 @@ pub fn run(
             age_days: None,
             deleted: false,
         };
-        match parts.store.load(&id) {
-            Ok(loaded) if loaded.health.is_healthy() => healthy.push((id, loaded)),
+        match store.load(&id) {
+            Ok(loaded) if loaded.health.is_healthy() => {
+                healthy.push((id, loaded, entry.last_activity));
+            }
             Ok(loaded) => {
                 report.safe_mode = true;
                 report.warnings.push(unhealthy_warning(&id, &loaded.health));
@@ -409,11 +490,8 @@ pub fn run(
     // 2) Retention decisions.
     let mut retained: Vec<Arc<LoadedSession>> = Vec::new();
     let mut expired: Vec<Candidate> = Vec::new();
-    for (id, loaded) in healthy {
-        let age = match clock.modified(&layout::manifest_path(&id)) {
-            Ok(Some(modified)) => Some(now.duration_since(modified).unwrap_or_default()),
-            Ok(None) | Err(_) => None,
-        };
+    for (id, loaded, last_activity) in healthy {
+        let age = last_activity.map(|at| now.duration_since(at).unwrap_or_default());
         let decision = if keep.contains(&id) {
             RetentionDecision::KeepListed
         } else {
@@ -422,7 +500,9 @@ pub fn run(
                     report.warnings.push(GcWarning::new(
                         GcWarningCode::SessionAgeUnknown,
                         Some(id.clone()),
-                        format!("session {id}: its manifest's modification time cannot be read; retained"),
+                        format!(
+                            "session {id}: the time of its last activity cannot be read; retained"
+                        ),
                     ));
                     RetentionDecision::AgeUnknown
                 }
@@ -464,10 +544,23 @@ pub fn run(
             report.deleted_sessions.push(candidate.id);
             continue;
         }
-        match delete_session(&parts, fs, &candidate)? {
-            Deleted::Yes => {
+        match store.delete(&candidate.loaded)? {
+            Deleted::Yes { unfinished } => {
+                if let Some(why) = unfinished {
+                    report.warnings.push(GcWarning::new(
+                        GcWarningCode::DeletionUnfinished,
+                        Some(candidate.id.clone()),
+                        format!(
+                            "session {} is deleted, but part of its directory could not be removed yet ({why}); the next gc removes it",
+                            candidate.id
+                        ),
+                    ));
+                }
                 report.sessions[candidate.verdict].deleted = true;
                 report.deleted_sessions.push(candidate.id);
+            }
+            Deleted::Gone => {
+                report.sessions[candidate.verdict].decision = RetentionDecision::AlreadyDeleted;
             }
             Deleted::Locked => {
                 report.sessions[candidate.verdict].decision = RetentionDecision::Locked;
@@ -504,11 +597,7 @@ pub fn run(
         .sessions
         .sort_by(|a, b| a.session_id.cmp(&b.session_id));
     if !report.deleted_sessions.is_empty() && !options.dry_run {
-        // The persisted resume index (D64) summarizes the deleted sessions, notes included:
-        // it goes with them (derived; the next resume_session rebuilds it). Best effort.
-        if let Err(e) = fs.remove_file(Path::new(layout::RESUME_INDEX_FILE)) {
-            tracing::debug!("gc: the resume index was not removed: {e}");
-        }
+        store.after_deletions();
     }
 
     // 4) Mark from the retained sessions.
@@ -519,27 +608,13 @@ pub fn run(
 
     // 5) Nothing may have changed under the marks: no new session, no retained session grown.
     if !options.dry_run && !sweep_blocked {
-        let names_now = fs
-            .list_dir(sessions_dir)
-            .map_err(|e| io_envelope("listing sessions", e))?;
-        let new_session = names_now
-            .iter()
-            .filter_map(|n| SessionId::parse(n).ok())
-            .any(|id| !seen.contains(&id));
-        let mut grown = false;
-        for loaded in &retained {
-            let len = fs
-                .len(&layout::manifest_path(&loaded.session_id))
-                .map_err(|e| io_envelope("checking a manifest", e))?;
-            grown |= len != Some(loaded.manifest_file_bytes);
-        }
-        sweep_blocked = new_session || grown;
+        sweep_blocked = store.changed_since(&seen, &retained)?;
     }
     if sweep_blocked {
         report.warnings.push(GcWarning::new(
             GcWarningCode::SweepSkipped,
             None,
-            "sessions changed while gc ran, so no CAS object was deleted this time; run gc again"
+            "sessions changed while gc ran, so no stored object was deleted this time; run gc again"
                 .into(),
         ));
         progress.finish();
@@ -547,72 +622,26 @@ pub fn run(
     }
 
     // 6) Sweep.
-    let snapshots = files.snapshots.list().map_err(|e| e.to_envelope(false))?;
-    let workflows = files.pinned.list().map_err(|e| e.to_envelope(false))?;
-    let artifacts = list_artifacts(fs)?;
-    progress.begin(
-        "gc: sweeping",
-        (snapshots.len() + workflows.len() + artifacts.len()) as u64,
-    );
-    let mut sweeper = Sweeper {
-        fs,
-        clock,
-        now,
-        dry_run: options.dry_run,
-        young: 0,
-        progress,
-    };
-    report.deleted_snapshots = sweeper.sweep(
-        snapshots,
-        |r| roots.snapshots.contains(r),
-        layout::snapshot_path,
-        Path::new(layout::SNAPSHOTS_DIR),
-    )?;
-    report.deleted_pinned_workflows = sweeper.sweep(
-        workflows,
-        |h| roots.workflows.contains(h),
-        layout::pinned_workflow_path,
-        Path::new(layout::PINNED_WORKFLOWS_DIR),
-    )?;
-    report.deleted_artifacts = sweeper.sweep(
-        artifacts,
-        |d| roots.artifacts.contains(d),
-        layout::artifact_path,
-        Path::new(layout::ARTIFACTS_DIR),
-    )?;
-    report.young_objects_kept = sweeper.young;
+    let swept = store.sweep(&roots, clock, options.dry_run, progress)?;
+    report.deleted_snapshots = swept.snapshots;
+    report.deleted_pinned_workflows = swept.workflows;
+    report.deleted_artifacts = swept.artifacts;
+    report.young_objects_kept = swept.young;
+    report.warnings.extend(swept.warnings);
 
     // 7) What crashed writers left.
-    // Sessions without truth go whole, below.
-    let session_dirs: Vec<PathBuf> = seen
-        .iter()
-        .filter(|id| !uncommitted.contains(id))
-        .flat_map(|id| [layout::events_dir(id), layout::cache_dir(id)])
-        .collect();
-    let mut temp_dirs: Vec<&Path> = vec![
-        Path::new(layout::SNAPSHOTS_DIR),
-        Path::new(layout::PINNED_WORKFLOWS_DIR),
-        Path::new(layout::ARTIFACTS_DIR),
-        Path::new(layout::KEYS_DIR),
-        Path::new("config"),
-        Path::new(layout::DATA_CACHE_DIR),
-        Path::new(layout::SERVERS_DIR),
-    ];
-    temp_dirs.extend(session_dirs.iter().map(PathBuf::as_path));
-    for dir in temp_dirs {
-        report
-            .deleted_temp_files
-            .extend(sweeper.sweep_temp_files(dir)?);
-    }
-    for id in uncommitted {
-        if sweeper.delete_uncommitted_session(&id)? {
-            report.deleted_uncommitted_sessions.push(id);
-        }
-    }
+    store.leftovers(&mut report, &seen, &uncommitted, clock, options.dry_run)?;
+
     // 8) Records of servers that ended without removing them (killed), decision D86.
-    report.deleted_server_records = sweeper.sweep_server_records()?;
+    report.deleted_server_records = files::sweep_server_records(data, clock, now, options.dry_run)?;
     progress.finish();
     Ok(report)
+}
+
+struct Candidate {
+    id: SessionId,
+    loaded: Arc<LoadedSession>,
+    verdict: usize,
 }
 
 /// The safe-mode warning for a session that is not healthy.
@@ -642,250 +671,13 @@ fn unhealthy_warning(id: &SessionId, health: &SessionHealth) -> GcWarning {
     }
 }
 
-enum Deleted {
-    Yes,
-    Locked,
-    /// The session changed since it was validated (its current view, when healthy).
-    Changed(Option<Arc<LoadedSession>>),
-}
-
-/// Deletes an expired session under its lock, after checking it is still what was validated.
-/// The manifest goes first: an interrupted delete leaves a directory without truth.
-fn delete_session(
-    parts: &crate::protocol::Parts<'_>,
-    fs: &dyn StoreFs,
-    candidate: &Candidate,
-) -> Result<Deleted, ErrorEnvelope> {
-    let id = &candidate.id;
-    let lock = match fs.try_lock(&layout::lock_path(id)) {
-        Ok(lock) => lock,
-        Err(LockError::Busy) => return Ok(Deleted::Locked),
-        Err(LockError::Io(e)) => return Err(io_envelope("locking a session", e)),
-    };
-    let now_loaded = match parts.store.load(id) {
-        Ok(loaded) => Some(loaded),
-        Err(StoreError::NotFound { .. }) => None,
-        Err(e) => return Err(e.to_envelope(false)),
-    };
-    let unchanged = now_loaded.as_ref().is_some_and(|l| {
-        l.health.is_healthy()
-            && l.events.len() == candidate.loaded.events.len()
-            && l.manifest.len() == candidate.loaded.manifest.len()
-            && l.manifest_file_bytes == candidate.loaded.manifest_file_bytes
-    });
-    if !unchanged {
-        return Ok(Deleted::Changed(
-            now_loaded.filter(|l| l.health.is_healthy()),
-        ));
-    }
-    let dir = layout::session_dir(id);
-    fs.remove_file(&layout::manifest_path(id))
-        .and_then(|()| fs.sync_dir(&dir))
-        .and_then(|()| fs.remove_dir_all(&dir))
-        .and_then(|()| fs.sync_dir(Path::new(layout::SESSIONS_DIR)))
-        .map_err(|e| io_envelope(&format!("deleting session {id}"), e))?;
-    drop(lock);
-    Ok(Deleted::Yes)
-}
-
-fn list_artifacts(fs: &dyn StoreFs) -> Result<Vec<Sha256Digest>, ErrorEnvelope> {
-    let names = fs
-        .list_dir(Path::new(layout::ARTIFACTS_DIR))
-        .map_err(|e| io_envelope("listing artifacts", e))?;
-    Ok(names
-        .iter()
-        .filter_map(|n| n.strip_suffix(".json"))
-        .filter_map(|hex| Sha256Digest::parse(&format!("sha256:{hex}")).ok())
-        .collect())
-}
-
-struct Sweeper<'a> {
-    fs: &'a dyn StoreFs,
-    clock: &'a dyn RetentionClock,
-    now: SystemTime,
-    dry_run: bool,
-    young: usize,
-    progress: &'a dyn Progress,
-}
-
-impl Sweeper<'_> {
-    /// Whether `path` was last modified at least [`CAS_GRACE`] ago (a missing or unreadable
-    /// entry is never old).
-    fn is_old(&self, path: &Path) -> bool {
-        match self.clock.modified(path) {
-            Ok(Some(modified)) => self
-                .now
-                .duration_since(modified)
-                .is_ok_and(|age| age >= CAS_GRACE),
-            Ok(None) | Err(_) => false,
-        }
-    }
-
-    /// Deletes the temp files older than [`CAS_GRACE`] in `dir`: a writer renames its temp file
-    /// within moments, so an old one was left by a writer that died.
-    fn sweep_temp_files(&mut self, dir: &Path) -> Result<Vec<String>, ErrorEnvelope> {
-        let names = match self.fs.list_dir(dir) {
-            Ok(names) => names,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_envelope("listing a store directory", e)),
-        };
-        let mut deleted = Vec::new();
-        for name in names.iter().filter(|n| layout::is_temp_file_name(n)) {
-            let path = dir.join(name);
-            if !self.is_old(&path) {
-                continue;
-            }
-            if !self.dry_run {
-                match self.fs.remove_file(&path) {
-                    Ok(()) => {}
-                    // Another GC took it first.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(io_envelope("deleting a leftover temp file", e)),
-                }
-            }
-            deleted.push(path.to_string_lossy().into_owned());
-        }
-        if !self.dry_run && !deleted.is_empty() {
-            self.fs
-                .sync_dir(dir)
-                .map_err(|e| io_envelope("syncing a store directory", e))?;
-        }
-        Ok(deleted)
-    }
-
-    /// Deletes a session directory that holds no committed truth and has not changed for
-    /// [`CAS_GRACE`], under its session lock (a writer holds the lock from before its first
-    /// write until its commit, and the directory changes with each write).
-    fn delete_uncommitted_session(&mut self, id: &SessionId) -> Result<bool, ErrorEnvelope> {
-        let dir = layout::session_dir(id);
-        let events = layout::events_dir(id);
-        if !self.is_old(&dir) || !self.is_old(&events) {
-            return Ok(false);
-        }
-        // A dry run writes nothing, not even a lock file: it reports what it would try.
-        let lock = if self.dry_run {
-            None
-        } else {
-            match self.fs.try_lock(&layout::lock_path(id)) {
-                Ok(lock) => Some(lock),
-                Err(LockError::Busy) => return Ok(false),
-                Err(LockError::Io(e)) => return Err(io_envelope("locking a session", e)),
-            }
-        };
-        let manifest = self
-            .fs
-            .len(&layout::manifest_path(id))
-            .map_err(|e| io_envelope("checking a manifest", e))?;
-        if manifest.is_some_and(|len| len > 0) || !self.is_old(&events) {
-            return Ok(false);
-        }
-        if !self.dry_run {
-            self.fs
-                .remove_dir_all(&dir)
-                .and_then(|()| self.fs.sync_dir(Path::new(layout::SESSIONS_DIR)))
-                .map_err(|e| io_envelope(&format!("deleting uncommitted session {id}"), e))?;
-        }
-        drop(lock);
-        Ok(true)
-    }
-
-    /// Deletes the records and lock files of servers that are not running (their lock is free)
-    /// and whose files are older than [`CAS_GRACE`], each under the record's lock.
-    fn sweep_server_records(&mut self) -> Result<Vec<String>, ErrorEnvelope> {
-        let dir = Path::new(layout::SERVERS_DIR);
-        let names = self
-            .fs
-            .list_dir(dir)
-            .map_err(|e| io_envelope("listing server records", e))?;
-        let ids: BTreeSet<ServerId> = names
-            .iter()
-            .filter(|n| !layout::is_temp_file_name(n))
-            .filter_map(|n| n.strip_suffix(".json").or_else(|| n.strip_suffix(".lock")))
-            .filter_map(|stem| ServerId::parse(stem).ok())
-            .collect();
-        let mut deleted = Vec::new();
-        for id in ids {
-            let record = layout::server_record_path(&id);
-            let lock_file = layout::server_lock_path(&id);
-            let old = |p: &Path| self.fs.len(p).ok().flatten().is_none() || self.is_old(p);
-            if !old(&record) || !old(&lock_file) {
-                continue;
-            }
-            // A dry run takes no lock that would create a file: a shared one on an existing
-            // lock file only.
-            let lock = if self.dry_run {
-                match self.fs.try_lock_shared(&lock_file) {
-                    Err(LockError::Busy) => continue,
-                    Ok(guard) => guard,
-                    Err(LockError::Io(e)) => {
-                        return Err(io_envelope("checking a server record's lock", e));
-                    }
-                }
-            } else {
-                match self.fs.try_lock(&lock_file) {
-                    Ok(lock) => Some(lock),
-                    Err(LockError::Busy) => continue,
-                    Err(LockError::Io(e)) => {
-                        return Err(io_envelope("locking a server record", e));
-                    }
-                }
-            };
-            if !self.dry_run {
-                self.fs
-                    .remove_file(&record)
-                    .and_then(|()| self.fs.remove_file(&lock_file))
-                    .map_err(|e| io_envelope("deleting a dead server's record", e))?;
-            }
-            drop(lock);
-            deleted.push(record.to_string_lossy().into_owned());
-        }
-        if !self.dry_run && !deleted.is_empty() {
-            self.fs
-                .sync_dir(dir)
-                .map_err(|e| io_envelope("syncing servers/", e))?;
-        }
-        Ok(deleted)
-    }
-
-    /// Deletes the unmarked, not-young objects of one CAS directory; returns them.
-    fn sweep<K: Clone>(
-        &mut self,
-        objects: Vec<K>,
-        marked: impl Fn(&K) -> bool,
-        path_of: impl Fn(&K) -> PathBuf,
-        dir: &Path,
-    ) -> Result<Vec<K>, ErrorEnvelope> {
-        let mut deleted = Vec::new();
-        for object in objects {
-            self.progress.advance(1);
-            if marked(&object) {
-                continue;
-            }
-            let path = path_of(&object);
-            let young = match self.clock.modified(&path) {
-                Ok(Some(modified)) => self
-                    .now
-                    .duration_since(modified)
-                    .map_or(true, |age| age < CAS_GRACE),
-                // Gone already, or unreadable: leave it.
-                Ok(None) | Err(_) => true,
-            };
-            if young {
-                self.young += 1;
-                continue;
-            }
-            if !self.dry_run {
-                self.fs
-                    .remove_file(&path)
-                    .map_err(|e| io_envelope("deleting an unreachable object", e))?;
-            }
-            deleted.push(object);
-        }
-        if !self.dry_run && !deleted.is_empty() {
-            self.fs
-                .sync_dir(dir)
-                .map_err(|e| io_envelope("syncing a CAS directory", e))?;
-        }
-        Ok(deleted)
+/// Whether `path` was last modified at least [`CAS_GRACE`] before `now` (a missing or
+/// unreadable entry is never old).
+fn is_old(clock: &dyn RetentionClock, now: SystemTime, path: &Path) -> bool {
+    match clock.modified(path) {
+        Ok(Some(modified)) => now
+            .duration_since(modified)
+            .is_ok_and(|age| age >= CAS_GRACE),
+        Ok(None) | Err(_) => false,
     }
 }

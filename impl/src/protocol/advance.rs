@@ -27,7 +27,7 @@ use super::recap::recap;
 use super::respond::{ResponseFacts, build};
 use super::{NodeContext, Workrail, invariant};
 use crate::engine::{self, AdvanceOutcome, BranchFacts, Finding, OpenGap, Reports};
-use crate::store::{AppendPlan, StoreError};
+use crate::store::{AppendPlan, SessionIntent, StoreError};
 
 /// Which moment a response answers: what it repeats and what it adds depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,66 +454,68 @@ pub(super) fn advance(
         state: node_state,
     } = ctx;
     drop(pre_lock_view);
-    let result = wr.store.with_append_gate(&state.session_id, |gate| {
-        // Re-read under the lock: another process may have recorded this attempt meanwhile.
-        let fresh = NodeContext {
-            loaded: gate.shared(),
-            compiled: pinned_workflow,
-            workflow_hash: pinned_hash,
-            state: node_state,
-        };
-        if let Some(outcome) = try_replay(wr, &fresh, state, &ack.attempt_id, Some(input))? {
-            return Ok(outcome);
-        }
-        let plan = {
-            let facts = wr.memo.facts(&state.session_id, &fresh.loaded.events);
-            let ordinal = facts.advance_records(&state.node_id).len() as u64;
-            let current =
-                derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal);
-            if current != ack.attempt_id {
-                // Fail closed: a signed attempt that is neither recorded nor current.
-                return Err(GateError(invariant(
-                    "this ackToken's attempt should have a recorded outcome but none exists",
-                )));
+    let result = wr
+        .store
+        .with_append_gate(&state.session_id, SessionIntent::Continue, |gate| {
+            // Re-read under the lock: another process may have recorded this attempt meanwhile.
+            let fresh = NodeContext {
+                loaded: gate.shared(),
+                compiled: pinned_workflow,
+                workflow_hash: pinned_hash,
+                state: node_state,
+            };
+            if let Some(outcome) = try_replay(wr, &fresh, state, &ack.attempt_id, Some(input))? {
+                return Ok(outcome);
             }
-            plan_advance(wr, &fresh, &facts, state, &ack.attempt_id, input)?
-        };
-        // The new node's snapshot and the artifacts are stored while the segment is written
-        // (decision D65); all are durable before the manifest attests the plan.
-        let writer = wr.store.writer();
-        let (snapshot, artifacts) = (plan.snapshot, plan.artifacts);
-        let store_snapshot = move || {
-            if let Some((snapshot, bytes)) = snapshot {
-                writer.put_snapshot_canonical(&snapshot, &bytes)?;
-            }
-            artifacts
-                .iter()
-                .try_for_each(|a| writer.put_prepared_artifact(a))
-        };
-        let NodeContext {
-            compiled,
-            workflow_hash,
-            state: engine_state,
-            loaded,
-        } = fresh;
-        // Release the shared view so the commit updates the session in place.
-        drop(loaded);
-        gate.append_alongside(
-            AppendPlan {
-                events: plan.events,
-            },
-            store_snapshot,
-        )
-        .map_err(|e| e.to_envelope(true))?;
-        let committed = NodeContext {
-            loaded: gate.shared(),
-            compiled,
-            workflow_hash,
-            state: engine_state,
-        };
-        Ok(try_replay(wr, &committed, state, &ack.attempt_id, None)?
-            .ok_or_else(|| invariant("an advance was committed but its record is missing"))?)
-    });
+            let plan = {
+                let facts = wr.memo.facts(&state.session_id, &fresh.loaded.events);
+                let ordinal = facts.advance_records(&state.node_id).len() as u64;
+                let current =
+                    derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal);
+                if current != ack.attempt_id {
+                    // Fail closed: a signed attempt that is neither recorded nor current.
+                    return Err(GateError(invariant(
+                        "this ackToken's attempt should have a recorded outcome but none exists",
+                    )));
+                }
+                plan_advance(wr, &fresh, &facts, state, &ack.attempt_id, input)?
+            };
+            // The new node's snapshot and the artifacts are stored while the segment is written
+            // (decision D65); all are durable before the manifest attests the plan.
+            let writer = wr.store.writer();
+            let (snapshot, artifacts) = (plan.snapshot, plan.artifacts);
+            let store_snapshot = move || {
+                if let Some((snapshot, bytes)) = snapshot {
+                    writer.put_snapshot_canonical(&snapshot, &bytes)?;
+                }
+                artifacts
+                    .iter()
+                    .try_for_each(|a| writer.put_prepared_artifact(a))
+            };
+            let NodeContext {
+                compiled,
+                workflow_hash,
+                state: engine_state,
+                loaded,
+            } = fresh;
+            // Release the shared view so the commit updates the session in place.
+            drop(loaded);
+            gate.append_alongside(
+                AppendPlan {
+                    events: plan.events,
+                },
+                store_snapshot,
+            )
+            .map_err(|e| e.to_envelope(true))?;
+            let committed = NodeContext {
+                loaded: gate.shared(),
+                compiled,
+                workflow_hash,
+                state: engine_state,
+            };
+            Ok(try_replay(wr, &committed, state, &ack.attempt_id, None)?
+                .ok_or_else(|| invariant("an advance was committed but its record is missing"))?)
+        });
     result.map_err(|e: GateError| e.0)
 }
 

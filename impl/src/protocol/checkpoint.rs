@@ -13,7 +13,7 @@ use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput, Warning};
 use super::advance::{Moment, notes_warnings, output_events, respond_at};
 use super::derive::{self, AttemptKind};
 use super::{NodeContext, Workrail, invariant};
-use crate::store::{AppendPlan, StoreError};
+use crate::store::{AppendPlan, SessionIntent, StoreError};
 
 /// The response for an existing checkpoint node, from the log prefix ending with its edge.
 fn replay(
@@ -88,7 +88,7 @@ pub(super) fn checkpoint(
         state: node_state,
     } = ctx;
     drop(pre_lock_view);
-    let outcome = wr.store.with_append_gate(&state.session_id, |gate| {
+    let outcome = wr.store.with_append_gate(&state.session_id, SessionIntent::Continue, |gate| {
         let fresh = NodeContext {
             loaded: gate.shared(),
             compiled: pinned_workflow,

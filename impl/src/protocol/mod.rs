@@ -663,13 +663,14 @@ impl Workrail {
                         .last_activity()
                         .map_err(store_envelope(false))?
                         .into_iter()
-                        .map(|(id, ms)| {
-                            let ms = u64::try_from(ms).unwrap_or(0);
-                            (
+                        // An unreadable time is unknown, never 1970.
+                        .filter_map(|(id, ms)| {
+                            let ms = u64::try_from(ms?).ok()?;
+                            Some((
                                 id,
                                 std::time::SystemTime::UNIX_EPOCH
                                     + std::time::Duration::from_millis(ms),
-                            )
+                            ))
                         })
                         .collect(),
                 ),
@@ -1083,20 +1084,14 @@ impl Workrail {
             .list_dir(&crate::store::layout::session_dir(session))
             .unwrap_or_default();
         if dir_entries.is_empty() {
-            // The token names a node this data directory does not hold (locks §1.2's closed
-            // set of token errors), said with what most likely happened.
-            return ErrorEnvelope::new(
-                ErrorCode::TokenUnknownNode,
-                format!(
-                    "`{field}` is signed by this WorkRail but names session {session}, which is not in this data directory: it was deleted (e.g. by `workrail gc` after its retention period, or by hand), or the token comes from another data directory."
-                ),
-                "If you have an exported bundle of the session, import it with `workrail import` and continue with the tokens the import prints; if it lives in another data directory, use that one. Otherwise call resume_session to find another run, or start the workflow again with start_workflow.",
-                Retry::NotRetryable,
-            )
-            .with_details(serde_json::json!({
-                "sessionId": session,
-                "problem": "session_deleted",
-            }));
+            // Tokens are minted only after a commit, so the session was here and was deleted,
+            // or the token comes from another data directory: `SESSION_NOT_FOUND`, the same
+            // answer a call gets when the session is deleted while it waits (decision D130).
+            let mut envelope = crate::store::deleted_session(session);
+            envelope.message = format!(
+                "`{field}` is signed by this WorkRail but names session {session}, which is not in this data directory: it was deleted (by `workrail gc` once its retention period passed without activity, or by hand), or the token comes from another data directory. Nothing was written for this call."
+            );
+            return envelope;
         }
         let (problem, what) = match self.fs.len(&manifest) {
             Ok(Some(_)) => ("manifest_empty", "is empty"),

@@ -18,7 +18,7 @@ use super::derive::{self, start_scoped};
 use super::preferences::{change_event, requested, warning_event, warning_payload};
 use super::{NodeContext, Workrail, invariant};
 use crate::engine;
-use crate::store::AppendPlan;
+use crate::store::{AppendPlan, SessionIntent};
 
 fn entropy_error(e: crate::entropy::EntropyError) -> ErrorEnvelope {
     ErrorEnvelope::new(
@@ -198,7 +198,7 @@ pub(super) fn start_in(
 
     let mut output = wr
         .store
-        .with_append_gate(&session, |gate| {
+        .with_append_gate(&session, SessionIntent::Create, |gate| {
             gate.append(AppendPlan { events })?;
             Ok::<_, crate::store::StoreError>(gate.shared())
         })

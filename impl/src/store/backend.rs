@@ -22,7 +22,7 @@ use super::health::SessionHealth;
 use super::keyring::{Keyring, KeyringStore};
 use super::layout;
 use super::load::LoadedSession;
-use super::session::{AppendPlan, AppendedEvent, SessionRead, SessionStore};
+use super::session::{AppendPlan, AppendedEvent, SessionIntent, SessionRead, SessionStore};
 use crate::entropy::Entropy;
 
 /// A held session lock: while it lives, no append to that session commits (from any process
@@ -157,7 +157,7 @@ impl SessionBackend for FileBackend {
         plan: AppendPlan,
     ) -> Result<Vec<AppendedEvent>, StoreError> {
         self.sessions
-            .with_append_gate(session, |gate| gate.append(plan))
+            .with_append_gate(session, SessionIntent::Create, |gate| gate.append(plan))
     }
 
     fn load(&self, session: &SessionId) -> Result<Arc<LoadedSession>, StoreError> {

@@ -31,13 +31,42 @@ fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreE
     let existing = fs
         .read(path)
         .map_err(failed("read the stored object", path))?;
+    // An object already there is refreshed (or replaced when damaged) under its directory's
+    // shared lock: GC's sweep judges an object's age and deletes it under the exclusive one, so
+    // it never deletes an object between this check and its refresh (decision D133).
+    let _shared = match existing {
+        None => None,
+        Some(_) => {
+            let lock = layout::object_dir_lock_path(dir);
+            let held = super::session::with_backoff(super::DEFAULT_LOCK_WAIT, || {
+                fs.try_lock_shared_creating(&lock)
+            })
+            .map_err(failed("lock the object directory", &lock))?;
+            match held {
+                Some(held) => Some(held),
+                None => {
+                    return Err(failed("lock the object directory", &lock)(
+                        std::io::Error::new(
+                            std::io::ErrorKind::WouldBlock,
+                            "gc kept the object directory locked; retry the call",
+                        ),
+                    ));
+                }
+            }
+        }
+    };
     if existing.as_deref() == Some(bytes) {
-        // Fresh again for GC's grace period: a session is about to reference it.
-        fs.touch(path)
-            .map_err(failed("refresh the stored object", path))?;
-        return fs
-            .sync_dir(dir)
-            .map_err(failed("sync the object directory", dir));
+        // Fresh again for GC's grace period: a session is about to reference it. Gone since it
+        // was read (a sweep that judged it before this call's lock): stored anew below.
+        match fs.touch(path) {
+            Ok(()) => {
+                return fs
+                    .sync_dir(dir)
+                    .map_err(failed("sync the object directory", dir));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed("refresh the stored object", path)(e)),
+        }
     }
     fs.create_dir_durable(dir)
         .map_err(failed("create the object directory", dir))?;

@@ -12,6 +12,11 @@ pub enum StoreError {
     Locked { session: SessionId },
     #[error("session {session} does not exist")]
     NotFound { session: SessionId },
+    /// A call that continues a session found it gone once it held the session's lock: it was
+    /// deleted (by GC's retention, or by hand) while the call waited or since its token was
+    /// minted. Nothing was written, and no empty session took its place (decision D130).
+    #[error("session {session} was deleted")]
+    Deleted { session: SessionId },
     #[error("session {session} is not healthy: {health:?}")]
     Unhealthy {
         session: SessionId,
@@ -169,6 +174,23 @@ pub fn recovery(session: &SessionId, health: &SessionHealth) -> String {
     }
 }
 
+/// The answer to a call about a session that existed and is gone from this data directory
+/// (decision D130): `SESSION_NOT_FOUND`, saying what most likely happened and what to do.
+pub fn deleted_session(session: &SessionId) -> ErrorEnvelope {
+    ErrorEnvelope::new(
+        ErrorCode::SessionNotFound,
+        format!(
+            "Session {session} no longer exists in this WorkRail data directory: it was deleted (by `workrail gc` once its retention period passed without activity, or by hand). Nothing was written for this call."
+        ),
+        "If you have an exported bundle of the session, import it with `workrail import` and continue with the tokens the import prints. Otherwise call resume_session to find another run, or start the workflow again with start_workflow. Do not resend this call: the session will not come back by itself.",
+        Retry::NotRetryable,
+    )
+    .with_details(serde_json::json!({
+        "sessionId": session,
+        "problem": "session_deleted",
+    }))
+}
+
 /// `unexpected:storage_corruption_detected`, as error details name it.
 const STORAGE_CORRUPTION: &str = "unexpected:storage_corruption_detected";
 
@@ -187,6 +209,7 @@ impl StoreError {
                 "Check the session id (as shown in a WorkRail response) and the data directory in use; if the session was exported elsewhere, import its bundle first.",
                 Retry::NotRetryable,
             ),
+            Self::Deleted { session } => deleted_session(session),
             Self::Unhealthy { session, health } => {
                 let code = match health {
                     SessionHealth::UnknownVersion(_) => ErrorCode::SessionUnknownVersion,

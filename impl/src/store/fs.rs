@@ -92,10 +92,27 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     /// Writes a file readable and writable by the owner only (mode 0600 on Unix), durably.
     fn write_private(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (creating the file), without waiting.
+    ///
+    /// A lock is only held on the file `path` names when the call returns: one unlinked or
+    /// replaced (renamed away) while the lock was being taken locks nothing anyone else will
+    /// open, so it answers [`LockError::Busy`] and the caller's next try opens what the path
+    /// names now (decision D130: GC deletes a session by renaming its directory under its lock).
     fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError>;
+    /// [`StoreFs::try_lock`] on an existing lock file only: `Ok(None)` when `path` does not exist
+    /// (never creating it, nor anything else), as a writer of a session it expects to exist asks.
+    fn try_lock_existing(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError>;
     /// Takes a shared lock on an existing lock file, without waiting; `Ok(None)` when the file
     /// does not exist (no writer ever locked it, so there is nothing to wait for).
     fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError>;
+    /// A shared lock on `path`, creating the lock file when it does not exist yet (by taking and
+    /// releasing the exclusive lock once), without waiting.
+    fn try_lock_shared_creating(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError> {
+        if let Some(shared) = self.try_lock_shared(path)? {
+            return Ok(shared);
+        }
+        drop(self.try_lock(path)?);
+        self.try_lock_shared(path)?.ok_or(LockError::Busy)
+    }
 
     /// Creates `dir` and its missing parents and makes every entry on the way durable: the
     /// parent of each directory is fsynced unless this filesystem already knows that entry to
@@ -213,6 +230,36 @@ pub struct OsFs {
 }
 
 impl OsFs {
+    /// Takes the exclusive lock on `file`, opened from `path`, and keeps it only while `path`
+    /// still names that file (same device and inode): a file unlinked or renamed away between
+    /// the open and the lock locks nothing another process will open (decision D130).
+    fn lock_linked(&self, path: &Path, file: File) -> Result<Box<dyn LockGuard>, LockError> {
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(LockError::Busy),
+            Err(fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
+        }
+        if !self.still_linked(path, &file).map_err(LockError::Io)? {
+            return Err(LockError::Busy);
+        }
+        Ok(Box::new(OsLock { _file: file }))
+    }
+
+    #[cfg(unix)]
+    fn still_linked(&self, path: &Path, file: &File) -> io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let held = file.metadata()?;
+        Ok(match fs::metadata(self.abs(path)) {
+            Ok(named) => named.dev() == held.dev() && named.ino() == held.ino(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn still_linked(&self, path: &Path, _file: &File) -> io::Result<bool> {
+        Ok(self.abs(path).exists())
+    }
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
@@ -453,11 +500,16 @@ impl StoreFs for OsFs {
             .write(true)
             .open(self.abs(path))
             .map_err(LockError::Io)?;
-        match file.try_lock() {
-            Ok(()) => Ok(Box::new(OsLock { _file: file })),
-            Err(fs::TryLockError::WouldBlock) => Err(LockError::Busy),
-            Err(fs::TryLockError::Error(e)) => Err(LockError::Io(e)),
-        }
+        self.lock_linked(path, file)
+    }
+
+    fn try_lock_existing(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        let file = match OpenOptions::new().write(true).open(self.abs(path)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LockError::Io(e)),
+        };
+        self.lock_linked(path, file).map(Some)
     }
 
     fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {

@@ -14,6 +14,9 @@ use workrail_spec::ids::SessionId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CorruptionReason {
+    /// `manifest.jsonl` is missing while event segments remain: nothing can be attested
+    /// (decision D131; a new session's empty manifest is durable before its first segment).
+    ManifestMissing,
     /// A newline-terminated manifest line is not a valid record.
     ManifestUnparseable,
     /// `manifestIndex` is not the next index.
@@ -54,6 +57,7 @@ pub enum CorruptionReason {
 impl CorruptionReason {
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::ManifestMissing => "manifest_missing",
             Self::ManifestUnparseable => "manifest_unparseable",
             Self::ManifestIndexGap => "manifest_index_gap",
             Self::ManifestSessionMismatch => "manifest_session_mismatch",
@@ -138,6 +142,10 @@ pub fn how_to_clear(
     match (health, reason) {
         (_, Some("missing_snapshot_pins")) => format!(
             "run `workrail repair {session}` (it restores the snapshot pins a torn write dropped, when the snapshots are intact); if it refuses, export its validated prefix with `workrail export {session} -o {session}.json`, import that with `workrail import {session}.json --allow-salvage`, {delete}"
+        ),
+        (_, Some("manifest_missing")) => format!(
+            "its manifest.jsonl is missing while event segments remain, so none of its history can be attested: restore sessions/{session}/manifest.jsonl (or the data directory) from a backup, or import an exported bundle of the session; if the session's first call never answered (a server killed while starting it, with a WorkRail older than this one), nothing was committed: {}",
+            delete.trim_start_matches("then ")
         ),
         (SessionHealthKind::UnknownVersion, _) => format!(
             "a newer WorkRail wrote it: run gc with that version, or move sessions/{session} out of the data directory while this one runs gc"

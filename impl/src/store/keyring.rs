@@ -245,7 +245,8 @@ impl KeyringStore {
     fn sessions_exist(&self) -> bool {
         self.fs
             .list_dir(Path::new(layout::SESSIONS_DIR))
-            .is_ok_and(|names| !names.is_empty())
+            // A directory GC is deleting (a `.tmp-` name) is no session.
+            .is_ok_and(|names| names.iter().any(|n| !layout::is_temp_file_name(n)))
     }
 
     /// The note a re-created keyring left, if any.

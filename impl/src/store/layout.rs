@@ -5,9 +5,11 @@
 //! sessions/<sessionId>/manifest.jsonl                control stream
 //! sessions/<sessionId>/.lock                         single-writer lock file
 //! sessions/<sessionId>/cache/                        derived, rebuildable projections
+//! sessions/.tmp-*-deleted-<sessionId>/                 a session GC is deleting (D130)
 //! snapshots/<hex>.json                               CAS of execution snapshots
 //! workflows/pinned/<hex>.json                        compiled workflows by workflowHash
 //! artifacts/<hex>.json                               structured output artifacts (JCS)
+//! {snapshots,workflows/pinned,artifacts}/.lock         GC's sweep against refreshes (D133)
 //! keys/keyring.json                                  token signing keys (0600)
 //! cache/resume-index.v1.jsonl                        derived `resume_session` summaries, safe to delete
 //! servers/<serverId>.json                            a running server's record (decision D85)
@@ -116,6 +118,19 @@ pub fn temp_file_name(final_name: &str) -> String {
         "{TEMP_PREFIX}{}-{nonce:016x}-{sequence}-{final_name}",
         std::process::id()
     )
+}
+
+/// Where GC moves a session's directory to delete it (decision D130): a `.tmp-` name in
+/// `sessions/`, which no session id matches, so nothing reaches it by a session's path.
+pub fn deleting_session_dir(session: &SessionId) -> PathBuf {
+    PathBuf::from(SESSIONS_DIR).join(temp_file_name(&format!("deleted-{session}")))
+}
+
+/// The lock of an object directory (`snapshots/`, `workflows/pinned/`, `artifacts/`): GC's
+/// sweep holds it exclusive while it judges and deletes objects, a writer refreshing an object
+/// already there holds it shared (decision D133).
+pub fn object_dir_lock_path(dir: &std::path::Path) -> PathBuf {
+    dir.join(".lock")
 }
 
 pub fn snapshot_path(snapshot: &SnapshotRef) -> PathBuf {

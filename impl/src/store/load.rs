@@ -464,7 +464,7 @@ pub(crate) fn load_session(
     objects: Option<&ObjectCheck>,
 ) -> io::Result<Option<LoadedSession>> {
     let Some(manifest) = fs.read(&layout::manifest_path(session))? else {
-        return Ok(None);
+        return lost_manifest(fs, session, objects);
     };
     let mut validator = Validator {
         session_id: session.clone(),
@@ -494,4 +494,44 @@ pub(crate) fn load_session(
         return Ok(None);
     }
     Ok(Some(loaded))
+}
+
+/// A session directory without `manifest.jsonl`: no session when it holds no event segment (a
+/// directory made before a first commit, or nothing at all); `corrupt_head` / `manifest_missing`
+/// when segments remain, since a new session's empty manifest is durable before its first
+/// segment (decision D131): its history was committed and the record attesting it is lost.
+fn lost_manifest(
+    fs: &dyn StoreFs,
+    session: &SessionId,
+    objects: Option<&ObjectCheck>,
+) -> io::Result<Option<LoadedSession>> {
+    let segments = fs
+        .list_dir(&layout::events_dir(session))?
+        .into_iter()
+        .filter(|name| !layout::is_temp_file_name(name) && name.ends_with(".jsonl"))
+        .count();
+    if segments == 0 {
+        return Ok(None);
+    }
+    let validator = Validator {
+        session_id: session.clone(),
+        events: Vec::new(),
+        manifest: Vec::new(),
+        pinned: HashSet::new(),
+        dedupe: HashMap::new(),
+        awaiting_pins: Vec::new(),
+        boundary: (0, 0, 0),
+        objects,
+        workflows_checked: HashSet::new(),
+    };
+    let corruption = Corruption {
+        reason: CorruptionReason::ManifestMissing,
+        manifest_index: 0,
+        detail: format!(
+            "manifest.jsonl is missing while {segments} event segment(s) remain in events/"
+        ),
+    };
+    Ok(Some(
+        validator.into_loaded(SessionHealth::CorruptHead(corruption), 0),
+    ))
 }

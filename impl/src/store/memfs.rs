@@ -551,6 +551,37 @@ impl StoreFs for MemFs {
         let step = s.step()?;
         outcome(step)?;
         s.parent_exists(to)?;
+        if s.dirs.contains(from) {
+            self.known_durable.forget_below(from);
+            // A directory moves whole. The model makes the move durable at once (GC's deletion
+            // is the only directory rename, and an interrupted one is finished by the next GC).
+            let moved = |p: &Path| to.join(p.strip_prefix(from).unwrap_or(p));
+            let s = &mut *s;
+            for map in [&mut s.live, &mut s.durable] {
+                let inside: Vec<PathBuf> = map
+                    .keys()
+                    .filter(|p| p.starts_with(from))
+                    .cloned()
+                    .collect();
+                for p in inside {
+                    if let Some(ino) = map.remove(&p) {
+                        map.insert(moved(&p), ino);
+                    }
+                }
+            }
+            for set in [&mut s.dirs, &mut s.durable_dirs] {
+                let inside: Vec<PathBuf> = set
+                    .iter()
+                    .filter(|p| p.starts_with(from))
+                    .cloned()
+                    .collect();
+                for p in inside {
+                    set.remove(&p);
+                    set.insert(moved(&p));
+                }
+            }
+            return Ok(());
+        }
         let ino = s
             .live
             .remove(from)
@@ -659,6 +690,22 @@ impl StoreFs for MemFs {
             state: Arc::clone(&self.state),
             path: path.to_path_buf(),
         }))
+    }
+
+    fn try_lock_existing(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        let mut s = self.lock();
+        s.check_alive().map_err(LockError::Io)?;
+        if !s.live.contains_key(path) {
+            return Ok(None);
+        }
+        if s.locks.contains_key(path) {
+            return Err(LockError::Busy);
+        }
+        s.locks.insert(path.to_path_buf(), Held::Exclusive);
+        Ok(Some(Box::new(MemLock {
+            state: Arc::clone(&self.state),
+            path: path.to_path_buf(),
+        })))
     }
 
     fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {

@@ -26,7 +26,7 @@ pub use cas::{
     ArtifactStore, ObjectCheck, ObjectState, PinnedWorkflowStore, PreparedArtifact, SnapshotStore,
     Verified,
 };
-pub use error::{Committed, StoreError, errno_name};
+pub use error::{Committed, StoreError, deleted_session, errno_name};
 pub use health::{Corruption, CorruptionReason, SessionHealth, how_to_clear};
 pub use keyring::{
     HeldKeyring, KEY_BYTES, Keyring, KeyringRecreated, KeyringStore, RECREATED_FILE, Refresh,
@@ -36,7 +36,8 @@ pub use load::LoadedSession;
 pub use object_cache::{CACHE_MB_ENV, CacheBudget, DEFAULT_CACHE_MB, ObjectCache};
 pub use repair::RepairOutcome;
 pub use selected::{FileStores, Gate, ObjectWriter, PgStores, Store};
+pub(crate) use session::with_backoff;
 pub use session::{
-    AppendGate, AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits, SessionRead,
-    SessionStore, plan_snapshot_refs,
+    AppendGate, AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT, SegmentLimits, SessionIntent,
+    SessionRead, SessionStore, plan_snapshot_refs,
 };

@@ -1,6 +1,6 @@
 //! The store a [`crate::protocol::Workrail`] runs on: the file store in the data directory or
 //! PostgreSQL (decision D100). A closed set, so an enum: every method matches on it, and the
-//! append gate keeps its closure shape (`store.with_append_gate(&id, |gate| …)`), which a
+//! append gate keeps its closure shape (`store.with_append_gate(&id, intent, |gate| …)`), which a
 //! trait object could not offer. Derived per-machine files (the projection cache, server
 //! records, config) stay in the data directory whatever the store; the persisted resume index
 //! lives with the sessions it summarizes (a file in the data directory, a row in PostgreSQL:
@@ -25,7 +25,9 @@ use super::layout;
 use super::load::LoadedSession;
 use super::object_cache::{CacheBudget, ObjectCache, estimate};
 use super::postgres::{PgGate, PostgresBackend, RESUME_INDEX_ROW};
-use super::session::{AppendGate, AppendPlan, AppendedEvent, SessionRead, SessionStore};
+use super::session::{
+    AppendGate, AppendPlan, AppendedEvent, SessionIntent, SessionRead, SessionStore,
+};
 use crate::entropy::Entropy;
 
 /// Sessions, objects and the keyring, in one of the two stores.
@@ -253,7 +255,15 @@ impl Store {
     /// Runs `f` with the append witness for `session`: the session's lock (waiting a bounded
     /// moment), a healthy load (a new session is empty and healthy), then `f`; the lock is
     /// released when `f` returns.
-    pub fn with_append_gate<T, E, F>(&self, session: &SessionId, f: F) -> Result<T, E>
+    ///
+    /// `intent` says what an absent session means: new for [`SessionIntent::Create`], deleted
+    /// ([`StoreError::Deleted`], nothing created) for [`SessionIntent::Continue`] (D130).
+    pub fn with_append_gate<T, E, F>(
+        &self,
+        session: &SessionId,
+        intent: SessionIntent,
+        f: F,
+    ) -> Result<T, E>
     where
         E: From<StoreError>,
         F: for<'a, 'w> FnOnce(&mut Gate<'a, 'w>) -> Result<T, E>,
@@ -261,9 +271,9 @@ impl Store {
         match self {
             Store::Files(files) => files
                 .sessions
-                .with_append_gate(session, |gate| f(&mut Gate::Files(gate))),
+                .with_append_gate(session, intent, |gate| f(&mut Gate::Files(gate))),
             Store::Postgres(p) => {
-                let mut gate = p.backend.open_gate(session)?;
+                let mut gate = p.backend.open_gate(session, intent)?;
                 f(&mut Gate::Postgres(&mut gate))
             }
         }

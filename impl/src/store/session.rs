@@ -39,7 +39,7 @@ use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, seg
 
 use super::cas::ObjectCheck;
 use super::error::{Committed, StoreError};
-use super::fs::{LockError, StoreFs};
+use super::fs::{LockError, LockGuard, StoreFs};
 use super::health::SessionHealth;
 use super::layout;
 use super::load::{LoadedSession, introduced_snapshots, load_session};
@@ -100,6 +100,17 @@ pub trait SessionRead {
     fn list_sessions(&self) -> Result<Vec<SessionId>, StoreError>;
 }
 
+/// What a writer expects of the session it opens a gate on (decision D130).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionIntent {
+    /// The call creates the session (`start_workflow`, an import): an absent session is new
+    /// and empty.
+    Create,
+    /// The call continues a session a token names: an absent session was deleted, and the gate
+    /// answers [`StoreError::Deleted`] without creating anything in its place.
+    Continue,
+}
+
 /// How long a call waits for another process's hold on a session lock before it answers
 /// `SESSION_LOCKED` (a commit takes milliseconds; a waiting call is cheaper than a retry).
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
@@ -135,7 +146,7 @@ fn io_error(session: &SessionId, op: &'static str, e: io::Error) -> StoreError {
 }
 
 /// Polls `try_take` until it succeeds or `wait` has passed (the OS offers no timed flock).
-fn with_backoff<T>(
+pub(crate) fn with_backoff<T>(
     wait: Duration,
     mut try_take: impl FnMut() -> Result<T, LockError>,
 ) -> Result<Option<T>, io::Error> {
@@ -295,35 +306,38 @@ impl SessionStore {
     }
 
     /// Runs `f` with the append witness for `session`: takes the OS lock (waiting a bounded
-    /// moment for another writer), loads and requires a healthy session (a new session is empty
-    /// and healthy), and lends the gate to `f`. The lock is released when `f` returns.
-    pub fn with_append_gate<T, E, F>(&self, session: &SessionId, f: F) -> Result<T, E>
+    /// moment for another writer), loads and requires a healthy session, and lends the gate to
+    /// `f`. The lock is released when `f` returns.
+    ///
+    /// `intent` says what an absent session means (decision D130): for [`SessionIntent::Create`]
+    /// it is new and empty; for [`SessionIntent::Continue`] it was deleted, and the gate answers
+    /// [`StoreError::Deleted`] having created nothing, not even a directory or a lock file.
+    pub fn with_append_gate<T, E, F>(
+        &self,
+        session: &SessionId,
+        intent: SessionIntent,
+        f: F,
+    ) -> Result<T, E>
     where
         E: From<StoreError>,
         F: for<'w> FnOnce(&mut AppendGate<'w>) -> Result<T, E>,
     {
         let dir = layout::session_dir(session);
-        let events = layout::events_dir(session);
-        self.fs.create_dir_durable(&events).map_err(|e| {
-            StoreError::write(
-                Some(session),
-                "create the session directory",
-                &events,
-                &e,
-                Committed::Nothing,
-            )
-        })?;
-        let lock = with_backoff(self.lock_wait, || {
-            self.fs.try_lock(&layout::lock_path(session))
-        })
-        .map_err(|e| io_error(session, "lock session", e))?
-        .ok_or_else(|| StoreError::Locked {
-            session: session.clone(),
-        })?;
+        let lock = match intent {
+            SessionIntent::Create => self.lock_to_create(session)?,
+            SessionIntent::Continue => self.lock_to_continue(session)?,
+        };
         // Under the exclusive lock nothing is in flight: this load is authoritative.
-        let loaded = match self.load_from_disk_or_cache(session)? {
-            Some(loaded) => loaded,
-            None => Arc::new(LoadedSession::empty(session.clone())),
+        let loaded = match (self.load_from_disk_or_cache(session)?, intent) {
+            (Some(loaded), _) => loaded,
+            (None, SessionIntent::Create) => Arc::new(LoadedSession::empty(session.clone())),
+            (None, SessionIntent::Continue) => {
+                self.forget(session);
+                return Err(StoreError::Deleted {
+                    session: session.clone(),
+                }
+                .into());
+            }
         };
         // The gate owns the session view while it is open (readers reload from disk), so
         // commits update it in place instead of copying it.
@@ -345,6 +359,75 @@ impl SessionStore {
         // before anything new is appended, so it can never end up in the middle of the file.
         gate.discard_torn_manifest_tail(&dir)?;
         f(&mut gate)
+    }
+
+    /// The lock of a session this call creates: the directory is made first (the lock file
+    /// lives in it), and made again when GC removed it meanwhile (a directory left without
+    /// committed truth).
+    fn lock_to_create(&self, session: &SessionId) -> Result<Box<dyn LockGuard>, StoreError> {
+        let events = layout::events_dir(session);
+        let create = || {
+            self.fs.create_dir_durable(&events).map_err(|e| {
+                StoreError::write(
+                    Some(session),
+                    "create the session directory",
+                    &events,
+                    &e,
+                    Committed::Nothing,
+                )
+            })
+        };
+        create()?;
+        let mut created = Ok(());
+        let lock = with_backoff(self.lock_wait, || {
+            match self.fs.try_lock(&layout::lock_path(session)) {
+                Err(LockError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                    created = create();
+                    match &created {
+                        Ok(()) => Err(LockError::Busy),
+                        Err(_) => Err(LockError::Io(e)),
+                    }
+                }
+                other => other,
+            }
+        });
+        created?;
+        lock.map_err(|e| io_error(session, "lock session", e))?
+            .ok_or_else(|| StoreError::Locked {
+                session: session.clone(),
+            })
+    }
+
+    /// The lock of a session this call continues: never created. No lock file means no session
+    /// (GC renames a deleted session's directory away under its lock), unless the session's
+    /// manifest is there without one (a directory copied by hand): then the lock file is made.
+    fn lock_to_continue(&self, session: &SessionId) -> Result<Box<dyn LockGuard>, StoreError> {
+        let lock_path = layout::lock_path(session);
+        let lock = with_backoff(self.lock_wait, || {
+            match self.fs.try_lock_existing(&lock_path) {
+                Ok(Some(lock)) => Ok(Some(lock)),
+                Ok(None) => match self.fs.len(&layout::manifest_path(session)) {
+                    Ok(Some(_)) => self.fs.try_lock(&lock_path).map(Some),
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(LockError::Io(e)),
+                },
+                Err(LockError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(|e| io_error(session, "lock session", e))?;
+        match lock {
+            Some(Some(lock)) => Ok(lock),
+            Some(None) => {
+                self.forget(session);
+                Err(StoreError::Deleted {
+                    session: session.clone(),
+                })
+            }
+            None => Err(StoreError::Locked {
+                session: session.clone(),
+            }),
+        }
     }
 
     /// Runs `f` holding the session's exclusive lock (waiting a bounded moment for it), for
@@ -427,9 +510,9 @@ impl SessionRead for SessionStore {
 /// Used inside the closure that lends it, a witness works:
 ///
 /// ```no_run
-/// use workrail::store::{AppendGate, SessionStore};
+/// use workrail::store::{AppendGate, SessionIntent, SessionStore};
 /// fn use_inside(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
-///     let _ = store.with_append_gate(id, |gate: &mut AppendGate<'_>| {
+///     let _ = store.with_append_gate(id, SessionIntent::Create, |gate: &mut AppendGate<'_>| {
 ///         let _committed = gate.session().events.len();
 ///         Ok::<_, workrail::store::StoreError>(())
 ///     });
@@ -442,10 +525,10 @@ impl SessionRead for SessionStore {
 ///
 /// lock: L-TOKEN-WITNESS-LIFETIME
 /// ```compile_fail
-/// use workrail::store::{AppendGate, SessionStore};
+/// use workrail::store::{AppendGate, SessionIntent, SessionStore};
 /// fn stash(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
 ///     let mut kept = None;
-///     let _ = store.with_append_gate(id, |gate: &mut AppendGate<'_>| {
+///     let _ = store.with_append_gate(id, SessionIntent::Create, |gate: &mut AppendGate<'_>| {
 ///         kept = Some(gate); // the witness cannot escape the gate's closure
 ///         Ok::<_, workrail::store::StoreError>(())
 ///     });
@@ -589,6 +672,26 @@ impl AppendGate<'_> {
         let final_path = layout::segment_path(&session_id, first, last);
         let manifest = layout::manifest_path(&session_id);
 
+        // 0) A new session's manifest exists, empty and durable, before its first segment
+        //    (decision D131): event segments with no manifest beside them can then only mean a
+        //    lost manifest, never a first commit cut short, and are never taken for "no session".
+        let is_new_manifest = self.session.manifest.is_empty();
+        if is_new_manifest {
+            let dir = layout::session_dir(&session_id);
+            let created = self
+                .fs()
+                .append_synced(&manifest, b"")
+                .map_err(|e| ("create the manifest", manifest.clone(), e))
+                .and_then(|()| {
+                    self.fs()
+                        .sync_dir(&dir)
+                        .map_err(|e| ("sync the session directory", dir, e))
+                });
+            if let Err((op, path, e)) = created {
+                return Err(self.failed(op, &path, &e, Committed::Nothing));
+            }
+        }
+
         // 1) Segment: temp -> fsync -> rename -> fsync(dir). Until the manifest attests it, a
         //    segment is an orphan: nothing is committed if anything here fails. `alongside`
         //    (the plan's snapshot) is durable before step 2 too.
@@ -676,23 +779,12 @@ impl AppendGate<'_> {
         } else {
             format!("{close_line}{pins}")
         };
-        let is_new_manifest = self.session.manifest.is_empty();
         let committed_len = self.session.manifest_committed_bytes;
+        // A new manifest's directory entry was made durable in step 0.
         let attested = self
             .fs()
             .append_synced(&manifest, transaction.as_bytes())
-            .map_err(|e| ("append to the manifest and sync it", manifest.clone(), e))
-            .and_then(|()| {
-                // A new manifest's directory entry must be durable too.
-                if is_new_manifest {
-                    let dir = layout::session_dir(&session_id);
-                    self.fs()
-                        .sync_dir(&dir)
-                        .map_err(|e| ("sync the session directory", dir, e))
-                } else {
-                    Ok(())
-                }
-            });
+            .map_err(|e| ("append to the manifest and sync it", manifest.clone(), e));
         if let Err((op, path, e)) = attested {
             let committed = self.undo_manifest_append(&manifest, committed_len, is_new_manifest);
             return Err(self.failed(op, &path, &e, committed));

@@ -393,6 +393,13 @@ impl StoreFs for RecordingFs {
     ) -> Result<Box<dyn workrail::store::fs::LockGuard>, workrail::store::fs::LockError> {
         self.inner.try_lock(path)
     }
+    fn try_lock_existing(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
+    {
+        self.inner.try_lock_existing(path)
+    }
 }
 
 /// Checks the locked deletion order: every session removal precedes every CAS removal.

@@ -164,7 +164,9 @@ impl Fixture {
 
     pub fn append(&self, plan: AppendPlan) -> Result<(), StoreError> {
         self.store
-            .with_append_gate(&session(), |gate| gate.append(plan).map(drop))
+            .with_append_gate(&session(), workrail::store::SessionIntent::Create, |gate| {
+                gate.append(plan).map(drop)
+            })
     }
 
     /// Committed event kinds, in order.

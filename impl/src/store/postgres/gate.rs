@@ -14,7 +14,7 @@ use super::read::Image;
 use super::worker::Request;
 use crate::store::error::StoreError;
 use crate::store::load::{LoadedSession, introduced_snapshots};
-use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits};
+use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits, SessionIntent};
 
 /// The canonical text of a stored record or event, as its row holds it.
 fn canonical<T: serde::Serialize>(value: &T) -> Option<String> {
@@ -223,7 +223,11 @@ impl PostgresBackend {
 
     /// Opens the append gate of `session`: its lock (waiting the bounded moment, then
     /// [`StoreError::Locked`]) and its validated rows; anything but healthy is an error.
-    pub fn open_gate(&self, session: &SessionId) -> Result<PgGate<'_>, StoreError> {
+    pub fn open_gate(
+        &self,
+        session: &SessionId,
+        intent: SessionIntent,
+    ) -> Result<PgGate<'_>, StoreError> {
         let wait = self.lock_wait;
         let id = session.clone();
         let cached = self.cached(session);
@@ -250,16 +254,28 @@ impl PostgresBackend {
             (GateRead::Unchanged, None) => None,
             (GateRead::Image(image), _) => image,
         };
-        if let Some(image) = image
-            && let Some(loaded) = validate(session, &image)?
-        {
-            if !loaded.health.is_healthy() {
-                return Err(StoreError::Unhealthy {
+        let loaded = match image {
+            Some(image) => validate(session, &image)?,
+            None => None,
+        };
+        match (loaded, intent) {
+            (Some(loaded), _) => {
+                if !loaded.health.is_healthy() {
+                    return Err(StoreError::Unhealthy {
+                        session: session.clone(),
+                        health: loaded.health,
+                    });
+                }
+                gate.session = Arc::new(loaded);
+            }
+            (None, SessionIntent::Create) => {}
+            // Deleted (GC's transaction, D112) while this call waited for the lock, or since
+            // its token was minted: nothing is written in its place (decision D130).
+            (None, SessionIntent::Continue) => {
+                return Err(StoreError::Deleted {
                     session: session.clone(),
-                    health: loaded.health,
                 });
             }
-            gate.session = Arc::new(loaded);
         }
         Ok(gate)
     }

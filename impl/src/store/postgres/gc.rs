@@ -22,6 +22,8 @@ pub enum Deleted {
     Locked,
     /// Its manifest rows are not what GC validated: nothing was deleted.
     Changed,
+    /// Its rows were already gone (another GC, or by hand).
+    Gone,
 }
 
 /// What [`PostgresBackend::sweep`] deleted (or, in a dry run, would delete): digests per table.
@@ -36,8 +38,9 @@ pub struct Swept {
 
 impl PostgresBackend {
     /// Each session's last activity (the time of its last committed append), in milliseconds
-    /// since the Unix epoch, by session id (D112).
-    pub fn last_activity(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    /// since the Unix epoch, by session id (D112); `None` where it cannot be read (NULL, or not
+    /// a finite time): GC then retains the session as of unknown age.
+    pub fn last_activity(&self) -> Result<Vec<(String, Option<i64>)>, StoreError> {
         self.call(|reply| Request::Activity { reply })
     }
 
@@ -80,11 +83,13 @@ impl PostgresBackend {
 }
 
 impl Worker {
-    pub(super) async fn activity(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+    pub(super) async fn activity(&mut self) -> Result<Vec<(String, Option<i64>)>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT session_id, (extract(epoch FROM last_activity) * 1000)::bigint
+                "SELECT session_id,
+                        CASE WHEN isfinite(last_activity)
+                             THEN (extract(epoch FROM last_activity) * 1000)::bigint END
                  FROM sessions ORDER BY session_id",
                 &[],
             )
@@ -107,6 +112,17 @@ impl Worker {
             return Ok(Deleted::Locked);
         }
         // Under the lock nothing else commits to this session: the check is authoritative.
+        let exists = tx
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE session_id = $1",
+                &[&session.as_str()],
+            )
+            .await
+            .map_err(sql_error(op))?
+            .is_some();
+        if !exists {
+            return Ok(Deleted::Gone);
+        }
         if freshness(&tx, session).await? != expect {
             return Ok(Deleted::Changed);
         }

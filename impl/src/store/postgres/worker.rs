@@ -106,7 +106,7 @@ pub(super) enum Request {
     },
     /// Each session's last activity, in milliseconds since the Unix epoch (GC, D112).
     Activity {
-        reply: Reply<Vec<(String, i64)>>,
+        reply: Reply<Vec<(String, Option<i64>)>>,
     },
     /// Deletes a session's rows in one transaction under its advisory lock, when its manifest
     /// still has `expect` (records, bytes) (GC, D112).
