@@ -675,6 +675,7 @@ impl AppendGate<'_> {
         // 0) A new session's manifest exists, empty and durable, before its first segment
         //    (decision D131): event segments with no manifest beside them can then only mean a
         //    lost manifest, never a first commit cut short, and are never taken for "no session".
+        //    Its first records replace it whole in step 2, so a first write is never torn.
         let is_new_manifest = self.session.manifest.is_empty();
         if is_new_manifest {
             let dir = layout::session_dir(&session_id);
@@ -780,11 +781,13 @@ impl AppendGate<'_> {
             format!("{close_line}{pins}")
         };
         let committed_len = self.session.manifest_committed_bytes;
-        // A new manifest's directory entry was made durable in step 0.
-        let attested = self
-            .fs()
-            .append_synced(&manifest, transaction.as_bytes())
-            .map_err(|e| ("append to the manifest and sync it", manifest.clone(), e));
+        let attested = if is_new_manifest {
+            self.attest_first(&manifest, transaction.as_bytes())
+        } else {
+            self.fs()
+                .append_synced(&manifest, transaction.as_bytes())
+                .map_err(|e| ("append to the manifest and sync it", manifest.clone(), e))
+        };
         if let Err((op, path, e)) = attested {
             let committed = self.undo_manifest_append(&manifest, committed_len, is_new_manifest);
             return Err(self.failed(op, &path, &e, committed));
@@ -803,6 +806,37 @@ impl AppendGate<'_> {
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok(beside)
+    }
+
+    /// A new session's first records replace its empty manifest whole (temp file, fsync,
+    /// rename, fsync the session directory), so no crash leaves a torn first write: the
+    /// manifest is empty (no session, the start was never answered) or complete (D131).
+    fn attest_first(
+        &self,
+        manifest: &Path,
+        transaction: &[u8],
+    ) -> Result<(), (&'static str, std::path::PathBuf, io::Error)> {
+        let dir = manifest.parent().unwrap_or(Path::new(""));
+        let temp = dir.join(layout::temp_file_name(layout::MANIFEST_FILE));
+        let written = self
+            .fs()
+            .write_new_synced(&temp, transaction)
+            .map_err(|e| ("write the first manifest records", temp.clone(), e))
+            .and_then(|()| {
+                self.fs()
+                    .rename(&temp, manifest)
+                    .map_err(|e| ("rename the manifest into place", manifest.to_path_buf(), e))
+            });
+        if written.is_err()
+            && let Err(e) = self.fs().remove_file(&temp)
+        {
+            // Never read (a temp name); GC removes it once old.
+            tracing::debug!("a temp manifest was not removed: {e}");
+        }
+        written?;
+        self.fs()
+            .sync_dir(dir)
+            .map_err(|e| ("sync the session directory", dir.to_path_buf(), e))
     }
 
     /// Undoes a manifest append whose write or fsync failed: cuts the manifest back to its
