@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::error::StoreError;
 use super::fs::{FileStamp, LockError, StoreFs};
 use super::layout;
+use super::owner::Part;
 use crate::entropy::Entropy;
 
 /// Length of a signing key in bytes.
@@ -181,10 +182,30 @@ impl KeyringStore {
         }
     }
 
+    /// The keyring's bytes, once `keys/` and the file (those that exist) are this user's and
+    /// closed to everyone else (decision D136): a key another user could have read or chosen
+    /// is never used.
     fn read_bytes(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.refuse_unless_private()?;
         self.fs
             .read(Path::new(layout::KEYRING_FILE))
             .map_err(Self::io("read keyring"))
+    }
+
+    fn refuse_unless_private(&self) -> Result<(), StoreError> {
+        for (path, part) in [
+            (layout::KEYS_DIR, Part::KeysDir),
+            (layout::KEYRING_FILE, Part::Keyring),
+        ] {
+            if let Some(refusal) = self
+                .fs
+                .refuse_unless_private(Path::new(path), part)
+                .map_err(Self::io("check the keyring's owner and mode"))?
+            {
+                return Err(StoreError::Refused(Box::new(refusal)));
+            }
+        }
+        Ok(())
     }
 
     fn read(&self) -> Result<Option<Keyring>, StoreError> {
