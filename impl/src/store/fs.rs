@@ -244,6 +244,21 @@ fn not_found_as_none<T>(result: io::Result<T>) -> io::Result<Option<T>> {
     }
 }
 
+/// Removes the temp file of a write that failed with `why`, best effort: the write's error is
+/// what the caller reports; a temp file left behind is garbage GC sweeps (D63), never read.
+fn remove_temp_after_failure(tmp: &Path, why: &io::Error) {
+    match fs::remove_file(tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::debug!(
+            temp = %tmp.display(),
+            write_error = %why,
+            error = %e,
+            "could not remove the temp file of a failed write; GC sweeps it"
+        ),
+    }
+}
+
 /// Open options for a private (0600) file; the umask can only remove bits, so the mode holds.
 fn private_file() -> OpenOptions {
     let mut options = OpenOptions::new();
@@ -435,8 +450,8 @@ impl StoreFs for OsFs {
             .write_all(bytes)
             .and_then(|()| file.sync_all())
             .and_then(|()| fs::rename(&tmp, &abs));
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
+        if let Err(e) = &written {
+            remove_temp_after_failure(&tmp, e);
         }
         written?;
         if let Some(parent) = abs.parent() {

@@ -269,10 +269,19 @@ impl KeyringStore {
             .is_ok_and(|names| !names.is_empty())
     }
 
-    /// The note a re-created keyring left, if any.
+    /// The note a re-created keyring left, if any. It only explains a refused token, so a
+    /// note that cannot be read or parsed is left out of the explanation (and logged).
     pub fn recreated(&self) -> Option<KeyringRecreated> {
-        let bytes = self.fs.read(Path::new(RECREATED_FILE)).ok()??;
-        serde_json::from_slice(&bytes).ok()
+        let bytes = match self.fs.read(Path::new(RECREATED_FILE)) {
+            Ok(bytes) => bytes?,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read {RECREATED_FILE}");
+                return None;
+            }
+        };
+        serde_json::from_slice(&bytes)
+            .inspect_err(|e| tracing::debug!(error = %e, "{RECREATED_FILE} does not parse"))
+            .ok()
     }
 
     /// Compares the keyring file with `held`: another process's rotation is picked up, and a
