@@ -928,6 +928,71 @@ fn every_malformed_line_gets_a_json_rpc_error_and_the_server_goes_on() {
     assert!(server.close().success());
 }
 
+/// Two `tools/call start_workflow` with one id, sent back to back (one write) before the first
+/// is answered: the first runs, the second gets a JSON-RPC Invalid Request error naming the id
+/// and starts nothing, so each request gets exactly one answer (D137). Before, both ran (two
+/// sessions) and the pair got one answer or two, by timing. The id is free again once answered.
+///
+/// lock: L-ERR-SELF-CORRECTING
+#[test]
+fn a_request_reusing_an_id_in_flight_gets_an_error_and_starts_nothing() {
+    let dir = data_dir();
+    let mut server = Server::start(dir.path());
+    let start = json!({"jsonrpc": "2.0", "id": "dup-1", "method": "tools/call", "params": {
+        "name": "start_workflow", "arguments": {"workflowId": "wr.coding_task"}}});
+    let line = serde_json::to_string(&start).unwrap();
+    server.send_raw(format!("{line}\n{line}").as_bytes());
+    // Every answer until a later ping's, which comes after the call in progress (D67), then a
+    // little longer for any straggler.
+    server.send(&json!({"jsonrpc": "2.0", "id": "barrier", "method": "ping"}));
+    let mut answers = Vec::new();
+    let mut barrier_at = None;
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let until = barrier_at.map_or(deadline, |at: Instant| at + Duration::from_millis(500));
+        let left = until.saturating_duration_since(Instant::now());
+        match server.lines.recv_timeout(left) {
+            Ok(line) => {
+                let value: Value = serde_json::from_str(&line).unwrap();
+                if value["id"] == "barrier" {
+                    barrier_at = Some(Instant::now());
+                } else {
+                    answers.push(value);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) if barrier_at.is_some() => break,
+            Err(e) => panic!("answers so far {answers:?}: {e}"),
+        }
+    }
+    assert_eq!(answers.len(), 2, "one answer per request: {answers:#?}");
+    assert!(answers.iter().all(|a| a["id"] == "dup-1"), "{answers:#?}");
+    let (errors, results): (Vec<&Value>, Vec<&Value>) =
+        answers.iter().partition(|a| a.get("error").is_some());
+    assert_eq!((errors.len(), results.len()), (1, 1), "{answers:#?}");
+    assert_eq!(results[0]["result"]["isError"], false, "{answers:#?}");
+    let error = &errors[0]["error"];
+    assert_eq!(error["code"], -32600, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"id "dup-1" is still in flight"#)
+            && message.contains("unique id")
+            && message.contains("not run"),
+        "{message}"
+    );
+    let sessions = || {
+        std::fs::read_dir(dir.path().join("sessions"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(sessions(), 1, "the refused request started nothing");
+    // Answered, the id may be used again.
+    server.send(&start);
+    let again = server.response_to(&json!("dup-1"));
+    assert_eq!(again["result"]["isError"], false, "{again}");
+    assert_eq!(sessions(), 2);
+    assert!(server.close().success());
+}
+
 /// What an agent naturally gets wrong in `output.artifacts` is refused before anything is
 /// written, saying what and how to fix it: an artifact without `kind`, hundreds of artifacts,
 /// a huge artifact (never `INTERNAL_ERROR`). The same tokens then work.

@@ -1159,6 +1159,95 @@ fn postgres_uses_a_newer_schema_whose_new_migrations_admit_this_build() {
     );
 }
 
+/// What `f` logs at `warn` or above, on this thread.
+fn warnings_of(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+}
+
+/// A gate and a maintenance lock whose connection died while they held the session's lock:
+/// releasing fails, the failure is said (a warning naming the session, where it was dropped
+/// without a word), and the connection is closed, never handed to the next gate; the lock is
+/// free at once, for this process and for another.
+#[test]
+fn postgres_closes_a_connection_whose_lock_release_failed_and_says_so() {
+    let Some(fx) = PgFixture::new("release_failed") else {
+        return;
+    };
+    let b = &fx.backend;
+    let s = session_id(0x51);
+    b.append(&s, start_plan(b, &s)).unwrap();
+    let app = |role: &str| literal(&format!("workrail-{role}:{}", fx.schema));
+    let kill = |role: &str| {
+        fx.sql.strings(&format!(
+            "SELECT pg_terminate_backend(pid)::text FROM pg_stat_activity WHERE application_name = {}",
+            app(role)
+        ))
+    };
+    let connections = |role: &str| {
+        fx.sql.strings(&format!(
+            "SELECT count(*)::text FROM pg_stat_activity WHERE application_name = {}",
+            app(role)
+        ))
+    };
+    let gate = b
+        .open_gate(&s, workrail::store::SessionIntent::Create)
+        .unwrap();
+    assert_eq!(kill("gate"), ["true"]);
+    let warned = warnings_of(|| drop(gate));
+    assert!(
+        warned.contains("releasing the session's lock failed") && warned.contains(s.as_str()),
+        "{warned}"
+    );
+    // The dead connection was not kept for the next gate: none is left once the server has
+    // ended the killed one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connections("gate") != ["0"] {
+        assert!(Instant::now() < deadline, "a gate connection stayed open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let other = PostgresBackend::connect(&fx.url, &fx.schema)
+        .unwrap()
+        .with_lock_wait(Duration::from_secs(5));
+    drop(
+        other
+            .open_gate(&s, workrail::store::SessionIntent::Create)
+            .unwrap(),
+    );
+    drop(
+        b.open_gate(&s, workrail::store::SessionIntent::Create)
+            .unwrap(),
+    );
+    // A maintenance lock holds a connection of its own, closed whatever its release did.
+    let held = b.lock_session(&s).unwrap();
+    assert_eq!(kill("lock"), ["true"]);
+    drop(held);
+    drop(other.lock_session(&s).unwrap());
+    assert_eq!(
+        b.load(&s).unwrap().health,
+        SessionHealth::Healthy,
+        "the main connection serves on"
+    );
+}
+
 #[test]
 fn postgres_reports_a_dead_server_as_a_retryable_io_error() {
     if postgres_url("dead_server").is_none() {

@@ -432,12 +432,7 @@ fn serve_until_the_store_opens(
     store: crate::protocol::StoreChoice,
     why: &str,
 ) -> Result<ExitCode, String> {
-    crate::store::fs::create_private_root(&dir).map_err(|e| {
-        format!(
-            "cannot create the data directory {}: {e} (set WORKRAIL_DATA_DIR or --data-dir to a writable directory)",
-            dir.display()
-        )
-    })?;
+    crate::store::fs::create_private_root(&dir).map_err(|e| envelope_text(&e.to_envelope(&dir)))?;
     let fs = crate::store::fs::OsFs::new(&dir);
     let features = crate::features::Features::load(&fs).map_err(|e| envelope_text(&e))?;
     eprintln!(
@@ -479,12 +474,8 @@ fn open(
     if let Some(dir) = data_dir {
         config.data_dir = dir;
     }
-    crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
-        format!(
-            "cannot create the data directory {}: {e} (set WORKRAIL_DATA_DIR or --data-dir to a writable directory)",
-            config.data_dir.display()
-        )
-    })?;
+    crate::store::fs::create_private_root(&config.data_dir)
+        .map_err(|e| envelope_text(&e.to_envelope(&config.data_dir)))?;
     tracing::debug!(data_dir = %config.data_dir.display(), store = %store.describe(), "opening WorkRail");
     Workrail::open_on(config, store).map_err(|e| envelope_text(&e))
 }

@@ -138,6 +138,15 @@ pub fn data_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
     }
 }
 
+/// [`data_dir`] for a command that only reads it: refused when another user could have written
+/// it (decision D136), and left exactly as it is (a read never tightens its mode).
+fn readable_data_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    let dir = data_dir(given)?;
+    crate::store::owner::check_data_dir(&dir, false)
+        .map_err(|e| envelope_text(&e.to_envelope(&dir)))?;
+    Ok(dir)
+}
+
 fn to_json<T: Serialize>(value: &T) -> Result<String, String> {
     serde_json::to_string_pretty(value).map_err(|e| e.to_string())
 }
@@ -174,6 +183,7 @@ pub fn config(data_dir_arg: Option<PathBuf>, args: ConfigArgs) -> Result<ExitCod
             }
         }
         None => {
+            let dir = readable_data_dir(Some(dir))?;
             let overview = config_overview(&dir).map_err(|e| envelope_text(&e))?;
             print(&if args.json {
                 to_json(&overview)?
@@ -358,7 +368,7 @@ pub fn workflows(data_dir_arg: Option<PathBuf>, args: WorkflowsArgs) -> Result<E
             json,
         } => {
             if let Some(run) = run {
-                let dir = data_dir(data_dir_arg)?;
+                let dir = readable_data_dir(data_dir_arg)?;
                 let view = pinned_for_run(&dir, &sources, &run, session.as_deref())
                     .map_err(|e| envelope_text(&e))?;
                 if view.workflow_id.as_str() != id {

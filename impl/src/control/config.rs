@@ -212,8 +212,7 @@ fn write_object(
     file: &str,
     object: &serde_json::Map<String, Value>,
 ) -> Result<(), ErrorEnvelope> {
-    crate::store::fs::create_private_root(data_dir)
-        .map_err(|e| io_envelope("cannot create the data directory", e))?;
+    crate::store::fs::create_private_root(data_dir).map_err(|e| e.to_envelope(data_dir))?;
     let fs = OsFs::new(data_dir);
     let mut text = serde_json::to_string_pretty(object)
         .map_err(|e| io_envelope(&format!("cannot serialize {file}"), e))?;

@@ -10,8 +10,18 @@
 //! - `tools/call` whose `params`, `params.name` or `params.arguments` has the wrong shape (e.g.
 //!   arguments sent as a JSON-encoded string): `-32602`, saying exactly what to send.
 //!
+//! - a request whose id is still in flight (sent earlier, not answered yet): `-32600` naming the
+//!   id, and the request is not run (decision D137).
+//!
 //! Everything else goes to rmcp unchanged. stdout carries only JSON-RPC: rmcp's lines and these
 //! answers go through one writer, a line at a time.
+//!
+//! The guard keeps the ids of the requests it handed to rmcp until rmcp's answer to each goes
+//! out: rmcp keeps one slot per id, so a second request with an id in flight ran as well, took
+//! the first one's slot, and the two got one answer between them, or two, by timing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::io::{
@@ -91,10 +101,108 @@ fn finish(mut line: Vec<u8>, total: usize, too_long: bool) -> Line {
 /// What to do with one line.
 #[derive(Debug, PartialEq)]
 enum Verdict {
-    Forward,
+    /// Hand it to rmcp, keeping track of what it is.
+    Forward(Track),
     Ignore,
     /// Answer with this JSON-RPC error response; rmcp never sees the line.
     Answer(Value),
+}
+
+/// What a forwarded message means for the requests in flight.
+#[derive(Debug, PartialEq)]
+enum Track {
+    /// A notification, or a response to a request of the server's.
+    Nothing,
+    /// A request with this id: rmcp will answer it.
+    Request(Value),
+    /// `notifications/cancelled` for the request with this id: rmcp may now never answer it.
+    Cancel(Value),
+}
+
+/// Where a request handed to rmcp stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    /// Not answered yet.
+    Running,
+    /// Cancelled by the client before its answer went out: rmcp drops that answer, so the id
+    /// stays taken (MCP forbids reusing a request id within a session anyway).
+    Cancelled,
+}
+
+/// The requests handed to rmcp and not answered yet, by id. The key is the id's JSON text, so
+/// `7` and `"7"` are different ids, as in JSON-RPC.
+#[derive(Debug, Default)]
+struct InFlight(Mutex<HashMap<String, Pending>>);
+
+impl InFlight {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes `id` for a request about to be handed to rmcp, or answers why it may not be.
+    fn admit(&self, id: &Value) -> Result<(), Value> {
+        let mut map = self.map();
+        let Some(pending) = map.get(&id.to_string()).copied() else {
+            map.insert(id.to_string(), Pending::Running);
+            return Ok(());
+        };
+        let why = match pending {
+            Pending::Running => format!(
+                "Invalid Request: a request with id {id} is still in flight (sent earlier and not answered yet), so this one was not run. Use a unique id for every request (a counter, say); an id may be used again only once its answer has arrived."
+            ),
+            Pending::Cancelled => format!(
+                "Invalid Request: id {id} belongs to a request that was cancelled before it was answered, so this one was not run. Use a unique id for every request (a counter, say): MCP forbids reusing a request id within a session."
+            ),
+        };
+        Err(json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": INVALID_REQUEST, "message": why, "data": {"duplicateId": id}},
+        }))
+    }
+
+    fn cancel(&self, id: &Value) {
+        if let Some(pending) = self.map().get_mut(&id.to_string()) {
+            *pending = Pending::Cancelled;
+        }
+    }
+
+    /// rmcp answered the request with this id (its JSON text).
+    fn answered(&self, id: &str) {
+        self.map().remove(id);
+    }
+}
+
+/// The id of a response or error rmcp is sending (its JSON text); `None` for its own requests
+/// and notifications. rmcp writes `{"jsonrpc":"2.0","id":…,"result"|"error":…}`, so the id is
+/// read from the head of the line; any other shape is read whole.
+fn answered_id(line: &[u8]) -> Option<String> {
+    const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    if let Some(rest) = line.strip_prefix(HEAD) {
+        let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
+        if let Some(Ok(id)) = values.next() {
+            let after = &rest[values.byte_offset()..];
+            if after.starts_with(br#","result":"#) || after.starts_with(br#","error":"#) {
+                return (!id.is_null()).then(|| id.to_string());
+            }
+            if after.starts_with(br#","method":"#) {
+                return None;
+            }
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Message {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let message: Message = serde_json::from_slice(line).ok()?;
+    if message.method.is_some() {
+        return None;
+    }
+    message
+        .id
+        .filter(|id| !id.is_null())
+        .map(|id| id.to_string())
 }
 
 fn error_response(id: Value, code: i64, message: String) -> Verdict {
@@ -189,7 +297,7 @@ fn judge(bytes: &[u8]) -> Verdict {
     }
     let Some(method) = message.get("method") else {
         // A response from the client (to a server request): rmcp's business.
-        return Verdict::Forward;
+        return Verdict::Forward(Track::Nothing);
     };
     let Some(method) = method.as_str() else {
         return error_response(
@@ -198,10 +306,21 @@ fn judge(bytes: &[u8]) -> Verdict {
             "Invalid Request: `method` must be a string.".into(),
         );
     };
-    if method == "tools/call" && id.is_some() {
-        return judge_tool_call(message.get("params"), answer_id);
+    let Some(id) = id else {
+        if method == "notifications/cancelled"
+            && let Some(request) = message
+                .get("params")
+                .and_then(|p| p.get("requestId"))
+                .filter(|r| r.is_string() || r.is_i64() || r.is_u64())
+        {
+            return Verdict::Forward(Track::Cancel(request.clone()));
+        }
+        return Verdict::Forward(Track::Nothing);
+    };
+    if method == "tools/call" {
+        return judge_tool_call(message.get("params"), id);
     }
-    Verdict::Forward
+    Verdict::Forward(Track::Request(id))
 }
 
 /// `tools/call` params: `{name: string, arguments?: object}`.
@@ -220,7 +339,7 @@ fn judge_tool_call(params: Option<&Value>, id: Value) -> Verdict {
         );
     }
     match params.get("arguments") {
-        None | Some(Value::Null | Value::Object(_)) => Verdict::Forward,
+        None | Some(Value::Null | Value::Object(_)) => Verdict::Forward(Track::Request(id)),
         Some(Value::String(s)) => {
             let hint = if serde_json::from_str::<serde_json::Map<String, Value>>(s).is_ok() {
                 " It holds a JSON-encoded object: send that object itself, not a string containing it."
@@ -259,9 +378,11 @@ where
     let (rmcp_reader, mut to_rmcp) = tokio::io::duplex(1 << 20);
     let (rmcp_writer, from_rmcp) = tokio::io::duplex(1 << 20);
     let (lines, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+    let in_flight = Arc::new(InFlight::default());
 
-    // Client -> rmcp, answering what rmcp would drop.
+    // Client -> rmcp, answering what rmcp would drop or mishandle.
     let answers = lines.clone();
+    let requests = Arc::clone(&in_flight);
     tokio::spawn(async move {
         let mut input = BufReader::new(input);
         loop {
@@ -283,8 +404,20 @@ where
                     ),
                 ),
             };
+            // Taken before rmcp sees the request, so its answer always finds the id.
+            let verdict = match verdict {
+                Verdict::Forward(Track::Request(id)) => match requests.admit(&id) {
+                    Ok(()) => Verdict::Forward(Track::Request(id)),
+                    Err(refusal) => Verdict::Answer(refusal),
+                },
+                Verdict::Forward(Track::Cancel(id)) => {
+                    requests.cancel(&id);
+                    Verdict::Forward(Track::Nothing)
+                }
+                other => other,
+            };
             match (verdict, line) {
-                (Verdict::Forward, Line::Message(mut bytes)) => {
+                (Verdict::Forward(_), Line::Message(mut bytes)) => {
                     bytes.push(b'\n');
                     if to_rmcp.write_all(&bytes).await.is_err() {
                         break;
@@ -313,6 +446,9 @@ where
             match from_rmcp.read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    if let Some(id) = answered_id(&line) {
+                        in_flight.answered(&id);
+                    }
                     if lines.send(line).is_err() {
                         break;
                     }
@@ -384,13 +520,91 @@ mod tests {
         assert_eq!(no_name["error"]["code"], INVALID_PARAMS);
         assert_eq!(
             judge(br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x","arguments":{}}}"#),
-            Verdict::Forward
+            Verdict::Forward(Track::Request(json!(5)))
         );
         assert_eq!(
             judge(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
-            Verdict::Forward
+            Verdict::Forward(Track::Nothing)
         );
         assert_eq!(answer(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#)["id"], 1);
+    }
+
+    #[test]
+    fn requests_and_cancellations_are_tracked_by_id() {
+        assert_eq!(
+            judge(br#"{"jsonrpc":"2.0","id":"a","method":"tools/list"}"#),
+            Verdict::Forward(Track::Request(json!("a")))
+        );
+        assert_eq!(
+            judge(
+                br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#
+            ),
+            Verdict::Forward(Track::Cancel(json!(3)))
+        );
+        assert_eq!(
+            judge(br#"{"jsonrpc":"2.0","id":9,"result":{}}"#),
+            Verdict::Forward(Track::Nothing),
+            "a client's response to a server request"
+        );
+    }
+
+    #[test]
+    fn an_id_in_flight_is_refused_until_its_answer_went_out() {
+        let in_flight = InFlight::default();
+        assert_eq!(in_flight.admit(&json!(7)), Ok(()));
+        assert_eq!(in_flight.admit(&json!("7")), Ok(()), "\"7\" is another id");
+        let refused = in_flight.admit(&json!(7)).unwrap_err();
+        assert_eq!(refused["id"], 7);
+        assert_eq!(refused["error"]["code"], INVALID_REQUEST);
+        assert_eq!(refused["error"]["data"]["duplicateId"], 7);
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("id 7 is still in flight") && message.contains("unique id"),
+            "{message}"
+        );
+        let answer =
+            br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"\"id\":8"}]}}"#;
+        in_flight.answered(&answered_id(answer).unwrap());
+        assert_eq!(in_flight.admit(&json!(7)), Ok(()), "answered: free again");
+        in_flight.cancel(&json!(7));
+        let refused = in_flight.admit(&json!(7)).unwrap_err();
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cancelled"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn answers_are_told_from_the_servers_own_requests() {
+        assert_eq!(
+            answered_id(br#"{"jsonrpc":"2.0","id":12,"result":{}}"#).as_deref(),
+            Some("12")
+        );
+        assert_eq!(
+            answered_id(br#"{"jsonrpc":"2.0","id":"x\"y","error":{"code":-1,"message":"m"}}"#)
+                .as_deref(),
+            Some(r#""x\"y""#)
+        );
+        assert_eq!(
+            answered_id(br#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#),
+            None
+        );
+        assert_eq!(
+            answered_id(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            None
+        );
+        // Another field order is read whole.
+        assert_eq!(
+            answered_id(br#"{"result":{},"id":4,"jsonrpc":"2.0"}"#).as_deref(),
+            Some("4")
+        );
+        assert_eq!(
+            answered_id(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#),
+            None
+        );
     }
 
     #[test]

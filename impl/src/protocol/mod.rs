@@ -226,14 +226,8 @@ impl Workrail {
     /// Opens WorkRail on the real filesystem; the data directory and keyring are created on
     /// first use.
     pub fn open(config: WorkrailConfig) -> Result<Workrail, ErrorEnvelope> {
-        crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
-            ErrorEnvelope::new(
-                ErrorCode::StoreIoError,
-                format!("cannot create the WorkRail data directory: {e}"),
-                format!("Set {DATA_DIR_ENV} to a writable directory."),
-                Retry::NotRetryable,
-            )
-        })?;
+        crate::store::fs::create_private_root(&config.data_dir)
+            .map_err(|e| e.to_envelope(&config.data_dir))?;
         Self::open_created(config, &StoreChoice::Files)
     }
 
@@ -243,14 +237,8 @@ impl Workrail {
         if *store == StoreChoice::Files {
             return Self::open(config);
         }
-        crate::store::fs::create_private_root(&config.data_dir).map_err(|e| {
-            ErrorEnvelope::new(
-                ErrorCode::StoreIoError,
-                format!("cannot create the WorkRail data directory: {e}"),
-                format!("Set {DATA_DIR_ENV} to a writable directory."),
-                Retry::NotRetryable,
-            )
-        })?;
+        crate::store::fs::create_private_root(&config.data_dir)
+            .map_err(|e| e.to_envelope(&config.data_dir))?;
         Self::open_created(config, store)
     }
 
@@ -262,7 +250,12 @@ impl Workrail {
     ) -> Result<Option<Workrail>, ErrorEnvelope> {
         match store {
             StoreChoice::Files => Self::open_existing(config),
-            StoreChoice::Postgres { .. } => Self::open_created(config, store).map(Some),
+            StoreChoice::Postgres { .. } => {
+                // Read only: checked as it is, never tightened (D136).
+                crate::store::owner::check_data_dir(&config.data_dir, false)
+                    .map_err(|e| e.to_envelope(&config.data_dir))?;
+                Self::open_created(config, store).map(Some)
+            }
         }
     }
 
@@ -277,6 +270,9 @@ impl Workrail {
         {
             return Ok(None);
         }
+        // Read only: checked as it is, never tightened (D136).
+        crate::store::owner::check_data_dir(&config.data_dir, false)
+            .map_err(|e| e.to_envelope(&config.data_dir))?;
         Self::open_created(config, &StoreChoice::Files).map(Some)
     }
 

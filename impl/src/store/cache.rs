@@ -79,8 +79,11 @@ impl ProjectionCache {
         match parsed {
             Some(value) => CacheLookup::Hit(value),
             None => {
-                // Stale or damaged: discard (best effort; it is never truth).
-                let _ = self.fs.remove_file(&path);
+                // Stale or damaged: discard (best effort; it is never truth, and a file left
+                // behind is judged the same way on the next lookup).
+                if let Err(e) = self.fs.remove_file(&path) {
+                    tracing::debug!(%session, error = %e, "could not discard a stale projection cache");
+                }
                 CacheLookup::Miss
             }
         }
@@ -115,8 +118,11 @@ impl ProjectionCache {
             .fs
             .write_new(&tmp, &bytes)
             .and_then(|()| self.fs.rename(&tmp, &cache_path(session)));
-        if written.is_err() {
-            let _ = self.fs.remove_file(&tmp);
+        if let Err(why) = &written
+            && let Err(e) = self.fs.remove_file(&tmp)
+        {
+            // The write's error is what the caller gets; the temp file is swept by GC (D63).
+            tracing::debug!(%session, write_error = %why, error = %e, "could not remove the projection cache's temp file");
         }
         written.map_err(io)
     }

@@ -61,6 +61,10 @@ pub enum StoreError {
     InvalidPlan { session: SessionId, detail: String },
     #[error("the token signing keyring keys/keyring.json is damaged: {detail}")]
     KeyringCorrupt { detail: String },
+    /// Another user could have written part of the data directory (decision D136): nothing
+    /// there is trusted, the signing key least of all.
+    #[error("{0}")]
+    Refused(Box<super::owner::Refusal>),
     #[error("stored object {what} is corrupt: {detail}")]
     CorruptObject { what: String, detail: String },
     #[error("stored object {what} is missing")]
@@ -343,6 +347,13 @@ impl StoreError {
                 Retry::NotRetryable,
             )
             .with_details(serde_json::json!({"reasonCode": STORAGE_CORRUPTION})),
+            Self::Refused(refusal) => ErrorEnvelope::new(
+                ErrorCode::StoreIoError,
+                refusal.message(),
+                refusal.fix(),
+                Retry::NotRetryable,
+            )
+            .with_details(refusal.details()),
             Self::InvalidPlan { .. } | Self::Internal { .. } => ErrorEnvelope::new(
                 ErrorCode::InternalError,
                 format!("WorkRail broke one of its own invariants: {self}"),

@@ -14,6 +14,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use super::owner::{Part, Refusal};
+
 /// An exclusive lock held on a lock file; released when dropped.
 pub trait LockGuard: Send + fmt::Debug {}
 
@@ -91,6 +93,13 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Writes a file readable and writable by the owner only (mode 0600 on Unix), durably.
     fn write_private(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Why `path`, which holds a secret (the signing key or its directory), must not be used:
+    /// another user owns it, it is a symbolic link, or group or others have a permission bit on
+    /// it (decision D136). `Ok(None)` when it passes or does not exist, and on a filesystem
+    /// without owners (the crash model).
+    fn refuse_unless_private(&self, _path: &Path, _part: Part) -> io::Result<Option<Refusal>> {
+        Ok(None)
+    }
     /// Takes an exclusive lock on `path` (creating the file), without waiting.
     ///
     /// A lock is only held on the file `path` names when the call returns: one unlinked or
@@ -196,9 +205,11 @@ pub fn create_dir_durable_with<F: StoreFs + ?Sized>(
 }
 
 /// Creates the data directory root private to its owner (0700 on Unix, whatever the umask),
-/// and tightens an existing root this user owns: everything below it is then unreachable for
-/// other local users, including the session lock files.
-pub fn create_private_root(root: &Path) -> io::Result<()> {
+/// tightens an existing root to 0700, and refuses a data directory another user could have
+/// written (decision D136, [`super::owner::check_data_dir`]): a root owned by someone else, or
+/// an entry in it that is someone else's or writable by others. Everything below a root that
+/// passes is then unreachable for other local users, including the session lock files.
+pub fn create_private_root(root: &Path) -> Result<(), super::owner::DataDirError> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -207,19 +218,7 @@ pub fn create_private_root(root: &Path) -> io::Result<()> {
         builder.mode(0o700);
     }
     builder.create(root)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(root)?.permissions().mode();
-        if mode & 0o077 != 0 {
-            // Only the owner may change the mode; a root someone else owns stays as it is.
-            match fs::set_permissions(root, fs::Permissions::from_mode(0o700)) {
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {}
-                other => other?,
-            }
-        }
-    }
-    Ok(())
+    super::owner::check_data_dir(root, true)
 }
 
 /// The real filesystem under a root directory.
@@ -289,6 +288,21 @@ fn not_found_as_none<T>(result: io::Result<T>) -> io::Result<Option<T>> {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// Removes the temp file of a write that failed with `why`, best effort: the write's error is
+/// what the caller reports; a temp file left behind is garbage GC sweeps (D63), never read.
+fn remove_temp_after_failure(tmp: &Path, why: &io::Error) {
+    match fs::remove_file(tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::debug!(
+            temp = %tmp.display(),
+            write_error = %why,
+            error = %e,
+            "could not remove the temp file of a failed write; GC sweeps it"
+        ),
     }
 }
 
@@ -483,14 +497,35 @@ impl StoreFs for OsFs {
             .write_all(bytes)
             .and_then(|()| file.sync_all())
             .and_then(|()| fs::rename(&tmp, &abs));
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
+        if let Err(e) = &written {
+            remove_temp_after_failure(&tmp, e);
         }
         written?;
         if let Some(parent) = abs.parent() {
             File::open(parent)?.sync_all()?;
         }
         Ok(())
+    }
+
+    #[cfg(unix)]
+    fn refuse_unless_private(&self, path: &Path, part: Part) -> io::Result<Option<Refusal>> {
+        let abs = self.abs(path);
+        let meta = match fs::symlink_metadata(&abs) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let found = super::owner::Ownership::of(&meta);
+        Ok(
+            super::owner::judge_secret(found, super::owner::effective_uid()).map(|problem| {
+                Refusal {
+                    data_dir: self.root.clone(),
+                    path: abs,
+                    part,
+                    problem,
+                }
+            }),
+        )
     }
 
     fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError> {

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::error::StoreError;
 use super::fs::{FileStamp, LockError, StoreFs};
 use super::layout;
+use super::owner::Part;
 use crate::entropy::Entropy;
 
 /// Length of a signing key in bytes.
@@ -181,10 +182,30 @@ impl KeyringStore {
         }
     }
 
+    /// The keyring's bytes, once `keys/` and the file (those that exist) are this user's and
+    /// closed to everyone else (decision D136): a key another user could have read or chosen
+    /// is never used.
     fn read_bytes(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.refuse_unless_private()?;
         self.fs
             .read(Path::new(layout::KEYRING_FILE))
             .map_err(Self::io("read keyring"))
+    }
+
+    fn refuse_unless_private(&self) -> Result<(), StoreError> {
+        for (path, part) in [
+            (layout::KEYS_DIR, Part::KeysDir),
+            (layout::KEYRING_FILE, Part::Keyring),
+        ] {
+            if let Some(refusal) = self
+                .fs
+                .refuse_unless_private(Path::new(path), part)
+                .map_err(Self::io("check the keyring's owner and mode"))?
+            {
+                return Err(StoreError::Refused(Box::new(refusal)));
+            }
+        }
+        Ok(())
     }
 
     fn read(&self) -> Result<Option<Keyring>, StoreError> {
@@ -249,10 +270,19 @@ impl KeyringStore {
             .is_ok_and(|names| names.iter().any(|n| !layout::is_temp_file_name(n)))
     }
 
-    /// The note a re-created keyring left, if any.
+    /// The note a re-created keyring left, if any. It only explains a refused token, so a
+    /// note that cannot be read or parsed is left out of the explanation (and logged).
     pub fn recreated(&self) -> Option<KeyringRecreated> {
-        let bytes = self.fs.read(Path::new(RECREATED_FILE)).ok()??;
-        serde_json::from_slice(&bytes).ok()
+        let bytes = match self.fs.read(Path::new(RECREATED_FILE)) {
+            Ok(bytes) => bytes?,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read {RECREATED_FILE}");
+                return None;
+            }
+        };
+        serde_json::from_slice(&bytes)
+            .inspect_err(|e| tracing::debug!(error = %e, "{RECREATED_FILE} does not parse"))
+            .ok()
     }
 
     /// Compares the keyring file with `held`: another process's rotation is picked up, and a

@@ -14,6 +14,7 @@ mod load;
 pub mod memfs;
 pub mod object_cache;
 mod overlap;
+pub mod owner;
 pub mod planted;
 pub mod postgres;
 mod repair;

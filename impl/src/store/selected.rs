@@ -525,8 +525,11 @@ fn write_resume_index_file(fs: &dyn StoreFs, bytes: &[u8]) -> io::Result<()> {
     let written = fs
         .write_new(&tmp, bytes)
         .and_then(|()| fs.rename(&tmp, Path::new(layout::RESUME_INDEX_FILE)));
-    if written.is_err() {
-        let _ = fs.remove_file(&tmp);
+    if let Err(why) = &written
+        && let Err(e) = fs.remove_file(&tmp)
+    {
+        // The write's error is what the caller reports; the temp file is swept by GC (D63).
+        tracing::debug!(temp = %tmp.display(), write_error = %why, error = %e, "could not remove the resume index's temp file");
     }
     written
 }

@@ -316,9 +316,11 @@ impl Drop for Console {
     }
 }
 
-/// Copies a data directory (for a corrupted copy).
+/// Copies a data directory (for a corrupted copy) as `cp -r` does, modes included (`keys/`
+/// stays private, D136).
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::metadata(from).unwrap().permissions()).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let target = to.join(entry.file_name());

@@ -48,8 +48,15 @@ impl Drop for PgGate<'_> {
             self.backend.remember(&self.session);
         }
         let id = self.id;
-        // Waits for the release, so a gate closed is a lock free.
-        let _ = self.backend.call(|reply| Request::GateClose { id, reply });
+        // Waits for the release, so a gate closed is a lock free. A failed release closed the
+        // gate's connection, which frees the lock as well: nothing to undo, but worth saying.
+        if let Err(e) = self.backend.call(|reply| Request::GateClose { id, reply }) {
+            tracing::warn!(
+                session = %self.session.session_id,
+                error = %e,
+                "releasing the session's lock failed; the connection that held it was closed, which releases it"
+            );
+        }
     }
 }
 

@@ -187,10 +187,15 @@ impl Drop for PostgresBackend {
         // Lock guards still hold senders, so the channel may stay open: ask the worker to stop.
         // Its connections close with it, which releases every lock they held.
         if let Some(requests) = self.requests.take() {
+            // A send fails only when the worker has already stopped: nothing to ask.
             let _ = requests.send(Request::Shutdown);
         }
-        if let Some(worker) = self.worker.take() {
-            let _ = worker.join();
+        if let Some(worker) = self.worker.take()
+            && worker.join().is_err()
+        {
+            tracing::warn!(
+                "the PostgreSQL backend's thread panicked; its connections closed with it, which releases every lock they held"
+            );
         }
     }
 }

@@ -42,7 +42,17 @@ impl Worker {
             .await
             .map_err(sql_error(op))?;
         let image = fetch_rows(&tx, session, from).await;
-        let _ = tx.rollback().await;
+        if let Err(e) = tx.rollback().await {
+            // What was read is one snapshot and stands; the connection's state does not: it is
+            // closed, so no later request runs inside this transaction, and the next one
+            // connects afresh.
+            if image.is_ok() {
+                tracing::warn!(error = %e, "ending a read-only transaction failed; its connection was closed");
+            } else {
+                tracing::debug!(error = %e, "ending a failed read's transaction failed too; its connection was closed");
+            }
+            self.client = None;
+        }
         image
     }
 

@@ -241,8 +241,11 @@ impl Worker {
         })?;
         self.tasks.retain(|task| !task.is_finished());
         self.tasks.push(tokio::spawn(async move {
-            // Ends when the connection closes; a broken connection shows up as `is_closed`.
-            let _ = connection.await;
+            // Ends when the connection closes; a broken connection shows up as `is_closed`, and
+            // the request that was using it reports the failure itself.
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "a PostgreSQL connection ended with an error");
+            }
         }));
         client
             .batch_execute(&format!("SET search_path TO {}", self.schema))
@@ -290,7 +293,8 @@ impl Worker {
                 }
             }};
         }
-        // Bounded, settled, answered: every request but the two releases.
+        // Bounded, settled, answered: every request but the two releases. A reply that cannot be
+        // sent has no one waiting (the caller is gone), so there is no one to tell.
         macro_rules! answer {
             ($reply:expr, $op:expr, $work:expr) => {{
                 let result = bounded!($op, $work);
@@ -323,12 +327,24 @@ impl Worker {
                 let client = self.locks.remove(&id);
                 let result: Result<(), StoreError> = bounded!("unlock session", async {
                     if let Some(client) = client {
-                        // Ending the transaction releases its advisory lock; a broken
-                        // connection has released it already.
-                        let _ = client.batch_execute("ROLLBACK").await;
+                        // Ending the transaction releases its advisory lock. A lock guard's
+                        // connection is its own and closes here whatever the outcome, so a
+                        // failed ROLLBACK leaves nothing held: the server ends the transaction,
+                        // and its lock, with the connection.
+                        client
+                            .batch_execute("ROLLBACK")
+                            .await
+                            .map_err(sql_error("unlock session"))?;
                     }
                     Ok(())
                 });
+                if let Err(e) = &result {
+                    // The guard's owner is dropping it and cannot act on this: said here.
+                    tracing::warn!(
+                        error = %e,
+                        "ending a session lock's transaction failed; its connection was closed, which releases the lock"
+                    );
+                }
                 self.settle(stalled).await;
                 let _ = reply.send(result);
             }
@@ -373,25 +389,43 @@ impl Worker {
             ),
             Request::GateClose { id, reply } => {
                 let gate = self.gates.remove(&id);
+                // Only a connection that released the lock cleanly goes back to the idle pool.
+                // On any failure it is dropped here, which closes it: the server then ends
+                // whatever it was in, the session lock included, and no later gate inherits a
+                // connection in an unknown state.
                 let result: Result<Option<Client>, StoreError> =
                     bounded!("unlock session", async {
                         let Some((client, key)) = gate else {
                             return Ok(None);
                         };
-                        let released = client
+                        let op = "unlock session";
+                        let row = client
                             .query_one("SELECT pg_advisory_unlock($1)", &[&key])
                             .await
-                            .is_ok_and(|row| row.get::<_, bool>(0));
-                        // A connection whose unlock failed is dropped, and its lock with it.
-                        Ok((released && !client.is_closed()).then_some(client))
+                            .map_err(sql_error(op))?;
+                        let released: bool = row.try_get(0).map_err(sql_error(op))?;
+                        if !released {
+                            return Err(StoreError::Database {
+                                session: None,
+                                op,
+                                detail: "the gate's connection no longer held the session lock"
+                                    .into(),
+                            });
+                        }
+                        Ok((!client.is_closed()).then_some(client))
                     });
-                if let Ok(Some(client)) = result
-                    && self.idle.len() < 2
-                {
-                    self.idle.push(client);
-                }
+                let result = match result {
+                    Ok(Some(client)) => {
+                        if self.idle.len() < 2 {
+                            self.idle.push(client);
+                        }
+                        Ok(())
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                };
                 self.settle(stalled).await;
-                let _ = reply.send(Ok(()));
+                let _ = reply.send(result);
             }
             Request::ManifestBytes { reply } => {
                 answer!(reply, "read the manifest lengths", self.manifest_bytes())
@@ -446,6 +480,7 @@ impl Worker {
         self.idle.clear();
         for task in std::mem::take(&mut self.tasks) {
             task.abort();
+            // Waits for the abort; the task's outcome (cancelled) is the point, not news.
             let _ = task.await;
         }
     }
