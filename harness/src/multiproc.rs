@@ -25,6 +25,13 @@
 //! - [`db_outage`] (PostgreSQL only, `db_outage.rs`): the kill storm's clients while the
 //!   database server itself is killed and brought back under servers that keep running; calls
 //!   during an outage must answer a clear retryable error and are sent again.
+//! - [`gc_storm`] (`gc_storm.rs`): the kill storm (its servers, clients and killer) while a loop
+//!   of `workrail gc --ttl-days 0` processes, one at a time or now and then two at once, some of
+//!   them `kill -9`ed mid-run, deletes every session nobody holds locked. A client whose session
+//!   answers `SESSION_NOT_FOUND` forgets it and starts a new run.
+//!   [`gc_storm_with_a_buggy_deleter`] plants a deleter of the harness's own (the old deletion
+//!   order: manifest, then the directory with its lock file, under the lock) the checks must
+//!   catch.
 //!
 //! **The oracle.** Every response a client receives goes into a [`Report`] ledger. After a
 //! scenario, with every server stopped, a fresh `workrail inspect` judges each session's health,
@@ -58,8 +65,19 @@
 //! other than the machine's records of running servers (`servers/`), is counted in
 //! `other_errors` (the database is all the servers may share).
 //!
-//! Everything but `session_locked` must be 0. Loops are bounded in time and count; every child
-//! process is killed when its handle drops (also on panic).
+//! **With deletions** ([`gc_storm`], see `gc_storm.rs` for the whole list): an error about a
+//! session is judged at the end. `SESSION_NOT_FOUND` about a session that is gone is allowed
+//! (`sessions_deleted_under_use`); any other error about a gone session, `SESSION_NOT_FOUND`
+//! about one that exists, and an answer after `SESSION_NOT_FOUND` count in `gc_race_errors`;
+//! errors about sessions that exist count as above. `lost_events` and `stale_tokens` are judged
+//! for the sessions that exist at the end; a few gone ones' tokens must answer
+//! `SESSION_NOT_FOUND` saying so on a fresh server. A session directory neither healthy nor
+//! wholly absent is `half_deleted`; a gc not killed by the harness that exits non-zero, and a
+//! last gc (servers stopped) that fails, is in safe mode or leaves a session, is `gc_failures`.
+//!
+//! Everything but `session_locked` (and the allowed counts of [`db_outage`] and [`gc_storm`])
+//! must be 0. Loops are bounded in time and count; every child process is killed when its handle
+//! drops (also on panic).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -80,7 +98,9 @@ use crate::multirun::payload;
 use crate::system::workrail_binary;
 
 mod db_outage;
+mod gc_storm;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
+pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter};
 
 /// Seconds each scenario drives its servers (default [`Config::DEFAULT_SECS`]).
 pub const SECS_ENV: &str = "WORKRAIL_MULTIPROC_SECS";
@@ -110,6 +130,9 @@ const MAX_OPS_PER_CLIENT: u64 = 100_000;
 const SENT_ACKS: usize = 256;
 /// Failure samples kept per report.
 const MAX_SAMPLES: usize = 24;
+/// Samples of lost nodes (and of lost attempts) kept per session, so one session does not hide
+/// the others.
+const LOST_SAMPLES_PER_SESSION: usize = 3;
 
 // -------------------------------------------------------------------------------------------
 // Configuration and randomness
@@ -274,6 +297,40 @@ pub struct Report {
     pub servers_down: u64,
     /// [`db_outage`]: what each database kill was.
     pub faults: Vec<String>,
+    /// [`gc_storm`]: `workrail gc` processes run beside the clients.
+    pub gc_runs: u64,
+    /// [`gc_storm`]: gc processes the harness killed with SIGKILL mid-run.
+    pub gc_killed: u64,
+    /// [`gc_storm`]: gc processes not killed by the harness that exited non-zero or hung, and
+    /// a last gc (every server stopped) that failed, was in safe mode or left a session.
+    pub gc_failures: u64,
+    /// [`gc_storm`]: sessions the gc processes reported deleted.
+    pub gc_deleted: u64,
+    /// [`gc_storm`] with the planted deleter: sessions it deleted.
+    pub planted_deletions: u64,
+    /// [`gc_storm`], allowed: sessions a client was using that answered `SESSION_NOT_FOUND`
+    /// (deleted under it); the client forgot them and started a new run.
+    pub sessions_deleted_under_use: u64,
+    /// [`gc_storm`]: sessions some response named that are gone at the end.
+    pub sessions_deleted: u64,
+    /// [`gc_storm`]: session directories left neither healthy nor wholly absent (a session some
+    /// response named without committed truth, one not healthy, a directory of gc's own left by
+    /// a gc nobody killed), and on PostgreSQL rows of a session without its session row or
+    /// events without manifest rows.
+    pub half_deleted: u64,
+    /// [`gc_storm`], allowed when a gc was killed: directories of gc's own in-progress
+    /// deletions (named with a leading `.`) left under `sessions/`.
+    pub gc_leftovers: u64,
+    /// [`gc_storm`]: errors other than `SESSION_NOT_FOUND` about a session that is gone at the
+    /// end, `SESSION_NOT_FOUND` about one that still exists, an answer for a session after it
+    /// answered `SESSION_NOT_FOUND`, and a deleted session's token that does not answer exactly
+    /// `SESSION_NOT_FOUND` saying so on a fresh server.
+    pub gc_race_errors: u64,
+    /// [`gc_storm`]: the first gc failures of each kind, each with its stderr, then what the
+    /// last gc (every server stopped) said.
+    pub gc_samples: Vec<String>,
+    /// [`gc_storm`], allowed: the first `SESSION_NOT_FOUND` answers of deleted sessions.
+    pub deleted_samples: Vec<String>,
     /// The first failures, for the assertion message.
     pub samples: Vec<String>,
     /// The first lock-busy answers (allowed), to see which operations met a held lock.
@@ -309,6 +366,7 @@ impl Report {
             self.session_locked,
             self.seed,
         ) + &self.outage_counts()
+            + &self.gc_counts()
     }
 
     /// The counts of [`db_outage`] (empty for the other scenarios).
@@ -326,7 +384,28 @@ impl Report {
         )
     }
 
-    /// The sum of every count that must be 0 (all but `session_locked`).
+    /// The counts of [`gc_storm`] (empty for the other scenarios).
+    fn gc_counts(&self) -> String {
+        if !self.scenario.starts_with("gc_storm") {
+            return String::new();
+        }
+        format!(
+            " gc_runs={} gc_killed={} gc_failures={} gc_deleted={} planted_deletions={} sessions_deleted_under_use={} sessions_deleted={} half_deleted={} gc_leftovers={} gc_race_errors={}",
+            self.gc_runs,
+            self.gc_killed,
+            self.gc_failures,
+            self.gc_deleted,
+            self.planted_deletions,
+            self.sessions_deleted_under_use,
+            self.sessions_deleted,
+            self.half_deleted,
+            self.gc_leftovers,
+            self.gc_race_errors,
+        )
+    }
+
+    /// The sum of every count that must be 0 (all but `session_locked`, and the allowed counts
+    /// of [`db_outage`] and [`gc_storm`]).
     pub fn failures(&self) -> u64 {
         self.lost_events
             + self.duplicate_attempts
@@ -340,11 +419,20 @@ impl Report {
             + self.locked_not_retryable
             + self.unclear_outage_errors
             + self.servers_down
+            + self.gc_failures
+            + self.half_deleted
+            + self.gc_race_errors
     }
 
     fn sample(&mut self, text: String) {
         if self.samples.len() < MAX_SAMPLES {
             self.samples.push(text);
+        }
+    }
+
+    fn gc_sample(&mut self, text: String) {
+        if self.gc_samples.len() < MAX_SAMPLES {
+            self.gc_samples.push(text);
         }
     }
 
@@ -382,12 +470,50 @@ struct Book {
     corruption: Vec<(Option<String>, String)>,
     /// client -> arguments of acks it sent that were answered (recent ones), to replay.
     sent_acks: HashMap<usize, Vec<Value>>,
+    /// [`gc_storm`]: sessions that answered `SESSION_NOT_FOUND` (deleted under their client).
+    gone: HashSet<String>,
+    /// [`gc_storm`]: sessions whose client gave up on them after an error (it starts a new run).
+    dropped: HashSet<String>,
+    /// [`gc_storm`]: errors other than `SESSION_NOT_FOUND` about a session, judged at the end by
+    /// whether the session still exists: (session, code, `what: CODE: message`).
+    session_errors: Vec<(String, ErrorCode, String)>,
 }
 
 impl Book {
     fn other(&mut self, text: String) {
         self.report.other_errors += 1;
         self.report.sample(text);
+    }
+
+    /// Records an error answer by its class.
+    fn classify(&mut self, session: Option<&str>, code: ErrorCode, text: String) {
+        classify(&mut self.report, &mut self.corruption, session, code, text);
+    }
+}
+
+/// Counts an error answer by its class; a corruption report waits for the session's health at
+/// the end.
+fn classify(
+    report: &mut Report,
+    corruption: &mut Vec<(Option<String>, String)>,
+    session: Option<&str>,
+    code: ErrorCode,
+    text: String,
+) {
+    match code {
+        // Lock-busy here only when it was not retryable (already counted).
+        ErrorCode::SessionLocked | ErrorCode::TokenSessionLocked => {}
+        ErrorCode::SessionCorrupt | ErrorCode::StoreCorruptionDetected => {
+            corruption.push((session.map(str::to_owned), text));
+        }
+        ErrorCode::StoreIoError => {
+            report.store_io_errors += 1;
+            report.sample(text);
+        }
+        _ => {
+            report.other_errors += 1;
+            report.sample(text);
+        }
     }
 }
 
@@ -728,6 +854,70 @@ struct CliOutput {
     stderr: String,
 }
 
+/// A running CLI process, its output going to files. Dropping it kills the process.
+#[derive(Debug)]
+struct CliChild {
+    child: Child,
+    what: String,
+    out_path: PathBuf,
+    err_path: PathBuf,
+}
+
+impl CliChild {
+    /// Whether it has exited (reaping it), without waiting.
+    fn exited(&mut self) -> Result<Option<std::process::ExitStatus>, String> {
+        self.child
+            .try_wait()
+            .map_err(|e| format!("cannot wait for {}: {e}", self.what))
+    }
+
+    /// SIGKILL (`Child::kill`), and reap.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits at most `timeout` for the process to exit (then kills it), and reads its output.
+    fn wait(mut self, timeout: Duration) -> Result<CliOutput, String> {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match self.exited()? {
+                Some(status) => break status,
+                None if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                None => {
+                    self.kill();
+                    return Err(format!("{} ran longer than {timeout:?}", self.what));
+                }
+            }
+        };
+        Ok(self.output(status.success()))
+    }
+
+    /// What it printed (the files are removed).
+    fn output(&self, success: bool) -> CliOutput {
+        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        let output = CliOutput {
+            success,
+            stdout: read(&self.out_path),
+            stderr: read(&self.err_path),
+        };
+        let _ = std::fs::remove_file(&self.out_path);
+        let _ = std::fs::remove_file(&self.err_path);
+        output
+    }
+}
+
+impl Drop for CliChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
 #[derive(Debug)]
 struct Lab {
     dir: tempfile::TempDir,
@@ -741,6 +931,9 @@ struct Lab {
     postgres: Option<PgTarget>,
     /// [`db_outage`]: storage errors are the database going away, retried when they say so.
     outages: bool,
+    /// [`gc_storm`]: sessions may be deleted under their clients; an error about a session is
+    /// judged at the end by whether it still exists.
+    deletions: bool,
 }
 
 impl Lab {
@@ -783,6 +976,7 @@ impl Lab {
             cli_seq: AtomicU64::new(0),
             postgres: config.postgres.clone(),
             outages: false,
+            deletions: false,
         })
     }
 
@@ -796,12 +990,6 @@ impl Lab {
 
     fn running(&self) -> bool {
         Instant::now() < self.deadline
-    }
-
-    /// The binary with this lab's environment: its data and workflow directories, a private
-    /// HOME, and the default lock wait (what users get).
-    fn command(&self) -> Command {
-        self.command_in(&self.data_dir())
     }
 
     /// A server's data directory: the lab's one, or on PostgreSQL one per machine (a server's
@@ -820,8 +1008,9 @@ impl Lab {
         Ok(dir)
     }
 
-    /// [`Lab::command`] on another data directory; on PostgreSQL with `WORKRAIL_STORE` and
-    /// `WORKRAIL_STORE_SCHEMA` set (else both removed).
+    /// The binary with this lab's environment on `data_dir`: that data directory, the lab's
+    /// workflow directory, a private HOME, and the default lock wait (what users get); on
+    /// PostgreSQL with `WORKRAIL_STORE` and `WORKRAIL_STORE_SCHEMA` set (else both removed).
     fn command_in(&self, data_dir: &Path) -> Command {
         let mut command = Command::new(&self.binary);
         match &self.postgres {
@@ -968,20 +1157,18 @@ impl Lab {
     }
 
     fn failed_code(&self, what: &str, session: Option<&str>, code: ErrorCode, message: &str) {
-        let mut book = self.book();
-        let text = format!("{what}: {code}: {message}");
-        match code {
-            // Lock-busy here only when it was not retryable (already counted).
-            ErrorCode::SessionLocked | ErrorCode::TokenSessionLocked => {}
-            ErrorCode::SessionCorrupt | ErrorCode::StoreCorruptionDetected => {
-                book.corruption.push((session.map(str::to_owned), text));
-            }
-            ErrorCode::StoreIoError => {
-                book.report.store_io_errors += 1;
-                book.report.sample(text);
-            }
-            _ => book.other(text),
+        if self.deletions
+            && let Some(session) = session
+            && !matches!(
+                code,
+                ErrorCode::SessionLocked | ErrorCode::TokenSessionLocked
+            )
+        {
+            self.failed_on_session(what, session, code, message);
+            return;
         }
+        let text = format!("{what}: {code}: {message}");
+        self.book().classify(session, code, text);
     }
 
     /// Records a successful execution response of `client`.
@@ -994,6 +1181,14 @@ impl Lab {
             }
         };
         let mut book = self.book();
+        if self.deletions && book.gone.contains(&resp.session) {
+            // A deleted session never comes back.
+            book.report.gc_race_errors += 1;
+            book.report.sample(format!(
+                "session {} answered for node {} after it had answered SESSION_NOT_FOUND",
+                resp.session, resp.node
+            ));
+        }
         book.nodes
             .entry(resp.session.clone())
             .or_default()
@@ -1096,43 +1291,30 @@ impl Lab {
 
     /// Runs the CLI as its own process, output into files (a bundle may be large).
     fn cli(&self, args: &[&str]) -> Result<CliOutput, String> {
+        self.spawn_cli(&self.data_dir(), args)?.wait(CLI_TIMEOUT)
+    }
+
+    /// Starts the CLI on `data_dir` (see [`Lab::command_in`]) without waiting for it.
+    fn spawn_cli(&self, data_dir: &Path, args: &[&str]) -> Result<CliChild, String> {
         let n = self.cli_seq.fetch_add(1, Ordering::SeqCst);
         let out_path = self.dir.path().join("cli").join(format!("{n}.out"));
         let err_path = self.dir.path().join("cli").join(format!("{n}.err"));
         let out = File::create(&out_path).map_err(|e| format!("cli stdout file: {e}"))?;
         let err = File::create(&err_path).map_err(|e| format!("cli stderr file: {e}"))?;
-        let mut child = self
-            .command()
+        let child = self
+            .command_in(data_dir)
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
             .map_err(|e| format!("cannot spawn workrail {args:?}: {e}"))?;
-        let deadline = Instant::now() + CLI_TIMEOUT;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("workrail {args:?} ran longer than {CLI_TIMEOUT:?}"));
-                }
-                Err(e) => return Err(format!("cannot wait for workrail {args:?}: {e}")),
-            }
-        };
-        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
-        let output = CliOutput {
-            success: status.success(),
-            stdout: read(&out_path),
-            stderr: read(&err_path),
-        };
-        let _ = std::fs::remove_file(&out_path);
-        let _ = std::fs::remove_file(&err_path);
-        Ok(output)
+        Ok(CliChild {
+            child,
+            what: format!("workrail {args:?}"),
+            out_path,
+            err_path,
+        })
     }
 
     /// A failed CLI run: its `CODE: message` on stderr, classified like a tool error.
@@ -1345,7 +1527,7 @@ pub fn race(config: &Config) -> Result<Report, String> {
             });
         }
     });
-    finish(lab, &slots)
+    finish(&lab, &slots)
 }
 
 /// Scenario 2: one writer, readers rehydrating, resuming, exporting and inspecting meanwhile.
@@ -1389,7 +1571,7 @@ pub fn readers(config: &Config) -> Result<Report, String> {
             });
         }
     });
-    finish(lab, &slots)
+    finish(&lab, &slots)
 }
 
 /// A rehydrate with only a stateToken: the latest one, sometimes an earlier one.
@@ -1565,6 +1747,19 @@ impl StormClient {
             self.history.remove(0);
         }
     }
+
+    /// [`gc_storm`]: forgets the current run when its session was deleted or answered an error
+    /// (the next step starts a new run).
+    fn forget_dropped(&mut self, lab: &Lab) {
+        let session = match &self.board {
+            Some(board) => lock(board).latest.session.clone(),
+            None => return,
+        };
+        if lab.book().dropped.contains(&session) {
+            self.board = None;
+            self.history.clear();
+        }
+    }
 }
 
 /// Scenario 3: servers killed with SIGKILL and restarted while their clients keep going.
@@ -1576,31 +1771,33 @@ pub fn kill_storm(config: &Config) -> Result<Report, String> {
     std::thread::scope(|scope| {
         let (lab, slots) = (&lab, &slots);
         let mut killer_rng = rng.split();
-        scope.spawn(move || {
-            for _ in 0..MAX_OPS_PER_CLIENT {
-                let pause = Duration::from_millis(50 + killer_rng.below(251));
-                std::thread::sleep(
-                    pause.min(lab.deadline.saturating_duration_since(Instant::now())),
-                );
-                if !lab.running() {
-                    break;
-                }
-                let Some(slot) = killer_rng.pick(slots) else {
-                    break;
-                };
-                match slot.kill_and_restart(lab) {
-                    Ok(true) => lab.book().report.kills += 1,
-                    Ok(false) => {}
-                    Err(e) => lab.other(format!("server {}: {e}", slot.index)),
-                }
-            }
-        });
+        scope.spawn(move || killer(lab, slots, &mut killer_rng));
         for (client, slot) in slots.iter().enumerate() {
             let mut rng = rng.split();
             scope.spawn(move || storm_client(lab, client, slot, &mut rng));
         }
     });
-    finish(lab, &slots)
+    finish(&lab, &slots)
+}
+
+/// The storm's killer: `kill -9` a random server every 50–300 ms and start a new one in its
+/// place, until the driving ends.
+fn killer(lab: &Lab, slots: &[Slot], rng: &mut Rng) {
+    for _ in 0..MAX_OPS_PER_CLIENT {
+        let pause = Duration::from_millis(50 + rng.below(251));
+        std::thread::sleep(pause.min(lab.deadline.saturating_duration_since(Instant::now())));
+        if !lab.running() {
+            break;
+        }
+        let Some(slot) = rng.pick(slots) else {
+            break;
+        };
+        match slot.kill_and_restart(lab) {
+            Ok(true) => lab.book().report.kills += 1,
+            Ok(false) => {}
+            Err(e) => lab.other(format!("server {}: {e}", slot.index)),
+        }
+    }
 }
 
 /// One client of the storm: mostly advances, sometimes rehydrates, replays an answered ack,
@@ -1655,6 +1852,9 @@ fn storm_client(lab: &Lab, client: usize, slot: &Slot, rng: &mut Rng) {
                 ok
             }
         };
+        if !ok && lab.deletions {
+            me.forget_dropped(lab);
+        }
         pause_after_failure(ok);
     }
 }
@@ -1858,14 +2058,14 @@ fn damaged_objects(data_dir: &Path) -> (u64, Vec<String>) {
 }
 
 /// Stops every server, then judges the data directory with fresh processes.
-fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
+fn finish(lab: &Lab, slots: &[Slot]) -> Result<Report, String> {
     for slot in slots {
         if let Err(e) = slot.stop() {
             lab.other(format!("server {}: {e}", slot.index));
         }
     }
-    let book = std::mem::take(&mut *lab.book());
-    let mut report = book.report;
+    let mut book = std::mem::take(&mut *lab.book());
+    let mut report = std::mem::take(&mut book.report);
 
     // Health, by a fresh `workrail inspect` per session.
     let sessions_dir = lab.data_dir().join("sessions");
@@ -1886,6 +2086,8 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
 
     let mut healthy: HashMap<String, bool> = HashMap::new();
     let mut committed: HashMap<String, Committed> = HashMap::new();
+    // [`gc_storm`]: directories of sessions some response named, without committed truth.
+    let mut half_gone = 0;
     for session in &sessions {
         let dir = sessions_dir.join(session);
         let verdict = match lab.cli(&["inspect", session]) {
@@ -1899,7 +2101,18 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
                         None => has_committed_record(&dir),
                     } =>
             {
-                report.uncommitted_dirs += 1;
+                if lab.deletions && book.nodes.contains_key(session) {
+                    // It had committed truth (a response named it): a deletion left it behind,
+                    // or a server made it again.
+                    half_gone += 1;
+                    report.half_deleted += 1;
+                    report.sample(format!(
+                        "session {session} was deleted but left {}",
+                        lab.remains_of(session, pg.as_ref())
+                    ));
+                } else {
+                    report.uncommitted_dirs += 1;
+                }
                 continue;
             }
             Ok(out) => Some(format!("(inspect failed: {})", out.stderr.trim())),
@@ -1909,6 +2122,10 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
         if !is_healthy {
             report.unhealthy_sessions += 1;
             report.sample(format!("session {session} afterwards: health {verdict:?}"));
+            if lab.deletions {
+                // Neither healthy nor wholly absent.
+                report.half_deleted += 1;
+            }
         }
         healthy.insert(session.clone(), is_healthy);
         let read = match &pg {
@@ -1925,7 +2142,10 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
             }
         }
     }
-    report.sessions = sessions.len() as u64 - report.uncommitted_dirs;
+    report.sessions = sessions.len() as u64 - report.uncommitted_dirs - half_gone;
+    if lab.deletions {
+        lab.judge_leftovers(&book, pg.as_ref(), &mut report);
+    }
     // On PostgreSQL the database is all the servers share: no server writes a file into its
     // data directory (sessions, objects and keys are rows; caches stay in memory) but the
     // records of the machine's running servers (`servers/`, decision D85), which a killed
@@ -1940,7 +2160,12 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
                 .and_then(Path::file_name)
                 .is_some_and(|d| d == workrail::store::layout::SERVERS_DIR)
         };
-        for path in written.into_iter().filter(|p| !server_record(p)) {
+        // [`gc_storm`]: the retention config gc creates in the data directory it runs in.
+        let gc_config = lab.gc_data_dir().join(workrail::gc::RETENTION_CONFIG_PATH);
+        for path in written
+            .into_iter()
+            .filter(|p| !server_record(p) && *p != gc_config)
+        {
             report.other_errors += 1;
             report.sample(format!(
                 "a server on PostgreSQL wrote {} into a data directory",
@@ -1957,31 +2182,59 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
         report.sample(format!("damaged object {name}"));
     }
 
-    // Lost events: every node a client was shown and every answered attempt is committed.
+    // Lost events: every node a client was shown and every answered attempt is committed (in
+    // [`gc_storm`], of every session that still exists).
     let empty = Committed::default();
     for (session, nodes) in &book.nodes {
-        let log = committed.get(session).unwrap_or(&empty);
+        let log = match committed.get(session) {
+            Some(log) => log,
+            None if lab.deletions => {
+                report.sessions_deleted += 1;
+                continue;
+            }
+            None => &empty,
+        };
+        let mut lost = 0;
         for node in nodes {
             if !log.nodes.contains(node) {
                 report.lost_events += 1;
-                report.sample(format!(
-                    "node {node} of {session} was answered but is not committed"
-                ));
+                lost += 1;
+                if lost <= LOST_SAMPLES_PER_SESSION {
+                    report.sample(format!(
+                        "node {node} of {session} was answered but is not committed"
+                    ));
+                }
             }
         }
+        if lost > LOST_SAMPLES_PER_SESSION {
+            report.sample(format!(
+                "… {lost} answered nodes of {session} are not committed (of {} answered, {} committed)",
+                nodes.len(),
+                log.nodes.len()
+            ));
+        }
     }
+    let mut lost_attempts: HashMap<&str, u64> = HashMap::new();
     for (attempt, seen) in &book.acks {
-        let log = committed.get(&seen.session).unwrap_or(&empty);
+        let log = match committed.get(&seen.session) {
+            Some(log) => log,
+            None if lab.deletions => continue,
+            None => &empty,
+        };
         let recorded = log
             .attempts
             .get(attempt)
             .is_some_and(|to| to.iter().any(|t| t.as_deref() == Some(seen.node.as_str())));
         if !recorded {
             report.lost_events += 1;
-            report.sample(format!(
-                "attempt {attempt} of {} was answered with node {} but that advance is not committed",
-                seen.session, seen.node
-            ));
+            let lost = lost_attempts.entry(seen.session.as_str()).or_default();
+            *lost += 1;
+            if *lost <= LOST_SAMPLES_PER_SESSION as u64 {
+                report.sample(format!(
+                    "attempt {attempt} of {} was answered with node {} but that advance is not committed",
+                    seen.session, seen.node
+                ));
+            }
         }
     }
     // Duplicate attempts: one advance_recorded per attemptId.
@@ -1996,9 +2249,16 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
         }
     }
 
-    // Every client's latest stateToken of every session rehydrates on a fresh server.
-    let check = Conn::spawn(&lab, "check")?;
+    // Every client's latest stateToken of every session rehydrates on a fresh server (in
+    // [`gc_storm`], of every session that still exists; a few of the deleted ones must answer
+    // that they are gone).
+    let check = Conn::spawn(lab, "check")?;
+    let mut deleted_tokens = Vec::new();
     for ((client, session), token) in &book.latest {
+        if lab.deletions && !committed.contains_key(session) {
+            deleted_tokens.push((session.clone(), token.clone()));
+            continue;
+        }
         let asked = payload(token)
             .map(|p| p.node_id().to_string())
             .unwrap_or_default();
@@ -2018,6 +2278,10 @@ fn finish(lab: Lab, slots: &[Slot]) -> Result<Report, String> {
                 "client {client}'s latest stateToken of {session} (node {asked}) does not rehydrate: {problem}"
             ));
         }
+    }
+    if lab.deletions {
+        gc_storm::check_deleted_tokens(&check, &deleted_tokens, &mut report);
+        gc_storm::judge_session_errors(&mut book, &committed, &mut report);
     }
     if let Err(e) = check.close() {
         report.other_errors += 1;
@@ -2064,7 +2328,7 @@ pub fn lost_commit_is_caught(config: &Config) -> Result<Report, String> {
     let session = lock(&board).latest.session.clone();
     if let Some(target) = &lab.postgres {
         cut_last_transaction(target, &session)?;
-        return finish(lab, &slots);
+        return finish(&lab, &slots);
     }
     let manifest = lab
         .data_dir()
@@ -2083,7 +2347,7 @@ pub fn lost_commit_is_caught(config: &Config) -> Result<Report, String> {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&manifest, kept).map_err(|e| e.to_string())?;
-    finish(lab, &slots)
+    finish(&lab, &slots)
 }
 
 /// On PostgreSQL: the last `segment_closed` record of `session`, every manifest record after

@@ -1,6 +1,7 @@
 //! Real `workrail mcp` processes on one data directory (`src/multiproc.rs`): racing writers,
-//! readers beside a writer, and a storm of `kill -9`. Each test prints one line of counts; every
-//! count but `session_locked` must be 0.
+//! readers beside a writer, a storm of `kill -9`, and that storm with `workrail gc --ttl-days 0`
+//! deleting sessions under the clients. Each test prints one line of counts; every count but
+//! `session_locked` (and the gc storm's allowed counts) must be 0.
 //!
 //! About 20 s per scenario by default; `WORKRAIL_MULTIPROC_SECS` (seconds of driving per
 //! scenario), `WORKRAIL_MULTIPROC_SERVERS` (servers of the race) and `WORKRAIL_MULTIPROC_SEED`
@@ -98,4 +99,65 @@ fn the_checks_count_a_commit_that_vanished() {
     assert!(report.lost_events > 0, "{}", report.line());
     assert!(report.stale_tokens > 0, "{}", report.line());
     assert_eq!(report.unhealthy_sessions, 0, "{:?}", report.samples);
+}
+
+/// Prints a gc storm's report: its counts, the allowed answers and every failure sample.
+fn print_gc_storm(report: &Report) {
+    println!("{}", report.line());
+    for deleted in &report.deleted_samples {
+        println!("  allowed (deleted under use): {deleted}");
+    }
+    for gc in &report.gc_samples {
+        println!("  gc: {gc}");
+    }
+    for sample in &report.samples {
+        println!("  sample: {sample}");
+    }
+}
+
+/// The kill storm's servers and clients while `workrail gc --ttl-days 0` processes (now and then
+/// two at once, some `kill -9`ed mid-run) delete every session nobody holds locked: gc takes a
+/// session's lock before it deletes it, so a deletion never meets an append (no lost event and
+/// no stale token in any session that still exists, nothing half deleted), a deleted session
+/// answers `SESSION_NOT_FOUND` and nothing else, every gc not killed exits 0, and a last gc
+/// with the servers stopped is not in safe mode and deletes every expired session.
+///
+/// lock: L-GC-RETENTION, L-WRITER-OS-LOCK
+#[test]
+fn gc_deleting_sessions_under_killed_servers_leaves_every_session_whole_or_gone() {
+    let _serial = serial();
+    let report = multiproc::gc_storm(&config()).unwrap();
+    print_gc_storm(&report);
+    let line = report.line();
+    let samples = report.samples.join("\n  ");
+    let gc_samples = report.gc_samples.join("\n  ");
+    assert_eq!(report.half_deleted, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_race_errors, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_failures, 0, "{line}\n  {gc_samples}");
+    assert_sound(&report);
+    assert!(report.kills > 0 && report.gc_killed > 0, "{line}");
+    // Sessions were deleted, some of them under the clients using them.
+    assert!(
+        report.gc_deleted > 0 && report.sessions_deleted_under_use > 0,
+        "{line}"
+    );
+}
+
+/// The gc storm's checks are not blind: a deleter of the harness's own in place of `workrail
+/// gc` (planted: under the session's lock it removes `manifest.jsonl`, then the whole directory
+/// with the lock file, then releases the lock, so a server waiting for that lock makes the lock
+/// file and an empty session again) is caught as half-deleted sessions or errors about deleted
+/// sessions other than `SESSION_NOT_FOUND`.
+#[test]
+fn the_checks_catch_a_gc_that_deletes_the_lock_file() {
+    let _serial = serial();
+    let report = multiproc::gc_storm_with_a_buggy_deleter(&config()).unwrap();
+    print_gc_storm(&report);
+    assert!(report.planted_deletions > 0, "{}", report.line());
+    assert!(
+        report.half_deleted + report.gc_race_errors > 0,
+        "{}",
+        report.line()
+    );
+    assert!(report.failures() > 0, "{}", report.line());
 }

@@ -1,8 +1,9 @@
 //! Real `workrail mcp` processes on one PostgreSQL schema (issue 19, item 4; `src/multiproc.rs`
 //! with [`Config::on_postgres`]): each server in a data directory of its own, so the database is
 //! all they share, like servers on several machines. Racing writers on one run, readers beside
-//! a writer, and a storm of `kill -9` at seeded moments while clients keep advancing,
-//! replaying, forking and starting runs. The oracle of `multiprocess.rs`, with the committed log read from the schema's rows:
+//! a writer, a storm of `kill -9` at seeded moments while clients keep advancing,
+//! replaying, forking and starting runs, and that storm with `workrail gc --ttl-days 0`
+//! deleting sessions under the clients. The oracle of `multiprocess.rs`, with the committed log read from the schema's rows:
 //! every session healthy and continuable afterwards (every client's latest stateToken
 //! rehydrates on a fresh server), nothing acknowledged lost, no attempt recorded twice, every
 //! replay byte-identical, every object row hashing to its key. Each test prints one line of
@@ -137,6 +138,46 @@ fn the_checks_count_a_commit_that_vanished_from_the_database() {
     assert!(report.lost_events > 0, "{}", report.line());
     assert!(report.stale_tokens > 0, "{}", report.line());
     assert_eq!(report.unhealthy_sessions, 0, "{:?}", report.samples);
+}
+
+/// The kill storm on one schema while `workrail gc --ttl-days 0` processes (on a machine of
+/// their own; now and then two at once, some `kill -9`ed mid-run) delete every session nobody
+/// holds locked: a deleted session answers `SESSION_NOT_FOUND` and nothing else, no session is
+/// left half deleted (rows without committed records, events without a `segment_closed`
+/// record), nothing acknowledged is lost from a session that still exists, every gc not killed
+/// exits 0, and a last gc with the servers stopped is not in safe mode and deletes every
+/// expired session.
+///
+/// lock: L-GC-RETENTION
+#[test]
+fn gc_deleting_sessions_on_one_database_under_killed_servers_leaves_every_session_whole_or_gone() {
+    let Some(url) = postgres_url(
+        "gc_deleting_sessions_on_one_database_under_killed_servers_leaves_every_session_whole_or_gone",
+    ) else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&url, "gc_storm");
+    let report = multiproc::gc_storm(&config(&schema)).unwrap();
+    println!("{}", report.line());
+    for gc in &report.gc_samples {
+        println!("  gc: {gc}");
+    }
+    for sample in &report.samples {
+        println!("  sample: {sample}");
+    }
+    let line = report.line();
+    let samples = report.samples.join("\n  ");
+    let gc_samples = report.gc_samples.join("\n  ");
+    assert_eq!(report.half_deleted, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_race_errors, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_failures, 0, "{line}\n  {gc_samples}");
+    assert_sound(&report);
+    assert!(report.kills > 0 && report.gc_runs > 0, "{line}");
+    assert!(
+        report.gc_deleted > 0 && report.sessions_deleted_under_use > 0,
+        "{line}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -145,7 +145,7 @@ pub fn db_outage(config: &Config, outages: &Outages<'_>) -> Result<Report, Strin
         lab.other(e);
     }
     answer_after_outages(&lab, &slots);
-    let mut report = finish(lab, &slots)?;
+    let mut report = finish(&lab, &slots)?;
     // Every server the harness had to start again (the first start of each slot aside).
     report.servers_down += slots
         .iter()
