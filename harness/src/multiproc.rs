@@ -992,6 +992,14 @@ impl Lab {
         Instant::now() < self.deadline
     }
 
+    /// Starts the driving time now: the servers' start-up (slow on a loaded machine) does not
+    /// eat into it, so a scenario always drives for `run_for`.
+    fn start_driving(&mut self, run_for: Duration) {
+        let now = Instant::now();
+        self.deadline = now + run_for;
+        self.hard_deadline = now + run_for + GRACE;
+    }
+
     /// A server's data directory: the lab's one, or on PostgreSQL one per machine (a server's
     /// name without its restart count: a restarted server comes back on its machine).
     fn machine_dir(&self, name: &str) -> Result<PathBuf, String> {
@@ -1477,8 +1485,9 @@ impl Gate {
 /// Scenario 1: N servers racing on one run, on their own runs, and on `start_workflow`.
 pub fn race(config: &Config) -> Result<Report, String> {
     let n = config.servers;
-    let lab = Lab::new(config, "race", n)?;
+    let mut lab = Lab::new(config, "race", n)?;
     let slots = slots(n, &lab)?;
+    lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
     // At least two clients share a run, so there is a race even with two servers.
     let sharing = (n / 2).max(2).min(n);
@@ -1533,8 +1542,9 @@ pub fn race(config: &Config) -> Result<Report, String> {
 /// Scenario 2: one writer, readers rehydrating, resuming, exporting and inspecting meanwhile.
 pub fn readers(config: &Config) -> Result<Report, String> {
     let readers = config.half();
-    let lab = Lab::new(config, "readers", readers + 1)?;
+    let mut lab = Lab::new(config, "readers", readers + 1)?;
     let slots = slots(readers + 1, &lab)?;
+    lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
     let first = lab
         .start(0, &slots[0], fixture::LINEAR_ID)
@@ -1765,8 +1775,9 @@ impl StormClient {
 /// Scenario 3: servers killed with SIGKILL and restarted while their clients keep going.
 pub fn kill_storm(config: &Config) -> Result<Report, String> {
     let n = config.half();
-    let lab = Lab::new(config, "kill_storm", n)?;
+    let mut lab = Lab::new(config, "kill_storm", n)?;
     let slots = slots(n, &lab)?;
+    lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
     std::thread::scope(|scope| {
         let (lab, slots) = (&lab, &slots);
@@ -2310,8 +2321,9 @@ fn finish(lab: &Lab, slots: &[Slot]) -> Result<Report, String> {
 /// (as if it had never been written), then the checks: they must count the answered advance
 /// as lost and its token as stale. Proves the oracle sees a lost commit.
 pub fn lost_commit_is_caught(config: &Config) -> Result<Report, String> {
-    let lab = Lab::new(config, "lost_commit", 1)?;
+    let mut lab = Lab::new(config, "lost_commit", 1)?;
     let slots = slots(1, &lab)?;
+    lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
     let first = lab
         .start(0, &slots[0], fixture::LINEAR_ID)

@@ -126,6 +126,7 @@ pub fn db_outage(config: &Config, outages: &Outages<'_>) -> Result<Report, Strin
     let mut lab = Lab::new(config, "db_outage", n)?;
     lab.outages = true;
     let slots = slots(n, &lab)?;
+    lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
     let first_kind = rng.below(2);
     let faulted = Mutex::new(Ok(()));

@@ -106,6 +106,7 @@ fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
     let mut lab = Lab::new(config, scenario, n)?;
     lab.deletions = true;
     let slots = slots(n, &lab)?;
+    lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
     let last_deletion = lab.deadline - QUIET_END.min(config.run_for / 6);
     std::thread::scope(|scope| {
