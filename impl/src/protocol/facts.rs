@@ -34,6 +34,23 @@ pub struct ProjectionMemo {
 type Memoized = (EventId, Projector);
 
 impl ProjectionMemo {
+    /// Facts of `events` like [`ProjectionMemo::facts`] when this session's projection is kept
+    /// (then extended by what was appended), else projected once without keeping it: a pass
+    /// over many sessions (`resume_session`'s first call) must not push out the projections of
+    /// the sessions being advanced.
+    pub fn facts_if_kept<'a>(&self, session: &SessionId, events: &'a [SessionEvent]) -> Facts<'a> {
+        let kept = self
+            .latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(session);
+        if kept {
+            self.facts(session, events)
+        } else {
+            Facts::new(events)
+        }
+    }
+
     /// Facts of `events`, a session's log (or a prefix of it).
     pub fn facts<'a>(&self, session: &SessionId, events: &'a [SessionEvent]) -> Facts<'a> {
         let Some(last) = events.last() else {

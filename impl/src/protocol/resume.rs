@@ -28,7 +28,6 @@ use workrail_spec::tools::{
     SkippedSessionView,
 };
 
-use super::facts::Facts;
 use super::resume_index::{self, Coverage, DiskIndex};
 use super::{Workrail, invariant, run_label, store_envelope};
 use crate::projections::resume::{
@@ -99,7 +98,9 @@ fn load_summary(
         Err(StoreError::Locked { .. }) => return Err(Some(("locked", None))),
         Err(_) => return Err(Some(("unreadable", None))),
     };
-    let facts = Facts::new(&loaded.events);
+    // The session just advanced is the one whose summary is stale: its kept projection is
+    // extended by what was appended, so this call does not grow with the session's length.
+    let facts = wr.memo.facts_if_kept(id, &loaded.events);
     let summary = summarize(
         &ResumeSource {
             session_id: &loaded.session_id,
