@@ -25,6 +25,12 @@
 //! held flat (D93). The advance's growth is held against the floor rounds interleaved with the
 //! same advances (its fsyncs' cost drifts with the machine's load between checkpoints); the raw
 //! ratio is printed beside it. Each figure with a target is followed by `ok` or `OVER TARGET`.
+//!
+//! A second, loop-heavy workload follows in a server of its own: nested loops (an outer loop
+//! around an inner loop of 3 steps) acknowledged with 40-byte notes, `WORKRAIL_BENCH_NESTED_ADVANCES`
+//! (default 2,000) advances, with the advance (against floor rounds interleaved with it),
+//! rehydrate, `resume_session` and the server's resident memory at 100, 500 and 2,000 advances:
+//! each call held within 1.2x from 100 to 2,000, the memory printed beside the cache budget.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,7 +43,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{NOTES_BODY, WORKFLOW};
+use support::{NESTED_WORKFLOW, NOTES_BODY, StdioServer, WORKFLOW};
 
 /// How a figure compares with its target, as printed after it.
 fn verdict(within: bool) -> &'static str {
@@ -173,6 +179,139 @@ fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64, u64)
         imported,
         idle,
     )
+}
+
+/// The loop-heavy workload (see the module docs): nested loops, short notes.
+fn nested_loops() {
+    let advances: usize = std::env::var("WORKRAIL_BENCH_NESTED_ADVANCES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let workflows = root.path().join("workflows");
+    fs::create_dir_all(&workflows).unwrap();
+    fs::write(workflows.join("nested.json"), NESTED_WORKFLOW).unwrap();
+    let mut server = StdioServer::start(&data, &workflows, root.path());
+    let started = server.call(
+        "tools/call",
+        json!({"name": "start_workflow", "arguments": {"workflowId": "project.nested"}}),
+    );
+    let mut out = started["result"]["structuredContent"].clone();
+    assert!(out["stateToken"].is_string(), "start failed: {started}");
+    std::thread::sleep(workrail::store::fs::STAMP_SETTLE + Duration::from_millis(200));
+    struct Row {
+        advances: usize,
+        advance: Duration,
+        floor: Duration,
+        rehydrate: Duration,
+        resume: Duration,
+        rss: u64,
+    }
+    let checkpoints = [100usize, 500, 2000];
+    let floor_dir = tempfile::tempdir().unwrap();
+    let (mut samples, mut floor) = (Vec::new(), Vec::new());
+    let mut rows: Vec<Row> = Vec::new();
+    for i in 0..advances {
+        let advance_first = i % 2 == 0;
+        if !advance_first {
+            floor.push(floor_round(floor_dir.path(), i, None));
+        }
+        // 40 bytes of notes, the length of an agent's one-line summary.
+        let mut output =
+            json!({"notesMarkdown": format!("Unit {i:06} done; nothing else to add.")});
+        if out["pending"]["stepId"] == "decide" {
+            output["artifacts"] =
+                json!([{"kind": "wr.loop_control", "loopId": "outer", "decision": "continue"}]);
+        }
+        let args =
+            json!({"stateToken": out["stateToken"], "ackToken": out["ackToken"], "output": output});
+        let t = Instant::now();
+        let response = server.call(
+            "tools/call",
+            json!({"name": "continue_workflow", "arguments": args}),
+        );
+        samples.push(t.elapsed());
+        out = response["result"]["structuredContent"].clone();
+        assert_eq!(out["kind"], "ok", "nested advance {i} failed: {response}");
+        if advance_first {
+            floor.push(floor_round(floor_dir.path(), i, None));
+        }
+        if checkpoints.contains(&(i + 1)) {
+            let (mut rehydrates, mut resumes) = (Vec::new(), Vec::new());
+            for _ in 0..21 {
+                let t = Instant::now();
+                server.call(
+                    "tools/call",
+                    json!({"name": "continue_workflow", "arguments": {"stateToken": out["stateToken"]}}),
+                );
+                rehydrates.push(t.elapsed());
+            }
+            for _ in 0..21 {
+                let t = Instant::now();
+                let resumed = server.call(
+                    "tools/call",
+                    json!({"name": "resume_session", "arguments": {"query": {"text": "unit done"}}}),
+                );
+                resumes.push(t.elapsed());
+                assert_eq!(resumed["result"]["isError"], false, "{resumed}");
+            }
+            let p50_of_last = |v: &[Duration]| {
+                let mut recent = v[v.len().saturating_sub(10)..].to_vec();
+                recent.sort();
+                percentile(&recent, 0.5)
+            };
+            rehydrates.sort();
+            resumes.sort();
+            rows.push(Row {
+                advances: i + 1,
+                advance: p50_of_last(&samples),
+                floor: p50_of_last(&floor),
+                rehydrate: percentile(&rehydrates, 0.5),
+                resume: percentile(&resumes, 0.5),
+                rss: server.rss_bytes(),
+            });
+        }
+    }
+    server.stop();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    println!("loop-heavy workload (nested loops, 40-byte notes), {advances} advances over stdio:");
+    println!(
+        "| advances | advance p50 (last 10) | floor p50 (same rounds) | rehydrate p50 | resume_session p50 | server RSS |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} MiB |",
+            r.advances,
+            ms(r.advance),
+            ms(r.floor),
+            ms(r.rehydrate),
+            ms(r.resume),
+            mib(r.rss)
+        );
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last())
+        && rows.len() > 1
+    {
+        let ratio = |f: fn(&Row) -> Duration| ms(f(last)) / ms(f(first));
+        let advance = ratio(|r| r.advance) / ratio(|r| r.floor);
+        let (rehydrate, resume) = (ratio(|r| r.rehydrate), ratio(|r| r.resume));
+        let budget = workrail::store::DEFAULT_CACHE_MB as f64;
+        println!(
+            "loop-heavy growth {}->{} advances (target <= 1.20 each): advance against the floor of the same rounds {advance:.2}x{} (raw {:.2}x), rehydrate {rehydrate:.2}x{}, resume_session {resume:.2}x{}; server RSS {:.1} -> {:.1} MiB (cache budget {budget:.0} MiB){}",
+            first.advances,
+            last.advances,
+            verdict(advance <= 1.2),
+            ratio(|r| r.advance),
+            verdict(rehydrate <= 1.2),
+            verdict(resume <= 1.2),
+            mib(first.rss),
+            mib(last.rss),
+            verdict(mib(last.rss) <= budget),
+        );
+    }
 }
 
 fn main() {
@@ -500,4 +639,5 @@ fn main() {
             );
         }
     }
+    nested_loops();
 }

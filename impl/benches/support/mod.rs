@@ -28,3 +28,112 @@ added a regression test for the empty input, and ran the suite: all green. Kept 
 as it was; the one behaviour change is that errors now name the line and column. Left the \
 formatter alone, since the issue does not ask for it. Next: the review step checks the error \
 wording against the existing messages and the docs page that lists them.";
+
+/// Nested loops for the loop-heavy growth row: an outer loop of up to 1,000 iterations, each
+/// running an inner loop of 3 `act` steps, then `decide` (a `wr.loop_control` for the outer
+/// loop). Every iteration ends loops and starts new ones, which a single loop never does.
+pub const NESTED_WORKFLOW: &str = r#"{
+  "id": "project.nested",
+  "name": "Nested",
+  "description": "Nested loops for latency measurements.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}, {"id": "yes", "kind": "always_true"}],
+  "steps": [
+    {"type": "loop", "loopId": "outer", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 1000,
+     "body": [
+       {"type": "loop", "loopId": "inner", "while": {"kind": "condition_ref", "conditionId": "yes"}, "maxIterations": 3,
+        "body": [{"id": "act", "title": "Act", "prompt": "Do one unit of work."}]},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]}
+  ]
+}"#;
+
+/// A `workrail mcp` process driven over its stdio with JSON-RPC, one call at a time.
+pub struct StdioServer {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl StdioServer {
+    /// Starts `workrail mcp` on `data` with the workflows of `workflows`, and initializes it.
+    pub fn start(
+        data: &std::path::Path,
+        workflows: &std::path::Path,
+        home: &std::path::Path,
+    ) -> Self {
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
+            .arg("mcp")
+            .env("WORKRAIL_DATA_DIR", data)
+            .env("WORKRAIL_WORKFLOW_DIRS", workflows)
+            .env("HOME", home)
+            .current_dir(home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut server = Self {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+        };
+        server.call(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}),
+        );
+        server.call("notifications/initialized", serde_json::Value::Null);
+        server
+    }
+
+    /// Sends one request and returns its response (a notification gets none: `Null`).
+    pub fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        let stdin = self.stdin.as_mut().unwrap();
+        if method.starts_with("notifications/") {
+            let line = serde_json::json!({"jsonrpc": "2.0", "method": method}).to_string();
+            writeln!(stdin, "{line}").unwrap();
+            stdin.flush().unwrap();
+            return serde_json::Value::Null;
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let line =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+                .to_string();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let mut buf = String::new();
+            assert!(
+                self.stdout.read_line(&mut buf).unwrap() > 0,
+                "server closed stdout"
+            );
+            let msg: serde_json::Value = serde_json::from_str(&buf).unwrap();
+            if msg["id"] == serde_json::json!(id) {
+                return msg;
+            }
+        }
+    }
+
+    /// The server's resident memory, in bytes (Linux `/proc`; 0 elsewhere).
+    pub fn rss_bytes(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(0, |kib| kib * 1024)
+    }
+
+    /// Closes stdin (the server exits on EOF) and waits for a clean exit.
+    pub fn stop(mut self) {
+        drop(self.stdin.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+}

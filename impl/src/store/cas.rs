@@ -82,9 +82,11 @@ fn put_durable(fs: &dyn StoreFs, path: &Path, bytes: &[u8]) -> Result<(), StoreE
             fs.rename(&tmp, path)
                 .map_err(failed("rename a stored object into place", path))
         });
-    if written.is_err() {
-        // Best effort: a leftover temp file is never read and GC skips it.
-        let _ = fs.remove_file(&tmp);
+    if written.is_err()
+        && let Err(e) = fs.remove_file(&tmp)
+    {
+        // Safe to leave: a temp file is never read, and GC removes it once old (D63).
+        tracing::debug!("a stored object's temp file was not removed: {e}");
     }
     written?;
     fs.sync_dir(dir)

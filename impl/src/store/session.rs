@@ -723,7 +723,7 @@ impl AppendGate<'_> {
             Ok(t) => t,
             Err(e) => {
                 if written.is_err() {
-                    let _ = self.fs().remove_file(&temp);
+                    self.remove_orphan(&temp);
                 }
                 // Nothing is attested: the session is as it was (a written segment is an orphan
                 // the next commit of these indices replaces).
@@ -731,8 +731,7 @@ impl AppendGate<'_> {
             }
         };
         if let Err((op, path, e)) = written {
-            // Best effort: an orphan is never read, whatever its name.
-            let _ = self.fs().remove_file(&temp);
+            self.remove_orphan(&temp);
             return Err(self.failed(op, &path, &e, Committed::Nothing));
         }
 
@@ -806,6 +805,14 @@ impl AppendGate<'_> {
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok(beside)
+    }
+
+    /// Removes a segment's temp file after a failed commit, best effort: an orphan is never
+    /// read, whatever its name, and GC removes it once old (D63).
+    fn remove_orphan(&self, temp: &Path) {
+        if let Err(e) = self.fs().remove_file(temp) {
+            tracing::debug!("a segment's temp file was not removed: {e}");
+        }
     }
 
     /// A new session's first records replace its empty manifest whole (temp file, fsync,
