@@ -115,12 +115,15 @@ const IO: &[&str] = &[
 ];
 
 /// The adapter modules of `impl` that may do that I/O: the filesystem behind the store's,
-/// the workflow sources' and the workspace's ports, GC's clock, the PostgreSQL connector (the
-/// CA file a URL's `sslrootcert` names, read once at start), and the process's edges (the
+/// the workflow sources' and the workspace's ports, GC's clock, the check of who owns the data
+/// directory (`lstat` of its root and top-level entries at open, D136), the PostgreSQL
+/// connector (the CA file a URL's `sslrootcert` names, read once at start), and the process's
+/// edges (the
 /// command line, the MCP server's stdio, and the Console's loopback listener, printed link and
 /// browser launch).
 const IO_ADAPTERS: &[&str] = &[
     "store/fs.rs",
+    "store/owner.rs",
     "store/postgres/tls.rs",
     "sources/fs.rs",
     "workspace/fs.rs",
