@@ -156,7 +156,22 @@ fn version_or(reason: CorruptionReason, e: &ArtifactError) -> CorruptionReason {
     }
 }
 
-impl Validator<'_> {
+impl<'a> Validator<'a> {
+    /// A validator that has read nothing yet.
+    fn new(session: &SessionId, objects: Option<&'a ObjectCheck>) -> Self {
+        Self {
+            session_id: session.clone(),
+            events: Vec::new(),
+            manifest: Vec::new(),
+            pinned: HashSet::new(),
+            dedupe: HashMap::new(),
+            awaiting_pins: Vec::new(),
+            boundary: (0, 0, 0),
+            objects,
+            workflows_checked: HashSet::new(),
+        }
+    }
+
     fn corruption(&self, reason: CorruptionReason, detail: impl ToString) -> Corruption {
         Corruption {
             reason,
@@ -466,17 +481,7 @@ pub(crate) fn load_session(
     let Some(manifest) = fs.read(&layout::manifest_path(session))? else {
         return lost_manifest(fs, session, objects);
     };
-    let mut validator = Validator {
-        session_id: session.clone(),
-        events: Vec::new(),
-        manifest: Vec::new(),
-        pinned: HashSet::new(),
-        dedupe: HashMap::new(),
-        awaiting_pins: Vec::new(),
-        boundary: (0, 0, 0),
-        objects,
-        workflows_checked: HashSet::new(),
-    };
+    let mut validator = Validator::new(session, objects);
     let outcome = match validator.run(fs, &manifest) {
         Ok(()) => Ok(()),
         Err(Stop::Corrupt(c)) => Err(c),
@@ -513,17 +518,7 @@ fn lost_manifest(
     if segments == 0 {
         return Ok(None);
     }
-    let validator = Validator {
-        session_id: session.clone(),
-        events: Vec::new(),
-        manifest: Vec::new(),
-        pinned: HashSet::new(),
-        dedupe: HashMap::new(),
-        awaiting_pins: Vec::new(),
-        boundary: (0, 0, 0),
-        objects,
-        workflows_checked: HashSet::new(),
-    };
+    let validator = Validator::new(session, objects);
     let corruption = Corruption {
         reason: CorruptionReason::ManifestMissing,
         manifest_index: 0,
