@@ -241,7 +241,9 @@ fn the_state_machine_on_postgres_catches_a_replay_that_recomputes() {
         .run(&known)
         .unwrap_err();
     assert!(err.contains("not byte-identical"), "{err}");
-    let caught = check_sequences(ops::config(8), 24, |seed| OnPostgres::new(&url, seed));
+    // Random sequences catch it only when one replays an ack after the log moved on: enough
+    // of them that a miss is not left to chance (8 once missed it in CI).
+    let caught = check_sequences(ops::config(2), 24, |seed| OnPostgres::new(&url, seed));
     assert!(
         caught.is_err(),
         "the generated sequences on PostgreSQL missed the planted bug"
