@@ -35,7 +35,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -324,50 +324,8 @@ fn main() {
     let workflows = root.path().join("workflows");
     fs::create_dir_all(&workflows).unwrap();
     fs::write(workflows.join("bench.json"), WORKFLOW).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_workrail"))
-        .arg("mcp")
-        .env("WORKRAIL_DATA_DIR", &data)
-        .env("WORKRAIL_WORKFLOW_DIRS", &workflows)
-        .env("HOME", root.path())
-        .current_dir(root.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut next_id = 0;
-    let mut call = |method: &str, params: Value| -> Value {
-        if method.starts_with("notifications/") {
-            // A notification has no id and no response.
-            let line = json!({"jsonrpc": "2.0", "method": method}).to_string();
-            writeln!(stdin, "{line}").unwrap();
-            stdin.flush().unwrap();
-            return Value::Null;
-        }
-        next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params})
-            .to_string();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-        loop {
-            let mut buf = String::new();
-            assert!(
-                stdout.read_line(&mut buf).unwrap() > 0,
-                "server closed stdout"
-            );
-            let msg: Value = serde_json::from_str(&buf).unwrap();
-            if msg["id"] == json!(next_id) {
-                return msg;
-            }
-        }
-    };
-    call(
-        "initialize",
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}),
-    );
-    call("notifications/initialized", Value::Null);
+    let mut server = StdioServer::start(&data, &workflows, root.path());
+    let mut call = |method: &str, params: Value| server.call(method, params);
     // Cold start: the first start_workflow of a fresh process.
     let t = Instant::now();
     let started = call(
@@ -530,8 +488,7 @@ fn main() {
         .to_owned();
     let import = bench_import(root.path(), &data, &session);
     // Closing stdin ends the server (it exits on EOF).
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    server.stop();
     samples.sort();
     bare.sort();
     overlapped.sort();
