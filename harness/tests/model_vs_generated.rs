@@ -73,7 +73,10 @@ fn the_generator_reaches_nesting_conditions_and_contracts() {
             .loops
             .iter()
             .filter_map(|l| {
-                let workrail_spec::compiled::LoopWhile::ConditionRef { condition_id } = &l.while_;
+                let workrail_spec::compiled::LoopWhile::ConditionRef { condition_id } = &l.while_
+                else {
+                    return None;
+                };
                 body.conditions
                     .iter()
                     .find(|c| c.condition_id() == condition_id)

@@ -369,7 +369,12 @@ fn condition<'w>(
     wf: &'w CompiledWorkflowSnapshotV1,
     def: &CompiledLoop,
 ) -> Result<&'w CompiledCondition, InterpreterError> {
-    let LoopWhile::ConditionRef { condition_id } = &def.while_;
+    let LoopWhile::ConditionRef { condition_id } = &def.while_ else {
+        return Err(InterpreterError::Invariant(format!(
+            "loop {} is not a condition_ref loop",
+            def.loop_id
+        )));
+    };
     wf.condition(condition_id)
         .ok_or_else(|| InterpreterError::Invariant(format!("unknown condition {condition_id}")))
 }
@@ -539,7 +544,11 @@ impl Walker<'_, '_> {
                 completed,
                 loop_stack: cursor.frames,
                 pending: Pending::Some {
-                    step: PendingStep { step_id, loop_path },
+                    step: PendingStep {
+                        step_id,
+                        loop_path,
+                        bindings: Default::default(),
+                    },
                 },
             },
             disclosed: self.disclosed,

@@ -180,7 +180,8 @@ fn rehydrate_reports_the_pending_step_and_tipness_without_writing() {
             node_id: root.clone(),
             pending: Some(workrail_spec::snapshot::PendingStep {
                 step_id: step_id("a"),
-                loop_path: vec![]
+                loop_path: vec![],
+                bindings: Default::default(),
             }),
             is_complete: false,
             is_tip: true,

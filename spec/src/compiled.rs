@@ -18,6 +18,7 @@ use crate::closed::{
     Autonomy, Capability, CapabilityRequirement, LoopDecision, NonAssumableChoiceKind, RiskPolicy,
     StepSource, closed_set,
 };
+pub use crate::condition::Condition;
 use crate::ids::{ConditionId, LoopId, Sha256Digest, StepId, WorkflowHash, WorkflowId};
 use crate::jcs::{JcsError, jcs_digest};
 use crate::manifest::tagged_object_schema;
@@ -195,6 +196,174 @@ pub struct CompiledStep {
     /// without functions keep their hash (an additive optional field, `L-VERSION-ADDITIVE-ONLY`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub functions: Vec<CompiledFunction>,
+    /// The workflow-language semantics of the step (`runCondition`, `validationCriteria`,
+    /// confirmation rules, assessments, conditional fragments, attempt budget, context reads)
+    /// and the authored fields kept for `inspect_workflow` (decision D139). Absent when the step
+    /// uses none of them, so every earlier workflow keeps its hash.
+    #[serde(default, skip_serializing_if = "StepLanguage::is_empty")]
+    pub language: StepLanguage,
+}
+
+/// How the workflow language shapes one step at run time (decision D139). Every field is
+/// optional; a step that uses none of them serializes without `language`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepLanguage {
+    /// The step runs only when this holds over the run's context when the walk reaches it;
+    /// otherwise it is skipped, and the skip is recorded in the decision trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_condition: Option<Condition>,
+    /// Checked against the agent's output at advance; a failure blocks the attempt (a gap in
+    /// never-stop modes) and quotes the failed rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ValidationCriterion>,
+    /// When set, `requireConfirmation` holds only where this condition holds (the condition and
+    /// `{kind, condition}` forms of `requireConfirmation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_when: Option<Condition>,
+    /// Who confirms, from the `{kind}` form of `requireConfirmation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_kind: Option<ConfirmationKind>,
+    /// Assessments (by id, from the workflow's `assessments`) the output must carry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assessment_refs: Vec<String>,
+    /// Follow-ups a recorded assessment level requires before the step may complete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assessment_consequences: Vec<AssessmentConsequence>,
+    /// Text appended to the prompt when its condition holds (authored order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_fragments: Vec<PromptFragment>,
+    /// Blocked attempts the agent may make at this step before it becomes a user-only
+    /// dependency (the step's `maxAttempts`, else the workflow's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// `notesOptional`: the step may be acknowledged without notes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notes_optional: bool,
+    /// Context keys the rendered prompt reads (`{{key}}` and `{{key.path}}` markers, fragment and
+    /// confirmation conditions), sorted: their values are frozen into the pending step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context_reads: Vec<String>,
+    /// Authored fields with no run-time effect, kept verbatim for `inspect_workflow`
+    /// (`modelTier`, `askForFiles`, `audit`, `verification`, ...), by field name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kept: BTreeMap<String, Value>,
+}
+
+impl StepLanguage {
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+closed_set!(
+    /// Who confirms a step (the `{kind}` form of `requireConfirmation`).
+    ConfirmationKind {
+        /// The user confirms in the chat (the boolean form).
+        User = "user",
+        /// An evaluator the coordinator runs decides.
+        CoordinatorEval = "coordinator_eval",
+        /// A human operator approves outside the chat.
+        HumanApproval = "human_approval",
+    }
+);
+
+/// A conditional prompt fragment (`promptFragments`): appended when `when` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromptFragment {
+    pub fragment_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Condition>,
+    pub text: String,
+}
+
+/// One rule of `validationCriteria`, or a composition of rules (closed set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum ValidationCriterion {
+    /// The notes contain `value` (case-sensitive).
+    Contains {
+        value: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<Condition>,
+    },
+    /// The notes match `pattern` (with `flags`, of `gimsuy`).
+    Regex {
+        pattern: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flags: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<Condition>,
+    },
+    /// The notes' length in characters is within `[min, max]`.
+    Length {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<Condition>,
+    },
+    /// The notes parse as JSON that satisfies `schema` (a legacy rule, kept as authored).
+    Schema {
+        schema: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<Condition>,
+    },
+    All {
+        all: Vec<ValidationCriterion>,
+    },
+    Any {
+        any: Vec<ValidationCriterion>,
+    },
+    Not {
+        criterion: Box<ValidationCriterion>,
+    },
+}
+
+/// A workflow-declared assessment (`assessments`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssessmentDefinition {
+    pub assessment_id: String,
+    pub purpose: String,
+    pub dimensions: Vec<AssessmentDimension>,
+}
+
+/// One bounded dimension of an assessment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssessmentDimension {
+    pub dimension_id: String,
+    pub purpose: String,
+    /// At least two, unique, in authored order.
+    pub levels: Vec<String>,
+    pub required: bool,
+}
+
+/// `assessmentConsequences`: when any dimension (of `forAssessment`, else of any assessment the
+/// step records) is at `anyEqualsLevel`, the step stays pending until a follow-up is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssessmentConsequence {
+    pub any_equals_level: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_assessment: Option<String>,
+    pub guidance: String,
 }
 
 /// One item of an execution sequence: a step, or a loop.
@@ -248,6 +417,20 @@ impl CompiledCondition {
 pub enum LoopWhile {
     #[serde(rename_all = "camelCase")]
     ConditionRef { condition_id: ConditionId },
+    /// `while`: an iteration starts while `condition` holds over the run's context (evaluated
+    /// before every iteration, the first included).
+    ContextWhile { condition: Condition },
+    /// `until`: an iteration starts until `condition` holds (evaluated before every iteration).
+    ContextUntil { condition: Condition },
+    /// `for` with a number: exactly `count` iterations (capped by `maxIterations`).
+    Count { count: u32 },
+    /// `for` with a context variable: as many iterations as the number in `var` when the loop
+    /// is entered (capped by `maxIterations`).
+    #[serde(rename_all = "camelCase")]
+    CountVar { var: String },
+    /// `forEach`: one iteration per element of the array in `items` when the loop is entered
+    /// (capped by `maxIterations`).
+    ForEach { items: String },
 }
 
 /// A resolved loop.
@@ -261,6 +444,31 @@ pub struct CompiledLoop {
     pub max_iterations: u32,
     /// Authoritative order; the index is the `bodyIndex`.
     pub body: Vec<SequenceItem>,
+    /// The loop is entered only when this holds (else skipped, and the skip is traced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_condition: Option<Condition>,
+    /// Names under which the iteration, item and index reach prompts and conditions in the body.
+    #[serde(default, skip_serializing_if = "LoopVars::is_empty")]
+    pub vars: LoopVars,
+}
+
+/// The names a loop binds in its body (`iterationVar`, `itemVar`, `indexVar`); absent names
+/// bind nothing. The iteration is bound 1-based, the index 0-based.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoopVars {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration_var: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_var: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_var: Option<String>,
+}
+
+impl LoopVars {
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 closed_set!(
@@ -317,6 +525,14 @@ pub struct CompiledWorkflowBody {
     pub conditions: Vec<CompiledCondition>,
     pub loops: Vec<CompiledLoop>,
     pub compiled_warnings: Vec<CompiledWarning>,
+    /// Workflow-declared assessments, sorted by `assessmentId`; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assessments: Vec<AssessmentDefinition>,
+    /// Authored workflow fields with no run-time effect (`version`, `about`, `examples`,
+    /// `references`, `metricsProfile`, ...), kept verbatim for `inspect_workflow`; absent when
+    /// none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kept: BTreeMap<String, Value>,
 }
 
 impl CompiledWorkflowSnapshotV1 {
@@ -488,6 +704,29 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
             ));
         }
     }
+    if !strictly_sorted(&body.assessments, |a| a.assessment_id.clone()) {
+        return Err(invariant(
+            "assessments deduped and sorted by assessmentId",
+            "assessments are not strictly ascending by assessmentId",
+        ));
+    }
+    for step in &body.steps {
+        for assessment_id in &step.language.assessment_refs {
+            if !body
+                .assessments
+                .iter()
+                .any(|a| &a.assessment_id == assessment_id)
+            {
+                return Err(invariant(
+                    "step assessmentRefs resolved",
+                    format!(
+                        "step {} references assessment {assessment_id} that is not declared",
+                        step.step_id
+                    ),
+                ));
+            }
+        }
+    }
     for l in &body.loops {
         if l.max_iterations == 0 {
             return Err(invariant(
@@ -501,11 +740,11 @@ fn check_body(body: &CompiledWorkflowBody) -> Result<(), ArtifactError> {
                 format!("loop {} has an empty body", l.loop_id),
             ));
         }
-        let LoopWhile::ConditionRef { condition_id } = &l.while_;
-        if !body
-            .conditions
-            .iter()
-            .any(|c| c.condition_id() == condition_id)
+        if let LoopWhile::ConditionRef { condition_id } = &l.while_
+            && !body
+                .conditions
+                .iter()
+                .any(|c| c.condition_id() == condition_id)
         {
             return Err(invariant(
                 "loop condition resolved",

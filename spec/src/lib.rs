@@ -21,6 +21,7 @@ pub mod budget;
 pub mod bundle;
 pub mod closed;
 pub mod compiled;
+pub mod condition;
 pub mod config;
 pub mod context;
 pub mod dedupe;

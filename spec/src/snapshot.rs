@@ -32,6 +32,31 @@ const ENGINE: ArtifactKind = ArtifactKind::EnginePayload;
 pub struct PendingStep {
     pub step_id: StepId,
     pub loop_path: Vec<LoopPathEntry>,
+    /// The context values the step's prompt reads (its `contextReads` and the enclosing loops'
+    /// variables), frozen when the step became pending, so the prompt a node shows never changes
+    /// (decision D139). Absent when the step reads nothing.
+    #[serde(default, skip_serializing_if = "Bindings::is_empty")]
+    pub bindings: Bindings,
+}
+
+/// Context values frozen into a pending step, by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct Bindings(pub serde_json::Map<String, Value>);
+
+impl Bindings {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::hash::Hash for Bindings {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // A map serializes in key order, so equal bindings hash equally.
+        serde_json::to_string(&self.0)
+            .unwrap_or_default()
+            .hash(state);
+    }
 }
 
 impl PendingStep {

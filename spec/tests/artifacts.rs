@@ -814,6 +814,7 @@ fn sample_snapshot() -> ExecutionSnapshotFileV1 {
                         loop_id: outer,
                         iteration: 1,
                     }],
+                    bindings: Default::default(),
                 },
             },
         })
@@ -924,6 +925,7 @@ fn sample_compiled() -> CompiledWorkflowSnapshotV1 {
         injected_refs: vec![],
         non_assumable_choices: vec![],
         functions: Vec::new(),
+        language: Default::default(),
     };
     CompiledWorkflowSnapshotV1::new(CompiledWorkflowBody {
         workflow_id: WorkflowId::parse("project.sample").unwrap(),
@@ -965,8 +967,12 @@ fn sample_compiled() -> CompiledWorkflowSnapshotV1 {
                     step_id: step("decide"),
                 },
             ],
+            run_condition: None,
+            vars: Default::default(),
         }],
         compiled_warnings: vec![],
+        assessments: Vec::new(),
+        kept: Default::default(),
     })
     .unwrap()
 }

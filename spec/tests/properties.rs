@@ -1612,7 +1612,11 @@ fn arb_running_with_pending() -> impl Strategy<Value = EngineState> {
                     iteration: f.iteration,
                 })
                 .collect();
-            let step = PendingStep { step_id, loop_path };
+            let step = PendingStep {
+                step_id,
+                loop_path,
+                bindings: Default::default(),
+            };
             let pending_key = step.instance_key();
             EngineState::Running {
                 completed: CompletedSet::new(keys.into_iter().filter(|k| *k != pending_key)),

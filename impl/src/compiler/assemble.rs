@@ -80,6 +80,7 @@ fn compile_step(step: &StepIr) -> Result<CompiledStep, Vec<CompileError>> {
         injected_refs: rendered.refs,
         non_assumable_choices: step.non_assumable_choices.clone(),
         functions: step.functions.clone(),
+        language: Default::default(),
     })
 }
 
@@ -91,6 +92,8 @@ fn compile_loop(l: &LoopIr) -> CompiledLoop {
         },
         max_iterations: l.max_iterations,
         body: sequence(&l.body),
+        run_condition: None,
+        vars: Default::default(),
     }
 }
 
@@ -200,6 +203,8 @@ pub(crate) fn assemble(
         conditions,
         loops,
         compiled_warnings: warnings,
+        assessments: Vec::new(),
+        kept: Default::default(),
     };
     CompiledWorkflowSnapshotV1::new(body).map_err(|e| vec![internal(e)])
 }

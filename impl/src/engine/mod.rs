@@ -56,7 +56,11 @@ fn running(
                 completed,
                 loop_stack: frames,
                 pending: Pending::Some {
-                    step: PendingStep { step_id, loop_path },
+                    step: PendingStep {
+                        step_id,
+                        loop_path,
+                        bindings: Default::default(),
+                    },
                 },
             }
         }

@@ -68,7 +68,12 @@ fn condition<'a>(
     compiled: &'a CompiledWorkflowSnapshotV1,
     def: &CompiledLoop,
 ) -> Result<&'a CompiledCondition, EngineError> {
-    let LoopWhile::ConditionRef { condition_id } = &def.while_;
+    let LoopWhile::ConditionRef { condition_id } = &def.while_ else {
+        return Err(inconsistent(format!(
+            "loop {} is not a condition_ref loop",
+            def.loop_id
+        )));
+    };
     compiled.condition(condition_id).ok_or_else(|| {
         inconsistent(format!(
             "condition {condition_id} is not in the compiled workflow"

@@ -450,6 +450,7 @@ pub fn compiled_step(id: &str, contract: Option<&str>) -> CompiledStep {
         injected_refs: Vec::new(),
         non_assumable_choices: Vec::new(),
         functions: Vec::new(),
+        language: Default::default(),
     }
 }
 
@@ -477,6 +478,8 @@ pub fn compiled_loop(
         },
         max_iterations,
         body,
+        run_condition: None,
+        vars: Default::default(),
     }
 }
 
@@ -536,6 +539,8 @@ pub fn workflow(
         conditions: conditions(),
         loops,
         compiled_warnings: Vec::new(),
+        assessments: Vec::new(),
+        kept: Default::default(),
     })
     .unwrap()
 }
