@@ -483,6 +483,7 @@ impl<S: System> Harness<S> {
                     source_ref: format!("workflows/{}", self.workflow.file),
                     session_baseline: None,
                     preferences: preferences.clone(),
+                    context: Default::default(),
                 }));
                 Prepared {
                     call: Call::Start(StartWorkflowInput {
@@ -633,6 +634,7 @@ impl<S: System> Harness<S> {
                     attempt_id: m,
                     output: output.to_model(),
                     preferences: delta,
+                    context: None,
                 }),
                 forks,
             },

@@ -13,8 +13,8 @@
 //! naming its recorded outcome. A child node id is a function of the attempt that created it.
 
 use workrail_spec::ids::{
-    AttemptId, CapObsId, ChangeId, DivergenceId, EventId, EventIndex, GapId, NodeId, OutputId,
-    RunId, SessionId, Sha256Digest,
+    AttemptId, CapObsId, ChangeId, ContextId, DivergenceId, EventId, EventIndex, GapId, NodeId,
+    OutputId, RunId, SessionId, Sha256Digest,
 };
 use workrail_spec::jcs::sha256;
 
@@ -132,6 +132,20 @@ pub fn ack_change_id(session: &SessionId, attempt: &AttemptId) -> ChangeId {
 /// the snapshot (`origin`: an attempt id, or the root node id for a start).
 pub fn preference_warning_output_id(session: &SessionId, origin: &str) -> OutputId {
     OutputId::from_digest(&digest(&["preference_warning", session.as_str(), origin]))
+}
+
+/// The context a start records (decision D139).
+pub fn start_context_id(session: &SessionId, run: &RunId) -> ContextId {
+    ContextId::from_digest(&digest(&["start_context", session.as_str(), run.as_str()]))
+}
+
+/// The context an ack attempt records when its delta changes the run's context.
+pub fn ack_context_id(session: &SessionId, attempt: &AttemptId) -> ContextId {
+    ContextId::from_digest(&digest(&[
+        "ack_context",
+        session.as_str(),
+        attempt.as_str(),
+    ]))
 }
 
 /// Event ids are informational (never part of a dedupeKey): the model names them by position.

@@ -40,17 +40,22 @@
 //! model checks presence only, since it carries no JSON Schema validator. Within one ack a finding with the same reason
 //! and pointer is disclosed once.
 
+use serde_json::{Map, Value};
 use workrail_spec::blocker::{BlockerPointer, ReasonDetails};
 use workrail_spec::budget::LOOP_CONTROL_SUMMARY_MAX_BYTES;
 use workrail_spec::closed::{Autonomy, GapSeverity, LoopDecision};
 use workrail_spec::compiled::{
     CompiledCondition, CompiledLoop, CompiledWorkflowSnapshotV1, LoopWhile, SequenceItem,
 };
-use workrail_spec::ids::{LoopId, StepId};
+use workrail_spec::ids::{ContextKey, LoopId, StepId};
 use workrail_spec::reason::{ContractViolationReason, GapReason, ReasonCode, UnexpectedReason};
 use workrail_spec::skey::LoopPathEntry;
-use workrail_spec::snapshot::{CompletedSet, EngineState, LoopFrame, Pending, PendingStep};
+use workrail_spec::snapshot::{
+    Bindings, CompletedSet, EngineState, LoopFrame, Pending, PendingStep,
+};
 use workrail_spec::tools::OutputInput;
+
+use crate::language::{self, MissingLoopContext};
 
 /// The artifact kind validated by `wr.contracts.loop_control`.
 pub const LOOP_CONTROL_ARTIFACT_KIND: &str = "wr.loop_control";
@@ -77,6 +82,9 @@ pub enum Progress {
     Moved {
         state: EngineState,
         disclosed: Vec<(Finding, GapSeverity)>,
+        /// The steps and loops the walk passed over because their `runCondition` did not hold,
+        /// in walk order (each is recorded in the decision trace, decision D139).
+        skipped: Vec<Skip>,
     },
     /// A finding blocks: nothing moves. `gaps` are the disclosures to record anyway (the
     /// reason table records a critical gap for `unexpected:*` even when it blocks).
@@ -84,6 +92,23 @@ pub enum Progress {
         blocker: Finding,
         gaps: Vec<(Finding, GapSeverity)>,
     },
+}
+
+/// A step or loop whose `runCondition` did not hold when the walk reached it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    pub subject: Skipped,
+    /// The loop path the walk was in.
+    pub loop_path: Vec<LoopPathEntry>,
+    /// The condition and the values it read (`Condition::explain`).
+    pub explanation: String,
+}
+
+/// What a [`Skip`] passed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skipped {
+    Step(StepId),
+    Loop(LoopId),
 }
 
 /// The compiled workflow or the snapshot does not hold together (never expected).
@@ -160,12 +185,23 @@ pub fn start(
     wf: &CompiledWorkflowSnapshotV1,
     autonomy: Autonomy,
 ) -> Result<Progress, InterpreterError> {
+    start_with(wf, autonomy, &Map::new())
+}
+
+/// [`start`] over the run's initial `context` (decision D139).
+pub fn start_with(
+    wf: &CompiledWorkflowSnapshotV1,
+    autonomy: Autonomy,
+    context: &Map<String, Value>,
+) -> Result<Progress, InterpreterError> {
     let walker = Walker {
         wf,
         output: None,
         completed_step: None,
         autonomy,
+        context,
         disclosed: Vec::new(),
+        skipped: Vec::new(),
     };
     walker.settle(Cursor::default(), CompletedSet::default())
 }
@@ -177,6 +213,18 @@ pub fn ack(
     state: &EngineState,
     output: &OutputInput,
     autonomy: Autonomy,
+) -> Result<Progress, InterpreterError> {
+    ack_with(wf, state, output, autonomy, &Map::new())
+}
+
+/// [`ack`] over the context the ack records: the run's context merged with the ack's delta
+/// (decision D139).
+pub fn ack_with(
+    wf: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+    output: &OutputInput,
+    autonomy: Autonomy,
+    context: &Map<String, Value>,
 ) -> Result<Progress, InterpreterError> {
     let EngineState::Running {
         completed,
@@ -191,9 +239,17 @@ pub fn ack(
         output: Some(output),
         completed_step: Some(&step.step_id),
         autonomy,
+        context,
         disclosed: Vec::new(),
+        skipped: Vec::new(),
     };
     if let Some(finding) = check_required_output(wf, step, loop_stack, output)?
+        && let Some(blocked) = walker.judge(finding)
+    {
+        return Ok(blocked);
+    }
+    let scope = walker.scope_of(loop_stack)?;
+    if let Some(finding) = check_validation(wf, step, output, &scope)?
         && let Some(blocked) = walker.judge(finding)
     {
         return Ok(blocked);
@@ -282,6 +338,78 @@ fn check_required_output(
 
 fn contract_violation(reason: ContractViolationReason) -> ReasonCode {
     ReasonCode::new(GapReason::ContractViolation(reason))
+}
+
+/// The finding for a step whose `validationCriteria` the ack's notes fail, if any: no notes is
+/// a missing output, failed rules an invalid one quoting each rule's message.
+fn check_validation(
+    wf: &CompiledWorkflowSnapshotV1,
+    step: &PendingStep,
+    output: &OutputInput,
+    scope: &Map<String, Value>,
+) -> Result<Option<Finding>, InterpreterError> {
+    let compiled = wf
+        .step(&step.step_id)
+        .ok_or_else(|| InterpreterError::Invariant(format!("unknown step {}", step.step_id)))?;
+    let Some(criterion) = &compiled.language.validation else {
+        return Ok(None);
+    };
+    let pointer = BlockerPointer::WorkflowStep {
+        step_id: step.step_id.clone(),
+    };
+    let Some(notes) = &output.notes_markdown else {
+        return Ok(Some(Finding {
+            reason: contract_violation(ContractViolationReason::MissingRequiredOutput),
+            pointer,
+            message: format!(
+                "step {} validates its notes: send output.notesMarkdown",
+                step.step_id
+            ),
+            details: None,
+        }));
+    };
+    let failed = language::failed_rules(criterion, notes, scope);
+    if failed.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Finding {
+        reason: contract_violation(ContractViolationReason::InvalidRequiredOutput),
+        pointer,
+        message: format!(
+            "step {}: the notes fail its validation: {}",
+            step.step_id,
+            failed.join("; ")
+        ),
+        details: None,
+    }))
+}
+
+/// The finding for a loop whose context value is absent or of the wrong type.
+fn missing_loop_context(
+    loop_id: &LoopId,
+    missing: &MissingLoopContext,
+    completed_step: Option<&StepId>,
+    first_step: Option<&StepId>,
+) -> Finding {
+    let pointer = match (
+        ContextKey::parse(&missing.key),
+        completed_step.or(first_step),
+    ) {
+        (Ok(key), _) => BlockerPointer::ContextKey { key },
+        (Err(_), Some(step_id)) => BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        (Err(_), None) => BlockerPointer::ContextBudget,
+    };
+    Finding {
+        reason: contract_violation(ContractViolationReason::MissingRequiredOutput),
+        pointer,
+        message: format!(
+            "loop {loop_id} needs {} in context key {:?}: pass it in `context`",
+            missing.wanted, missing.key
+        ),
+        details: None,
+    }
 }
 
 /// Where execution is: the index in the top-level sequence, and the loop frames (each frame's
@@ -386,10 +514,56 @@ struct Walker<'w, 'o> {
     /// The step the ack completes (`None` when starting a run).
     completed_step: Option<&'o StepId>,
     autonomy: Autonomy,
+    /// The context the walk reads (decision D139).
+    context: &'o Map<String, Value>,
     disclosed: Vec<(Finding, GapSeverity)>,
+    skipped: Vec<Skip>,
 }
 
 impl Walker<'_, '_> {
+    /// The scope a condition sees inside `frames`.
+    fn scope_of(&self, frames: &[LoopFrame]) -> Result<Map<String, Value>, InterpreterError> {
+        let defs = frames
+            .iter()
+            .map(|f| loop_def(self.wf, &f.loop_id).map(|d| (d, f)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(language::scope(self.context, &defs))
+    }
+
+    fn skip(&mut self, subject: Skipped, frames: &[LoopFrame], explanation: String) {
+        self.skipped.push(Skip {
+            subject,
+            loop_path: path_of(frames),
+            explanation,
+        });
+    }
+
+    /// Whether a context-driven loop runs `iteration`; `None` for a `condition_ref` loop. A
+    /// missing context value is a finding: `Err` holds the blocked progress, else the loop stops.
+    fn context_rule(
+        &mut self,
+        def: &CompiledLoop,
+        iteration: u32,
+        outer: &[LoopFrame],
+    ) -> Result<Option<bool>, Halt> {
+        let scope = self.scope_of(outer).map_err(Halt::Error)?;
+        match language::runs_iteration(def, iteration, self.context, &scope) {
+            None => Ok(None),
+            Some(Ok(runs)) => Ok(Some(runs)),
+            Some(Err(missing)) => {
+                let first = def.body.iter().find_map(|item| match item {
+                    SequenceItem::Step { step_id } => Some(step_id),
+                    SequenceItem::Loop { .. } => None,
+                });
+                let finding =
+                    missing_loop_context(&def.loop_id, &missing, self.completed_step, first);
+                match self.judge(finding) {
+                    Some(blocked) => Err(Halt::Blocked(Box::new(blocked))),
+                    None => Ok(Some(false)),
+                }
+            }
+        }
+    }
     /// Applies the reason table: a blocking finding ends the walk (`Some`), a non-blocking one
     /// is disclosed and the walk goes on (`None`).
     fn judge(&mut self, finding: Finding) -> Option<Progress> {
@@ -421,12 +595,26 @@ impl Walker<'_, '_> {
     }
 
     /// Walks forward from `cursor` to the next step (pending) or the end (complete).
-    fn settle(
-        mut self,
-        mut cursor: Cursor,
-        mut completed: CompletedSet,
-    ) -> Result<Progress, InterpreterError> {
+    fn settle(self, cursor: Cursor, completed: CompletedSet) -> Result<Progress, InterpreterError> {
+        match self.walk(cursor, completed) {
+            Ok(progress) => Ok(progress),
+            Err(Halt::Blocked(progress)) => Ok(*progress),
+            Err(Halt::Error(e)) => Err(e),
+        }
+    }
+
+    fn walk(mut self, mut cursor: Cursor, mut completed: CompletedSet) -> Result<Progress, Halt> {
         loop {
+            // A context-driven loop checks its rule again before every item of a running
+            // iteration: a call whose context ends a `while` leaves the loop at once.
+            if let Some(frame) = cursor.frames.last().cloned() {
+                let def = loop_def(self.wf, &frame.loop_id)?;
+                let outer = &cursor.frames[..cursor.frames.len() - 1];
+                if let Some(false) = self.context_rule(def, frame.iteration, outer)? {
+                    end_iteration(&mut cursor, &mut completed, false);
+                    continue;
+                }
+            }
             let (list, index) = match cursor.frames.last() {
                 None => (&self.wf.body.sequence, cursor.top),
                 Some(frame) => (
@@ -437,15 +625,40 @@ impl Walker<'_, '_> {
             if let Some(item) = list.get(index) {
                 match item {
                     SequenceItem::Step { step_id } => {
-                        return Ok(self.pending_at(cursor, completed, step_id.clone()));
+                        let step = self.wf.step(step_id).ok_or_else(|| {
+                            InterpreterError::Invariant(format!("unknown step {step_id}"))
+                        })?;
+                        let scope = self.scope_of(&cursor.frames)?;
+                        if let Some(condition) = &step.language.run_condition
+                            && !condition.evaluate(&scope)
+                        {
+                            let why = condition.explain(&scope);
+                            self.skip(Skipped::Step(step_id.clone()), &cursor.frames, why);
+                            cursor.step_forward();
+                            continue;
+                        }
+                        let bindings = language::bindings(step, &scope);
+                        return Ok(self.pending_at(cursor, completed, step_id.clone(), bindings));
                     }
                     SequenceItem::Loop { loop_id } => {
                         let def = loop_def(self.wf, loop_id)?;
-                        let enters = match condition(self.wf, def)? {
-                            CompiledCondition::AlwaysTrue { .. } => true,
-                            CompiledCondition::AlwaysFalse { .. } => false,
-                            // Do-while: the decision is made at the end of each iteration.
-                            CompiledCondition::LoopControl { .. } => true,
+                        if let Some(condition) = &def.run_condition {
+                            let scope = self.scope_of(&cursor.frames)?;
+                            if !condition.evaluate(&scope) {
+                                let why = condition.explain(&scope);
+                                self.skip(Skipped::Loop(loop_id.clone()), &cursor.frames, why);
+                                cursor.step_forward();
+                                continue;
+                            }
+                        }
+                        let enters = match self.context_rule(def, 0, &cursor.frames.clone())? {
+                            Some(runs) => runs,
+                            None => match condition(self.wf, def)? {
+                                CompiledCondition::AlwaysTrue { .. } => true,
+                                CompiledCondition::AlwaysFalse { .. } => false,
+                                // Do-while: the decision is made at the end of each iteration.
+                                CompiledCondition::LoopControl { .. } => true,
+                            },
                         };
                         if enters {
                             cursor.frames.push(LoopFrame {
@@ -465,9 +678,15 @@ impl Walker<'_, '_> {
                 return Ok(Progress::Moved {
                     state: EngineState::Complete,
                     disclosed: self.disclosed,
+                    skipped: self.skipped,
                 });
             };
             let def = loop_def(self.wf, &frame.loop_id)?;
+            let outer = cursor.frames[..cursor.frames.len() - 1].to_vec();
+            if let Some(runs) = self.context_rule(def, frame.iteration + 1, &outer)? {
+                end_iteration(&mut cursor, &mut completed, runs);
+                continue;
+            }
             let mut wants_continue = match condition(self.wf, def)? {
                 CompiledCondition::AlwaysTrue { .. } => true,
                 CompiledCondition::AlwaysFalse { .. } => false,
@@ -502,57 +721,76 @@ impl Walker<'_, '_> {
                 }
                 wants_continue = false;
             }
-            // The iteration is over either way: its step instances leave the completed set (D62).
-            let ended: Vec<LoopPathEntry> = cursor
-                .frames
-                .iter()
-                .map(|f| LoopPathEntry {
-                    loop_id: f.loop_id.clone(),
-                    iteration: f.iteration,
-                })
-                .collect();
-            completed = CompletedSet::new(
-                completed
-                    .keys()
-                    .iter()
-                    .filter(|key| !key.loop_path.starts_with(&ended))
-                    .cloned(),
-            );
-            if wants_continue {
-                if let Some(top) = cursor.frames.last_mut() {
-                    top.iteration += 1;
-                    top.body_index = 0;
-                }
-            } else {
-                cursor.frames.pop();
-                cursor.step_forward();
-            }
+            end_iteration(&mut cursor, &mut completed, wants_continue);
         }
     }
 
-    fn pending_at(self, cursor: Cursor, completed: CompletedSet, step_id: StepId) -> Progress {
-        let loop_path = cursor
-            .frames
-            .iter()
-            .map(|f| LoopPathEntry {
-                loop_id: f.loop_id.clone(),
-                iteration: f.iteration,
-            })
-            .collect();
+    fn pending_at(
+        self,
+        cursor: Cursor,
+        completed: CompletedSet,
+        step_id: StepId,
+        bindings: Bindings,
+    ) -> Progress {
         Progress::Moved {
             state: EngineState::Running {
                 completed,
-                loop_stack: cursor.frames,
                 pending: Pending::Some {
                     step: PendingStep {
                         step_id,
-                        loop_path,
-                        bindings: Default::default(),
+                        loop_path: path_of(&cursor.frames),
+                        bindings,
                     },
                 },
+                loop_stack: cursor.frames,
             },
             disclosed: self.disclosed,
+            skipped: self.skipped,
         }
+    }
+}
+
+/// Why a walk stopped before settling.
+enum Halt {
+    Blocked(Box<Progress>),
+    Error(InterpreterError),
+}
+
+impl From<InterpreterError> for Halt {
+    fn from(e: InterpreterError) -> Self {
+        Self::Error(e)
+    }
+}
+
+fn path_of(frames: &[LoopFrame]) -> Vec<LoopPathEntry> {
+    frames
+        .iter()
+        .map(|f| LoopPathEntry {
+            loop_id: f.loop_id.clone(),
+            iteration: f.iteration,
+        })
+        .collect()
+}
+
+/// Ends the running iteration of the innermost loop: its step instances leave the completed set
+/// (D62); then the next iteration starts (`again`) or the loop is left.
+fn end_iteration(cursor: &mut Cursor, completed: &mut CompletedSet, again: bool) {
+    let ended = path_of(&cursor.frames);
+    *completed = CompletedSet::new(
+        completed
+            .keys()
+            .iter()
+            .filter(|key| !key.loop_path.starts_with(&ended))
+            .cloned(),
+    );
+    if again {
+        if let Some(top) = cursor.frames.last_mut() {
+            top.iteration += 1;
+            top.body_index = 0;
+        }
+    } else {
+        cursor.frames.pop();
+        cursor.step_forward();
     }
 }
 

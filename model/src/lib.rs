@@ -11,6 +11,8 @@
 //!   resume ranking).
 //! - [`interpreter`]: the model's own interpreter over a compiled workflow (pending step, loops,
 //!   conditions, loop control, required outputs).
+//! - [`language`]: the workflow language's run-time rules (condition scope, context-driven loops,
+//!   frozen bindings, `validationCriteria`), decision D139.
 //! - [`model`]: the operations (start, rehydrate, advance, replay, fork, checkpoint, preference
 //!   changes) as pure transitions `Model::apply(&self, &Command) -> Result<(Model, Observation),
 //!   ModelError>`, with the mapping from each operation to the lock ids it embodies.
@@ -21,6 +23,7 @@
 pub mod capabilities;
 pub mod derive;
 pub mod interpreter;
+pub mod language;
 pub mod model;
 pub mod projections;
 pub mod reports;

@@ -51,16 +51,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde_json::{Map, Value};
 use workrail_spec::artifact::ArtifactError;
 use workrail_spec::blocker::{Blocker, BlockerReport, BlockerReportError};
 use workrail_spec::budget::{BLOCKER_MESSAGE_MAX_BYTES, BoundedText, truncate_with_marker};
 use workrail_spec::closed::{
-    AdvanceIntent, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind, OutputChannel, PreferenceSource,
-    RunStatus, WorkflowSourceKind,
+    AdvanceIntent, ContextSource, EdgeCauseKind, EdgeKind, GapSeverity, NodeKind, OutputChannel,
+    PreferenceSource, RunStatus, WorkflowSourceKind,
 };
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::{
-    AdvanceOutcome, AdvanceRecorded, CapabilityObserved, DivergenceRecorded, EdgeCause,
+    AdvanceOutcome, AdvanceRecorded, CapabilityObserved, ContextSet, DivergenceRecorded, EdgeCause,
     EdgeCreated, EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution,
     NodeCreated, NodeOutputAppended, OutputPayload, PreferenceDelta, PreferencesChanged,
     RunStarted, SessionCreated, SessionEvent,
@@ -103,6 +104,9 @@ pub struct StartRun {
     pub session_baseline: Option<EffectivePreferences>,
     /// Recorded on the root node when non-empty.
     pub preferences: Vec<PreferenceDelta>,
+    /// The run's initial context (recorded as a `context_set` when non-empty); the first walk
+    /// reads it (decision D139).
+    pub context: Map<String, Value>,
 }
 
 /// An ack or checkpoint attempt at a node.
@@ -121,6 +125,9 @@ pub struct AckAt {
     pub attempt_id: AttemptId,
     pub output: OutputInput,
     pub preferences: Vec<PreferenceDelta>,
+    /// The context delta sent along: merged into the run's context (locks §18.2), read by the
+    /// walk, and recorded when the attempt advances and the merge changed something.
+    pub context: Option<Map<String, Value>>,
 }
 
 /// A node-attached preference change.
@@ -199,6 +206,8 @@ pub enum ModelError {
     NothingPending(NodeId),
     /// The workflow needs a decision before its first step, and the mode blocks on it.
     CannotStart(String),
+    /// The context (or its merge with the run's) breaks a rule of locks §18.2.
+    InvalidContext(String),
     Event(ArtifactError),
     Blocker(BlockerReportError),
     Hash(JcsError),
@@ -215,6 +224,7 @@ impl std::fmt::Display for ModelError {
             Self::UnknownAttempt(id) => write!(f, "attempt {id} is neither recorded nor current"),
             Self::NothingPending(id) => write!(f, "node {id} has no pending step"),
             Self::CannotStart(reason) => write!(f, "the run cannot start: {reason}"),
+            Self::InvalidContext(reason) => write!(f, "invalid context: {reason}"),
             Self::Event(e) => write!(f, "invalid event: {e}"),
             Self::Blocker(e) => write!(f, "invalid blocker report: {e}"),
             Self::Hash(e) => write!(f, "canonical JSON failed: {e}"),
@@ -453,15 +463,20 @@ impl Model {
         };
         let effective = baseline.apply(&start.preferences);
         let root = derive::root_node_id(session_id, &start.run_id);
-        let (state, disclosed) = match interpreter::start(&start.workflow, effective.autonomy)? {
-            Progress::Moved { state, disclosed } => (state, disclosed),
-            Progress::Blocked { blocker, .. } => {
-                return Err(ModelError::CannotStart(format!(
-                    "{}: {}",
-                    blocker.reason, blocker.message
-                )));
-            }
-        };
+        workrail_spec::context::check_context_map(&start.context)
+            .map_err(|e| ModelError::InvalidContext(e.to_string()))?;
+        let (state, disclosed) =
+            match interpreter::start_with(&start.workflow, effective.autonomy, &start.context)? {
+                Progress::Moved {
+                    state, disclosed, ..
+                } => (state, disclosed),
+                Progress::Blocked { blocker, .. } => {
+                    return Err(ModelError::CannotStart(format!(
+                        "{}: {}",
+                        blocker.reason, blocker.message
+                    )));
+                }
+            };
         let mut next = self.clone();
         let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
         next.workflows
@@ -512,6 +527,16 @@ impl Model {
             plan.push(root_scope.clone(), EventData::NodeOutputAppended(warning))?;
         }
         push_gaps(&mut plan, &root_scope, root.as_str(), &disclosed)?;
+        if !start.context.is_empty() {
+            plan.push(
+                EventScope::Run(start.run_id.clone()),
+                EventData::ContextSet(ContextSet {
+                    context_id: derive::start_context_id(session_id, &start.run_id),
+                    context: start.context.clone(),
+                    source: ContextSource::Initial,
+                }),
+            )?;
+        }
 
         let session = next
             .sessions
@@ -610,7 +635,30 @@ impl Model {
             Some(_) => preference_warning(session_id, origin, workflow, effective)?,
             None => None,
         };
-        let progress = interpreter::ack(workflow, state, &attempt.output, effective.autonomy)?;
+        // The walk reads the run's context merged with the ack's delta (decision D139); the
+        // merge is recorded only when the attempt advances and it changed something.
+        let base = projections::run_context(events, run_id);
+        let context = match &attempt.context {
+            Some(delta) => workrail_spec::context::merge_context(&base, delta)
+                .map_err(|e| ModelError::InvalidContext(e.to_string()))?,
+            None => base.clone(),
+        };
+        let context_change = (attempt.context.is_some() && context != base).then(|| ContextSet {
+            context_id: derive::ack_context_id(session_id, &attempt.attempt_id),
+            context: context.clone(),
+            source: if base.is_empty() {
+                ContextSource::Initial
+            } else {
+                ContextSource::AgentDelta
+            },
+        });
+        let progress = interpreter::ack_with(
+            workflow,
+            state,
+            &attempt.output,
+            effective.autonomy,
+            &context,
+        )?;
         // The step's required capabilities are judged beside its outputs and loops (D40); every
         // blocking finding is reported (`L-BLOCKER-ORDER` sorts them), every disclosure recorded.
         let step_id = state
@@ -701,6 +749,7 @@ impl Model {
             Progress::Moved {
                 state,
                 mut disclosed,
+                ..
             } if capability_blocks.is_empty() => {
                 disclosed.extend(capability_gaps);
                 Judged::Moved { state, disclosed }
@@ -758,7 +807,8 @@ impl Model {
                     + divergences.len() as u64
                     + disclosed.len() as u64
                     + resolved.len() as u64
-                    + u64::from(change.is_some());
+                    + u64::from(change.is_some())
+                    + u64::from(context_change.is_some());
                 let record_event = plan.event_id_ahead(record_ahead)?;
                 plan.push(
                     child_scope.clone(),
@@ -801,6 +851,12 @@ impl Model {
                 push_resolutions(&mut plan, &child_scope, origin, disclosed.len(), &resolved)?;
                 if let Some(change) = change {
                     plan.push(child_scope, EventData::PreferencesChanged(change))?;
+                }
+                if let Some(context) = context_change {
+                    plan.push(
+                        EventScope::Run(run_id.clone()),
+                        EventData::ContextSet(context),
+                    )?;
                 }
                 AdvanceOutcome::Advanced { to_node_id: child }
             }

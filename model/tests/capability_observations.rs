@@ -102,6 +102,7 @@ fn started(autonomy: Autonomy) -> (Model, NodeId) {
             source_ref: "workflows/test.json".into(),
             session_baseline: None,
             preferences: Vec::new(),
+            context: Default::default(),
         })))
         .unwrap();
     let Observation::Started { root, .. } = obs else {
@@ -118,6 +119,7 @@ fn advance(model: &Model, at: &NodeId, output: OutputInput) -> (Model, Observati
             attempt_id,
             output,
             preferences: vec![],
+            context: None,
         }))
         .unwrap()
 }

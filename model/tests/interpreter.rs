@@ -25,7 +25,9 @@ const NEVER: Autonomy = Autonomy::FullAutoNeverStop;
 
 fn moved(progress: Progress) -> (EngineState, Vec<(Finding, GapSeverity)>) {
     match progress {
-        Progress::Moved { state, disclosed } => (state, disclosed),
+        Progress::Moved {
+            state, disclosed, ..
+        } => (state, disclosed),
         Progress::Blocked { blocker, .. } => panic!("unexpectedly blocked: {blocker:?}"),
     }
 }

@@ -39,6 +39,7 @@ fn start_cmd(
         source_ref: "workflows/test.json".into(),
         session_baseline: baseline,
         preferences: Vec::new(),
+        context: Default::default(),
     }))
 }
 
@@ -73,6 +74,7 @@ fn advance(model: &Model, at: &NodeId, output: OutputInput) -> (Model, Observati
             attempt_id,
             output,
             preferences: vec![],
+            context: None,
         }))
         .unwrap()
 }
@@ -222,6 +224,7 @@ fn a_fresh_attempt_creates_a_child_with_its_edge_outputs_and_record() {
             attempt_id: attempt.clone(),
             output,
             preferences: vec![],
+            context: None,
         }))
         .unwrap();
     let child = derive::child_node_id(&sid("s"), &rid("r"), &attempt);
@@ -301,6 +304,7 @@ fn replaying_an_attempt_returns_the_recorded_outcome_and_appends_nothing() {
             attempt_id: attempt_id.clone(),
             output,
             preferences: vec![],
+            context: None,
         })
     };
     let (model, first) = model.apply(&cmd(notes("first"))).unwrap();
@@ -318,6 +322,7 @@ fn replaying_an_attempt_returns_the_recorded_outcome_and_appends_nothing() {
         attempt_id: bogus.clone(),
         output: no_output(),
         preferences: vec![],
+        context: None,
     }));
     assert_eq!(refused, Err(ModelError::UnknownAttempt(bogus)));
     // An attempt of another node is not an attempt of this one.
@@ -331,6 +336,7 @@ fn replaying_an_attempt_returns_the_recorded_outcome_and_appends_nothing() {
                 attempt_id: foreign,
                 output: no_output(),
                 preferences: vec![],
+                context: None,
             }))
             .is_err()
     );
@@ -417,6 +423,7 @@ fn a_blocked_attempt_keeps_the_pending_step_and_the_retry_is_a_fresh_attempt() {
             attempt_id: blocked_attempt,
             output: findings,
             preferences: vec![],
+            context: None,
         }))
         .unwrap();
     assert_eq!((same, replay), (model, obs));
@@ -509,6 +516,7 @@ fn a_loop_limit_blocks_and_records_a_critical_unexpected_gap_on_the_attempted_no
             attempt_id: model.current_ack_attempt(&node(&to_node(&obs))).unwrap(),
             output: no_output(),
             preferences: vec![],
+            context: None,
         })),
         Err(ModelError::NothingPending(to_node(&obs)))
     );
@@ -689,6 +697,7 @@ fn an_acks_preferences_attach_where_the_judgement_lands() {
                 attempt_id,
                 output,
                 preferences,
+                context: None,
             }))
             .unwrap()
     };

@@ -139,6 +139,7 @@ fn start(workflow: u8, mode: u8) -> Model {
         source_ref: "workflows/p.json".into(),
         session_baseline: Some(baseline),
         preferences: Vec::new(),
+        context: Default::default(),
     }));
     Model::new(GUIDED).apply(&command).unwrap().0
 }
@@ -167,6 +168,7 @@ fn command(model: &Model, op: &Op, step: usize) -> Command {
                 attempt_id,
                 output: output(*o),
                 preferences: vec![],
+                context: None,
             })
         }
         Op::Checkpoint { node: n, replay } => {
@@ -304,7 +306,7 @@ proptest! {
         let mut created = BTreeSet::new();
         for _ in 0..n {
             let attempt_id = model.current_ack_attempt(&node(&from)).unwrap();
-            let (next, obs) = model.apply(&Command::Advance(AckAt { node: node(&from), attempt_id, output: notes("x"), preferences: vec![] })).unwrap();
+            let (next, obs) = model.apply(&Command::Advance(AckAt { node: node(&from), attempt_id, output: notes("x"), preferences: vec![], context: None,  })).unwrap();
             let Observation::Advanced { to_node_id, .. } = obs else {
                 return Err(TestCaseError::fail(format!("expected advanced, got {obs:?}")));
             };

@@ -57,6 +57,7 @@ fn started(autonomy: Autonomy) -> (Model, NodeId) {
             source_ref: "workflows/test.json".into(),
             session_baseline: None,
             preferences: Vec::new(),
+            context: Default::default(),
         })))
         .unwrap();
     let Observation::Started { root, .. } = obs else {
@@ -77,6 +78,7 @@ fn advance(model: &Model, at: &NodeId, artifacts: Vec<Value>) -> (Model, Observa
             attempt_id,
             output,
             preferences: vec![],
+            context: None,
         }))
         .unwrap()
 }
@@ -281,6 +283,7 @@ fn a_required_marker_output_is_judged_whole() {
             source_ref: "workflows/test.json".into(),
             session_baseline: None,
             preferences: Vec::new(),
+            context: Default::default(),
         })))
         .unwrap();
     let Observation::Started { root, .. } = obs else {

@@ -21,6 +21,7 @@
 
 pub mod advances;
 pub mod capabilities;
+pub mod context;
 pub mod dag;
 pub mod gaps;
 pub mod outputs;
@@ -33,6 +34,7 @@ pub use advances::{AttemptRecord, advance_outcome, advance_records};
 pub use capabilities::{
     CapabilityObservation, branch_capability_status, capability_status, capability_unlocked,
 };
+pub use context::run_context;
 pub use dag::{DagEdge, DagNode, RunDag, run_ids};
 pub use gaps::{
     GapRecord, gap_records, is_resolved, unresolved_gaps_at_node, unresolved_gaps_in_run,

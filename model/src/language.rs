@@ -1,0 +1,229 @@
+//! The model's reading of the workflow language (decision D139): what a condition sees, when a
+//! context-driven loop runs another iteration, which values a pending step freezes, and whether
+//! an output passes a step's `validationCriteria`.
+//!
+//! Written from the decision and the language's published rules, independently of the engine:
+//! - a condition reads the run's context (the call's merged context) overlaid with the loop
+//!   variables of every enclosing loop, outermost first (the iteration 1-based, the index
+//!   0-based, the item of a `for_each` loop at the iteration's index);
+//! - a context-driven loop (`context_while`, `context_until`, `count`, `count_var`, `for_each`)
+//!   runs iteration `i` while `i < maxIterations` and its rule holds for `i`: a condition over the
+//!   scope at `i`, `i < count`, `i <` the number in the context, `i <` the array's length. The
+//!   rule is checked again before every body item of a running iteration (as the language's
+//!   loop kernel does), so a call whose context makes a `while` false leaves the loop at once;
+//! - reaching `maxIterations` ends such a loop quietly: its rule never asked past the limit.
+
+use serde_json::{Map, Value};
+use workrail_spec::compiled::{CompiledLoop, CompiledStep, LoopWhile, ValidationCriterion};
+use workrail_spec::snapshot::{Bindings, LoopFrame};
+
+/// Why a loop cannot be judged: its context value is absent or of the wrong type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingLoopContext {
+    pub key: String,
+    /// `"a number"` or `"an array"`.
+    pub wanted: &'static str,
+}
+
+/// The scope a condition sees inside `frames` (outermost first): `context` overlaid with each
+/// loop's variables.
+pub fn scope(
+    context: &Map<String, Value>,
+    frames: &[(&CompiledLoop, &LoopFrame)],
+) -> Map<String, Value> {
+    let mut scope = context.clone();
+    for (def, frame) in frames {
+        bind_loop_vars(&mut scope, context, def, frame.iteration);
+    }
+    scope
+}
+
+/// Binds one loop's variables for `iteration` into `scope` (the item is read from `context`).
+pub fn bind_loop_vars(
+    scope: &mut Map<String, Value>,
+    context: &Map<String, Value>,
+    def: &CompiledLoop,
+    iteration: u32,
+) {
+    if let Some(name) = &def.vars.iteration_var {
+        scope.insert(name.clone(), Value::from(iteration + 1));
+    }
+    if let LoopWhile::ForEach { items } = &def.while_
+        && let Some(Value::Array(list)) = context.get(items)
+    {
+        if let Some(name) = &def.vars.item_var
+            && let Some(item) = list.get(iteration as usize)
+        {
+            scope.insert(name.clone(), item.clone());
+        }
+        if let Some(name) = &def.vars.index_var {
+            scope.insert(name.clone(), Value::from(iteration));
+        }
+    }
+}
+
+/// Whether a context-driven loop runs `iteration` (`None` for a `condition_ref` loop, which the
+/// interpreter judges by its declared condition). `outer` is the scope of the enclosing loops.
+pub fn runs_iteration(
+    def: &CompiledLoop,
+    iteration: u32,
+    context: &Map<String, Value>,
+    outer: &Map<String, Value>,
+) -> Option<Result<bool, MissingLoopContext>> {
+    if iteration >= def.max_iterations && !matches!(def.while_, LoopWhile::ConditionRef { .. }) {
+        return Some(Ok(false));
+    }
+    let here = || {
+        let mut s = outer.clone();
+        bind_loop_vars(&mut s, context, def, iteration);
+        s
+    };
+    Some(Ok(match &def.while_ {
+        LoopWhile::ConditionRef { .. } => return None,
+        LoopWhile::ContextWhile { condition } => condition.evaluate(&here()),
+        LoopWhile::ContextUntil { condition } => !condition.evaluate(&here()),
+        LoopWhile::Count { count } => iteration < *count,
+        LoopWhile::CountVar { var } => match context.get(var) {
+            Some(Value::Number(n)) => (iteration as f64) < n.as_f64().unwrap_or(0.0),
+            _ => {
+                return Some(Err(MissingLoopContext {
+                    key: var.clone(),
+                    wanted: "a number",
+                }));
+            }
+        },
+        LoopWhile::ForEach { items } => match context.get(items) {
+            Some(Value::Array(list)) => (iteration as usize) < list.len(),
+            _ => {
+                return Some(Err(MissingLoopContext {
+                    key: items.clone(),
+                    wanted: "an array",
+                }));
+            }
+        },
+    }))
+}
+
+/// The values `step` freezes when it becomes pending: each of its `contextReads` the scope holds.
+pub fn bindings(step: &CompiledStep, scope: &Map<String, Value>) -> Bindings {
+    Bindings(
+        step.language
+            .context_reads
+            .iter()
+            .filter_map(|k| scope.get(k).map(|v| (k.clone(), v.clone())))
+            .collect(),
+    )
+}
+
+/// The failed rules of `criterion` against `notes` (empty when it passes), each as the rule's
+/// message or a generated one. `scope` decides the rules' `when` conditions.
+pub fn failed_rules(
+    criterion: &ValidationCriterion,
+    notes: &str,
+    scope: &Map<String, Value>,
+) -> Vec<String> {
+    let applies = |when: &Option<workrail_spec::condition::Condition>| {
+        when.as_ref().is_none_or(|c| c.evaluate(scope))
+    };
+    let said = |message: &Option<String>, fallback: String| message.clone().unwrap_or(fallback);
+    match criterion {
+        ValidationCriterion::Contains {
+            value,
+            message,
+            when,
+        } => {
+            if !applies(when) || notes.contains(value.as_str()) {
+                vec![]
+            } else {
+                vec![said(message, format!("the notes must contain {value:?}"))]
+            }
+        }
+        ValidationCriterion::Regex {
+            pattern,
+            flags,
+            message,
+            when,
+        } => {
+            if !applies(when) || regex_matches(pattern, flags.as_deref(), notes) {
+                vec![]
+            } else {
+                vec![said(
+                    message,
+                    format!("the notes must match the pattern {pattern}"),
+                )]
+            }
+        }
+        ValidationCriterion::Length {
+            min,
+            max,
+            message,
+            when,
+        } => {
+            if !applies(when) {
+                return vec![];
+            }
+            // The language measures text in UTF-16 code units.
+            let len = notes.encode_utf16().count() as u64;
+            let mut out = Vec::new();
+            if let Some(min) = min
+                && len < *min
+            {
+                out.push(said(
+                    message,
+                    format!("the notes are shorter than {min} characters"),
+                ));
+            }
+            if let Some(max) = max
+                && len > *max
+            {
+                out.push(said(
+                    message,
+                    format!("the notes are longer than {max} characters"),
+                ));
+            }
+            out
+        }
+        ValidationCriterion::Schema { message, when, .. } => {
+            // Scope: the model carries no JSON Schema validator; it checks that the notes are
+            // JSON at all, which is the part of the rule every schema needs.
+            if !applies(when) || serde_json::from_str::<Value>(notes).is_ok() {
+                vec![]
+            } else {
+                vec![said(
+                    message,
+                    "the notes must be JSON matching the rule's schema".to_owned(),
+                )]
+            }
+        }
+        ValidationCriterion::All { all } => all
+            .iter()
+            .flat_map(|c| failed_rules(c, notes, scope))
+            .collect(),
+        ValidationCriterion::Any { any } => {
+            let each: Vec<Vec<String>> =
+                any.iter().map(|c| failed_rules(c, notes, scope)).collect();
+            if any.is_empty() || each.iter().any(Vec::is_empty) {
+                vec![]
+            } else {
+                each.into_iter().flatten().collect()
+            }
+        }
+        ValidationCriterion::Not { criterion } => {
+            if failed_rules(criterion, notes, scope).is_empty() {
+                vec!["the notes must not satisfy the negated rule".to_owned()]
+            } else {
+                vec![]
+            }
+        }
+    }
+}
+
+fn regex_matches(pattern: &str, flags: Option<&str>, text: &str) -> bool {
+    let flags = flags.unwrap_or("");
+    regex::RegexBuilder::new(pattern)
+        .case_insensitive(flags.contains('i'))
+        .multi_line(flags.contains('m'))
+        .dot_matches_new_line(flags.contains('s'))
+        .build()
+        .is_ok_and(|re| re.is_match(text))
+}
