@@ -483,12 +483,13 @@ impl<S: System> Harness<S> {
                     source_ref: format!("workflows/{}", self.workflow.file),
                     session_baseline: None,
                     preferences: preferences.clone(),
-                    context: Default::default(),
+                    context: self.workflow.start_context.clone(),
                 }));
                 Prepared {
                     call: Call::Start(StartWorkflowInput {
                         workflow_id: self.workflow.id.clone(),
-                        context: None,
+                        context: Some(self.workflow.start_context.clone())
+                            .filter(|c| !c.is_empty()),
                         preferences,
                         preset: None,
                     }),
@@ -613,6 +614,7 @@ impl<S: System> Harness<S> {
         let mut output = output.clone();
         output.artifacts.truncate(4);
         let delta = prefs.map(PrefSpec::delta).unwrap_or_default();
+        let context = output.context.map(|c| c.to_map());
         let forks = self
             .world
             .model
@@ -622,7 +624,7 @@ impl<S: System> Harness<S> {
             call: Call::Continue(ContinueWorkflowInput {
                 state_token: Some(state_token),
                 ack_token: Some(ack_token),
-                context: None,
+                context: context.clone(),
                 output: output.to_input(),
                 preferences: delta.clone(),
                 preset: None,
@@ -634,7 +636,7 @@ impl<S: System> Harness<S> {
                     attempt_id: m,
                     output: output.to_model(),
                     preferences: delta,
-                    context: None,
+                    context,
                 }),
                 forks,
             },

@@ -346,6 +346,74 @@ pub struct OutputSpec {
     /// `Some(n)`: `notesMarkdown` is a short recap naming `n`.
     pub notes: Option<u8>,
     pub artifacts: Vec<ArtifactSpec>,
+    /// The `context` delta sent with the ack (decision D139: the walk reads it).
+    pub context: Option<ContextSpec>,
+}
+
+/// A context delta over the four keys generated workflows test (`mode`, `flag`, `rounds`,
+/// `items`), each absent or one of a few values chosen to exercise the language's lenient
+/// comparisons (case and spaces, numbers as text, yes/no as booleans, `null` deleting the key)
+/// and the wrong types a loop must refuse.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
+pub struct ContextSpec {
+    pub mode: Option<u8>,
+    pub flag: Option<u8>,
+    pub rounds: Option<u8>,
+    pub items: Option<u8>,
+}
+
+impl ContextSpec {
+    /// The delta as a JSON object (`null` values delete their key when merged).
+    pub fn to_map(self) -> Map<String, Value> {
+        let mut map = Map::new();
+        let pick = |values: &[Value], n: u8| values[usize::from(n) % values.len()].clone();
+        if let Some(n) = self.mode {
+            map.insert(
+                "mode".into(),
+                pick(
+                    &[json!("fast"), json!("slow"), json!(" FAST "), Value::Null],
+                    n,
+                ),
+            );
+        }
+        if let Some(n) = self.flag {
+            map.insert(
+                "flag".into(),
+                pick(
+                    &[
+                        json!(true),
+                        json!(false),
+                        json!("yes"),
+                        json!("no"),
+                        Value::Null,
+                    ],
+                    n,
+                ),
+            );
+        }
+        if let Some(n) = self.rounds {
+            map.insert(
+                "rounds".into(),
+                pick(&[json!(0), json!(1), json!(2), json!("2"), Value::Null], n),
+            );
+        }
+        if let Some(n) = self.items {
+            map.insert(
+                "items".into(),
+                pick(
+                    &[
+                        json!([]),
+                        json!(["api"]),
+                        json!(["api", "ui"]),
+                        json!("api"),
+                        Value::Null,
+                    ],
+                    n,
+                ),
+            );
+        }
+        map
+    }
 }
 
 impl OutputSpec {

@@ -157,6 +157,7 @@ fn base_sessions() -> &'static [BaseSession] {
         let notes = |n| OutputSpec {
             notes: Some(n),
             artifacts: vec![],
+            context: None,
         };
         let scripts: [&[Op]; 2] = [
             &[
@@ -184,6 +185,7 @@ fn base_sessions() -> &'static [BaseSession] {
                     output: OutputSpec {
                         notes: Some(3),
                         artifacts: vec![ArtifactSpec::LoopContinue],
+                        context: None,
                     },
                     prefs: None,
                 },

@@ -42,6 +42,8 @@ pub struct WorkflowUnderTest {
     pub file: String,
     pub json: String,
     pub compiled: CompiledWorkflowSnapshotV1,
+    /// The `context` every `start_workflow` of this workflow sends (empty: none).
+    pub start_context: serde_json::Map<String, Value>,
     catalog: Arc<Catalog>,
 }
 
@@ -71,8 +73,15 @@ impl WorkflowUnderTest {
             file: file.to_owned(),
             json: json.to_owned(),
             compiled,
+            start_context: serde_json::Map::new(),
             catalog,
         })
+    }
+
+    /// The same workflow, started with `context`.
+    pub fn with_start_context(mut self, context: serde_json::Map<String, Value>) -> Self {
+        self.start_context = context;
+        self
     }
 
     /// A catalog serving this workflow alone.

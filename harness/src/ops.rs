@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use workrail_spec::closed::{Autonomy, RiskPolicy};
 use workrail_spec::event::PreferenceDelta;
 
-use crate::fixture::{ArtifactSpec, ObservationSpec, OutputSpec};
+use crate::fixture::{ArtifactSpec, ContextSpec, ObservationSpec, OutputSpec};
 
 /// A preference change sent with `start_workflow` or with an ack (locks §4 closed set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
@@ -123,17 +123,46 @@ pub fn output_strategy() -> impl Strategy<Value = OutputSpec> {
         prop_oneof![1 => Just(None), 4 => (0u8..8).prop_map(Some)],
         prop::collection::vec(artifact_strategy(), 0..3),
     )
-        .prop_map(|(notes, artifacts)| OutputSpec { notes, artifacts })
+        .prop_map(|(notes, artifacts)| OutputSpec {
+            notes,
+            artifacts,
+            context: None,
+        })
+}
+
+/// Outputs for workflows in the workflow language: [`output_strategy`]'s, half the time with a
+/// context delta the next walk reads (decision D139).
+pub fn language_output_strategy() -> impl Strategy<Value = OutputSpec> {
+    (
+        output_strategy(),
+        prop_oneof![1 => Just(None), 1 => context_strategy().prop_map(Some)],
+    )
+        .prop_map(|(output, context)| OutputSpec { context, ..output })
+}
+
+/// A context delta: each of the four keys absent or set (decision D139).
+pub fn context_strategy() -> impl Strategy<Value = ContextSpec> {
+    let key = || prop_oneof![2 => Just(None), 1 => (0u8..5).prop_map(Some)];
+    (key(), key(), key(), key()).prop_map(|(mode, flag, rounds, items)| ContextSpec {
+        mode,
+        flag,
+        rounds,
+        items,
+    })
 }
 
 /// One command, weighted towards the paths that grow the DAG.
 pub fn op_strategy() -> impl Strategy<Value = Op> {
+    op_strategy_with(output_strategy().boxed())
+}
+
+fn op_strategy_with(outputs: BoxedStrategy<OutputSpec>) -> impl Strategy<Value = Op> {
     // Selectors: half the time the newest node (an agent continuing), else any (a rewind).
     let sel = || prop_oneof![1 => Just(0u8), 1 => any::<u8>()];
     prop_oneof![
         2 => pref_strategy().prop_map(|prefs| Op::Start { prefs }),
         3 => sel().prop_map(|node| Op::Rehydrate { node }),
-        10 => (sel(), output_strategy(), pref_strategy())
+        10 => (sel(), outputs, pref_strategy())
             .prop_map(|(node, output, prefs)| Op::Advance { node, output, prefs }),
         2 => (sel(), any::<bool>()).prop_map(|(ack, other_output)| Op::ReplayAck { ack, other_output }),
         2 => (sel(), 0u8..4).prop_map(|(node, notes)| Op::Checkpoint { node, notes }),
@@ -148,6 +177,22 @@ pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
     (
         pref_strategy(),
         prop::collection::vec(op_strategy(), 1..max_len.max(2)),
+    )
+        .prop_map(|(prefs, rest)| {
+            let mut ops = vec![Op::Start { prefs }];
+            ops.extend(rest);
+            ops
+        })
+}
+
+/// A command sequence for a workflow in the workflow language: acks carry context deltas.
+pub fn language_ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    (
+        pref_strategy(),
+        prop::collection::vec(
+            op_strategy_with(language_output_strategy().boxed()),
+            1..max_len.max(2),
+        ),
     )
         .prop_map(|(prefs, rest)| {
             let mut ops = vec![Op::Start { prefs }];

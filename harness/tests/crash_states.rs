@@ -21,6 +21,7 @@ fn adv(artifacts: &[ArtifactSpec]) -> Op {
         output: OutputSpec {
             notes: Some(1),
             artifacts: artifacts.to_vec(),
+            context: None,
         },
         prefs: None,
     }
@@ -47,6 +48,7 @@ fn an_interrupted_advance_recovers_old_new_or_fails_fast() {
         output: OutputSpec {
             notes: Some(2),
             artifacts: vec![ArtifactSpec::LoopContinue, ArtifactSpec::Note(1)],
+            context: None,
         },
         prefs: Some(PrefSpec::Both(2, 1)),
     };

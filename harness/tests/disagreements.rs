@@ -22,6 +22,7 @@ fn adv(artifacts: &[ArtifactSpec]) -> Op {
         output: OutputSpec {
             notes: Some(1),
             artifacts: artifacts.to_vec(),
+            context: None,
         },
         prefs: None,
     }

@@ -193,6 +193,7 @@ fn the_generated_agents_reach_every_report_path() {
                     failure: 1,
                 },
             )],
+            context: None,
         },
         prefs: None,
     };
@@ -243,6 +244,7 @@ fn the_generated_agents_reach_every_report_path() {
                 choice: 0,
                 supplied,
             }],
+            context: None,
         },
         prefs: None,
     };
@@ -293,6 +295,7 @@ fn a_capability_is_disclosed_again_after_its_disclosure_was_resolved() {
                 basis: 1,
                 failure: 2,
             })],
+            context: None,
         },
         prefs: None,
     };

@@ -29,6 +29,7 @@ fn out(notes: u8, artifacts: &[ArtifactSpec]) -> OutputSpec {
     OutputSpec {
         notes: Some(notes),
         artifacts: artifacts.to_vec(),
+        context: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn adv(node: u8, artifacts: &[ArtifactSpec]) -> Op {
         output: OutputSpec {
             notes: Some(1),
             artifacts: artifacts.to_vec(),
+            context: None,
         },
         prefs: None,
     }

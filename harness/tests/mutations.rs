@@ -60,6 +60,7 @@ fn adv() -> Op {
         output: OutputSpec {
             notes: Some(1),
             artifacts: vec![],
+            context: None,
         },
         prefs: None,
     }

@@ -26,6 +26,7 @@ fn adv(node: u8, notes: u8, artifacts: &[ArtifactSpec]) -> Op {
         output: OutputSpec {
             notes: Some(notes),
             artifacts: artifacts.to_vec(),
+            context: None,
         },
         prefs: None,
     }
