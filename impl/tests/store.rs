@@ -841,3 +841,44 @@ fn without_locks(
         .filter(|(path, _)| path.file_name().is_none_or(|n| n != ".lock"))
         .collect()
 }
+
+/// An append answers only once its manifest record is durable: a power cut the instant after
+/// each answer (every byte not yet fsynced lost, and every directory entry not yet fsynced)
+/// leaves every answered append in place, the first one (whose manifest replaced the empty one)
+/// and the later ones (appended to it) alike. A store that answered before fsyncing the
+/// manifest, or before fsyncing the directory holding a new one, loses the tail here.
+///
+/// lock: L-STORE-COMMIT-ATTEST
+#[test]
+fn every_answered_append_survives_a_power_cut_right_after_its_answer() {
+    let fx = Fixture::new();
+    let plans = [
+        start_plan(&fx.snapshots),
+        advance_plan(&fx.snapshots, 0, 1),
+        notes_plan(1),
+    ];
+    let mut answered = 0;
+    for plan in plans {
+        fx.append(plan).unwrap();
+        answered += 1;
+        let after = fx
+            .fs
+            .after_crash(workrail::store::memfs::UnsyncedData::Lost);
+        let reopened = Fixture::on(after);
+        let loaded = reopened.store.load(&session()).unwrap();
+        assert_eq!(loaded.health, SessionHealth::Healthy);
+        let attested = loaded
+            .manifest
+            .iter()
+            .filter(|r| matches!(r, ManifestRecord::SegmentClosed(_)))
+            .count();
+        assert_eq!(
+            attested, answered,
+            "a power cut after {answered} answered appends kept {attested} of them"
+        );
+        assert_eq!(
+            loaded.events.len(),
+            fx.store.load(&session()).unwrap().events.len()
+        );
+    }
+}

@@ -793,6 +793,42 @@ fn manifest_records_have_exactly_the_locked_fields() {
     }
 }
 
+/// A `snapshot_pinned` record missing any of its required fields is refused, never read with a
+/// default: each field is what a reader needs to trust the pin.
+///
+/// lock: L-MANIFEST-SNAPSHOT-PINNED-FIELDS
+#[test]
+fn a_snapshot_pinned_record_missing_a_required_field_is_refused() {
+    let pinned = ManifestRecord::SnapshotPinned(SnapshotPinned {
+        manifest_index: ManifestIndex::new(13).unwrap(),
+        session_id: session(),
+        event_index: EventIndex::new(42).unwrap(),
+        snapshot_ref: SnapshotRef::from_digest(hash(4)),
+        created_by_event_id: event_id(5),
+    });
+    let whole = serde_json::to_value(&pinned).unwrap();
+    assert_eq!(ManifestRecord::from_value(whole.clone()).unwrap(), pinned);
+    for field in [
+        "v",
+        "manifestIndex",
+        "sessionId",
+        "kind",
+        "eventIndex",
+        "snapshotRef",
+        "createdByEventId",
+    ] {
+        let mut cut = whole.clone();
+        assert!(
+            cut.as_object_mut().unwrap().remove(field).is_some(),
+            "{field} is a field of the record"
+        );
+        assert!(
+            ManifestRecord::from_value(cut).is_err(),
+            "a snapshot_pinned record without {field} was accepted"
+        );
+    }
+}
+
 fn sample_snapshot() -> ExecutionSnapshotFileV1 {
     let outer = LoopId::parse("outer").unwrap();
     ExecutionSnapshotFileV1 {

@@ -521,9 +521,9 @@ impl SessionRead for SessionStore {
 ///
 /// The same code keeping the witness for later does not compile, so a stashed witness can never
 /// reach an append, not even after a later gate re-locks the same session: the misuse is
-/// rejected before any durable I/O because it is rejected before the program exists.
+/// rejected before any durable I/O because it is rejected before the program exists
+/// (`tests/witness_lifetime.rs` checks that the compiler refuses it with the escape error, E0521).
 ///
-/// lock: L-TOKEN-WITNESS-LIFETIME
 /// ```compile_fail
 /// use workrail::store::{AppendGate, SessionIntent, SessionStore};
 /// fn stash(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
