@@ -95,11 +95,10 @@ pub(crate) fn loop_decisions(
     conditions: &[SourceCondition],
     errors: &mut Vec<CompileError>,
 ) {
-    let kind_of = |l: &LoopIr| {
-        conditions
-            .iter()
-            .find(|c| c.id == l.condition_id)
-            .map(|c| c.kind)
+    let kind_of = |l: &LoopIr| match &l.condition_id {
+        Some(id) => conditions.iter().find(|c| &c.id == id).map(|c| c.kind),
+        // A loop that decides over the context never reads a decision.
+        None => Some(ConditionKind::AlwaysTrue),
     };
     check_list(items, None, &kind_of, errors);
 }
@@ -126,10 +125,16 @@ fn check_list(
                         l.loop_id
                     )),
                     Some((_, Some(ConditionKind::LoopControl { .. }))) | Some((_, None)) => None,
-                    Some((l, Some(_))) => Some(format!(
-                        "loop `{}` continues on a fixed condition (`{}`), so the decision would be ignored",
-                        l.loop_id, l.condition_id
-                    )),
+                    Some((l, Some(_))) => Some(match &l.condition_id {
+                        Some(id) => format!(
+                            "loop `{}` continues on a fixed condition (`{id}`), so the decision would be ignored",
+                            l.loop_id
+                        ),
+                        None => format!(
+                            "loop `{}` decides over the context (its `loop` condition, count or items), so the decision would be ignored",
+                            l.loop_id
+                        ),
+                    }),
                 };
                 if let Some(problem) = problem {
                     errors.push(CompileError::new(
@@ -151,7 +156,8 @@ fn check_list(
                         child(&l.pointer, "body"),
                         format!(
                             "loop `{}` continues on the `loop_control` condition `{}`, but its body does not end with a decision step.",
-                            l.loop_id, l.condition_id
+                            l.loop_id,
+                            l.condition_id.as_ref().map_or("", |c| c.as_str())
                         ),
                         format!(
                             "Add a last body step with `\"output\": {{\"contractRef\": \"{LOOP_CONTROL}\"}}` that asks for the `wr.loop_control` decision (loopId `{}`).",
@@ -172,7 +178,7 @@ pub(crate) fn unused_conditions(
 ) -> Vec<CompiledWarning> {
     let mut used = BTreeSet::new();
     for_each_loop(items, &mut |l| {
-        used.insert(l.condition_id.clone());
+        used.extend(l.condition_id.clone());
     });
     conditions
         .iter()
