@@ -865,10 +865,14 @@ fn plan_advance(
     let empty = OutputInput::default();
     let output = input.output.as_ref().unwrap_or(&empty);
     // The context this advance reads and, when it advances, records (decision D139).
-    let base: Map<String, Value> = facts.context(run);
-    let merged = match &input.context {
-        Some(delta) => merge_context(&base, delta).map_err(context_error)?,
-        None => base.clone(),
+    // `base` is kept only when a delta may change it (the `context_set` compares the two).
+    let stored: Map<String, Value> = facts.context(run);
+    let (merged, base) = match &input.context {
+        Some(delta) => (
+            merge_context(&stored, delta).map_err(context_error)?,
+            Some(stored),
+        ),
+        None => (stored, None),
     };
     let mut branch = branch_facts(facts, run, node);
     branch.blocked_attempts = blocked_attempts(facts, run, node);
@@ -995,9 +999,9 @@ fn plan_advance(
                 transition.gaps.iter(),
             )?);
             events.extend(prefs.change_event(wr, session, &child_scope, attempt)?);
-            if input.context.is_some() {
+            if let Some(base) = &base {
                 let merged = &branch.context;
-                if merged != &base {
+                if merged != base {
                     events.push(wr.event(
                         session,
                         EventScope::Run(run.clone()),
