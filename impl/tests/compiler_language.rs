@@ -515,7 +515,7 @@ fn a_while_loop_with_a_loop_control_step_is_a_loop_control_loop() {
         json!([{"id": "work", "title": "Work", "prompt": "Work."}, decide]),
     ));
     assert!(
-        errs.find(Code::LoopDecisionStep, "/steps/1/body/1/output/contractRef")
+        errs.find(Code::LoopDecisionStep, "/steps/1/body/1/outputContract/contractRef")
             .is_some(),
         "{errs}"
     );
@@ -763,4 +763,33 @@ fn a_workflow_without_language_fields_serializes_no_language() {
     let json = serde_json::to_value(&c.snapshot).unwrap();
     assert!(json["steps"][0].get("language").is_none(), "{json}");
     assert!(json.get("assessments").is_none());
+}
+
+/// decision: D141
+#[test]
+fn a_decision_outside_any_loop_is_allowed_only_in_the_languages_spelling() {
+    let c = compiled(&workflow(json!([
+        {"id": "init", "title": "Init", "prompt": "Decide.", "outputContract": {"contractRef": "wr.contracts.loop_control"}},
+        {"id": "next", "title": "Next", "prompt": "Go on."}
+    ])));
+    let warning = c
+        .snapshot
+        .body
+        .compiled_warnings
+        .iter()
+        .find(|w| w.pointer.as_deref() == Some("/steps/0/outputContract/contractRef"))
+        .unwrap();
+    assert_eq!(warning.code, CompiledWarningCode::LanguageIgnored);
+    assert!(
+        warning.message.contains("decides nothing"),
+        "{}",
+        warning.message
+    );
+    let errs = rejected(&workflow(json!([
+        {"id": "init", "title": "Init", "prompt": "Decide.", "output": {"contractRef": "wr.contracts.loop_control"}}
+    ])));
+    assert!(
+        errs.find(Code::LoopDecisionStep, "/steps/0/output/contractRef")
+            .is_some()
+    );
 }

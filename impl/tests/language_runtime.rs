@@ -149,6 +149,14 @@ const BRANCH: &str = r#"{
   ]
 }"#;
 
+const FREE_DECISION: &str = r#"{
+  "id": "project.free_decision", "name": "Free decision", "description": "A decision outside any loop.",
+  "steps": [
+    {"id": "init", "title": "Init", "prompt": "Decide.", "outputContract": {"contractRef": "wr.contracts.loop_control"}},
+    {"id": "next", "title": "Next", "prompt": "Go on."}
+  ]
+}"#;
+
 const BUDGET: &str = r#"{
   "id": "project.budget", "name": "Budget", "description": "Two blocked attempts, then the user.",
   "maxAttempts": 2,
@@ -169,7 +177,8 @@ fn catalog() -> CatalogLoader {
             .with("project/workflows/assess.json", ASSESS)
             .with("project/workflows/fragments.json", FRAGMENTS)
             .with("project/workflows/branch.json", BRANCH)
-            .with("project/workflows/budget.json", BUDGET);
+            .with("project/workflows/budget.json", BUDGET)
+            .with("project/workflows/free_decision.json", FREE_DECISION);
         let sources: Vec<&dyn WorkflowSource> = vec![&project];
         Arc::new(Catalog::load(&sources))
     })
@@ -921,4 +930,18 @@ fn replaying_an_advance_returns_identical_bytes() {
         serde_json::to_vec(&b1).unwrap(),
         serde_json::to_vec(&b2).unwrap()
     );
+}
+
+/// decision: D141
+#[test]
+fn a_decision_outside_any_loop_is_checked_and_decides_nothing() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.free_decision", json!({}), Autonomy::Guided);
+    let missing = next(&wr, &out, "decided", vec![], json!({}));
+    assert_eq!(missing.blockers[0].code, BlockerCode::MissingRequiredOutput);
+    let decision = json!({"kind": "wr.loop_control", "loopId": "anything", "decision": "stop"});
+    let done = next(&wr, &missing, "decided", vec![decision], json!({}));
+    assert_eq!(done.kind, ExecutionKind::Ok, "{:?}", done.blockers);
+    assert_eq!(pending(&done), "next");
 }

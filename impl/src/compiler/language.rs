@@ -46,6 +46,10 @@ pub struct StepLang {
     pub max_attempts: Option<u32>,
     pub notes_optional: bool,
     pub kept: BTreeMap<String, Value>,
+    /// The contract was written as the language's `outputContract` (errors point there, and a
+    /// `wr.contracts.loop_control` contract outside any loop decides nothing, as in the
+    /// language, instead of being an error).
+    pub output_contract: bool,
 }
 
 /// How a `while`/`until` loop of the language decides, before the body is known (a loop whose

@@ -113,12 +113,16 @@ fn check_list(
         match item {
             Item::Step(step) if step.contract_ref == Some(LOOP_CONTROL) => {
                 let last = i + 1 == items.len();
-                let pointer = if step.provenance.origin_id.is_none() {
-                    format!("{}/output/contractRef", step.pointer)
-                } else {
+                let pointer = if step.provenance.origin_id.is_some() {
                     step.pointer.clone()
+                } else if step.language.output_contract {
+                    format!("{}/outputContract/contractRef", step.pointer)
+                } else {
+                    format!("{}/output/contractRef", step.pointer)
                 };
                 let problem = match parent {
+                    // The language lets a decision outside any loop decide nothing (D141).
+                    None if step.language.output_contract => None,
                     None => Some("it is not inside a loop".to_owned()),
                     Some((l, Some(ConditionKind::LoopControl { .. }))) if !last => Some(format!(
                         "it is not the last step of loop `{}`'s body (the decision is read when an iteration ends)",

@@ -179,7 +179,8 @@ pub fn advance_on(
                         reports::semantic_problems(compiled, step, contract_ref, *i, a)
                     })
                     .collect();
-                if contract_ref == LOOP_CONTROL && problems.is_empty() {
+                // Outside any loop a decision decides nothing (D141): only its shape counts.
+                if contract_ref == LOOP_CONTROL && problems.is_empty() && loop_id.is_some() {
                     match loop_decision(&artifacts, loop_id) {
                         Ok(decision) => signal = Some(LoopSignal::Decision(decision)),
                         Err(problem) => problems.push(problem),
@@ -232,7 +233,7 @@ pub fn advance_on(
         let findings = spend_budget(step, branch, findings, autonomy);
         return Ok(AdvanceOutcome::Blocked(Blocked { findings, reports }));
     }
-    if contract_ref == Some(LOOP_CONTROL) && signal.is_none() {
+    if contract_ref == Some(LOOP_CONTROL) && signal.is_none() && loop_id.is_some() {
         // Never-stop with a missing or invalid decision: fail safe, never run away.
         signal = Some(LoopSignal::ForcedStop);
     }

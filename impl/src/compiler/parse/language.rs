@@ -212,6 +212,7 @@ pub(super) fn step_fields(
         },
         notes_optional: notes_optional.unwrap_or(Some(false))?,
         kept: BTreeMap::new(),
+        output_contract: f.opt("outputContract").is_some(),
     })
 }
 
@@ -335,13 +336,18 @@ pub(super) fn workflow_fields(p: &mut Parser<'_>, f: &Fields<'_>) -> WorkflowLan
 /// top-level step moves into the loop), `while`/`until` loops resolved into loop-control loops
 /// (a synthesized `loop_control` condition named after the loop) or context loops, and every
 /// step's assessment references checked against the declared assessments.
+///
+/// `raw_steps` is the source `steps` array: a `body` naming a step that failed to parse is not
+/// reported again.
 pub(super) fn finish(
     p: &mut Parser<'_>,
     steps: &mut Vec<SourceStep>,
+    raw_steps: Option<&Value>,
     conditions: &mut Vec<SourceCondition>,
     workflow: &WorkflowLanguage,
 ) {
-    loops::resolve_body_refs(p, steps);
+    loops::resolve_body_refs(p, steps, raw_steps);
     loops::resolve_loops(p, steps, conditions);
+    loops::free_standing_decisions(p, steps);
     assessment::check_assessments(p, steps, &workflow.assessments);
 }

@@ -137,7 +137,7 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         .req(p, "steps", "Add a non-empty `steps` array.")
         .map(|v| step::steps(p, v, &f.at("steps"), "`steps`"))
         .unwrap_or_default();
-    language::finish(p, &mut steps, &mut conditions, &language);
+    language::finish(p, &mut steps, f.opt("steps"), &mut conditions, &language);
     f.finish(p);
     Some(SourceWorkflow {
         id,

@@ -404,7 +404,11 @@ fn condition_source(
     source
 }
 
-pub(crate) fn resolve_body_refs(p: &mut Parser<'_>, steps: &mut Vec<SourceStep>) {
+pub(crate) fn resolve_body_refs(
+    p: &mut Parser<'_>,
+    steps: &mut Vec<SourceStep>,
+    raw_steps: Option<&Value>,
+) {
     let mut wanted: BTreeMap<StepId, (usize, String)> = BTreeMap::new();
     for (i, step) in steps.iter().enumerate() {
         if let SourceStep::Loop(l) = step
@@ -438,7 +442,18 @@ pub(crate) fn resolve_body_refs(p: &mut Parser<'_>, steps: &mut Vec<SourceStep>)
             bodies.insert(loop_index, step);
         }
     }
+    let failed_to_parse = |id: &StepId| {
+        raw_steps.and_then(Value::as_array).is_some_and(|raw| {
+            raw.iter().any(|s| {
+                s.get("id").and_then(Value::as_str) == Some(id.as_str()) && s.get("type").is_none()
+            })
+        })
+    };
     for (id, (_, at)) in &wanted {
+        if failed_to_parse(id) {
+            // Its own errors are reported; naming it again would only mislead.
+            continue;
+        }
         p.error(CompileError::new(
             Code::InvalidValue,
             at.clone(),
@@ -542,6 +557,27 @@ pub(crate) fn resolve_loops(
                 });
                 l.condition_id = Some(id);
             }
+        }
+    }
+}
+
+/// A `wr.contracts.loop_control` contract written as the language's `outputContract` on a step
+/// outside any loop: the language validates the artifact and lets it decide nothing, so it is a
+/// warning here, not the error the native spelling gets.
+pub(crate) fn free_standing_decisions(p: &mut Parser<'_>, steps: &[SourceStep]) {
+    for step in steps {
+        if let SourceStep::Normal(n) = step
+            && n.language.output_contract
+            && n.output.as_ref().and_then(|o| o.contract_ref) == Some(LOOP_CONTROL)
+        {
+            warn(
+                p,
+                &child(&child(&n.pointer, "outputContract"), "contractRef"),
+                format!(
+                    "step `{}` asks for a `{LOOP_CONTROL}` decision outside any loop: the artifact is still required and checked, but it decides nothing.",
+                    n.id
+                ),
+            );
         }
     }
 }
