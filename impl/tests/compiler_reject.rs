@@ -156,19 +156,27 @@ fn unknown_fields_are_removed_or_renamed_deterministically() {
 }
 
 /// lock: L-AUTHOR-VERIFY-INSTRUCTIONAL
+/// decision: D139
 #[test]
-fn v1_only_fields_get_tailored_advice() {
+fn verify_stays_instructional_while_validation_criteria_are_enforced() {
     let mut src = base();
-    src["steps"][0]["validationCriteria"] = json!({"type": "contains", "value": "done"});
-    let errs = rejected(&src);
-    let e = find(&errs, Code::UnknownField, "/steps/0/validationCriteria");
-    assert!(e.message.contains("v1 field"), "{}", e.message);
+    src["steps"][0] = json!({"id": "a", "title": "A", "promptBlocks": {"goal": "g", "verify": ["The summary names every file."]}});
+    let compiled = compile(&src, &CompileContext::load("project")).expect("compiles");
+    let step = &compiled.snapshot.body.steps[0];
     assert!(
-        e.suggestion.contains("wr.contracts.verification_report"),
-        "{}",
-        e.suggestion
+        step.prompt
+            .contains("## Verify\n- The summary names every file.")
     );
-    assert_eq!(e.fix, remove("/steps/0/validationCriteria"));
+    assert_eq!(step.language.validation, None, "verify is never checked");
+    assert_eq!(step.output, None);
+    src["steps"][0]["validationCriteria"] = json!({"type": "contains", "value": "done"});
+    let compiled = compile(&src, &CompileContext::load("project")).expect("compiles");
+    assert!(
+        compiled.snapshot.body.steps[0]
+            .language
+            .validation
+            .is_some()
+    );
 }
 
 /// lock: L-ID-DELIMITER-SAFE, L-ID-AUTOFIX
@@ -513,11 +521,13 @@ fn refs_must_be_known_wr_refs() {
 }
 
 /// lock: L-AUTHOR-NO-TEMPLATING
+/// decision: D140
 #[test]
-fn templating_markers_are_rejected_in_refs_and_prompts() {
+fn templating_beyond_context_markers_is_rejected_in_refs_and_prompts() {
     let src = with_steps(json!([
         {"id": "a", "title": "A", "promptBlocks": {"goal": [{"kind": "ref", "refId": "wr.refs.{{name}}"}]}},
-        {"id": "b", "title": "B", "prompt": "Fix ticket {{ticketId}} now."}
+        {"id": "b", "title": "B", "prompt": "Fix ticket {{ticketId + 1}} now."},
+        {"id": "c", "title": "C", "prompt": "Fix ticket {{ticketId}} in {{repo.path}}."}
     ]));
     let errs = rejected(&src);
     let r = find(
@@ -527,7 +537,16 @@ fn templating_markers_are_rejected_in_refs_and_prompts() {
     );
     assert!(r.message.contains("templating"), "{}", r.message);
     let p = find(&errs, Code::Templating, "/steps/1/prompt");
-    assert!(p.message.contains("never interpolates"), "{}", p.message);
+    assert!(
+        p.message.contains("evaluates no expressions"),
+        "{}",
+        p.message
+    );
+    // A plain context marker is substituted from the pending step's bindings, never rejected.
+    assert!(
+        !errs.0.iter().any(|e| e.pointer.starts_with("/steps/2")),
+        "{errs:?}"
+    );
 }
 
 /// lock: L-AUTHOR-REFS-PLACEMENT, L-AUTHOR-PROMPT-VALUE

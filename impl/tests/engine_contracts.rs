@@ -488,6 +488,7 @@ fn only_steps_after_the_first_probe_depend_on_a_required_capability() {
         .into_iter()
         .collect(),
         open_gaps: Vec::new(),
+        ..Default::default()
     };
     let done = moved(
         engine::advance_on(

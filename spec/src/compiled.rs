@@ -305,7 +305,8 @@ pub enum ValidationCriterion {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         when: Option<Condition>,
     },
-    /// The notes' length in characters is within `[min, max]`.
+    /// The notes' length, counted in UTF-16 code units as the language counts it, is within
+    /// `[min, max]`.
     Length {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         min: Option<u64>,
@@ -424,12 +425,13 @@ pub enum LoopWhile {
     ContextUntil { condition: Condition },
     /// `for` with a number: exactly `count` iterations (capped by `maxIterations`).
     Count { count: u32 },
-    /// `for` with a context variable: as many iterations as the number in `var` when the loop
-    /// is entered (capped by `maxIterations`).
+    /// `for` with a context variable: an iteration starts while its 0-based number is below the
+    /// number in `var`, read from the context before every iteration (capped by
+    /// `maxIterations`).
     #[serde(rename_all = "camelCase")]
     CountVar { var: String },
-    /// `forEach`: one iteration per element of the array in `items` when the loop is entered
-    /// (capped by `maxIterations`).
+    /// `forEach`: an iteration starts while its 0-based number is below the length of the array
+    /// in `items`, read from the context before every iteration (capped by `maxIterations`).
     ForEach { items: String },
 }
 
@@ -450,6 +452,11 @@ pub struct CompiledLoop {
     /// Names under which the iteration, item and index reach prompts and conditions in the body.
     #[serde(default, skip_serializing_if = "LoopVars::is_empty")]
     pub vars: LoopVars,
+    /// Authored loop fields with no run-time effect (`title`, and `requireConfirmation` or
+    /// `notesOptional` written on the loop itself, which is never pending), verbatim for
+    /// `inspect_workflow`; absent when none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kept: BTreeMap<String, Value>,
 }
 
 /// The names a loop binds in its body (`iterationVar`, `itemVar`, `indexVar`); absent names
@@ -482,6 +489,9 @@ closed_set!(
         CapabilityProbeInjected = "capability_probe_injected",
         /// A function definition no step references.
         UnusedFunction = "unused_function",
+        /// A field or condition operator of the workflow language has no effect where it is
+        /// written (the message names it and says why).
+        LanguageIgnored = "language_ignored",
     }
 );
 

@@ -356,6 +356,10 @@ pub struct PendingView {
     pub title: String,
     pub prompt: String,
     pub require_confirmation: bool,
+    /// Who confirms, when the step requires confirmation and its workflow names who
+    /// (`coordinator_eval`, `human_approval`); absent for the user's own confirmation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_kind: Option<crate::compiled::ConfirmationKind>,
     /// The artifact the step's output contract requires in `output.artifacts` on the ack,
     /// with an example of its exact shape; absent when the step has no contract.
     #[serde(default, skip_serializing_if = "Option::is_none")]

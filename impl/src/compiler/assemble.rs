@@ -15,6 +15,7 @@ use workrail_spec::ids::WorkflowId;
 
 use super::error::{CompileError, CompileErrorCode as Code};
 use super::ir::{Item, LoopIr, StepIr};
+use super::language::{WorkflowLanguage, step_language, with_requirements};
 use super::render::render_step;
 use super::source::{ConditionKind, SourceFeature, SourceWorkflow};
 use crate::builtins::contracts;
@@ -44,26 +45,40 @@ fn sequence(items: &[Item]) -> Vec<SequenceItem> {
 
 fn flatten(
     items: &[Item],
+    language: &WorkflowLanguage,
     steps: &mut Vec<CompiledStep>,
     loops: &mut Vec<CompiledLoop>,
     errors: &mut Vec<CompileError>,
 ) {
     for item in items {
         match item {
-            Item::Step(step) => match compile_step(step) {
+            Item::Step(step) => match compile_step(step, language) {
                 Ok(s) => steps.push(s),
                 Err(mut e) => errors.append(&mut e),
             },
             Item::Loop(l) => {
-                loops.push(compile_loop(l));
-                flatten(&l.body, steps, loops, errors);
+                match compile_loop(l) {
+                    Ok(compiled) => loops.push(compiled),
+                    Err(e) => errors.push(*e),
+                }
+                flatten(&l.body, language, steps, loops, errors);
             }
         }
     }
 }
 
-fn compile_step(step: &StepIr) -> Result<CompiledStep, Vec<CompileError>> {
-    let rendered = render_step(step)?;
+fn compile_step(
+    step: &StepIr,
+    workflow: &WorkflowLanguage,
+) -> Result<CompiledStep, Vec<CompileError>> {
+    let mut rendered = render_step(step)?;
+    rendered.prompt = with_requirements(
+        rendered.prompt,
+        &step.language,
+        !step.functions.is_empty(),
+        workflow,
+    );
+    let language = step_language(&step.language, &step.title, &rendered.prompt, workflow);
     let output = (step.contract_ref.is_some() || !step.hints.is_empty()).then(|| StepOutputSpec {
         contract_ref: step.contract_ref.map(str::to_owned),
         hints: step.hints.clone(),
@@ -80,21 +95,32 @@ fn compile_step(step: &StepIr) -> Result<CompiledStep, Vec<CompileError>> {
         injected_refs: rendered.refs,
         non_assumable_choices: step.non_assumable_choices.clone(),
         functions: step.functions.clone(),
-        language: Default::default(),
+        language,
     })
 }
 
-fn compile_loop(l: &LoopIr) -> CompiledLoop {
-    CompiledLoop {
-        loop_id: l.loop_id.clone(),
-        while_: LoopWhile::ConditionRef {
-            condition_id: l.condition_id.clone(),
+fn compile_loop(l: &LoopIr) -> Result<CompiledLoop, Box<CompileError>> {
+    let while_ = match (&l.condition_id, &l.language.while_) {
+        (Some(condition_id), _) => LoopWhile::ConditionRef {
+            condition_id: condition_id.clone(),
         },
+        (None, Some(native)) => native.clone(),
+        (None, None) => {
+            return Err(Box::new(internal(format!(
+                "loop {} has no condition",
+                l.loop_id
+            ))));
+        }
+    };
+    Ok(CompiledLoop {
+        loop_id: l.loop_id.clone(),
+        while_,
         max_iterations: l.max_iterations,
         body: sequence(&l.body),
-        run_condition: None,
-        vars: Default::default(),
-    }
+        run_condition: l.language.run_condition.clone(),
+        vars: l.language.vars.clone(),
+        kept: l.language.kept.clone(),
+    })
 }
 
 /// Sorts order-free lists inside a JSON Schema (`required`, `enum`) so semantically equal
@@ -138,7 +164,13 @@ pub(crate) fn assemble(
     let mut steps = Vec::new();
     let mut loops = Vec::new();
     let mut errors = Vec::new();
-    flatten(items, &mut steps, &mut loops, &mut errors);
+    flatten(
+        items,
+        &parts.workflow.language,
+        &mut steps,
+        &mut loops,
+        &mut errors,
+    );
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -203,7 +235,7 @@ pub(crate) fn assemble(
         conditions,
         loops,
         compiled_warnings: warnings,
-        assessments: Vec::new(),
+        assessments: w.language.assessments.clone(),
         kept: Default::default(),
     };
     CompiledWorkflowSnapshotV1::new(body).map_err(|e| vec![internal(e)])

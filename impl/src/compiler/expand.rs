@@ -134,6 +134,7 @@ fn expand_list(
                 max_iterations: l.max_iterations,
                 body: expand_list(&l.body, role, &scopes.enter(&l.functions), used, errors),
                 pointer: l.pointer.clone(),
+                language: l.language.clone(),
             })),
         }
     }
@@ -203,6 +204,7 @@ fn authored(step: &NormalStep, workflow_role: Option<&str>) -> StepIr {
             origin_id: None,
         },
         pointer: step.pointer.clone(),
+        language: step.language.clone(),
     }
 }
 
@@ -247,5 +249,6 @@ fn template_step(
             origin_id: Some(CAPABILITY_PROBE.to_owned()),
         },
         pointer: pointer.to_owned(),
+        language: Default::default(),
     })
 }

@@ -39,6 +39,10 @@ pub(crate) fn apply(items: &mut [Item], features: &[&SourceFeature]) {
             // has observed (decision D59), from the hashed `capabilities` and `features`.
             FeatureId::Capabilities => {}
             FeatureId::DurableRecapGuidance => for_each_step_mut(items, &mut |step| {
+                // A `notesOptional` step may be acknowledged without notes.
+                if step.language.notes_optional {
+                    return;
+                }
                 step.blocks
                     .output_required
                     .entry(NOTES_OUTPUT_KEY.to_owned())

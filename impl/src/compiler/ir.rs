@@ -39,16 +39,19 @@ pub(crate) struct StepIr {
     pub provenance: StepProvenance,
     /// The source pointer errors about this step refer to (the template call for expansions).
     pub pointer: String,
+    /// The workflow-language fields (empty for template-injected steps).
+    pub language: super::language::StepLang,
 }
 
 /// A loop after template expansion of its body.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LoopIr {
     pub loop_id: LoopId,
-    pub condition_id: ConditionId,
+    pub condition_id: Option<ConditionId>,
     pub max_iterations: u32,
     pub body: Vec<Item>,
     pub pointer: String,
+    pub language: Box<super::language::LoopLang>,
 }
 
 /// Visits every step of a tree in document order (depth first).

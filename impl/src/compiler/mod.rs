@@ -20,6 +20,7 @@ mod features;
 pub mod functions;
 pub mod ids;
 mod ir;
+mod language;
 mod parse;
 mod render;
 pub mod source;
@@ -139,6 +140,7 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
         return Err(CompileErrors(errors));
     }
     warnings.extend(validate::unused_conditions(&items, &workflow.conditions));
+    warnings.extend(workflow.language.warnings.iter().cloned());
     if id.id_status() == IdStatus::Legacy {
         let name = ids::normalize_segment(id.as_str());
         warnings.push(CompiledWarning {

@@ -31,6 +31,8 @@ pub struct SourceWorkflow {
     /// Workflow-scoped `functionDefinitions`.
     pub functions: Vec<SourceFunction>,
     pub steps: Vec<SourceStep>,
+    /// The workflow-language fields (`assessments`, `maxAttempts`) and their warnings.
+    pub language: super::language::WorkflowLanguage,
 }
 
 /// One `functionDefinitions` entry, its scope set from where it is written.
@@ -96,6 +98,8 @@ pub struct NormalStep {
     pub functions: Vec<SourceFunction>,
     /// `functionReferences`, in authored order, each name once.
     pub function_refs: Vec<FunctionRef>,
+    /// The workflow-language fields (run condition, validation, assessments, fragments, ...).
+    pub language: super::language::StepLang,
     pub pointer: String,
 }
 
@@ -163,10 +167,14 @@ impl TemplateCall {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoopStep {
     pub loop_id: LoopId,
-    pub condition_id: ConditionId,
+    /// The declared (or, for a loop-control loop of the language, synthesized) condition; `None`
+    /// for a loop that decides over the context (`language.while_`).
+    pub condition_id: Option<ConditionId>,
     pub max_iterations: u32,
     /// Loop-scoped `functionDefinitions`, visible to every step of the body (nested loops too).
     pub functions: Vec<SourceFunction>,
     pub body: Vec<SourceStep>,
     pub pointer: String,
+    /// The workflow-language fields of a loop written in the language's form.
+    pub language: Box<super::language::LoopLang>,
 }

@@ -95,11 +95,10 @@ pub(crate) fn loop_decisions(
     conditions: &[SourceCondition],
     errors: &mut Vec<CompileError>,
 ) {
-    let kind_of = |l: &LoopIr| {
-        conditions
-            .iter()
-            .find(|c| c.id == l.condition_id)
-            .map(|c| c.kind)
+    let kind_of = |l: &LoopIr| match &l.condition_id {
+        Some(id) => conditions.iter().find(|c| &c.id == id).map(|c| c.kind),
+        // A loop that decides over the context never reads a decision.
+        None => Some(ConditionKind::AlwaysTrue),
     };
     check_list(items, None, &kind_of, errors);
 }
@@ -114,22 +113,32 @@ fn check_list(
         match item {
             Item::Step(step) if step.contract_ref == Some(LOOP_CONTROL) => {
                 let last = i + 1 == items.len();
-                let pointer = if step.provenance.origin_id.is_none() {
-                    format!("{}/output/contractRef", step.pointer)
-                } else {
+                let pointer = if step.provenance.origin_id.is_some() {
                     step.pointer.clone()
+                } else if step.language.output_contract {
+                    format!("{}/outputContract/contractRef", step.pointer)
+                } else {
+                    format!("{}/output/contractRef", step.pointer)
                 };
                 let problem = match parent {
+                    // The language lets a decision outside any loop decide nothing (D141).
+                    None if step.language.output_contract => None,
                     None => Some("it is not inside a loop".to_owned()),
                     Some((l, Some(ConditionKind::LoopControl { .. }))) if !last => Some(format!(
                         "it is not the last step of loop `{}`'s body (the decision is read when an iteration ends)",
                         l.loop_id
                     )),
                     Some((_, Some(ConditionKind::LoopControl { .. }))) | Some((_, None)) => None,
-                    Some((l, Some(_))) => Some(format!(
-                        "loop `{}` continues on a fixed condition (`{}`), so the decision would be ignored",
-                        l.loop_id, l.condition_id
-                    )),
+                    Some((l, Some(_))) => Some(match &l.condition_id {
+                        Some(id) => format!(
+                            "loop `{}` continues on a fixed condition (`{id}`), so the decision would be ignored",
+                            l.loop_id
+                        ),
+                        None => format!(
+                            "loop `{}` decides over the context (its `loop` condition, count or items), so the decision would be ignored",
+                            l.loop_id
+                        ),
+                    }),
                 };
                 if let Some(problem) = problem {
                     errors.push(CompileError::new(
@@ -151,7 +160,8 @@ fn check_list(
                         child(&l.pointer, "body"),
                         format!(
                             "loop `{}` continues on the `loop_control` condition `{}`, but its body does not end with a decision step.",
-                            l.loop_id, l.condition_id
+                            l.loop_id,
+                            l.condition_id.as_ref().map_or("", |c| c.as_str())
                         ),
                         format!(
                             "Add a last body step with `\"output\": {{\"contractRef\": \"{LOOP_CONTROL}\"}}` that asks for the `wr.loop_control` decision (loopId `{}`).",
@@ -172,7 +182,7 @@ pub(crate) fn unused_conditions(
 ) -> Vec<CompiledWarning> {
     let mut used = BTreeSet::new();
     for_each_loop(items, &mut |l| {
-        used.insert(l.condition_id.clone());
+        used.extend(l.condition_id.clone());
     });
     conditions
         .iter()

@@ -9,13 +9,13 @@ use workrail_spec::closed::{
     UserOnlyDependencyReason,
 };
 use workrail_spec::compiled::{CompiledCondition, CompiledContract, CompiledLoop};
-use workrail_spec::ids::StepId;
+use workrail_spec::ids::{ContextKey, StepId};
 use workrail_spec::reason::{
     CapabilityMissingReason, ContractViolationReason, GapReason, ReasonCode, UnexpectedReason,
 };
 
 use super::contract::{ContractProblem, bounded};
-use super::outcome::{Finding, FindingDetail};
+use super::outcome::{AssessmentFollowup, Finding, FindingDetail, LoopContextProblem};
 
 fn finding(
     reason: GapReason,
@@ -402,6 +402,185 @@ pub(crate) fn user_only_dependency(
             step_id: step_id.clone(),
             reason,
             non_assumable_choice: choice,
+        },
+        autonomy,
+        true,
+    )
+}
+
+/// The step's `validationCriteria` failed (`issue` quotes the rule), or there are no notes to
+/// check (`issue` is `None`).
+pub(crate) fn validation(step_id: &StepId, issue: Option<&str>, autonomy: Autonomy) -> Finding {
+    let (reason, message, fix, issue) = match issue {
+        None => (
+            ContractViolationReason::MissingRequiredOutput,
+            format!(
+                "Step '{step_id}' checks its output.notesMarkdown against validation rules, and no notes were sent."
+            ),
+            "Acknowledge the step again with output.notesMarkdown describing your work; the step's prompt says what the notes must contain.".to_owned(),
+            "no notes".to_owned(),
+        ),
+        Some(issue) => (
+            ContractViolationReason::InvalidRequiredOutput,
+            format!("Step '{step_id}' notes fail a validation rule: {issue}"),
+            "Revise output.notesMarkdown so that it meets the rule (the text is checked as sent, case-sensitively), then acknowledge again with the new ackToken and your whole output.".to_owned(),
+            issue.to_owned(),
+        ),
+    };
+    finding(
+        GapReason::ContractViolation(reason),
+        BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        message,
+        fix,
+        FindingDetail::Validation {
+            step_id: step_id.clone(),
+            issue,
+        },
+        autonomy,
+        true,
+    )
+}
+
+/// A required `wr.assessment` is missing (`missing`) or invalid (`issues`); `fix` says what a
+/// valid one looks like.
+pub(crate) fn assessment(
+    step_id: &StepId,
+    assessment_id: Option<&str>,
+    missing: bool,
+    issues: Vec<String>,
+    fix: String,
+    autonomy: Autonomy,
+) -> Finding {
+    let reason = if missing {
+        ContractViolationReason::MissingRequiredOutput
+    } else {
+        ContractViolationReason::InvalidRequiredOutput
+    };
+    let message = format!("Step '{step_id}' needs an assessment: {}", issues.join(" "));
+    finding(
+        GapReason::ContractViolation(reason),
+        BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        message,
+        fix,
+        FindingDetail::Assessment {
+            step_id: step_id.clone(),
+            assessment_id: assessment_id.map(str::to_owned),
+            followup: None,
+            issues,
+        },
+        autonomy,
+        true,
+    )
+}
+
+/// A consequence fired: a recorded level keeps the step pending until a follow-up is done.
+pub(crate) fn followup(
+    step_id: &StepId,
+    assessment_id: &str,
+    followup: AssessmentFollowup,
+    autonomy: Autonomy,
+) -> Finding {
+    let message = format!(
+        "Step '{step_id}' needs a follow-up before it can complete: assessment '{assessment_id}' rated '{}' as '{}'. {}",
+        followup.dimension_id, followup.level, followup.guidance
+    );
+    let fix = format!(
+        "Do the follow-up described, then assess again and acknowledge with a new `wr.assessment` artifact for '{assessment_id}'; the step completes once no rating triggers a follow-up (a rating of '{}' that still holds keeps it pending).",
+        followup.level
+    );
+    finding(
+        GapReason::ContractViolation(ContractViolationReason::InvalidRequiredOutput),
+        BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        message,
+        fix,
+        FindingDetail::Assessment {
+            step_id: step_id.clone(),
+            assessment_id: Some(assessment_id.to_owned()),
+            followup: Some(followup),
+            issues: Vec::new(),
+        },
+        autonomy,
+        true,
+    )
+}
+
+/// A `for`/`forEach` loop reached by the walk after `step_id`'s ack cannot read its context
+/// value (decision D141: missing is a missing required output, the wrong type an invalid one;
+/// the pointer is the context key when it is delimiter-safe, else the acknowledged step).
+pub(crate) fn loop_context(
+    problem: LoopContextProblem,
+    step_id: &StepId,
+    autonomy: Autonomy,
+) -> Finding {
+    let reason = if problem.found.is_none() {
+        ContractViolationReason::MissingRequiredOutput
+    } else {
+        ContractViolationReason::InvalidRequiredOutput
+    };
+    let pointer = match ContextKey::parse(&problem.key) {
+        Ok(key) => BlockerPointer::ContextKey { key },
+        Err(_) => BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+    };
+    let message = format!("After step '{step_id}', {}.", problem.describe());
+    let fix = format!(
+        "Acknowledge '{step_id}' again with your whole output and `context: {}` ({} {}), so the loop can decide its iterations.",
+        problem.example(),
+        if problem.expected == "array" {
+            "an"
+        } else {
+            "a"
+        },
+        problem.expected
+    );
+    finding(
+        GapReason::ContractViolation(reason),
+        pointer,
+        message,
+        fix,
+        FindingDetail::LoopContext(problem),
+        autonomy,
+        true,
+    )
+}
+
+/// The step's attempt budget is spent: instead of the blocking `failed` findings the agent
+/// could keep retrying, one user-only dependency that names them (decision D142).
+pub(crate) fn attempt_budget(
+    step_id: &StepId,
+    max_attempts: u32,
+    blocked_attempts: u32,
+    failed: &[Finding],
+    autonomy: Autonomy,
+) -> Finding {
+    let failed: Vec<String> = failed
+        .iter()
+        .map(|f| format!("{}: {}", f.reason.blocker_code(), f.message))
+        .collect();
+    let message = format!(
+        "Step '{step_id}' was blocked {blocked_attempts} time(s) and its budget is {max_attempts} attempt(s), so the agent may not retry it alone. Still failing: {}",
+        failed.join(" | ")
+    );
+    let fix = "Show the user the failed checks and ask how to proceed: fix the output together, or have the user change what the step needs (or switch the run to full_auto_never_stop to record the failures as gaps and go on). Then acknowledge again with the new ackToken; an acknowledgement that passes every check completes the step.".to_owned();
+    finding(
+        GapReason::UserOnlyDependency(UserOnlyDependencyReason::NeedsUserApproval),
+        BlockerPointer::WorkflowStep {
+            step_id: step_id.clone(),
+        },
+        message,
+        fix,
+        FindingDetail::AttemptBudget {
+            step_id: step_id.clone(),
+            max_attempts,
+            blocked_attempts,
+            failed,
         },
         autonomy,
         true,

@@ -17,11 +17,13 @@ pub use self::reports::{plant_claim_judged_as_attempt, plant_unmarked_choice_acc
 pub(crate) use findings::step_example;
 pub(crate) use reports::probed_capability;
 pub mod outcome;
+pub mod render;
 pub mod reports;
 mod trace;
+pub mod validation;
 mod walk;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use workrail_spec::closed::{Autonomy, LoopDecision};
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::skey::LoopPathEntry;
@@ -30,8 +32,9 @@ use workrail_spec::tools::OutputInput;
 
 use self::contract::{ContractCheck, ContractProblem};
 pub use self::outcome::{
-    AdvanceOutcome, Blocked, BranchFacts, Divergence, EngineError, Finding, FindingDetail,
-    ObservedCapability, OpenGap, Reports, Resolution, Transition,
+    AdvanceOutcome, AssessmentFollowup, Blocked, BranchFacts, Divergence, EngineError, Finding,
+    FindingDetail, LoopContextProblem, ObservedCapability, OpenGap, Reports, Resolution,
+    Transition,
 };
 pub use self::trace::Termination;
 use self::walk::{Halt, Landing, LoopSignal, Walker, inconsistent, locate};
@@ -44,7 +47,7 @@ fn running(
 ) -> Result<EngineState, EngineError> {
     let state = match landing {
         Landing::Complete => EngineState::Complete,
-        Landing::Pending(step_id) => {
+        Landing::Pending(step_id, bindings) => {
             let loop_path = frames
                 .iter()
                 .map(|f| LoopPathEntry {
@@ -59,7 +62,7 @@ fn running(
                     step: PendingStep {
                         step_id,
                         loop_path,
-                        bindings: Default::default(),
+                        bindings,
                     },
                 },
             }
@@ -74,6 +77,17 @@ pub fn start(
     compiled: &CompiledWorkflowSnapshotV1,
     state: &EngineState,
 ) -> Result<Transition, EngineError> {
+    start_with(compiled, state, &Map::new())
+}
+
+/// Starts a run whose initial context is `context`: run conditions and loops the walk reaches
+/// read it. A loop that cannot read its count or items from it is
+/// [`EngineError::MissingContext`].
+pub fn start_with(
+    compiled: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+    context: &Map<String, Value>,
+) -> Result<Transition, EngineError> {
     if !matches!(state, EngineState::Init) {
         return Err(EngineError::AlreadyStarted);
     }
@@ -85,6 +99,8 @@ pub fn start(
         trace: Vec::new(),
         gaps: Vec::new(),
         ended_iterations: Vec::new(),
+        context,
+        acked: None,
     };
     let landing = match walker.settle(0, None, None) {
         Ok(landing) => landing,
@@ -163,7 +179,8 @@ pub fn advance_on(
                         reports::semantic_problems(compiled, step, contract_ref, *i, a)
                     })
                     .collect();
-                if contract_ref == LOOP_CONTROL && problems.is_empty() {
+                // Outside any loop a decision decides nothing (D141): only its shape counts.
+                if contract_ref == LOOP_CONTROL && problems.is_empty() && loop_id.is_some() {
                     match loop_decision(&artifacts, loop_id) {
                         Ok(decision) => signal = Some(LoopSignal::Decision(decision)),
                         Err(problem) => problems.push(problem),
@@ -202,13 +219,21 @@ pub fn advance_on(
     .run()
     .map_err(inconsistent)?;
     findings.extend(report_findings);
+    let scope = validation::Scope {
+        compiled,
+        frames,
+        context: &branch.context,
+    };
+    findings
+        .extend(validation::judge(compiled, step, output, &scope, autonomy).map_err(inconsistent)?);
     if findings.iter().any(|f| f.disposition.blocks) {
         // The step is not done: a divergence describes completed work, so the agent sends it
         // again with the fix; observations are facts about the environment and are kept.
         reports.divergences.clear();
+        let findings = spend_budget(step, branch, findings, autonomy);
         return Ok(AdvanceOutcome::Blocked(Blocked { findings, reports }));
     }
-    if contract_ref == Some(LOOP_CONTROL) && signal.is_none() {
+    if contract_ref == Some(LOOP_CONTROL) && signal.is_none() && loop_id.is_some() {
         // Never-stop with a missing or invalid decision: fail safe, never run away.
         signal = Some(LoopSignal::ForcedStop);
     }
@@ -219,6 +244,8 @@ pub fn advance_on(
         trace: Vec::new(),
         gaps: findings,
         ended_iterations: Vec::new(),
+        context: &branch.context,
+        acked: Some(step.step_id.clone()),
     };
     match walker.settle(index + 1, signal, Some(&step.step_id)) {
         Ok(landing) => {
@@ -240,10 +267,41 @@ pub fn advance_on(
             let mut findings = walker.gaps;
             findings.push(*finding);
             reports.divergences.clear();
+            let findings = spend_budget(step, branch, findings, autonomy);
             Ok(AdvanceOutcome::Blocked(Blocked { findings, reports }))
         }
         Err(Halt::Error(e)) => Err(e),
     }
+}
+
+/// A blocked attempt at a step whose attempt budget (`maxAttempts`, decision D142) is spent:
+/// the blocking findings become one user-only dependency naming them, so the agent cannot keep
+/// retrying alone; findings that only disclose stay as they are.
+fn spend_budget(
+    step: &workrail_spec::compiled::CompiledStep,
+    branch: &BranchFacts,
+    findings: Vec<Finding>,
+    autonomy: Autonomy,
+) -> Vec<Finding> {
+    let Some(max) = step.language.max_attempts else {
+        return findings;
+    };
+    if branch.blocked_attempts < max {
+        return findings;
+    }
+    let (blocking, mut rest): (Vec<Finding>, Vec<Finding>) =
+        findings.into_iter().partition(|f| f.disposition.blocks);
+    if blocking.is_empty() {
+        return rest;
+    }
+    rest.push(findings::attempt_budget(
+        &step.step_id,
+        max,
+        branch.blocked_attempts,
+        &blocking,
+        autonomy,
+    ));
+    rest
 }
 
 /// The completed set after `pending` completed and the walk ended `ended_iterations`: the step's

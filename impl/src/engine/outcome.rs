@@ -61,6 +61,93 @@ pub enum FindingDetail {
         #[serde(skip_serializing_if = "Option::is_none")]
         non_assumable_choice: Option<NonAssumableChoiceKind>,
     },
+    /// The step's `validationCriteria` failed on the notes (or there were no notes to check).
+    Validation {
+        step_id: StepId,
+        /// What failed, in the rule's own words where it has a `message`.
+        issue: String,
+    },
+    /// A required `wr.assessment` is missing or invalid, or a recorded level requires a
+    /// follow-up before the step may complete.
+    Assessment {
+        step_id: StepId,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        assessment_id: Option<String>,
+        /// A consequence's trigger: the dimension and the level it was rated at.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        followup: Option<AssessmentFollowup>,
+        issues: Vec<String>,
+    },
+    /// A `for` or `forEach` loop cannot decide: its context value is missing or of the wrong
+    /// type.
+    LoopContext(LoopContextProblem),
+    /// The step's attempt budget (`maxAttempts`) is spent: the user must step in.
+    AttemptBudget {
+        step_id: StepId,
+        max_attempts: u32,
+        /// Blocked attempts recorded at this step instance before this one.
+        blocked_attempts: u32,
+        /// The checks that failed this time (`CODE: message`).
+        failed: Vec<String>,
+    },
+}
+
+/// A consequence that fired: an assessment's dimension rated at the trigger level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssessmentFollowup {
+    pub dimension_id: String,
+    pub level: String,
+    pub guidance: String,
+}
+
+/// A loop that reads its iterations from the context found the value missing or of the wrong
+/// type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopContextProblem {
+    pub loop_id: LoopId,
+    /// The context key the loop reads (`count` or `items`).
+    pub key: String,
+    /// The JSON type it must hold: `number` (`for`) or `array` (`forEach`).
+    pub expected: &'static str,
+    /// The JSON type found; `None` when the key is unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<&'static str>,
+}
+
+impl LoopContextProblem {
+    /// A one-line statement of the problem.
+    pub fn describe(&self) -> String {
+        let found = match self.found {
+            Some(t) => format!("it holds {} {t}", article(t)),
+            None => "it is not set".to_owned(),
+        };
+        format!(
+            "loop '{}' reads `context.{}`, which must be {} {} to decide its iterations, but {found}",
+            self.loop_id,
+            self.key,
+            article(self.expected),
+            self.expected
+        )
+    }
+
+    /// An example `context` that satisfies the loop.
+    pub fn example(&self) -> String {
+        let value = if self.expected == "array" {
+            "[...one element per iteration...]"
+        } else {
+            "3"
+        };
+        format!("{{\"{}\": {value}}}", self.key)
+    }
+}
+
+fn article(type_name: &str) -> &'static str {
+    match type_name.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
 }
 
 /// One reason, with what it means in the effective mode.
@@ -114,7 +201,12 @@ impl Finding {
                 non_assumable_choice: Some(choice),
                 ..
             } => Some(ReasonDetails::NonAssumableChoice { choice: *choice }),
-            FindingDetail::UserOnlyDependency { .. } | FindingDetail::Contract { .. } => None,
+            FindingDetail::UserOnlyDependency { .. }
+            | FindingDetail::Contract { .. }
+            | FindingDetail::Validation { .. }
+            | FindingDetail::Assessment { .. }
+            | FindingDetail::LoopContext(_)
+            | FindingDetail::AttemptBudget { .. } => None,
         }
     }
 
@@ -139,6 +231,12 @@ pub struct BranchFacts {
     /// Disclosures on the node's lineage that no later gap resolves, oldest first (resolution
     /// records are not disclosures, D79).
     pub open_gaps: Vec<OpenGap>,
+    /// The context the walk reads (decision D139): the run's latest `context_set` merged with
+    /// the call's delta.
+    pub context: serde_json::Map<String, Value>,
+    /// Blocked attempts already recorded at this step instance on this branch (the node and
+    /// the checkpoints it continues from), for the step's attempt budget.
+    pub blocked_attempts: u32,
 }
 
 /// An unresolved gap on the branch.
@@ -261,13 +359,20 @@ pub enum EngineError {
     AlreadyStarted,
     /// The state does not match the compiled workflow (wrong pinned snapshot or corruption).
     Inconsistent(String),
+    /// `start` reached a loop whose context value is missing or of the wrong type: the caller
+    /// must pass it in the start's `context` (not an invariant violation).
+    MissingContext(LoopContextProblem),
 }
 
 impl EngineError {
     pub fn reason(&self) -> ReasonCode {
-        ReasonCode::new(workrail_spec::reason::GapReason::Unexpected(
-            workrail_spec::reason::UnexpectedReason::InvariantViolation,
-        ))
+        use workrail_spec::reason::{ContractViolationReason, GapReason, UnexpectedReason};
+        ReasonCode::new(match self {
+            Self::MissingContext(_) => {
+                GapReason::ContractViolation(ContractViolationReason::MissingRequiredOutput)
+            }
+            _ => GapReason::Unexpected(UnexpectedReason::InvariantViolation),
+        })
     }
 }
 
@@ -285,6 +390,7 @@ impl std::fmt::Display for EngineError {
                     "engine state does not match the compiled workflow: {detail}"
                 )
             }
+            Self::MissingContext(problem) => f.write_str(&problem.describe()),
         }
     }
 }

@@ -94,3 +94,91 @@ pub(crate) fn selected(step_id: &StepId, frames: &[LoopFrame]) -> TraceEntry {
     };
     entry(DecisionTraceKind::SelectedNextStep, summary, refs)
 }
+
+fn position_refs(frames: &[LoopFrame], refs: &mut Vec<TraceRef>) -> String {
+    match frames.last() {
+        Some(frame) => {
+            refs.push(loop_ref(&frame.loop_id));
+            refs.push(TraceRef::Iteration {
+                value: frame.iteration,
+            });
+            format!(" (loop '{}' iteration {})", frame.loop_id, frame.iteration)
+        }
+        None => String::new(),
+    }
+}
+
+/// A step's `runCondition` decided whether it runs; `explained` is `Condition::explain` over
+/// the values read.
+pub(crate) fn step_condition(
+    step_id: &StepId,
+    frames: &[LoopFrame],
+    holds: bool,
+    explained: &str,
+) -> TraceEntry {
+    let mut refs = vec![TraceRef::StepId {
+        step_id: step_id.clone(),
+    }];
+    let at = position_refs(frames, &mut refs);
+    let verdict = if holds {
+        "runs: its runCondition holds"
+    } else {
+        "skipped: its runCondition is false"
+    };
+    entry(
+        DecisionTraceKind::EvaluatedCondition,
+        format!("Step '{step_id}'{at} {verdict}: {explained}."),
+        refs,
+    )
+}
+
+/// A loop's `runCondition` decided whether it is entered at all.
+pub(crate) fn loop_condition(
+    loop_id: &LoopId,
+    frames: &[LoopFrame],
+    holds: bool,
+    explained: &str,
+) -> TraceEntry {
+    let mut refs = vec![loop_ref(loop_id)];
+    let at = position_refs(frames, &mut refs);
+    let verdict = if holds {
+        "runs: its runCondition holds"
+    } else {
+        "skipped (no iteration): its runCondition is false"
+    };
+    entry(
+        DecisionTraceKind::EvaluatedCondition,
+        format!("Loop '{loop_id}'{at} {verdict}: {explained}."),
+        refs,
+    )
+}
+
+/// A loop that decides over the context (`while`, `until`, `for`, `forEach`) decided whether
+/// 0-based iteration `iteration` starts.
+pub(crate) fn evaluated_loop(
+    loop_id: &LoopId,
+    iteration: u32,
+    result: bool,
+    why: &str,
+) -> TraceEntry {
+    entry(
+        DecisionTraceKind::EvaluatedCondition,
+        format!("Loop '{loop_id}' before iteration {iteration}: {result} ({why})."),
+        vec![loop_ref(loop_id), TraceRef::Iteration { value: iteration }],
+    )
+}
+
+/// A loop stopped at `maxIterations` although its condition still held.
+pub(crate) fn exited_holding(loop_id: &LoopId, iterations: u32) -> TraceEntry {
+    let mut refs = vec![loop_ref(loop_id)];
+    if let Some(last) = iterations.checked_sub(1) {
+        refs.push(TraceRef::Iteration { value: last });
+    }
+    entry(
+        DecisionTraceKind::ExitedLoop,
+        format!(
+            "Exited loop '{loop_id}' after {iterations} iteration(s): max iterations reached while its condition still held."
+        ),
+        refs,
+    )
+}

@@ -8,18 +8,28 @@
 //! ends for exactly one reason: its condition evaluated false, or max iterations reached. An
 //! explicit `loop_control` request to continue when no iteration is left is a loop-limit
 //! failure (blocked, or a critical gap in never-stop).
+//!
+//! The workflow language adds (decision D139): run conditions on steps and loops, evaluated over
+//! the context the walk is given (overlaid with the enclosing loops' variables) when the walk
+//! reaches them, each evaluation traced; loops that decide over the context (`while`, `until`,
+//! `for` with a count or a context key, `forEach`), decided before every iteration, the first
+//! included; and the bindings a landed step freezes for its prompt.
 
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
 use workrail_spec::closed::{Autonomy, LoopDecision};
 use workrail_spec::compiled::{
-    CompiledCondition, CompiledLoop, CompiledWorkflowSnapshotV1, LoopWhile, SequenceItem,
+    CompiledCondition, CompiledLoop, CompiledStep, CompiledWorkflowSnapshotV1, LoopWhile,
+    SequenceItem,
 };
 use workrail_spec::event::TraceEntry;
 use workrail_spec::ids::{LoopId, StepId};
 use workrail_spec::skey::LoopPathEntry;
-use workrail_spec::snapshot::LoopFrame;
+use workrail_spec::snapshot::{Bindings, LoopFrame};
 
 use super::findings;
-use super::outcome::{EngineError, Finding};
+use super::outcome::{EngineError, Finding, LoopContextProblem};
 use super::trace::{self, Termination};
 
 /// What ends the current iteration of the innermost loop, when it is a `loop_control` loop.
@@ -31,11 +41,18 @@ pub(crate) enum LoopSignal {
     ForcedStop,
 }
 
-/// Where the walk came to rest.
+/// Where the walk came to rest: a pending step with the values its prompt reads, or the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Landing {
-    Pending(StepId),
+    Pending(StepId, Bindings),
     Complete,
+}
+
+/// Whether a loop that decides over the context starts an iteration.
+enum Decision {
+    Enter(String),
+    Stop(String),
+    Problem(LoopContextProblem),
 }
 
 /// Why the walk stopped without landing.
@@ -91,6 +108,38 @@ pub(crate) struct Walker<'a> {
     /// The loop paths (`outer@i/.../loop@k`) of the iterations this walk ended, so the caller
     /// drops their step instances from the completed set (D62).
     pub ended_iterations: Vec<Vec<LoopPathEntry>>,
+    /// The context conditions and loops read (decision D139).
+    pub context: &'a Map<String, Value>,
+    /// The step whose acknowledgement this walk follows (`None` at start).
+    pub acked: Option<StepId>,
+}
+
+/// The JSON type name of a value, as messages show it.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The values of `keys`, loop variables (`overlay`) shadowing context keys.
+fn view<'k>(
+    overlay: &Map<String, Value>,
+    context: &Map<String, Value>,
+    keys: impl IntoIterator<Item = &'k str>,
+) -> Map<String, Value> {
+    keys.into_iter()
+        .filter_map(|k| {
+            overlay
+                .get(k)
+                .or_else(|| context.get(k))
+                .map(|v| (k.to_owned(), v.clone()))
+        })
+        .collect()
 }
 
 impl<'a> Walker<'a> {
@@ -132,8 +181,27 @@ impl<'a> Walker<'a> {
                 }
                 match item {
                     SequenceItem::Step { step_id } => {
+                        let step = self.compiled.step(step_id).ok_or_else(|| {
+                            inconsistent(format!("step {step_id} is not in the compiled workflow"))
+                        })?;
+                        let overlay = self.overlay(&self.frames)?;
+                        if let Some(cond) = &step.language.run_condition {
+                            let values = view(&overlay, self.context, cond.reads());
+                            let holds = cond.evaluate(&values);
+                            self.trace.push(trace::step_condition(
+                                step_id,
+                                &self.frames,
+                                holds,
+                                &cond.explain(&values),
+                            ));
+                            if !holds {
+                                index += 1;
+                                continue;
+                            }
+                        }
                         self.trace.push(trace::selected(step_id, &self.frames));
-                        return Ok(Landing::Pending(step_id.clone()));
+                        let bindings = self.bindings(step, &overlay);
+                        return Ok(Landing::Pending(step_id.clone(), bindings));
                     }
                     SequenceItem::Loop { loop_id } => {
                         index = self.enter(loop_id, index)?;
@@ -146,6 +214,47 @@ impl<'a> Walker<'a> {
                 return Ok(Landing::Complete);
             };
             let def = loop_def(self.compiled, &frame.loop_id)?;
+            if !matches!(def.while_, LoopWhile::ConditionRef { .. }) {
+                let next = frame.iteration.saturating_add(1);
+                let outer = self.frames[..self.frames.len() - 1].to_vec();
+                let termination = match self.decide(def, next, &outer)? {
+                    Decision::Enter(why) => {
+                        self.trace
+                            .push(trace::evaluated_loop(&frame.loop_id, next, true, &why));
+                        if next < def.max_iterations {
+                            self.end_iteration();
+                            if let Some(top) = self.frames.last_mut() {
+                                top.iteration = next;
+                                top.body_index = 0;
+                            }
+                            index = 0;
+                            continue;
+                        }
+                        None
+                    }
+                    Decision::Stop(why) => {
+                        self.trace
+                            .push(trace::evaluated_loop(&frame.loop_id, next, false, &why));
+                        Some(Termination::ConditionFalse)
+                    }
+                    // The loop is done anyway: what it would read no longer matters.
+                    Decision::Problem(_) if next >= def.max_iterations => {
+                        Some(Termination::MaxIterationsReached)
+                    }
+                    Decision::Problem(problem) => {
+                        self.context_problem(problem)?;
+                        Some(Termination::ConditionFalse)
+                    }
+                };
+                self.trace.push(match termination {
+                    Some(t) => trace::exited(&frame.loop_id, next, t),
+                    None => trace::exited_holding(&frame.loop_id, next),
+                });
+                self.end_iteration();
+                self.frames.pop();
+                index = self.position_of_loop(&frame.loop_id)? + 1;
+                continue;
+            }
             let cond = condition(self.compiled, def)?;
             let (result, why, explicit) = match cond {
                 CompiledCondition::AlwaysTrue { .. } => (true, "always_true".to_owned(), false),
@@ -217,6 +326,56 @@ impl<'a> Walker<'a> {
     /// new) innermost container.
     fn enter(&mut self, loop_id: &LoopId, index: usize) -> Result<usize, Halt> {
         let def = loop_def(self.compiled, loop_id)?;
+        if self.frames.iter().any(|f| &f.loop_id == loop_id) {
+            return Err(
+                inconsistent(format!("loop {loop_id} would be entered inside itself")).into(),
+            );
+        }
+        if let Some(cond) = &def.run_condition {
+            let overlay = self.overlay(&self.frames)?;
+            let values = view(&overlay, self.context, cond.reads());
+            let holds = cond.evaluate(&values);
+            self.trace.push(trace::loop_condition(
+                loop_id,
+                &self.frames,
+                holds,
+                &cond.explain(&values),
+            ));
+            if !holds {
+                return Ok(index + 1);
+            }
+        }
+        if !matches!(def.while_, LoopWhile::ConditionRef { .. }) {
+            self.trace.push(trace::entered(loop_id, def.max_iterations));
+            let outer = self.frames.clone();
+            let runs = match self.decide(def, 0, &outer)? {
+                Decision::Enter(why) => {
+                    self.trace
+                        .push(trace::evaluated_loop(loop_id, 0, true, &why));
+                    true
+                }
+                Decision::Stop(why) => {
+                    self.trace
+                        .push(trace::evaluated_loop(loop_id, 0, false, &why));
+                    false
+                }
+                Decision::Problem(problem) => {
+                    self.context_problem(problem)?;
+                    false
+                }
+            };
+            if !runs {
+                self.trace
+                    .push(trace::exited(loop_id, 0, Termination::ConditionFalse));
+                return Ok(index + 1);
+            }
+            self.frames.push(LoopFrame {
+                loop_id: loop_id.clone(),
+                iteration: 0,
+                body_index: 0,
+            });
+            return Ok(0);
+        }
         let cond = condition(self.compiled, def)?;
         self.trace.push(trace::entered(loop_id, def.max_iterations));
         let runs = match cond {
@@ -248,17 +407,134 @@ impl<'a> Walker<'a> {
                 .push(trace::exited(loop_id, 0, Termination::ConditionFalse));
             return Ok(index + 1);
         }
-        if self.frames.iter().any(|f| &f.loop_id == loop_id) {
-            return Err(
-                inconsistent(format!("loop {loop_id} would be entered inside itself")).into(),
-            );
-        }
         self.frames.push(LoopFrame {
             loop_id: loop_id.clone(),
             iteration: 0,
             body_index: 0,
         });
         Ok(0)
+    }
+
+    /// The variables `frames` bind (outer loops first, so inner ones shadow them): each loop's
+    /// iteration (1-based) and, for `forEach`, its item and index (0-based) when its array
+    /// holds that many elements.
+    fn overlay(&self, frames: &[LoopFrame]) -> Result<Map<String, Value>, EngineError> {
+        loop_overlay(self.compiled, self.context, frames)
+    }
+
+    fn bind_loop(&self, def: &CompiledLoop, iteration: u32, out: &mut Map<String, Value>) {
+        bind_loop(def, iteration, self.context, out);
+    }
+
+    /// Whether a loop that decides over the context starts 0-based iteration `iteration`,
+    /// reading the context (and the loop variables of `outer`) now.
+    fn decide(
+        &self,
+        def: &CompiledLoop,
+        iteration: u32,
+        outer: &[LoopFrame],
+    ) -> Result<Decision, Halt> {
+        let mut overlay = self.overlay(outer)?;
+        let lookup = |key: &str, overlay: &Map<String, Value>| {
+            overlay
+                .get(key)
+                .or_else(|| self.context.get(key))
+                .filter(|v| !v.is_null())
+                .cloned()
+        };
+        let problem = |key: &str, expected, found: Option<&Value>| {
+            Decision::Problem(LoopContextProblem {
+                loop_id: def.loop_id.clone(),
+                key: key.to_owned(),
+                expected,
+                found: found.map(json_type),
+            })
+        };
+        let at = iteration.saturating_add(1);
+        Ok(match &def.while_ {
+            LoopWhile::ContextWhile { condition } | LoopWhile::ContextUntil { condition } => {
+                self.bind_loop(def, iteration, &mut overlay);
+                let values = view(&overlay, self.context, condition.reads());
+                let holds = condition.evaluate(&values);
+                let until = matches!(def.while_, LoopWhile::ContextUntil { .. });
+                let explained = condition.explain(&values);
+                match (until, holds) {
+                    (false, true) => Decision::Enter(format!("while {explained}: holds")),
+                    (false, false) => Decision::Stop(format!("while {explained}: false")),
+                    (true, false) => Decision::Enter(format!("until {explained}: not yet")),
+                    (true, true) => Decision::Stop(format!("until {explained}: holds")),
+                }
+            }
+            LoopWhile::Count { count } => {
+                if iteration < *count {
+                    Decision::Enter(format!("count {count}: iteration {at} of {count}"))
+                } else {
+                    Decision::Stop(format!("count {count}: all {count} iteration(s) ran"))
+                }
+            }
+            LoopWhile::CountVar { var } => match lookup(var, &overlay) {
+                Some(Value::Number(n)) => {
+                    let count = n.as_f64().unwrap_or(0.0);
+                    let shown = workrail_spec::condition::js_string(Some(&Value::Number(n)));
+                    if f64::from(iteration) < count {
+                        Decision::Enter(format!("count from {var} = {shown}: iteration {at}"))
+                    } else {
+                        Decision::Stop(format!(
+                            "count from {var} = {shown}: {iteration} iteration(s) ran"
+                        ))
+                    }
+                }
+                found => problem(var, "number", found.as_ref()),
+            },
+            LoopWhile::ForEach { items } => match lookup(items, &overlay) {
+                Some(Value::Array(list)) => {
+                    let len = list.len();
+                    if (iteration as usize) < len {
+                        Decision::Enter(format!("{items} has {len} element(s): element {at}"))
+                    } else {
+                        Decision::Stop(format!("{items} has {len} element(s): all were iterated"))
+                    }
+                }
+                found => problem(items, "array", found.as_ref()),
+            },
+            LoopWhile::ConditionRef { .. } => {
+                return Err(inconsistent(format!(
+                    "loop {} is a condition_ref loop, not a context loop",
+                    def.loop_id
+                ))
+                .into());
+            }
+        })
+    }
+
+    /// A loop cannot read its context value: at start an error for the caller; after an ack
+    /// a finding that blocks, or in never-stop a gap (and the loop does not run on).
+    fn context_problem(&mut self, problem: LoopContextProblem) -> Result<(), Halt> {
+        let Some(step_id) = self.acked.clone() else {
+            return Err(Halt::Error(EngineError::MissingContext(problem)));
+        };
+        let finding = findings::loop_context(problem, &step_id, self.autonomy);
+        if finding.disposition.blocks {
+            return Err(Halt::Blocked(Box::new(finding)));
+        }
+        self.gaps.push(finding);
+        Ok(())
+    }
+
+    /// The values a step landing now freezes (decision D139): its context reads and every
+    /// variable of its enclosing loops, loop variables shadowing context keys.
+    fn bindings(&self, step: &CompiledStep, overlay: &Map<String, Value>) -> Bindings {
+        if step.language.context_reads.is_empty() && overlay.is_empty() {
+            return Bindings::default();
+        }
+        let keys: BTreeSet<&str> = step
+            .language
+            .context_reads
+            .iter()
+            .map(String::as_str)
+            .chain(overlay.keys().map(String::as_str))
+            .collect();
+        Bindings(view(overlay, self.context, keys))
     }
 
     /// The index of `loop_id` in the container that holds it (after its frame was popped).
@@ -276,6 +552,60 @@ impl<'a> Walker<'a> {
                 }),
         }
     }
+}
+
+/// The variables `frames` bind over `context` (outer loops first, so inner ones shadow them):
+/// each loop's iteration (1-based) and, for `forEach`, its item and index (0-based) when its
+/// array holds that many elements.
+pub(crate) fn loop_overlay(
+    compiled: &CompiledWorkflowSnapshotV1,
+    context: &Map<String, Value>,
+    frames: &[LoopFrame],
+) -> Result<Map<String, Value>, EngineError> {
+    let mut out = Map::new();
+    for frame in frames {
+        let def = loop_def(compiled, &frame.loop_id)?;
+        bind_loop(def, frame.iteration, context, &mut out);
+    }
+    Ok(out)
+}
+
+fn bind_loop(
+    def: &CompiledLoop,
+    iteration: u32,
+    context: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+) {
+    if def.vars.is_empty() {
+        return;
+    }
+    if let Some(name) = &def.vars.iteration_var {
+        out.insert(name.clone(), Value::from(u64::from(iteration) + 1));
+    }
+    if let LoopWhile::ForEach { items } = &def.while_
+        && let Some(item) = out
+            .get(items)
+            .or_else(|| context.get(items))
+            .and_then(Value::as_array)
+            .and_then(|a| a.get(iteration as usize))
+            .cloned()
+    {
+        if let Some(name) = &def.vars.item_var {
+            out.insert(name.clone(), item);
+        }
+        if let Some(name) = &def.vars.index_var {
+            out.insert(name.clone(), Value::from(iteration));
+        }
+    }
+}
+
+/// The values of `keys` a condition reads, loop variables shadowing context keys.
+pub(crate) fn values_of<'k>(
+    overlay: &Map<String, Value>,
+    context: &Map<String, Value>,
+    keys: impl IntoIterator<Item = &'k str>,
+) -> Map<String, Value> {
+    view(overlay, context, keys)
 }
 
 /// Checks that the loop stack and the pending step describe one place in the compiled workflow;

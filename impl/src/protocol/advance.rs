@@ -151,9 +151,10 @@ fn fork_warning(
         .state
         .pending_step()
         .map(|p| {
-            ctx.compiled
-                .step(&p.step_id)
-                .map_or_else(|| p.step_id.to_string(), |s| s.title.clone())
+            ctx.compiled.step(&p.step_id).map_or_else(
+                || p.step_id.to_string(),
+                |s| crate::engine::render::title(s, &p.bindings),
+            )
         })
         .unwrap_or_default();
     let others: Vec<String> = siblings
@@ -193,6 +194,9 @@ fn missing_notes_warning(
 ) -> Option<Warning> {
     let pending = ctx.state.pending_step()?;
     let step = ctx.compiled.step(&pending.step_id)?;
+    if step.language.notes_optional {
+        return None;
+    }
     let asked = step
         .prompt_blocks
         .as_ref()?
@@ -605,6 +609,27 @@ fn gap_event(
     .map(Some)
 }
 
+/// Blocked attempts recorded at `node`'s step instance: at the node and at the nodes it
+/// continues from through checkpoints (a checkpoint keeps the same pending step).
+fn blocked_attempts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> u32 {
+    let mut count = 0u32;
+    let mut at = Some(node.clone());
+    while let Some(id) = at {
+        count = count.saturating_add(
+            facts
+                .advance_records(&id)
+                .iter()
+                .filter(|(_, r)| matches!(r.outcome, Recorded::Blocked { .. }))
+                .count() as u32,
+        );
+        at = facts
+            .node(run, &id)
+            .filter(|n| n.kind == NodeKind::Checkpoint)
+            .and_then(|n| n.parent.clone());
+    }
+    count
+}
+
 /// What the interpreter needs to know about `node`'s branch (decision D40).
 fn branch_facts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> BranchFacts {
     let Some(view) = facts.run(run) else {
@@ -628,6 +653,7 @@ fn branch_facts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> BranchFacts {
                 details: g.details.clone(),
             })
             .collect(),
+        ..BranchFacts::default()
     }
 }
 
@@ -838,7 +864,19 @@ fn plan_advance(
     );
     let empty = OutputInput::default();
     let output = input.output.as_ref().unwrap_or(&empty);
-    let branch = branch_facts(facts, run, node);
+    // The context this advance reads and, when it advances, records (decision D139).
+    // `base` is kept only when a delta may change it (the `context_set` compares the two).
+    let stored: Map<String, Value> = facts.context(run);
+    let (merged, base) = match &input.context {
+        Some(delta) => (
+            merge_context(&stored, delta).map_err(context_error)?,
+            Some(stored),
+        ),
+        None => (stored, None),
+    };
+    let mut branch = branch_facts(facts, run, node);
+    branch.blocked_attempts = blocked_attempts(facts, run, node);
+    branch.context = merged;
     let outcome = engine::advance_on(
         &ctx.compiled,
         &ctx.state,
@@ -961,16 +999,15 @@ fn plan_advance(
                 transition.gaps.iter(),
             )?);
             events.extend(prefs.change_event(wr, session, &child_scope, attempt)?);
-            if let Some(delta) = &input.context {
-                let base: Map<String, Value> = facts.context(run);
-                let merged = merge_context(&base, delta).map_err(context_error)?;
+            if let Some(base) = &base {
+                let merged = &branch.context;
                 if merged != base {
                     events.push(wr.event(
                         session,
                         EventScope::Run(run.clone()),
                         EventData::ContextSet(ContextSet {
                             context_id: derive::context(attempt),
-                            context: merged,
+                            context: merged.clone(),
                             source: if base.is_empty() {
                                 ContextSource::Initial
                             } else {

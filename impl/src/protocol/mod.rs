@@ -1001,7 +1001,9 @@ impl Workrail {
         place.complete = engine.is_complete();
         if let Some(pending) = engine.pending_step() {
             place.step_id = Some(pending.step_id.to_string());
-            place.step = compiled.step(&pending.step_id).map(|s| s.title.clone());
+            place.step = compiled
+                .step(&pending.step_id)
+                .map(|s| crate::engine::render::title(s, &pending.bindings));
             place.loops = pending
                 .loop_path
                 .iter()

@@ -101,10 +101,10 @@ pub(super) fn notice(
         .state
         .pending_step()
         .ok_or_else(|| invariant("an acknowledged node has no pending step"))?;
-    let step_title = ctx
-        .compiled
-        .step(&pending.step_id)
-        .map_or_else(|| pending.step_id.to_string(), |s| s.title.clone());
+    let step_title = ctx.compiled.step(&pending.step_id).map_or_else(
+        || pending.step_id.to_string(),
+        |s| crate::engine::render::title(s, &pending.bindings),
+    );
     let what = not_recorded.join(" and ");
     let message = format!(
         "This ackToken was already used: it acknowledged step \"{step_title}\" earlier, and this response is exactly what that call recorded. The {what} you sent now differ from what was recorded and were NOT recorded. To record them, call continue_workflow with `forkAckToken` (from `replay`) and the same output: that records your new work as a new branch from step \"{step_title}\"; the recorded branch stays, and the newest branch becomes the run's preferred tip. To keep the recorded work instead, go on with the tokens of this response."

@@ -112,11 +112,15 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
                         loop_id.as_deref(),
                     ),
                 });
+            // Rendered from the compiled step and the bindings frozen when it became pending
+            // only, so every response for this node shows the same prompt (decision D139).
+            let rendered = crate::engine::render::render_step(step, &p.bindings);
             PendingView {
                 step_id: step.step_id.clone(),
-                title: step.title.clone(),
-                prompt: with_branch_functions(&step.prompt, step, &facts.branch_functions),
-                require_confirmation: step.require_confirmation,
+                title: rendered.title,
+                prompt: with_branch_functions(&rendered.prompt, step, &facts.branch_functions),
+                require_confirmation: rendered.require_confirmation,
+                confirmation_kind: rendered.confirmation_kind,
                 required_artifact,
                 capability_guidance: facts.capability_guidance.clone(),
             }
@@ -256,9 +260,15 @@ pub fn render_text(output: &ExecutionOutput) -> String {
                 }
             }
             if p.require_confirmation {
-                out.push_str(
-                    "\n(This step requires the user's confirmation before you continue.)\n",
-                );
+                out.push_str(match p.confirmation_kind {
+                    Some(workrail_spec::compiled::ConfirmationKind::HumanApproval) => {
+                        "\n(This step requires a human operator's approval (human_approval) before you continue: ask for it, and quote it in your notes.)\n"
+                    }
+                    Some(workrail_spec::compiled::ConfirmationKind::CoordinatorEval) => {
+                        "\n(This step is gated by the coordinator's evaluation (coordinator_eval): without a coordinator, ask the user to confirm before you continue.)\n"
+                    }
+                    _ => "\n(This step requires the user's confirmation before you continue.)\n",
+                });
             }
         }
         None if output.is_complete => out.push_str("\nThe workflow is complete.\n"),

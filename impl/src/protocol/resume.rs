@@ -472,7 +472,7 @@ fn describe(
     let pending = state.pending_step().and_then(|p| {
         compiled.step(&p.step_id).map(|step| ResumePendingView {
             step_id: step.step_id.clone(),
-            title: step.title.clone(),
+            title: crate::engine::render::title(step, &p.bindings),
         })
     });
     let status = facts.status;

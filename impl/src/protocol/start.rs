@@ -20,6 +20,35 @@ use super::{NodeContext, Workrail, invariant};
 use crate::engine;
 use crate::store::{AppendPlan, SessionIntent};
 
+/// The run would start at a loop that reads its iterations from a context value that is missing
+/// or of the wrong type: nothing is recorded, and the caller passes it in `context`.
+fn missing_loop_context(problem: &engine::LoopContextProblem) -> ErrorEnvelope {
+    ErrorEnvelope::new(
+        ErrorCode::ValidationError,
+        format!(
+            "start_workflow: {}; nothing was started.",
+            problem.describe()
+        ),
+        format!(
+            "Call start_workflow again with `context: {}` ({} {}) and the same other arguments.",
+            problem.example(),
+            if problem.expected == "array" {
+                "an"
+            } else {
+                "a"
+            },
+            problem.expected
+        ),
+        Retry::NotRetryable,
+    )
+    .with_details(serde_json::json!({
+        "loopId": problem.loop_id,
+        "contextKey": problem.key,
+        "expectedType": problem.expected,
+        "foundType": problem.found,
+    }))
+}
+
 fn entropy_error(e: crate::entropy::EntropyError) -> ErrorEnvelope {
     ErrorEnvelope::new(
         ErrorCode::StoreIoError,
@@ -82,8 +111,12 @@ pub(super) fn start_in(
         .store
         .put_workflow_canonical(compiled, &workflow.compiled.canonical)
         .map_err(|e| e.to_envelope(true))?;
-    let transition = engine::start(compiled, &EngineState::Init)
-        .map_err(|e| invariant(format!("the interpreter cannot start this workflow: {e}")))?;
+    let initial = input.context.clone().unwrap_or_default();
+    let transition =
+        engine::start_with(compiled, &EngineState::Init, &initial).map_err(|e| match e {
+            engine::EngineError::MissingContext(problem) => missing_loop_context(&problem),
+            e => invariant(format!("the interpreter cannot start this workflow: {e}")),
+        })?;
     let snapshot = ExecutionSnapshotFileV1 {
         workflow_hash: workflow_hash.clone(),
         engine_payload: EnginePayloadV1::new(transition.state.clone())

@@ -4,6 +4,7 @@
 mod config;
 mod fields;
 pub(crate) mod functions;
+mod language;
 mod prompt;
 mod step;
 
@@ -30,6 +31,11 @@ pub(crate) struct Parser<'c> {
     ctx: &'c CompileContext,
     /// Declared condition ids (even those whose kind failed to parse, to avoid cascades).
     conditions: BTreeMap<String, Option<ConditionKind>>,
+    /// Warnings of the workflow language (ignored operators and fields).
+    pub(crate) warnings: Vec<workrail_spec::compiled::CompiledWarning>,
+    /// The workflow id is a legacy (dot-free) id: text the reference language leaves alone
+    /// (a `{{ }}` span that is not a marker) is accepted as written.
+    pub(crate) legacy_id: bool,
 }
 
 impl<'c> Parser<'c> {
@@ -53,6 +59,8 @@ const TOP_LEVEL: &[&str] = &[
     "conditions",
     "functionDefinitions",
     "steps",
+    "assessments",
+    "maxAttempts",
 ];
 
 /// Parses a source workflow. Returns the (possibly partial) model and every problem found, in
@@ -67,8 +75,13 @@ pub(crate) fn parse(
         errors: Vec::new(),
         ctx,
         conditions: BTreeMap::new(),
+        warnings: Vec::new(),
+        legacy_id: false,
     };
-    let parsed = parse_workflow(&mut p, source);
+    let mut parsed = parse_workflow(&mut p, source);
+    if let Some(w) = &mut parsed {
+        w.language.warnings = std::mem::take(&mut p.warnings);
+    }
     (parsed, p.errors)
 }
 
@@ -109,7 +122,7 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         .map(|v| features(p, v, &f.at("features")))
         .unwrap_or_default();
     // Conditions first: loops refer to them.
-    let conditions = f
+    let mut conditions = f
         .opt("conditions")
         .map(|v| conditions(p, v, &f.at("conditions")))
         .unwrap_or_default();
@@ -119,10 +132,12 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
             functions::definitions(p, v, &f.at("functionDefinitions"), FunctionScope::Workflow)
         })
         .unwrap_or_default();
-    let steps = f
+    let language = language::workflow_fields(p, &f);
+    let mut steps = f
         .req(p, "steps", "Add a non-empty `steps` array.")
         .map(|v| step::steps(p, v, &f.at("steps"), "`steps`"))
         .unwrap_or_default();
+    language::finish(p, &mut steps, f.opt("steps"), &mut conditions, &language);
     f.finish(p);
     Some(SourceWorkflow {
         id,
@@ -135,6 +150,7 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         conditions,
         functions,
         steps,
+        language,
     })
 }
 
@@ -202,7 +218,10 @@ fn workflow_id(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Workf
             );
             None
         }
-        _ => Some(id),
+        (_, status) => {
+            p.legacy_id = status == IdStatus::Legacy;
+            Some(id)
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Prompt values, prompt blocks and step outputs: where refs may appear (locks §9 "Allowed
-//! placements"), no `{{ }}` templating, and only WorkRail-owned refs and contract packs.
+//! placements"), no `{{ }}` templating beyond context markers (decision D140), and only
+//! WorkRail-owned refs and contract packs.
 
 use std::collections::BTreeMap;
 
@@ -20,20 +21,22 @@ const BLOCKS: &[&str] = &[
     "verify",
 ];
 
-/// Reports `{{ ... }}` templating markers: WorkRail never interpolates, so they would reach the
-/// agent literally.
+/// Reports `{{ ... }}` spans other than context markers (`{{key}}`, `{{key.path}}`, rendered
+/// from the pending step's frozen bindings, decision D140): WorkRail evaluates no expressions and
+/// includes nothing, so such a span would reach the agent literally. A legacy-id workflow keeps
+/// them as written, as the language it comes from does.
 fn check_templating(p: &mut Parser<'_>, text: &str, pointer: &str) -> bool {
-    let Some(open) = text.find("{{") else {
+    let Some(span) = crate::engine::render::non_marker_span(text) else {
         return true;
     };
-    if !text[open..].contains("}}") {
+    if p.legacy_id {
         return true;
     }
     p.error(CompileError::new(
         Code::Templating,
         pointer,
-        "`{{ }}` templating is not supported: WorkRail v2 never interpolates, so the marker would reach the agent literally.",
-        "Name the input in words (e.g. \"the ticket id the user gave\"), or embed canonical WorkRail text with a `{\"kind\": \"ref\", \"refId\": \"wr.refs.*\"}` part in promptBlocks.",
+        format!("`{span}` is not a context marker: WorkRail substitutes only `{{{{key}}}}` and `{{{{key.path}}}}` (a context key or a loop variable, dot paths into objects) and evaluates no expressions, so it would reach the agent literally."),
+        "Write a plain marker such as `{{ticketId}}`, name the value in words, or embed canonical WorkRail text with a `{\"kind\": \"ref\", \"refId\": \"wr.refs.*\"}` part in promptBlocks.",
     ));
     false
 }

@@ -9,7 +9,7 @@ use workrail_spec::closed::{Capability, NonAssumableChoiceKind};
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 
 use super::fields::{Fields, array, non_blank, one_of, string, type_name};
-use super::{Parser, delimiter_safe, functions, prompt};
+use super::{Parser, delimiter_safe, functions, language, prompt};
 use crate::builtins::templates::{self, CAPABILITY_PROBE, ProbeWhen, TEMPLATE_PREFIX};
 use crate::compiler::MAX_LOOP_ITERATIONS;
 use crate::compiler::error::{AutoFix, CompileError, CompileErrorCode as Code, index};
@@ -30,6 +30,15 @@ const NORMAL: &[&str] = &[
     "nonAssumableChoices",
     "functionDefinitions",
     "functionReferences",
+    // The workflow language's control flow (`parse/language.rs`).
+    "runCondition",
+    "validationCriteria",
+    "assessmentRefs",
+    "assessmentConsequences",
+    "promptFragments",
+    "notesOptional",
+    "maxAttempts",
+    "outputContract",
 ];
 const TEMPLATE_CALL: &[&str] = &["type", "templateId", "args"];
 const LOOP: &[&str] = &[
@@ -63,7 +72,14 @@ pub(super) fn steps(
     items
         .iter()
         .enumerate()
-        .filter_map(|(i, item)| step(p, item, &index(pointer, i)))
+        .flat_map(|(i, item)| {
+            let at = index(pointer, i);
+            if language::is_branch(item) {
+                language::branch(p, item, &at)
+            } else {
+                step(p, item, &at).into_iter().collect()
+            }
+        })
         .collect()
 }
 
@@ -81,8 +97,27 @@ fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> 
         None => normal(p, value, pointer).map(|n| SourceStep::Normal(Box::new(n))),
         Some(t) => {
             let at = format!("{pointer}/type");
-            match one_of(p, t, &at, "step `type`", &["loop", "template_call"])? {
+            match one_of(
+                p,
+                t,
+                &at,
+                "step `type`",
+                &["branch", "loop", "template_call"],
+            )? {
+                "loop" if language::is_language_loop(map) => {
+                    language::loop_step(p, value, pointer).map(SourceStep::Loop)
+                }
                 "loop" => loop_step(p, value, pointer).map(SourceStep::Loop),
+                "branch" => {
+                    // `steps` splices branches into their list before a step is read.
+                    p.error(CompileError::new(
+                        Code::Internal,
+                        pointer,
+                        "a branch reached the single-step reader.",
+                        "This is a WorkRail compiler bug; report it with the workflow source.",
+                    ));
+                    None
+                }
                 _ => template_call(p, value, pointer).map(SourceStep::TemplateCall),
             }
         }
@@ -122,22 +157,11 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
     let agent_role = f
         .opt("agentRole")
         .map(|v| prompt::free_text(p, v, &f.at("agentRole"), "step `agentRole`"));
-    let require_confirmation = match f.opt("requireConfirmation") {
-        None => Some(false),
-        Some(Value::Bool(b)) => Some(*b),
-        Some(other) => {
-            p.error(CompileError::new(
-                Code::WrongType,
-                f.at("requireConfirmation"),
-                format!(
-                    "`requireConfirmation` must be true or false, found {}.",
-                    type_name(other)
-                ),
-                "Write `true` or `false`.",
-            ));
-            None
-        }
-    };
+    let confirmation = language::confirmation(
+        p,
+        f.opt("requireConfirmation"),
+        &f.at("requireConfirmation"),
+    );
     let body = match (f.opt("prompt"), f.opt("promptBlocks")) {
         (Some(text), None) => {
             prompt::prompt_value(p, text, &f.at("prompt"), "step `prompt`", false)
@@ -172,6 +196,8 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
     let output = f
         .opt("output")
         .map(|v| prompt::output(p, v, &f.at("output")));
+    let output = language::output_contract(p, &f, output);
+    let lang = language::step_fields(p, &f, confirmation.as_ref());
     let choices = match f.opt("nonAssumableChoices") {
         None => Some(BTreeSet::new()),
         Some(v) => non_assumable_choices(p, v, &f.at("nonAssumableChoices")),
@@ -192,15 +218,13 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
             Some(r) => Some(r?),
             None => None,
         },
-        require_confirmation: require_confirmation?,
+        require_confirmation: confirmation?.required,
         body: body?,
-        output: match output {
-            Some(o) => Some(o?),
-            None => None,
-        },
+        output: output?,
         non_assumable_choices: choices?,
         functions: functions?,
         function_refs: function_refs?,
+        language: lang?,
         pointer: pointer.to_owned(),
     })
 }
@@ -352,15 +376,16 @@ fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<LoopSte
     f.finish(p);
     Some(LoopStep {
         loop_id: loop_id?,
-        condition_id: condition_id?,
+        condition_id: Some(condition_id?),
         max_iterations: max_iterations?,
         functions: functions?,
         body: body?,
         pointer: pointer.to_owned(),
+        language: Default::default(),
     })
 }
 
-fn max_iterations(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<u32> {
+pub(super) fn max_iterations(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<u32> {
     let fix = |n: u32| AutoFix::Replace {
         path: pointer.to_owned(),
         value: Value::from(n),
