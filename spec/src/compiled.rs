@@ -450,6 +450,10 @@ pub struct CompiledLoop {
     /// Names under which the iteration, item and index reach prompts and conditions in the body.
     #[serde(default, skip_serializing_if = "LoopVars::is_empty")]
     pub vars: LoopVars,
+    /// Authored loop fields with no run-time effect (`title`), kept verbatim for
+    /// `inspect_workflow`; absent when none, so earlier workflows keep their hash.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kept: BTreeMap<String, Value>,
 }
 
 /// The names a loop binds in its body (`iterationVar`, `itemVar`, `indexVar`); absent names
@@ -482,6 +486,14 @@ closed_set!(
         CapabilityProbeInjected = "capability_probe_injected",
         /// A function definition no step references.
         UnusedFunction = "unused_function",
+        /// A field of the WorkRail 3.x spelling whose v2 spelling differs or does not exist; the
+        /// message names the v2 equivalent (`workrail migrate` writes it where one exists).
+        V1Field = "v1_field",
+        /// A legacy-id workflow's field that neither spelling defines: kept verbatim (`kept`)
+        /// and shown by `inspect_workflow`, with no run-time effect.
+        UnknownFieldKept = "unknown_field_kept",
+        /// A parallel delegation names a workflow no source defined when the workflow compiled.
+        UnresolvedDelegation = "unresolved_delegation",
     }
 );
 

@@ -969,6 +969,7 @@ fn sample_compiled() -> CompiledWorkflowSnapshotV1 {
             ],
             run_condition: None,
             vars: Default::default(),
+            kept: Default::default(),
         }],
         compiled_warnings: vec![],
         assessments: Vec::new(),

@@ -480,6 +480,7 @@ pub fn compiled_loop(
         body,
         run_condition: None,
         vars: Default::default(),
+        kept: Default::default(),
     }
 }
 
