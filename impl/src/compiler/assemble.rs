@@ -80,7 +80,7 @@ fn compile_step(step: &StepIr) -> Result<CompiledStep, Vec<CompileError>> {
         injected_refs: rendered.refs,
         non_assumable_choices: step.non_assumable_choices.clone(),
         functions: step.functions.clone(),
-        language: Default::default(),
+        language: step.extras.language(),
     })
 }
 
@@ -94,6 +94,7 @@ fn compile_loop(l: &LoopIr) -> CompiledLoop {
         body: sequence(&l.body),
         run_condition: None,
         vars: Default::default(),
+        kept: l.kept.clone(),
     }
 }
 
@@ -204,7 +205,7 @@ pub(crate) fn assemble(
         loops,
         compiled_warnings: warnings,
         assessments: Vec::new(),
-        kept: Default::default(),
+        kept: w.extras.kept.clone(),
     };
     CompiledWorkflowSnapshotV1::new(body).map_err(|e| vec![internal(e)])
 }

@@ -14,13 +14,17 @@
 //! See `impl/docs/compiler.md` for the render format and the decisions taken here.
 
 mod assemble;
+mod content;
 pub mod error;
 mod expand;
 mod features;
 pub mod functions;
 pub mod ids;
 mod ir;
+pub mod library;
+pub mod migrate;
 mod parse;
+pub mod patch;
 mod render;
 pub mod source;
 mod validate;
@@ -60,6 +64,9 @@ pub enum LegacyIdPolicy {
 pub struct CompileContext {
     pub origin: Origin,
     pub legacy_ids: LegacyIdPolicy,
+    /// The other workflows of the sources (routines to expand, delegation targets); empty by
+    /// default.
+    pub library: std::sync::Arc<library::WorkflowLibrary>,
 }
 
 impl CompileContext {
@@ -68,6 +75,7 @@ impl CompileContext {
         Self {
             origin: Origin::Bundled,
             legacy_ids: LegacyIdPolicy::Reject,
+            library: Default::default(),
         }
     }
 
@@ -78,6 +86,7 @@ impl CompileContext {
                 namespace: namespace.to_owned(),
             },
             legacy_ids: LegacyIdPolicy::Warn,
+            library: Default::default(),
         }
     }
 
@@ -88,7 +97,14 @@ impl CompileContext {
                 namespace: namespace.to_owned(),
             },
             legacy_ids: LegacyIdPolicy::Reject,
+            library: Default::default(),
         }
+    }
+
+    /// The same context drawing on `library` for routines and delegation targets.
+    pub fn with_library(mut self, library: std::sync::Arc<library::WorkflowLibrary>) -> Self {
+        self.library = library;
+        self
     }
 }
 
@@ -139,6 +155,8 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
         return Err(CompileErrors(errors));
     }
     warnings.extend(validate::unused_conditions(&items, &workflow.conditions));
+    warnings.extend(workflow.extras.warnings.iter().cloned());
+    content::place_workflow_content(&mut items, &workflow.extras);
     if id.id_status() == IdStatus::Legacy {
         let name = ids::normalize_segment(id.as_str());
         warnings.push(CompiledWarning {

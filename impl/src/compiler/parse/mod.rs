@@ -2,9 +2,13 @@
 //! problem instead of stopping at the first (each with pointer, message, suggestion and fix).
 
 mod config;
+mod content;
 mod fields;
 pub(crate) mod functions;
+pub(crate) mod legacy;
+mod parallel;
 mod prompt;
+mod routine;
 mod step;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +17,7 @@ use serde_json::Value;
 use workrail_spec::closed::{
     Autonomy, Capability, CapabilityRequirement, LoopDecision, RiskPolicy,
 };
-use workrail_spec::compiled::{FunctionScope, Recommendations};
+use workrail_spec::compiled::{CompiledWarning, FunctionScope, Recommendations};
 use workrail_spec::ids::{ConditionId, IdStatus, WorkflowId};
 
 use self::fields::{Fields, array, non_blank, one_of, string};
@@ -27,6 +31,10 @@ use workrail_spec::ids::RESERVED_NAMESPACE;
 /// Collects errors while parsing.
 pub(crate) struct Parser<'c> {
     pub(crate) errors: Vec<CompileError>,
+    /// Warnings of the 3.x spelling (v1-era fields, kept unknown fields, delegations).
+    pub(crate) warnings: Vec<CompiledWarning>,
+    /// A legacy-id workflow: fields neither spelling defines are kept with a warning.
+    pub(crate) lenient: bool,
     ctx: &'c CompileContext,
     /// Declared condition ids (even those whose kind failed to parse, to avoid cascades).
     conditions: BTreeMap<String, Option<ConditionKind>>,
@@ -35,6 +43,10 @@ pub(crate) struct Parser<'c> {
 impl<'c> Parser<'c> {
     pub(crate) fn error(&mut self, error: CompileError) {
         self.errors.push(error);
+    }
+
+    pub(crate) fn warn(&mut self, warning: CompiledWarning) {
+        self.warnings.push(warning);
     }
 
     fn condition(&self, id: &str) -> Option<&Option<ConditionKind>> {
@@ -65,6 +77,8 @@ pub(crate) fn parse(
 ) -> (Option<SourceWorkflow>, Vec<CompileError>) {
     let mut p = Parser {
         errors: Vec::new(),
+        warnings: Vec::new(),
+        lenient: false,
         ctx,
         conditions: BTreeMap::new(),
     };
@@ -73,7 +87,12 @@ pub(crate) fn parse(
 }
 
 fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> {
-    let f = Fields::new(p, source, "", "the workflow", TOP_LEVEL)?;
+    let allowed: Vec<&str> = TOP_LEVEL
+        .iter()
+        .chain(legacy::WORKFLOW_FIELDS)
+        .copied()
+        .collect();
+    let f = Fields::new(p, source, "", "the workflow", &allowed)?;
     let id = f
         .req(
             p,
@@ -81,6 +100,9 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
             "Add `\"id\": \"<namespace>.<name>\"`, e.g. `project.bug_investigation`.",
         )
         .and_then(|v| workflow_id(p, v, &f.at("id")));
+    p.lenient = id
+        .as_ref()
+        .is_some_and(|id| id.id_status() == IdStatus::Legacy);
     let name = f
         .req(p, "name", "Add a short human-readable `name`.")
         .and_then(|v| non_blank(p, v, &f.at("name"), "`name`"))
@@ -96,10 +118,11 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
     let agent_role = f
         .opt("agentRole")
         .and_then(|v| prompt::free_text(p, v, &f.at("agentRole"), "`agentRole`"));
-    let recommendations = f
+    let mut recommendations = f
         .opt("recommendations")
         .and_then(|v| recommendations(p, v, &f.at("recommendations")))
         .unwrap_or_default();
+    let mut extras = legacy::workflow(p, &f, &mut recommendations);
     let capabilities = f
         .opt("capabilities")
         .map(|v| capabilities(p, v, &f.at("capabilities")))
@@ -123,7 +146,8 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         .req(p, "steps", "Add a non-empty `steps` array.")
         .map(|v| step::steps(p, v, &f.at("steps"), "`steps`"))
         .unwrap_or_default();
-    f.finish(p);
+    extras.kept.extend(f.finish_keeping(p));
+    extras.warnings = std::mem::take(&mut p.warnings);
     Some(SourceWorkflow {
         id,
         name: name.unwrap_or_default(),
@@ -135,6 +159,7 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         conditions,
         functions,
         steps,
+        extras,
     })
 }
 
