@@ -145,6 +145,17 @@ fn migration_note(file: &Path, m: &Migration) -> String {
             m.errors.len()
         );
     }
+    if m.changes.is_empty() {
+        return format!(
+            "migration: nothing to rewrite; {} field(s) have no v2 spelling and stay as written: {}",
+            m.leftovers.len(),
+            m.leftovers
+                .iter()
+                .map(|l| l.pointer.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if m.is_clean() {
         return format!(
             "migration: migrates cleanly: {command} rewrites {} field(s) into the v2 spelling and leaves nothing in the 3.x spelling",

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use workrail_spec::compiled::CompiledWarningCode;
 use workrail_spec::ids::{IdStatus, WorkflowId};
 
-use super::error::{AutoFix, CompileError, CompileErrors, child, index};
+use super::error::{AutoFix, CompileError, CompileErrorCode, CompileErrors, child, index};
 use super::ids::suggest_workflow_id;
 use super::patch::apply_ops_to_text;
 use super::{CompileContext, Origin};
@@ -65,30 +65,66 @@ pub fn migrate(text: &str, ctx: &CompileContext) -> Result<Migration, CompileErr
             Err(errors) => errors,
             Ok(_) => CompileErrors(Vec::new()),
         })?;
+    let full = run(text, &source, ctx, true);
+    if full.errors.is_empty() || !full.changes.iter().any(|c| c.pointer == "/id") {
+        return Ok(full);
+    }
+    // A legacy workflow that keeps fields neither spelling defines loads only under its legacy
+    // id (namespaced workflows refuse such fields): keep the id, and say why.
+    let mut kept_id = run(text, &source, ctx, false);
+    if !kept_id.errors.is_empty() {
+        return Ok(full);
+    }
+    kept_id.leftovers.insert(
+        0,
+        Leftover {
+            pointer: "/id".to_owned(),
+            reason: "the legacy id stays: with a namespaced id the fields kept below would be errors (a namespaced workflow accepts only fields of the two spellings); move their content into the workflow's fields, then migrate again".to_owned(),
+        },
+    );
+    Ok(kept_id)
+}
+
+fn run(text: &str, source: &Value, ctx: &CompileContext, rename_id: bool) -> Migration {
     let mut plan = Plan::default();
     let namespace = match &ctx.origin {
         Origin::Bundled => "wr",
         Origin::NonCore { namespace } => namespace.as_str(),
     };
     if let Some(map) = source.as_object() {
-        plan.id(map, namespace, ctx);
+        if rename_id {
+            plan.id(map, namespace, ctx);
+        }
         plan.rename(map, "", "recommendedPreferences", "recommendations");
         if let Some(Value::Array(steps)) = map.get("steps") {
             plan.steps(steps, "/steps");
         }
     }
     let (text, applied) = apply_ops_to_text(text, plan.ops);
-    let mut changes = plan.changes;
-    // An operation the text did not take is not a change (it cannot happen for a valid plan).
-    let skipped: Vec<usize> = applied
+    // The plan is computed on the same document, so every operation applies; one that does
+    // not is a bug, reported as data (and nothing is written).
+    let unapplied: Vec<CompileError> = applied
         .iter()
-        .enumerate()
-        .filter(|(_, a)| a.skipped.is_some())
-        .map(|(i, _)| i)
+        .filter_map(|a| {
+            a.skipped.as_ref().map(|why| {
+                CompileError::new(
+                    CompileErrorCode::Internal,
+                    "",
+                    format!("the migration could not apply {:?}: {why}", a.fix),
+                    "This is a WorkRail bug; report it with the workflow source.",
+                )
+            })
+        })
         .collect();
-    if !skipped.is_empty() {
-        changes.clear();
+    if !unapplied.is_empty() {
+        return Migration {
+            text,
+            changes: plan.changes,
+            leftovers: Vec::new(),
+            errors: unapplied,
+        };
     }
+    let changes = plan.changes;
     let (leftovers, errors) = match super::compile_str(&text, ctx) {
         Ok(compiled) => {
             let mut leftovers: Vec<Leftover> = compiled
@@ -112,12 +148,12 @@ pub fn migrate(text: &str, ctx: &CompileContext) -> Result<Migration, CompileErr
         }
         Err(errors) => (Vec::new(), errors.0),
     };
-    Ok(Migration {
+    Migration {
         text,
         changes,
         leftovers,
         errors,
-    })
+    }
 }
 
 /// The operations a migration applies (computed on the original document; none of them moves

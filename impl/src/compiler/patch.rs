@@ -222,6 +222,8 @@ enum Node {
         end: usize,
         /// `(key, start of the key's opening quote, value)`.
         members: Vec<(String, usize, Node)>,
+        /// The end (after the closing quote) of each member's key.
+        key_ends: Vec<usize>,
     },
     Array {
         start: usize,
@@ -297,6 +299,7 @@ impl Scanner<'_> {
             b'{' => {
                 self.at += 1;
                 let mut members = Vec::new();
+                let mut key_ends = Vec::new();
                 self.skip_ws();
                 if self.text.get(self.at) == Some(&b'}') {
                     self.at += 1;
@@ -304,6 +307,7 @@ impl Scanner<'_> {
                         start,
                         end: self.at,
                         members,
+                        key_ends,
                     });
                 }
                 loop {
@@ -315,6 +319,7 @@ impl Scanner<'_> {
                     self.expect(b':')?;
                     let value = self.value()?;
                     members.push((key, key_start, value));
+                    key_ends.push(key_end);
                     self.skip_ws();
                     match self.text.get(self.at)? {
                         b',' => self.at += 1,
@@ -324,6 +329,7 @@ impl Scanner<'_> {
                                 start,
                                 end: self.at,
                                 members,
+                                key_ends,
                             });
                         }
                         _ => return None,
@@ -443,6 +449,22 @@ fn edit(text: &str, fix: &AutoFix) -> Result<String, String> {
             if path.starts_with(&format!("{from}/")) {
                 return Err(format!("cannot move {from} into itself ({path})"));
             }
+            // A rename within one object edits the key where it stands.
+            let ((from_parent, from_key), (to_parent, to_key)) = (split(from)?, split(path)?);
+            if from_parent == to_parent
+                && let Some(Node::Object {
+                    members, key_ends, ..
+                }) = node_at(&root, &from_parent)
+                && !members.iter().any(|(k, _, _)| *k == to_key)
+                && let Some(i) = members.iter().rposition(|(k, _, _)| *k == from_key)
+            {
+                return Ok(splice(
+                    text,
+                    members[i].1,
+                    key_ends[i],
+                    &compact(&Value::from(to_key)),
+                ));
+            }
             let (removed, value_text) = remove_text(text, &root, from)?;
             add_text(&removed, &scan(&removed)?, path, &value_text)
         }
@@ -498,7 +520,22 @@ fn add_text(text: &str, root: &Node, path: &str, value: &str) -> Result<String, 
             }
             let member = format!("{}: {value}", compact(&Value::from(key)));
             Ok(match members.last() {
-                Some((_, _, last)) => splice(text, last.end(), last.end(), &format!(", {member}")),
+                Some((_, key_start, last)) => {
+                    // On its own line, indented like the last member, when that one is.
+                    let line_start = text[..*key_start].rfind('\n').map_or(0, |i| i + 1);
+                    let indent = &text[line_start..*key_start];
+                    let separator = if line_start > 0 && indent.trim().is_empty() {
+                        format!(",\n{indent}")
+                    } else {
+                        ", ".to_owned()
+                    };
+                    splice(
+                        text,
+                        last.end(),
+                        last.end(),
+                        &format!("{separator}{member}"),
+                    )
+                }
                 None => splice(text, start + 1, start + 1, &member),
             })
         }
