@@ -953,3 +953,90 @@ fn dialect_fixtures_compile_to_their_committed_snapshots_and_hashes() {
         "drifted: {problems:?}; regenerate with WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_dialect"
     );
 }
+
+/// decision: D146
+#[test]
+fn each_metrics_profile_asks_for_what_it_measures_where_it_measures_it() {
+    let source = |profile: &str| {
+        json!({"id": "project.m", "name": "M", "description": "d", "metricsProfile": profile,
+            "steps": [{"id": "a", "title": "A", "prompt": "Do A."}, {"id": "b", "title": "B", "prompt": "Do B."}]})
+    };
+    for (profile, first, last) in [
+        (
+            "coding",
+            Some("metrics_commit_shas"),
+            "metrics_lines_removed",
+        ),
+        ("review", None, "metrics_pr_numbers"),
+        ("research", None, "metrics_outcome"),
+        ("design", None, "metrics_outcome"),
+        ("ticket", None, "metrics_outcome"),
+    ] {
+        let c = compiled(&source(profile));
+        let (a, b) = (
+            &c.snapshot.body.steps[0].prompt,
+            &c.snapshot.body.steps[1].prompt,
+        );
+        assert_eq!(a.contains("## Metrics"), first.is_some(), "{profile}: {a}");
+        if let Some(needle) = first {
+            assert!(
+                a.contains(needle) && !a.contains("metrics_outcome"),
+                "{profile}: {a}"
+            );
+        }
+        assert!(
+            b.contains("## Metrics") && b.contains(last),
+            "{profile}: {b}"
+        );
+        assert!(
+            b.contains("`success`, `partial`, `abandoned` or `error`"),
+            "{profile}: {b}"
+        );
+        assert_eq!(
+            c.snapshot.body.kept.get("metricsProfile"),
+            Some(&json!(profile))
+        );
+    }
+    let none = compiled(&source("none"));
+    assert!(
+        none.snapshot
+            .body
+            .steps
+            .iter()
+            .all(|s| !s.prompt.contains("## Metrics"))
+    );
+    assert!(
+        rejected(&source("sales"))
+            .find(Code::InvalidValue, "/metricsProfile")
+            .is_some()
+    );
+}
+
+/// decision: D146
+#[test]
+fn workflow_sections_go_to_the_first_step_in_walk_order_and_calls_need_definitions() {
+    // A workflow that opens with a loop shows its sections on the loop's first body step.
+    let mut source = fixture("content");
+    let steps = source["steps"].as_array().unwrap().clone();
+    source["steps"] = json!([steps[2], steps[0]]);
+    let c = compiled(&source);
+    assert!(
+        step(&c.snapshot, "revise")
+            .prompt
+            .contains("## Workflow rules")
+    );
+    assert!(
+        !step(&c.snapshot, "collect")
+            .prompt
+            .contains("## Workflow rules")
+    );
+    // A call of a function no scope defines is `unknown_function` at the call's name.
+    let mut unknown = fixture("content");
+    unknown["steps"][0]["functionCalls"] = json!([{"name": "summarize", "args": {}}]);
+    let errs = rejected(&unknown);
+    assert!(
+        errs.find(Code::UnknownFunction, "/steps/0/functionCalls/0/name")
+            .is_some(),
+        "{errs}"
+    );
+}
