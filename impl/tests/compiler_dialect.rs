@@ -28,7 +28,7 @@ use workrail::sources::memory::MemorySource;
 use workrail::sources::{Catalog, WorkflowSource};
 use workrail::store::fs::StoreFs;
 use workrail::store::memfs::MemFs;
-use workrail_spec::closed::{StepSource, WorkflowSourceKind};
+use workrail_spec::closed::{StepSource, WorkflowKind, WorkflowSourceKind};
 use workrail_spec::compiled::{
     CompiledStep, CompiledWarningCode, CompiledWorkflowSnapshotV1, Condition,
 };
@@ -425,7 +425,7 @@ fn a_routine_template_expands_the_routine_in_place() {
     );
 }
 
-/// decision: D145; lock: L-NS-WR-RESERVED
+/// decision: D145; lock: L-NS-WR-RESERVED, L-NS-DISCOVERY-SORT
 #[test]
 fn a_routine_answers_after_the_namespace_rename_and_bundled_routines_answer_first() {
     // `--fix` renames `wr.routine-checklist` outside the bundled source to
@@ -459,6 +459,23 @@ fn a_routine_answers_after_the_namespace_rename_and_bundled_routines_answer_firs
     assert_eq!(
         caller.compiled.snapshot.body.steps[1].title,
         "Bundled check of the feature branch"
+    );
+    // Discovery lists routines as routines, after the workflows of their namespace.
+    let kinds: Vec<(String, WorkflowKind)> = catalog
+        .summaries()
+        .into_iter()
+        .map(|s| (s.workflow_id.to_string(), s.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("project.ship_feature".to_owned(), WorkflowKind::Workflow),
+            (
+                "project.routine-checklist".to_owned(),
+                WorkflowKind::Routine
+            ),
+            ("wr.routine-checklist".to_owned(), WorkflowKind::Routine),
+        ]
     );
 }
 

@@ -17,7 +17,7 @@ use workrail_spec::tools::{Warning, WorkflowSummary};
 use super::bundled::ALIASES;
 use super::{WorkflowSource, legacy, suggestion_namespace};
 use crate::compiler::error::CompileErrors;
-use crate::compiler::library::WorkflowLibrary;
+use crate::compiler::library::{WorkflowLibrary, workflow_routine_key};
 use crate::compiler::{CompileContext, Compiled, compile_str};
 
 /// A workflow that loaded and compiled.
@@ -41,7 +41,12 @@ impl LoadedWorkflow {
             workflow_id: self.workflow_id.clone(),
             name: body.name.clone().unwrap_or_default(),
             description: body.description.clone().unwrap_or_default(),
-            kind: WorkflowKind::Workflow,
+            // A routine (what `wr.templates.routine.<name>` expands) is listed as one (locks §7).
+            kind: if workflow_routine_key(self.workflow_id.as_str()).is_some() {
+                WorkflowKind::Routine
+            } else {
+                WorkflowKind::Workflow
+            },
             id_status: self.workflow_id.id_status(),
             canonical_id: None,
             suggested_id: self.suggested_id.clone(),

@@ -99,7 +99,10 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
             spawn.insert(key.into(), v.clone());
         }
     }
-    spawn.insert("prompt".into(), Value::from(spawn_prompt(&delegations)));
+    spawn.insert(
+        "prompt".into(),
+        Value::from(spawn_prompt(&delegations, synthesis.is_some())),
+    );
     let mut spawn = derived_step(p, &Value::Object(spawn), pointer)?;
     for (i, d) in delegations.iter().enumerate() {
         if let Some(condition) = &d.condition {
@@ -167,9 +170,14 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
 
 const SYNTHESIS_PROMPT: &str = "Merge the results of the parallel subagents of the previous step into one result: reconcile contradictions explicitly, say how each was resolved, and produce one unified report.";
 
-fn spawn_prompt(delegations: &[Delegation]) -> String {
-    let mut text = String::from(
-        "Run the delegations listed in this step in parallel: start one subagent for each (with your client's subagent tool), each running its own WorkRail session of the named workflow (`start_workflow` with that `workflowId`) toward the goal and with the inputs given.\n\n1. Start every listed delegation at the same time.\n2. Wait until every subagent has finished and written its deliverable.\n3. Check that each deliverable exists, then continue this workflow; the work of merging the results comes next.\n\nIf this step lists no delegation, none applies to this run: continue at once without starting any.",
+fn spawn_prompt(delegations: &[Delegation], synthesis: bool) -> String {
+    let next = if synthesis {
+        "continue this workflow: the next step merges the results"
+    } else {
+        "continue this workflow"
+    };
+    let mut text = format!(
+        "Run the delegations listed in this step in parallel: start one subagent for each (with your client's subagent tool), each running its own WorkRail session of the named workflow (`start_workflow` with that `workflowId`) toward the goal and with the inputs given.\n\n1. Start every listed delegation at the same time.\n2. Wait until every subagent has finished and written its deliverable.\n3. Check that each deliverable exists, then {next}.\n\nIf this step lists no delegation, none applies to this run: continue at once without starting any.",
     );
     for (i, d) in delegations.iter().enumerate() {
         if d.condition.is_none() {
