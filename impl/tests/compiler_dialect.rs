@@ -1057,3 +1057,20 @@ fn workflow_sections_go_to_the_first_step_in_walk_order_and_calls_need_definitio
         "{errs}"
     );
 }
+
+/// decision: D145
+#[test]
+fn a_routine_template_in_a_template_call_step_names_the_step_form() {
+    let source = json!({"id": "project.t", "name": "T", "description": "d", "steps": [
+        {"type": "template_call", "templateId": "wr.templates.routine.checklist", "args": {}}
+    ]});
+    let errs = rejected(&source);
+    let e = errs
+        .find(Code::UnknownTemplate, "/steps/0/templateId")
+        .unwrap_or_else(|| panic!("{errs}"));
+    assert!(
+        e.suggestion.contains("\"templateCall\""),
+        "{}",
+        e.suggestion
+    );
+}

@@ -136,6 +136,22 @@ pub(super) fn call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
     Some(SourceStep::Group(out))
 }
 
+/// A routine template named in a `{"type": "template_call"}` step: reported (a routine's
+/// expanded step ids need the calling step's `id`) with the step form to use. `true` when it
+/// was one.
+pub(super) fn routine_from_template_call(p: &mut Parser<'_>, raw: &str, pointer: &str) -> bool {
+    if template_routine_name(raw).is_none() {
+        return false;
+    }
+    p.error(CompileError::new(
+        Code::UnknownTemplate,
+        pointer,
+        format!("`{raw}` is a routine template: it is called from a step with an `id` (which prefixes the expanded step ids), not from a `template_call` step."),
+        format!("Write the step as `{{\"id\": \"<step id>\", \"title\": \"...\", \"templateCall\": {{\"templateId\": \"{raw}\", \"args\": {{...}}}}}}`."),
+    ));
+    true
+}
+
 fn unknown_template(p: &mut Parser<'_>, raw: &str, pointer: &str) {
     let mut known: Vec<String> = templates::TEMPLATES
         .iter()

@@ -309,6 +309,11 @@ pub(super) fn template_call(
         .and_then(|v| string(p, v, &f.at("templateId"), "`templateId`"))
         .and_then(|raw| {
             let found = templates::find(raw);
+            if found.is_none()
+                && super::routine::routine_from_template_call(p, raw, &f.at("templateId"))
+            {
+                return None;
+            }
             if found.is_none() {
                 let known: Vec<&str> = templates::TEMPLATES.iter().map(|t| t.template_id).collect();
                 let tail = raw.rsplit('.').next().unwrap_or(raw);
