@@ -1074,3 +1074,23 @@ fn a_routine_template_in_a_template_call_step_names_the_step_form() {
         e.suggestion
     );
 }
+
+/// decision: D145
+#[test]
+fn a_problem_inside_a_routine_is_reported_at_the_call_naming_the_routine() {
+    let mut broken = fixture("routine-checklist");
+    broken["steps"][1]["askForFiles"] = json!("yes");
+    let ctx = CompileContext::load("project").with_library(library(&[broken]));
+    let errs = compile(&fixture("routine_caller"), &ctx).unwrap_err();
+    let e = errs
+        .find(Code::WrongType, "/steps/1/templateCall")
+        .unwrap_or_else(|| panic!("{errs}"));
+    assert!(
+        e.message.starts_with(
+            "routine `project.routine-checklist` step `write` (at `/askForFiles` there):"
+        ),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.fix, None);
+}

@@ -174,17 +174,34 @@ pub(super) fn with_virtual_steps(
     SourceStep::Group(out)
 }
 
-/// Parses a step the compiler wrote (its own JSON) as a normal step, reporting at `pointer`:
-/// the authored field it comes from.
+/// Parses a step the compiler wrote (its own JSON) as a normal step at `pointer`, the authored
+/// item it comes from. Auto-fixes are dropped: they would edit fields the author did not write.
 pub(super) fn derived_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep> {
     let before = p.errors.len();
     let parsed = super::step::normal(p, value, pointer);
-    // Problems of the generated fields belong to the authored field they come from.
     for error in &mut p.errors[before..] {
-        if !error.pointer.starts_with(pointer) || error.pointer == pointer {
-            error.pointer = pointer.to_owned();
-        }
         error.fix = None;
+    }
+    parsed
+}
+
+/// [`derived_step`] for a step copied from another file (a routine): its problems are
+/// reported at `pointer` (the call), saying which file and step they come from.
+pub(super) fn foreign_step(
+    p: &mut Parser<'_>,
+    value: &Value,
+    pointer: &str,
+    origin: &str,
+) -> Option<NormalStep> {
+    let before = p.errors.len();
+    let parsed = derived_step(p, value, pointer);
+    for error in &mut p.errors[before..] {
+        let inner = error
+            .pointer
+            .strip_prefix(pointer)
+            .unwrap_or(&error.pointer);
+        error.message = format!("{origin} (at `{inner}` there): {}", error.message);
+        error.pointer = pointer.to_owned();
     }
     parsed
 }

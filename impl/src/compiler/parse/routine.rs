@@ -18,7 +18,7 @@ use workrail_spec::compiled::StepProvenance;
 use workrail_spec::ids::{IdStatus, StepId};
 
 use super::Parser;
-use super::content::{args_map, derived_step};
+use super::content::{args_map, foreign_step};
 use super::fields::{Fields, string, type_name};
 use crate::builtins::routines::{ROUTINE_TEMPLATE_PREFIX, template_routine_name};
 use crate::builtins::templates::{self, TEMPLATE_PREFIX};
@@ -109,7 +109,9 @@ pub(super) fn call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
         let lenient = p.lenient;
         p.lenient = entry.workflow_id.id_status() == IdStatus::Legacy;
         let warnings = p.warnings.len();
-        let parsed = derived_step(p, &expanded, &call_at);
+        let step_id = step.get("id").and_then(Value::as_str).unwrap_or_default();
+        let origin = format!("routine `{}` step `{step_id}`", entry.workflow_id);
+        let parsed = foreign_step(p, &expanded, &call_at, &origin);
         // The routine's own warnings (its 3.x fields) belong to the routine's file.
         p.warnings.truncate(warnings);
         p.lenient = lenient;
