@@ -1094,3 +1094,25 @@ fn a_problem_inside_a_routine_is_reported_at_the_call_naming_the_routine() {
     );
     assert_eq!(e.fix, None);
 }
+
+/// decision: D146
+#[test]
+fn extension_point_bindings_take_the_declared_default() {
+    let mut source = fixture("content");
+    source["steps"][0]["prompt"] =
+        json!("Collect the changes, then have {{wr.bindings.tone_review}} check the wording.");
+    let c = compiled(&source);
+    assert!(
+        step(&c.snapshot, "collect")
+            .prompt
+            .contains("then have project.routine-tone check the wording."),
+        "{}",
+        step(&c.snapshot, "collect").prompt
+    );
+    source["steps"][0]["prompt"] = json!("Ask {{wr.bindings.nobody}}.");
+    let errs = rejected(&source);
+    let e = errs
+        .find(Code::InvalidValue, "/steps/0/prompt")
+        .unwrap_or_else(|| panic!("{errs}"));
+    assert!(e.suggestion.contains("tone_review"), "{}", e.suggestion);
+}

@@ -435,3 +435,92 @@ pub(super) fn loop_kept(p: &mut Parser<'_>, f: &Fields<'_>) -> BTreeMap<String, 
     }
     kept
 }
+
+/// `{{wr.bindings.<slotId>}}` in the steps' text is the default of the declared extension point
+/// `slotId` (3.x also reads a project's `.workrail/bindings.json` for overrides: the compiler
+/// reads no files, so the declared default is what is pinned). An undeclared slot is an error
+/// at the string that names it. Returns the steps with every binding replaced, or `None` when
+/// nothing needed replacing.
+pub(super) fn bind_extension_points(
+    p: &mut Parser<'_>,
+    steps: &Value,
+    extension_points: Option<&Value>,
+    pointer: &str,
+) -> Option<Value> {
+    const OPEN: &str = "{{wr.bindings.";
+    let slots: BTreeMap<String, String> = extension_points
+        .and_then(Value::as_array)
+        .map(|points| {
+            points
+                .iter()
+                .filter_map(|e| {
+                    Some((
+                        e.get("slotId")?.as_str()?.to_owned(),
+                        e.get("default")?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    fn walk(
+        p: &mut Parser<'_>,
+        value: &mut Value,
+        at: &str,
+        slots: &BTreeMap<String, String>,
+        changed: &mut bool,
+    ) {
+        match value {
+            Value::String(text) if text.contains(OPEN) => {
+                let mut out = String::new();
+                let mut rest = text.as_str();
+                while let Some(start) = rest.find(OPEN) {
+                    let after = &rest[start + OPEN.len()..];
+                    let Some(end) = after.find("}}") else { break };
+                    let slot = &after[..end];
+                    out.push_str(&rest[..start]);
+                    match slots.get(slot) {
+                        Some(default) => out.push_str(default),
+                        None => {
+                            p.error(CompileError::new(
+                                Code::InvalidValue,
+                                at,
+                                format!("`{{{{wr.bindings.{slot}}}}}` names no declared extension point."),
+                                if slots.is_empty() {
+                                    format!("Declare it: add `\"extensionPoints\": [{{\"slotId\": \"{slot}\", \"purpose\": \"...\", \"default\": \"<routine or workflow id>\"}}]`.")
+                                } else {
+                                    format!("Use a declared slot: {}.", slots.keys().cloned().collect::<Vec<_>>().join(", "))
+                                },
+                            ));
+                            out.push_str(&rest[start..start + OPEN.len() + end + 2]);
+                        }
+                    }
+                    rest = &after[end + 2..];
+                    *changed = true;
+                }
+                out.push_str(rest);
+                *text = out;
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    walk(p, item, &index(at, i), slots, changed);
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map.iter_mut() {
+                    walk(
+                        p,
+                        item,
+                        &crate::compiler::error::child(at, key),
+                        slots,
+                        changed,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut bound = steps.clone();
+    let mut changed = false;
+    walk(p, &mut bound, pointer, &slots, &mut changed);
+    changed.then_some(bound)
+}

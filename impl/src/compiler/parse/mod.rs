@@ -144,7 +144,11 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         .unwrap_or_default();
     let steps = f
         .req(p, "steps", "Add a non-empty `steps` array.")
-        .map(|v| step::steps(p, v, &f.at("steps"), "`steps`"))
+        .map(|v| {
+            let bound =
+                legacy::bind_extension_points(p, v, f.opt("extensionPoints"), &f.at("steps"));
+            step::steps(p, bound.as_ref().unwrap_or(v), &f.at("steps"), "`steps`")
+        })
         .unwrap_or_default();
     extras.kept.extend(f.finish_keeping(p));
     extras.warnings = std::mem::take(&mut p.warnings);
