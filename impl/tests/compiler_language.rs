@@ -515,8 +515,11 @@ fn a_while_loop_with_a_loop_control_step_is_a_loop_control_loop() {
         json!([{"id": "work", "title": "Work", "prompt": "Work."}, decide]),
     ));
     assert!(
-        errs.find(Code::LoopDecisionStep, "/steps/1/body/1/outputContract/contractRef")
-            .is_some(),
+        errs.find(
+            Code::LoopDecisionStep,
+            "/steps/1/body/1/outputContract/contractRef"
+        )
+        .is_some(),
         "{errs}"
     );
     let errs = rejected(&loop_step(

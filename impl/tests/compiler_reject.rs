@@ -179,6 +179,25 @@ fn verify_stays_instructional_while_validation_criteria_are_enforced() {
     );
 }
 
+/// lock: L-AUTHOR-VERIFY-INSTRUCTIONAL
+#[test]
+fn v1_only_fields_get_tailored_advice() {
+    // A loop step has no `validationCriteria` in either spelling (a normal step does).
+    let src = loop_workflow(
+        json!({"type": "loop", "loopId": "l", "while": {"kind": "condition_ref", "conditionId": "c"}, "maxIterations": 2, "body": [decision_step("d")], "validationCriteria": [{"type": "contains", "value": "done"}]}),
+        json!([{"id": "c", "kind": "loop_control", "continueWhen": "continue"}]),
+    );
+    let errs = rejected(&src);
+    let e = find(&errs, Code::UnknownField, "/steps/0/validationCriteria");
+    assert!(e.message.contains("v1 field"), "{}", e.message);
+    assert!(
+        e.suggestion.contains("wr.contracts.verification_report"),
+        "{}",
+        e.suggestion
+    );
+    assert_eq!(e.fix, remove("/steps/0/validationCriteria"));
+}
+
 /// lock: L-ID-DELIMITER-SAFE, L-ID-AUTOFIX
 #[test]
 fn step_ids_must_be_delimiter_safe_with_the_auto_fix() {
@@ -359,9 +378,13 @@ fn unknown_templates_and_bad_arguments_are_rejected() {
 /// lock: L-AUTHOR-STEP-KINDS
 #[test]
 fn unknown_step_types_are_rejected() {
-    let errs = rejected(&with_steps(json!([{"type": "parallel", "id": "p"}])));
+    let errs = rejected(&with_steps(json!([{"type": "branching", "id": "p"}])));
     let e = find(&errs, Code::InvalidValue, "/steps/0/type");
-    assert!(e.message.contains("loop, template_call"), "{}", e.message);
+    assert!(
+        e.message.contains("loop, parallel, template_call"),
+        "{}",
+        e.message
+    );
 }
 
 /// lock: L-AUTHOR-FEATURES

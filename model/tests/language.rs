@@ -59,6 +59,7 @@ fn context_loop(id: &str, while_: LoopWhile, max: u32, body: Vec<&str>) -> Compi
             item_var: for_each.then(|| "currentItem".into()),
             index_var: for_each.then(|| "currentIndex".into()),
         },
+        kept: Default::default(),
     }
 }
 

@@ -454,7 +454,7 @@ pub struct CompiledLoop {
     pub vars: LoopVars,
     /// Authored loop fields with no run-time effect (`title`, and `requireConfirmation` or
     /// `notesOptional` written on the loop itself, which is never pending), verbatim for
-    /// `inspect_workflow`; absent when none.
+    /// `inspect_workflow`; absent when none, so earlier workflows keep their hash.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kept: BTreeMap<String, Value>,
 }
@@ -492,6 +492,14 @@ closed_set!(
         /// A field or condition operator of the workflow language has no effect where it is
         /// written (the message names it and says why).
         LanguageIgnored = "language_ignored",
+        /// A field of the WorkRail 3.x spelling whose v2 spelling differs or does not exist; the
+        /// message names the v2 equivalent (`workrail migrate` writes it where one exists).
+        V1Field = "v1_field",
+        /// A legacy-id workflow's field that neither spelling defines: kept verbatim (`kept`)
+        /// and shown by `inspect_workflow`, with no run-time effect.
+        UnknownFieldKept = "unknown_field_kept",
+        /// A parallel delegation names a workflow no source defined when the workflow compiled.
+        UnresolvedDelegation = "unresolved_delegation",
     }
 );
 

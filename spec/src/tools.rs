@@ -113,6 +113,10 @@ pub struct StepPreview {
     pub step_id: StepId,
     pub title: String,
     pub prompt: String,
+    /// Authored fields of the step with no run-time effect, kept verbatim in the compiled
+    /// snapshot (`language.kept`), by name; absent when none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kept: std::collections::BTreeMap<String, Value>,
 }
 
 /// `inspect_workflow` output.
@@ -126,6 +130,10 @@ pub struct InspectWorkflowOutput {
     pub steps: Vec<StepPreview>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
+    /// Authored workflow fields with no run-time effect (`version`, `about`, `examples`, ...),
+    /// kept verbatim in the compiled snapshot, by name; absent when none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kept: std::collections::BTreeMap<String, Value>,
 }
 
 /// Durable output sent with an ack or a checkpoint.

@@ -11,6 +11,7 @@ use workrail_spec::closed::{Capability, CapabilityRequirement, LoopDecision};
 use super::contracts::{CONTRACTS, MAX_UTF8_BYTES_KEYWORD};
 use super::features::FeatureId;
 use super::refs::{REF_SNIPPET_MAX_BYTES, REF_STEP_MAX_BYTES, REFS};
+use super::routines::{ROUTINE_TEMPLATE_PREFIX, ROUTINE_TEMPLATE_SUMMARY};
 use super::templates::TEMPLATES;
 
 /// Bumped when the catalog's own shape changes.
@@ -79,6 +80,20 @@ pub fn catalog_value() -> Value {
                 "example": {"type": "template_call", "templateId": t.template_id, "args": example_args},
             })
         }).collect::<Vec<_>>(),
+        "routineTemplates": {
+            "templateIdPattern": format!("{ROUTINE_TEMPLATE_PREFIX}<name>"),
+            "routineIdPattern": "<namespace>.routine-<name>",
+            "summary": ROUTINE_TEMPLATE_SUMMARY,
+            "args": "Free-form: each `{arg}` placeholder (an identifier in single braces) of the routine's step titles and prompts needs an argument that is a string, number or boolean.",
+            "example": {
+                "id": "design-review",
+                "title": "Review the chosen design",
+                "templateCall": {
+                    "templateId": format!("{ROUTINE_TEMPLATE_PREFIX}design-review"),
+                    "args": {"deliverableName": "design-review.md"},
+                },
+            },
+        },
     })
 }
 

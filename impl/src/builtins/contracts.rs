@@ -16,6 +16,8 @@ use workrail_spec::closed::{
     NonAssumableChoiceKind, UserOnlyDependencyReason,
 };
 
+use super::handoffs;
+
 /// The namespace every contract pack lives in.
 pub const CONTRACT_PREFIX: &str = "wr.contracts.";
 
@@ -79,12 +81,60 @@ pub const CONTRACTS: &[ContractPack] = &[
         example: capability_observation_example,
     },
     ContractPack {
+        contract_ref: "wr.contracts.coding_handoff",
+        artifact_kind: "wr.coding_handoff",
+        summary: "What an implementation hands on: decisions, limitations, tests added and files changed.",
+        requirable: true,
+        schema: handoffs::coding_handoff_schema,
+        example: handoffs::coding_handoff_example,
+    },
+    ContractPack {
+        contract_ref: "wr.contracts.differentiation_handoff",
+        artifact_kind: "wr.differentiation_handoff",
+        summary: "A differentiation study handed to shaping: evidence freshness, checklist and the pitch inputs.",
+        requirable: true,
+        schema: handoffs::differentiation_handoff_schema,
+        example: handoffs::differentiation_handoff_example,
+    },
+    ContractPack {
+        contract_ref: "wr.contracts.discovery_handoff",
+        artifact_kind: "wr.discovery_handoff",
+        summary: "The direction a discovery chose, with its confidence, invariants and rejected options.",
+        requirable: true,
+        schema: handoffs::discovery_handoff_schema,
+        example: handoffs::discovery_handoff_example,
+    },
+    ContractPack {
+        contract_ref: "wr.contracts.gate_verdict",
+        artifact_kind: "wr.gate_verdict",
+        summary: "An independent gate's verdict (approved, rejected or uncertain) with confidence and rationale.",
+        requirable: true,
+        schema: handoffs::gate_verdict_schema,
+        example: handoffs::gate_verdict_example,
+    },
+    ContractPack {
         contract_ref: LOOP_CONTROL,
         artifact_kind: "wr.loop_control",
         summary: "The loop decision (continue or stop) for the enclosing loop, with a short why.",
         requirable: true,
         schema: loop_control_schema,
         example: loop_control_example,
+    },
+    ContractPack {
+        contract_ref: "wr.contracts.review_verdict",
+        artifact_kind: "wr.review_verdict",
+        summary: "A review's verdict (clean, minor or blocking) with confidence, findings and a summary.",
+        requirable: true,
+        schema: handoffs::review_verdict_schema,
+        example: handoffs::review_verdict_example,
+    },
+    ContractPack {
+        contract_ref: "wr.contracts.shaping_handoff",
+        artifact_kind: "wr.shaping_handoff",
+        summary: "A shaped pitch handed to implementation: shape, appetite, constraints, rabbit holes, checklist.",
+        requirable: true,
+        schema: handoffs::shaping_handoff_schema,
+        example: handoffs::shaping_handoff_example,
     },
     ContractPack {
         contract_ref: USER_ONLY_DEPENDENCY,
@@ -134,7 +184,7 @@ fn delimiter_safe_id() -> Value {
     json!({"type": "string", "pattern": "^[a-z0-9_-]+$", "maxLength": 64})
 }
 
-fn object(kind: &str, properties: Value, required: &[&str]) -> Value {
+pub(super) fn object(kind: &str, properties: Value, required: &[&str]) -> Value {
     let mut props = properties;
     if let Some(map) = props.as_object_mut() {
         map.insert("kind".into(), json!({"const": kind}));

@@ -25,6 +25,7 @@ pub enum FeatureId {
     DurableRecapGuidance,
     ModeGuidance,
     OutputContracts,
+    SubagentGuidance,
 }
 
 impl FeatureId {
@@ -34,6 +35,7 @@ impl FeatureId {
         Self::DurableRecapGuidance,
         Self::ModeGuidance,
         Self::OutputContracts,
+        Self::SubagentGuidance,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -42,6 +44,7 @@ impl FeatureId {
             Self::DurableRecapGuidance => "wr.features.durable_recap_guidance",
             Self::ModeGuidance => "wr.features.mode_guidance",
             Self::OutputContracts => "wr.features.output_contracts",
+            Self::SubagentGuidance => "wr.features.subagent_guidance",
         }
     }
 
@@ -64,12 +67,15 @@ impl FeatureId {
             Self::OutputContracts => {
                 "Adds the contract's example artifact and its enforcement rule to every step that declares output.contractRef."
             }
+            Self::SubagentGuidance => {
+                "Adds rules for delegating to subagents (the main agent keeps synthesis and every decision) to every step written with promptBlocks."
+            }
         }
     }
 
     /// Whether the feature accepts `{id, config}` (authoring "Whitelist of configurable features").
     pub const fn configurable(self) -> bool {
-        !matches!(self, Self::DurableRecapGuidance)
+        !matches!(self, Self::DurableRecapGuidance | Self::SubagentGuidance)
     }
 
     /// The config field names, in table order (the allowed keys of `config`).
@@ -79,6 +85,7 @@ impl FeatureId {
             Self::DurableRecapGuidance => &[],
             Self::ModeGuidance => &["detail"],
             Self::OutputContracts => &["enforce"],
+            Self::SubagentGuidance => &[],
         }
     }
 
@@ -89,6 +96,7 @@ impl FeatureId {
             Self::DurableRecapGuidance => &[],
             Self::ModeGuidance => MODE_GUIDANCE_CONFIG,
             Self::OutputContracts => OUTPUT_CONTRACTS_CONFIG,
+            Self::SubagentGuidance => &[],
         }
     }
 }
@@ -145,3 +153,24 @@ pub const ARTIFACTS_OUTPUT_KEY: &str = "artifacts";
 
 /// The `outputRequired` key recap guidance is rendered under.
 pub const NOTES_OUTPUT_KEY: &str = "notesMarkdown";
+
+/// `wr.features.subagent_guidance`: the constraints it appends (the last one is a ref part).
+pub const SUBAGENT_GUIDANCE_CONSTRAINTS: &[&str] = &[
+    "Delegate only to generic WorkRail executors (a subagent running a WorkRail workflow or routine); do not rely on named specialist personas.",
+    "You, the main agent, own the strategy, every decision, the synthesis and the final outputs; subagents contribute independent perspectives only.",
+];
+
+/// The ref `wr.features.subagent_guidance` appends as its last constraint.
+pub const SUBAGENT_GUIDANCE_REF: &str = "wr.refs.parallelize_cognition_serialize_synthesis";
+
+/// `wr.features.subagent_guidance`: the procedure items it appends.
+pub const SUBAGENT_GUIDANCE_PROCEDURE: &[&str] = &[
+    "When you delegate, give each subagent one distinct, non-overlapping focus and the same shared facts as its starting truth.",
+    "When the parallel results come back, synthesize them yourself; never adopt one result as the answer without your own review.",
+];
+
+/// `wr.features.subagent_guidance`: the checks it appends to `verify`.
+pub const SUBAGENT_GUIDANCE_VERIFY: &[&str] = &[
+    "Every delegated result was reviewed and merged by the main agent, none adopted verbatim.",
+    "No subagent made a final decision about findings, recommendations or deliverables.",
+];

@@ -8,5 +8,7 @@
 pub mod catalog;
 pub mod contracts;
 pub mod features;
+mod handoffs;
 pub mod refs;
+pub mod routines;
 pub mod templates;

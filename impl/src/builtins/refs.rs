@@ -41,6 +41,17 @@ impl RefSnippet {
 /// Every snippet, sorted by `ref_id`.
 pub const REFS: &[RefSnippet] = &[
     RefSnippet {
+        ref_id: "wr.refs.adversarial_challenge_rules",
+        summary: "How to challenge a leading position honestly: try to break it, then record what survives.",
+        text: "Challenge the leading position instead of confirming it: build the strongest case \
+that a different answer is right, and for each finding name the evidence that would disprove it \
+and whether that evidence exists. A position that survives a serious attempt is stronger; a \
+weakness the attempt exposes is a finding, recorded with its real severity, and the position \
+changes. Do not soften findings to keep the peace, and do not inflate them either: a false alarm \
+costs attention just as a missed problem costs quality. When two independent challengers raise \
+the same serious concern, treat it as blocking until it is resolved.",
+    },
+    RefSnippet {
         ref_id: "wr.refs.append_only_truth",
         summary: "What you record is kept: corrections are added, never edited in place.",
         text: "WorkRail keeps everything you record with a step, and nothing is edited in place: \
@@ -94,11 +105,42 @@ assumption and disclose it in `output.notesMarkdown`, but stop when only the use
 blocked, and you disclose every assumption and skipped item.",
     },
     RefSnippet {
+        ref_id: "wr.refs.notes_first_durability",
+        summary: "The step's notes and context are the durable record; side files are for readers only.",
+        text: "Keep the record of the work in what WorkRail stores: `output.notesMarkdown` for \
+each step (what you decided, found and why) and explicit context values for facts later steps \
+need. Documents you write for people (plans, reviews, reports) are welcome, but they are not the \
+workflow's memory: after a rewind or in a new chat the notes and context are what remains, and \
+a side file may be stale or gone. Before you advance, make sure every decision and finding that \
+matters is in the notes.",
+    },
+    RefSnippet {
         ref_id: "wr.refs.notes_per_step",
         summary: "notesMarkdown is a fresh recap of this step only.",
         text: "`output.notesMarkdown` is a fresh recap of this step only, at most 10 lines: what \
 you did, what you found (with evidence), what is next. Do not copy or extend earlier notes; \
 WorkRail assembles the recap across steps and returns it when a chat is rewound or resumed.",
+    },
+    RefSnippet {
+        ref_id: "wr.refs.parallelize_cognition_serialize_synthesis",
+        summary: "Run independent thinking in parallel; keep synthesis and every decision with the main agent.",
+        text: "Parallelize thinking that does not depend on other thinking: gathering context, \
+generating hypotheses or options, and independent reviews can run at the same time, each with a \
+distinct focus and the same shared facts. Serialize everything that decides: the main agent reads \
+every parallel result, reconciles them, makes the decision and writes the canonical output. No \
+single delegated result becomes the answer without that review, and delegated work never edits \
+the shared deliverable directly.",
+    },
+    RefSnippet {
+        ref_id: "wr.refs.synthesis_under_disagreement",
+        summary: "How to merge parallel results that disagree, without hiding the disagreement.",
+        text: "When parallel results disagree, the disagreement is work to do, not noise. An issue \
+two or more results raise at the same severity is confirmed; raised at different severities, take \
+the higher one unless the lower comes with specific counter-evidence. An issue only one result \
+raises gets investigated, not adopted or dropped by default. When one result calls something a \
+false positive and another a real problem, decide explicitly and say why in the notes. Until a \
+material disagreement is settled, the findings outweigh any earlier recommendation; record how \
+each contradiction was resolved.",
     },
     RefSnippet {
         ref_id: "wr.refs.v2_definition",

@@ -3,7 +3,8 @@
 //! ```text
 //! workrail                      serve MCP over stdio (same as `workrail mcp`)
 //! workrail mcp                  serve MCP over stdio
-//! workrail validate <file>      compile a workflow source: its errors, or its workflowHash
+//! workrail validate <file>      compile a workflow source: its errors, or its workflowHash (--fix, --strict)
+//! workrail migrate <file>       rewrite a workflow of the 3.x spelling in the v2 spelling
 //! workrail inspect <sessionId>  print a session's runs (status, preferred tip, an outline of the DAG with notes; --all: every node)
 //! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited; PostgreSQL: check)
 //! workrail keys rotate          rotate the token signing key
@@ -20,15 +21,16 @@
 //! result (for `mcp`: only MCP messages); diagnostics and logs go to stderr.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use workrail_spec::error::ErrorEnvelope;
 
+mod authoring;
+
 use crate::bundle::Progress as _;
-use crate::compiler::{CompileContext, compile_str};
 use crate::protocol::{Workrail, WorkrailConfig};
 
 /// The environment variable holding the log filter (`tracing` env-filter syntax).
@@ -70,7 +72,10 @@ enum Command {
     /// Compile a workflow source file and report its errors or its workflowHash.
     ///
     /// Prints every problem (JSON pointer, message, fix) and exits 1 when the workflow is
-    /// invalid; prints the workflowHash and exits 0 when it compiles.
+    /// invalid; prints the workflowHash and exits 0 when it compiles, with its warnings (fields
+    /// of the WorkRail 3.x spelling name their v2 equivalent) and whether `workrail migrate`
+    /// would rewrite it cleanly. Routines and delegation targets are looked up in the configured
+    /// workflow sources (bundled, `<cwd>/workflows`, WORKRAIL_WORKFLOW_DIRS, the user directory).
     Validate {
         /// The workflow JSON file.
         file: PathBuf,
@@ -78,6 +83,29 @@ enum Command {
         /// workflow.
         #[arg(long)]
         bundled: bool,
+        /// Apply the auto-fixes of the errors to the file (written atomically; only the bytes a
+        /// fix touches change), print each one, then validate the result.
+        #[arg(long)]
+        fix: bool,
+        /// Treat warnings as errors (exit 1 when there is any).
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Rewrite a workflow of the WorkRail 3.x spelling in the native v2 spelling where one
+    /// exists (a namespaced id, `outputContract` -> `output.contractRef`, ...), and list, per
+    /// JSON pointer, the fields that have none.
+    ///
+    /// The file is rewritten atomically, editing only the migrated fields; nothing is written
+    /// when the result would not compile.
+    Migrate {
+        /// The workflow JSON file.
+        file: PathBuf,
+        /// Migrate as a bundled workflow (keeps the reserved `wr.*` namespace).
+        #[arg(long)]
+        bundled: bool,
+        /// Print the migrated workflow to stdout instead of writing the file.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// List the sessions of the data directory, newest first: id, last activity, health, and
     /// each run's workflow, label and status.
@@ -241,7 +269,24 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             crate::mcp::run_stdio(Arc::new(workrail))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Validate { file, bundled } => Ok(validate(&file, bundled)),
+        Command::Validate {
+            file,
+            bundled,
+            fix,
+            strict,
+        } => Ok(authoring::validate(
+            &file,
+            authoring::ValidateOptions {
+                bundled,
+                fix,
+                strict,
+            },
+        )),
+        Command::Migrate {
+            file,
+            bundled,
+            dry_run,
+        } => Ok(authoring::migrate(&file, bundled, dry_run)),
         Command::Config(args) => crate::control::cli::config(cli.data_dir, args),
         Command::Workflows(args) => crate::control::cli::workflows(cli.data_dir, args),
         Command::Sessions { json } => {
@@ -705,72 +750,4 @@ pub(crate) fn print_stdout(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
     let _ = out.flush();
-}
-
-/// `workrail validate`: exit 0 with the workflowHash, or 1 with every problem.
-fn validate(file: &Path, bundled: bool) -> ExitCode {
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
-        Err(e) => {
-            eprintln!("workrail: cannot read {}: {e}", file.display());
-            return ExitCode::from(EXIT_FAILURE);
-        }
-    };
-    let ctx = if bundled {
-        CompileContext::bundled()
-    } else {
-        CompileContext::load("project")
-    };
-    match compile_str(&text, &ctx) {
-        Ok(compiled) => {
-            for warning in &compiled.snapshot.body.compiled_warnings {
-                let at = warning.pointer.as_deref().unwrap_or("(document)");
-                eprintln!(
-                    "warning[{}] at {at}: {}",
-                    serde_json::to_value(warning.code)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    warning.message
-                );
-            }
-            eprintln!(
-                "{}: ok, workflow {} ({} steps)",
-                file.display(),
-                compiled.snapshot.body.workflow_id,
-                compiled.snapshot.body.steps.len()
-            );
-            print_stdout(&compiled.workflow_hash.to_string());
-            ExitCode::SUCCESS
-        }
-        Err(errors) => {
-            let list = errors.errors();
-            let mut out = format!(
-                "{}: invalid workflow, {} problem{}\n",
-                file.display(),
-                list.len(),
-                if list.len() == 1 { "" } else { "s" }
-            );
-            for e in list {
-                let at = if e.pointer.is_empty() {
-                    "(document)"
-                } else {
-                    e.pointer.as_str()
-                };
-                out.push_str(&format!(
-                    "\nerror[{}] at {at}: {}\n  fix: {}\n",
-                    e.code.as_str(),
-                    e.message,
-                    e.suggestion
-                ));
-                if let Some(fix) = &e.fix
-                    && let Ok(patch) = serde_json::to_string(fix)
-                {
-                    out.push_str(&format!("  auto-fix (RFC 6902): {patch}\n"));
-                }
-            }
-            print_stdout(&out);
-            ExitCode::from(EXIT_FAILURE)
-        }
-    }
 }

@@ -78,7 +78,13 @@ fn compile_step(
         !step.functions.is_empty(),
         workflow,
     );
-    let language = step_language(&step.language, &step.title, &rendered.prompt, workflow);
+    // The language's own fields and the 3.x content's (delegation fragments, kept fields) meet
+    // here, so the reads of every fragment are counted once.
+    let mut lang = step.language.clone();
+    let extras = step.extras.language();
+    lang.prompt_fragments.extend(extras.prompt_fragments);
+    lang.kept.extend(extras.kept);
+    let language = step_language(&lang, &step.title, &rendered.prompt, workflow);
     let output = (step.contract_ref.is_some() || !step.hints.is_empty()).then(|| StepOutputSpec {
         contract_ref: step.contract_ref.map(str::to_owned),
         hints: step.hints.clone(),
@@ -119,7 +125,12 @@ fn compile_loop(l: &LoopIr) -> Result<CompiledLoop, Box<CompileError>> {
         body: sequence(&l.body),
         run_condition: l.language.run_condition.clone(),
         vars: l.language.vars.clone(),
-        kept: l.language.kept.clone(),
+        kept: l
+            .kept
+            .iter()
+            .chain(&l.language.kept)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     })
 }
 
@@ -236,7 +247,7 @@ pub(crate) fn assemble(
         loops,
         compiled_warnings: warnings,
         assessments: w.language.assessments.clone(),
-        kept: Default::default(),
+        kept: w.extras.kept.clone(),
     };
     CompiledWorkflowSnapshotV1::new(body).map_err(|e| vec![internal(e)])
 }

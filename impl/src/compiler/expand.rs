@@ -67,6 +67,7 @@ fn authored_probes(steps: &[SourceStep]) -> BTreeSet<Capability> {
                 out.insert(*capability);
             }
             SourceStep::Loop(l) => out.extend(authored_probes(&l.body)),
+            SourceStep::Group(steps) => out.extend(authored_probes(steps)),
             SourceStep::Normal(_) => {}
         }
     }
@@ -83,6 +84,7 @@ fn all_functions(workflow: &SourceWorkflow) -> Vec<&SourceFunction> {
                     out.extend(l.functions.iter());
                     walk(&l.body, out);
                 }
+                SourceStep::Group(steps) => walk(steps, out),
                 SourceStep::TemplateCall(_) => {}
             }
         }
@@ -133,9 +135,11 @@ fn expand_list(
                 condition_id: l.condition_id.clone(),
                 max_iterations: l.max_iterations,
                 body: expand_list(&l.body, role, &scopes.enter(&l.functions), used, errors),
+                kept: l.kept.clone(),
                 pointer: l.pointer.clone(),
                 language: l.language.clone(),
             })),
+            SourceStep::Group(steps) => out.extend(expand_list(steps, role, scopes, used, errors)),
         }
     }
     out
@@ -199,10 +203,11 @@ fn authored(step: &NormalStep, workflow_role: Option<&str>) -> StepIr {
         hints: output.hints,
         non_assumable_choices: choices,
         functions: Vec::new(),
-        provenance: StepProvenance {
+        provenance: step.extras.provenance.clone().unwrap_or(StepProvenance {
             source: StepSource::Authored,
             origin_id: None,
-        },
+        }),
+        extras: step.extras.clone(),
         pointer: step.pointer.clone(),
         language: step.language.clone(),
     }
@@ -248,6 +253,7 @@ fn template_step(
             source: StepSource::TemplateInjected,
             origin_id: Some(CAPABILITY_PROBE.to_owned()),
         },
+        extras: Default::default(),
         pointer: pointer.to_owned(),
         language: Default::default(),
     })

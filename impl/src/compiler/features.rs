@@ -58,6 +58,7 @@ pub(crate) fn apply(items: &mut [Item], features: &[&SourceFeature]) {
             }
             // Read when contract requirements are rendered (`resolve_contracts`).
             FeatureId::OutputContracts => {}
+            FeatureId::SubagentGuidance => super::content::subagent_guidance(items),
         }
     }
 }

@@ -7,6 +7,9 @@ use workrail_spec::closed::{Capability, NonAssumableChoiceKind};
 use workrail_spec::compiled::{CompiledFunction, StepProvenance};
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 
+use serde_json::Value;
+
+use super::content::StepExtras;
 use super::source::SourceBlocks;
 
 /// One item of a step list: a step or a loop.
@@ -37,6 +40,8 @@ pub(crate) struct StepIr {
     /// The function definitions the step references, resolved and ordered.
     pub functions: Vec<CompiledFunction>,
     pub provenance: StepProvenance,
+    /// The 3.x spelling's content and kept fields.
+    pub extras: StepExtras,
     /// The source pointer errors about this step refer to (the template call for expansions).
     pub pointer: String,
     /// The workflow-language fields (empty for template-injected steps).
@@ -50,6 +55,7 @@ pub(crate) struct LoopIr {
     pub condition_id: Option<ConditionId>,
     pub max_iterations: u32,
     pub body: Vec<Item>,
+    pub kept: BTreeMap<String, Value>,
     pub pointer: String,
     pub language: Box<super::language::LoopLang>,
 }

@@ -14,6 +14,7 @@
 //! See `impl/docs/compiler.md` for the render format and the decisions taken here.
 
 mod assemble;
+mod content;
 pub mod error;
 mod expand;
 mod features;
@@ -21,7 +22,10 @@ pub mod functions;
 pub mod ids;
 mod ir;
 mod language;
+pub mod library;
+pub mod migrate;
 mod parse;
+pub mod patch;
 mod render;
 pub mod source;
 mod validate;
@@ -61,6 +65,9 @@ pub enum LegacyIdPolicy {
 pub struct CompileContext {
     pub origin: Origin,
     pub legacy_ids: LegacyIdPolicy,
+    /// The other workflows of the sources (routines to expand, delegation targets); empty by
+    /// default.
+    pub library: std::sync::Arc<library::WorkflowLibrary>,
 }
 
 impl CompileContext {
@@ -69,6 +76,7 @@ impl CompileContext {
         Self {
             origin: Origin::Bundled,
             legacy_ids: LegacyIdPolicy::Reject,
+            library: Default::default(),
         }
     }
 
@@ -79,6 +87,7 @@ impl CompileContext {
                 namespace: namespace.to_owned(),
             },
             legacy_ids: LegacyIdPolicy::Warn,
+            library: Default::default(),
         }
     }
 
@@ -89,7 +98,14 @@ impl CompileContext {
                 namespace: namespace.to_owned(),
             },
             legacy_ids: LegacyIdPolicy::Reject,
+            library: Default::default(),
         }
+    }
+
+    /// The same context drawing on `library` for routines and delegation targets.
+    pub fn with_library(mut self, library: std::sync::Arc<library::WorkflowLibrary>) -> Self {
+        self.library = library;
+        self
     }
 }
 
@@ -141,6 +157,8 @@ pub fn compile(source: &Value, ctx: &CompileContext) -> Result<Compiled, Compile
     }
     warnings.extend(validate::unused_conditions(&items, &workflow.conditions));
     warnings.extend(workflow.language.warnings.iter().cloned());
+    warnings.extend(workflow.extras.warnings.iter().cloned());
+    content::place_workflow_content(&mut items, &workflow.extras);
     if id.id_status() == IdStatus::Legacy {
         let name = ids::normalize_segment(id.as_str());
         warnings.push(CompiledWarning {

@@ -117,12 +117,8 @@ pub(crate) fn render_step(step: &StepIr) -> Result<Rendered, Vec<CompileError>> 
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut prompt = render_prompt(
-        step.agent_role.as_deref(),
-        step.text.as_deref(),
-        &blocks,
-        &step.hints,
-    );
+    let body = render_prompt(None, step.text.as_deref(), &blocks, &step.hints);
+    let mut prompt = super::content::compose(step.agent_role.as_deref(), body, &step.extras);
     // The referenced function definitions close the prompt (locks §5): every response that shows
     // the step, a rehydration's included, carries what its function calls mean.
     let functions = super::functions::step_section(&step.functions);

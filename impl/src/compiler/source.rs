@@ -13,6 +13,7 @@ use workrail_spec::closed::{
 use workrail_spec::compiled::{CompiledFunction, Recommendations};
 use workrail_spec::ids::{ConditionId, LoopId, StepId, WorkflowId};
 
+use super::content::{StepExtras, WorkflowExtras};
 use crate::builtins::features::FeatureId;
 use crate::builtins::templates::ProbeWhen;
 
@@ -33,6 +34,8 @@ pub struct SourceWorkflow {
     pub steps: Vec<SourceStep>,
     /// The workflow-language fields (`assessments`, `maxAttempts`) and their warnings.
     pub language: super::language::WorkflowLanguage,
+    /// The 3.x spelling's workflow-level content, kept fields and warnings.
+    pub extras: WorkflowExtras,
 }
 
 /// One `functionDefinitions` entry, its scope set from where it is written.
@@ -81,6 +84,9 @@ pub enum SourceStep {
     Normal(Box<NormalStep>),
     TemplateCall(TemplateCall),
     Loop(LoopStep),
+    /// Steps the parser derived from one authored item, in order (a routine expansion, a
+    /// parallel step's spawn and synthesis steps, a step followed by its verification and audit).
+    Group(Vec<SourceStep>),
 }
 
 /// A normal step.
@@ -100,6 +106,8 @@ pub struct NormalStep {
     pub function_refs: Vec<FunctionRef>,
     /// The workflow-language fields (run condition, validation, assessments, fragments, ...).
     pub language: super::language::StepLang,
+    /// The 3.x spelling's content, kept fields and derived provenance.
+    pub extras: StepExtras,
     pub pointer: String,
 }
 
@@ -174,6 +182,8 @@ pub struct LoopStep {
     /// Loop-scoped `functionDefinitions`, visible to every step of the body (nested loops too).
     pub functions: Vec<SourceFunction>,
     pub body: Vec<SourceStep>,
+    /// Loop fields kept verbatim (`title`).
+    pub kept: BTreeMap<String, Value>,
     pub pointer: String,
     /// The workflow-language fields of a loop written in the language's form.
     pub language: Box<super::language::LoopLang>,

@@ -15,6 +15,7 @@
 //! Errors are the unified envelope.
 
 pub mod applied;
+pub mod authoring;
 pub mod cli;
 pub mod config;
 pub mod servers;

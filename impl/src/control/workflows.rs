@@ -302,11 +302,14 @@ fn write_envelope(path: &Path, e: std::io::Error) -> ErrorEnvelope {
 /// Validates `text` with the compiler as a workflow of `kind` saved under `id`; the compiler's
 /// errors (each with its JSON pointer) when it does not compile.
 fn validate(
+    catalog: &Catalog,
     kind: WorkflowSourceKind,
     id: &str,
     text: &str,
 ) -> Result<crate::compiler::Compiled, ErrorEnvelope> {
-    let ctx = CompileContext::authoring(crate::sources::suggestion_namespace(kind));
+    // Compiled with the sources' library, as the catalog will compile it (routines).
+    let ctx = CompileContext::authoring(crate::sources::suggestion_namespace(kind))
+        .with_library(std::sync::Arc::clone(catalog.library()));
     let compiled = compile_str(text, &ctx).map_err(|errors| errors.to_envelope(id))?;
     if compiled.snapshot.body.workflow_id.as_str() != id {
         return Err(ErrorEnvelope::new(
@@ -361,7 +364,7 @@ pub fn save_source(
             Retry::NotRetryable,
         )
     })?;
-    let compiled = validate(kind, id, text)?;
+    let compiled = validate(&catalog, kind, id, text)?;
     crate::sources::fs::write_source_file(&path, text.as_bytes())
         .map_err(|e| write_envelope(&path, e))?;
     Ok(SavedSource {
@@ -432,7 +435,7 @@ pub fn copy_to_editable(
     let mut text = serde_json::to_string_pretty(&source)
         .map_err(|e| super::applied::internal(format!("cannot serialize the copy: {e}")))?;
     text.push('\n');
-    let compiled = validate(WorkflowSourceKind::User, &target, &text)?;
+    let compiled = validate(&catalog, WorkflowSourceKind::User, &target, &text)?;
     crate::sources::fs::write_source_file(&path, text.as_bytes())
         .map_err(|e| write_envelope(&path, e))?;
     Ok(SavedSource {

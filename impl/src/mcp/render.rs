@@ -93,6 +93,29 @@ pub fn list_text(out: &ListWorkflowsOutput) -> String {
     text
 }
 
+/// The most of one kept field's JSON the text shows (the structured output has all of it).
+const KEPT_TEXT_MAX_BYTES: usize = 400;
+
+/// Kept fields as `- name: <compact JSON>` lines, each bounded.
+fn kept_text(kept: &std::collections::BTreeMap<String, serde_json::Value>) -> String {
+    let mut out = String::new();
+    for (name, value) in kept {
+        let json = serde_json::to_string(value).unwrap_or_default();
+        let cut = workrail_spec::budget::floor_char_boundary(&json, KEPT_TEXT_MAX_BYTES);
+        let shown = if cut < json.len() {
+            format!(
+                "{}… ({} bytes in structuredContent)",
+                &json[..cut],
+                json.len()
+            )
+        } else {
+            json
+        };
+        out.push_str(&format!("\n- {name}: {shown}"));
+    }
+    out
+}
+
 /// `inspect_workflow` as text.
 pub fn inspect_text(out: &InspectWorkflowOutput) -> String {
     let w = &out.workflow;
@@ -113,6 +136,10 @@ pub fn inspect_text(out: &InspectWorkflowOutput) -> String {
         text.push_str("\n\n");
         text.push_str(description);
     }
+    if !out.kept.is_empty() {
+        text.push_str("\n\nKept fields (shown here, no effect on a run):");
+        text.push_str(&kept_text(&out.kept));
+    }
     if !out.steps.is_empty() {
         text.push_str(&format!("\n\nSteps ({}):", out.steps.len()));
         for (i, step) in out.steps.iter().enumerate() {
@@ -123,6 +150,10 @@ pub fn inspect_text(out: &InspectWorkflowOutput) -> String {
                 step.step_id,
                 step.prompt.trim_end()
             ));
+            if !step.kept.is_empty() {
+                text.push_str("\nKept fields:");
+                text.push_str(&kept_text(&step.kept));
+            }
         }
     }
     if !out.warnings.is_empty() {

@@ -173,6 +173,7 @@ pub(super) fn inspect_workflow(
                 step_id: s.step_id.clone(),
                 title: s.title.clone(),
                 prompt: s.prompt.clone(),
+                kept: s.language.kept.clone(),
             })
             .collect(),
     };
@@ -190,6 +191,7 @@ pub(super) fn inspect_workflow(
         workflow_hash: compiled.workflow_hash.clone(),
         steps,
         warnings,
+        kept: compiled.snapshot.body.kept.clone(),
     })
 }
 

@@ -13,10 +13,15 @@ use workrail_spec::closed::WorkflowSourceKind;
 use super::WorkflowSource;
 use super::catalog::Catalog;
 use crate::compiler::error::CompileErrors;
+use crate::compiler::library::WorkflowLibrary;
 use crate::compiler::{CompileContext, Compiled, compile_str};
 
-/// The compile result of one document, with the text it was compiled from.
-type MemoEntry = (String, Result<Compiled, CompileErrors>);
+/// The compile result of one document, with the text and the library it was compiled with.
+type MemoEntry = (
+    String,
+    Arc<WorkflowLibrary>,
+    Result<Compiled, CompileErrors>,
+);
 
 #[derive(Default)]
 struct CacheState {
@@ -63,11 +68,19 @@ impl CatalogCache {
             sources,
             &mut |kind, ctx: &CompileContext, source_ref: &str, text: &str| {
                 let key = (kind, source_ref.to_owned());
+                // A routine's change reaches every workflow that may expand it.
                 let result = match previous.remove(&key) {
-                    Some((old_text, result)) if old_text == text => result,
+                    Some((old_text, library, result))
+                        if old_text == text && library == ctx.library =>
+                    {
+                        result
+                    }
                     _ => compile_str(text, ctx),
                 };
-                kept.insert(key, (text.to_owned(), result.clone()));
+                kept.insert(
+                    key,
+                    (text.to_owned(), Arc::clone(&ctx.library), result.clone()),
+                );
                 result
             },
         ));

@@ -6,6 +6,7 @@
 //! id the first source that defines it wins and later copies are reported, never merged.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use workrail_spec::closed::{WorkflowKind, WorkflowSourceKind};
@@ -16,6 +17,7 @@ use workrail_spec::tools::{Warning, WorkflowSummary};
 use super::bundled::ALIASES;
 use super::{WorkflowSource, legacy, suggestion_namespace};
 use crate::compiler::error::CompileErrors;
+use crate::compiler::library::{WorkflowLibrary, workflow_routine_key};
 use crate::compiler::{CompileContext, Compiled, compile_str};
 
 /// A workflow that loaded and compiled.
@@ -39,7 +41,12 @@ impl LoadedWorkflow {
             workflow_id: self.workflow_id.clone(),
             name: body.name.clone().unwrap_or_default(),
             description: body.description.clone().unwrap_or_default(),
-            kind: WorkflowKind::Workflow,
+            // A routine (what `wr.templates.routine.<name>` expands) is listed as one (locks §7).
+            kind: if workflow_routine_key(self.workflow_id.as_str()).is_some() {
+                WorkflowKind::Routine
+            } else {
+                WorkflowKind::Workflow
+            },
             id_status: self.workflow_id.id_status(),
             canonical_id: None,
             suggested_id: self.suggested_id.clone(),
@@ -229,6 +236,8 @@ pub type CompileFn<'a> = dyn FnMut(WorkflowSourceKind, &CompileContext, &str, &s
 pub struct Catalog {
     workflows: Vec<LoadedWorkflow>,
     problems: Vec<SourceProblem>,
+    /// The sources' workflows as the compiler's library (routines, delegation targets).
+    library: Arc<WorkflowLibrary>,
 }
 
 /// The locked discovery order: namespace, then kind (workflow first), then id; legacy ids (no
@@ -258,13 +267,24 @@ impl Catalog {
     /// `compile_str(text, ctx)`.
     pub fn load_with(sources: &[&dyn WorkflowSource], compile: &mut CompileFn<'_>) -> Self {
         let mut catalog = Self::default();
-        for source in sources {
-            let kind = source.kind();
+        // Every document is read first: a workflow may expand a routine of any source.
+        let read: Vec<_> = sources.iter().map(|s| (s.kind(), s.documents())).collect();
+        catalog.library = Arc::new(WorkflowLibrary::from_documents(read.iter().flat_map(
+            |(kind, documents)| {
+                documents.iter().filter_map(move |d| {
+                    d.as_ref()
+                        .ok()
+                        .map(|d| (*kind == WorkflowSourceKind::Bundled, d.text.as_str()))
+                })
+            },
+        )));
+        for (kind, documents) in read {
             let ctx = match kind {
                 WorkflowSourceKind::Bundled => CompileContext::bundled(),
                 other => CompileContext::load(suggestion_namespace(other)),
-            };
-            for document in source.documents() {
+            }
+            .with_library(Arc::clone(&catalog.library));
+            for document in documents {
                 let document = match document {
                     Ok(d) => d,
                     Err(e) => {
@@ -350,6 +370,12 @@ impl Catalog {
             }
             workflow.suggested_id = suggestion;
         }
+    }
+
+    /// The library the catalog's workflows were compiled with (to compile new text the same
+    /// way, e.g. before saving it).
+    pub fn library(&self) -> &Arc<WorkflowLibrary> {
+        &self.library
     }
 
     /// Discovery rows (`list_workflows`), in the locked order.

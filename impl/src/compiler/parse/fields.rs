@@ -1,7 +1,10 @@
 //! Reading JSON objects field by field, so every problem gets a pointer: unknown fields (with a
 //! rename fix when the key is a near miss), inline schema fields, v1-only fields, wrong types.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
+use workrail_spec::compiled::{CompiledWarning, CompiledWarningCode};
 
 use super::Parser;
 use crate::compiler::error::{AutoFix, CompileError, CompileErrorCode as Code, child};
@@ -84,6 +87,37 @@ impl<'a> Fields<'a> {
             ));
         }
         value
+    }
+
+    /// [`Fields::finish`], except in a legacy-id workflow (locks §7: legacy workflows load
+    /// warn-only), where a field neither spelling defines is returned to be kept verbatim, with
+    /// an `unknown_field_kept` warning. Inline schemas stay errors everywhere.
+    pub(super) fn finish_keeping(self, p: &mut Parser<'_>) -> BTreeMap<String, Value> {
+        if !p.lenient {
+            self.finish(p);
+            return BTreeMap::new();
+        }
+        let mut kept = BTreeMap::new();
+        for (key, value) in self.map {
+            if self.allowed.contains(&key.as_str()) {
+                continue;
+            }
+            let error = unknown_field(key, &self.pointer, self.what, self.allowed);
+            if error.code == Code::InlineSchema {
+                p.error(error);
+                continue;
+            }
+            p.warn(CompiledWarning {
+                code: CompiledWarningCode::UnknownFieldKept,
+                message: format!(
+                    "`{key}` is not a field of {} in either workflow spelling; this legacy-id workflow keeps it verbatim (shown by inspect_workflow) and it has no effect.",
+                    self.what
+                ),
+                pointer: Some(child(&self.pointer, key)),
+            });
+            kept.insert(key.clone(), value.clone());
+        }
+        kept
     }
 
     /// Reports every key that is not allowed.

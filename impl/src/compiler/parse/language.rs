@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use workrail_spec::compiled::{
     CompiledWarning, CompiledWarningCode, Condition, ConfirmationKind, PromptFragment,
 };
@@ -20,7 +20,7 @@ use super::fields::{Fields, array, one_of, type_name};
 use super::{Parser, delimiter_safe};
 use crate::compiler::error::{AutoFix, CompileError, CompileErrorCode as Code, child, index};
 use crate::compiler::language::{StepLang, WorkflowLanguage};
-use crate::compiler::source::{SourceCondition, SourceOutput, SourceStep};
+use crate::compiler::source::{SourceCondition, SourceStep};
 
 mod assessment;
 mod branch;
@@ -214,63 +214,6 @@ pub(super) fn step_fields(
         kept: BTreeMap::new(),
         output_contract: f.opt("outputContract").is_some(),
     })
-}
-
-/// `outputContract: {contractRef, required?}`, the language's spelling of `output.contractRef`.
-/// `None` when an error was reported.
-pub(super) fn output_contract(
-    p: &mut Parser<'_>,
-    f: &Fields<'_>,
-    output: Option<Option<SourceOutput>>,
-) -> Option<Option<SourceOutput>> {
-    let Some(value) = f.opt("outputContract") else {
-        return output.map_or(Some(None), |o| o.map(Some));
-    };
-    let pointer = f.at("outputContract");
-    if output.is_some() {
-        p.error(
-            CompileError::new(
-                Code::InvalidValue,
-                pointer.clone(),
-                "a step has both `output` and `outputContract`; they name the same requirement.",
-                "Keep `output.contractRef` and remove `outputContract`.",
-            )
-            .with_fix(AutoFix::Remove { path: pointer }),
-        );
-        return None;
-    }
-    let c = Fields::new(
-        p,
-        value,
-        &pointer,
-        "`outputContract`",
-        &["contractRef", "required"],
-    )?;
-    let contract = c.req(
-        p,
-        "contractRef",
-        "Add `contractRef`, e.g. `wr.contracts.loop_control`.",
-    );
-    if let Some(required) = c.opt("required")
-        && required != &Value::Bool(true)
-    {
-        p.error(
-            CompileError::new(
-                Code::InvalidValue,
-                c.at("required"),
-                "an output contract is always required: the step cannot complete without its artifact.",
-                "Remove `required`, or remove the contract and describe the output in the prompt.",
-            )
-            .with_fix(AutoFix::Remove {
-                path: c.at("required"),
-            }),
-        );
-    }
-    c.finish(p);
-    let contract = contract?;
-    let mut object = Map::new();
-    object.insert("contractRef".to_owned(), contract.clone());
-    super::prompt::output(p, &Value::Object(object), &pointer).map(Some)
 }
 
 fn fragments(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Vec<PromptFragment>> {

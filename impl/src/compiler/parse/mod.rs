@@ -2,10 +2,14 @@
 //! problem instead of stopping at the first (each with pointer, message, suggestion and fix).
 
 mod config;
+mod content;
 mod fields;
 pub(crate) mod functions;
 mod language;
+pub(crate) mod legacy;
+mod parallel;
 mod prompt;
+mod routine;
 mod step;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +18,7 @@ use serde_json::Value;
 use workrail_spec::closed::{
     Autonomy, Capability, CapabilityRequirement, LoopDecision, RiskPolicy,
 };
-use workrail_spec::compiled::{FunctionScope, Recommendations};
+use workrail_spec::compiled::{CompiledWarning, FunctionScope, Recommendations};
 use workrail_spec::ids::{ConditionId, IdStatus, WorkflowId};
 
 use self::fields::{Fields, array, non_blank, one_of, string};
@@ -28,11 +32,14 @@ use workrail_spec::ids::RESERVED_NAMESPACE;
 /// Collects errors while parsing.
 pub(crate) struct Parser<'c> {
     pub(crate) errors: Vec<CompileError>,
+    /// Warnings of the 3.x spelling (v1-era fields, kept unknown fields, delegations, ignored
+    /// operators and fields of the language).
+    pub(crate) warnings: Vec<CompiledWarning>,
+    /// A legacy-id workflow: fields neither spelling defines are kept with a warning.
+    pub(crate) lenient: bool,
     ctx: &'c CompileContext,
     /// Declared condition ids (even those whose kind failed to parse, to avoid cascades).
     conditions: BTreeMap<String, Option<ConditionKind>>,
-    /// Warnings of the workflow language (ignored operators and fields).
-    pub(crate) warnings: Vec<workrail_spec::compiled::CompiledWarning>,
     /// The workflow id is a legacy (dot-free) id: text the reference language leaves alone
     /// (a `{{ }}` span that is not a marker) is accepted as written.
     pub(crate) legacy_id: bool,
@@ -41,6 +48,10 @@ pub(crate) struct Parser<'c> {
 impl<'c> Parser<'c> {
     pub(crate) fn error(&mut self, error: CompileError) {
         self.errors.push(error);
+    }
+
+    pub(crate) fn warn(&mut self, warning: CompiledWarning) {
+        self.warnings.push(warning);
     }
 
     fn condition(&self, id: &str) -> Option<&Option<ConditionKind>> {
@@ -73,9 +84,10 @@ pub(crate) fn parse(
 ) -> (Option<SourceWorkflow>, Vec<CompileError>) {
     let mut p = Parser {
         errors: Vec::new(),
+        warnings: Vec::new(),
+        lenient: false,
         ctx,
         conditions: BTreeMap::new(),
-        warnings: Vec::new(),
         legacy_id: false,
     };
     let mut parsed = parse_workflow(&mut p, source);
@@ -86,7 +98,12 @@ pub(crate) fn parse(
 }
 
 fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> {
-    let f = Fields::new(p, source, "", "the workflow", TOP_LEVEL)?;
+    let allowed: Vec<&str> = TOP_LEVEL
+        .iter()
+        .chain(legacy::WORKFLOW_FIELDS)
+        .copied()
+        .collect();
+    let f = Fields::new(p, source, "", "the workflow", &allowed)?;
     let id = f
         .req(
             p,
@@ -94,6 +111,9 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
             "Add `\"id\": \"<namespace>.<name>\"`, e.g. `project.bug_investigation`.",
         )
         .and_then(|v| workflow_id(p, v, &f.at("id")));
+    p.lenient = id
+        .as_ref()
+        .is_some_and(|id| id.id_status() == IdStatus::Legacy);
     let name = f
         .req(p, "name", "Add a short human-readable `name`.")
         .and_then(|v| non_blank(p, v, &f.at("name"), "`name`"))
@@ -109,10 +129,11 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
     let agent_role = f
         .opt("agentRole")
         .and_then(|v| prompt::free_text(p, v, &f.at("agentRole"), "`agentRole`"));
-    let recommendations = f
+    let mut recommendations = f
         .opt("recommendations")
         .and_then(|v| recommendations(p, v, &f.at("recommendations")))
         .unwrap_or_default();
+    let mut extras = legacy::workflow(p, &f, &mut recommendations);
     let capabilities = f
         .opt("capabilities")
         .map(|v| capabilities(p, v, &f.at("capabilities")))
@@ -135,10 +156,16 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
     let language = language::workflow_fields(p, &f);
     let mut steps = f
         .req(p, "steps", "Add a non-empty `steps` array.")
-        .map(|v| step::steps(p, v, &f.at("steps"), "`steps`"))
+        .map(|v| {
+            let bound =
+                legacy::bind_extension_points(p, v, f.opt("extensionPoints"), &f.at("steps"));
+            step::steps(p, bound.as_ref().unwrap_or(v), &f.at("steps"), "`steps`")
+        })
         .unwrap_or_default();
     language::finish(p, &mut steps, f.opt("steps"), &mut conditions, &language);
-    f.finish(p);
+    extras.kept.extend(f.finish_keeping(p));
+    // Every warning of the parse (the 3.x spelling's and the language's) travels once.
+    extras.warnings = std::mem::take(&mut p.warnings);
     Some(SourceWorkflow {
         id,
         name: name.unwrap_or_default(),
@@ -151,6 +178,7 @@ fn parse_workflow(p: &mut Parser<'_>, source: &Value) -> Option<SourceWorkflow> 
         functions,
         steps,
         language,
+        extras,
     })
 }
 

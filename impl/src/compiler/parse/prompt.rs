@@ -353,7 +353,11 @@ pub(super) fn output(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option
     })
 }
 
-fn contract_ref(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<&'static str> {
+pub(super) fn contract_ref(
+    p: &mut Parser<'_>,
+    value: &Value,
+    pointer: &str,
+) -> Option<&'static str> {
     let raw = string(p, value, pointer, "`contractRef`")?;
     if let Some(pack) = contracts::find(raw) {
         if !pack.requirable {

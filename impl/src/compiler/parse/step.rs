@@ -38,7 +38,15 @@ const NORMAL: &[&str] = &[
     "promptFragments",
     "notesOptional",
     "maxAttempts",
+    // The 3.x spelling's content fields (`content.rs`, `legacy.rs`).
     "outputContract",
+    "guidance",
+    "askForFiles",
+    "hasValidation",
+    "functionCalls",
+    "audit",
+    "verification",
+    "modelTier",
 ];
 const TEMPLATE_CALL: &[&str] = &["type", "templateId", "args"];
 const LOOP: &[&str] = &[
@@ -48,6 +56,14 @@ const LOOP: &[&str] = &[
     "maxIterations",
     "functionDefinitions",
     "body",
+    // The 3.x spelling: the loop's `id` (v2: `loopId`) and `title` (kept).
+    "id",
+    "title",
+    // Control-flow fields: accepted here, compiled by the language module.
+    "loop",
+    "runCondition",
+    "requireConfirmation",
+    "notesOptional",
 ];
 
 /// A non-empty list of steps (`steps` or a loop `body`). Steps that fail to parse are left out
@@ -94,7 +110,9 @@ fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> 
         return None;
     };
     match map.get("type") {
-        None => normal(p, value, pointer).map(|n| SourceStep::Normal(Box::new(n))),
+        None if map.contains_key("templateCall") => super::routine::call(p, value, pointer),
+        None => normal(p, value, pointer)
+            .map(|n| super::content::with_virtual_steps(p, n, value, pointer)),
         Some(t) => {
             let at = format!("{pointer}/type");
             match one_of(
@@ -102,12 +120,13 @@ fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> 
                 t,
                 &at,
                 "step `type`",
-                &["branch", "loop", "template_call"],
+                &["branch", "loop", "parallel", "template_call"],
             )? {
                 "loop" if language::is_language_loop(map) => {
                     language::loop_step(p, value, pointer).map(SourceStep::Loop)
                 }
                 "loop" => loop_step(p, value, pointer).map(SourceStep::Loop),
+                "parallel" => super::parallel::step(p, value, pointer),
                 "branch" => {
                     // `steps` splices branches into their list before a step is read.
                     p.error(CompileError::new(
@@ -124,7 +143,7 @@ fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> 
     }
 }
 
-fn step_id(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<StepId> {
+pub(super) fn step_id(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<StepId> {
     let raw = string(p, value, pointer, "step `id`")?;
     if let Ok(id) = StepId::parse(raw) {
         return Some(id);
@@ -145,7 +164,7 @@ fn step_id(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<StepId> {
     None
 }
 
-fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep> {
+pub(super) fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep> {
     let f = Fields::new(p, value, pointer, "a step", NORMAL)?;
     let id = f
         .req(p, "id", "Add a step `id` matching [a-z0-9_-]+.")
@@ -193,10 +212,11 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
             None
         }
     };
+    let mut extras = super::content::step(p, &f);
     let output = f
         .opt("output")
         .map(|v| prompt::output(p, v, &f.at("output")));
-    let output = language::output_contract(p, &f, output);
+    let output = super::legacy::output_contract(p, &f, output, &mut extras.kept);
     let lang = language::step_fields(p, &f, confirmation.as_ref());
     let choices = match f.opt("nonAssumableChoices") {
         None => Some(BTreeSet::new()),
@@ -206,11 +226,14 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
         None => Some(Vec::new()),
         Some(v) => functions::definitions(p, v, &f.at("functionDefinitions"), FunctionScope::Step),
     };
-    let function_refs = match f.opt("functionReferences") {
+    let mut function_refs = match f.opt("functionReferences") {
         None => Some(Vec::new()),
         Some(v) => functions::references(p, v, &f.at("functionReferences")),
     };
-    f.finish(p);
+    if let Some(refs) = function_refs.as_mut() {
+        super::content::call_refs(refs, &extras, pointer);
+    }
+    extras.kept.extend(f.finish_keeping(p));
     Some(NormalStep {
         id: id?,
         title: title?,
@@ -225,6 +248,7 @@ fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<NormalStep
         functions: functions?,
         function_refs: function_refs?,
         language: lang?,
+        extras,
         pointer: pointer.to_owned(),
     })
 }
@@ -277,7 +301,11 @@ fn flatten(value: &PromptValue) -> String {
     }
 }
 
-fn template_call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<TemplateCall> {
+pub(super) fn template_call(
+    p: &mut Parser<'_>,
+    value: &Value,
+    pointer: &str,
+) -> Option<TemplateCall> {
     let f = Fields::new(p, value, pointer, "a template_call step", TEMPLATE_CALL)?;
     let template = f
         .req(
@@ -288,6 +316,11 @@ fn template_call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Tem
         .and_then(|v| string(p, v, &f.at("templateId"), "`templateId`"))
         .and_then(|raw| {
             let found = templates::find(raw);
+            if found.is_none()
+                && super::routine::routine_from_template_call(p, raw, &f.at("templateId"))
+            {
+                return None;
+            }
             if found.is_none() {
                 let known: Vec<&str> = templates::TEMPLATES.iter().map(|t| t.template_id).collect();
                 let tail = raw.rsplit('.').next().unwrap_or(raw);
@@ -343,10 +376,12 @@ fn template_call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Tem
 
 fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<LoopStep> {
     let f = Fields::new(p, value, pointer, "a loop step", LOOP)?;
+    let id_field = super::legacy::loop_id_field(p, &f);
     let loop_id = f
-        .req(p, "loopId", "Add a `loopId` matching [a-z0-9_-]+.")
-        .and_then(|v| delimiter_safe(p, v, &f.at("loopId"), "`loopId`"))
+        .req(p, id_field, "Add a `loopId` matching [a-z0-9_-]+.")
+        .and_then(|v| delimiter_safe(p, v, &f.at(id_field), "`loopId`"))
         .and_then(|raw| LoopId::parse(&raw).ok());
+    let mut kept = super::legacy::loop_kept(p, &f);
     let condition_id = f
         .req(
             p,
@@ -373,13 +408,14 @@ fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<LoopSte
     let body = f
         .req(p, "body", "Add a non-empty `body` array of steps.")
         .map(|v| steps(p, v, &f.at("body"), "loop `body`"));
-    f.finish(p);
+    kept.extend(f.finish_keeping(p));
     Some(LoopStep {
         loop_id: loop_id?,
         condition_id: Some(condition_id?),
         max_iterations: max_iterations?,
         functions: functions?,
         body: body?,
+        kept,
         pointer: pointer.to_owned(),
         language: Default::default(),
     })

@@ -325,6 +325,7 @@ pub(crate) fn check_assessments(
         match step {
             SourceStep::Normal(n) => check_step_assessments(p, n, declared),
             SourceStep::Loop(l) => check_assessments(p, &l.body, declared),
+            SourceStep::Group(steps) => check_assessments(p, steps, declared),
             SourceStep::TemplateCall(_) => {}
         }
     }

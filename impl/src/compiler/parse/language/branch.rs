@@ -136,6 +136,13 @@ fn guarded(
             mark(&mut l.language.kept);
             Some(SourceStep::Loop(l))
         }
+        // A parallel step or an expanded routine: every step it stands for is in the case.
+        SourceStep::Group(steps) => Some(SourceStep::Group(
+            steps
+                .into_iter()
+                .filter_map(|s| guarded(p, s, guard.clone(), branch, case))
+                .collect(),
+        )),
         SourceStep::TemplateCall(call) => {
             p.error(CompileError::new(
                 Code::InvalidValue,

@@ -123,7 +123,8 @@ pub(crate) fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Opt
         Some(v) => (Some(step::steps(p, v, &f.at("body"), "loop `body`")), None),
         None => (None, None),
     };
-    f.finish(p);
+    // A legacy-id workflow keeps the fields neither spelling defines (decision D147).
+    let unknown = f.finish_keeping(p);
     let (max_iterations, while_, pending, vars) = config?;
     Some(LoopStep {
         loop_id: loop_id?,
@@ -131,6 +132,7 @@ pub(crate) fn loop_step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Opt
         max_iterations,
         functions: functions?,
         body: body?,
+        kept: unknown,
         pointer: pointer.to_owned(),
         language: Box::new(LoopLang {
             while_,

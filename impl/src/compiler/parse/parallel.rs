@@ -1,0 +1,501 @@
+//! Parallel steps (`{"type": "parallel", "id", "title", "parallelDelegations", "synthesis"?}`),
+//! compiled as WorkRail 3.x runs them: a spawn step whose prompt lists each delegation
+//! (workflow, goal, model tier, allowed tools, inputs) for the agent to start as parallel
+//! subagents, then, when `synthesis` is set, a synthesis step `<id>__synthesis` with the
+//! synthesis prompt and contract.
+//!
+//! A delegation with a `runCondition` is a conditional prompt fragment of the spawn step (shown
+//! only when the condition holds over the run's context); the others are part of its prompt. The
+//! delegations are also kept structured in the spawn step's `kept.parallel` (the authored
+//! objects, each with the `resolvedWorkflowId` the sources answered), so server-tracked lanes can
+//! find them; the synthesis step's provenance is `template_injected` from `<id>#synthesis`.
+
+use serde_json::{Map, Value, json};
+use workrail_spec::closed::StepSource;
+use workrail_spec::compiled::{
+    CompiledWarning, CompiledWarningCode, Condition, PromptFragment, StepProvenance,
+};
+
+use super::Parser;
+use super::content::derived_step;
+use super::fields::{Fields, array, non_blank, one_of, string, type_name};
+use super::legacy::MODEL_TIERS;
+use crate::compiler::error::{CompileError, CompileErrorCode as Code, child, index};
+use crate::compiler::source::SourceStep;
+
+const PARALLEL: &[&str] = &[
+    "type",
+    "id",
+    "title",
+    "parallelDelegations",
+    "synthesis",
+    "runCondition",
+    "requireConfirmation",
+    "notesOptional",
+];
+const DELEGATION: &[&str] = &[
+    "workflowId",
+    "goal",
+    "runCondition",
+    "contextMapping",
+    "args",
+    "modelTier",
+    "allowedTools",
+];
+
+/// One delegation, checked.
+struct Delegation {
+    workflow_id: String,
+    /// The id the workflow sources answered, when found.
+    resolved: Option<String>,
+    goal: Option<String>,
+    condition: Option<Condition>,
+    context_mapping: Vec<(String, String)>,
+    args: Vec<(String, String)>,
+    model_tier: Option<String>,
+    allowed_tools: Vec<String>,
+    authored: Value,
+}
+
+/// A parallel step: the spawn step, then the synthesis step when `synthesis` is set.
+pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> {
+    let f = Fields::new(p, value, pointer, "a parallel step", PARALLEL)?;
+    let delegations_at = f.at("parallelDelegations");
+    let delegations = f
+        .req(
+            p,
+            "parallelDelegations",
+            "Add `parallelDelegations`: a non-empty list of `{workflowId, goal?, ...}`.",
+        )
+        .and_then(|v| delegations(p, v, &delegations_at));
+    let synthesis = f.opt("synthesis");
+    if let Some(s) = synthesis {
+        let s_at = f.at("synthesis");
+        if let Some(sf) = Fields::new(p, s, &s_at, "`synthesis`", &["prompt", "outputContract"]) {
+            if sf.opt("prompt").is_none() && sf.opt("outputContract").is_none() {
+                p.error(CompileError::new(
+                    Code::MissingField,
+                    s_at.clone(),
+                    "`synthesis` needs a `prompt`, an `outputContract`, or both.",
+                    "Add a `prompt` saying how to merge the delegated results.",
+                ));
+            }
+            sf.finish(p);
+        }
+    }
+    let kept_unknown = f.finish_keeping(p);
+    let delegations = delegations?;
+    let id = value.get("id").and_then(Value::as_str).unwrap_or_default();
+    let synthesis_id = format!("{id}__synthesis");
+    let mut spawn = Map::new();
+    for key in [
+        "id",
+        "title",
+        "runCondition",
+        "requireConfirmation",
+        "notesOptional",
+    ] {
+        if let Some(v) = value.get(key) {
+            spawn.insert(key.into(), v.clone());
+        }
+    }
+    spawn.insert(
+        "prompt".into(),
+        Value::from(spawn_prompt(&delegations, synthesis.is_some())),
+    );
+    let mut spawn = derived_step(p, &Value::Object(spawn), pointer)?;
+    for (i, d) in delegations.iter().enumerate() {
+        if let Some(condition) = &d.condition {
+            spawn.extras.fragments.push(PromptFragment {
+                fragment_id: format!("delegation-{}", i + 1),
+                when: Some(condition.clone()),
+                text: delegation_block(i, d),
+            });
+        }
+    }
+    let mut kept = json!({
+        "delegations": delegations.iter().map(|d| {
+            let mut authored = d.authored.clone();
+            if let (Some(map), Some(resolved)) = (authored.as_object_mut(), &d.resolved) {
+                map.insert("resolvedWorkflowId".into(), Value::from(resolved.as_str()));
+            }
+            authored
+        }).collect::<Vec<_>>(),
+    });
+    if synthesis.is_some()
+        && let Some(map) = kept.as_object_mut()
+    {
+        map.insert("synthesisStepId".into(), Value::from(synthesis_id.as_str()));
+    }
+    spawn.extras.kept.insert("parallel".to_owned(), kept);
+    spawn.extras.kept.extend(kept_unknown);
+    let Some(synthesis) = synthesis else {
+        return Some(SourceStep::Normal(Box::new(spawn)));
+    };
+    let title = value
+        .get("title")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut s = Map::new();
+    s.insert("id".into(), Value::from(synthesis_id));
+    s.insert("title".into(), Value::from(format!("Synthesis: {title}")));
+    s.insert(
+        "prompt".into(),
+        synthesis
+            .get("prompt")
+            .cloned()
+            .unwrap_or_else(|| Value::from(SYNTHESIS_PROMPT)),
+    );
+    s.insert("notesOptional".into(), Value::Bool(true));
+    if let Some(condition) = value.get("runCondition") {
+        s.insert("runCondition".into(), condition.clone());
+    }
+    if let Some(contract) = synthesis.get("outputContract") {
+        s.insert("outputContract".into(), contract.clone());
+    }
+    let warnings = p.warnings.len();
+    let synthesized = derived_step(p, &Value::Object(s), &child(pointer, "synthesis"));
+    // `outputContract` is the authored spelling of the synthesis contract: no v1 warning for it.
+    p.warnings.truncate(warnings);
+    let mut synthesized = synthesized?;
+    synthesized.extras.provenance = Some(StepProvenance {
+        source: StepSource::TemplateInjected,
+        origin_id: Some(format!("{id}#synthesis")),
+    });
+    Some(SourceStep::Group(vec![
+        SourceStep::Normal(Box::new(spawn)),
+        SourceStep::Normal(Box::new(synthesized)),
+    ]))
+}
+
+const SYNTHESIS_PROMPT: &str = "Merge the results of the parallel subagents of the previous step into one result: reconcile contradictions explicitly, say how each was resolved, and produce one unified report.";
+
+fn spawn_prompt(delegations: &[Delegation], synthesis: bool) -> String {
+    let next = if synthesis {
+        "continue this workflow: the next step merges the results"
+    } else {
+        "continue this workflow"
+    };
+    let mut text = format!(
+        "Run the delegations listed in this step in parallel: start one subagent for each (with your client's subagent tool), each running its own WorkRail session of the named workflow (`start_workflow` with that `workflowId`) toward the goal and with the inputs given.\n\n1. Start every listed delegation at the same time.\n2. Wait until every subagent has finished and written its deliverable.\n3. Check that each deliverable exists, then {next}.\n\nIf this step lists no delegation, none applies to this run: continue at once without starting any.",
+    );
+    for (i, d) in delegations.iter().enumerate() {
+        if d.condition.is_none() {
+            text.push_str("\n\n");
+            text.push_str(&delegation_block(i, d));
+        }
+    }
+    text
+}
+
+fn delegation_block(i: usize, d: &Delegation) -> String {
+    let id = d.resolved.as_deref().unwrap_or(&d.workflow_id);
+    let mut lines = vec![
+        format!("### Delegation {}: {id}", i + 1),
+        format!("- Workflow: `{id}`"),
+        format!(
+            "- Goal: {}",
+            d.goal
+                .clone()
+                .unwrap_or_else(|| format!("run `{id}` with the inputs below"))
+        ),
+    ];
+    if let Some(tier) = &d.model_tier {
+        lines.push(format!("- Model tier: {tier}"));
+    }
+    if !d.allowed_tools.is_empty() {
+        lines.push(format!("- Allowed tools: {}", d.allowed_tools.join(", ")));
+    }
+    if d.context_mapping.is_empty() && d.args.is_empty() {
+        lines.push("- Inputs: none".to_owned());
+    } else {
+        lines.push("- Inputs:".to_owned());
+        for (parent, child) in &d.context_mapping {
+            lines.push(format!(
+                "  - `{child}`: the current value of this run's context `{parent}` (skip it when unset)"
+            ));
+        }
+        for (key, value) in &d.args {
+            lines.push(format!("  - `{key}`: `{value}`"));
+        }
+    }
+    lines.join("\n")
+}
+
+fn delegations(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Vec<Delegation>> {
+    let items = array(p, value, pointer, "`parallelDelegations`")?;
+    if items.is_empty() {
+        p.error(CompileError::new(
+            Code::InvalidValue,
+            pointer,
+            "`parallelDelegations` is empty; a parallel step delegates at least once.",
+            "Add a delegation `{\"workflowId\": \"...\", \"goal\": \"...\"}`, or make it a normal step.",
+        ));
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        match delegation(p, item, &index(pointer, i)) {
+            Some(d) => out.push(d),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn delegation(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Delegation> {
+    let f = Fields::new(p, value, pointer, "a delegation", DELEGATION)?;
+    let workflow_id = f
+        .req(
+            p,
+            "workflowId",
+            "Add the `workflowId` of the workflow or routine to delegate to.",
+        )
+        .and_then(|v| non_blank(p, v, &f.at("workflowId"), "`workflowId`"))
+        .map(str::to_owned);
+    let goal = f
+        .opt("goal")
+        .map(|v| super::prompt::free_text(p, v, &f.at("goal"), "the delegation `goal`"));
+    let condition = f
+        .opt("runCondition")
+        .map(|v| lower_condition(p, v, &f.at("runCondition")));
+    let context_mapping = f
+        .opt("contextMapping")
+        .map(|v| string_map(p, v, &f.at("contextMapping"), "`contextMapping`"));
+    let args = f
+        .opt("args")
+        .map(|v| string_map(p, v, &f.at("args"), "`args`"));
+    let model_tier = f
+        .opt("modelTier")
+        .map(|v| one_of(p, v, &f.at("modelTier"), "`modelTier`", MODEL_TIERS).map(str::to_owned));
+    let allowed_tools = f
+        .opt("allowedTools")
+        .map(|v| allowed_tools(p, v, &f.at("allowedTools")));
+    f.finish(p);
+    let workflow_id = workflow_id?;
+    let resolved = p
+        .ctx
+        .library
+        .resolve_workflow(&workflow_id)
+        .map(|id| id.as_str().to_owned());
+    if resolved.is_none() {
+        p.warn(CompiledWarning {
+            code: CompiledWarningCode::UnresolvedDelegation,
+            message: format!(
+                "delegation workflow `{workflow_id}` was not found in the workflow sources when this workflow compiled; the spawn step names it as written, and starting it fails until a source defines it."
+            ),
+            pointer: Some(child(pointer, "workflowId")),
+        });
+    }
+    Some(Delegation {
+        workflow_id,
+        resolved,
+        goal: present(goal)?,
+        condition: present(condition)?,
+        context_mapping: present(context_mapping)?.unwrap_or_default(),
+        args: present(args)?.unwrap_or_default(),
+        model_tier: present(model_tier)?,
+        allowed_tools: present(allowed_tools)?.unwrap_or_default(),
+        authored: value.clone(),
+    })
+}
+
+/// An optional field as read: absent is `Some(None)`, present and valid `Some(Some(_))`, present
+/// and invalid `None` (its error is already recorded).
+fn present<T>(read: Option<Option<T>>) -> Option<Option<T>> {
+    read.map_or(Some(None), |value| value.map(Some))
+}
+
+fn string_map(
+    p: &mut Parser<'_>,
+    value: &Value,
+    pointer: &str,
+    what: &str,
+) -> Option<Vec<(String, String)>> {
+    let Some(map) = value.as_object() else {
+        p.error(CompileError::new(
+            Code::WrongType,
+            pointer,
+            format!(
+                "{what} must be an object of strings, found {}.",
+                type_name(value)
+            ),
+            format!("Write {what} as e.g. `{{\"key\": \"value\"}}`."),
+        ));
+        return None;
+    };
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (key, v) in map {
+        match string(p, v, &child(pointer, key), what) {
+            Some(s) => out.push((key.clone(), s.to_owned())),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn allowed_tools(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Vec<String>> {
+    let items = array(p, value, pointer, "`allowedTools`")?;
+    if items.is_empty() {
+        p.error(CompileError::new(
+            Code::InvalidValue,
+            pointer,
+            "`allowedTools` is empty; leave it out to let the subagent use its default tools.",
+            "Remove `allowedTools` or name at least one tool.",
+        ));
+        return None;
+    }
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = index(pointer, i);
+        let name = string(p, item, &at, "a tool name")?;
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-'));
+        if !valid {
+            p.error(CompileError::new(
+                Code::InvalidValue,
+                at,
+                format!("tool name `{name}` must start with a letter and use only letters, digits, `_`, `:` and `-`."),
+                "Write the tool's name as the client lists it.",
+            ));
+            return None;
+        }
+        out.push(name.to_owned());
+    }
+    Some(out)
+}
+
+/// The operators of a condition object besides `var`.
+const OPERATORS: &[&str] = &[
+    "equals",
+    "not_equals",
+    "gt",
+    "gte",
+    "lt",
+    "lte",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "in",
+];
+
+/// Lowers a condition of the 3.x spelling (`{var, equals}`, `{and: [...]}`, ...) into the
+/// compiled [`Condition`]. The general lowering of every condition site lives with the
+/// control-flow constructs; delegations use this one until they share it.
+pub(super) fn lower_condition(
+    p: &mut Parser<'_>,
+    value: &Value,
+    pointer: &str,
+) -> Option<Condition> {
+    let bad = |p: &mut Parser<'_>, message: String| {
+        p.error(CompileError::new(
+            Code::InvalidValue,
+            pointer,
+            message,
+            "Write a condition such as `{\"var\": \"mode\", \"equals\": \"full\"}`, `{\"and\": [...]}`, `{\"or\": [...]}` or `{\"not\": {...}}`.",
+        ));
+        None
+    };
+    let Some(map) = value.as_object() else {
+        return bad(
+            p,
+            format!("a condition must be an object, found {}.", type_name(value)),
+        );
+    };
+    if map.is_empty() {
+        return Some(Condition::And { all: Vec::new() });
+    }
+    let list = |p: &mut Parser<'_>, key: &str, v: &Value| -> Option<Vec<Condition>> {
+        let items = array(p, v, &child(pointer, key), &format!("`{key}`"))?;
+        let lowered: Vec<Option<Condition>> = items
+            .iter()
+            .enumerate()
+            .map(|(i, c)| lower_condition(p, c, &index(&child(pointer, key), i)))
+            .collect();
+        lowered.into_iter().collect()
+    };
+    if map.len() == 1 {
+        match map.iter().next() {
+            Some((k, v)) if k == "and" => return list(p, k, v).map(|all| Condition::And { all }),
+            Some((k, v)) if k == "or" => return list(p, k, v).map(|any| Condition::Or { any }),
+            Some((k, v)) if k == "not" => {
+                return lower_condition(p, v, &child(pointer, k)).map(|c| Condition::Not {
+                    condition: Box::new(c),
+                });
+            }
+            _ => {}
+        }
+    }
+    let Some(var) = map.get("var").and_then(Value::as_str).map(str::to_owned) else {
+        return bad(
+            p,
+            "a condition needs `var` (a context key), or is one of `and`, `or`, `not`.".to_owned(),
+        );
+    };
+    let ops: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| k.as_str() != "var").collect();
+    let [(op, v)] = ops.as_slice() else {
+        if ops.is_empty() {
+            return Some(Condition::Truthy { var });
+        }
+        let names: Vec<&str> = ops.iter().map(|(k, _)| k.as_str()).collect();
+        return bad(
+            p,
+            format!(
+                "a condition compares `var` with one operator; found {}.",
+                names.join(", ")
+            ),
+        );
+    };
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(_) | Value::Bool(_) => Some(v.to_string()),
+        _ => None,
+    };
+    let number = |v: &Value| v.as_number().cloned();
+    let lowered = match op.as_str() {
+        "equals" => Some(Condition::Equals {
+            var,
+            value: (*v).clone(),
+        }),
+        "not_equals" => Some(Condition::NotEquals {
+            var,
+            value: (*v).clone(),
+        }),
+        "gt" => number(v).map(|value| Condition::Gt { var, value }),
+        "gte" => number(v).map(|value| Condition::Gte { var, value }),
+        "lt" => number(v).map(|value| Condition::Lt { var, value }),
+        "lte" => number(v).map(|value| Condition::Lte { var, value }),
+        "contains" => text(v).map(|value| Condition::Contains { var, value }),
+        "startsWith" => text(v).map(|value| Condition::StartsWith { var, value }),
+        "endsWith" => text(v).map(|value| Condition::EndsWith { var, value }),
+        "matches" => v.as_str().map(|pattern| Condition::Matches {
+            var,
+            pattern: pattern.to_owned(),
+        }),
+        "in" => v.as_array().map(|values| Condition::In {
+            var,
+            values: values.clone(),
+        }),
+        other => {
+            return bad(
+                p,
+                format!(
+                    "`{other}` is not a condition operator; use one of: {}.",
+                    OPERATORS.join(", ")
+                ),
+            );
+        }
+    };
+    match lowered {
+        Some(c) => Some(c),
+        None => bad(
+            p,
+            format!("the value of `{op}` has the wrong type ({}).", type_name(v)),
+        ),
+    }
+}
