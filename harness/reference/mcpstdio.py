@@ -205,7 +205,7 @@ class Sandbox:
     is private so neither reads the user's `~/.workrail`.
     """
 
-    def __init__(self, workflows_dir, keep=False):
+    def __init__(self, workflows_dir, keep=False, flatten=False):
         self.keep = keep
         self.root = tempfile.mkdtemp(prefix="workrail-langref-")
         self.workspace = os.path.join(self.root, "workspace")
@@ -214,7 +214,17 @@ class Sandbox:
         self.workflows = os.path.join(self.root, "workflows")
         for d in (self.workspace, self.home, self.data):
             os.makedirs(d)
-        shutil.copytree(workflows_dir, self.workflows)
+        if flatten:
+            # Every JSON file of the tree in one directory (`a/b.json` -> `a__b.json`): servers
+            # differ in which subdirectories they read (the reference skips `examples/`).
+            os.makedirs(self.workflows)
+            for root, _, files in os.walk(workflows_dir):
+                for name in files:
+                    if name.endswith(".json"):
+                        rel = os.path.relpath(os.path.join(root, name), workflows_dir)
+                        shutil.copyfile(os.path.join(root, name), os.path.join(self.workflows, rel.replace(os.sep, "__")))
+        else:
+            shutil.copytree(workflows_dir, self.workflows)
         self.stderr_path = os.path.join(self.root, "server-stderr.log")
 
     def env(self, extra=None):
