@@ -16,7 +16,9 @@
 use std::collections::BTreeMap;
 
 use workrail_model::projections::PreferenceDefaults;
-use workrail_model::{AckAt, AttemptAt, Command, Model, NodeRef, Observation, StartRun};
+use workrail_model::{
+    AckAt, AttemptAt, Command, Model, ModelError, NodeRef, Observation, StartRun,
+};
 use workrail_spec::closed::WorkflowSourceKind;
 use workrail_spec::event::EventData;
 use workrail_spec::ids::{AttemptId, NodeId, RunId, SessionId};
@@ -77,6 +79,8 @@ pub struct Stats {
     pub writer_busy: u32,
     pub restarts: u32,
     pub skipped: u32,
+    /// Starts both sides refused (a loop whose context is missing).
+    pub refused_starts: u32,
 }
 
 impl Stats {
@@ -94,6 +98,7 @@ impl Stats {
         self.writer_busy += other.writer_busy;
         self.restarts += other.restarts;
         self.skipped += other.skipped;
+        self.refused_starts += other.refused_starts;
     }
 }
 
@@ -698,6 +703,19 @@ impl<S: System> Harness<S> {
                 model_session,
                 model_run,
             } => {
+                // A run neither side can start (a loop whose context is missing, decision
+                // D139): both refuse and nothing is recorded; the truth check then finds no
+                // session in production.
+                if let (Err(e), Err(ModelError::CannotStart(_))) = (reply, w.model.apply(command)) {
+                    if e.code != workrail_spec::error::ErrorCode::ValidationError {
+                        return Err(format!(
+                            "start_workflow: the model cannot start the run, production refused it with {:?}: {}",
+                            e.code, e.message
+                        ));
+                    }
+                    w.stats.refused_starts += 1;
+                    return Ok(());
+                }
                 let out = expect_ok(reply, "start_workflow")?;
                 let Observation::Started { root, .. } = w.apply(command)? else {
                     return Err("the model answered a start with another observation".into());

@@ -27,7 +27,7 @@ pub mod driver;
 pub mod fixture;
 pub mod fuzzing;
 pub mod generated;
-
+pub mod language;
 pub mod mangle;
 pub mod multiproc;
 pub mod multirun;

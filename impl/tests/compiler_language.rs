@@ -195,13 +195,10 @@ fn malformed_conditions_are_errors_with_pointers_and_fixes() {
         errs.find(Code::WrongType, "/steps/1/runCondition/in")
             .is_some()
     );
-    let pattern = errs
-        .find(Code::InvalidValue, "/steps/2/runCondition/matches")
-        .unwrap();
+    // A pattern that does not compile is a warning, never an error (decision D153).
     assert!(
-        pattern.message.contains("does not compile"),
-        "{}",
-        pattern.message
+        errs.find(Code::InvalidValue, "/steps/2/runCondition/matches")
+            .is_none()
     );
     let empty = errs
         .find(Code::InvalidValue, "/steps/3/runCondition/and/0")
@@ -795,4 +792,36 @@ fn a_decision_outside_any_loop_is_allowed_only_in_the_languages_spelling() {
         errs.find(Code::LoopDecisionStep, "/steps/0/output/contractRef")
             .is_some()
     );
+}
+
+/// A `matches` pattern that does not compile loads with a warning and never matches, as the
+/// language evaluates it (the workflow is not refused).
+///
+/// decision: D153
+#[test]
+fn a_pattern_that_does_not_compile_warns_and_never_matches() {
+    let src = json!({"id": "pattern-check", "name": "P", "description": "D", "steps": [
+        {"id": "a", "title": "A", "prompt": "x", "runCondition": {"var": "m", "matches": "(unclosed"}},
+        {"id": "b", "title": "B", "prompt": "y"}
+    ]});
+    let compiled = compile(&src, &CompileContext::load("project")).expect("loads");
+    let warning = compiled
+        .snapshot
+        .body
+        .compiled_warnings
+        .iter()
+        .find(|w| w.pointer.as_deref() == Some("/steps/0/runCondition/matches"))
+        .expect("a warning at the pattern");
+    assert!(
+        warning.message.contains("never holds"),
+        "{}",
+        warning.message
+    );
+    let condition = compiled.snapshot.body.steps[0]
+        .language
+        .run_condition
+        .clone()
+        .expect("kept");
+    let context = json!({"m": "(unclosed"});
+    assert!(!condition.evaluate(context.as_object().unwrap()));
 }

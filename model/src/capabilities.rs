@@ -379,6 +379,7 @@ pub fn at_ack(
                 capability.as_str()
             ),
             details: Some(details.clone()),
+            found_moving: false,
         };
         let disposition = reason.disposition(autonomy, true);
         if disposition.blocks {
@@ -413,6 +414,7 @@ pub fn at_ack(
                         capability.as_str()
                     ),
                     details: Some(details),
+                    found_moving: false,
                 },
                 severity,
             ));
@@ -446,6 +448,7 @@ pub fn invalid_optional(
         },
         message: format!("an invalid {OBSERVATION_ARTIFACT_KIND} was not recorded: {why}"),
         details: None,
+        found_moving: false,
     })
 }
 

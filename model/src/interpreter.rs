@@ -73,6 +73,10 @@ pub struct Finding {
     /// The structured details the reason's lock asks for (D33): a loop limit names its loop,
     /// the iteration that asked to continue and `maxIterations`.
     pub details: Option<ReasonDetails>,
+    /// Found while moving on from the acknowledged step (a loop limit, a loop's missing
+    /// context), not in the acknowledgement itself: an acknowledgement its own reasons block
+    /// does not move, so these are not reported beside them (D74).
+    pub found_moving: bool,
 }
 
 /// What completing (or starting) leads to.
@@ -333,6 +337,7 @@ fn check_required_output(
             step.step_id, contract.artifact_kind
         ),
         details: None,
+        found_moving: false,
     }))
 }
 
@@ -366,6 +371,7 @@ fn check_validation(
                 step.step_id
             ),
             details: None,
+            found_moving: false,
         }));
     };
     let failed = language::failed_rules(criterion, notes, scope);
@@ -381,6 +387,7 @@ fn check_validation(
             failed.join("; ")
         ),
         details: None,
+        found_moving: false,
     }))
 }
 
@@ -401,14 +408,20 @@ fn missing_loop_context(
         },
         (Err(_), None) => BlockerPointer::ContextBudget,
     };
+    let reason = if missing.wrong_type {
+        ContractViolationReason::InvalidRequiredOutput
+    } else {
+        ContractViolationReason::MissingRequiredOutput
+    };
     Finding {
-        reason: contract_violation(ContractViolationReason::MissingRequiredOutput),
+        reason: contract_violation(reason),
         pointer,
         message: format!(
             "loop {loop_id} needs {} in context key {:?}: pass it in `context`",
             missing.wanted, missing.key
         ),
         details: None,
+        found_moving: true,
     }
 }
 
@@ -530,6 +543,15 @@ impl Walker<'_, '_> {
         Ok(language::scope(self.context, &defs))
     }
 
+    /// The loop variables bound inside `frames`.
+    fn overlay_of(&self, frames: &[LoopFrame]) -> Result<Map<String, Value>, InterpreterError> {
+        let defs = frames
+            .iter()
+            .map(|f| loop_def(self.wf, &f.loop_id).map(|d| (d, f)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(language::loop_overlay(self.context, &defs))
+    }
+
     fn skip(&mut self, subject: Skipped, frames: &[LoopFrame], explanation: String) {
         self.skipped.push(Skip {
             subject,
@@ -557,6 +579,14 @@ impl Walker<'_, '_> {
                 });
                 let finding =
                     missing_loop_context(&def.loop_id, &missing, self.completed_step, first);
+                // A run cannot start on a loop whose context is missing, in any mode: there is
+                // no acknowledgement to block and nothing is recorded (decision D139).
+                if self.completed_step.is_none() {
+                    return Err(Halt::Blocked(Box::new(Progress::Blocked {
+                        blocker: finding,
+                        gaps: Vec::new(),
+                    })));
+                }
                 match self.judge(finding) {
                     Some(blocked) => Err(Halt::Blocked(Box::new(blocked))),
                     None => Ok(Some(false)),
@@ -582,10 +612,12 @@ impl Walker<'_, '_> {
         }
         // One disclosure per (reason, pointer) and ack: a missing loop-control artifact is both the
         // decision step's missing output and the loop's missing decision, one gap says it.
-        let repeated = self
-            .disclosed
-            .iter()
-            .any(|(f, _)| f.reason == finding.reason && f.pointer == finding.pointer);
+        // Two loops missing the same context key are two facts, each disclosed.
+        let repeated = self.disclosed.iter().any(|(f, _)| {
+            f.reason == finding.reason
+                && f.pointer == finding.pointer
+                && !(finding.found_moving && f.message != finding.message)
+        });
         if let Some(severity) = disposition.gap_severity
             && !repeated
         {
@@ -605,12 +637,14 @@ impl Walker<'_, '_> {
 
     fn walk(mut self, mut cursor: Cursor, mut completed: CompletedSet) -> Result<Progress, Halt> {
         loop {
-            // A context-driven loop checks its rule again before every item of a running
-            // iteration: a call whose context ends a `while` leaves the loop at once.
+            // A context-driven loop checks its rule again before every later item of a running
+            // iteration (its first item was just decided, and after its last the next
+            // iteration is): a call whose context ends a `while` leaves the loop at once.
             if let Some(frame) = cursor.frames.last().cloned() {
                 let def = loop_def(self.wf, &frame.loop_id)?;
                 let outer = &cursor.frames[..cursor.frames.len() - 1];
-                if let Some(false) = self.context_rule(def, frame.iteration, outer)? {
+                let within = frame.body_index > 0 && (frame.body_index as usize) < def.body.len();
+                if within && let Some(false) = self.context_rule(def, frame.iteration, outer)? {
                     end_iteration(&mut cursor, &mut completed, false);
                     continue;
                 }
@@ -637,7 +671,8 @@ impl Walker<'_, '_> {
                             cursor.step_forward();
                             continue;
                         }
-                        let bindings = language::bindings(step, &scope);
+                        let overlay = self.overlay_of(&cursor.frames)?;
+                        let bindings = language::bindings(step, &scope, &overlay);
                         return Ok(self.pending_at(cursor, completed, step_id.clone(), bindings));
                     }
                     SequenceItem::Loop { loop_id } => {
@@ -808,6 +843,7 @@ fn loop_control_finding(loop_id: &LoopId, reading: LoopControlReading) -> Findin
             "loop {loop_id}: {what} {LOOP_CONTROL_ARTIFACT_KIND} artifact; a loop never exits implicitly"
         ),
         details: None,
+        found_moving: false,
     }
 }
 
@@ -839,5 +875,6 @@ fn loop_limit_finding(
             iteration: frame.iteration,
             max_iterations,
         }),
+        found_moving: true,
     }
 }

@@ -6,6 +6,8 @@
 //! - a condition reads the run's context (the call's merged context) overlaid with the loop
 //!   variables of every enclosing loop, outermost first (the iteration 1-based, the index
 //!   0-based, the item of a `for_each` loop at the iteration's index);
+//! - a pending step freezes every loop variable bound around it and the values of its
+//!   `contextReads`;
 //! - a context-driven loop (`context_while`, `context_until`, `count`, `count_var`, `for_each`)
 //!   runs iteration `i` while `i < maxIterations` and its rule holds for `i`: a condition over the
 //!   scope at `i`, `i < count`, `i <` the number in the context, `i <` the array's length. The
@@ -23,6 +25,20 @@ pub struct MissingLoopContext {
     pub key: String,
     /// `"a number"` or `"an array"`.
     pub wanted: &'static str,
+    /// The key holds a value of the wrong type (else it is absent or `null`).
+    pub wrong_type: bool,
+}
+
+/// The loop variables bound inside `frames` (outermost first; an inner loop's shadow an outer's).
+pub fn loop_overlay(
+    context: &Map<String, Value>,
+    frames: &[(&CompiledLoop, &LoopFrame)],
+) -> Map<String, Value> {
+    let mut overlay = Map::new();
+    for (def, frame) in frames {
+        bind_loop_vars(&mut overlay, context, def, frame.iteration);
+    }
+    overlay
 }
 
 /// The scope a condition sees inside `frames` (outermost first): `context` overlaid with each
@@ -32,32 +48,34 @@ pub fn scope(
     frames: &[(&CompiledLoop, &LoopFrame)],
 ) -> Map<String, Value> {
     let mut scope = context.clone();
-    for (def, frame) in frames {
-        bind_loop_vars(&mut scope, context, def, frame.iteration);
-    }
+    scope.extend(loop_overlay(context, frames));
     scope
 }
 
-/// Binds one loop's variables for `iteration` into `scope` (the item is read from `context`).
+/// Binds one loop's variables for `iteration` into `overlay` (the item is read from the
+/// variables bound so far, else from `context`).
 pub fn bind_loop_vars(
-    scope: &mut Map<String, Value>,
+    overlay: &mut Map<String, Value>,
     context: &Map<String, Value>,
     def: &CompiledLoop,
     iteration: u32,
 ) {
     if let Some(name) = &def.vars.iteration_var {
-        scope.insert(name.clone(), Value::from(iteration + 1));
+        overlay.insert(name.clone(), Value::from(iteration + 1));
     }
     if let LoopWhile::ForEach { items } = &def.while_
-        && let Some(Value::Array(list)) = context.get(items)
+        && let Some(item) = overlay
+            .get(items)
+            .or_else(|| context.get(items))
+            .and_then(Value::as_array)
+            .and_then(|list| list.get(iteration as usize))
+            .cloned()
     {
-        if let Some(name) = &def.vars.item_var
-            && let Some(item) = list.get(iteration as usize)
-        {
-            scope.insert(name.clone(), item.clone());
+        if let Some(name) = &def.vars.item_var {
+            overlay.insert(name.clone(), item);
         }
         if let Some(name) = &def.vars.index_var {
-            scope.insert(name.clone(), Value::from(iteration));
+            overlay.insert(name.clone(), Value::from(iteration));
         }
     }
 }
@@ -85,31 +103,39 @@ pub fn runs_iteration(
         LoopWhile::Count { count } => iteration < *count,
         LoopWhile::CountVar { var } => match context.get(var) {
             Some(Value::Number(n)) => (iteration as f64) < n.as_f64().unwrap_or(0.0),
-            _ => {
+            other => {
                 return Some(Err(MissingLoopContext {
                     key: var.clone(),
                     wanted: "a number",
+                    wrong_type: other.is_some_and(|v| !v.is_null()),
                 }));
             }
         },
         LoopWhile::ForEach { items } => match context.get(items) {
             Some(Value::Array(list)) => (iteration as usize) < list.len(),
-            _ => {
+            other => {
                 return Some(Err(MissingLoopContext {
                     key: items.clone(),
                     wanted: "an array",
+                    wrong_type: other.is_some_and(|v| !v.is_null()),
                 }));
             }
         },
     }))
 }
 
-/// The values `step` freezes when it becomes pending: each of its `contextReads` the scope holds.
-pub fn bindings(step: &CompiledStep, scope: &Map<String, Value>) -> Bindings {
+/// The values `step` freezes when it becomes pending: every loop variable bound around it, and
+/// each of its `contextReads` the scope holds.
+pub fn bindings(
+    step: &CompiledStep,
+    scope: &Map<String, Value>,
+    overlay: &Map<String, Value>,
+) -> Bindings {
     Bindings(
         step.language
             .context_reads
             .iter()
+            .chain(overlay.keys())
             .filter_map(|k| scope.get(k).map(|v| (k.clone(), v.clone())))
             .collect(),
     )

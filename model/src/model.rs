@@ -1284,10 +1284,7 @@ fn push_resolutions(
 /// `unexpected:invariant_violation` while starting the next iteration) rather than from judging
 /// the acknowledgement itself.
 fn is_found_moving(finding: &interpreter::Finding) -> bool {
-    matches!(
-        finding.details,
-        Some(workrail_spec::blocker::ReasonDetails::LoopLimit { .. })
-    )
+    finding.found_moving
 }
 
 /// What an acknowledgement leads to once every finding is judged: like

@@ -200,6 +200,7 @@ fn invalid_output(contract_ref: &str, message: String) -> Finding {
         },
         message,
         details: None,
+        found_moving: false,
     }
 }
 
@@ -260,6 +261,7 @@ pub fn user_dependencies_at_ack(
                 details: dependency
                     .choice
                     .map(|choice| ReasonDetails::NonAssumableChoice { choice }),
+                found_moving: false,
             },
         };
         // Within one ack the same reason about the same subject is one finding.

@@ -311,7 +311,7 @@ fn a_for_each_loop_binds_item_index_and_iteration_into_the_pending_step() {
 
 /// decision: D139
 #[test]
-fn a_step_binds_only_what_it_reads_and_only_what_is_set() {
+fn a_step_binds_what_it_reads_that_is_set() {
     let wf = workflow(
         vec![reading("a", &["ticket", "absent"])],
         vec![s("a")],
@@ -349,9 +349,14 @@ fn a_loop_reading_a_missing_context_value_blocks_or_is_disclosed_and_skipped() {
     );
     assert!(matches!(finding.pointer, BlockerPointer::ContextKey { .. }));
     assert!(finding.message.contains("a number"), "{}", finding.message);
-    // A string is the wrong type, too.
+    // A string is the wrong type: an invalid value rather than a missing one.
     let wrong = ctx(json!({"rounds": "2"}));
-    blocked(interpreter::ack_with(&wf, &state, &notes("a"), GUIDED_MODE, &wrong).unwrap());
+    let finding =
+        blocked(interpreter::ack_with(&wf, &state, &notes("a"), GUIDED_MODE, &wrong).unwrap());
+    assert_eq!(
+        finding.reason.gap_reason(),
+        GapReason::ContractViolation(ContractViolationReason::InvalidRequiredOutput)
+    );
     // Never-stop: disclosed, and the loop does not run.
     match interpreter::ack_with(&wf, &state, &notes("a"), NEVER, &Map::new()).unwrap() {
         Progress::Moved {

@@ -174,6 +174,17 @@ impl<'a> Walker<'a> {
     ) -> Result<Landing, Halt> {
         loop {
             let container = self.container()?;
+            // A loop that decides over the context checks its rule again before every later
+            // item of a running iteration, as the language's loop kernel does: a call whose
+            // context ends a `while` leaves the loop at once (decision D139).
+            if index > 0
+                && index < container.len()
+                && let Some(frame) = self.frames.last().cloned()
+                && let Some(after) = self.recheck(&frame)?
+            {
+                index = after;
+                continue;
+            }
             if let Some(item) = container.get(index) {
                 if let Some(frame) = self.frames.last_mut() {
                     frame.body_index =
@@ -324,6 +335,37 @@ impl<'a> Walker<'a> {
 
     /// Reaches loop `loop_id` at `index`; returns the index to continue from in the (possibly
     /// new) innermost container.
+    /// Re-decides the running iteration of a context-driven loop before one of its later body
+    /// items: `Some(index after the loop)` when the loop ends here, `None` when it goes on (or
+    /// is a `condition_ref` loop, decided only between iterations).
+    fn recheck(&mut self, frame: &LoopFrame) -> Result<Option<usize>, Halt> {
+        let def = loop_def(self.compiled, &frame.loop_id)?;
+        if matches!(def.while_, LoopWhile::ConditionRef { .. }) {
+            return Ok(None);
+        }
+        let outer = self.frames[..self.frames.len() - 1].to_vec();
+        match self.decide(def, frame.iteration, &outer)? {
+            Decision::Enter(_) => return Ok(None),
+            Decision::Stop(why) => {
+                self.trace.push(trace::evaluated_loop(
+                    &frame.loop_id,
+                    frame.iteration,
+                    false,
+                    &why,
+                ));
+            }
+            Decision::Problem(problem) => self.context_problem(problem)?,
+        }
+        self.trace.push(trace::exited(
+            &frame.loop_id,
+            frame.iteration,
+            Termination::ConditionFalse,
+        ));
+        self.end_iteration();
+        self.frames.pop();
+        Ok(Some(self.position_of_loop(&frame.loop_id)? + 1))
+    }
+
     fn enter(&mut self, loop_id: &LoopId, index: usize) -> Result<usize, Halt> {
         let def = loop_def(self.compiled, loop_id)?;
         if self.frames.iter().any(|f| &f.loop_id == loop_id) {

@@ -5,7 +5,9 @@
 //! synthesis prompt and contract.
 //!
 //! A delegation with a `runCondition` is a conditional prompt fragment of the spawn step (shown
-//! only when the condition holds over the run's context); the others are part of its prompt. The
+//! only when the condition holds over the run's context). When any delegation is conditional,
+//! every delegation is a fragment (the others without a condition), so the agent reads them in
+//! the authored order; otherwise they are all part of the prompt. The
 //! delegations are also kept structured in the spawn step's `kept.parallel` (the authored
 //! objects, each with the `resolvedWorkflowId` the sources answered), so server-tracked lanes can
 //! find them; the synthesis step's provenance is `template_injected` from `<id>#synthesis`.
@@ -104,11 +106,11 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
         Value::from(spawn_prompt(&delegations, synthesis.is_some())),
     );
     let mut spawn = derived_step(p, &Value::Object(spawn), pointer)?;
-    for (i, d) in delegations.iter().enumerate() {
-        if let Some(condition) = &d.condition {
+    if any_conditional(&delegations) {
+        for (i, d) in delegations.iter().enumerate() {
             spawn.extras.fragments.push(PromptFragment {
                 fragment_id: format!("delegation-{}", i + 1),
-                when: Some(condition.clone()),
+                when: d.condition.clone(),
                 text: delegation_block(i, d),
             });
         }
@@ -179,13 +181,17 @@ fn spawn_prompt(delegations: &[Delegation], synthesis: bool) -> String {
     let mut text = format!(
         "Run the delegations listed in this step in parallel: start one subagent for each (with your client's subagent tool), each running its own WorkRail session of the named workflow (`start_workflow` with that `workflowId`) toward the goal and with the inputs given.\n\n1. Start every listed delegation at the same time.\n2. Wait until every subagent has finished and written its deliverable.\n3. Check that each deliverable exists, then {next}.\n\nIf this step lists no delegation, none applies to this run: continue at once without starting any.",
     );
-    for (i, d) in delegations.iter().enumerate() {
-        if d.condition.is_none() {
+    if !any_conditional(delegations) {
+        for (i, d) in delegations.iter().enumerate() {
             text.push_str("\n\n");
             text.push_str(&delegation_block(i, d));
         }
     }
     text
+}
+
+fn any_conditional(delegations: &[Delegation]) -> bool {
+    delegations.iter().any(|d| d.condition.is_some())
 }
 
 fn delegation_block(i: usize, d: &Delegation) -> String {

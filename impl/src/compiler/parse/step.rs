@@ -243,7 +243,10 @@ pub(super) fn normal(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option
         },
         require_confirmation: confirmation?.required,
         body: body?,
-        output: output?,
+        output: match output {
+            Some(o) => Some(o?),
+            None => None,
+        },
         non_assumable_choices: choices?,
         functions: functions?,
         function_refs: function_refs?,

@@ -239,14 +239,16 @@ fn var_condition(
         },
         "matches" => {
             let pattern = text(p)?;
+            // The language evaluates a pattern that does not compile as "no match" (decision
+            // D153): the workflow loads, and the warning says why the condition never holds.
             if let Err(e) = workrail_spec::condition::pattern_compiles(&pattern) {
-                p.error(CompileError::new(
-                    Code::InvalidValue,
-                    at,
-                    format!("`matches` pattern `{pattern}` does not compile: {e}"),
-                    "Fix the regular expression (no look-around or back-references); it is matched case-insensitively against the value's text.",
-                ));
-                return None;
+                warn(
+                    p,
+                    &at,
+                    format!(
+                        "`matches` pattern `{pattern}` does not compile ({e}), so this condition never holds; fix the regular expression (no look-around or back-references; it is matched case-insensitively against the value's text)."
+                    ),
+                );
             }
             Condition::Matches { var, pattern }
         }

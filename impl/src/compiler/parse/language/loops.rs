@@ -50,7 +50,8 @@ const LOOP_CONFIG: &[&str] = &[
 /// Whether a `type: "loop"` step is written in the language's form (`id` and `loop`) rather
 /// than WorkRail's own (`loopId` and `while`).
 pub(crate) fn is_language_loop(map: &Map<String, Value>) -> bool {
-    map.contains_key("loop") || (map.contains_key("id") && !map.contains_key("loopId"))
+    map.contains_key("loop")
+        || (map.contains_key("id") && !map.contains_key("loopId") && !map.contains_key("while"))
 }
 
 fn variable_name(p: &mut Parser<'_>, value: &Value, pointer: &str, what: &str) -> Option<String> {
