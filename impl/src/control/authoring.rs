@@ -56,7 +56,7 @@ pub struct Validation {
 /// Compiles `file`; with `fix`, first applies the auto-fixes of its errors to the file (written
 /// atomically, only the bytes each fix touches) and compiles the fixed text.
 pub fn validate_file(file: &Path, ctx: &CompileContext, fix: bool) -> Result<Validation, String> {
-    let mut text = std::fs::read_to_string(file)
+    let mut text = crate::sources::fs::read_source_file(file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let mut result = compile_str(&text, ctx);
     let mut fixed = Vec::new();
@@ -93,7 +93,7 @@ pub fn validate_file(file: &Path, ctx: &CompileContext, fix: bool) -> Result<Val
 /// `workrail migrate`: the migration of `file`, written back atomically unless `dry_run` or
 /// the result does not compile (then nothing is written).
 pub fn migrate_file(file: &Path, ctx: &CompileContext, dry_run: bool) -> Result<Migration, String> {
-    let text = std::fs::read_to_string(file)
+    let text = crate::sources::fs::read_source_file(file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let migration = migrate(&text, ctx)
         .map_err(|errors| format!("{} is not a JSON document: {errors}", file.display()))?;

@@ -150,7 +150,8 @@ pub fn read_source_text(path: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(path)
 }
 
-/// Reads a workflow source file (a document that did not compile, shown for editing).
+/// Reads a workflow source file (a document that did not compile, shown for editing; a file
+/// `workrail validate` or `migrate` works on).
 pub fn read_source_file(path: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(path)
 }

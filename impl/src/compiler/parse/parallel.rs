@@ -23,7 +23,7 @@ use super::content::derived_step;
 use super::fields::{Fields, array, non_blank, one_of, string, type_name};
 use super::legacy::MODEL_TIERS;
 use crate::compiler::error::{CompileError, CompileErrorCode as Code, child, index};
-use crate::compiler::source::SourceStep;
+use crate::compiler::source::{SourceStep, StepBody};
 
 const PARALLEL: &[&str] = &[
     "type",
@@ -101,11 +101,11 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
             spawn.insert(key.into(), v.clone());
         }
     }
-    spawn.insert(
-        "prompt".into(),
-        Value::from(spawn_prompt(&delegations, synthesis.is_some())),
-    );
+    // The prompt is set after parsing: its authored parts (goals, inputs) were checked where
+    // they are written, and the text around them is the compiler's own.
+    spawn.insert("prompt".into(), Value::from("-"));
     let mut spawn = derived_step(p, &Value::Object(spawn), pointer)?;
+    spawn.body = StepBody::Prompt(spawn_prompt(&delegations, synthesis.is_some()));
     if any_conditional(&delegations) {
         for (i, d) in delegations.iter().enumerate() {
             spawn.extras.fragments.push(PromptFragment {
