@@ -588,10 +588,21 @@ fn a_parallel_step_is_a_spawn_step_and_a_synthesis_step() {
     let spawn = step(&c.snapshot, "fan-out");
     assert_eq!(spawn.title, "Review in parallel");
     assert_eq!(spawn.provenance.source, StepSource::Authored);
+    assert!(spawn.prompt.contains("start one subagent for each"));
+    // One delegation is conditional, so every delegation is a fragment, in the authored order
+    // (the unconditional ones without a condition); none is part of the prompt itself.
+    assert!(!spawn.prompt.contains("### Delegation"), "{}", spawn.prompt);
+    let fragments = &spawn.language.prompt_fragments;
+    let ids: Vec<&str> = fragments.iter().map(|f| f.fragment_id.as_str()).collect();
+    assert_eq!(ids, ["delegation-1", "delegation-2", "delegation-3"]);
+    let texts: String = fragments
+        .iter()
+        .map(|f| f.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n");
     in_order(
-        &spawn.prompt,
+        &texts,
         &[
-            "start one subagent for each",
             "### Delegation 1: project.routine-checklist",
             "- Workflow: `project.routine-checklist`",
             "- Goal: Check correctness against the fact sheet.",
@@ -602,24 +613,17 @@ fn a_parallel_step_is_a_spawn_step_and_a_synthesis_step() {
             "- Goal: run `project.routine-checklist` with the inputs below",
             "- Allowed tools: read_file, grep",
             "- Inputs: none",
+            "### Delegation 3: project.security_pass",
         ],
     );
-    // The conditional delegation is a fragment with its condition, not part of the prompt.
-    assert!(!spawn.prompt.contains("Delegation 3"), "{}", spawn.prompt);
-    let fragments = &spawn.language.prompt_fragments;
-    assert_eq!(fragments.len(), 1);
-    assert_eq!(fragments[0].fragment_id, "delegation-3");
+    assert_eq!(fragments[0].when, None);
+    assert_eq!(fragments[1].when, None);
     assert_eq!(
-        fragments[0].when,
+        fragments[2].when,
         Some(Condition::Equals {
             var: "touchesAuth".into(),
             value: json!(true)
         })
-    );
-    assert!(
-        fragments[0]
-            .text
-            .starts_with("### Delegation 3: project.security_pass")
     );
     // The delegations stay structured for server-tracked lanes.
     let kept = &spawn.language.kept["parallel"];
@@ -722,11 +726,12 @@ fn delegation_conditions_lower_to_the_condition_set() {
     for (written, lowered) in cases {
         let c = with_condition(written.clone()).unwrap_or_else(|e| panic!("{written}: {e}"));
         let spawn = step(&c.snapshot, "fan-out");
-        assert_eq!(
-            spawn.language.prompt_fragments[0].when.as_ref(),
-            Some(&lowered),
-            "{written}"
-        );
+        let conditional = spawn
+            .language
+            .prompt_fragments
+            .iter()
+            .find_map(|f| f.when.as_ref());
+        assert_eq!(conditional, Some(&lowered), "{written}");
     }
     for bad in [
         json!({"var": "a", "like": "x"}),
