@@ -29,7 +29,7 @@ mod criteria;
 mod loops;
 
 pub(super) use self::branch::{branch, is_branch};
-use self::condition::condition;
+pub(super) use self::condition::condition;
 pub(super) use self::loops::{is_language_loop, loop_step};
 
 /// The largest `maxAttempts` a step or workflow may declare.

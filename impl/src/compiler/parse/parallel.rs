@@ -263,9 +263,10 @@ fn delegation(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Delega
     let goal = f
         .opt("goal")
         .map(|v| super::prompt::free_text(p, v, &f.at("goal"), "the delegation `goal`"));
+    // The one lowering of the language's conditions; `{}` (always) is no condition.
     let condition = f
         .opt("runCondition")
-        .map(|v| lower_condition(p, v, &f.at("runCondition")));
+        .map(|v| super::language::condition(p, v, &f.at("runCondition")));
     let context_mapping = f
         .opt("contextMapping")
         .map(|v| string_map(p, v, &f.at("contextMapping"), "`contextMapping`"));
@@ -298,7 +299,7 @@ fn delegation(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Delega
         workflow_id,
         resolved,
         goal: present(goal)?,
-        condition: present(condition)?,
+        condition: present(condition)?.flatten(),
         context_mapping: present(context_mapping)?.unwrap_or_default(),
         args: present(args)?.unwrap_or_default(),
         model_tier: present(model_tier)?,
@@ -373,135 +374,4 @@ fn allowed_tools(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<Vec
         out.push(name.to_owned());
     }
     Some(out)
-}
-
-/// The operators of a condition object besides `var`.
-const OPERATORS: &[&str] = &[
-    "equals",
-    "not_equals",
-    "gt",
-    "gte",
-    "lt",
-    "lte",
-    "contains",
-    "startsWith",
-    "endsWith",
-    "matches",
-    "in",
-];
-
-/// Lowers a condition of the 3.x spelling (`{var, equals}`, `{and: [...]}`, ...) into the
-/// compiled [`Condition`]. The general lowering of every condition site lives with the
-/// control-flow constructs; delegations use this one until they share it.
-pub(super) fn lower_condition(
-    p: &mut Parser<'_>,
-    value: &Value,
-    pointer: &str,
-) -> Option<Condition> {
-    let bad = |p: &mut Parser<'_>, message: String| {
-        p.error(CompileError::new(
-            Code::InvalidValue,
-            pointer,
-            message,
-            "Write a condition such as `{\"var\": \"mode\", \"equals\": \"full\"}`, `{\"and\": [...]}`, `{\"or\": [...]}` or `{\"not\": {...}}`.",
-        ));
-        None
-    };
-    let Some(map) = value.as_object() else {
-        return bad(
-            p,
-            format!("a condition must be an object, found {}.", type_name(value)),
-        );
-    };
-    if map.is_empty() {
-        return Some(Condition::And { all: Vec::new() });
-    }
-    let list = |p: &mut Parser<'_>, key: &str, v: &Value| -> Option<Vec<Condition>> {
-        let items = array(p, v, &child(pointer, key), &format!("`{key}`"))?;
-        let lowered: Vec<Option<Condition>> = items
-            .iter()
-            .enumerate()
-            .map(|(i, c)| lower_condition(p, c, &index(&child(pointer, key), i)))
-            .collect();
-        lowered.into_iter().collect()
-    };
-    if map.len() == 1 {
-        match map.iter().next() {
-            Some((k, v)) if k == "and" => return list(p, k, v).map(|all| Condition::And { all }),
-            Some((k, v)) if k == "or" => return list(p, k, v).map(|any| Condition::Or { any }),
-            Some((k, v)) if k == "not" => {
-                return lower_condition(p, v, &child(pointer, k)).map(|c| Condition::Not {
-                    condition: Box::new(c),
-                });
-            }
-            _ => {}
-        }
-    }
-    let Some(var) = map.get("var").and_then(Value::as_str).map(str::to_owned) else {
-        return bad(
-            p,
-            "a condition needs `var` (a context key), or is one of `and`, `or`, `not`.".to_owned(),
-        );
-    };
-    let ops: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| k.as_str() != "var").collect();
-    let [(op, v)] = ops.as_slice() else {
-        if ops.is_empty() {
-            return Some(Condition::Truthy { var });
-        }
-        let names: Vec<&str> = ops.iter().map(|(k, _)| k.as_str()).collect();
-        return bad(
-            p,
-            format!(
-                "a condition compares `var` with one operator; found {}.",
-                names.join(", ")
-            ),
-        );
-    };
-    let text = |v: &Value| match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(_) | Value::Bool(_) => Some(v.to_string()),
-        _ => None,
-    };
-    let number = |v: &Value| v.as_number().cloned();
-    let lowered = match op.as_str() {
-        "equals" => Some(Condition::Equals {
-            var,
-            value: (*v).clone(),
-        }),
-        "not_equals" => Some(Condition::NotEquals {
-            var,
-            value: (*v).clone(),
-        }),
-        "gt" => number(v).map(|value| Condition::Gt { var, value }),
-        "gte" => number(v).map(|value| Condition::Gte { var, value }),
-        "lt" => number(v).map(|value| Condition::Lt { var, value }),
-        "lte" => number(v).map(|value| Condition::Lte { var, value }),
-        "contains" => text(v).map(|value| Condition::Contains { var, value }),
-        "startsWith" => text(v).map(|value| Condition::StartsWith { var, value }),
-        "endsWith" => text(v).map(|value| Condition::EndsWith { var, value }),
-        "matches" => v.as_str().map(|pattern| Condition::Matches {
-            var,
-            pattern: pattern.to_owned(),
-        }),
-        "in" => v.as_array().map(|values| Condition::In {
-            var,
-            values: values.clone(),
-        }),
-        other => {
-            return bad(
-                p,
-                format!(
-                    "`{other}` is not a condition operator; use one of: {}.",
-                    OPERATORS.join(", ")
-                ),
-            );
-        }
-    };
-    match lowered {
-        Some(c) => Some(c),
-        None => bad(
-            p,
-            format!("the value of `{op}` has the wrong type ({}).", type_name(v)),
-        ),
-    }
 }
