@@ -23,12 +23,13 @@ pub(super) fn step(p: &mut Parser<'_>, f: &Fields<'_>) -> StepExtras {
         extras.guidance = strings(p, v, &at, "`guidance`").unwrap_or_default();
     }
     if let Some(v) = f.opt("askForFiles") {
-        extras.ask_for_files = boolean(p, v, &f.at("askForFiles"), "askForFiles").unwrap_or(false);
+        extras.ask_for_files =
+            super::language::boolean(p, v, &f.at("askForFiles"), "`askForFiles`").unwrap_or(false);
     }
     if let Some(v) = f.opt("hasValidation") {
         let at = f.at("hasValidation");
         warn_v1(p, FieldLevel::Step, "hasValidation", &at);
-        if boolean(p, v, &at, "hasValidation").is_some() {
+        if super::language::boolean(p, v, &at, "`hasValidation`").is_some() {
             extras.kept.insert("hasValidation".to_owned(), v.clone());
         }
     }
@@ -54,29 +55,6 @@ pub(super) fn call_refs(refs: &mut Vec<FunctionRef>, extras: &StepExtras, pointe
             name: call.name.clone(),
             pointer: index(&child(pointer, "functionCalls"), i) + "/name",
         });
-    }
-}
-
-pub(super) fn boolean(
-    p: &mut Parser<'_>,
-    value: &Value,
-    pointer: &str,
-    name: &str,
-) -> Option<bool> {
-    match value {
-        Value::Bool(b) => Some(*b),
-        other => {
-            p.error(CompileError::new(
-                Code::WrongType,
-                pointer,
-                format!(
-                    "`{name}` must be true or false, found {}.",
-                    type_name(other)
-                ),
-                "Write `true` or `false`.",
-            ));
-            None
-        }
     }
 }
 
