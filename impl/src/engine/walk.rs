@@ -387,10 +387,12 @@ impl<'a> Walker<'a> {
                 return Ok(index + 1);
             }
         }
-        if !matches!(def.while_, LoopWhile::ConditionRef { .. }) {
-            self.trace.push(trace::entered(loop_id, def.max_iterations));
+        self.trace.push(trace::entered(loop_id, def.max_iterations));
+        let runs = if matches!(def.while_, LoopWhile::ConditionRef { .. }) {
+            self.first_iteration_by_condition(loop_id, def)?
+        } else {
             let outer = self.frames.clone();
-            let runs = match self.decide(def, 0, &outer)? {
+            match self.decide(def, 0, &outer)? {
                 Decision::Enter(why) => {
                     self.trace
                         .push(trace::evaluated_loop(loop_id, 0, true, &why));
@@ -405,23 +407,30 @@ impl<'a> Walker<'a> {
                     self.context_problem(problem)?;
                     false
                 }
-            };
-            if !runs {
-                self.trace
-                    .push(trace::exited(loop_id, 0, Termination::ConditionFalse));
-                return Ok(index + 1);
             }
-            self.frames.push(LoopFrame {
-                loop_id: loop_id.clone(),
-                iteration: 0,
-                body_index: 0,
-            });
-            return Ok(0);
+        };
+        if !runs {
+            self.trace
+                .push(trace::exited(loop_id, 0, Termination::ConditionFalse));
+            return Ok(index + 1);
         }
-        let cond = condition(self.compiled, def)?;
-        self.trace.push(trace::entered(loop_id, def.max_iterations));
-        let runs = match cond {
-            // Decided after each iteration from the decision step's artifact.
+        self.frames.push(LoopFrame {
+            loop_id: loop_id.clone(),
+            iteration: 0,
+            body_index: 0,
+        });
+        Ok(0)
+    }
+
+    /// Whether a `condition_ref` loop runs its first iteration: a `loop_control` loop always does
+    /// (decided after each iteration from the decision step's artifact), a fixed condition is
+    /// checked on entry.
+    fn first_iteration_by_condition(
+        &mut self,
+        loop_id: &LoopId,
+        def: &CompiledLoop,
+    ) -> Result<bool, Halt> {
+        Ok(match condition(self.compiled, def)? {
             CompiledCondition::LoopControl { .. } => true,
             CompiledCondition::AlwaysTrue { condition_id } => {
                 self.trace.push(trace::evaluated(
@@ -443,18 +452,7 @@ impl<'a> Walker<'a> {
                 ));
                 false
             }
-        };
-        if !runs {
-            self.trace
-                .push(trace::exited(loop_id, 0, Termination::ConditionFalse));
-            return Ok(index + 1);
-        }
-        self.frames.push(LoopFrame {
-            loop_id: loop_id.clone(),
-            iteration: 0,
-            body_index: 0,
-        });
-        Ok(0)
+        })
     }
 
     /// The variables `frames` bind (outer loops first, so inner ones shadow them): each loop's
