@@ -166,6 +166,20 @@ const BUDGET: &str = r#"{
   ]
 }"#;
 
+const REVISIT: &str = r#"{
+  "id": "project.revisit", "name": "Revisit", "description": "Skipped top-level items run later.",
+  "steps": [
+    {"id": "gather", "title": "Gather", "prompt": "Gather."},
+    {"id": "early", "title": "Early", "prompt": "Early.", "runCondition": {"var": "ready", "equals": true}},
+    {"type": "loop", "id": "retry", "title": "Retry", "runCondition": {"var": "retry", "equals": true},
+     "loop": {"type": "for", "count": 1, "maxIterations": 2},
+     "body": [{"id": "again", "title": "Again", "prompt": "Again."}]},
+    {"id": "middle", "title": "Middle", "prompt": "Middle."},
+    {"id": "late", "title": "Late", "prompt": "Late.", "runCondition": {"var": "ready", "equals": true}},
+    {"id": "wrap", "title": "Wrap", "prompt": "Wrap."}
+  ]
+}"#;
+
 fn catalog() -> CatalogLoader {
     Arc::new(|| {
         let project = MemorySource::new(WorkflowSourceKind::Project)
@@ -178,6 +192,7 @@ fn catalog() -> CatalogLoader {
             .with("project/workflows/fragments.json", FRAGMENTS)
             .with("project/workflows/branch.json", BRANCH)
             .with("project/workflows/budget.json", BUDGET)
+            .with("project/workflows/revisit.json", REVISIT)
             .with("project/workflows/free_decision.json", FREE_DECISION);
         let sources: Vec<&dyn WorkflowSource> = vec![&project];
         Arc::new(Catalog::load(&sources))
@@ -944,4 +959,145 @@ fn a_decision_outside_any_loop_is_checked_and_decides_nothing() {
     let done = next(&wr, &missing, "decided", vec![decision], json!({}));
     assert_eq!(done.kind, ExecutionKind::Ok, "{:?}", done.blockers);
     assert_eq!(pending(&done), "next");
+}
+
+/// A top-level step or loop skipped by its run condition runs later, out of order, once a call
+/// makes the condition true: the first such item in sequence order first, then the forward walk
+/// goes on from where it was, as the language selects "the first item not done whose condition
+/// holds". Each revisit is traced; a rewind to a node before the context changed walks forward
+/// from that node's own state, and a replay answers the recorded step.
+///
+/// decision: D154
+#[test]
+fn a_skipped_top_level_item_runs_once_a_later_call_makes_its_condition_true() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.revisit", json!({}), Autonomy::Guided);
+    assert_eq!(pending(&out), "gather");
+    let at_middle = next(&wr, &out, "gathered", vec![], json!({}));
+    assert_eq!(pending(&at_middle), "middle", "early and retry are skipped");
+    let revisit = next(
+        &wr,
+        &at_middle,
+        "middle done",
+        vec![],
+        json!({"ready": true, "retry": true}),
+    );
+    assert_eq!(
+        pending(&revisit),
+        "early",
+        "the first skipped item whose condition holds now"
+    );
+    let mut seen = vec![pending(&revisit).to_owned()];
+    let mut out = revisit.clone();
+    while out.pending.is_some() {
+        out = next(&wr, &out, "done", vec![], json!({}));
+        if out.pending.is_some() {
+            seen.push(pending(&out).to_owned());
+        }
+    }
+    assert_eq!(
+        seen,
+        ["early", "again", "late", "wrap"],
+        "then the skipped loop, then forward from where the walk was (middle is not run again)"
+    );
+    let entries = trace(&wr, &out);
+    let revisited: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.summary.contains("runs now, out of order"))
+        .map(|e| e.summary.as_str())
+        .collect();
+    assert_eq!(revisited.len(), 2, "{revisited:?}");
+    assert!(
+        revisited[0].starts_with("Step 'early'") && revisited[0].contains("ready"),
+        "{revisited:?}"
+    );
+    assert!(revisited[1].starts_with("Loop 'retry'"), "{revisited:?}");
+
+    // A replay of the ack that made the condition true answers the recorded step.
+    let replayed = wr
+        .continue_workflow(with_context(
+            ack(&at_middle, "middle done", vec![]),
+            json!({"ready": true, "retry": true}),
+        ))
+        .unwrap();
+    assert_eq!(pending(&replayed), "early");
+    assert_eq!(replayed.state_token, revisit.state_token);
+
+    // A rewind to `middle` that leaves the context alone walks forward from that node.
+    let old = wr
+        .continue_workflow(rehydrate(&at_middle.state_token))
+        .unwrap();
+    let fork = wr
+        .continue_workflow(with_context(ack(&old, "middle again", vec![]), json!({})))
+        .unwrap();
+    // The run's context is now `ready: true` (set on the other branch, locks §18.2), so the
+    // fork revisits too: the context is the run's, the revisit list the node's.
+    assert_eq!(pending(&fork), "early");
+}
+
+/// A snapshot recorded before decision D154 (no `revisit`) walks forward only: a run in flight
+/// keeps the behaviour it started with.
+///
+/// decision: D154
+#[test]
+fn a_snapshot_without_revisit_walks_forward_only() {
+    use workrail::compiler::{CompileContext, compile};
+    use workrail::engine::{self, AdvanceOutcome, BranchFacts};
+    use workrail_spec::snapshot::EngineState;
+    let compiled = compile(
+        &serde_json::from_str::<Value>(REVISIT).unwrap(),
+        &CompileContext::load("project"),
+    )
+    .unwrap()
+    .snapshot;
+    let started = engine::start_with(&compiled, &EngineState::Init, &Map::new()).unwrap();
+    let facts = BranchFacts::default();
+    let AdvanceOutcome::Advanced(at_middle) = engine::advance_on(
+        &compiled,
+        &started.state,
+        &Default::default(),
+        Autonomy::Guided,
+        &facts,
+    )
+    .unwrap() else {
+        panic!("gather advances")
+    };
+    let EngineState::Running { revisit, .. } = &at_middle.state else {
+        panic!("running")
+    };
+    assert!(revisit.is_some(), "the skips are remembered");
+    let ready = BranchFacts {
+        context: object(json!({"ready": true, "retry": true})),
+        ..BranchFacts::default()
+    };
+    let next_of = |state: &EngineState| match engine::advance_on(
+        &compiled,
+        state,
+        &Default::default(),
+        Autonomy::Guided,
+        &ready,
+    )
+    .unwrap()
+    {
+        AdvanceOutcome::Advanced(t) => t.state.pending_step().map(|p| p.step_id.to_string()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(next_of(&at_middle.state).as_deref(), Some("early"));
+    let EngineState::Running {
+        completed,
+        loop_stack,
+        pending,
+        ..
+    } = at_middle.state.clone()
+    else {
+        panic!("running")
+    };
+    let recorded_before = EngineState::Running {
+        completed,
+        loop_stack,
+        pending,
+        revisit: None,
+    };
+    assert_eq!(next_of(&recorded_before).as_deref(), Some("late"));
 }

@@ -8,6 +8,14 @@
 //! *settles*: it walks forward until it reaches a step (the next pending step) or the end of the
 //! workflow (complete).
 //!
+//! Run conditions at the top level (decision D154): the language selects the first top-level
+//! item that is not done and whose `runCondition` holds. So an item passed because its condition
+//! did not hold is remembered (`Revisit`), and whenever the walk is about to choose at the top
+//! level (after a top-level step, after a top-level loop ends, at the end of the sequence) the
+//! first remembered item whose condition holds now runs before the forward walk goes on from
+//! the first item it has not reached. Inside a loop body the walk only goes forward, as the
+//! language's loop kernel does.
+//!
 //! Loops (locks §9 "Loops authoring", authoring "loop_control condition kind"):
 //! - iterations are 0-based; `maxIterations` is a count (allowed iterations `0..maxIterations`);
 //!   the iteration increments only when the next iteration starts (`L-LOOP-*`);
@@ -51,7 +59,7 @@ use workrail_spec::ids::{ContextKey, LoopId, StepId};
 use workrail_spec::reason::{ContractViolationReason, GapReason, ReasonCode, UnexpectedReason};
 use workrail_spec::skey::LoopPathEntry;
 use workrail_spec::snapshot::{
-    Bindings, CompletedSet, EngineState, LoopFrame, Pending, PendingStep,
+    Bindings, CompletedSet, EngineState, LoopFrame, Pending, PendingStep, Revisit,
 };
 use workrail_spec::tools::OutputInput;
 
@@ -234,6 +242,7 @@ pub fn ack_with(
         completed,
         loop_stack,
         pending: Pending::Some { step },
+        revisit,
     } = state
     else {
         return Err(InterpreterError::NothingPending);
@@ -259,6 +268,7 @@ pub fn ack_with(
         return Ok(blocked);
     }
     let mut cursor = locate(wf, step, loop_stack)?;
+    cursor.revisit = revisit.clone();
     cursor.step_forward();
     walker.settle(cursor, completed.with(step.instance_key()))
 }
@@ -431,6 +441,8 @@ fn missing_loop_context(
 struct Cursor {
     top: usize,
     frames: Vec<LoopFrame>,
+    /// The top-level items passed by their run condition, and the forward walk's reach.
+    revisit: Option<Revisit>,
 }
 
 impl Cursor {
@@ -463,6 +475,7 @@ fn locate(
         return Ok(Cursor {
             top,
             frames: Vec::new(),
+            revisit: None,
         });
     };
     let top = wf
@@ -495,6 +508,7 @@ fn locate(
     Ok(Cursor {
         top,
         frames: loop_stack.to_vec(),
+        revisit: None,
     })
 }
 
@@ -550,6 +564,45 @@ impl Walker<'_, '_> {
             .map(|f| loop_def(self.wf, &f.loop_id).map(|d| (d, f)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(language::loop_overlay(self.context, &defs))
+    }
+
+    /// At the top level: the position of the first remembered item whose run condition holds
+    /// now, taken off the list (decision D154).
+    fn revisitable(&self, cursor: &mut Cursor) -> Result<Option<usize>, InterpreterError> {
+        let Some(revisit) = &mut cursor.revisit else {
+            return Ok(None);
+        };
+        let holds = |item: &SequenceItem| -> Result<bool, InterpreterError> {
+            let condition = match item {
+                SequenceItem::Step { step_id } => self
+                    .wf
+                    .step(step_id)
+                    .ok_or_else(|| InterpreterError::Invariant(format!("unknown step {step_id}")))?
+                    .language
+                    .run_condition
+                    .as_ref(),
+                SequenceItem::Loop { loop_id } => {
+                    loop_def(self.wf, loop_id)?.run_condition.as_ref()
+                }
+            };
+            Ok(condition.is_none_or(|c| c.evaluate(self.context)))
+        };
+        for (i, item) in revisit.skipped.iter().enumerate() {
+            if holds(item)? {
+                let item = revisit.skipped.remove(i);
+                let position = self
+                    .wf
+                    .body
+                    .sequence
+                    .iter()
+                    .position(|top| *top == item)
+                    .ok_or_else(|| {
+                        InterpreterError::Invariant(format!("{item:?} is not top-level"))
+                    })?;
+                return Ok(Some(position));
+            }
+        }
+        Ok(None)
     }
 
     fn skip(&mut self, subject: Skipped, frames: &[LoopFrame], explanation: String) {
@@ -650,7 +703,21 @@ impl Walker<'_, '_> {
                 }
             }
             let (list, index) = match cursor.frames.last() {
-                None => (&self.wf.body.sequence, cursor.top),
+                None => {
+                    if let Some(revisit) = &cursor.revisit {
+                        cursor.top = cursor.top.max(revisit.frontier as usize);
+                    }
+                    if let Some(index) = self.revisitable(&mut cursor)? {
+                        // Out of order: the forward walk's reach stays where it was.
+                        (&self.wf.body.sequence, index)
+                    } else {
+                        let index = cursor.top;
+                        if let Some(revisit) = &mut cursor.revisit {
+                            revisit.frontier = revisit.frontier.max(reach(index)?);
+                        }
+                        (&self.wf.body.sequence, index)
+                    }
+                }
                 Some(frame) => (
                     &loop_def(self.wf, &frame.loop_id)?.body,
                     frame.body_index as usize,
@@ -668,6 +735,7 @@ impl Walker<'_, '_> {
                         {
                             let why = condition.explain(&scope);
                             self.skip(Skipped::Step(step_id.clone()), &cursor.frames, why);
+                            remember(&mut cursor, item, index)?;
                             cursor.step_forward();
                             continue;
                         }
@@ -682,6 +750,7 @@ impl Walker<'_, '_> {
                             if !condition.evaluate(&scope) {
                                 let why = condition.explain(&scope);
                                 self.skip(Skipped::Loop(loop_id.clone()), &cursor.frames, why);
+                                remember(&mut cursor, item, index)?;
                                 cursor.step_forward();
                                 continue;
                             }
@@ -696,11 +765,17 @@ impl Walker<'_, '_> {
                             },
                         };
                         if enters {
+                            if cursor.frames.is_empty() {
+                                // A revisited loop is entered from its own place.
+                                cursor.top = index;
+                            }
                             cursor.frames.push(LoopFrame {
                                 loop_id: loop_id.clone(),
                                 iteration: 0,
                                 body_index: 0,
                             });
+                        } else if cursor.frames.is_empty() {
+                            cursor.top = index + 1;
                         } else {
                             cursor.step_forward();
                         }
@@ -770,6 +845,7 @@ impl Walker<'_, '_> {
         Progress::Moved {
             state: EngineState::Running {
                 completed,
+                revisit: cursor.revisit,
                 pending: Pending::Some {
                     step: PendingStep {
                         step_id,
@@ -795,6 +871,32 @@ impl From<InterpreterError> for Halt {
     fn from(e: InterpreterError) -> Self {
         Self::Error(e)
     }
+}
+
+/// The frontier once the forward walk reached the top-level item at `index`.
+fn reach(index: usize) -> Result<u32, InterpreterError> {
+    u32::try_from(index + 1).map_err(|_| InterpreterError::Invariant("sequence too long".into()))
+}
+
+/// Remembers a top-level item its run condition passed (decision D154); nothing inside a loop.
+fn remember(
+    cursor: &mut Cursor,
+    item: &SequenceItem,
+    index: usize,
+) -> Result<(), InterpreterError> {
+    if !cursor.frames.is_empty() {
+        return Ok(());
+    }
+    let frontier = reach(index)?;
+    let revisit = cursor.revisit.get_or_insert(Revisit {
+        skipped: Vec::new(),
+        frontier,
+    });
+    revisit.frontier = revisit.frontier.max(frontier);
+    if !revisit.skipped.contains(item) {
+        revisit.skipped.push(item.clone());
+    }
+    Ok(())
 }
 
 fn path_of(frames: &[LoopFrame]) -> Vec<LoopPathEntry> {

@@ -84,6 +84,20 @@ pub struct LoopFrame {
     pub body_index: u32,
 }
 
+/// The top-level items the walk passed because their `runCondition` did not hold, and how far
+/// the forward walk got (decision D154). The language selects at the top level the first item
+/// not done whose condition holds, so a passed item runs later, out of order, once a call makes
+/// its condition true. Present from the run's first such pass on; a snapshot without it walks
+/// forward only.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Revisit {
+    /// The passed items not taken since, in the top-level sequence's order.
+    pub skipped: Vec<crate::compiled::SequenceItem>,
+    /// The index in the top-level sequence of the first item the forward walk has not reached.
+    pub frontier: u32,
+}
+
 /// The completed step instances: an explicit set wrapper, sorted lexicographically, unique.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct CompletedSet(Vec<StepInstanceKey>);
@@ -178,6 +192,9 @@ pub enum EngineState {
         completed: CompletedSet,
         loop_stack: Vec<LoopFrame>,
         pending: Pending,
+        /// Absent until a top-level item is passed by its `runCondition` (decision D154).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revisit: Option<Revisit>,
     },
     /// The workflow finished; `isComplete` is derived from this state.
     Complete,
@@ -204,10 +221,25 @@ impl EngineState {
             completed,
             loop_stack,
             pending,
+            revisit,
         } = self
         else {
             return Ok(());
         };
+        if let Some(revisit) = revisit {
+            let unique: BTreeSet<String> = revisit
+                .skipped
+                .iter()
+                .map(|item| format!("{item:?}"))
+                .collect();
+            if unique.len() != revisit.skipped.len() {
+                return Err(ArtifactError::invariant(
+                    ENGINE,
+                    "revisit lists each skipped item once",
+                    "an item is listed twice in revisit.skipped".to_owned(),
+                ));
+            }
+        }
         let mut seen = BTreeSet::new();
         for frame in loop_stack {
             if !seen.insert(&frame.loop_id) {

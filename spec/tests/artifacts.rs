@@ -853,6 +853,7 @@ fn sample_snapshot() -> ExecutionSnapshotFileV1 {
                     bindings: Default::default(),
                 },
             },
+            revisit: None,
         })
         .unwrap(),
     }
@@ -918,6 +919,7 @@ fn impossible_snapshot_states_are_rejected() {
         completed: CompletedSet::default(),
         loop_stack: vec![],
         pending: Pending::None,
+        revisit: None,
     };
     assert_eq!(
         serde_json::to_value(&none).unwrap()["pending"],

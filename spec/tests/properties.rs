@@ -1603,8 +1603,9 @@ fn arb_running_with_pending() -> impl Strategy<Value = EngineState> {
         vec(arb_skey("[a-c0-9_-]{1,3}"), 0..8),
         arb_loop_frames(),
         arb_step_id("[a-c0-9_-]{1,3}"),
+        arb_revisit(),
     )
-        .prop_map(|(keys, loop_stack, step_id)| {
+        .prop_map(|(keys, loop_stack, step_id, revisit)| {
             let loop_path = loop_stack
                 .iter()
                 .map(|f| LoopPathEntry {
@@ -1622,8 +1623,37 @@ fn arb_running_with_pending() -> impl Strategy<Value = EngineState> {
                 completed: CompletedSet::new(keys.into_iter().filter(|k| *k != pending_key)),
                 loop_stack,
                 pending: Pending::Some { step },
+                revisit,
             }
         })
+}
+
+/// The top-level items a run condition passed (unique) and the forward walk's reach (D154).
+fn arb_revisit() -> impl Strategy<Value = Option<workrail_spec::snapshot::Revisit>> {
+    proptest::option::of(
+        (
+            proptest::collection::btree_set("[a-c0-9_-]{1,3}", 0..4),
+            0u32..20,
+        )
+            .prop_map(|(ids, frontier)| workrail_spec::snapshot::Revisit {
+                skipped: ids
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, id)| {
+                        if i % 2 == 0 {
+                            workrail_spec::compiled::SequenceItem::Step {
+                                step_id: StepId::parse(&id).unwrap(),
+                            }
+                        } else {
+                            workrail_spec::compiled::SequenceItem::Loop {
+                                loop_id: LoopId::parse(&id).unwrap(),
+                            }
+                        }
+                    })
+                    .collect(),
+                frontier,
+            }),
+    )
 }
 
 fn arb_engine_state() -> impl Strategy<Value = EngineState> {
@@ -1635,6 +1665,7 @@ fn arb_engine_state() -> impl Strategy<Value = EngineState> {
                 completed: CompletedSet::new(keys),
                 loop_stack,
                 pending: Pending::None,
+                revisit: None,
             }
         ),
         4 => arb_running_with_pending(),
@@ -1853,7 +1884,7 @@ proptest! {
         state in arb_running_with_pending(),
         hash in arb_digest(),
     ) {
-        let EngineState::Running { completed, loop_stack, pending } = state.clone() else {
+        let EngineState::Running { completed, loop_stack, pending, revisit } = state.clone() else {
             unreachable!("the generator builds running states");
         };
         let Pending::Some { step } = pending.clone() else {
@@ -1873,12 +1904,29 @@ proptest! {
             completed: with_pending.clone(),
             loop_stack: loop_stack.clone(),
             pending: pending.clone(),
+            revisit: revisit.clone(),
         });
         prop_assert!(built.is_err(), "pending key in completed was accepted");
         let mut bad = value.clone();
         bad["enginePayload"]["engineState"]["completed"]["values"] =
             serde_json::to_value(with_pending.keys()).unwrap();
         prop_assert!(parse(&bad).is_err());
+
+        // An item remembered twice for a revisit (decision D154).
+        if let Some(first) = revisit.as_ref().and_then(|r| r.skipped.first()) {
+            let mut twice = revisit.clone().unwrap();
+            twice.skipped.push(first.clone());
+            let built = EnginePayloadV1::new(EngineState::Running {
+                completed: completed.clone(),
+                loop_stack: loop_stack.clone(),
+                pending: pending.clone(),
+                revisit: Some(twice.clone()),
+            });
+            prop_assert!(built.is_err(), "an item remembered twice was accepted");
+            let mut bad = value.clone();
+            bad["enginePayload"]["engineState"]["revisit"] = serde_json::to_value(&twice).unwrap();
+            prop_assert!(parse(&bad).is_err());
+        }
 
         // Completed keys out of order or repeated.
         let keys: Vec<String> = completed.keys().iter().map(ToString::to_string).collect();
@@ -1911,6 +1959,7 @@ proptest! {
                 completed: completed.clone(),
                 loop_stack: stack.clone(),
                 pending: Pending::Some { step: step.clone() },
+                revisit: revisit.clone(),
             });
             prop_assert!(built.is_err(), "a repeated loop id was accepted");
             let mut bad = value.clone();
@@ -1934,6 +1983,7 @@ proptest! {
             ),
             loop_stack: loop_stack.clone(),
             pending: Pending::Some { step: step.clone() },
+            revisit: revisit.clone(),
         };
         prop_assert!(EnginePayloadV1::new(mismatched).is_err());
         let mut bad = value.clone();

@@ -27,7 +27,9 @@ use serde_json::{Map, Value};
 use workrail_spec::closed::{Autonomy, LoopDecision};
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::skey::LoopPathEntry;
-use workrail_spec::snapshot::{CompletedSet, EngineState, LoopFrame, Pending, PendingStep};
+use workrail_spec::snapshot::{
+    CompletedSet, EngineState, LoopFrame, Pending, PendingStep, Revisit,
+};
 use workrail_spec::tools::OutputInput;
 
 use self::contract::{ContractCheck, ContractProblem};
@@ -44,6 +46,7 @@ fn running(
     completed: CompletedSet,
     frames: Vec<LoopFrame>,
     landing: Landing,
+    revisit: Option<Revisit>,
 ) -> Result<EngineState, EngineError> {
     let state = match landing {
         Landing::Complete => EngineState::Complete,
@@ -58,6 +61,7 @@ fn running(
             EngineState::Running {
                 completed,
                 loop_stack: frames,
+                revisit,
                 pending: Pending::Some {
                     step: PendingStep {
                         step_id,
@@ -101,6 +105,7 @@ pub fn start_with(
         ended_iterations: Vec::new(),
         context,
         acked: None,
+        revisit: None,
     };
     let landing = match walker.settle(0, None, None) {
         Ok(landing) => landing,
@@ -108,7 +113,12 @@ pub fn start_with(
         Err(Halt::Blocked(_)) => return Err(inconsistent("start cannot hit a loop limit")),
     };
     Ok(Transition {
-        state: running(CompletedSet::default(), walker.frames, landing)?,
+        state: running(
+            CompletedSet::default(),
+            walker.frames,
+            landing,
+            walker.revisit,
+        )?,
         trace: walker.trace,
         gaps: Vec::new(),
         reports: Reports::default(),
@@ -138,14 +148,15 @@ pub fn advance_on(
     autonomy: Autonomy,
     branch: &BranchFacts,
 ) -> Result<AdvanceOutcome, EngineError> {
-    let (completed, frames, pending) = match state {
+    let (completed, frames, pending, revisit) = match state {
         EngineState::Init => return Err(EngineError::NotStarted),
         EngineState::Complete => return Err(EngineError::AlreadyComplete),
         EngineState::Running {
             completed,
             loop_stack,
             pending: Pending::Some { step },
-        } => (completed, loop_stack, step),
+            revisit,
+        } => (completed, loop_stack, step, revisit),
         EngineState::Running {
             pending: Pending::None,
             ..
@@ -246,13 +257,14 @@ pub fn advance_on(
         ended_iterations: Vec::new(),
         context: &branch.context,
         acked: Some(step.step_id.clone()),
+        revisit: revisit.clone(),
     };
     match walker.settle(index + 1, signal, Some(&step.step_id)) {
         Ok(landing) => {
             let done = landing == Landing::Complete;
             let completed = completed_after(completed, pending, &walker.ended_iterations);
             let transition = Transition {
-                state: running(completed, walker.frames, landing)?,
+                state: running(completed, walker.frames, landing, walker.revisit)?,
                 trace: walker.trace,
                 gaps: walker.gaps,
                 reports,

@@ -3,6 +3,7 @@
 //! evaluation that decides control flow and every loop exit is recorded, with typed refs.
 
 use workrail_spec::closed::DecisionTraceKind;
+use workrail_spec::compiled::SequenceItem;
 use workrail_spec::event::{TraceEntry, TraceRef};
 use workrail_spec::ids::{ConditionId, LoopId, StepId};
 use workrail_spec::snapshot::LoopFrame;
@@ -128,6 +129,27 @@ pub(crate) fn step_condition(
     entry(
         DecisionTraceKind::EvaluatedCondition,
         format!("Step '{step_id}'{at} {verdict}: {explained}."),
+        refs,
+    )
+}
+
+/// A top-level item skipped earlier runs now, out of order: its `runCondition` holds over the
+/// context of this call (decision D154).
+pub(crate) fn revisited(item: &SequenceItem, explained: &str) -> TraceEntry {
+    let (what, refs) = match item {
+        SequenceItem::Step { step_id } => (
+            format!("Step '{step_id}'"),
+            vec![TraceRef::StepId {
+                step_id: step_id.clone(),
+            }],
+        ),
+        SequenceItem::Loop { loop_id } => (format!("Loop '{loop_id}'"), vec![loop_ref(loop_id)]),
+    };
+    entry(
+        DecisionTraceKind::EvaluatedCondition,
+        format!(
+            "{what} runs now, out of order: it was skipped earlier and its runCondition holds: {explained}."
+        ),
         refs,
     )
 }

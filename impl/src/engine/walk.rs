@@ -14,6 +14,12 @@
 //! reaches them, each evaluation traced; loops that decide over the context (`while`, `until`,
 //! `for` with a count or a context key, `forEach`), decided before every iteration, the first
 //! included; and the bindings a landed step freezes for its prompt.
+//!
+//! At the top level the language selects the first item not done whose run condition holds
+//! (decision D154): an item passed by its condition is remembered in the state's `revisit`, and
+//! each time the walk chooses at the top level the first remembered item whose condition holds
+//! now runs, out of order, before the forward walk goes on from the first item it has not
+//! reached. Inside a loop body the walk only goes forward, as the language's loop kernel does.
 
 use std::collections::BTreeSet;
 
@@ -26,7 +32,7 @@ use workrail_spec::compiled::{
 use workrail_spec::event::TraceEntry;
 use workrail_spec::ids::{LoopId, StepId};
 use workrail_spec::skey::LoopPathEntry;
-use workrail_spec::snapshot::{Bindings, LoopFrame};
+use workrail_spec::snapshot::{Bindings, LoopFrame, Revisit};
 
 use super::findings;
 use super::outcome::{EngineError, Finding, LoopContextProblem};
@@ -112,6 +118,13 @@ pub(crate) struct Walker<'a> {
     pub context: &'a Map<String, Value>,
     /// The step whose acknowledgement this walk follows (`None` at start).
     pub acked: Option<StepId>,
+    /// The top-level items passed by their run condition and the forward walk's reach (D154).
+    pub revisit: Option<Revisit>,
+}
+
+/// The frontier once the forward walk reached the top-level item at `index`.
+fn reach(index: usize) -> Result<u32, EngineError> {
+    u32::try_from(index + 1).map_err(|_| inconsistent("top-level sequence too long"))
 }
 
 /// The JSON type name of a value, as messages show it.
@@ -185,6 +198,25 @@ impl<'a> Walker<'a> {
                 index = after;
                 continue;
             }
+            // Whether the item at `index` runs out of order (its decision is already traced).
+            let mut revisiting = false;
+            if self.frames.is_empty() {
+                if let Some(revisit) = &self.revisit {
+                    index = index.max(revisit.frontier as usize);
+                }
+                match self.revisitable()? {
+                    // Out of order: the forward walk's reach stays where it was.
+                    Some(position) => {
+                        index = position;
+                        revisiting = true;
+                    }
+                    None => {
+                        if let Some(revisit) = &mut self.revisit {
+                            revisit.frontier = revisit.frontier.max(reach(index)?);
+                        }
+                    }
+                }
+            }
             if let Some(item) = container.get(index) {
                 if let Some(frame) = self.frames.last_mut() {
                     frame.body_index =
@@ -196,7 +228,9 @@ impl<'a> Walker<'a> {
                             inconsistent(format!("step {step_id} is not in the compiled workflow"))
                         })?;
                         let overlay = self.overlay(&self.frames)?;
-                        if let Some(cond) = &step.language.run_condition {
+                        if let Some(cond) = &step.language.run_condition
+                            && !revisiting
+                        {
                             let values = view(&overlay, self.context, cond.reads());
                             let holds = cond.evaluate(&values);
                             self.trace.push(trace::step_condition(
@@ -206,6 +240,7 @@ impl<'a> Walker<'a> {
                                 &cond.explain(&values),
                             ));
                             if !holds {
+                                self.remember(item, index)?;
                                 index += 1;
                                 continue;
                             }
@@ -215,7 +250,7 @@ impl<'a> Walker<'a> {
                         return Ok(Landing::Pending(step_id.clone(), bindings));
                     }
                     SequenceItem::Loop { loop_id } => {
-                        index = self.enter(loop_id, index)?;
+                        index = self.enter(loop_id, index, revisiting)?;
                     }
                 }
                 continue;
@@ -366,14 +401,17 @@ impl<'a> Walker<'a> {
         Ok(Some(self.position_of_loop(&frame.loop_id)? + 1))
     }
 
-    fn enter(&mut self, loop_id: &LoopId, index: usize) -> Result<usize, Halt> {
+    /// `decided`: its run condition was already decided and traced (a revisit, D154).
+    fn enter(&mut self, loop_id: &LoopId, index: usize, decided: bool) -> Result<usize, Halt> {
         let def = loop_def(self.compiled, loop_id)?;
         if self.frames.iter().any(|f| &f.loop_id == loop_id) {
             return Err(
                 inconsistent(format!("loop {loop_id} would be entered inside itself")).into(),
             );
         }
-        if let Some(cond) = &def.run_condition {
+        if let Some(cond) = &def.run_condition
+            && !decided
+        {
             let overlay = self.overlay(&self.frames)?;
             let values = view(&overlay, self.context, cond.reads());
             let holds = cond.evaluate(&values);
@@ -384,6 +422,12 @@ impl<'a> Walker<'a> {
                 &cond.explain(&values),
             ));
             if !holds {
+                self.remember(
+                    &SequenceItem::Loop {
+                        loop_id: loop_id.clone(),
+                    },
+                    index,
+                )?;
                 return Ok(index + 1);
             }
         }
@@ -578,6 +622,74 @@ impl<'a> Walker<'a> {
     }
 
     /// The index of `loop_id` in the container that holds it (after its frame was popped).
+    /// Remembers a top-level item its run condition passed (D154); nothing inside a loop.
+    fn remember(&mut self, item: &SequenceItem, index: usize) -> Result<(), EngineError> {
+        if !self.frames.is_empty() {
+            return Ok(());
+        }
+        let frontier = reach(index)?;
+        let revisit = self.revisit.get_or_insert(Revisit {
+            skipped: Vec::new(),
+            frontier,
+        });
+        revisit.frontier = revisit.frontier.max(frontier);
+        if !revisit.skipped.contains(item) {
+            revisit.skipped.push(item.clone());
+        }
+        Ok(())
+    }
+
+    /// At the top level: the position of the first remembered item whose run condition holds
+    /// over the context now, taken off the list (D154). Re-checks that still fail are not
+    /// traced: the pass that remembered the item was.
+    fn revisitable(&mut self) -> Result<Option<usize>, EngineError> {
+        let Some(revisit) = &self.revisit else {
+            return Ok(None);
+        };
+        let empty = Map::new();
+        let mut found = None;
+        for (i, item) in revisit.skipped.iter().enumerate() {
+            let condition = match item {
+                SequenceItem::Step { step_id } => self
+                    .compiled
+                    .step(step_id)
+                    .ok_or_else(|| {
+                        inconsistent(format!("step {step_id} is not in the compiled workflow"))
+                    })?
+                    .language
+                    .run_condition
+                    .as_ref(),
+                SequenceItem::Loop { loop_id } => {
+                    loop_def(self.compiled, loop_id)?.run_condition.as_ref()
+                }
+            };
+            let Some(condition) = condition else {
+                found = Some((i, "no runCondition".to_owned()));
+                break;
+            };
+            let values = view(&empty, self.context, condition.reads());
+            if condition.evaluate(&values) {
+                found = Some((i, condition.explain(&values)));
+                break;
+            }
+        }
+        let Some((i, explained)) = found else {
+            return Ok(None);
+        };
+        let Some(revisit) = &mut self.revisit else {
+            return Ok(None);
+        };
+        let item = revisit.skipped.remove(i);
+        self.trace.push(trace::revisited(&item, &explained));
+        self.compiled
+            .body
+            .sequence
+            .iter()
+            .position(|top| *top == item)
+            .map(Some)
+            .ok_or_else(|| inconsistent(format!("{item:?} is not in the top-level sequence")))
+    }
+
     fn position_of_loop(&self, loop_id: &LoopId) -> Result<usize, EngineError> {
         match self.frames.last() {
             Some(parent) => Ok(parent.body_index as usize),
