@@ -467,7 +467,7 @@ fn drivers_killed_mid_append_lose_nothing_they_reported() {
 // 3. Connections terminated mid-append.
 
 /// Three drivers append while their connections are terminated (`pg_terminate_backend`) every
-/// few tens of milliseconds: the drivers retry and finish, and the store is whole.
+/// few tens of milliseconds for 10 s: the drivers retry and finish, and the store is whole.
 #[test]
 fn connections_terminated_mid_append_lose_nothing() {
     let test = "connections_terminated";
@@ -494,10 +494,17 @@ fn connections_terminated_mid_append_lose_nothing() {
     let mut terminated = 0i64;
     let mut outcomes = Vec::new();
     let mut drivers = drivers;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Terminations stop after a while so that a slow machine, where an append and a reconnect
+    // take longer than the gap between two terminations, still finishes: what is judged is that
+    // every append survives the terminations, not how fast the drivers recover.
+    let started = Instant::now();
+    let storm = Duration::from_secs(10);
+    let deadline = started + Duration::from_secs(120);
     while !drivers.is_empty() {
         std::thread::sleep(rng.millis(20, 80));
-        terminated += sql.rows(&target)[0].get::<_, i64>(0);
+        if started.elapsed() < storm {
+            terminated += sql.rows(&target)[0].get::<_, i64>(0);
+        }
         let mut running = Vec::new();
         for mut driver in drivers {
             if driver.child.try_wait().unwrap().is_some() {
@@ -509,7 +516,7 @@ fn connections_terminated_mid_append_lose_nothing() {
         drivers = running;
         assert!(
             Instant::now() < deadline,
-            "the drivers did not finish in 30 s"
+            "the drivers did not finish in 120 s (terminations stopped after 10 s)"
         );
     }
     let mut reports = Vec::new();
