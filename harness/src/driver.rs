@@ -696,6 +696,58 @@ impl<S: System> Harness<S> {
 
     /// Applies the model side of a prepared call and compares the reply.
     pub fn settle(&mut self, prepared: &Prepared, reply: &Reply, mode: Mode) -> Result<(), String> {
+        // The node a fresh walk landed on (run, model id, production id): its decision trace
+        // must record what the model's walk skipped.
+        let mut landed: Option<(usize, NodeId, NodeId)> = None;
+        self.settle_reply(prepared, reply, mode, &mut landed)?;
+        if let Some((run, model_node, impl_node)) = landed {
+            self.check_skips(run, &model_node, &impl_node)?;
+        }
+        Ok(())
+    }
+
+    /// What production's decision trace at `impl_node` says its walk skipped equals what the
+    /// model's walk skipped (decision D139): subject and innermost loop position, in order.
+    fn check_skips(
+        &self,
+        run: usize,
+        model_node: &NodeId,
+        impl_node: &NodeId,
+    ) -> Result<(), String> {
+        let ids = &self.world.runs[run];
+        let expected: Vec<SkipShape> = self
+            .world
+            .model
+            .skips_at(&ids.model_session, model_node)
+            .iter()
+            .map(model_skip)
+            .collect();
+        let session = self
+            .sys
+            .load(&ids.impl_session)
+            .map_err(|e| format!("loading the session to read its trace: {e}"))?;
+        let (got, complete) = production_skips(&session.events, impl_node);
+        let agrees = if complete {
+            got == expected
+        } else {
+            expected.starts_with(&got)
+        };
+        if agrees {
+            Ok(())
+        } else {
+            Err(format!(
+                "the decision trace of the walk skipped {got:?}; the model's walk skipped {expected:?}"
+            ))
+        }
+    }
+
+    fn settle_reply(
+        &mut self,
+        prepared: &Prepared,
+        reply: &Reply,
+        mode: Mode,
+        landed: &mut Option<(usize, NodeId, NodeId)>,
+    ) -> Result<(), String> {
         let w = &mut self.world;
         match &prepared.expect {
             Expect::Start {
@@ -730,6 +782,7 @@ impl<S: System> Harness<S> {
                     impl_run: state.run_id.clone(),
                 });
                 let node = w.see_node(w.runs.len() - 1, &root, &state.node_id)?;
+                *landed = Some((w.runs.len() - 1, root.clone(), state.node_id.clone()));
                 if out.kind != ExecutionKind::Ok || !out.blockers.is_empty() {
                     return Err(format!("start returned kind {:?}", out.kind));
                 }
@@ -785,6 +838,7 @@ impl<S: System> Harness<S> {
                         let imp = token_node(&out.state_token)?;
                         let child = w.see_node(run, to_node_id, &imp)?;
                         if mode == Mode::Fresh {
+                            *landed = Some((run, to_node_id.clone(), imp.clone()));
                             w.check_response_at(child, &out)?;
                             w.stats.advanced += 1;
                             w.stats.forks += u32::from(*forks);
@@ -1130,4 +1184,66 @@ pub fn check_sequences<S: System>(
         Ok(()) => Ok(total.into_inner()),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// One item a walk passed by its run condition: `step` or `loop`, its id, and the innermost
+/// loop position it was passed at.
+type SkipShape = (&'static str, String, Option<(String, u32)>);
+
+fn model_skip(skip: &workrail_model::interpreter::Skip) -> SkipShape {
+    use workrail_model::interpreter::Skipped;
+    let (kind, id) = match &skip.subject {
+        Skipped::Step(id) => ("step", id.to_string()),
+        Skipped::Loop(id) => ("loop", id.to_string()),
+    };
+    let at = skip
+        .loop_path
+        .last()
+        .map(|e| (e.loop_id.to_string(), e.iteration));
+    (kind, id, at)
+}
+
+/// The items production's decision trace at `node` records as skipped by their run condition,
+/// and whether the trace is whole (it holds at most `TRACE_MAX_ENTRIES` entries; a full one may
+/// have been cut). A skip entry is an `evaluated_condition` whose summary says "skipped:" or
+/// "skipped (no iteration):" (the trace's words, `impl/src/engine/trace.rs`); its first ref is the step or loop, and an
+/// `iteration` ref follows the loop it was passed in.
+fn production_skips(
+    events: &[workrail_spec::event::SessionEvent],
+    node: &NodeId,
+) -> (Vec<SkipShape>, bool) {
+    use workrail_spec::closed::DecisionTraceKind;
+    use workrail_spec::event::TraceRef;
+    let mut skips = Vec::new();
+    let mut complete = true;
+    for event in events {
+        let EventData::DecisionTraceAppended(trace) = event.data() else {
+            continue;
+        };
+        if event.scope().node_id() != Some(node) {
+            continue;
+        }
+        complete &= trace.entries.len() < workrail_spec::budget::TRACE_MAX_ENTRIES;
+        for entry in &trace.entries {
+            let skipped = entry.summary.contains(" skipped:")
+                || entry.summary.contains(" skipped (no iteration):");
+            if entry.kind != DecisionTraceKind::EvaluatedCondition || !skipped {
+                continue;
+            }
+            let refs = entry.refs.as_deref().unwrap_or_default();
+            let subject = match refs.first() {
+                Some(TraceRef::StepId { step_id }) => ("step", step_id.to_string()),
+                Some(TraceRef::LoopId { loop_id }) => ("loop", loop_id.to_string()),
+                _ => continue,
+            };
+            let at = refs.windows(2).find_map(|pair| match pair {
+                [TraceRef::LoopId { loop_id }, TraceRef::Iteration { value }] => {
+                    Some((loop_id.to_string(), *value))
+                }
+                _ => None,
+            });
+            skips.push((subject.0, subject.1, at));
+        }
+    }
+    (skips, complete)
 }

@@ -232,3 +232,53 @@ pub fn workflow() -> impl Strategy<Value = (String, Map<String, Value>)> {
             (json, start_context(context))
         })
 }
+
+/// Drives one generated workflow in the language (`json`, started with `context`) through `ops`
+/// in process, comparing production with the model after every command.
+pub fn check_language_case(
+    json: &str,
+    context: &Map<String, Value>,
+    ops: &[crate::ops::Op],
+    seed: u64,
+) -> Result<crate::driver::Stats, String> {
+    use crate::generated::{GENERATED_FILE, GENERATED_ID, WorkflowUnderTest};
+    let workflow = std::sync::Arc::new(
+        WorkflowUnderTest::compile(GENERATED_ID, GENERATED_FILE, json)
+            .map_err(|e| format!("a generated workflow must compile: {e}\n{json}"))?
+            .with_start_context(context.clone()),
+    );
+    let sys = crate::InProcess::with_catalog(
+        workrail::store::memfs::MemFs::new(),
+        seed,
+        workflow.catalog(),
+    );
+    let mut h = crate::Harness::with_workflow(sys, workflow);
+    h.run(ops)
+        .map_err(|e| format!("{e}\nworkflow: {json}\nstart context: {context:?}"))?;
+    Ok(h.world.stats.clone())
+}
+
+/// [`check_language_case`] over generated workflows and command sequences of up to `max_len`
+/// commands: the first failure, shrunk, or the summed counts.
+pub fn check_language_sequences(
+    config: proptest::test_runner::Config,
+    max_len: usize,
+) -> Result<crate::driver::Stats, String> {
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let total = std::cell::RefCell::new(crate::driver::Stats::default());
+    let result = runner.run(
+        &(
+            workflow(),
+            crate::ops::language_ops_strategy(max_len),
+            any::<u64>(),
+        ),
+        |((json, context), ops, seed)| {
+            let stats =
+                check_language_case(&json, &context, &ops, seed).map_err(TestCaseError::fail)?;
+            total.borrow_mut().add(&stats);
+            Ok(())
+        },
+    );
+    result.map_err(|e| e.to_string())?;
+    Ok(total.into_inner())
+}

@@ -14,9 +14,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Map, Value};
-use workrail::store::memfs::MemFs;
 use workrail_harness::generated::{GENERATED_FILE, GENERATED_ID, WorkflowUnderTest};
-use workrail_harness::{Harness, InProcess, language, ops};
+use workrail_harness::{language, ops};
 use workrail_spec::compiled::{LoopWhile, ValidationCriterion};
 
 fn under_test(json: &str, context: Map<String, Value>) -> Arc<WorkflowUnderTest> {
@@ -30,19 +29,14 @@ fn under_test(json: &str, context: Map<String, Value>) -> Arc<WorkflowUnderTest>
 proptest! {
     #![proptest_config(ops::config(2))]
 
-    /// decision: D139
+    /// decision: D139, D154
     #[test]
     fn production_matches_the_model_on_workflows_in_the_language(
         (json, context) in language::workflow(),
         ops in ops::language_ops_strategy(24),
         seed in any::<u64>(),
     ) {
-        let workflow = under_test(&json, context.clone());
-        let sys = InProcess::with_catalog(MemFs::new(), seed, workflow.catalog());
-        let mut h = Harness::with_workflow(sys, workflow);
-        h.run(&ops).map_err(|e| {
-            TestCaseError::fail(format!("{e}\nworkflow: {json}\nstart context: {context:?}"))
-        })?;
+        language::check_language_case(&json, &context, &ops, seed).map_err(TestCaseError::fail)?;
     }
 }
 

@@ -25,6 +25,12 @@
 //!   instead of its contract (same pointer kind, other contents). Caught only because blockers
 //!   are compared in full.
 //!
+//! - **the workflow language** (`engine::PlantedLanguageBug`): an advance that walks over the
+//!   run's context from before the call's delta, a fixed-count `for` loop that runs one
+//!   iteration too many, a step passed by its `runCondition` that leaves no decision-trace
+//!   entry. Caught by the model comparison over generated workflows in the language (the trace's
+//!   skips are compared with the model's walk).
+//!
 //! Each test runs the *same* property functions the CI runs, at CI case counts, and requires
 //! them to fail.
 
@@ -217,4 +223,48 @@ fn the_generated_workflows_catch_an_unmarked_choice_accepted_as_the_users() {
     let found =
         generated_workflows_disagree().expect("the generated workflows missed the planted bug");
     assert!(found.contains("model"), "{found}");
+}
+
+/// Runs the model comparison over generated workflows in the language with `bug` planted and
+/// requires it to fail; without it the same property passes.
+fn caught_in_the_language(bug: workrail::engine::PlantedLanguageBug) -> String {
+    fn switch(bug: workrail::engine::PlantedLanguageBug, on: bool) {
+        workrail::engine::plant_language_bug(bug, on);
+    }
+    workrail_harness::language::check_language_sequences(ops::config(2), 24)
+        .unwrap_or_else(|e| panic!("without {bug:?} the property must pass: {e}"));
+    switch(bug, true);
+    let caught = workrail_harness::language::check_language_sequences(ops::config(1), 24);
+    switch(bug, false);
+    match caught {
+        Err(e) => e,
+        Ok(stats) => panic!("the model comparison missed {bug:?} over {stats:?}"),
+    }
+}
+
+/// A condition, loop rule or binding read from the run's context before the call's delta.
+///
+/// decision: D139
+#[test]
+fn the_model_comparison_catches_a_walk_over_stale_context() {
+    let caught = caught_in_the_language(workrail::engine::PlantedLanguageBug::StaleContext);
+    println!("caught: {}", caught.lines().next().unwrap_or_default());
+}
+
+/// A `for` loop with a fixed count that runs one iteration too many.
+///
+/// decision: D141
+#[test]
+fn the_model_comparison_catches_a_for_loop_off_by_one() {
+    let caught = caught_in_the_language(workrail::engine::PlantedLanguageBug::ForOffByOne);
+    println!("caught: {}", caught.lines().next().unwrap_or_default());
+}
+
+/// A step passed by its run condition that leaves no decision-trace entry.
+///
+/// decision: D139
+#[test]
+fn the_model_comparison_catches_a_skip_left_out_of_the_trace() {
+    let caught = caught_in_the_language(workrail::engine::PlantedLanguageBug::SkipNotTraced);
+    assert!(caught.contains("decision trace"), "{caught}");
 }

@@ -272,6 +272,9 @@ pub struct Model {
     sessions: BTreeMap<SessionId, SessionState>,
     snapshots: BTreeMap<SnapshotRef, ExecutionSnapshotFileV1>,
     workflows: BTreeMap<WorkflowHash, CompiledWorkflowSnapshotV1>,
+    /// The items each node's walk passed by their `runCondition` (decision D139), by the node
+    /// the walk landed on: what that node's decision trace must say was skipped.
+    skips: BTreeMap<(SessionId, NodeId), Vec<interpreter::Skip>>,
 }
 
 /// Events of one operation, appended together or not at all.
@@ -326,6 +329,7 @@ impl Model {
             sessions: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             workflows: BTreeMap::new(),
+            skips: BTreeMap::new(),
         }
     }
 
@@ -398,6 +402,14 @@ impl Model {
         ))
     }
 
+    /// The items the walk that landed on `node` passed by their `runCondition`, in walk order
+    /// (decision D139): what the node's decision trace must record as skipped.
+    pub fn skips_at(&self, session: &SessionId, node: &NodeId) -> &[interpreter::Skip] {
+        self.skips
+            .get(&(session.clone(), node.clone()))
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// The node's current ack attempt (`k` = attempts recorded at the node).
     pub fn current_ack_attempt(&self, node: &NodeRef) -> Option<AttemptId> {
         self.run_dag(&node.session_id, &node.run_id)?
@@ -465,11 +477,13 @@ impl Model {
         let root = derive::root_node_id(session_id, &start.run_id);
         workrail_spec::context::check_context_map(&start.context)
             .map_err(|e| ModelError::InvalidContext(e.to_string()))?;
-        let (state, disclosed) =
+        let (state, disclosed, skipped) =
             match interpreter::start_with(&start.workflow, effective.autonomy, &start.context)? {
                 Progress::Moved {
-                    state, disclosed, ..
-                } => (state, disclosed),
+                    state,
+                    disclosed,
+                    skipped,
+                } => (state, disclosed, skipped),
                 Progress::Blocked { blocker, .. } => {
                     return Err(ModelError::CannotStart(format!(
                         "{}: {}",
@@ -546,6 +560,10 @@ impl Model {
                 events: Vec::new(),
             });
         session.events.extend(plan.events);
+        if !skipped.is_empty() {
+            next.skips
+                .insert((session_id.clone(), root.clone()), skipped);
+        }
         let observation = next.observe_start(session_id, &start.run_id)?;
         Ok((next, observation))
     }
@@ -749,10 +767,14 @@ impl Model {
             Progress::Moved {
                 state,
                 mut disclosed,
-                ..
+                skipped,
             } if capability_blocks.is_empty() => {
                 disclosed.extend(capability_gaps);
-                Judged::Moved { state, disclosed }
+                Judged::Moved {
+                    state,
+                    disclosed,
+                    skipped,
+                }
             }
             Progress::Moved { mut disclosed, .. } => {
                 disclosed.extend(capability_gaps);
@@ -788,8 +810,16 @@ impl Model {
         let mut plan = Plan::new(session_id, events.len());
         let here = EventScope::Node(run_id.clone(), node_id.clone());
         let outcome = match progress {
-            Judged::Moved { state, disclosed } => {
+            Judged::Moved {
+                state,
+                disclosed,
+                skipped,
+            } => {
                 let child = derive::child_node_id(session_id, run_id, &attempt.attempt_id);
+                if !skipped.is_empty() {
+                    next.skips
+                        .insert((session_id.clone(), child.clone()), skipped);
+                }
                 let child_scope = EventScope::Node(run_id.clone(), child.clone());
                 let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
                 let cause = if dag.step_children(node_id).is_empty() {
@@ -1293,6 +1323,7 @@ enum Judged {
     Moved {
         state: EngineState,
         disclosed: Vec<(interpreter::Finding, GapSeverity)>,
+        skipped: Vec<interpreter::Skip>,
     },
     Blocked {
         blockers: Vec<interpreter::Finding>,

@@ -12,11 +12,15 @@ pub mod contract;
 mod findings;
 #[cfg(feature = "test-mutations")]
 pub use self::findings::plant_contract_pointer_names_the_kind;
+pub use self::planted::PlantedLanguageBug;
+#[cfg(feature = "test-mutations")]
+pub use self::planted::plant_language_bug;
 #[cfg(feature = "test-mutations")]
 pub use self::reports::{plant_claim_judged_as_attempt, plant_unmarked_choice_accepted};
 pub(crate) use findings::step_example;
 pub(crate) use reports::probed_capability;
 pub mod outcome;
+pub mod planted;
 pub mod render;
 pub mod reports;
 mod trace;

@@ -36,6 +36,7 @@ use workrail_spec::snapshot::{Bindings, LoopFrame, Revisit};
 
 use super::findings;
 use super::outcome::{EngineError, Finding, LoopContextProblem};
+use super::planted::{PlantedLanguageBug, planted};
 use super::trace::{self, Termination};
 
 /// What ends the current iteration of the innermost loop, when it is a `loop_control` loop.
@@ -233,12 +234,14 @@ impl<'a> Walker<'a> {
                         {
                             let values = view(&overlay, self.context, cond.reads());
                             let holds = cond.evaluate(&values);
-                            self.trace.push(trace::step_condition(
-                                step_id,
-                                &self.frames,
-                                holds,
-                                &cond.explain(&values),
-                            ));
+                            if holds || !planted(PlantedLanguageBug::SkipNotTraced) {
+                                self.trace.push(trace::step_condition(
+                                    step_id,
+                                    &self.frames,
+                                    holds,
+                                    &cond.explain(&values),
+                                ));
+                            }
                             if !holds {
                                 self.remember(item, index)?;
                                 index += 1;
@@ -550,7 +553,12 @@ impl<'a> Walker<'a> {
                 }
             }
             LoopWhile::Count { count } => {
-                if iteration < *count {
+                let count_ = if planted(PlantedLanguageBug::ForOffByOne) {
+                    count.saturating_add(1)
+                } else {
+                    *count
+                };
+                if iteration < count_ {
                     Decision::Enter(format!("count {count}: iteration {at} of {count}"))
                 } else {
                     Decision::Stop(format!("count {count}: all {count} iteration(s) ran"))

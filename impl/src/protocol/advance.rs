@@ -877,12 +877,19 @@ fn plan_advance(
     let mut branch = branch_facts(facts, run, node);
     branch.blocked_attempts = blocked_attempts(facts, run, node);
     branch.context = merged;
+    let stale = base
+        .as_ref()
+        .filter(|_| engine::planted::planted(engine::PlantedLanguageBug::StaleContext))
+        .map(|base| engine::BranchFacts {
+            context: base.clone(),
+            ..branch.clone()
+        });
     let outcome = engine::advance_on(
         &ctx.compiled,
         &ctx.state,
         output,
         prefs.effective.autonomy,
-        &branch,
+        stale.as_ref().unwrap_or(&branch),
     )
     .map_err(|e| invariant(format!("the interpreter refused the pinned state: {e}")))?;
     let record_id = wr.event_id()?;
