@@ -21,6 +21,10 @@
 //!
 //! Before crashing anything, a power cut right after the prefix (every unsynced byte lost) must
 //! lose nothing a response acknowledged.
+//!
+//! [`check_crashes`] starts the harness workflow; [`check_crashes_on`] any workflow under test
+//! (a workflow in the 3.x language with its start context, say), which every simulated process,
+//! restarted or not, serves.
 
 use std::sync::Arc;
 

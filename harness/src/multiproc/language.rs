@@ -17,7 +17,8 @@
 //! while the flag holds, at most `maxIterations`; the summary; completion). Any other answer, a
 //! blocked ack included (the client sent what the step asked for), and a first pending step that
 //! is not the survey naming the run's items, counts in `language_mismatches`, a failure like
-//! every other count. Kills, replays and forks go through the same paths as the plain runs, so
+//! every other count. (The ledger also counts a blocked answer in `lost_events`: it expects every
+//! answered attempt to have advanced to the node its response names.) Kills, replays and forks go through the same paths as the plain runs, so
 //! the oracle's lost events, replay mismatches and stale tokens cover these runs too.
 
 use serde_json::{Map, Value, json};
