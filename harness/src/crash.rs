@@ -21,6 +21,12 @@
 //!
 //! Before crashing anything, a power cut right after the prefix (every unsynced byte lost) must
 //! lose nothing a response acknowledged.
+//!
+//! [`check_crashes`] starts the harness workflow; [`check_crashes_on`] any workflow under test
+//! (a workflow in the 3.x language with its start context, say), which every simulated process,
+//! restarted or not, serves.
+
+use std::sync::Arc;
 
 use workrail::store::memfs::{MemFs, UnsyncedData};
 use workrail::store::{CorruptionReason, SessionHealth};
@@ -30,6 +36,7 @@ use workrail_spec::event::EventData;
 use workrail_spec::ids::SessionId;
 
 use crate::driver::{Expect, Harness, Mode, Prepared, RunIds, World, check_truth};
+use crate::generated::{WorkflowUnderTest, harness_workflow};
 use crate::ops::Op;
 use crate::system::{InProcess, System};
 
@@ -93,20 +100,35 @@ pub(crate) fn run_of(world: &World, prepared: &Prepared) -> Option<usize> {
 }
 
 /// Runs `prefix` (fully checked), then crashes `last` at every mutating I/O point under each of
-/// `policies`. `Ok` when every crash state is one of the locked outcomes.
+/// `policies`, on the harness workflow (`project.harness`). `Ok` when every crash state is one
+/// of the locked outcomes.
 pub fn check_crashes(
     prefix: &[Op],
     last: &Op,
     seed: u64,
     policies: &[UnsyncedData],
 ) -> Result<CrashReport, String> {
-    let mut base = Harness::new(InProcess::new(seed));
+    check_crashes_on(harness_workflow(), prefix, last, seed, policies)
+}
+
+/// [`check_crashes`] with every `Start` starting `workflow` (with its start context), served by
+/// every simulated process, the restarted ones included.
+pub fn check_crashes_on(
+    workflow: Arc<WorkflowUnderTest>,
+    prefix: &[Op],
+    last: &Op,
+    seed: u64,
+    policies: &[UnsyncedData],
+) -> Result<CrashReport, String> {
+    let catalog = workflow.catalog();
+    let process = |fs: MemFs, seed: u64| InProcess::with_catalog(fs, seed, catalog.clone());
+    let mut base = Harness::with_workflow(process(MemFs::new(), seed), workflow);
     base.run(prefix)?;
     let mut report = CrashReport::default();
     // A power cut between commands loses nothing a response acknowledged.
     for policy in [UnsyncedData::Lost, UnsyncedData::Kept] {
         let image = base.sys.fs.after_crash(policy);
-        let cut = InProcess::on(image, mix(seed, 1));
+        let cut = process(image, mix(seed, 1));
         check_truth(&cut, &base.world, None, None)
             .map_err(|e| format!("a power cut after {prefix:?} ({policy:?}) lost truth: {e}"))?;
     }
@@ -116,7 +138,7 @@ pub fn check_crashes(
         for (p, &policy) in policies.iter().enumerate() {
             let salt = k * 16 + p as u64 + 2;
             let mut trial = Harness {
-                sys: InProcess::on(image.after_crash(UnsyncedData::Kept), mix(seed, salt)),
+                sys: process(image.after_crash(UnsyncedData::Kept), mix(seed, salt)),
                 world: base.world.clone(),
                 workflow: base.workflow.clone(),
             };

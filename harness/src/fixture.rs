@@ -433,3 +433,41 @@ impl OutputSpec {
         self.to_input().unwrap_or_default()
     }
 }
+
+/// A workflow in the WorkRail 3.x language (decision D139), spelled as 3.x files spell it: a
+/// legacy dot-free id, `version`, a step whose `runCondition` reads the `mode` an earlier ack
+/// sent, a `forEach` loop over the context array `items` (with `itemVar` and `indexVar`) whose
+/// `runCondition` reads `flag`, and steps with `validationCriteria` (a rule list with a
+/// conditional rule, and a rule with a message) listed in their prompts' `## Notes checks`.
+///
+/// It reads only the keys [`ContextSpec`] sets (`mode`, `flag`, `items`), so the generated
+/// agents' context deltas steer it: a `mode` of `slow` adds the deep dive, an `items` of the wrong
+/// type blocks the ack that reaches the loop, a falsy `flag` skips the loop. The notes
+/// [`OutputSpec`] writes ("Recap N: did the step.") pass the review's checks always and the
+/// summary's only for `N = 2`, so both advancing and blocked acks occur. The multi-process
+/// clients start it with `items` and `flag` in the `start_workflow` context and send what each
+/// pending step asks for (`crate::multiproc`).
+pub const LANGUAGE_ID: &str = "language-suite";
+pub const LANGUAGE_FILE: &str = "language-suite.json";
+pub const LANGUAGE_JSON: &str = r#"{
+  "id": "language-suite",
+  "name": "Language suite",
+  "description": "Survey, an optional deep dive, one review per item, then a checked summary.",
+  "version": "2.1.0",
+  "steps": [
+    {"id": "survey", "title": "Survey", "prompt": "Survey the work on {{items}}. Then choose how to go on: send `context.mode` as `fast` or `slow`."},
+    {"id": "deep-dive", "title": "Deep dive", "prompt": "Look deeper, in mode {{mode}}.", "runCondition": {"var": "mode", "equals": "slow"}},
+    {"type": "loop", "id": "per-item", "title": "Per item",
+     "runCondition": {"var": "flag"},
+     "loop": {"type": "forEach", "items": "items", "itemVar": "area", "indexVar": "areaIndex", "maxIterations": 3},
+     "body": [
+       {"id": "review", "title": "Review {{area}}", "prompt": "Review {{area}} (item {{areaIndex}}).",
+        "validationCriteria": [
+          {"type": "contains", "value": "Recap"},
+          {"type": "contains", "value": "did", "condition": {"var": "mode", "equals": "slow"}}
+        ]}
+     ]},
+    {"id": "summary", "title": "Summary", "prompt": "Summarize what the reviews found.",
+     "validationCriteria": {"type": "contains", "value": "Recap 2", "message": "Name the second recap in the summary."}}
+  ]
+}"#;

@@ -99,6 +99,26 @@ pub fn harness_workflow() -> Arc<WorkflowUnderTest> {
         .clone()
 }
 
+/// [`fixture::LANGUAGE_JSON`] (a workflow in the WorkRail 3.x language), its runs started with
+/// `items: ["api", "ui"]` and `flag: true`, compiled once per process.
+pub fn language_fixture_workflow() -> Arc<WorkflowUnderTest> {
+    static LANGUAGE: std::sync::OnceLock<Arc<WorkflowUnderTest>> = std::sync::OnceLock::new();
+    LANGUAGE
+        .get_or_init(|| {
+            let mut context = serde_json::Map::new();
+            context.insert("items".into(), json!(["api", "ui"]));
+            context.insert("flag".into(), json!(true));
+            let workflow = WorkflowUnderTest::compile(
+                fixture::LANGUAGE_ID,
+                fixture::LANGUAGE_FILE,
+                fixture::LANGUAGE_JSON,
+            )
+            .unwrap_or_else(|e| panic!("the language fixture workflow does not compile: {e}"));
+            Arc::new(workflow.with_start_context(context))
+        })
+        .clone()
+}
+
 /// The shape of one generated step list item.
 #[derive(Debug, Clone)]
 enum Item {

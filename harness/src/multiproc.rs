@@ -3,7 +3,8 @@
 //!
 //! Every scenario spawns the built binary ([`workrail_binary`]) several times on ONE temporary
 //! data directory, drives it over MCP stdio with the plain three-step workflow
-//! ([`fixture::LINEAR_ID`]), stops, and then judges the data with fresh processes.
+//! ([`fixture::LINEAR_ID`]; the storm clients also with a workflow in the 3.x language), stops,
+//! and then judges the data with fresh processes.
 //!
 //! - [`race`]: N servers (default 8). Every client first calls `start_workflow` at the same
 //!   instant on the empty data directory, and again halfway with a workflow nobody started yet,
@@ -21,7 +22,11 @@
 //!   ack, fork from an older node, now and then a new run) while a killer `kill -9`s a random
 //!   server every 50–300 ms and starts a new one. A client whose server died mid-call sends the
 //!   same call to the new server: a replay of a committed ack must return the recorded response,
-//!   an uncommitted one commits now.
+//!   an uncommitted one commits now. Half the clients' first runs, and about half the later
+//!   ones, are of a workflow in the WorkRail 3.x language ([`fixture::LANGUAGE_ID`], `language.rs`):
+//!   started with a context array its `forEach` loop walks, and acknowledged with the notes and
+//!   context each pending step asks for; an answer that strays from the workflow's control flow
+//!   counts in `language_mismatches`.
 //! - [`db_outage`] (PostgreSQL only, `db_outage.rs`): the kill storm's clients while the
 //!   database server itself is killed and brought back under servers that keep running; calls
 //!   during an outage must answer a clear retryable error and are sent again.
@@ -55,6 +60,8 @@
 //! - `other_errors`: any other error, a server that exited by itself or hung, a read that missed
 //!   a committed node;
 //! - `locked_not_retryable`: a lock-busy error not marked retryable;
+//! - `language_mismatches` (storm clients): an answer on a run of the language workflow other
+//!   than its control flow says for what the client sent (a blocked ack included);
 //! - `session_locked`: lock-busy errors (allowed: retried as their `retry` says).
 //!
 //! **On PostgreSQL** ([`Config::on_postgres`]): every process gets `WORKRAIL_STORE` and
@@ -99,6 +106,7 @@ use crate::system::workrail_binary;
 
 mod db_outage;
 mod gc_storm;
+mod language;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
 pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter};
 
@@ -335,6 +343,13 @@ pub struct Report {
     pub samples: Vec<String>,
     /// The first lock-busy answers (allowed), to see which operations met a held lock.
     pub locked_samples: Vec<String>,
+    /// Storm clients: runs of the workflow in the 3.x language started (`language.rs`).
+    pub language_runs: u64,
+    /// Storm clients: acks of such runs answered (each sending what its step asked for).
+    pub language_acks: u64,
+    /// Storm clients: answers on such runs other than the workflow's control flow says (a
+    /// blocked ack, another next step, a first step that is not the survey of the run's items).
+    pub language_mismatches: u64,
 }
 
 impl Report {
@@ -365,8 +380,22 @@ impl Report {
             self.locked_not_retryable,
             self.session_locked,
             self.seed,
-        ) + &self.outage_counts()
+        ) + &self.language_counts()
+            + &self.outage_counts()
             + &self.gc_counts()
+    }
+
+    /// The counts of the language runs of the storm clients (empty for the other scenarios).
+    fn language_counts(&self) -> String {
+        if !matches!(self.scenario, "kill_storm" | "db_outage")
+            && !self.scenario.starts_with("gc_storm")
+        {
+            return String::new();
+        }
+        format!(
+            " language_runs={} language_acks={} language_mismatches={}",
+            self.language_runs, self.language_acks, self.language_mismatches,
+        )
     }
 
     /// The counts of [`db_outage`] (empty for the other scenarios).
@@ -422,6 +451,7 @@ impl Report {
             + self.gc_failures
             + self.half_deleted
             + self.gc_race_errors
+            + self.language_mismatches
     }
 
     fn sample(&mut self, text: String) {
@@ -477,6 +507,8 @@ struct Book {
     /// [`gc_storm`]: errors other than `SESSION_NOT_FOUND` about a session, judged at the end by
     /// whether the session still exists: (session, code, `what: CODE: message`).
     session_errors: Vec<(String, ErrorCode, String)>,
+    /// Sessions of the language workflow's runs, with what each started with.
+    lang_runs: HashMap<String, language::LangRun>,
 }
 
 impl Book {
@@ -953,6 +985,7 @@ impl Lab {
         for (file, json) in [
             (fixture::LINEAR_FILE, fixture::LINEAR_JSON),
             (fixture::REVIEW_FILE, fixture::REVIEW_JSON),
+            (fixture::LANGUAGE_FILE, fixture::LANGUAGE_JSON),
         ] {
             std::fs::write(dir.path().join("workflows").join(file), json)
                 .map_err(|e| format!("cannot write the workflow {file}: {e}"))?;
@@ -1228,12 +1261,17 @@ impl Lab {
         Some(resp)
     }
 
-    /// Acknowledges the pending step of `at` (with or without its stateToken).
+    /// Acknowledges the pending step of `at` (with or without its stateToken); on a run of the
+    /// language workflow, with what the step asks for ([`language`]).
     fn ack(&self, client: usize, slot: &Slot, at: &Resp, rng: &mut Rng) -> Option<Resp> {
         let Some(ack_token) = at.ack_token.clone() else {
             self.other(format!("node {} has no ackToken to acknowledge", at.node));
             return None;
         };
+        let language_run = self.book().lang_runs.get(&at.session).cloned();
+        if let Some(run) = language_run {
+            return self.ack_language(client, slot, at, &run, ack_token, rng);
+        }
         let mut args = json!({
             "ackToken": ack_token,
             "output": {"notesMarkdown": format!("Recap from client {client}: did the step.")},
@@ -1746,6 +1784,8 @@ fn health_of(inspect_stdout: &str) -> Option<&str> {
 struct StormClient {
     board: Option<Mutex<Board>>,
     history: Vec<Resp>,
+    /// Runs it started.
+    starts: u64,
 }
 
 impl StormClient {
@@ -1821,15 +1861,18 @@ fn storm_client(lab: &Lab, client: usize, slot: &Slot, rng: &mut Rng) {
         }
         let roll = rng.below(100);
         let ok = match (&me.board, roll) {
-            (None, _) | (Some(_), 97..) => match lab.start(client, slot, fixture::LINEAR_ID) {
-                Some(resp) => {
-                    me.history.clear();
-                    me.remember(&resp);
-                    me.board = Some(Mutex::new(Board::new(resp)));
-                    true
+            (None, _) | (Some(_), 97..) => {
+                match lab.start_storm_run(client, slot, me.starts == 0, rng) {
+                    Some(resp) => {
+                        me.starts += 1;
+                        me.history.clear();
+                        me.remember(&resp);
+                        me.board = Some(Mutex::new(Board::new(resp)));
+                        true
+                    }
+                    None => false,
                 }
-                None => false,
-            },
+            }
             (Some(board), 0..55) => {
                 let ok = lab.drive(client, slot, board, rng);
                 if ok {

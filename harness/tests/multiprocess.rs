@@ -1,7 +1,9 @@
 //! Real `workrail mcp` processes on one data directory (`src/multiproc.rs`): racing writers,
 //! readers beside a writer, a storm of `kill -9`, and that storm with `workrail gc --ttl-days 0`
-//! deleting sessions under the clients. Each test prints one line of counts; every count but
-//! `session_locked` (and the gc storm's allowed counts) must be 0.
+//! deleting sessions under the clients. The storm's clients run the plain workflow and a
+//! workflow in the WorkRail 3.x language (`src/multiproc/language.rs`), sending what each pending
+//! step asks for. Each test prints one line of counts; every count but `session_locked` (and the
+//! gc storm's allowed counts) must be 0.
 //!
 //! About 20 s per scenario by default; `WORKRAIL_MULTIPROC_SECS` (seconds of driving per
 //! scenario), `WORKRAIL_MULTIPROC_SERVERS` (servers of the race) and `WORKRAIL_MULTIPROC_SEED`
@@ -53,6 +55,12 @@ fn assert_sound(report: &Report) {
     assert_eq!(report.stale_tokens, 0, "{}\n  {samples}", report.line());
     assert_eq!(report.damaged_objects, 0, "{}\n  {samples}", report.line());
     assert_eq!(report.other_errors, 0, "{}\n  {samples}", report.line());
+    assert_eq!(
+        report.language_mismatches,
+        0,
+        "{}\n  {samples}",
+        report.line()
+    );
     // Every lock-busy answer said it may be retried.
     assert_eq!(
         report.locked_not_retryable,
@@ -80,13 +88,24 @@ fn readers_beside_a_writer_never_see_corruption_or_miss_a_commit() {
     assert!(report.cli_runs > 0, "{}", report.line());
 }
 
+/// Runs of the workflow in the language (a legacy id, a run condition, a `forEach` loop over the
+/// start's context, validation criteria) are among the storm's runs, acknowledged under kills
+/// with the notes and context their steps ask for, and none of them strays from the workflow's
+/// control flow.
+///
 /// lock: L-TOKEN-REPLAY-FACTS
+/// decision: D139
 #[test]
 fn servers_killed_mid_call_lose_nothing_and_replays_return_the_recorded_response() {
     let _serial = serial();
     let report = multiproc::kill_storm(&config()).unwrap();
     assert_sound(&report);
     assert!(report.kills > 0, "{}", report.line());
+    assert!(
+        report.language_runs > 0 && report.language_acks > 0,
+        "{}",
+        report.line()
+    );
 }
 
 /// The oracle is not blind: a commit removed from the manifest after it was answered is
@@ -136,6 +155,11 @@ fn gc_deleting_sessions_under_killed_servers_leaves_every_session_whole_or_gone(
     assert_eq!(report.gc_failures, 0, "{line}\n  {gc_samples}");
     assert_sound(&report);
     assert!(report.kills > 0 && report.gc_killed > 0, "{line}");
+    // Runs of the workflow in the language were among the sessions deleted under use.
+    assert!(
+        report.language_runs > 0 && report.language_acks > 0,
+        "{line}"
+    );
     // Sessions were deleted, some of them under the clients using them.
     assert!(
         report.gc_deleted > 0 && report.sessions_deleted_under_use > 0,

@@ -30,6 +30,9 @@
 //!   iteration too many, a step passed by its `runCondition` that leaves no decision-trace
 //!   entry. Caught by the model comparison over generated workflows in the language (the trace's
 //!   skips are compared with the model's walk).
+//! - **over a workflow in the language** (`fixture::LANGUAGE_JSON`, decision D139, acks with
+//!   context deltas): pins before close caught by the crash-state harness, and a replay that
+//!   recomputes caught by the byte-identical replay check, as on the harness workflow.
 //!
 //! Each test runs the *same* property functions the CI runs, at CI case counts, and requires
 //! them to fail.
@@ -38,9 +41,10 @@
 
 use workrail::protocol::Workrail;
 use workrail::store::SessionStore;
-use workrail_harness::crash::{check_crashes, policies};
+use workrail_harness::crash::{check_crashes, check_crashes_on, policies};
 use workrail_harness::driver::check_sequences;
-use workrail_harness::fixture::OutputSpec;
+use workrail_harness::fixture::{ContextSpec, OutputSpec};
+use workrail_harness::generated::language_fixture_workflow;
 use workrail_harness::ops::{self, Op};
 use workrail_harness::{Harness, InProcess};
 
@@ -81,6 +85,68 @@ fn the_crash_harness_catches_pins_written_before_the_segment_is_closed() {
     let _bug = Planted::on(SessionStore::plant_pins_before_close);
     let caught = check_crashes(&prefix, &adv(), 1, &policies(1));
     assert!(caught.is_err(), "the crash harness missed the planted bug");
+}
+
+/// An ack of the newest node of `fixture::LANGUAGE_JSON` with notes that pass its checks and a
+/// context delta (`mode`: 0 `fast`, 1 `slow`; `items`: 1 `["api"]`).
+fn adv_language(mode: u8, items: Option<u8>) -> Op {
+    Op::Advance {
+        node: 0,
+        output: OutputSpec {
+            notes: Some(2),
+            artifacts: vec![],
+            context: Some(ContextSpec {
+                mode: Some(mode),
+                flag: None,
+                rounds: None,
+                items,
+            }),
+        },
+        prefs: None,
+    }
+}
+
+fn language_harness(seed: u64) -> Harness<InProcess> {
+    let workflow = language_fixture_workflow();
+    let sys = InProcess::with_catalog(
+        workrail::store::memfs::MemFs::new(),
+        seed,
+        workflow.catalog(),
+    );
+    Harness::with_workflow(sys, workflow)
+}
+
+/// lock: L-STORE-COMMIT-PIN, L-STORE-CRASH-BEFORE-PINS
+/// decision: D139
+#[test]
+fn the_crash_harness_catches_pins_written_before_the_segment_is_closed_in_the_language() {
+    let prefix = [Op::Start { prefs: None }, adv_language(1, None)];
+    let last = adv_language(0, Some(1));
+    let check = || check_crashes_on(language_fixture_workflow(), &prefix, &last, 1, &policies(1));
+    check().unwrap();
+    let _bug = Planted::on(SessionStore::plant_pins_before_close);
+    assert!(check().is_err(), "the crash harness missed the planted bug");
+}
+
+/// lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
+/// decision: D139
+#[test]
+fn the_state_machine_catches_a_replay_that_recomputes_in_the_language() {
+    // The survey's ack (mode slow: the deep dive), then the run moves on with other context,
+    // then the survey's ack again.
+    let known = [
+        Op::Start { prefs: None },
+        adv_language(1, None),
+        adv_language(0, Some(1)),
+        Op::ReplayAck {
+            ack: 0,
+            other_output: false,
+        },
+    ];
+    language_harness(2).run(&known).unwrap();
+    let _bug = Planted::on(Workrail::plant_replay_from_current_log);
+    let err = language_harness(2).run(&known).unwrap_err();
+    assert!(err.contains("not byte-identical"), "{err}");
 }
 
 /// lock: L-STORE-COMMIT-PIN
