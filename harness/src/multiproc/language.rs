@@ -36,6 +36,11 @@ const MAX_ITERATIONS: usize = 3;
 pub(super) struct LangRun {
     items: Vec<String>,
     flag: bool,
+    /// The `mode` every survey acknowledgement of this run sends, forks included: the run's
+    /// context is the run's (locks §18.2), so a fork that sent `slow` after a branch had passed
+    /// the deep dive with `fast` would make that branch run it later, out of order (decision
+    /// D154), which the in-process model comparison checks; these clients judge durability.
+    mode: &'static str,
 }
 
 /// A pending step as the client sees it, or completion.
@@ -66,6 +71,7 @@ impl LangRun {
         Self {
             items,
             flag: rng.below(4) != 0,
+            mode: if rng.below(2) == 0 { "fast" } else { "slow" },
         }
     }
 
@@ -208,10 +214,15 @@ impl Lab {
             notes.push_str(&text);
         }
         let mut context = Map::new();
-        if let Some((key, values)) = asked_context(prompt)
-            && let Some(value) = rng.pick(&values)
-        {
-            context.insert(key, json!(value));
+        if let Some((key, values)) = asked_context(prompt) {
+            let value = if key == "mode" && values.iter().any(|v| v == run.mode) {
+                Some(run.mode.to_owned())
+            } else {
+                rng.pick(&values).cloned()
+            };
+            if let Some(value) = value {
+                context.insert(key, json!(value));
+            }
         }
         let mode = context
             .get("mode")
@@ -268,6 +279,7 @@ mod tests {
         let run = LangRun {
             items: vec!["api".into(), "ui".into(), "db".into(), "docs".into()],
             flag: true,
+            mode: "slow",
         };
         let at = |id: &str, title: &str| json!({"stepId": id, "title": title});
         assert_eq!(
@@ -295,6 +307,7 @@ mod tests {
         let off = LangRun {
             items: vec!["api".into()],
             flag: false,
+            mode: "fast",
         };
         assert_eq!(
             off.after(&at("deep-dive", "Deep dive"), None),
