@@ -523,3 +523,122 @@ fn findings_stay_within_blocker_budgets_even_for_huge_artifacts() {
     assert!(problems.iter().all(|p| p.message.len() <= 240));
     b.blocker_report().unwrap();
 }
+
+fn lane_workflow() -> CompiledWorkflowSnapshotV1 {
+    compiled(json!({
+        "id": "project.lane", "name": "Lane", "description": "A lane's last step.",
+        "steps": [
+            {"id": "build", "title": "Build", "prompt": "Build your slice.", "output": {"contractRef": "wr.contracts.block_output"}},
+            {"id": "after", "title": "After", "prompt": "Done."}
+        ]
+    }))
+}
+
+fn block(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> OutputInput {
+    let pack = workrail::builtins::contracts::find("wr.contracts.block_output").unwrap();
+    let mut artifact = pack.example().as_object().unwrap().clone();
+    edit(&mut artifact);
+    artifacts(vec![Value::Object(artifact)])
+}
+
+/// The block output a lane hands in: a valid one advances; a path that is absolute, leaves the
+/// workspace, is not normalized or is listed twice, deliverables of another block type, a
+/// timestamp that is not RFC 3339, a status or block type outside the closed sets, and a
+/// missing field are each an invalid required output naming the field and saying what to send.
+///
+/// lock: L-AUTHOR-CONTRACT-ENFORCED, L-AUTHOR-CONTRACT-PACKS
+/// decision: D156
+#[test]
+fn a_block_output_is_checked_for_relative_paths_matching_deliverables_and_closed_sets() {
+    let c = lane_workflow();
+    let s0 = start(&c);
+    let ok = engine::advance(&c, &s0, &block(|_| {}), Autonomy::Guided).unwrap();
+    assert_eq!(at(&moved(ok).state), "after");
+    let cases: Vec<(&str, OutputInput, &str)> = vec![
+        (
+            "/filesModified/0",
+            block(|a| {
+                a.insert("filesModified".into(), json!(["/etc/passwd"]));
+            }),
+            "absolute",
+        ),
+        (
+            "/filesCreated/1",
+            block(|a| {
+                a.insert("filesCreated".into(), json!(["docs/a.md", "../outside.md"]));
+            }),
+            "leaves the workspace",
+        ),
+        (
+            "/filesModified/0",
+            block(|a| {
+                a.insert("filesModified".into(), json!(["./src/api/retry.rs"]));
+            }),
+            "not normalized",
+        ),
+        (
+            "/filesModified/0",
+            block(|a| {
+                a.insert("filesModified".into(), json!(["C:/src/x.rs"]));
+            }),
+            "drive letter",
+        ),
+        (
+            "/deliverables/filesChanged/1",
+            block(|a| {
+                a["deliverables"]["filesChanged"] = json!(["src/a.rs", "src/a.rs"]);
+            }),
+            "listed twice",
+        ),
+        (
+            "/deliverables/blockType",
+            block(|a| {
+                a.insert("blockType".into(), json!("review"));
+            }),
+            "a review block delivers \"generic\"",
+        ),
+        (
+            "/timestamp",
+            block(|a| {
+                a.insert("timestamp".into(), json!("yesterday"));
+            }),
+            "RFC 3339",
+        ),
+        (
+            "/status",
+            block(|a| {
+                a.insert("status".into(), json!("done"));
+            }),
+            "",
+        ),
+        (
+            "",
+            block(|a| {
+                a.remove("filesCreated");
+            }),
+            "filesCreated",
+        ),
+    ];
+    for (pointer, output, says) in cases {
+        let b = blocked(engine::advance(&c, &s0, &output, Autonomy::Guided).unwrap());
+        assert_eq!(b.findings.len(), 1, "{pointer}: {:?}", b.findings);
+        let finding = &b.findings[0];
+        let FindingDetail::Contract { problems, .. } = &finding.detail else {
+            panic!("{pointer}: {:?}", finding.detail)
+        };
+        let problem = problems
+            .iter()
+            .find(|p| p.instance_path == pointer)
+            .unwrap_or_else(|| panic!("{pointer}: {problems:?}"));
+        assert!(
+            problem.message.contains(says),
+            "{pointer}: {}",
+            problem.message
+        );
+        assert_eq!(
+            finding.to_blocker().unwrap().code,
+            BlockerCode::InvalidRequiredOutput,
+            "{pointer}"
+        );
+    }
+}

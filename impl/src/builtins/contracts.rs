@@ -16,7 +16,7 @@ use workrail_spec::closed::{
     NonAssumableChoiceKind, UserOnlyDependencyReason,
 };
 
-use super::handoffs;
+use super::{block_output, handoffs};
 
 /// The namespace every contract pack lives in.
 pub const CONTRACT_PREFIX: &str = "wr.contracts.";
@@ -27,6 +27,8 @@ pub const MAX_UTF8_BYTES_KEYWORD: &str = "maxUtf8Bytes";
 /// The JSON Schema dialect of every pack.
 pub const SCHEMA_DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
 
+/// `wr.contracts.block_output`: what one lane of a parallel step produced.
+pub const BLOCK_OUTPUT: &str = "wr.contracts.block_output";
 /// `wr.contracts.loop_control`: the only input of `loop_control` conditions.
 pub const LOOP_CONTROL: &str = "wr.contracts.loop_control";
 /// `wr.contracts.capability_observation`: implied by `wr.templates.capability_probe`.
@@ -72,6 +74,14 @@ impl ContractPack {
 
 /// Every pack, sorted by `contract_ref`.
 pub const CONTRACTS: &[ContractPack] = &[
+    ContractPack {
+        contract_ref: BLOCK_OUTPUT,
+        artifact_kind: "wr.block_output",
+        summary: "What one lane produced: block type, status, deliverables, summary, and the files it modified and created (relative paths).",
+        requirable: true,
+        schema: block_output::schema,
+        example: block_output::example,
+    },
     ContractPack {
         contract_ref: CAPABILITY_OBSERVATION,
         artifact_kind: "wr.capability_observation",

@@ -5,6 +5,7 @@
 //! (`impl/builtins/catalog.json`) is generated from the same definitions, so the catalog can never
 //! drift from what the compiler accepts (locks §9 "Builtins discoverability").
 
+pub mod block_output;
 pub mod catalog;
 pub mod contracts;
 pub mod features;

@@ -8,6 +8,7 @@
 //! to the next pending step, entering and leaving loops with a full decision trace. Nothing here
 //! does I/O; the protocol layer derives `branch` from the log and records what it returns.
 
+pub mod block_output;
 pub mod contract;
 mod findings;
 #[cfg(feature = "test-mutations")]

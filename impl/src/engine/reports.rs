@@ -36,7 +36,7 @@ use super::outcome::{
     BranchFacts, Divergence, Finding, FindingDetail, ObservedCapability, Reports, Resolution,
 };
 use crate::builtins::contracts::{
-    self as packs, CAPABILITY_OBSERVATION, USER_ONLY_DEPENDENCY, WORKFLOW_DIVERGENCE,
+    self as packs, BLOCK_OUTPUT, CAPABILITY_OBSERVATION, USER_ONLY_DEPENDENCY, WORKFLOW_DIVERGENCE,
 };
 use crate::builtins::templates::{CAPABILITY_PROBE, probe_step_id};
 
@@ -217,6 +217,10 @@ pub(crate) fn semantic_problems(
                 _ => Vec::new(),
             }
         }
+        BLOCK_OUTPUT => super::block_output::problems(artifact)
+            .into_iter()
+            .map(|(path, message)| problem(&path, message))
+            .collect(),
         CAPABILITY_OBSERVATION => {
             let probed = probed_capability(step);
             let about = text(artifact, "capability").and_then(Capability::parse);
