@@ -547,7 +547,7 @@ fn block(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> OutputInput 
 /// missing field are each an invalid required output naming the field and saying what to send.
 ///
 /// lock: L-AUTHOR-CONTRACT-ENFORCED, L-AUTHOR-CONTRACT-PACKS
-/// decision: D156
+/// decision: D160
 #[test]
 fn a_block_output_is_checked_for_relative_paths_matching_deliverables_and_closed_sets() {
     let c = lane_workflow();

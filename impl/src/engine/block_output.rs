@@ -1,4 +1,4 @@
-//! What JSON Schema cannot say about a `wr.block_output` artifact (decision D156): every path is
+//! What JSON Schema cannot say about a `wr.block_output` artifact (decision D160): every path is
 //! relative, normalized and stays inside the workspace, so two lanes naming one file name it the
 //! same way and a fan-in can compare them byte for byte; no list names a path twice; the
 //! deliverables fit the block type; the timestamp is RFC 3339.
