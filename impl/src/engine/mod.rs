@@ -10,6 +10,7 @@
 
 pub mod block_output;
 pub mod contract;
+pub mod fanin;
 mod findings;
 #[cfg(feature = "test-mutations")]
 pub use self::findings::plant_contract_pointer_names_the_kind;
