@@ -326,6 +326,15 @@ impl World {
                 pending_id(pending.as_ref())
             ));
         }
+        if let Some(shown) = &out.pending {
+            let expected = self.model.needs_confirmation(&nref);
+            if expected != Some(shown.require_confirmation) {
+                return Err(format!(
+                    "requireConfirmation of {}: production {}, model {expected:?}",
+                    shown.step_id, shown.require_confirmation
+                ));
+            }
+        }
         let prefs = self
             .model
             .effective_preferences(&nref)

@@ -70,6 +70,15 @@ enum Leaf {
     Validated(u8),
     /// A prompt that reads `{{mode}}` and the loop's item.
     Marker,
+    /// `requireConfirmation` as `true`, as a condition, or as `{kind, condition?}`.
+    Confirm(ConfirmForm),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ConfirmForm {
+    Always,
+    When(CondSpec),
+    Kind(bool, Option<CondSpec>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -98,6 +107,12 @@ fn leaf() -> impl Strategy<Value = Leaf> {
         3 => cond().prop_map(Leaf::When),
         2 => (0u8..8).prop_map(Leaf::Validated),
         1 => Just(Leaf::Marker),
+        1 => prop_oneof![
+            Just(ConfirmForm::Always),
+            cond().prop_map(ConfirmForm::When),
+            (any::<bool>(), prop::option::of(cond())).prop_map(|(k, c)| ConfirmForm::Kind(k, c)),
+        ]
+        .prop_map(Leaf::Confirm),
     ]
 }
 
@@ -165,6 +180,24 @@ impl Writer {
                 step["prompt"] = json!(format!(
                     "Do part {id} in mode {{{{mode}}}} for {{{{currentItem}}}}."
                 ));
+            }
+            Leaf::Confirm(form) => {
+                step["requireConfirmation"] = match form {
+                    ConfirmForm::Always => json!(true),
+                    ConfirmForm::When(c) => c.to_json(),
+                    ConfirmForm::Kind(human, c) => {
+                        let kind = if human {
+                            "human_approval"
+                        } else {
+                            "coordinator_eval"
+                        };
+                        let mut rule = json!({"kind": kind});
+                        if let Some(c) = c {
+                            rule["condition"] = c.to_json();
+                        }
+                        rule
+                    }
+                };
             }
         }
         step

@@ -1,6 +1,8 @@
 //! The model against production over generated workflows in the WorkRail 3.x workflow language
 //! (`workrail_harness::language`, decision D139): `runCondition` with every operator on steps and
-//! loops, the four loop kinds, `validationCriteria`, `{{key}}` markers, driven by generated
+//! loops, the four loop kinds, `validationCriteria`, `{{key}}` markers, the three
+//! `requireConfirmation` forms (the response's `requireConfirmation` is compared with the
+//! model's), skips compared with the decision trace, driven by generated
 //! command sequences whose acks carry context deltas, with every observable compared after every
 //! command (pending steps with their frozen bindings, blockers, gaps, the DAG).
 //!
@@ -41,8 +43,8 @@ proptest! {
 }
 
 /// The generator reaches what it promises: run conditions on steps and loops, every loop kind,
-/// every validation composition, and steps that read context, over a couple of hundred
-/// workflows.
+/// every validation composition, steps that read context, and the three confirmation forms,
+/// over a couple of hundred workflows.
 #[test]
 fn the_language_generator_reaches_every_construct() {
     use proptest::strategy::ValueTree;
@@ -50,6 +52,8 @@ fn the_language_generator_reaches_every_construct() {
     let mut loop_kinds = [false; 5];
     let (mut step_when, mut loop_when, mut reads) = (false, false, false);
     let mut rules = [false; 7];
+    // Confirmation: always, on a condition, and with a kind.
+    let mut confirms = [false; 3];
     for _ in 0..200 {
         let (json, context) = language::workflow()
             .new_tree(&mut runner)
@@ -70,6 +74,13 @@ fn the_language_generator_reaches_every_construct() {
             loop_kinds[k] = true;
         }
         for s in &body.steps {
+            if s.require_confirmation {
+                confirms[usize::from(s.language.confirm_when.is_some())] = true;
+                confirms[2] |= s
+                    .language
+                    .confirmation_kind
+                    .is_some_and(|k| k != workrail_spec::compiled::ConfirmationKind::User);
+            }
             step_when |= s.language.run_condition.is_some();
             reads |= !s.language.context_reads.is_empty();
             let mut stack: Vec<&ValidationCriterion> = s.language.validation.iter().collect();
@@ -102,4 +113,5 @@ fn the_language_generator_reaches_every_construct() {
     assert_eq!(loop_kinds, [true; 5], "a loop kind never occurs");
     assert!(step_when && loop_when && reads);
     assert_eq!(rules, [true; 7], "a validation rule kind never occurs");
+    assert_eq!(confirms, [true; 3], "a confirmation form never occurs");
 }

@@ -13,7 +13,10 @@
 //!   scope at `i`, `i < count`, `i <` the number in the context, `i <` the array's length. The
 //!   rule is checked again before every body item of a running iteration (as the language's
 //!   loop kernel does), so a call whose context makes a `while` false leaves the loop at once;
-//! - reaching `maxIterations` ends such a loop quietly: its rule never asked past the limit.
+//! - reaching `maxIterations` ends such a loop quietly: its rule never asked past the limit;
+//! - a pending step needs the user's confirmation when it asks for one (`requireConfirmation`
+//!   in any of its forms) and its confirmation condition, if any, holds over the values the
+//!   step froze (decision D144).
 
 use serde_json::{Map, Value};
 use workrail_spec::compiled::{CompiledLoop, CompiledStep, LoopWhile, ValidationCriterion};
@@ -139,6 +142,17 @@ pub fn bindings(
             .filter_map(|k| scope.get(k).map(|v| (k.clone(), v.clone())))
             .collect(),
     )
+}
+
+/// Whether the pending `step`, with the values it froze, asks the agent to get the user's
+/// confirmation before going on.
+pub fn needs_confirmation(step: &CompiledStep, frozen: &Bindings) -> bool {
+    step.require_confirmation
+        && step
+            .language
+            .confirm_when
+            .as_ref()
+            .is_none_or(|condition| condition.evaluate(&frozen.0))
 }
 
 /// The failed rules of `criterion` against `notes` (empty when it passes), each as the rule's

@@ -402,6 +402,17 @@ impl Model {
         ))
     }
 
+    /// Whether the pending step at `node` asks for the user's confirmation (decision D144);
+    /// `None` when the node is unknown or has no pending step.
+    pub fn needs_confirmation(&self, node: &NodeRef) -> Option<bool> {
+        let dag = self.run_dag(&node.session_id, &node.run_id)?;
+        let snapshot = self.snapshots.get(&dag.node(&node.node_id)?.snapshot_ref)?;
+        let pending = snapshot.engine_payload.engine_state.pending_step()?;
+        let workflow = self.workflows.get(&snapshot.workflow_hash)?;
+        let step = workflow.step(&pending.step_id)?;
+        Some(crate::language::needs_confirmation(step, &pending.bindings))
+    }
+
     /// The items the walk that landed on `node` passed by their `runCondition`, in walk order
     /// (decision D139): what the node's decision trace must record as skipped.
     pub fn skips_at(&self, session: &SessionId, node: &NodeId) -> &[interpreter::Skip] {
