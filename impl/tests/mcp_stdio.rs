@@ -1525,6 +1525,55 @@ fn capability_guidance_skips_probes_and_what_they_observed() {
     assert!(server.close().success());
 }
 
+/// A delegation probe acknowledged without its observation is blocked with a fix whose
+/// example observes delegation, evidence included: nothing in it speaks of browsing the web,
+/// so an agent that copies it records no false evidence.
+///
+/// lock: L-ERR-SELF-CORRECTING
+#[test]
+fn a_blocked_delegation_probe_suggests_delegation_evidence_only() {
+    let dir = data_dir();
+    let project = dir.path().join("workflows");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("fanout.json"),
+        json!({
+            "id": "project.fanout",
+            "name": "Fan out",
+            "description": "Needs subagents.",
+            "capabilities": {"delegation": "required"},
+            "steps": [{"id": "split", "title": "Split", "prompt": "Split the work."}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut server = Server::start(&dir.path().join("data"));
+    let probe = server.exec("start_workflow", json!({"workflowId": "project.fanout"}));
+    assert!(
+        probe["pending"]["stepId"]
+            .as_str()
+            .unwrap()
+            .starts_with("capability_probe"),
+        "{probe}"
+    );
+    let call = json!({
+        "stateToken": probe["stateToken"],
+        "ackToken": probe["ackToken"],
+        "output": {"notesMarkdown": "Tried it."}
+    });
+    let blocked = server.call("continue_workflow", call);
+    let text = text_of(&blocked);
+    let structured = &blocked["structuredContent"];
+    assert_eq!(structured["kind"], "blocked", "{blocked}");
+    let everything = format!("{text}\n{structured}");
+    assert!(
+        !everything.contains("example.com") && !everything.to_lowercase().contains("web"),
+        "{everything}"
+    );
+    assert!(everything.contains("subagent"), "{everything}");
+    assert!(server.close().success());
+}
+
 fn warning_codes(out: &Value) -> Vec<String> {
     out["warnings"]
         .as_array()

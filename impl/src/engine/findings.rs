@@ -66,7 +66,13 @@ pub(crate) fn step_example(
         && let Some(map) = example.as_object_mut()
         && map.contains_key("capability")
     {
+        // The pack's example is about another capability: its evidence would be false here,
+        // and an agent copies what it is shown.
         map.insert("capability".into(), Value::from(probed.as_str()));
+        map.insert(
+            "evidence".into(),
+            Value::from(crate::builtins::templates::probe_example_evidence(*probed)),
+        );
     }
     example
 }
