@@ -53,10 +53,17 @@ fn a_checkpoint_says_it_was_recorded_and_replays_identically() {
     };
     let first = wr.checkpoint_workflow(call.clone()).unwrap();
     assert_eq!(codes(&first), vec!["checkpoint_recorded"]);
+    let text = render_text(&first);
+    assert!(text.contains("\n## Checkpoint recorded\n"), "{text}");
+    // News, not a warning; and the step being worked on is named, not re-sent in full.
+    assert!(!text.contains("Warning (checkpoint_recorded)"), "{text}");
+    let prompt = &first.pending.as_ref().unwrap().prompt;
+    assert!(!text.contains(prompt.as_str()), "{text}");
+    assert!(text.contains("## Still pending:"), "{text}");
+    let again = render_text(&wr.continue_workflow(rehydrate(&first.state_token)).unwrap());
     assert!(
-        render_text(&first).contains("Checkpoint recorded"),
-        "{}",
-        render_text(&first)
+        again.contains(prompt.as_str()),
+        "a rehydrate shows the prompt: {again}"
     );
     assert_eq!(pending(&first), "plan", "a checkpoint never advances");
     assert_eq!(wr.checkpoint_workflow(call).unwrap(), first);

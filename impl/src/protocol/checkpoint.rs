@@ -45,7 +45,7 @@ fn replay(
     output.warnings.insert(
         0,
         Warning::new(
-            "checkpoint_recorded",
+            super::respond::CHECKPOINT_RECORDED,
             "Checkpoint recorded: your output is durable on this step, which stays pending (a checkpoint never advances). Go on with the step, checkpoint again with the new checkpointToken below, or acknowledge the step with the ackToken below when it is done.",
         ),
     );

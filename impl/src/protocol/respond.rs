@@ -18,6 +18,9 @@ use workrail_spec::tools::{
 use super::derive::{AttemptKind, attempt};
 use crate::tokens::TokenCodec;
 
+/// The warning code that confirms a checkpoint (shown in words as its own section).
+pub(super) const CHECKPOINT_RECORDED: &str = "checkpoint_recorded";
+
 /// Everything a response is made of.
 #[derive(Debug)]
 pub struct ResponseFacts<'a> {
@@ -229,6 +232,15 @@ pub fn render_text(output: &ExecutionOutput) -> String {
             replay.step_title, replay.fork_ack_token
         ));
     }
+    // A checkpoint's confirmation is news, not a warning; the step it leaves pending is the one
+    // the agent is working from, so its prompt is not sent again in words.
+    let checkpointed = output
+        .warnings
+        .iter()
+        .find(|w| w.code == CHECKPOINT_RECORDED);
+    if let Some(w) = checkpointed {
+        out.push_str(&format!("\n## Checkpoint recorded\n{}\n", w.message));
+    }
     if let Some(recap) = &output.recap {
         out.push_str("\n## Recap\n");
         out.push_str(&recap.text);
@@ -249,6 +261,12 @@ pub fn render_text(output: &ExecutionOutput) -> String {
         }
     }
     match &output.pending {
+        Some(p) if checkpointed.is_some() => {
+            out.push_str(&format!(
+                "\n## Still pending: {} [{}]\nThe step you are working on, unchanged (a checkpoint never advances). To see its prompt again, call continue_workflow with only the stateToken below.\n",
+                p.title, p.step_id
+            ));
+        }
         Some(p) => {
             out.push_str(&format!("\n## Pending step: {} [{}]\n", p.title, p.step_id));
             out.push_str(&p.prompt);
@@ -274,7 +292,11 @@ pub fn render_text(output: &ExecutionOutput) -> String {
         None if output.is_complete => out.push_str("\nThe workflow is complete.\n"),
         None => {}
     }
-    for w in &output.warnings {
+    for w in output
+        .warnings
+        .iter()
+        .filter(|w| w.code != CHECKPOINT_RECORDED)
+    {
         out.push_str(&format!("\nWarning ({}): {}\n", w.code, w.message));
     }
     // The run's label, workflow and step right beside its tokens: with several runs in one
