@@ -26,7 +26,23 @@
 //! same advances (its fsyncs' cost drifts with the machine's load between checkpoints); the raw
 //! ratio is printed beside it. Each figure with a target is followed by `ok` or `OVER TARGET`.
 //!
-//! A second, loop-heavy workload follows in a server of its own: nested loops (an outer loop
+//! A second workload runs the same long loop written in the WorkRail 3.x spelling of the
+//! workflow language (`support::DIALECT_WORKFLOW`: a legacy id with a `version`, a `forEach`
+//! loop over a context array given at `start_workflow` with `itemVar`/`indexVar`,
+//! `runCondition`s on body steps reading the item, the index and the context, a conditional
+//! `promptFragments` entry, `{{unit}}` markers in titles and prompts, and `validationCriteria`
+//! rules every acknowledgement satisfies) in a server of its own, and beside it the plain long
+//! loop in another fresh server, both acknowledged with the same 400-byte notes for as many
+//! advances (`WORKRAIL_BENCH_ADVANCES`, at most the 2,500 its 1,000 units allow). The two
+//! servers' advances and a durable I/O floor round take turns (as the first workload's rounds
+//! do), and at 10, 500 and 2,000 advances the two servers' rehydrates take turns too, so both
+//! workflows are measured under the same machine load at the same session length. It prints the
+//! advance p50 of each against the floor of the same rounds, the rehydrate p50s, and holds the
+//! language's advance and rehydrate p50 within 1.2x of the plain workflow's (decision D155).
+//! Also the two servers' user CPU time per advance (from `/proc`, no target): what the
+//! language costs the server's own computation, without the kernel's fsyncs.
+//!
+//! A third, loop-heavy workload follows in a server of its own: nested loops (an outer loop
 //! around an inner loop of 3 steps) acknowledged with 40-byte notes, `WORKRAIL_BENCH_NESTED_ADVANCES`
 //! (default 2,000) advances, with the advance (against floor rounds interleaved with it),
 //! rehydrate, `resume_session` and the server's resident memory at 100, 500 and 2,000 advances:
@@ -43,7 +59,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{NESTED_WORKFLOW, NOTES_BODY, StdioServer, WORKFLOW};
+use support::{
+    DIALECT_WORKFLOW, NESTED_WORKFLOW, NOTES_BODY, StdioServer, WORKFLOW, user_cpu_seconds,
+};
 
 /// How a figure compares with its target, as printed after it.
 fn verdict(within: bool) -> &'static str {
@@ -310,6 +328,245 @@ fn nested_loops() {
             mib(first.rss),
             mib(last.rss),
             verdict(mib(last.rss) <= budget),
+        );
+    }
+}
+
+/// One rehydrate of `state_token` on `server` (its duration and the response's bytes), then an
+/// empty call, as the first workload measures rehydrates.
+fn timed_rehydrate(server: &mut StdioServer, state_token: &Value) -> (Duration, usize) {
+    let t = Instant::now();
+    let answer = server.call(
+        "tools/call",
+        json!({"name": "continue_workflow", "arguments": {"stateToken": state_token}}),
+    );
+    let took = t.elapsed();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    server.call("ping", json!({}));
+    (took, answer.to_string().len())
+}
+
+/// Acknowledges the pending step of `out` on `server` with the 400-byte notes of advance `i`
+/// (and, at the plain workflow's `decide`, a `continue` decision for `loop_id`): the call's
+/// duration and the response's structured content.
+fn timed_advance(
+    server: &mut StdioServer,
+    out: &Value,
+    i: usize,
+    loop_id: &str,
+) -> (Duration, Value) {
+    let mut output = json!({"notesMarkdown": format!("Unit {i} done. {NOTES_BODY}")});
+    if out["pending"]["stepId"] == "decide" {
+        output["artifacts"] =
+            json!([{"kind": "wr.loop_control", "loopId": loop_id, "decision": "continue"}]);
+    }
+    let args =
+        json!({"stateToken": out["stateToken"], "ackToken": out["ackToken"], "output": output});
+    let t = Instant::now();
+    let response = server.call(
+        "tools/call",
+        json!({"name": "continue_workflow", "arguments": args}),
+    );
+    let took = t.elapsed();
+    let next = response["result"]["structuredContent"].clone();
+    assert_eq!(next["kind"], "ok", "advance {i} failed: {response}");
+    (took, next)
+}
+
+/// Advances the 1,000 units of the workflow-language workload allow (each unit is two or three).
+const DIALECT_MAX_ADVANCES: usize = 2500;
+
+/// The workflow-language workload (see the module docs): the long loop in the 3.x spelling, and
+/// the plain long loop in a fresh server beside it, advanced in turns.
+fn workflow_language(advances: usize) {
+    let advances = advances.min(DIALECT_MAX_ADVANCES);
+    let root = tempfile::tempdir().unwrap();
+    let workflows = root.path().join("workflows");
+    fs::create_dir_all(&workflows).unwrap();
+    fs::write(workflows.join("dialect.json"), DIALECT_WORKFLOW).unwrap();
+    fs::write(workflows.join("bench.json"), WORKFLOW).unwrap();
+    let mut dialect = StdioServer::start(&root.path().join("dialect"), &workflows, root.path());
+    let mut plain = StdioServer::start(&root.path().join("plain"), &workflows, root.path());
+    // Code and docs units alternate (`review` runs for code units only): five advances per two
+    // units, so half as many units as advances are enough, within the loop's 1,000 iterations.
+    let units: Vec<String> = (0..(advances / 2 + 1).min(1000))
+        .map(|i| format!("{}-{i:04}", if i % 2 == 0 { "code" } else { "docs" }))
+        .collect();
+    let context = json!({"units": units, "project": "atlas", "strict": true, "review": "on"});
+    let started = dialect.call(
+        "tools/call",
+        json!({"name": "start_workflow", "arguments": {"workflowId": "bench-dialect", "context": context}}),
+    );
+    let mut out = started["result"]["structuredContent"].clone();
+    assert!(out["stateToken"].is_string(), "start failed: {started}");
+    // The language reached the prompt: the item and the context substituted, the fragment shown,
+    // the workflow's rules on its first step.
+    let first = out["pending"]["prompt"].as_str().unwrap_or_default();
+    for shown in [
+        "Do unit 0 of atlas: code-0000.",
+        "Hold code-0000 to the atlas style guide.",
+        "Keep each unit's change small enough",
+    ] {
+        assert!(first.contains(shown), "{shown:?} is not in {first}");
+    }
+    let started = plain.call(
+        "tools/call",
+        json!({"name": "start_workflow", "arguments": {"workflowId": "project.bench"}}),
+    );
+    let mut plain_out = started["result"]["structuredContent"].clone();
+    assert!(
+        plain_out["stateToken"].is_string(),
+        "start failed: {started}"
+    );
+    std::thread::sleep(workrail::store::fs::STAMP_SETTLE + Duration::from_millis(200));
+    struct Row {
+        advances: usize,
+        advance: Duration,
+        plain_advance: Duration,
+        floor: Duration,
+        rehydrate: Duration,
+        rehydrate_bytes: usize,
+        plain_rehydrate: Duration,
+        plain_rehydrate_bytes: usize,
+    }
+    let checkpoints = [10usize, 500, 2000];
+    let floor_dir = tempfile::tempdir().unwrap();
+    let (mut samples, mut plain_samples, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rows: Vec<Row> = Vec::new();
+    let (mut acts, mut reviews) = (0usize, 0usize);
+    let cpu_before = (
+        user_cpu_seconds(dialect.pid()),
+        user_cpu_seconds(plain.pid()),
+    );
+    for i in 0..advances {
+        // The floor round and the two advances take turns at going first, so none of them always
+        // follows another's fsyncs.
+        let order: [u8; 3] = match i % 3 {
+            0 => [0, 1, 2],
+            1 => [1, 2, 0],
+            _ => [2, 0, 1],
+        };
+        for round in order {
+            match round {
+                0 => bare.push(floor_round(floor_dir.path(), i, None)),
+                1 => {
+                    let (took, next) = timed_advance(&mut plain, &plain_out, i, "work");
+                    plain_samples.push(took);
+                    plain_out = next;
+                }
+                _ => {
+                    match out["pending"]["stepId"].as_str() {
+                        Some("act") => acts += 1,
+                        Some("review") => reviews += 1,
+                        _ => {}
+                    }
+                    let (took, next) = timed_advance(&mut dialect, &out, i, "units");
+                    samples.push(took);
+                    out = next;
+                    let prompt = out["pending"]["prompt"].as_str().unwrap_or_default();
+                    assert!(
+                        !prompt.contains("{{"),
+                        "advance {i}: a marker was not substituted: {prompt}"
+                    );
+                }
+            }
+        }
+        if checkpoints.contains(&(i + 1)) {
+            let (mut rehydrates, mut plain_rehydrates) = (Vec::new(), Vec::new());
+            let (mut rehydrate_bytes, mut plain_rehydrate_bytes) = (0, 0);
+            // The two servers' rehydrates in turns, so both see the same machine load.
+            for _ in 0..21 {
+                let (took, bytes) = timed_rehydrate(&mut dialect, &out["stateToken"]);
+                rehydrates.push(took);
+                rehydrate_bytes = bytes;
+                let (took, bytes) = timed_rehydrate(&mut plain, &plain_out["stateToken"]);
+                plain_rehydrates.push(took);
+                plain_rehydrate_bytes = bytes;
+            }
+            rehydrates.sort();
+            plain_rehydrates.sort();
+            let p50_of_last = |v: &[Duration]| {
+                let mut recent = v[v.len().saturating_sub(10)..].to_vec();
+                recent.sort();
+                percentile(&recent, 0.5)
+            };
+            rows.push(Row {
+                advances: i + 1,
+                advance: p50_of_last(&samples),
+                plain_advance: p50_of_last(&plain_samples),
+                floor: p50_of_last(&bare),
+                rehydrate: percentile(&rehydrates, 0.5),
+                rehydrate_bytes,
+                plain_rehydrate: percentile(&plain_rehydrates, 0.5),
+                plain_rehydrate_bytes,
+            });
+        }
+    }
+    let cpu = (
+        (user_cpu_seconds(dialect.pid()) - cpu_before.0) / advances as f64,
+        (user_cpu_seconds(plain.pid()) - cpu_before.1) / advances as f64,
+    );
+    dialect.stop();
+    plain.stop();
+    // The run conditions decided both ways: code units were reviewed, docs units were not.
+    if advances >= 10 {
+        assert!(
+            reviews > 0 && reviews < acts,
+            "{reviews} reviews for {acts} units"
+        );
+    }
+    for v in [&mut samples, &mut plain_samples, &mut bare] {
+        v.sort();
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (p50, plain50, floor50) = (
+        percentile(&samples, 0.5),
+        percentile(&plain_samples, 0.5),
+        percentile(&bare, 0.5),
+    );
+    let advance = ms(p50) / ms(plain50);
+    println!(
+        "workflow-language workload (forEach over {} units given at start, run conditions, a conditional fragment, markers, validation criteria; 400-byte notes), {advances} advances over stdio in turns with the plain workflow in a server of its own: {acts} units acted on, {reviews} reviewed",
+        units.len()
+    );
+    println!(
+        "continue_workflow (advance): p50 {:.2} ms, p99 {:.2} ms; the plain workflow's alongside p50 {:.2} ms, p99 {:.2} ms; durable I/O floor of the same rounds p50 {:.2} ms (ratio p50/floor {:.2}, the plain workflow's {:.2})",
+        ms(p50),
+        ms(percentile(&samples, 0.99)),
+        ms(plain50),
+        ms(percentile(&plain_samples, 0.99)),
+        ms(floor50),
+        ms(p50) / ms(floor50),
+        ms(plain50) / ms(floor50),
+    );
+    println!(
+        "advance against the plain workflow (target <= 1.20): {advance:.2}x{}; server user CPU per advance (its own computation, checkpoints' rehydrates included; no target): {:.0} us against {:.0} us{}",
+        verdict(advance <= 1.2),
+        cpu.0 * 1e6,
+        cpu.1 * 1e6,
+        if cpu.1 > 0.0 {
+            format!(", {:.2}x", cpu.0 / cpu.1)
+        } else {
+            String::new()
+        },
+    );
+    println!(
+        "| advances | advance p50 (last 10) | plain advance p50 (same rounds) | floor p50 (same rounds) | rehydrate p50 | its response | plain rehydrate p50 (in turns) | its response | rehydrate against plain (target <= 1.20) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let x = ms(r.rehydrate) / ms(r.plain_rehydrate);
+        println!(
+            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} B | {:.2} ms | {} B | {x:.2}x{} |",
+            r.advances,
+            ms(r.advance),
+            ms(r.plain_advance),
+            ms(r.floor),
+            ms(r.rehydrate),
+            r.rehydrate_bytes,
+            ms(r.plain_rehydrate),
+            r.plain_rehydrate_bytes,
+            verdict(x <= 1.2),
         );
     }
 }
@@ -596,5 +853,6 @@ fn main() {
             );
         }
     }
+    workflow_language(advances);
     nested_loops();
 }

@@ -1,5 +1,5 @@
-//! What the benches that drive advances share: the loop workflow they run and the notes each
-//! acknowledgement carries.
+//! What the benches that drive advances share: the loop workflows they run (in the v2 spelling
+//! and in the 3.x spelling of the workflow language) and the notes each acknowledgement carries.
 
 #![allow(dead_code)]
 
@@ -43,6 +43,37 @@ pub const NESTED_WORKFLOW: &str = r#"{
        {"type": "loop", "loopId": "inner", "while": {"kind": "condition_ref", "conditionId": "yes"}, "maxIterations": 3,
         "body": [{"id": "act", "title": "Act", "prompt": "Do one unit of work."}]},
        {"id": "decide", "title": "Decide", "prompt": "Decide whether to continue.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]}
+  ]
+}"#;
+
+/// A long loop like [`WORKFLOW`]'s in the WorkRail 3.x spelling of the workflow language, for the
+/// workflow-language row: a legacy id with a `version`, `metaGuidance`, and a `forEach` loop over
+/// the context array `units` given at `start_workflow` (`itemVar`, `indexVar`). Its body: `act`
+/// (markers for the item, the index and a context key; a fragment whose condition reads the
+/// context; two `validationCriteria` rules that every acknowledgement of the bench satisfies),
+/// `review` (its `runCondition` reads the item and the context: code units only) and `record`
+/// (its `runCondition` reads the index, and holds). A unit is two or three advances.
+pub const DIALECT_WORKFLOW: &str = r#"{
+  "id": "bench-dialect",
+  "name": "Bench in the workflow language",
+  "description": "A forEach loop over the units given at start, for latency measurements.",
+  "version": "1.0.0",
+  "metaGuidance": ["Keep each unit's change small enough to review in one sitting."],
+  "steps": [
+    {"id": "units", "type": "loop", "title": "Every unit",
+     "loop": {"type": "forEach", "items": "units", "itemVar": "unit", "indexVar": "position", "maxIterations": 1000},
+     "body": [
+       {"id": "act", "title": "Work on {{unit}}", "prompt": "Do unit {{position}} of {{project}}: {{unit}}.",
+        "promptFragments": [{"id": "strict", "when": {"var": "strict", "equals": true}, "text": "Hold {{unit}} to the {{project}} style guide."}],
+        "validationCriteria": [
+          {"type": "contains", "value": "done", "message": "Say whether the unit is done."},
+          {"type": "regex", "pattern": "^Unit \\d+ done\\.", "message": "Start the notes with 'Unit N done.'"}
+        ]},
+       {"id": "review", "title": "Review {{unit}}", "prompt": "Review the code change of {{unit}}.",
+        "runCondition": {"and": [{"var": "unit", "contains": "code"}, {"var": "review", "not_equals": "off"}]}},
+       {"id": "record", "title": "Record {{unit}}", "prompt": "Record unit {{position}} ({{unit}}) in the log.",
+        "runCondition": {"var": "position", "gte": 0}}
      ]}
   ]
 }"#;
@@ -131,9 +162,31 @@ impl StdioServer {
             .map_or(0, |kib| kib * 1024)
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Closes stdin (the server exits on EOF) and waits for a clean exit.
     pub fn stop(mut self) {
         drop(self.stdin.take());
         assert!(self.child.wait().unwrap().success());
     }
+}
+
+/// The user CPU time process `pid` has used so far, in seconds (Linux `/proc`, in clock ticks of
+/// 10 ms; 0 elsewhere): its own computation, without the kernel's share (fsyncs, renames) and
+/// without waiting for a busy machine's cores.
+pub fn user_cpu_seconds(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command name (which may hold spaces) in parentheses: state
+            // is the first, utime the 12th.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let ticks = rest.split_whitespace().nth(11)?.parse::<u64>().ok()?;
+            // USER_HZ, the unit of these fields, is 100 on x86_64 and aarch64.
+            Some(ticks as f64 / 100.0)
+        })
+        .unwrap_or(0.0)
 }
