@@ -1121,3 +1121,57 @@ fn extension_point_bindings_take_the_declared_default() {
         .unwrap_or_else(|| panic!("{errs}"));
     assert!(e.suggestion.contains("tone_review"), "{}", e.suggestion);
 }
+
+/// A routine step that references a function the routine defines at its workflow level compiles
+/// in the caller, which defines no such function, and renders that function under `## Functions`
+/// in the expanded step; a step's own definition of the name wins; an unknown reference is
+/// still refused.
+///
+/// decision: D162
+#[test]
+fn a_routine_carries_the_functions_its_steps_reference() {
+    let routine = json!({
+        "id": "project.routine-logged",
+        "name": "Logged routine",
+        "description": "Keeps a log while it works.",
+        "version": "1.0.0",
+        "functionDefinitions": [
+            {"name": "update_log", "definition": "Append one line to work.log saying what changed.", "scope": "workflow"},
+            {"name": "unused", "definition": "Never referenced."}
+        ],
+        "steps": [
+            {"id": "work", "title": "Work", "prompt": "Do the work.", "functionReferences": ["update_log()"]},
+            {"id": "own", "title": "Own", "prompt": "Finish.", "functionReferences": ["update_log()"],
+             "functionDefinitions": [{"name": "update_log", "definition": "Write the final line of work.log."}]}
+        ]
+    });
+    let caller = json!({
+        "id": "logged-caller",
+        "name": "Caller",
+        "description": "Calls the logged routine.",
+        "version": "1.0.0",
+        "steps": [{"id": "run", "title": "Run it", "templateCall": {"templateId": "wr.templates.routine.logged", "args": {}}}]
+    });
+    let ctx = CompileContext::load("project").with_library(library(&[routine.clone()]));
+    let c = compile(&caller, &ctx).unwrap_or_else(|e| panic!("does not compile:\n{e}"));
+    let work = step(&c.snapshot, "run__work");
+    assert!(
+        work.prompt.contains("## Functions") && work.prompt.contains("Append one line to work.log"),
+        "{}",
+        work.prompt
+    );
+    assert!(!work.prompt.contains("Never referenced"), "{}", work.prompt);
+    let own = step(&c.snapshot, "run__own");
+    assert!(
+        own.prompt.contains("Write the final line of work.log"),
+        "{}",
+        own.prompt
+    );
+    assert!(!own.prompt.contains("Append one line"), "{}", own.prompt);
+
+    let mut broken = routine;
+    broken["steps"][0]["functionReferences"] = json!(["missing_fn()"]);
+    let ctx = CompileContext::load("project").with_library(library(&[broken]));
+    let refused = compile(&caller, &ctx).expect_err("an unknown reference is refused");
+    assert!(refused.to_string().contains("missing_fn"), "{refused}");
+}

@@ -10,7 +10,8 @@
 //! `runCondition` applies to every expanded step that has none of its own. A routine may not call
 //! templates itself. The expanded steps are parsed like authored ones and carry
 //! `provenance: {source: template_injected, originId: <templateId>}` and the routine's id in
-//! `kept.routineWorkflowId`.
+//! `kept.routineWorkflowId`. A routine step's reference to a function the routine defines at
+//! its workflow level carries that definition into the expanded step (D162).
 
 use serde_json::{Map, Value};
 use workrail_spec::closed::StepSource;
@@ -97,6 +98,7 @@ pub(super) fn call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
                 caller_id: &caller_id,
                 routine_id: entry.workflow_id.as_str(),
                 meta_guidance: routine.get("metaGuidance"),
+                routine_functions: routine.get("functionDefinitions"),
                 args: &args,
                 caller: value,
                 caller_at: pointer,
@@ -229,6 +231,8 @@ struct Expansion<'a> {
     caller_id: &'a StepId,
     routine_id: &'a str,
     meta_guidance: Option<&'a Value>,
+    /// The routine's workflow-level `functionDefinitions`.
+    routine_functions: Option<&'a Value>,
     args: &'a Map<String, Value>,
     caller: &'a Value,
     caller_at: &'a str,
@@ -288,7 +292,48 @@ fn expand_step(p: &mut Parser<'_>, step: &Value, x: Expansion<'_>) -> Option<Val
     {
         out.insert("runCondition".into(), condition.clone());
     }
+    carry_routine_functions(&mut out, x.routine_functions);
     Some(Value::Object(out))
+}
+
+/// The routine's workflow-level `functionDefinitions` that an expanded step references and does
+/// not define itself become its own (decision D162): the caller's workflow knows nothing of
+/// them, so without this the caller is refused for a reference only the routine can resolve.
+fn carry_routine_functions(step: &mut Map<String, Value>, routine: Option<&Value>) {
+    let Some(Value::Array(defined)) = routine else {
+        return;
+    };
+    let referenced: Vec<String> = match step.get("functionReferences") {
+        Some(Value::Array(refs)) => refs
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|r| r.strip_suffix("()").unwrap_or(r).to_owned())
+            .collect(),
+        _ => return,
+    };
+    let name_of = |d: &Value| d.get("name").and_then(Value::as_str).map(str::to_owned);
+    let mut own = match step.get("functionDefinitions") {
+        Some(Value::Array(own)) => own.clone(),
+        _ => Vec::new(),
+    };
+    let before = own.len();
+    for definition in defined {
+        let Some(name) = name_of(definition) else {
+            continue;
+        };
+        if !referenced.contains(&name) || own.iter().any(|d| name_of(d).as_ref() == Some(&name)) {
+            continue;
+        }
+        let mut carried = definition.clone();
+        // Defined for the routine's workflow, it is now the step's own.
+        if let Some(map) = carried.as_object_mut() {
+            map.remove("scope");
+        }
+        own.push(carried);
+    }
+    if own.len() > before {
+        step.insert("functionDefinitions".into(), Value::Array(own));
+    }
 }
 
 /// Replaces `{name}` (single braces around an identifier; `{{name}}` is left for the run's
