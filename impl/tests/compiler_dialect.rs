@@ -1152,7 +1152,7 @@ fn a_routine_carries_the_functions_its_steps_reference() {
         "version": "1.0.0",
         "steps": [{"id": "run", "title": "Run it", "templateCall": {"templateId": "wr.templates.routine.logged", "args": {}}}]
     });
-    let ctx = CompileContext::load("project").with_library(library(&[routine.clone()]));
+    let ctx = CompileContext::load("project").with_library(library(std::slice::from_ref(&routine)));
     let c = compile(&caller, &ctx).unwrap_or_else(|e| panic!("does not compile:\n{e}"));
     let work = step(&c.snapshot, "run__work");
     assert!(
