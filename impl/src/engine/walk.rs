@@ -522,13 +522,17 @@ impl<'a> Walker<'a> {
         outer: &[LoopFrame],
     ) -> Result<Decision, Halt> {
         let mut overlay = self.overlay(outer)?;
-        let lookup = |key: &str, overlay: &Map<String, Value>| {
+        // Borrowed, not cloned: a `forEach` array can be long, and only its length is read.
+        fn lookup<'v>(
+            key: &str,
+            overlay: &'v Map<String, Value>,
+            context: &'v Map<String, Value>,
+        ) -> Option<&'v Value> {
             overlay
                 .get(key)
-                .or_else(|| self.context.get(key))
+                .or_else(|| context.get(key))
                 .filter(|v| !v.is_null())
-                .cloned()
-        };
+        }
         let problem = |key: &str, expected, found: Option<&Value>| {
             Decision::Problem(LoopContextProblem {
                 loop_id: def.loop_id.clone(),
@@ -564,10 +568,10 @@ impl<'a> Walker<'a> {
                     Decision::Stop(format!("count {count}: all {count} iteration(s) ran"))
                 }
             }
-            LoopWhile::CountVar { var } => match lookup(var, &overlay) {
-                Some(Value::Number(n)) => {
+            LoopWhile::CountVar { var } => match lookup(var, &overlay, self.context) {
+                Some(number @ Value::Number(n)) => {
                     let count = n.as_f64().unwrap_or(0.0);
-                    let shown = workrail_spec::condition::js_string(Some(&Value::Number(n)));
+                    let shown = workrail_spec::condition::js_string(Some(number));
                     if f64::from(iteration) < count {
                         Decision::Enter(format!("count from {var} = {shown}: iteration {at}"))
                     } else {
@@ -576,9 +580,9 @@ impl<'a> Walker<'a> {
                         ))
                     }
                 }
-                found => problem(var, "number", found.as_ref()),
+                found => problem(var, "number", found),
             },
-            LoopWhile::ForEach { items } => match lookup(items, &overlay) {
+            LoopWhile::ForEach { items } => match lookup(items, &overlay, self.context) {
                 Some(Value::Array(list)) => {
                     let len = list.len();
                     if (iteration as usize) < len {
@@ -587,7 +591,7 @@ impl<'a> Walker<'a> {
                         Decision::Stop(format!("{items} has {len} element(s): all were iterated"))
                     }
                 }
-                found => problem(items, "array", found.as_ref()),
+                found => problem(items, "array", found),
             },
             LoopWhile::ConditionRef { .. } => {
                 return Err(inconsistent(format!(
