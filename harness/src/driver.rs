@@ -943,10 +943,10 @@ impl<S: System> Harness<S> {
                 other_output,
             } => {
                 let recorded = w.acks[*index].clone();
-                // Other notes on an attempt that advanced were not recorded: the response says
-                // so (D57). A blocked attempt recorded no notes, so it has nothing to compare.
-                let notice =
-                    *other_output && matches!(recorded.observation, Observation::Advanced { .. });
+                // Other notes were not recorded: the response says so, for an attempt that
+                // advanced (D57) and for one that was blocked, whose record keeps the digest of
+                // what it was sent (D163).
+                let notice = *other_output;
                 replayed(w, reply, &recorded, "ack", notice)?;
                 w.stats.replays += 1;
             }

@@ -112,6 +112,8 @@ pub enum OutcomeShape {
     /// Each blocker's code, pointer (with what it points at) and structured details, in order.
     Blocked {
         blockers: Vec<(String, BlockerPointer, Option<ReasonDetails>)>,
+        /// The digest of the output the blocked call sent (decision D163).
+        output_digest: Option<workrail_spec::ids::Sha256Digest>,
     },
 }
 
@@ -228,12 +230,16 @@ pub fn run_shape(
                 AdvanceOutcome::Advanced { to_node_id } => OutcomeShape::Advanced {
                     to: t.node(to_node_id),
                 },
-                AdvanceOutcome::Blocked { blockers } => OutcomeShape::Blocked {
+                AdvanceOutcome::Blocked {
+                    blockers,
+                    output_digest,
+                } => OutcomeShape::Blocked {
                     blockers: blockers
                         .blockers()
                         .iter()
                         .map(|b| (b.code.to_string(), b.pointer.clone(), b.details.clone()))
                         .collect(),
+                    output_digest: output_digest.clone(),
                 },
             };
             attempts.push((id.clone(), t.attempt(&record.attempt_id), outcome));

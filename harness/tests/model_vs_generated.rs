@@ -155,7 +155,7 @@ fn the_generated_agents_reach_every_report_path() {
                     }
                     EventData::DivergenceRecorded(_) => diverged = true,
                     EventData::AdvanceRecorded(a) => {
-                        if let AdvanceOutcome::Blocked { blockers } = &a.outcome {
+                        if let AdvanceOutcome::Blocked { blockers, .. } = &a.outcome {
                             let codes = || blockers.blockers().iter();
                             unavailable |= codes()
                                 .any(|b| b.code == BlockerCode::RequiredCapabilityUnavailable);

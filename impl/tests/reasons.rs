@@ -344,7 +344,7 @@ fn every_reason_code_does_what_the_locks_say_in_every_mode() {
                     assert_eq!(last.scope().node_id(), Some(&node), "{row}");
                     match last.data() {
                         EventData::AdvanceRecorded(a) => match &a.outcome {
-                            AdvanceOutcome::Blocked { blockers } => {
+                            AdvanceOutcome::Blocked { blockers, .. } => {
                                 assert_eq!(blockers.blockers(), out.blockers.as_slice(), "{row}")
                             }
                             other => panic!("{row}: recorded {other:?}"),

@@ -5,7 +5,9 @@
 //! the same step; sending the new output with it records the new work as a new branch.
 //!
 //! Before: the server returned the recorded response byte for byte, the new notes were silently
-//! dropped, no fork was made, and nothing said "replay".
+//! dropped, no fork was made, and nothing said "replay". The same holds for the ackToken of a
+//! blocked attempt sent again with a fix (decision D163): the notice names the step's next
+//! ackToken, where an unchanged answer made agents send the used token again and again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -167,41 +169,6 @@ fn different_artifacts_are_named_as_not_recorded() {
     assert_eq!(notice.recorded_artifacts, 1);
 }
 
-/// A blocked attempt records no outputs; its recorded answer (byte-identical on every repeat)
-/// already names the NEW ackToken, and the fix sent with it advances.
-///
-/// lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
-#[test]
-fn a_repeat_of_a_blocked_ack_with_a_fix_names_the_new_ack_to_use() {
-    let fs = workrail::store::memfs::MemFs::new();
-    let wr = open(&fs);
-    let mut out = start(&wr, "project.demo");
-    out = wr.continue_workflow(ack(&out, "planned", vec![])).unwrap();
-    out = wr
-        .continue_workflow(ack(&out, "implemented", vec![]))
-        .unwrap();
-    assert_eq!(pending(&out), "decide");
-    let blocked = wr.continue_workflow(ack(&out, "decided", vec![])).unwrap();
-    assert!(!blocked.blockers.is_empty(), "decide needs loop control");
-    let fixed = ack(&out, "decided", vec![loop_control("stop")]);
-    let repeat = wr.continue_workflow(fixed.clone()).unwrap();
-    assert_eq!(repeat, blocked, "the recorded block, byte for byte");
-    let text = render_text(&repeat);
-    assert!(
-        text.contains("used once") && text.contains(repeat.ack_token.as_deref().unwrap()),
-        "{text}"
-    );
-    let advanced = wr
-        .continue_workflow(ContinueWorkflowInput {
-            ack_token: repeat.ack_token.clone(),
-            state_token: None,
-            ..fixed
-        })
-        .unwrap();
-    assert!(advanced.blockers.is_empty());
-    assert_eq!(pending(&advanced), "wrap");
-}
-
 /// lock: L-TOKEN-REPLAY-FACTS, L-DAG-NON-TIP-AUTO-FORK
 #[test]
 fn a_replay_after_the_run_completed_still_offers_the_fork() {
@@ -231,4 +198,76 @@ fn a_replay_after_the_run_completed_still_offers_the_fork() {
         .unwrap();
     assert!(forked.is_complete && forked.replay.is_none());
     assert_ne!(forked.state_token, done.state_token);
+}
+
+/// The ackToken of a blocked attempt sent again with a fix: the answer is still the recorded
+/// blocked one, but now with a `replay` notice (in structure and text) saying the new output was
+/// NOT recorded and handing over the step's next ackToken; the same call as the blocked one
+/// stays byte-identical with no notice; sending the fix with the notice's token advances.
+///
+/// decision: D163; lock: L-TOKEN-REPLAY-FACTS, L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn a_fix_sent_with_a_blocked_attempt_s_used_ack_token_gets_a_notice_naming_the_next_token() {
+    let fs = workrail::store::memfs::MemFs::new();
+    let wr = open(&fs);
+    let s0 = start(&wr, "project.demo");
+    let s1 = wr.continue_workflow(ack(&s0, "planned", vec![])).unwrap();
+    let s2 = wr
+        .continue_workflow(ack(&s1, "implemented", vec![]))
+        .unwrap();
+    assert_eq!(pending(&s2), "decide");
+    // No wr.loop_control artifact: blocked.
+    let blocked = wr.continue_workflow(ack(&s2, "decided", vec![])).unwrap();
+    assert!(!blocked.blockers.is_empty(), "{blocked:?}");
+    assert!(blocked.replay.is_none());
+
+    // The same call again: the recorded answer, byte for byte, and no notice.
+    let same = wr.continue_workflow(ack(&s2, "decided", vec![])).unwrap();
+    assert_eq!(same, blocked);
+    assert_eq!(render_text(&same), render_text(&blocked));
+
+    // The fix, sent with the used ackToken.
+    let control =
+        serde_json::json!({"kind": "wr.loop_control", "loopId": "build", "decision": "stop"});
+    let fix = ack(&s2, "decided: stop", vec![control.clone()]);
+    let events = session_events(&wr, &s2).len();
+    let resent = wr.continue_workflow(fix.clone()).unwrap();
+    assert_eq!(
+        session_events(&wr, &s2).len(),
+        events,
+        "a replay writes nothing"
+    );
+    let notice = resent.replay.clone().expect("a notice");
+    assert!(notice.attempt_blocked);
+    assert_eq!(
+        notice.not_recorded,
+        ["output.notesMarkdown", "output.artifacts"]
+    );
+    assert_eq!(notice.recorded_artifacts, 0);
+    assert!(notice.recorded_notes_markdown.is_none());
+    assert_eq!(
+        Some(&notice.fork_ack_token),
+        blocked.ack_token.as_ref(),
+        "the step's next attempt is the one the blocked answer handed out"
+    );
+    let mut without = resent.clone();
+    without.replay = None;
+    assert_eq!(without, blocked, "otherwise the recorded answer");
+    let text = render_text(&resent);
+    assert!(
+        text.contains("its attempt was blocked")
+            && text.contains("NOT recorded")
+            && text.contains(&format!("ackToken: {}", notice.fork_ack_token)),
+        "{text}"
+    );
+
+    // The fix with the notice's token advances.
+    let done = wr
+        .continue_workflow(ContinueWorkflowInput {
+            ack_token: Some(notice.fork_ack_token.clone()),
+            ..fix
+        })
+        .unwrap();
+    assert!(done.blockers.is_empty(), "{:?}", done.blockers);
+    assert_eq!(pending(&done), "wrap");
 }

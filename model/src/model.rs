@@ -923,6 +923,12 @@ impl Model {
                             .map(to_blocker)
                             .collect::<Result<Vec<_>, _>>()?,
                     )?,
+                    // What was sent, as a digest only (decision D163).
+                    output_digest: if attempt.output.carries_work() {
+                        Some(attempt.output.digest()?)
+                    } else {
+                        None
+                    },
                 }
             }
         };
@@ -969,7 +975,7 @@ impl Model {
                     is_complete: state.is_complete(),
                 }
             }
-            AdvanceOutcome::Blocked { blockers } => {
+            AdvanceOutcome::Blocked { blockers, .. } => {
                 let state = self.state_of(&snapshot_of(&node.node_id)?)?;
                 Observation::Blocked {
                     node_id: node.node_id.clone(),

@@ -150,6 +150,20 @@ pub struct OutputInput {
 }
 
 impl OutputInput {
+    /// Whether the output carries work: notes that are not blank, or an artifact.
+    pub fn carries_work(&self) -> bool {
+        self.notes_markdown
+            .as_deref()
+            .is_some_and(|n| !n.trim().is_empty())
+            || !self.artifacts.is_empty()
+    }
+
+    /// The SHA-256 of this output's JCS form, as sent (decision D163): equal outputs have equal
+    /// digests, whatever their key order or whitespace.
+    pub fn digest(&self) -> Result<crate::ids::Sha256Digest, crate::jcs::JcsError> {
+        Ok(crate::jcs::sha256(&crate::jcs::to_canonical_bytes(self)?))
+    }
+
     /// The checks every call makes of its `output` before any I/O (decision D55): each artifact
     /// names its `kind`, and the artifacts stay within [`crate::budget::OUTPUT_MAX_ARTIFACTS`]
     /// and [`crate::budget::OUTPUT_ARTIFACTS_MAX_BYTES`]. The error says which and how to fix it.
@@ -548,6 +562,10 @@ pub struct ReplayNotice {
     pub fork_state_token: String,
     /// The same in words.
     pub message: String,
+    /// The ackToken's attempt was blocked (decision D163): it recorded nothing, so the notice's
+    /// token is the step's next attempt, not a new branch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attempt_blocked: bool,
 }
 
 /// What `resume_session` looks for. Every field is optional; an empty field (or a text without

@@ -111,7 +111,10 @@ fn one_of_each_kind() -> Vec<(EventScope, EventData)> {
             EventData::AdvanceRecorded(AdvanceRecorded {
                 attempt_id: AttemptId::from_entropy(&entropy(50)),
                 intent: AdvanceIntent::AckPending,
-                outcome: AdvanceOutcome::Blocked { blockers },
+                outcome: AdvanceOutcome::Blocked {
+                    blockers,
+                    output_digest: None,
+                },
             }),
         ),
         (

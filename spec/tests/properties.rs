@@ -1172,9 +1172,14 @@ fn body_edge_created() -> BoxedStrategy<(At, EventData)> {
 
 fn body_advance_recorded() -> BoxedStrategy<(At, EventData)> {
     let outcome = prop_oneof![
-        vec(arb_blocker(), 1..=10).prop_map(|blockers| AdvanceOutcome::Blocked {
-            blockers: BlockerReport::new(blockers).unwrap()
-        }),
+        (
+            vec(arb_blocker(), 1..=10),
+            proptest::option::of(arb_digest())
+        )
+            .prop_map(|(blockers, output_digest)| AdvanceOutcome::Blocked {
+                blockers: BlockerReport::new(blockers).unwrap(),
+                output_digest,
+            }),
         ent().prop_map(|e| AdvanceOutcome::Advanced {
             to_node_id: NodeId::from_entropy(&e)
         }),

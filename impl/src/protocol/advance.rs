@@ -356,7 +356,7 @@ fn replay(
     // The attempt's own records (one plan is one segment): what its warnings are rebuilt from.
     let plan = &prefix[ctx.loaded.plan_start(record_index).min(prefix.len())..];
     match &record.outcome {
-        Recorded::Blocked { blockers } => respond_at(
+        Recorded::Blocked { blockers, .. } => respond_at(
             wr,
             prefix,
             &state.session_id,
@@ -920,16 +920,27 @@ fn plan_advance(
                 &blocked.reports,
                 blocked.gaps(),
             )?);
-            events.push(wr.event_with_id(
-                record_id,
-                session,
-                node_scope,
-                EventData::AdvanceRecorded(AdvanceRecorded {
-                    attempt_id: attempt.clone(),
-                    intent: AdvanceIntent::AckPending,
-                    outcome: Recorded::Blocked { blockers: report },
-                }),
-            )?);
+            events.push(
+                wr.event_with_id(
+                    record_id,
+                    session,
+                    node_scope,
+                    EventData::AdvanceRecorded(AdvanceRecorded {
+                        attempt_id: attempt.clone(),
+                        intent: AdvanceIntent::AckPending,
+                        outcome: Recorded::Blocked {
+                            blockers: report,
+                            output_digest: output
+                                .carries_work()
+                                .then(|| output.digest())
+                                .transpose()
+                                .map_err(|e| {
+                                    invariant(format!("the output cannot be canonicalized: {e}"))
+                                })?,
+                        },
+                    }),
+                )?,
+            );
             Ok(AdvancePlan {
                 events,
                 snapshot: None,

@@ -262,7 +262,7 @@ impl Workrail {
             .advance_records(&node)
             .into_iter()
             .filter_map(|(_, a)| match &a.outcome {
-                AdvanceOutcome::Blocked { blockers } => Some(BlockedAttempt {
+                AdvanceOutcome::Blocked { blockers, .. } => Some(BlockedAttempt {
                     attempt_id: a.attempt_id.to_string(),
                     blockers: blockers
                         .blockers()

@@ -9,8 +9,10 @@
 //! outputs an attempt records are a pure function of its `output` (the recap notes after the
 //! locked truncation, then every artifact's JCS digest in `(sha256, contentType)` order, each
 //! under an id derived from the attempt and its position), so the call's `output` is turned into
-//! the same list and compared with the recorded one. A blocked attempt records no outputs, so it
-//! has nothing to compare: its recorded response already names the NEW ackToken to resend with.
+//! the same list and compared with the recorded one. A blocked attempt records no outputs, only
+//! the digest of what it was sent (decision D163): a call whose output has another digest is new
+//! work the replay did not record, and its notice says so and hands over the step's next
+//! ackToken, so an agent that resends a fix with the used token learns why nothing changed.
 
 use std::collections::HashMap;
 
@@ -41,12 +43,18 @@ pub(super) fn notice(
     record: &AdvanceRecorded,
     request: &ContinueWorkflowInput,
 ) -> Result<Option<ReplayNotice>, ErrorEnvelope> {
-    if !matches!(record.outcome, AdvanceOutcome::Advanced { .. }) {
-        return Ok(None);
-    }
-    let Some(output) = request.output.as_ref().filter(|o| carries_work(o)) else {
+    let Some(output) = request.output.as_ref().filter(|o| o.carries_work()) else {
         return Ok(None);
     };
+    if let AdvanceOutcome::Blocked { output_digest, .. } = &record.outcome {
+        let sent = output
+            .digest()
+            .map_err(|e| invariant(format!("the output cannot be canonicalized: {e}")))?;
+        if output_digest.as_ref() == Some(&sent) {
+            return Ok(None);
+        }
+        return blocked(wr, ctx, state, output).map(Some);
+    }
     let sent = agent_payloads(output, |artifact| {
         let canonical = Canonical::of(artifact)
             .map_err(|e| invariant(format!("an artifact cannot be canonicalized: {e}")))?;
@@ -87,16 +95,7 @@ pub(super) fn notice(
         .count() as u64;
 
     // The fresh attempt of the same step, as of now: the next ack ordinal of the node.
-    let facts = wr.memo.facts(&state.session_id, &ctx.loaded.events);
-    let ordinal = facts.advance_records(&state.node_id).len() as u64;
-    let codec = wr.codec();
-    let fork_ack_token = codec.mint(&TokenPayload::Ack(AttemptPayload {
-        session_id: state.session_id.clone(),
-        run_id: state.run_id.clone(),
-        node_id: state.node_id.clone(),
-        attempt_id: derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal),
-    }));
-    let fork_state_token = codec.mint(&TokenPayload::State(state.clone()));
+    let (fork_ack_token, fork_state_token) = fresh_tokens(wr, ctx, state);
     let pending = ctx
         .state
         .pending_step()
@@ -118,16 +117,66 @@ pub(super) fn notice(
         fork_ack_token,
         fork_state_token,
         message,
+        attempt_blocked: false,
     }))
 }
 
-/// Whether a call's output carries work to record (notes or artifacts).
-fn carries_work(output: &OutputInput) -> bool {
-    output
+/// The fresh ack attempt of the node as of now (its next ordinal) and its stateToken.
+fn fresh_tokens(wr: &Workrail, ctx: &NodeContext, state: &StatePayload) -> (String, String) {
+    let facts = wr.memo.facts(&state.session_id, &ctx.loaded.events);
+    let ordinal = facts.advance_records(&state.node_id).len() as u64;
+    let codec = wr.codec();
+    let ack = codec.mint(&TokenPayload::Ack(AttemptPayload {
+        session_id: state.session_id.clone(),
+        run_id: state.run_id.clone(),
+        node_id: state.node_id.clone(),
+        attempt_id: derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal),
+    }));
+    (ack, codec.mint(&TokenPayload::State(state.clone())))
+}
+
+/// The notice for new work sent with the ackToken of a blocked attempt.
+fn blocked(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    state: &StatePayload,
+    output: &OutputInput,
+) -> Result<ReplayNotice, ErrorEnvelope> {
+    let mut not_recorded = Vec::new();
+    if output
         .notes_markdown
         .as_deref()
         .is_some_and(|n| !n.trim().is_empty())
-        || !output.artifacts.is_empty()
+    {
+        not_recorded.push("output.notesMarkdown".to_owned());
+    }
+    if !output.artifacts.is_empty() {
+        not_recorded.push("output.artifacts".to_owned());
+    }
+    let pending = ctx
+        .state
+        .pending_step()
+        .ok_or_else(|| invariant("an acknowledged node has no pending step"))?;
+    let step_title = ctx.compiled.step(&pending.step_id).map_or_else(
+        || pending.step_id.to_string(),
+        |s| crate::engine::render::title(s, &pending.bindings),
+    );
+    let (fork_ack_token, fork_state_token) = fresh_tokens(wr, ctx, state);
+    let what = not_recorded.join(" and ");
+    let message = format!(
+        "This ackToken was already used: its attempt at step \"{step_title}\" was blocked, and this response is exactly what that call answered. The {what} you sent now were NOT recorded (a used ackToken only repeats its answer). Send them again, fixed as the blockers say, with `forkAckToken` from `replay`: the step's next attempt."
+    );
+    Ok(ReplayNotice {
+        not_recorded,
+        recorded_notes_markdown: None,
+        recorded_artifacts: 0,
+        step_id: pending.step_id.clone(),
+        step_title,
+        fork_ack_token,
+        fork_state_token,
+        message,
+        attempt_blocked: true,
+    })
 }
 
 /// The agent's outputs `attempt` recorded, in their positional order (WorkRail's own outputs

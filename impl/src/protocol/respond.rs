@@ -212,7 +212,14 @@ pub fn render_text(output: &ExecutionOutput) -> String {
         autonomy_in_words(output.preferences.autonomy),
         output.preferences.risk_policy
     ));
-    if let Some(replay) = &output.replay {
+    if let Some(replay) = output.replay.as_ref().filter(|r| r.attempt_blocked) {
+        out.push_str(&format!(
+            "\n## REPLAY: this ackToken was already used, and its attempt was blocked; your new {} was NOT recorded\n{}\nSend your output again, fixed as the blockers below say, with:\nackToken: {}\n",
+            replay.not_recorded.join(" and "),
+            replay.message,
+            replay.fork_ack_token
+        ));
+    } else if let Some(replay) = &output.replay {
         out.push_str(&format!(
             "\n## REPLAY: this ackToken was already used; your new {} was NOT recorded\n{}\n",
             replay.not_recorded.join(" and "),
@@ -315,6 +322,10 @@ pub fn render_text(output: &ExecutionOutput) -> String {
     }
     if let Some(chk) = &output.checkpoint_token {
         out.push_str(&format!("checkpointToken: {chk}\n"));
+    }
+    if output.replay.as_ref().is_some_and(|r| r.attempt_blocked) {
+        out.push_str("\nNext: fix your output as the blockers say and send it with the ackToken of the REPLAY section; sending the used ackToken again only repeats this answer.\n");
+        return out;
     }
     if output.replay.is_some() {
         out.push_str("\nNext: to keep the output you just sent, send it again with the ackToken of the REPLAY section (it records a new branch); to keep what was recorded instead, go on from the tokens above.\n");

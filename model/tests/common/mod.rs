@@ -370,7 +370,15 @@ impl Log {
             .unwrap(),
         ])
         .unwrap();
-        self.advance_record(run, node, attempt, AdvanceOutcome::Blocked { blockers })
+        self.advance_record(
+            run,
+            node,
+            attempt,
+            AdvanceOutcome::Blocked {
+                blockers,
+                output_digest: None,
+            },
+        )
     }
 
     fn advance_record(

@@ -144,13 +144,18 @@ pub struct EdgeCreated {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AdvanceOutcome {
+    #[serde(rename_all = "camelCase")]
     Blocked {
         blockers: BlockerReport,
+        /// The digest of the `output` the blocked call sent ([`crate::tools::OutputInput::digest`])
+        /// when it carried work, so a later call with the same ackToken can tell whether it
+        /// resends that output or new work (decision D163). Nothing of the output itself is
+        /// recorded: the attempt was blocked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_digest: Option<crate::ids::Sha256Digest>,
     },
     #[serde(rename_all = "camelCase")]
-    Advanced {
-        to_node_id: NodeId,
-    },
+    Advanced { to_node_id: NodeId },
 }
 
 impl AdvanceOutcome {
