@@ -484,6 +484,58 @@ pub fn execution_response(
     out
 }
 
+/// The locks [`execution_response`] judges on this result: the response shape always, each
+/// other lock only when the result holds what it governs (`nextIntent` for
+/// `L-MCP-NEXT-INTENT`, a pending `stepId` for `L-ID-DELIMITER-SAFE`, a decodable token for
+/// the token locks, a state token beside an ack or checkpoint token for `L-TOKEN-SCOPED`). A
+/// lock whose subject is absent was not checked, so it cannot pass on this response.
+pub fn execution_response_judged(result: &ToolResult, format: TokenFormat) -> Vec<&'static str> {
+    let mut out = vec!["L-MCP-EXECUTION-RESPONSE", "L-MCP-TEXT-FIRST"];
+    let Some(obj) = result.structured.as_object() else {
+        return out;
+    };
+    if obj.contains_key("nextIntent") {
+        out.push("L-MCP-NEXT-INTENT");
+    }
+    if obj
+        .get("pending")
+        .and_then(|p| p.get("stepId"))
+        .is_some_and(|s| !s.is_null())
+    {
+        out.push("L-ID-DELIMITER-SAFE");
+    }
+    if format == TokenFormat::Opaque {
+        return out;
+    }
+    let token = |f: &str| {
+        obj.get(f)
+            .and_then(Value::as_str)
+            .is_some_and(|t| !t.is_empty())
+    };
+    if ["stateToken", "ackToken", "checkpointToken"]
+        .iter()
+        .any(|f| token(f))
+    {
+        out.extend(["L-TOKEN-FORMAT", "L-TOKEN-PAYLOAD-FIELDS"]);
+    }
+    if token("stateToken") && (token("ackToken") || token("checkpointToken")) {
+        out.push("L-TOKEN-SCOPED");
+    }
+    out
+}
+
+/// Whether a result carries nothing to look at: no text and no structured content (or an
+/// empty object). A check that something is absent from it, or that two such results are
+/// identical, would hold whatever the server did.
+pub fn is_empty_result(result: &ToolResult) -> bool {
+    result.text.trim().is_empty()
+        && match &result.structured {
+            Value::Null => true,
+            Value::Object(m) => m.is_empty(),
+            _ => false,
+        }
+}
+
 /// `kind: "blocked"` with a non-empty, bounded, locked-order list of well-formed blockers.
 pub fn blockers(structured: &Value, codes: &[String], pointer: Option<&Value>) -> Vec<Mismatch> {
     let mut out = Vec::new();

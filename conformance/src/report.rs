@@ -52,11 +52,15 @@ pub struct Unrun {
 pub enum LockVerdict {
     /// A failed expectation cites it.
     Fail,
-    /// Some check of it did not run (a step it needs failed), and none failed.
+    /// Some check of it did not run (a step it depends on failed or was skipped, or the step
+    /// was skipped on this server), or nothing the server produced was examined for it; and
+    /// none failed.
     NotReached,
-    /// Every check of it ran and held.
+    /// Every check of it ran and held, and at least one examined what the server produced.
     Pass,
-    /// Not judged: the scenario or file was skipped (profile, missing tool, skip list).
+    /// Not judged: the scenario or file was skipped (profile, missing tool, skip list,
+    /// declared limitation), or the surface declares the server lacks what the lock is about
+    /// (the token format of opaque tokens).
     NotApplicable,
 }
 
@@ -107,8 +111,16 @@ pub struct Verdict {
     /// here was checked by no step that ran.
     pub not_applicable: Vec<(String, String)>,
     /// Locks judged by an always-on check beside the cited `lockIds` (the closed sets of the
-    /// store, when a step read it).
+    /// store, when a read of it found something they govern).
     pub also_checked: Vec<String>,
+    /// Cited locks no step that ran examined anything the server produced for, each with the
+    /// reason (e.g. no error response came back to judge the envelope on): not reached.
+    pub unjudged: Vec<(String, String)>,
+    /// Whether the scenario ran against the server. A scenario skipped before it ran (profile,
+    /// missing tool, skip list, declared limitation) judges nothing: every lock is n/a. One
+    /// that ran and could judge none of its locks is skipped too, but its locks keep what the
+    /// run found (not reached, n/a).
+    pub ran: bool,
     pub duration_ms: u128,
     /// Extra text for humans (e.g. the number of vector cases).
     pub note: Option<String>,
@@ -119,12 +131,18 @@ pub struct Verdict {
 impl Verdict {
     /// The verdict on each lock this run judged: the cited `lockIds`, then the always-on checks'
     /// locks, then any other lock a failure names (e.g. a response check every call runs).
+    ///
+    /// A lock passes only when every step that checks it ran and held, and a step that ran
+    /// examined something the server produced for it (decision D158): a step that did not run
+    /// (it depends on a step that failed or was skipped) or was skipped on this server, or a
+    /// cited lock nothing examined, makes it not reached.
     pub fn lock_verdicts(&self) -> Vec<(String, LockVerdict)> {
         let mut ids = self.lock_ids.clone();
         let extra = self
             .also_checked
             .iter()
             .chain(self.not_applicable.iter().map(|(id, _)| id))
+            .chain(self.unjudged.iter().map(|(id, _)| id))
             .chain(self.failures.iter().flat_map(|f| &f.lock));
         for id in extra {
             if !ids.contains(id) {
@@ -133,14 +151,21 @@ impl Verdict {
         }
         ids.into_iter()
             .map(|id| {
-                let verdict = if matches!(self.status, Status::Skip(_)) {
+                let verdict = if matches!(self.status, Status::Skip(_)) && !self.ran {
                     LockVerdict::NotApplicable
                 } else if self.failures.iter().any(|f| f.lock.contains(&id)) {
                     LockVerdict::Fail
-                } else if self.not_reached.iter().any(|u| u.lock.contains(&id)) {
+                } else if self
+                    .not_reached
+                    .iter()
+                    .chain(&self.skipped_steps)
+                    .any(|u| u.lock.contains(&id))
+                {
                     LockVerdict::NotReached
                 } else if self.not_applicable.iter().any(|(l, _)| *l == id) {
                     LockVerdict::NotApplicable
+                } else if self.unjudged.iter().any(|(l, _)| *l == id) {
+                    LockVerdict::NotReached
                 } else {
                     LockVerdict::Pass
                 };
@@ -196,6 +221,9 @@ impl Verdict {
                 u.step, u.action, u.reason
             );
         }
+        for (reason, locks) in by_reason(&self.unjudged) {
+            let _ = write!(out, "\n      not reached {}: {reason}", locks.join(", "));
+        }
         for (reason, locks) in self.not_applicable_by_reason() {
             let _ = write!(out, "\n      n/a {}: {reason}", locks.join(", "));
         }
@@ -210,14 +238,7 @@ impl Verdict {
 
     /// The not-applicable locks grouped by reason, in order of first appearance.
     pub fn not_applicable_by_reason(&self) -> Vec<(&str, Vec<&str>)> {
-        let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
-        for (lock, reason) in &self.not_applicable {
-            match out.iter_mut().find(|(r, _)| r == reason) {
-                Some((_, locks)) => locks.push(lock),
-                None => out.push((reason, vec![lock])),
-            }
-        }
-        out
+        by_reason(&self.not_applicable)
     }
 
     pub fn to_json(&self) -> Value {
@@ -249,6 +270,9 @@ impl Verdict {
             "notApplicable": self.not_applicable.iter()
                 .map(|(id, reason)| (id.clone(), Value::String(reason.clone())))
                 .collect::<Map<String, Value>>(),
+            "notJudged": self.unjudged.iter()
+                .map(|(id, reason)| (id.clone(), Value::String(reason.clone())))
+                .collect::<Map<String, Value>>(),
             "locks": self.lock_verdicts().into_iter()
                 .map(|(id, v)| (id, Value::String(v.word().to_owned())))
                 .collect::<Map<String, Value>>(),
@@ -261,6 +285,18 @@ impl Verdict {
         }
         v
     }
+}
+
+/// `(lock, reason)` pairs grouped by reason, in order of first appearance.
+fn by_reason(pairs: &[(String, String)]) -> Vec<(&str, Vec<&str>)> {
+    let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (lock, reason) in pairs {
+        match out.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, locks)) => locks.push(lock),
+            None => out.push((reason, vec![lock])),
+        }
+    }
+    out
 }
 
 fn indent(text: &str) -> String {

@@ -7,12 +7,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::checks::execution_response_judged;
 use crate::checks::{self, Problem, brief, brief_json};
 use crate::expr::{Var, Vars, decoding_operator};
 use crate::limitations;
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
-use crate::report::{Failure, Status, Unrun, Verdict};
-use crate::scenario::{CORE_PROFILE, Expect, Scenario, Step, TOKEN_FORMAT_LOCKS};
+use crate::report::{Failure, LockVerdict, Status, Unrun, Verdict};
+use crate::scenario::{
+    CORE_PROFILE, ERROR_RESPONSE_LOCKS, EXECUTION_RESPONSE_LOCKS, Expect, Scenario, Step,
+    TOKEN_FORMAT_LOCKS,
+};
 use crate::schema;
 use crate::store;
 use crate::surface::{
@@ -112,6 +116,8 @@ fn verdict_of(
         skipped_steps: Vec::new(),
         not_applicable: Vec::new(),
         also_checked: Vec::new(),
+        unjudged: Vec::new(),
+        ran: false,
         duration_ms,
         note: None,
         transcript,
@@ -262,24 +268,26 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         failures: Vec::new(),
         step: 0,
         action: String::new(),
-        store_read: false,
+        judged: BTreeSet::new(),
+        closed_sets_judged: BTreeSet::new(),
         closed_set_reported: BTreeSet::new(),
         own_workflows,
         held_lock: None,
         template,
     };
-    // A saved value a failed step did not produce as expected -> that step's number. Steps that
-    // read such a value are not run; every other step runs whatever failed before it.
-    let mut unproduced: BTreeMap<String, usize> = BTreeMap::new();
+    // A saved value a step did not produce -> the step that should have, and why (it failed,
+    // or it was skipped on this server). Steps that read such a value, or depend on that
+    // step's effect (`dependsOn`), are not reached; every other step runs whatever failed or
+    // was skipped before it.
+    let mut unproduced: BTreeMap<String, (usize, Missing)> = BTreeMap::new();
     let mut not_reached = Vec::new();
-    // Steps that cannot apply to this server (they decode an opaque token), and the steps that
-    // read what they would have saved: skipped, with the reason; the scenario goes on.
-    let mut skipped_values: BTreeMap<String, usize> = BTreeMap::new();
+    // Steps that cannot apply to this server (they decode an opaque token, or have no
+    // single-token form), each with the reason; the scenario goes on.
     let mut skipped_steps: Vec<Unrun> = Vec::new();
-    // The locks checked by steps that ran (the rest of a skipped step's locks are N/A).
-    let mut ran_locks: BTreeSet<String> = BTreeSet::new();
-    // The locks a step checks when it runs; with opaque tokens the response check does not
-    // judge the token-format locks (a step may still name them itself).
+    // The locks a step checks when it runs. With opaque tokens the token-format locks are not
+    // this server's (the surface declares its tokens opaque): they are left out of the locks a
+    // skipped or unreached step would have checked, and are n/a unless a step that ran judged
+    // them; a step may still name them itself and run.
     let checked = |step: &Step| -> Vec<String> {
         let own = step.locks();
         step.checked_locks()
@@ -289,23 +297,29 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             })
             .collect()
     };
+    let unrun_locks = |step: &Step| -> Vec<String> {
+        checked(step)
+            .into_iter()
+            .filter(|id| !(opaque && TOKEN_FORMAT_LOCKS.contains(&id.as_str())))
+            .collect()
+    };
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
         let missing = noted
-            .step
-            .reads()
+            .dependencies()
             .into_iter()
-            .find_map(|name| unproduced.get(&name).map(|at| (name, *at)));
-        if let Some((name, at)) = missing {
+            .find_map(|name| unproduced.get(&name).map(|m| (name, *m)));
+        if let Some((name, (at, why))) = missing {
+            let read = noted.step.reads().contains(&name);
             not_reached.push(Unrun {
                 step: i + 1,
                 action: interp.action.clone(),
-                lock: checked(&noted.step),
-                reason: format!("uses `{name}`, which step {at} did not produce as expected"),
+                lock: unrun_locks(&noted.step),
+                reason: why.reason(&name, at, read),
             });
             if let Some(w) = noted.step.writes() {
-                unproduced.insert(w.to_owned(), at);
+                unproduced.insert(w.to_owned(), (at, why));
             }
             continue;
         }
@@ -321,29 +335,24 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             .map(|op| {
                 format!("needs a decodable token ({op}), and the surface declares opaque tokens")
             })
-            .or_else(|| interp.inexpressible(&noted.step))
-            .or_else(|| {
-                noted.step.reads().into_iter().find_map(|name| {
-                    skipped_values
-                        .get(&name)
-                        .map(|at| format!("uses `{name}`, which step {at} (skipped) did not save"))
-                })
-            });
+            .or_else(|| interp.inexpressible(&noted.step));
         if let Some(reason) = skip {
             skipped_steps.push(Unrun {
                 step: i + 1,
                 action: interp.action.clone(),
-                lock: noted.step.locks().to_vec(),
+                lock: unrun_locks(&noted.step)
+                    .into_iter()
+                    .filter(|id| noted.step.locks().contains(id))
+                    .collect(),
                 reason,
             });
             if let Some(w) = noted.step.writes() {
-                skipped_values.insert(w.to_owned(), i + 1);
+                unproduced.insert(w.to_owned(), (i + 1, Missing::Skipped));
             }
             continue;
         }
-        ran_locks.extend(checked(&noted.step));
-        let produced = match interp.run_step(&noted.step) {
-            Ok(produced) => produced,
+        let missing = match interp.run_step(&noted.step) {
+            Ok(missing) => missing,
             Err(abort) => {
                 let got = format!("{abort}{}", interp.client.stderr_tail());
                 interp.fail(
@@ -352,7 +361,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
                     got,
                 );
                 // The step checked nothing: its locks are not reached.
-                let lock = checked(&noted.step);
+                let lock = unrun_locks(&noted.step);
                 if !lock.is_empty() {
                     not_reached.push(Unrun {
                         step: i + 1,
@@ -361,53 +370,52 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
                         reason: "the step could not run (see its failure)".into(),
                     });
                 }
-                false
+                Some(Missing::Failed)
             }
         };
-        match noted.step.writes() {
-            Some(w) if !produced => {
-                unproduced.insert(w.to_owned(), i + 1);
+        match (noted.step.writes(), missing) {
+            (Some(w), Some(why)) => {
+                unproduced.insert(w.to_owned(), (i + 1, why));
             }
-            Some(w) => {
+            (Some(w), None) => {
                 unproduced.remove(w);
             }
-            None => {}
-        }
-        if let Some(w) = noted.step.writes() {
-            skipped_values.remove(w);
+            (None, _) => {}
         }
     }
     let mut not_applicable: Vec<(String, String)> = Vec::new();
-    for u in &skipped_steps {
-        for id in &u.lock {
-            if !ran_locks.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
-                not_applicable.push((id.clone(), format!("step {} skipped: {}", u.step, u.reason)));
-            }
-        }
-    }
     let has_calls = s.steps.iter().any(|n| matches!(n.step, Step::Call { .. }));
     if opaque && has_calls {
         for id in TOKEN_FORMAT_LOCKS {
-            if !ran_locks.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
+            if !interp.judged.contains(id) && !not_applicable.iter().any(|(l, _)| l == id) {
                 not_applicable.push((id.to_owned(), OPAQUE_TOKENS_REASON.to_owned()));
             }
         }
     }
-    let failures = std::mem::take(&mut interp.failures);
-    let store_read = interp.store_read;
-    // A scenario none of whose locks could be judged did not pass: it is skipped, with why.
-    let unjudged = s
+    // Cited locks that no step which ran judged on something the server produced: not
+    // reached, unless a step that did not run or was skipped already says why.
+    let unjudged: Vec<(String, String)> = s
         .lock_ids
         .iter()
-        .map(|id| not_applicable.iter().find(|(l, _)| l == id))
-        .collect::<Option<Vec<_>>>()
-        .and_then(|reasons| reasons.first().map(|(_, why)| why.clone()));
-    let status = match unjudged {
-        _ if !failures.is_empty() => Status::Fail,
-        Some(why) => Status::Skip(format!("none of its locks applies to this server ({why})")),
-        None => Status::Pass,
-    };
-    let transcript = if config.verbose && status == Status::Fail {
+        .filter(|id| {
+            !interp.judged.contains(*id)
+                && !not_applicable.iter().any(|(l, _)| l == *id)
+                && !interp.failures.iter().any(|f| f.lock.contains(id))
+                && !not_reached
+                    .iter()
+                    .chain(&skipped_steps)
+                    .any(|u| u.lock.contains(id))
+        })
+        .map(|id| (id.clone(), unjudged_reason(id)))
+        .collect();
+    let failures = std::mem::take(&mut interp.failures);
+    let also_checked: Vec<String> = store::CLOSED_SET_LOCKS
+        .iter()
+        .filter(|id| interp.closed_sets_judged.contains(**id))
+        .map(|id| (*id).to_owned())
+        .collect();
+    let transcript_wanted = config.verbose && !failures.is_empty();
+    let transcript = if transcript_wanted {
         std::mem::take(&mut interp.client.transcript)
     } else {
         Vec::new()
@@ -417,18 +425,100 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     drop(tmp);
     let mut verdict = verdict_of(
         s,
-        status,
+        Status::Pass,
         failures,
         started.elapsed().as_millis(),
         transcript,
     );
+    verdict.ran = true;
     verdict.not_reached = not_reached;
     verdict.skipped_steps = skipped_steps;
     verdict.not_applicable = not_applicable;
-    if store_read {
-        verdict.also_checked = store::CLOSED_SET_LOCKS.map(str::to_owned).to_vec();
-    }
+    verdict.unjudged = unjudged;
+    verdict.also_checked = also_checked;
+    // A scenario passes when nothing failed and at least one of its cited locks passed; when
+    // none could be judged on this server it is skipped, with why (decision D159).
+    verdict.status = if !verdict.failures.is_empty() {
+        Status::Fail
+    } else if verdict
+        .lock_verdicts()
+        .iter()
+        .any(|(id, v)| *v == LockVerdict::Pass && s.lock_ids.contains(id))
+    {
+        Status::Pass
+    } else {
+        Status::Skip(format!(
+            "none of its locks could be judged on this server ({})",
+            first_unjudged_reason(&verdict)
+        ))
+    };
     verdict
+}
+
+/// Why a step did not produce the value it saves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// The step ran and did not behave as the scenario expects (or could not run).
+    Failed,
+    /// The step was skipped on this server (it cannot apply).
+    Skipped,
+    /// A digest of a store that held no event segment: there is nothing to compare it with.
+    EmptyStore,
+}
+
+impl Missing {
+    /// Why a step that reads `name` (or depends on the step that saves it) was not reached.
+    fn reason(self, name: &str, at: usize, read: bool) -> String {
+        match (self, read) {
+            (Self::Failed, true) => {
+                format!("uses `{name}`, which step {at} did not produce as expected")
+            }
+            (Self::Skipped, true) => {
+                format!("uses `{name}`, which step {at} (skipped) did not save")
+            }
+            (Self::Failed, false) => format!(
+                "depends on what step {at} (`{name}`) did, and that step did not behave as expected"
+            ),
+            (Self::Skipped, false) => {
+                format!("depends on what step {at} (`{name}`) did, and that step was skipped")
+            }
+            (Self::EmptyStore, _) => format!(
+                "uses `{name}`, which step {at} read from a store holding no event segment (nothing to compare)"
+            ),
+        }
+    }
+}
+
+/// Why a cited lock was judged by nothing that ran.
+fn unjudged_reason(id: &str) -> String {
+    if store::CLOSED_SET_LOCKS.contains(&id) {
+        return "no read of the store found anything this closed set governs (an empty store holds no kind outside any set)".into();
+    }
+    if ERROR_RESPONSE_LOCKS.contains(&id) {
+        return "no error response came back to judge".into();
+    }
+    if EXECUTION_RESPONSE_LOCKS.contains(&id) {
+        return "no execution response carried what this lock governs".into();
+    }
+    "no step that ran examined anything the server produced for it".into()
+}
+
+/// The first reason a skipped-after-running scenario gives: a skipped step's, else a step not
+/// reached, else an unjudged lock's.
+fn first_unjudged_reason(v: &Verdict) -> String {
+    if let Some(u) = v.skipped_steps.first() {
+        return format!("step {} skipped: {}", u.step, u.reason);
+    }
+    if let Some(u) = v.not_reached.first() {
+        return format!("step {} not reached: {}", u.step, u.reason);
+    }
+    if let Some((id, why)) = v.unjudged.first() {
+        return format!("{id}: {why}");
+    }
+    if let Some((id, why)) = v.not_applicable.first() {
+        return format!("{id}: {why}");
+    }
+    "nothing was judged".into()
 }
 
 struct Interp<'a> {
@@ -440,8 +530,11 @@ struct Interp<'a> {
     failures: Vec<Failure>,
     step: usize,
     action: String,
-    /// Whether a step read the store (the closed-set locks were judged).
-    store_read: bool,
+    /// Locks a step that ran judged on something the server produced: a response, the tool
+    /// list, what the store holds. A lock passes only when it is here (decision D158).
+    judged: BTreeSet<String>,
+    /// The closed-set locks a read of the store found something to check for.
+    closed_sets_judged: BTreeSet<&'static str>,
     /// Closed-set problems already reported in this scenario.
     closed_set_reported: BTreeSet<String>,
     /// The scenario's own workflow directory (when it writes workflow sources).
@@ -473,13 +566,16 @@ impl Interp<'_> {
         }
     }
 
-    /// Runs one step. `Ok(false)` when the step ran but did not produce what it saves as the
+    /// Runs one step. `Ok(Some(why))` when the step ran but did not produce what it saves as the
     /// scenario expects (a call whose expectation failed, a store read that found nothing):
     /// steps that read it are then not run.
-    fn run_step(&mut self, step: &Step) -> Result<bool, String> {
+    fn run_step(&mut self, step: &Step) -> Result<Option<Missing>, String> {
         let surface = &self.config.surface;
         let failures_before = self.failures.len();
-        let mut produced = true;
+        let mut missing = None;
+        // Whether the step examined something the server produced for its own locks (a read
+        // of the store that found no event examined nothing).
+        let mut examined = true;
         match step {
             Step::Call {
                 tool,
@@ -512,7 +608,9 @@ impl Interp<'_> {
                     outcome = after;
                 }
                 self.auto_checks(tool, &outcome);
-                produced = self.expectation(*expect, code, lock, &outcome);
+                if !self.expectation(tool, *expect, code, lock, &outcome) {
+                    missing = Some(Missing::Failed);
+                }
                 if let Some(name) = save {
                     self.vars.insert(name, Var::Call { outcome });
                 }
@@ -549,7 +647,14 @@ impl Interp<'_> {
                         format!("no event segment under {}/sessions", self.data_dir.display()),
                     );
                 }
-                produced = self.failures.len() == failures_before;
+                examined = d["eventFiles"].as_u64().is_some_and(|n| n > 0);
+                // A digest of a store without events compares nothing: a server that never
+                // wrote would keep it equal forever.
+                if self.failures.len() != failures_before {
+                    missing = Some(Missing::Failed);
+                } else if !examined {
+                    missing = Some(Missing::EmptyStore);
+                }
                 self.vars.insert(save, Var::Value(d));
                 self.check_closed_sets()?;
             }
@@ -562,7 +667,10 @@ impl Interp<'_> {
                         format!("no event under {}/sessions", self.data_dir.display()),
                     );
                 }
-                produced = self.failures.len() == failures_before;
+                if self.failures.len() != failures_before {
+                    missing = Some(Missing::Failed);
+                }
+                examined = !events.is_empty();
                 self.vars.insert(save, Var::Value(Value::Array(events)));
                 self.check_closed_sets()?;
             }
@@ -720,6 +828,13 @@ impl Interp<'_> {
             }
             Step::SameResponse { a, b, lock } => {
                 let (ra, rb) = (self.vars.result(a)?, self.vars.result(b)?);
+                for (name, r) in [(a, &ra), (b, &rb)] {
+                    if checks::is_empty_result(r) {
+                        return Err(format!(
+                            "`{name}` is an empty response (no text, no structuredContent): two empty responses are identical whatever the server did"
+                        ));
+                    }
+                }
                 if ra.is_error != rb.is_error {
                     self.fail(
                         lock,
@@ -778,6 +893,11 @@ impl Interp<'_> {
             }
             Step::Absent { result, text, lock } => {
                 let r = self.vars.result(result)?;
+                if checks::is_empty_result(&r) {
+                    return Err(format!(
+                        "`{result}` is an empty response (no text, no structuredContent): nothing is present in it whatever the server did"
+                    ));
+                }
                 let needle = self.vars.eval_string(text)?;
                 if checks::occurs(&r, &needle) {
                     self.fail(
@@ -864,7 +984,7 @@ impl Interp<'_> {
                         "the session's directory in the locked layout: sessions/<sessionId>/",
                         format!("no directory {}", dir.display()),
                     );
-                    return Ok(false);
+                    return Ok(Some(Missing::Failed));
                 }
                 let path = dir.join(".lock");
                 let file = std::fs::OpenOptions::new()
@@ -882,7 +1002,7 @@ impl Interp<'_> {
                             "the session lock free between calls (a server holds it only while it writes)",
                             format!("{} is locked by another process", path.display()),
                         );
-                        return Ok(false);
+                        return Ok(Some(Missing::Failed));
                     }
                     Err(std::fs::TryLockError::Error(e)) => {
                         return Err(format!("cannot lock {}: {e}", path.display()));
@@ -898,7 +1018,14 @@ impl Interp<'_> {
                     .map_err(|e| format!("cannot release the session lock: {e}"))?;
             }
         }
-        Ok(produced)
+        // Every check step reads something the server produced (the scenario loader refuses a
+        // check of the scenario's own values that cites a lock), so a check that ran judged
+        // its locks; a call judged its own through its expectation.
+        if examined {
+            let own: Vec<&str> = step.locks().iter().map(String::as_str).collect();
+            self.judge(&own);
+        }
+        Ok(missing)
     }
 
     /// Why a step cannot be sent to this server at all, if it cannot: a `continue_workflow`
@@ -983,8 +1110,12 @@ impl Interp<'_> {
     /// The closed sets of everything in the store, on every read of it; each problem is
     /// reported once per scenario.
     fn check_closed_sets(&mut self) -> Result<(), String> {
-        self.store_read = true;
-        for p in store::closed_sets(&self.data_dir)? {
+        let found = store::closed_sets_judged(&self.data_dir)?;
+        for id in &found.judged {
+            self.judged.insert((*id).to_owned());
+        }
+        self.closed_sets_judged.extend(found.judged);
+        for p in found.problems {
             if self.closed_set_reported.insert(p.got.clone()) {
                 self.problem(p);
             }
@@ -992,21 +1123,33 @@ impl Interp<'_> {
         Ok(())
     }
 
-    /// Checks that hold for every response, whatever the step expects.
+    fn judge(&mut self, locks: &[&str]) {
+        self.judged.extend(locks.iter().map(|l| (*l).to_owned()));
+    }
+
+    /// Checks that hold for every response, whatever the step expects; each judges its locks
+    /// only on a response it governs (the envelope on an error, the token format on a token).
     fn auto_checks(&mut self, tool: &str, outcome: &CallOutcome) {
         match outcome {
-            CallOutcome::RpcError { code, message } => self.problem(Problem::new(
-                &["L-ERR-NO-PANIC"],
-                "a tool result (errors are data: isError with the error envelope), never a JSON-RPC error",
-                format!("JSON-RPC error {code}: {message}"),
-            )),
+            CallOutcome::RpcError { code, message } => {
+                self.judge(&["L-ERR-NO-PANIC"]);
+                self.problem(Problem::new(
+                    &["L-ERR-NO-PANIC"],
+                    "a tool result (errors are data: isError with the error envelope), never a JSON-RPC error",
+                    format!("JSON-RPC error {code}: {message}"),
+                ));
+            }
             CallOutcome::Result(r) if r.is_error => {
+                self.judge(&ERROR_RESPONSE_LOCKS);
                 for p in checks::error_envelope(&r.structured) {
                     self.problem(p);
                 }
             }
             CallOutcome::Result(r) if EXECUTION_TOOLS.contains(&tool) => {
-                for p in checks::execution_response(r, self.has_checkpoint, self.config.surface.token_format) {
+                let format = self.config.surface.token_format;
+                let judged = execution_response_judged(r, format);
+                self.judge(&judged);
+                for p in checks::execution_response(r, self.has_checkpoint, format) {
                     self.problem(p);
                 }
             }
@@ -1017,6 +1160,7 @@ impl Interp<'_> {
     /// Checks a call's expectation; whether it held.
     fn expectation(
         &mut self,
+        tool: &str,
         expect: Expect,
         codes: &[String],
         lock: &[String],
@@ -1028,10 +1172,13 @@ impl Interp<'_> {
             return false;
         };
         let blocked = r.structured.get("kind").and_then(Value::as_str) == Some("blocked");
+        // A start, continue or checkpoint that succeeded answers with an execution response;
+        // a success with no structured answer at all (a server that did nothing) is not ok.
+        let answered = !EXECUTION_TOOLS.contains(&tool) || r.structured.is_object();
         let ok = match expect {
-            Expect::Ok => !r.is_error && !blocked,
+            Expect::Ok => !r.is_error && !blocked && answered,
             Expect::Blocked => !r.is_error && blocked,
-            Expect::NotError => !r.is_error,
+            Expect::NotError => !r.is_error && answered,
             Expect::Error => {
                 let code = r
                     .structured

@@ -38,6 +38,26 @@ pub const AUTO_LOCKS: [&str; 11] = [
     "L-ID-DELIMITER-SAFE",
 ];
 
+/// The always-on locks judged on an error result (the envelope, its `retry`, its suggestion,
+/// errors as data).
+pub const ERROR_RESPONSE_LOCKS: [&str; 4] = [
+    "L-ERR-ENVELOPE",
+    "L-ERR-RETRY-UNION",
+    "L-ERR-SELF-CORRECTING",
+    "L-ERR-NO-PANIC",
+];
+
+/// The always-on locks judged on a non-error result of an execution tool.
+pub const EXECUTION_RESPONSE_LOCKS: [&str; 7] = [
+    "L-MCP-EXECUTION-RESPONSE",
+    "L-MCP-TEXT-FIRST",
+    "L-MCP-NEXT-INTENT",
+    "L-TOKEN-FORMAT",
+    "L-TOKEN-PAYLOAD-FIELDS",
+    "L-TOKEN-SCOPED",
+    "L-ID-DELIMITER-SAFE",
+];
+
 /// The always-on locks that need a decodable token: not applicable to a server whose surface
 /// declares opaque tokens (unless a step of the scenario names them itself).
 pub const TOKEN_FORMAT_LOCKS: [&str; 3] =
@@ -58,11 +78,25 @@ pub struct Scenario {
     pub file: PathBuf,
 }
 
-/// A step with its optional human note.
+/// A step with its optional human note and the earlier steps whose effect it relies on.
 #[derive(Debug, Clone)]
 pub struct NotedStep {
     pub note: Option<String>,
+    /// `dependsOn`: names saved by earlier steps whose *effect on the server* this step relies
+    /// on, beside the values it reads (e.g. a store check that the fork is an `acked_step` edge
+    /// relies on the fork call having been made, though it reads only the stored events). When
+    /// such a step failed or was skipped, this step is not reached.
+    pub depends_on: Vec<String>,
     pub step: Step,
+}
+
+impl NotedStep {
+    /// Every saved name this step depends on: the values it reads and its `dependsOn`.
+    pub fn dependencies(&self) -> BTreeSet<String> {
+        let mut out = self.step.reads();
+        out.extend(self.depends_on.iter().cloned());
+        out
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -435,6 +469,22 @@ impl Step {
         out
     }
 
+    /// Whether the step only checks saved values (it talks to neither the server nor its data
+    /// directory).
+    pub fn is_check(&self) -> bool {
+        !matches!(
+            self,
+            Self::Call { .. }
+                | Self::ListTools { .. }
+                | Self::StoreDigest { .. }
+                | Self::StoreEvents { .. }
+                | Self::Let { .. }
+                | Self::WriteWorkflow { .. }
+                | Self::HoldSessionLock { .. }
+                | Self::ReleaseSessionLock {}
+        )
+    }
+
     /// A short label for reports, e.g. `call continue_workflow`.
     pub fn label(&self) -> String {
         match self {
@@ -478,9 +528,23 @@ impl Scenario {
                 .as_object_mut()
                 .and_then(|m| m.remove("note"))
                 .and_then(|n| n.as_str().map(str::to_owned));
+            let depends_on = match value.as_object_mut().and_then(|m| m.remove("dependsOn")) {
+                None => Vec::new(),
+                Some(v) => serde_json::from_value::<Vec<String>>(v).map_err(|e| {
+                    format!(
+                        "{}: step {}: dependsOn must be a list of saved names: {e}",
+                        file.display(),
+                        i + 1
+                    )
+                })?,
+            };
             let step: Step = serde_json::from_value(value)
                 .map_err(|e| format!("{}: step {}: {e}", file.display(), i + 1))?;
-            steps.push(NotedStep { note, step });
+            steps.push(NotedStep {
+                note,
+                depends_on,
+                step,
+            });
         }
         let scenario = Self {
             name: raw.name,
@@ -534,7 +598,43 @@ impl Scenario {
         {
             asserted.extend(CLOSED_SET_LOCKS.iter().map(|s| (*s).to_owned()));
         }
+        // Names saved so far, and those among them that hold what the server produced (a
+        // response, the tool list, a read of the store, or a value computed from one).
+        let mut saved: BTreeSet<String> = BTreeSet::new();
+        let mut from_server: BTreeSet<String> = BTreeSet::new();
         for (i, s) in self.steps.iter().enumerate() {
+            for name in &s.depends_on {
+                if !saved.contains(name) {
+                    return Err(format!(
+                        "{at}: step {}: dependsOn names `{name}`, which no earlier step saves",
+                        i + 1
+                    ));
+                }
+            }
+            // A check of the scenario's own values (e.g. that an expected string has the
+            // intended length) can hold whatever the server does: it may not cite a lock, or
+            // the lock would pass on a server that did nothing.
+            if s.step.is_check()
+                && !s.step.locks().is_empty()
+                && s.step.reads().is_disjoint(&from_server)
+            {
+                return Err(format!(
+                    "{at}: step {} checks only the scenario's own values (it reads nothing the server produced), so it cannot cite a lock",
+                    i + 1
+                ));
+            }
+            if let Some(w) = s.step.writes() {
+                saved.insert(w.to_owned());
+                let derived = match &s.step {
+                    Step::Let { .. } => !s.step.reads().is_disjoint(&from_server),
+                    _ => true,
+                };
+                if derived {
+                    from_server.insert(w.to_owned());
+                } else {
+                    from_server.remove(w);
+                }
+            }
             if let Step::WriteWorkflow { file, .. } = &s.step
                 && !is_workflow_file_name(file)
             {

@@ -4,6 +4,7 @@
 //! Derived files (`cache/`), the lock file and the CAS are left out: only domain truth and its
 //! manifest count. Two equal digests mean no event or manifest record was written in between.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -170,14 +171,35 @@ fn closed_field<T: Copy + std::fmt::Display>(
 /// its set (e.g. an event kind `run_completed`, a node kind `blocked_attempt`) is reported with
 /// the file and line it sits on. Lines that are not JSON are left to the other checks.
 pub fn closed_sets(data_dir: &Path) -> Result<Vec<Problem>, String> {
+    Ok(closed_sets_judged(data_dir)?.problems)
+}
+
+/// What one closed-set check of the store found.
+#[derive(Debug, Clone, Default)]
+pub struct ClosedSets {
+    /// Values outside their sets, each with where it sits.
+    pub problems: Vec<Problem>,
+    /// The locks of [`CLOSED_SET_LOCKS`] that governed at least one stored item (an event for
+    /// `L-EVENT-CLOSED-KINDS`, a `node_created` for `L-EVENT-NODE-CREATED`, ...). A lock with
+    /// nothing to check was not judged: an empty store holds no kind outside any set, which
+    /// says nothing about the server.
+    pub judged: BTreeSet<&'static str>,
+}
+
+/// [`closed_sets`], and which of the closed-set locks had anything to check.
+pub fn closed_sets_judged(data_dir: &Path) -> Result<ClosedSets, String> {
     use workrail_spec::closed::{AdvanceOutcomeKind, EdgeCauseKind, EdgeKind, NodeKind};
     use workrail_spec::event::EventKind;
     use workrail_spec::manifest::ManifestKind;
 
     let mut out = Vec::new();
+    let mut judged = BTreeSet::new();
     let sessions_dir = data_dir.join("sessions");
     if !sessions_dir.is_dir() {
-        return Ok(out);
+        return Ok(ClosedSets {
+            problems: out,
+            judged,
+        });
     }
     for session in read_sorted(&sessions_dir)? {
         if !session.is_dir() {
@@ -187,6 +209,7 @@ pub fn closed_sets(data_dir: &Path) -> Result<Vec<Problem>, String> {
         let manifest = session.join("manifest.jsonl");
         if manifest.is_file() {
             for (n, record) in json_lines(&manifest)? {
+                judged.insert("L-MANIFEST-CLOSED-KINDS");
                 let at = format!("sessions/{name}/manifest.jsonl line {n}");
                 closed_field(
                     &mut out,
@@ -208,6 +231,7 @@ pub fn closed_sets(data_dir: &Path) -> Result<Vec<Problem>, String> {
                 continue;
             }
             for (n, event) in json_lines(&file)? {
+                judged.insert("L-EVENT-CLOSED-KINDS");
                 let index = event
                     .get("eventIndex")
                     .map_or_else(|| "?".to_owned(), Value::to_string);
@@ -232,16 +256,20 @@ pub fn closed_sets(data_dir: &Path) -> Result<Vec<Problem>, String> {
                     .and_then(Value::as_str)
                     .and_then(EventKind::parse)
                 {
-                    Some(EventKind::NodeCreated) => closed_field(
-                        &mut out,
-                        "L-EVENT-NODE-CREATED",
-                        "node kind (data.nodeKind)",
-                        field(&["nodeKind"]),
-                        NodeKind::ALL,
-                        |s| NodeKind::parse(s).is_some(),
-                        &at,
-                    ),
+                    Some(EventKind::NodeCreated) => {
+                        judged.insert("L-EVENT-NODE-CREATED");
+                        closed_field(
+                            &mut out,
+                            "L-EVENT-NODE-CREATED",
+                            "node kind (data.nodeKind)",
+                            field(&["nodeKind"]),
+                            NodeKind::ALL,
+                            |s| NodeKind::parse(s).is_some(),
+                            &at,
+                        );
+                    }
                     Some(EventKind::EdgeCreated) => {
+                        judged.insert("L-EVENT-EDGE-CREATED");
                         closed_field(
                             &mut out,
                             "L-EVENT-EDGE-CREATED",
@@ -261,21 +289,27 @@ pub fn closed_sets(data_dir: &Path) -> Result<Vec<Problem>, String> {
                             &at,
                         );
                     }
-                    Some(EventKind::AdvanceRecorded) => closed_field(
-                        &mut out,
-                        "L-EVENT-ADVANCE-RECORDED",
-                        "advance outcome (data.outcome.kind)",
-                        field(&["outcome", "kind"]),
-                        AdvanceOutcomeKind::ALL,
-                        |s| AdvanceOutcomeKind::parse(s).is_some(),
-                        &at,
-                    ),
+                    Some(EventKind::AdvanceRecorded) => {
+                        judged.insert("L-EVENT-ADVANCE-RECORDED");
+                        closed_field(
+                            &mut out,
+                            "L-EVENT-ADVANCE-RECORDED",
+                            "advance outcome (data.outcome.kind)",
+                            field(&["outcome", "kind"]),
+                            AdvanceOutcomeKind::ALL,
+                            |s| AdvanceOutcomeKind::parse(s).is_some(),
+                            &at,
+                        );
+                    }
                     _ => {}
                 }
             }
         }
     }
-    Ok(out)
+    Ok(ClosedSets {
+        problems: out,
+        judged,
+    })
 }
 
 /// The JSON lines of a file with their 1-based line numbers (blank and non-JSON lines left out).

@@ -309,15 +309,18 @@ fn verdict(
         name: name.to_owned(),
         profile: "vectors".into(),
         lock_ids,
-        status,
         failures,
         not_reached: Vec::new(),
         skipped_steps: Vec::new(),
         not_applicable: Vec::new(),
         also_checked: Vec::new(),
+        unjudged: Vec::new(),
+        // A skipped file (the adapter does not answer its op) judged nothing.
+        ran: !matches!(status, Status::Skip(_)),
         duration_ms: started.elapsed().as_millis(),
         note,
         transcript: Vec::new(),
+        status,
     }
 }
 

@@ -142,6 +142,43 @@ fn execution(state: &str, ack: &str) -> Value {
     })
 }
 
+/// The response check judges a lock only on a response that holds what it governs: an empty
+/// success judges the response shape (and fails it), never the token locks; a full response
+/// judges them all; opaque tokens judge no token lock.
+/// lock: L-MCP-EXECUTION-RESPONSE, L-TOKEN-FORMAT, L-TOKEN-SCOPED
+/// decision: D158
+#[test]
+fn the_execution_check_judges_only_what_the_response_holds() {
+    let st = vector_token("state_payload");
+    let ack = vector_token("ack_payload");
+    let empty = ToolResult {
+        is_error: false,
+        text: String::new(),
+        text_first: false,
+        structured: Value::Null,
+    };
+    assert!(checks::is_empty_result(&empty));
+    assert_eq!(
+        checks::execution_response_judged(&empty, TokenFormat::WorkrailV1),
+        ["L-MCP-EXECUTION-RESPONSE", "L-MCP-TEXT-FIRST"]
+    );
+    assert!(!checks::execution_response(&empty, false, TokenFormat::WorkrailV1).is_empty());
+    let mut full = execution(&st, &ack);
+    full["nextIntent"] = json!("perform_pending_then_continue");
+    let full = result(full);
+    assert!(!checks::is_empty_result(&full));
+    let mut judged = checks::execution_response_judged(&full, TokenFormat::WorkrailV1);
+    judged.sort_unstable();
+    let mut all = workrail_conformance::scenario::EXECUTION_RESPONSE_LOCKS.to_vec();
+    all.sort_unstable();
+    assert_eq!(judged, all);
+    let opaque = checks::execution_response_judged(&full, TokenFormat::Opaque);
+    assert!(
+        !opaque.iter().any(|l| l.starts_with("L-TOKEN-")),
+        "{opaque:?}"
+    );
+}
+
 /// lock: L-MCP-EXECUTION-RESPONSE, L-MCP-TEXT-FIRST, L-MCP-NEXT-INTENT, L-TOKEN-SCOPED
 #[test]
 fn the_execution_check_rejects_broken_responses() {
@@ -416,6 +453,7 @@ fn command_lines_split_like_a_shell() {
     assert!(split_command("\"open").is_err());
 }
 
+/// decision: D158
 #[test]
 fn malformed_scenarios_are_refused() {
     let file = Path::new("x.json");
@@ -427,6 +465,14 @@ fn malformed_scenarios_are_refused() {
         "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"drift-2.json\", \"workflow\": {}}, {\"do\": \"releaseSessionLock\"}, ",
     );
     assert!(Scenario::parse(&writes, file).unwrap().writes_workflows());
+    // A check of the scenario's own values may run, citing no lock; `dependsOn` names an
+    // earlier step's saved value (decision D158).
+    let own_check = ok.replace(
+        "\"steps\": [",
+        "\"steps\": [{\"do\": \"let\", \"name\": \"n\", \"value\": \"abc\"}, {\"do\": \"same\", \"what\": \"own\", \"a\": {\"$len\": \"${n}\"}, \"b\": 3, \"lock\": []}, {\"do\": \"call\", \"tool\": \"list_workflows\", \"save\": \"l\", \"expect\": \"ok\"}, {\"dependsOn\": [\"l\"], \"do\": \"same\", \"what\": \"after\", \"a\": \"${l.workflows}\", \"b\": [], \"lock\": [\"L-TOKEN-ERRORS\"]}, ",
+    );
+    let parsed = Scenario::parse(&own_check, file).unwrap();
+    assert_eq!(parsed.steps[3].depends_on, vec!["l".to_owned()]);
     for (bad, why) in [
         (ok.replace("\"core\"", "\"mine\""), "unknown profile"),
         (
@@ -462,6 +508,27 @@ fn malformed_scenarios_are_refused() {
                 "\"steps\": [{\"do\": \"writeWorkflow\", \"file\": \"drift.yaml\", \"workflow\": {}}, ",
             ),
             "a workflow file that is not .json",
+        ),
+        (
+            ok.replace(
+                "\"steps\": [",
+                "\"steps\": [{\"do\": \"let\", \"name\": \"n\", \"value\": \"abc\"}, {\"do\": \"same\", \"what\": \"own\", \"a\": {\"$len\": \"${n}\"}, \"b\": 3, \"lock\": [\"L-TOKEN-ERRORS\"]}, ",
+            ),
+            "a check of the scenario's own values that cites a lock (it cannot fail)",
+        ),
+        (
+            ok.replace(
+                "{\"do\": \"call\"",
+                "{\"dependsOn\": [\"nothing_saved\"], \"do\": \"call\"",
+            ),
+            "dependsOn naming a value no earlier step saves",
+        ),
+        (
+            ok.replace(
+                "{\"do\": \"call\"",
+                "{\"dependsOn\": \"s0\", \"do\": \"call\"",
+            ),
+            "dependsOn that is not a list",
         ),
     ] {
         assert!(
@@ -544,6 +611,7 @@ fn write_lines(path: &Path, lines: &[Value]) {
 /// its set is reported once, with the lock, the value and the file and line it sits on; the
 /// values inside the sets are not reported.
 /// lock: L-EVENT-CLOSED-KINDS, L-EVENT-NODE-CREATED, L-EVENT-EDGE-CREATED, L-EVENT-ADVANCE-RECORDED, L-MANIFEST-CLOSED-KINDS
+/// decision: D158
 #[test]
 fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
     use workrail_conformance::store;
@@ -642,9 +710,35 @@ fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
         "{}",
         problems[5].expected
     );
-    // An empty data directory has nothing to report.
+    // Every closed set had something to check in the planted store.
+    let judged = store::closed_sets_judged(data.path()).unwrap().judged;
+    assert_eq!(judged.into_iter().collect::<Vec<_>>(), {
+        let mut all = store::CLOSED_SET_LOCKS.to_vec();
+        all.sort_unstable();
+        all
+    });
+    // An empty data directory has nothing to report, and judged nothing: its closed sets
+    // cannot pass (decision D158). A store with only a session_created event judges the event
+    // kinds and nothing else.
     let empty = tempfile::tempdir().unwrap();
     assert!(store::closed_sets(empty.path()).unwrap().is_empty());
+    assert!(
+        store::closed_sets_judged(empty.path())
+            .unwrap()
+            .judged
+            .is_empty()
+    );
+    let one = tempfile::tempdir().unwrap();
+    write_lines(
+        &one.path()
+            .join("sessions/sess_c/events/00000000-00000000.jsonl"),
+        &[json!({"eventIndex": 0, "kind": "session_created", "data": {}})],
+    );
+    let judged = store::closed_sets_judged(one.path()).unwrap().judged;
+    assert_eq!(
+        judged.into_iter().collect::<Vec<_>>(),
+        ["L-EVENT-CLOSED-KINDS"]
+    );
 }
 
 /// The outcome kinds the store check accepts are exactly the tags `workrail-spec` serializes.

@@ -1,7 +1,8 @@
 //! A server whose tokens are opaque (`tokenFormat: opaque` in its surface file) is judged on
 //! everything that does not need to decode a token: the token-format locks are N/A and say so,
 //! `$tamperSignature` changes one character, steps that decode a token are skipped with the
-//! reason (and the steps that read what they would have saved), and the scenario goes on.
+//! reason, the steps that read what they would have saved are not reached, and the scenario
+//! goes on. A lock such a step checks is not reached, never passed (decision D158).
 //! Guards against a single-token server losing every scenario at its first token check, as
 //! TS WorkRail did before the suite had this mode.
 //!
@@ -17,9 +18,9 @@ use common::workspace;
 
 use serde_json::{Value, json};
 
-/// Step 2 decodes a token and saves `run`; step 3 reads `run`; step 4 changes a token's
-/// version: all three are skipped. Step 5 tampers a token (one character in opaque mode) and
-/// runs; steps 6 and 7 advance and check the step.
+/// Step 2 decodes a token and saves `run` (skipped); step 3 reads `run` (not reached); step 4
+/// changes a token's version (skipped). Step 5 tampers a token (one character in opaque mode)
+/// and runs; steps 6 and 7 advance and check the step.
 fn scenario() -> Value {
     json!({
         "name": "opaque_mixed",
@@ -69,6 +70,7 @@ fn all_decoding() -> Value {
     })
 }
 
+/// decision: D158, D159
 #[test]
 fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
     let root = tempfile::tempdir().unwrap();
@@ -101,7 +103,8 @@ fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
         "{stdout}"
     );
     let results = report["results"].as_array().unwrap();
-    // Nothing the second scenario checks applies: skipped, with why, not passed.
+    // Nothing the second scenario checks could be judged: skipped, with why, not passed; its
+    // lock is not reached (the server has a pinned hash; the suite could not read it).
     let all = results
         .iter()
         .find(|r| r["name"] == "opaque_all_decoding")
@@ -109,10 +112,10 @@ fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
     assert_eq!(all["status"], "skip", "{stdout}");
     let why = all["reason"].as_str().unwrap();
     assert!(
-        why.starts_with("none of its locks applies to this server (step 2 skipped: needs a decodable token ($tokenField)"),
+        why.starts_with("none of its locks could be judged on this server (step 2 skipped: needs a decodable token ($tokenField)"),
         "{why}"
     );
-    assert_eq!(all["locks"]["L-HASH-PIN-AT-START"], "n/a");
+    assert_eq!(all["locks"]["L-HASH-PIN-AT-START"], "not_reached");
     let r = results
         .iter()
         .find(|r| r["name"] == "opaque_mixed")
@@ -126,14 +129,27 @@ fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
         .collect();
     assert_eq!(
         skipped.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        [2, 3, 4],
+        [2, 4],
         "{stdout}"
     );
     assert!(skipped[0].1.contains("$tokenField"), "{skipped:?}");
-    assert!(skipped[1].1.contains("uses `run`"), "{skipped:?}");
-    assert!(skipped[2].1.contains("$withTokenVersion"), "{skipped:?}");
+    assert!(skipped[1].1.contains("$withTokenVersion"), "{skipped:?}");
+    // The step that reads what a skipped step would have saved is not reached.
+    let unreached: Vec<(u64, &str)> = r["notReached"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["step"].as_u64().unwrap(), u["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        unreached,
+        [(3, "uses `run`, which step 2 (skipped) did not save")],
+        "{stdout}"
+    );
     let locks = &r["locks"];
-    assert_eq!(locks["L-VERSION-UNKNOWN-FAILS-FAST"], "n/a");
+    // A skipped step's lock is not reached; the token-format locks stay n/a (the surface
+    // declares the tokens opaque), even the one step 3 names itself.
+    assert_eq!(locks["L-VERSION-UNKNOWN-FAILS-FAST"], "not_reached");
     assert_eq!(locks["L-TOKEN-SCOPED"], "n/a");
     assert_eq!(locks["L-TOKEN-FORMAT"], "n/a");
     assert_eq!(locks["L-TOKEN-PAYLOAD-FIELDS"], "n/a");
@@ -148,13 +164,7 @@ fn opaque_tokens_skip_decoding_steps_and_judge_the_rest() {
             .contains("opaque tokens"),
         "{na}"
     );
-    assert!(
-        na["L-VERSION-UNKNOWN-FAILS-FAST"]
-            .as_str()
-            .unwrap()
-            .starts_with("step 4 skipped"),
-        "{na}"
-    );
+    assert!(na.get("L-VERSION-UNKNOWN-FAILS-FAST").is_none(), "{na}");
     // The console says so too.
     assert!(
         stdout.contains("step 2 (let run): skipped: needs a decodable token"),

@@ -78,11 +78,16 @@ impl Run {
 }
 
 fn run_suite(fixtures: &Path) -> Run {
+    run_suite_with(fixtures, &[])
+}
+
+fn run_suite_with(fixtures: &Path, extra: &[&str]) -> Run {
     let server = format!("{} mcp", server().display());
     let json = fixtures.join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
         .args(["--server", &server, "--fixtures"])
         .arg(fixtures)
+        .args(extra)
         .arg("--json")
         .arg(&json)
         .current_dir(workspace())
@@ -275,4 +280,95 @@ fn steps_that_do_not_use_a_failed_result_still_run() {
         run.report["summary"]["line"],
         "0 passed, 1 failed, 1 skipped"
     );
+}
+
+/// Step 2 cannot apply to this server (it re-versions a token, and the surface declares the
+/// tokens opaque): skipped. Step 4 would fail (no such event), but it checks what step 2 did
+/// (`dependsOn`), so it is not reached; step 5 reads nothing step 2 touched and passes.
+fn after_skipped() -> Value {
+    json!({
+        "name": "after_skipped",
+        "description": "A store check that relies on a skipped call.",
+        "lockIds": ["L-VERSION-UNKNOWN-FAILS-FAST", "L-EVENT-SCOPE-RULES", "L-MCP-EXECUTION-RESPONSE"],
+        "profile": "core",
+        "steps": [
+            {"do": "call", "tool": "start_workflow", "args": {"workflowId": "conformance.linear"},
+             "save": "s0", "expect": "ok"},
+            {"do": "call", "tool": "continue_workflow",
+             "args": {"stateToken": {"$withTokenVersion": ["${s0.stateToken}", "v2"]}},
+             "save": "v", "expect": "error", "code": ["TOKEN_UNSUPPORTED_VERSION"],
+             "lock": ["L-VERSION-UNKNOWN-FAILS-FAST"]},
+            {"do": "storeEvents", "save": "ev"},
+            {"do": "events", "events": "ev", "match": {"kind": "no_such_event"}, "what": "what step 2 left",
+             "dependsOn": ["v"], "lock": ["L-EVENT-SCOPE-RULES"]},
+            {"do": "same", "what": "first step", "a": "${s0.pending.stepId}", "b": "one",
+             "lock": ["L-MCP-EXECUTION-RESPONSE"]}
+        ]
+    })
+}
+
+/// Step 2 fails (no such workflow). Step 3 would fail too, but it checks what step 2 did, so it
+/// is not reached instead of failing a second time under a lock step 2 never exercised.
+fn after_failed() -> Value {
+    json!({
+        "name": "after_failed",
+        "description": "A check that relies on a failed call.",
+        "lockIds": ["L-TOKEN-ADVANCE-ONLY-PATH", "L-MCP-EXECUTION-RESPONSE"],
+        "profile": "core",
+        "steps": [
+            {"do": "call", "tool": "start_workflow", "args": {"workflowId": "conformance.linear"},
+             "save": "s0", "expect": "ok"},
+            {"do": "call", "tool": "start_workflow", "args": {"workflowId": "conformance.missing"},
+             "save": "bad", "expect": "ok"},
+            {"do": "same", "what": "what step 2 changed", "a": "${s0.pending.stepId}", "b": "not-one",
+             "dependsOn": ["bad"], "lock": ["L-TOKEN-ADVANCE-ONLY-PATH"]},
+            {"do": "same", "what": "first step", "a": "${s0.pending.stepId}", "b": "one",
+             "lock": ["L-MCP-EXECUTION-RESPONSE"]}
+        ]
+    })
+}
+
+/// A step that depends on a skipped step, or on the effect of a failed one (`dependsOn`), is
+/// not reached, never failed; a lock a skipped step checks is not reached, never passed.
+/// lock: L-VERSION-UNKNOWN-FAILS-FAST, L-MCP-EXECUTION-RESPONSE
+/// decision: D158, D159
+#[test]
+fn a_step_that_depends_on_a_skipped_or_failed_step_is_not_reached() {
+    let root = fixture_root(&[after_skipped(), after_failed()]);
+    let surface = root.path().join("opaque.json");
+    std::fs::write(
+        &surface,
+        json!({"tokenFormat": "opaque",
+               "workflowsDir": workspace().join("fixtures/conformance/workflows"),
+               "env": {"WORKRAIL_LOG": "warn"}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = run_suite_with(root.path(), &["--surface", surface.to_str().unwrap()]);
+
+    let skipped = run.result("after_skipped");
+    assert_eq!(skipped["status"], "pass", "{}", run.stdout);
+    assert_eq!(run.steps("after_skipped", "failures"), Vec::<u64>::new());
+    assert_eq!(run.steps("after_skipped", "skippedSteps"), vec![2]);
+    assert_eq!(run.steps("after_skipped", "notReached"), vec![4]);
+    assert_eq!(
+        skipped["notReached"][0]["reason"],
+        "depends on what step 2 (`v`) did, and that step was skipped"
+    );
+    let verdicts = run.lock_verdicts("after_skipped");
+    assert_eq!(verdicts["L-VERSION-UNKNOWN-FAILS-FAST"], "not_reached");
+    assert_eq!(verdicts["L-EVENT-SCOPE-RULES"], "not_reached");
+    assert_eq!(verdicts["L-MCP-EXECUTION-RESPONSE"], "pass");
+
+    let failed = run.result("after_failed");
+    assert_eq!(failed["status"], "fail", "{}", run.stdout);
+    assert_eq!(run.steps("after_failed", "failures"), vec![2]);
+    assert_eq!(run.steps("after_failed", "notReached"), vec![3]);
+    assert_eq!(
+        failed["notReached"][0]["reason"],
+        "depends on what step 2 (`bad`) did, and that step did not behave as expected"
+    );
+    let verdicts = run.lock_verdicts("after_failed");
+    assert_eq!(verdicts["L-TOKEN-ADVANCE-ONLY-PATH"], "not_reached");
+    assert_eq!(verdicts["L-MCP-EXECUTION-RESPONSE"], "pass");
 }
