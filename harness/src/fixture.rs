@@ -416,6 +416,22 @@ impl ContextSpec {
     }
 }
 
+/// The notes an [`OutputSpec`] sends: "Recap N: did the step.", or for `N` from
+/// [`JSON_NOTES`] on, notes that are JSON (for the workflow language's `schema` rules): an
+/// object, an object of the wrong shape, a JSON string holding an object, an array.
+pub fn notes_text(n: u8) -> String {
+    match n.checked_sub(JSON_NOTES) {
+        Some(0) => r#"{"recap": 1, "done": true}"#.to_owned(),
+        Some(1) => r#"{"recap": "one"}"#.to_owned(),
+        Some(2) => r#""{\"recap\": 2, \"done\": true}""#.to_owned(),
+        Some(3) => "[1, 2]".to_owned(),
+        _ => format!("Recap {n}: did the step."),
+    }
+}
+
+/// The first notes number that renders JSON notes ([`notes_text`]).
+pub const JSON_NOTES: u8 = 100;
+
 impl OutputSpec {
     /// The `output` field: `None` when there are neither notes nor artifacts.
     pub fn to_input(&self) -> Option<OutputInput> {
@@ -423,7 +439,7 @@ impl OutputSpec {
             return None;
         }
         Some(OutputInput {
-            notes_markdown: self.notes.map(|n| format!("Recap {n}: did the step.")),
+            notes_markdown: self.notes.map(notes_text),
             artifacts: self.artifacts.iter().map(|a| a.to_json()).collect(),
         })
     }

@@ -105,7 +105,7 @@ fn leaf() -> impl Strategy<Value = Leaf> {
     prop_oneof![
         2 => Just(Leaf::Plain),
         3 => cond().prop_map(Leaf::When),
-        2 => (0u8..8).prop_map(Leaf::Validated),
+        2 => (0u8..10).prop_map(Leaf::Validated),
         1 => Just(Leaf::Marker),
         1 => prop_oneof![
             Just(ConfirmForm::Always),
@@ -137,6 +137,14 @@ fn item() -> impl Strategy<Value = Item> {
 }
 
 fn validation(n: u8) -> Value {
+    if n >= 8 {
+        // Notes that are a JSON object with a whole `recap` (a JSON string holding one counts).
+        return json!({"type": "schema", "message": "Send the recap as JSON.", "schema": {
+            "type": "object",
+            "required": ["recap"],
+            "properties": {"recap": {"type": "integer"}, "done": {"type": "boolean"}}
+        }});
+    }
     match n % 8 {
         0 => {
             json!({"type": "contains", "value": "Recap", "message": "Start the notes with a recap."})

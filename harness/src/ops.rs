@@ -136,8 +136,16 @@ pub fn language_output_strategy() -> impl Strategy<Value = OutputSpec> {
     (
         output_strategy(),
         prop_oneof![1 => Just(None), 1 => context_strategy().prop_map(Some)],
+        // Now and then notes that are JSON, for `schema` rules (decision D143).
+        prop_oneof![2 => Just(None), 1 => (0u8..4).prop_map(Some)],
     )
-        .prop_map(|(output, context)| OutputSpec { context, ..output })
+        .prop_map(|(output, context, json)| OutputSpec {
+            context,
+            notes: json
+                .map(|k| crate::fixture::JSON_NOTES + k)
+                .or(output.notes),
+            ..output
+        })
 }
 
 /// A context delta: each of the four keys absent or set (decision D139).

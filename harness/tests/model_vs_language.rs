@@ -51,7 +51,7 @@ fn the_language_generator_reaches_every_construct() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut loop_kinds = [false; 5];
     let (mut step_when, mut loop_when, mut reads) = (false, false, false);
-    let mut rules = [false; 7];
+    let mut rules = [false; 8];
     // Confirmation: always, on a condition, and with a kind.
     let mut confirms = [false; 3];
     for _ in 0..200 {
@@ -89,7 +89,7 @@ fn the_language_generator_reaches_every_construct() {
                     ValidationCriterion::Contains { .. } => 0,
                     ValidationCriterion::Regex { .. } => 1,
                     ValidationCriterion::Length { .. } => 2,
-                    ValidationCriterion::Schema { .. } => continue,
+                    ValidationCriterion::Schema { .. } => 7,
                     ValidationCriterion::All { all } => {
                         stack.extend(all);
                         3
@@ -112,6 +112,6 @@ fn the_language_generator_reaches_every_construct() {
     }
     assert_eq!(loop_kinds, [true; 5], "a loop kind never occurs");
     assert!(step_when && loop_when && reads);
-    assert_eq!(rules, [true; 7], "a validation rule kind never occurs");
+    assert_eq!(rules, [true; 8], "a validation rule kind never occurs");
     assert_eq!(confirms, [true; 3], "a confirmation form never occurs");
 }

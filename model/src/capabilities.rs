@@ -380,6 +380,7 @@ pub fn at_ack(
             ),
             details: Some(details.clone()),
             found_moving: false,
+            per_rule: false,
         };
         let disposition = reason.disposition(autonomy, true);
         if disposition.blocks {
@@ -415,6 +416,7 @@ pub fn at_ack(
                     ),
                     details: Some(details),
                     found_moving: false,
+                    per_rule: false,
                 },
                 severity,
             ));
@@ -449,6 +451,7 @@ pub fn invalid_optional(
         message: format!("an invalid {OBSERVATION_ARTIFACT_KIND} was not recorded: {why}"),
         details: None,
         found_moving: false,
+        per_rule: false,
     })
 }
 

@@ -85,6 +85,9 @@ pub struct Finding {
     /// context), not in the acknowledgement itself: an acknowledgement its own reasons block
     /// does not move, so these are not reported beside them (D74).
     pub found_moving: bool,
+    /// One failed rule of a step's `validationCriteria`: each is its own blocker or gap, never
+    /// folded into another with the same reason and pointer (decision D153).
+    pub per_rule: bool,
 }
 
 /// What completing (or starting) leads to.
@@ -102,6 +105,9 @@ pub enum Progress {
     /// reason table records a critical gap for `unexpected:*` even when it blocks).
     Blocked {
         blocker: Finding,
+        /// Further findings of the same acknowledgement that block beside `blocker`: each failed
+        /// `validationCriteria` rule is its own blocker (decision D153).
+        also: Vec<Finding>,
         gaps: Vec<(Finding, GapSeverity)>,
     },
 }
@@ -256,15 +262,14 @@ pub fn ack_with(
         disclosed: Vec::new(),
         skipped: Vec::new(),
     };
-    if let Some(finding) = check_required_output(wf, step, loop_stack, output)?
-        && let Some(blocked) = walker.judge(finding)
-    {
-        return Ok(blocked);
-    }
+    // Every reason of the acknowledgement itself is judged together: each one that blocks is
+    // reported (L-BLOCKER-ORDER sorts them).
+    let mut findings: Vec<Finding> = check_required_output(wf, step, loop_stack, output)?
+        .into_iter()
+        .collect();
     let scope = walker.scope_of(loop_stack)?;
-    if let Some(finding) = check_validation(wf, step, output, &scope)?
-        && let Some(blocked) = walker.judge(finding)
-    {
+    findings.extend(check_validation(wf, step, output, &scope)?);
+    if let Some(blocked) = walker.judge_all(findings) {
         return Ok(blocked);
     }
     let mut cursor = locate(wf, step, loop_stack)?;
@@ -348,6 +353,7 @@ fn check_required_output(
         ),
         details: None,
         found_moving: false,
+        per_rule: false,
     }))
 }
 
@@ -362,18 +368,18 @@ fn check_validation(
     step: &PendingStep,
     output: &OutputInput,
     scope: &Map<String, Value>,
-) -> Result<Option<Finding>, InterpreterError> {
+) -> Result<Vec<Finding>, InterpreterError> {
     let compiled = wf
         .step(&step.step_id)
         .ok_or_else(|| InterpreterError::Invariant(format!("unknown step {}", step.step_id)))?;
     let Some(criterion) = &compiled.language.validation else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let pointer = BlockerPointer::WorkflowStep {
         step_id: step.step_id.clone(),
     };
     let Some(notes) = &output.notes_markdown else {
-        return Ok(Some(Finding {
+        return Ok(vec![Finding {
             reason: contract_violation(ContractViolationReason::MissingRequiredOutput),
             pointer,
             message: format!(
@@ -382,24 +388,33 @@ fn check_validation(
             ),
             details: None,
             found_moving: false,
-        }));
+            per_rule: false,
+        }]);
     };
-    let failed = language::failed_rules(criterion, notes, scope);
-    if failed.is_empty() {
-        return Ok(None);
+    let mut failed = language::failed_rules(criterion, notes, scope);
+    // One finding per failed rule, the ones past the sixth joined into the sixth.
+    if failed.len() > MAX_VALIDATION_FINDINGS {
+        let rest = failed.split_off(MAX_VALIDATION_FINDINGS - 1);
+        failed.push(rest.join("; "));
     }
-    Ok(Some(Finding {
-        reason: contract_violation(ContractViolationReason::InvalidRequiredOutput),
-        pointer,
-        message: format!(
-            "step {}: the notes fail its validation: {}",
-            step.step_id,
-            failed.join("; ")
-        ),
-        details: None,
-        found_moving: false,
-    }))
+    Ok(failed
+        .into_iter()
+        .map(|rule| Finding {
+            reason: contract_violation(ContractViolationReason::InvalidRequiredOutput),
+            pointer: pointer.clone(),
+            message: format!(
+                "step {}: the notes fail its validation: {rule}",
+                step.step_id
+            ),
+            details: None,
+            found_moving: false,
+            per_rule: true,
+        })
+        .collect())
 }
+
+/// The most failed validation rules reported as separate findings (decision D153).
+const MAX_VALIDATION_FINDINGS: usize = 6;
 
 /// The finding for a loop whose context value is absent or of the wrong type.
 fn missing_loop_context(
@@ -432,6 +447,7 @@ fn missing_loop_context(
         ),
         details: None,
         found_moving: true,
+        per_rule: false,
     }
 }
 
@@ -637,6 +653,7 @@ impl Walker<'_, '_> {
                 if self.completed_step.is_none() {
                     return Err(Halt::Blocked(Box::new(Progress::Blocked {
                         blocker: finding,
+                        also: Vec::new(),
                         gaps: Vec::new(),
                     })));
                 }
@@ -647,6 +664,38 @@ impl Walker<'_, '_> {
             }
         }
     }
+    /// [`Self::judge`] over the findings of one acknowledgement: every blocking one is a blocker
+    /// (`Some`); the others are disclosed.
+    fn judge_all(&mut self, findings: Vec<Finding>) -> Option<Progress> {
+        let mut blocking = Vec::new();
+        for finding in findings {
+            if finding.reason.disposition(self.autonomy, true).blocks {
+                blocking.push(finding);
+            } else {
+                self.judge(finding);
+            }
+        }
+        let mut blocking = blocking.into_iter();
+        let first = blocking.next()?;
+        let Some(Progress::Blocked {
+            blocker, mut gaps, ..
+        }) = self.judge(first)
+        else {
+            return None;
+        };
+        let also: Vec<Finding> = blocking.collect();
+        for finding in &also {
+            if let Some(severity) = finding.reason.disposition(self.autonomy, true).gap_severity {
+                gaps.push((finding.clone(), severity));
+            }
+        }
+        Some(Progress::Blocked {
+            blocker,
+            also,
+            gaps,
+        })
+    }
+
     /// Applies the reason table: a blocking finding ends the walk (`Some`), a non-blocking one
     /// is disclosed and the walk goes on (`None`).
     fn judge(&mut self, finding: Finding) -> Option<Progress> {
@@ -660,16 +709,18 @@ impl Walker<'_, '_> {
             }
             return Some(Progress::Blocked {
                 blocker: finding,
+                also: Vec::new(),
                 gaps,
             });
         }
         // One disclosure per (reason, pointer) and ack: a missing loop-control artifact is both the
         // decision step's missing output and the loop's missing decision, one gap says it.
         // Two loops missing the same context key are two facts, each disclosed.
+        // Each failed validation rule is its own fact too (decision D153).
         let repeated = self.disclosed.iter().any(|(f, _)| {
             f.reason == finding.reason
                 && f.pointer == finding.pointer
-                && !(finding.found_moving && f.message != finding.message)
+                && !((finding.found_moving || finding.per_rule) && f.message != finding.message)
         });
         if let Some(severity) = disposition.gap_severity
             && !repeated
@@ -946,6 +997,7 @@ fn loop_control_finding(loop_id: &LoopId, reading: LoopControlReading) -> Findin
         ),
         details: None,
         found_moving: false,
+        per_rule: false,
     }
 }
 
@@ -978,5 +1030,6 @@ fn loop_limit_finding(
             max_iterations,
         }),
         found_moving: true,
+        per_rule: false,
     }
 }

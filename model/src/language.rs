@@ -223,10 +223,12 @@ pub fn failed_rules(
             }
             out
         }
-        ValidationCriterion::Schema { message, when, .. } => {
-            // Scope: the model carries no JSON Schema validator; it checks that the notes are
-            // JSON at all, which is the part of the rule every schema needs.
-            if !applies(when) || serde_json::from_str::<Value>(notes).is_ok() {
+        ValidationCriterion::Schema {
+            schema,
+            message,
+            when,
+        } => {
+            if !applies(when) || schema_holds(schema, notes) {
                 vec![]
             } else {
                 vec![said(
@@ -245,7 +247,9 @@ pub fn failed_rules(
             if any.is_empty() || each.iter().any(Vec::is_empty) {
                 vec![]
             } else {
-                each.into_iter().flatten().collect()
+                // A failed `or` is one failed rule, naming what each branch missed.
+                let missed: Vec<String> = each.into_iter().flatten().collect();
+                vec![format!("none of these held: {}", missed.join(" | "))]
             }
         }
         ValidationCriterion::Not { criterion } => {
@@ -256,6 +260,47 @@ pub fn failed_rules(
             }
         }
     }
+}
+
+/// Whether `notes`, read as JSON, satisfy `schema` (draft 2020-12). Notes that are a JSON string
+/// holding an object or an array are read once more when the schema asks for structure: an
+/// object or array `type`, `properties` or `required`, here or in a branch of `oneOf`, `anyOf`
+/// or `allOf` (decision D143).
+fn schema_holds(schema: &Value, notes: &str) -> bool {
+    let Ok(mut value) = serde_json::from_str::<Value>(notes) else {
+        return false;
+    };
+    if let Value::String(inner) = &value
+        && asks_for_structure(schema)
+        && let Ok(decoded @ (Value::Object(_) | Value::Array(_))) =
+            serde_json::from_str::<Value>(inner.trim())
+    {
+        value = decoded;
+    }
+    jsonschema::draft202012::new(schema).is_ok_and(|validator| validator.is_valid(&value))
+}
+
+fn asks_for_structure(schema: &Value) -> bool {
+    let Some(map) = schema.as_object() else {
+        return false;
+    };
+    let structured = |t: &Value| t.as_str().is_some_and(|t| t == "object" || t == "array");
+    let typed = match map.get("type") {
+        Some(Value::Array(types)) => types.iter().any(structured),
+        Some(t) => structured(t),
+        None => false,
+    };
+    typed
+        || map.get("properties").is_some_and(Value::is_object)
+        || map
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty())
+        || ["oneOf", "anyOf", "allOf"].iter().any(|k| {
+            map.get(*k)
+                .and_then(Value::as_array)
+                .is_some_and(|branches| branches.iter().any(asks_for_structure))
+        })
 }
 
 fn regex_matches(pattern: &str, flags: Option<&str>, text: &str) -> bool {

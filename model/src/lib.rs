@@ -2,9 +2,11 @@
 //!
 //! A small, pure, in-memory model of sessions, runs and their DAGs, written from the spec for
 //! clarity rather than speed. The harness drives it and the production system with the same
-//! command sequences and compares every observable. It depends on `workrail-spec` only (plus
-//! `unicode-normalization` for NFKC) and does no I/O (no filesystem, clock, randomness or
-//! environment): ids and entropy come in as arguments or are derived from stable identifiers.
+//! command sequences and compares every observable. It depends on `workrail-spec` (plus
+//! `unicode-normalization` for NFKC, and `regex` and `jsonschema`, without their I/O features,
+//! for the workflow language's `validationCriteria`) and does no I/O (no filesystem, clock,
+//! randomness or environment): ids and entropy come in as arguments or are derived from stable
+//! identifiers.
 //!
 //! - [`projections`]: pure functions over a session's committed events (run DAG, preferred tip,
 //!   current outputs, gaps, capabilities, effective preferences, advance records, run status,

@@ -797,7 +797,7 @@ impl Model {
             }
             // A loop limit is found while moving on; an ack its capabilities block does not move,
             // so only the reasons found in the ack itself are reported (D74).
-            Progress::Blocked { blocker, gaps }
+            Progress::Blocked { blocker, gaps, .. }
                 if !capability_blocks.is_empty() && is_found_moving(&blocker) =>
             {
                 let mut gaps: Vec<_> = gaps.into_iter().filter(|(f, _)| f != &blocker).collect();
@@ -808,10 +808,15 @@ impl Model {
                     gaps,
                 }
             }
-            Progress::Blocked { blocker, mut gaps } => {
+            Progress::Blocked {
+                blocker,
+                also,
+                mut gaps,
+            } => {
                 gaps.extend(capability_gaps);
                 gaps.extend(capability_blocks.iter().filter_map(with_gap));
                 let mut blockers = vec![blocker];
+                blockers.extend(also);
                 blockers.extend(capability_blocks);
                 Judged::Blocked { blockers, gaps }
             }

@@ -201,6 +201,7 @@ fn invalid_output(contract_ref: &str, message: String) -> Finding {
         message,
         details: None,
         found_moving: false,
+        per_rule: false,
     }
 }
 
@@ -262,6 +263,7 @@ pub fn user_dependencies_at_ack(
                     .choice
                     .map(|choice| ReasonDetails::NonAssumableChoice { choice }),
                 found_moving: false,
+                per_rule: false,
             },
         };
         // Within one ack the same reason about the same subject is one finding.

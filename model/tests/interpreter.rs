@@ -134,7 +134,7 @@ fn continuing_at_the_last_allowed_iteration_fails_as_data() {
     // Blocking mode: a typed INVARIANT_VIOLATION blocker naming loop, iteration and max, plus
     // the critical gap the reason table always records for `unexpected:*`.
     match interpreter::ack(&wf, &state, &loop_decision("pass", "continue"), GUIDED_MODE).unwrap() {
-        Progress::Blocked { blocker, gaps } => {
+        Progress::Blocked { blocker, gaps, .. } => {
             assert_eq!(reason(&blocker), LIMIT);
             assert_eq!(
                 blocker.pointer,
@@ -197,7 +197,7 @@ fn missing_or_invalid_loop_control_never_exits_the_loop_implicitly() {
         (long_summary, INVALID),
     ] {
         match interpreter::ack(&wf, &state, &output, GUIDED_MODE).unwrap() {
-            Progress::Blocked { blocker, gaps } => {
+            Progress::Blocked { blocker, gaps, .. } => {
                 assert_eq!(reason(&blocker), expected, "{output:?}");
                 assert_eq!(blocker.pointer, loop_contract());
                 assert!(gaps.is_empty(), "contract violations block without a gap");
@@ -335,7 +335,7 @@ fn a_missing_required_output_blocks_in_blocking_modes_and_is_a_gap_in_never_stop
     let (state, _) = moved(interpreter::start(&wf, GUIDED_MODE).unwrap());
     for mode in [Autonomy::Guided, Autonomy::FullAutoStopOnUserDeps] {
         match interpreter::ack(&wf, &state, &notes("done"), mode).unwrap() {
-            Progress::Blocked { blocker, gaps } => {
+            Progress::Blocked { blocker, gaps, .. } => {
                 assert_eq!(reason(&blocker), MISSING);
                 assert_eq!(
                     blocker.pointer,

@@ -393,7 +393,7 @@ fn verdict(
     }
 }
 
-/// decision: D139
+/// decision: D139, D153
 #[test]
 fn validation_criteria_judge_the_notes_and_quote_the_failed_rules() {
     let contains = validated(
@@ -442,12 +442,16 @@ fn validation_criteria_judge_the_notes_and_quote_the_failed_rules() {
     let all = validated(json!({"kind": "all", "all": [
         {"kind": "contains", "value": "a", "message": "need a"},
         {"kind": "contains", "value": "b", "message": "need b"}]}));
-    let finding = verdict(&all, &notes("c"), json!({})).unwrap();
-    assert!(
-        finding.message.contains("need a; need b"),
-        "{}",
-        finding.message
-    );
+    // Each failed rule is its own blocker (decision D153).
+    let (state, _) = moved(interpreter::start_with(&all, GUIDED_MODE, &Map::new()).unwrap());
+    match interpreter::ack_with(&all, &state, &notes("c"), GUIDED_MODE, &Map::new()).unwrap() {
+        Progress::Blocked { blocker, also, .. } => {
+            assert!(blocker.message.contains("need a"), "{}", blocker.message);
+            assert_eq!(also.len(), 1, "{also:?}");
+            assert!(also[0].message.contains("need b"), "{}", also[0].message);
+        }
+        Progress::Moved { .. } => panic!("the notes fail both rules"),
+    }
 }
 
 /// decision: D139
