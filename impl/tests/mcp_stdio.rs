@@ -1625,8 +1625,8 @@ fn an_agent_following_only_the_text_gets_every_explanation_over_stdio() {
     let example = at_decide["pending"]["requiredArtifact"]["example"].clone();
     assert_eq!(example["kind"], "wr.loop_control");
 
-    // Blocked without the artifact; resending the OLD ack with the fix repeats the block and
-    // names the ack to use; the new ack with the same fixed output advances.
+    // Blocked without the artifact; resending the OLD ack with the fix repeats the block with a
+    // replay notice naming the ack to use (D163); the new ack with the same fixed output advances.
     let bare = json!({"stateToken": at_decide["stateToken"], "ackToken": at_decide["ackToken"], "output": {"notesMarkdown": "Decided to stop."}});
     let blocked = server.call("continue_workflow", bare);
     assert_eq!(blocked["structuredContent"]["kind"], "blocked");
@@ -1634,14 +1634,27 @@ fn an_agent_following_only_the_text_gets_every_explanation_over_stdio() {
     stop["decision"] = json!("stop");
     let fixed_old = json!({"stateToken": at_decide["stateToken"], "ackToken": at_decide["ackToken"], "output": {"notesMarkdown": "Decided to stop.", "artifacts": [stop]}});
     let repeat = server.call("continue_workflow", fixed_old);
-    assert_eq!(repeat["structuredContent"], blocked["structuredContent"]);
+    let mut recorded = repeat["structuredContent"].clone();
+    let notice = recorded
+        .as_object_mut()
+        .unwrap()
+        .remove("replay")
+        .expect("a replay notice");
+    assert_eq!(
+        recorded, blocked["structuredContent"],
+        "otherwise the recorded answer"
+    );
     let new_ack = repeat["structuredContent"]["ackToken"]
         .as_str()
         .unwrap()
         .to_owned();
+    assert_eq!(notice["attemptBlocked"], true, "{notice}");
+    assert_eq!(notice["forkAckToken"], new_ack.as_str(), "{notice}");
     let repeat_text = text_of(&repeat);
     assert!(
-        repeat_text.contains("used once") && repeat_text.contains(&new_ack),
+        repeat_text.contains("its attempt was blocked")
+            && repeat_text.contains("NOT recorded")
+            && repeat_text.contains(&new_ack),
         "{repeat_text}"
     );
     let wrap = server.exec(
