@@ -250,6 +250,7 @@ class Run:
         self.extra_notes = []
         self.length = (None, None)
         self.artifact_fixes = {}
+        self.lanes_driven = set()
 
     def note_unclear(self, why):
         self.unclear.append({"call": self.calls, "why": why})
@@ -276,6 +277,25 @@ class Run:
             preferences=prefs))
         if reply.is_error:
             return self.report(False, reply, "start refused")
+        return self.follow(reply)
+
+    def drive_lanes(self, reply):
+        """A parallel step hands out lanes: each is driven to its end like a subagent would, from
+        the lane's own tokens (one after another here; the server does not care who drives)."""
+        for lane in reply.body.get("lanes") or []:
+            if not lane.get("ackToken") or lane.get("laneId") in self.lanes_driven:
+                continue
+            self.lanes_driven.add(lane.get("laneId"))
+            sub = Run(self.server, self.sandbox, f"{self.workflow_id}#lane{lane.get('index')}",
+                      self.mode, self.max_calls, self.loop_passes, self.trace)
+            result = sub.follow(sub.call("continue_workflow", {"stateToken": lane["stateToken"]}))
+            self.calls += sub.calls
+            self.internal_errors += sub.internal_errors
+            self.unclear += sub.unclear
+            if not result["completed"]:
+                self.note_unclear(f"lane {lane.get('index')} did not complete: {result.get('why')}")
+
+    def follow(self, reply):
         last_good = reply
         same = 0
         previous_state = None
@@ -287,6 +307,7 @@ class Run:
             if last_good.confirm and self.mode == "guided" and not (reply.is_error or reply.blocked):
                 self.confirmations += 1  # the simulated user says yes; the agent carries on
             self.last_step = last_good.step
+            self.drive_lanes(last_good)
             args = self.answer(last_good, reply)
             state = (last_good.step, reply.is_error, reply.blocked, json.dumps(reply.blockers, sort_keys=True),
                      reply.error_code, json.dumps(reply.body.get("validation"), sort_keys=True))

@@ -122,6 +122,7 @@ fn start_plan(session: &SessionId, hash: &WorkflowHash, snap: SnapshotRef) -> Ap
                     workflow_hash: hash.clone(),
                     workflow_source_kind: WorkflowSourceKind::Project,
                     workflow_source_ref: "sample.json".into(),
+                    lane: None,
                 }),
                 [0xf1; 10],
             ),

@@ -48,6 +48,7 @@ impl Log {
                 workflow_hash: hash(),
                 workflow_source_kind: WorkflowSourceKind::Project,
                 workflow_source_ref: "x.json".into(),
+                lane: None,
             }),
         );
         log

@@ -108,6 +108,7 @@ fn start_plan(backend: &dyn SessionBackend, session: &SessionId) -> AppendPlan {
                     workflow_hash: hash.clone(),
                     workflow_source_kind: WorkflowSourceKind::Project,
                     workflow_source_ref: "sample.json".into(),
+                    lane: None,
                 }),
                 1,
             ),

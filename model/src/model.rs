@@ -524,6 +524,7 @@ impl Model {
                 workflow_hash: workflow_hash.clone(),
                 workflow_source_kind: start.source_kind,
                 workflow_source_ref: start.source_ref.clone(),
+                lane: None,
             }),
         )?;
         plan.push(

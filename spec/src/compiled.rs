@@ -248,6 +248,66 @@ pub struct StepLanguage {
     /// (`modelTier`, `askForFiles`, `audit`, `verification`, ...), by field name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kept: BTreeMap<String, Value>,
+    /// A parallel step's lanes (decision D168): when the walk lands on this step, one child run
+    /// starts per lane whose condition holds, and acknowledging the step fans the lanes in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<Box<ParallelLanes>>,
+}
+
+closed_set!(
+    /// How the fan-in of a parallel step combines its lanes' work (the stateless block
+    /// contract's merge strategies, decision D161).
+    MergeStrategy {
+        /// Outputs only: nothing is merged, nothing conflicts.
+        Concatenate = "concatenate",
+        /// The first lane to complete (in recorded order) wins a file two lanes touched; the
+        /// conflict is a warning.
+        Workspace = "workspace",
+        /// A file two lanes touched waits for the user.
+        FailOnConflict = "fail-on-conflict",
+    }
+);
+
+/// The lanes of a parallel step (decision D168).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ParallelLanes {
+    pub merge_strategy: MergeStrategy,
+    /// A failed lane is disclosed instead of blocking the fan-in (`allowPartialResults`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_partial_results: bool,
+    /// In the authored order; a lane's index (from 1) is its position here.
+    pub lanes: Vec<LaneSpec>,
+}
+
+/// One lane: the delegation it runs and the workflow its run pins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LaneSpec {
+    /// The routine the delegation resolved to.
+    pub workflow_id: WorkflowId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    /// The lane starts only when this holds over the parent run's context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Condition>,
+    /// `contextMapping`: the lane's context key `to` takes the parent context's `from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<LaneInput>,
+    /// `args`: fixed string inputs of the lane's context.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// The routine compiled with a last step that requires `wr.contracts.block_output`: the
+    /// lane's run pins it, so the parent's hash pins every lane.
+    pub workflow: Box<CompiledWorkflowSnapshotV1>,
+}
+
+/// One `contextMapping` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LaneInput {
+    pub from: String,
+    pub to: String,
 }
 
 impl StepLanguage {
@@ -500,6 +560,9 @@ closed_set!(
         UnknownFieldKept = "unknown_field_kept",
         /// A parallel delegation names a workflow no source defined when the workflow compiled.
         UnresolvedDelegation = "unresolved_delegation",
+        /// A parallel step whose lanes the server cannot track (a delegation names a workflow
+        /// that is not a routine of the sources): its delegations stay prompt text only.
+        UntrackedLanes = "untracked_lanes",
     }
 );
 

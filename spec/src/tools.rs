@@ -537,6 +537,43 @@ pub struct ExecutionOutput {
     /// replay stays byte-identical.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayNotice>,
+    /// The lanes of a pending parallel step (decision D168), in lane order: hand each lane's
+    /// tokens to one subagent. Absent on every other step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneHandle>,
+}
+
+crate::closed::closed_set!(
+    /// Where a lane stands, from what it recorded (decision D168).
+    LaneState {
+        /// Its run has not handed in a block output yet.
+        InProgress = "in_progress",
+        Completed = "completed",
+        Partial = "partial",
+        Failed = "failed",
+    }
+);
+
+/// One lane of a parallel step, as the response hands it out (decision D168).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LaneHandle {
+    /// The lane's run: its `blockId` in the block output.
+    pub lane_id: RunId,
+    /// From 1, in the authored order of the delegations.
+    pub index: u32,
+    pub workflow_id: WorkflowId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    pub status: LaneState,
+    /// The isolated workspace the lane works in, relative to the project root.
+    pub workspace: String,
+    /// The lane's current step: `continue_workflow` with this stateToken (and the ackToken)
+    /// drives the lane.
+    pub state_token: String,
+    /// Absent once the lane's run is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_token: Option<String>,
 }
 
 /// The replay notice: what was recorded, what was not, and the one call that records the new

@@ -83,6 +83,7 @@ fn one_of_each_kind() -> Vec<(EventScope, EventData)> {
                 workflow_hash: WorkflowHash::from_digest(hash(7)),
                 workflow_source_kind: WorkflowSourceKind::Project,
                 workflow_source_ref: "workflows/bug_investigation.json".into(),
+                lane: None,
             }),
         ),
         (
@@ -1103,6 +1104,7 @@ fn sample_bundle() -> ExportBundleV1 {
                 workflow_hash: wf_hash.clone(),
                 workflow_source_kind: WorkflowSourceKind::Project,
                 workflow_source_ref: "sample.json".into(),
+                lane: None,
             }),
         ),
         build(

@@ -1122,6 +1122,7 @@ fn body_run_started() -> BoxedStrategy<(At, EventData)> {
                 workflow_hash: WorkflowHash::from_digest(hash),
                 workflow_source_kind: kind,
                 workflow_source_ref: source_ref,
+                lane: None,
             };
             (At::Run, EventData::RunStarted(data))
         })

@@ -84,6 +84,9 @@ fn compile_step(
     let extras = step.extras.language();
     lang.prompt_fragments.extend(extras.prompt_fragments);
     lang.kept.extend(extras.kept);
+    if extras.lanes.is_some() {
+        lang.lanes = extras.lanes;
+    }
     let language = step_language(&lang, &step.title, &rendered.prompt, workflow);
     let output = (step.contract_ref.is_some() || !step.hints.is_empty()).then(|| StepOutputSpec {
         contract_ref: step.contract_ref.map(str::to_owned),

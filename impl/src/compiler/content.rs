@@ -53,6 +53,8 @@ pub struct StepExtras {
     /// Set when the parser derived the step (a routine expansion, an audit, verification or
     /// synthesis step); `None` means authored.
     pub provenance: Option<StepProvenance>,
+    /// A parallel spawn step's lanes (decision D168).
+    pub lanes: Option<Box<workrail_spec::compiled::ParallelLanes>>,
 }
 
 impl StepExtras {
@@ -61,6 +63,7 @@ impl StepExtras {
         StepLanguage {
             prompt_fragments: self.fragments.clone(),
             kept: self.kept.clone(),
+            lanes: self.lanes.clone(),
             ..Default::default()
         }
     }

@@ -46,6 +46,8 @@ pub struct StepLang {
     pub max_attempts: Option<u32>,
     pub notes_optional: bool,
     pub kept: BTreeMap<String, Value>,
+    /// A parallel spawn step's lanes (decision D168).
+    pub lanes: Option<Box<workrail_spec::compiled::ParallelLanes>>,
     /// The contract was written as the language's `outputContract` (errors point there, and a
     /// `wr.contracts.loop_control` contract outside any loop decides nothing, as in the
     /// language, instead of being an error).
@@ -139,6 +141,7 @@ pub(crate) fn step_language(
         notes_optional: lang.notes_optional,
         context_reads: reads.into_iter().collect(),
         kept: lang.kept.clone(),
+        lanes: lang.lanes.clone(),
     }
 }
 

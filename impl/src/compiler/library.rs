@@ -93,6 +93,13 @@ impl WorkflowLibrary {
         self.routine(&key).map(|e| &e.workflow_id)
     }
 
+    /// The entry of a workflow id the library holds.
+    pub fn entry(&self, workflow_id: &str) -> Option<&LibraryEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.workflow_id.as_str() == workflow_id)
+    }
+
     /// The routine template ids the library answers, sorted (for "use one of" suggestions).
     pub fn routine_template_ids(&self) -> Vec<String> {
         let mut out: Vec<String> = self

@@ -24,7 +24,7 @@ mod ir;
 mod language;
 pub mod library;
 pub mod migrate;
-mod parse;
+pub(crate) mod parse;
 pub mod patch;
 mod render;
 pub mod source;
@@ -36,6 +36,7 @@ use workrail_spec::ids::{IdStatus, WorkflowHash};
 
 pub use self::assemble::normalize_schema;
 use self::error::{CompileError, CompileErrorCode, CompileErrors};
+pub use self::parse::parallel::LANE_REPORT_STEP_ID;
 pub use self::render::render_prompt;
 use crate::builtins::features::FeatureId;
 

@@ -17,7 +17,7 @@ use workrail_spec::reason::{
 use super::contract::{ContractProblem, bounded};
 use super::outcome::{AssessmentFollowup, Finding, FindingDetail, LoopContextProblem};
 
-fn finding(
+pub(super) fn finding(
     reason: GapReason,
     pointer: BlockerPointer,
     message: String,

@@ -12,6 +12,7 @@ pub mod block_output;
 pub mod contract;
 pub mod fanin;
 mod findings;
+pub mod lanes;
 #[cfg(feature = "test-mutations")]
 pub use self::findings::plant_contract_pointer_names_the_kind;
 pub use self::planted::PlantedLanguageBug;
@@ -41,7 +42,7 @@ use workrail_spec::tools::OutputInput;
 use self::contract::{ContractCheck, ContractProblem};
 pub use self::outcome::{
     AdvanceOutcome, AssessmentFollowup, Blocked, BranchFacts, Divergence, EngineError, Finding,
-    FindingDetail, LoopContextProblem, ObservedCapability, OpenGap, Reports, Resolution,
+    FindingDetail, LaneFact, LoopContextProblem, ObservedCapability, OpenGap, Reports, Resolution,
     Transition,
 };
 pub use self::trace::Termination;
@@ -243,6 +244,9 @@ pub fn advance_on(
     };
     findings
         .extend(validation::judge(compiled, step, output, &scope, autonomy).map_err(inconsistent)?);
+    if let Some(spec) = &step.language.lanes {
+        findings.extend(lanes::judge(step, spec, &branch.lanes, autonomy));
+    }
     if findings.iter().any(|f| f.disposition.blocks) {
         // The step is not done: a divergence describes completed work, so the agent sends it
         // again with the fix; observations are facts about the environment and are kept.

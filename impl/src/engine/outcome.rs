@@ -81,6 +81,18 @@ pub enum FindingDetail {
     /// A `for` or `forEach` loop cannot decide: its context value is missing or of the wrong
     /// type.
     LoopContext(LoopContextProblem),
+    /// A parallel step's lanes are not all in, one failed, or two touched one file under
+    /// `fail-on-conflict` (decision D169).
+    Lanes {
+        step_id: StepId,
+        /// The lanes concerned, by index (from 1).
+        lanes: Vec<u32>,
+        /// The file two lanes touched (a conflict only).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        non_assumable_choice: Option<NonAssumableChoiceKind>,
+    },
     /// The step's attempt budget (`maxAttempts`) is spent: the user must step in.
     AttemptBudget {
         step_id: StepId,
@@ -201,7 +213,12 @@ impl Finding {
                 non_assumable_choice: Some(choice),
                 ..
             } => Some(ReasonDetails::NonAssumableChoice { choice: *choice }),
+            FindingDetail::Lanes {
+                non_assumable_choice: Some(choice),
+                ..
+            } => Some(ReasonDetails::NonAssumableChoice { choice: *choice }),
             FindingDetail::UserOnlyDependency { .. }
+            | FindingDetail::Lanes { .. }
             | FindingDetail::Contract { .. }
             | FindingDetail::Validation { .. }
             | FindingDetail::Assessment { .. }
@@ -237,6 +254,20 @@ pub struct BranchFacts {
     /// Blocked attempts already recorded at this step instance on this branch (the node and
     /// the checkpoints it continues from), for the step's attempt budget.
     pub blocked_attempts: u32,
+    /// The lanes the acknowledged parallel step started, with what each recorded (decision
+    /// D169); empty for any other step.
+    pub lanes: Vec<LaneFact>,
+}
+
+/// One lane of the acknowledged parallel step, as the log recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneFact {
+    /// From 1, in the authored order.
+    pub index: u32,
+    /// The lane's run id and its block output, if recorded.
+    pub lane: super::fanin::Lane,
+    /// The block output's `summary`.
+    pub summary: Option<String>,
 }
 
 /// An unresolved gap on the branch.

@@ -107,7 +107,73 @@ pub(super) fn respond_at(
     if let Some((record, plan)) = attempt_record {
         output.warnings.extend(gap_warnings(plan, record));
     }
+    with_lanes(wr, &facts, session, run, node, ctx, state, &mut output)?;
     Ok(output)
+}
+
+/// A parallel step's response hands out its lanes (decision D168); the step after it shows what
+/// the lanes handed in (decision D169). Both read only the prefix being answered.
+#[allow(clippy::too_many_arguments)]
+fn with_lanes(
+    wr: &Workrail,
+    facts: &Facts<'_>,
+    session: &SessionId,
+    run: &RunId,
+    node: &NodeId,
+    ctx: &NodeContext,
+    state: &EngineState,
+    output: &mut ExecutionOutput,
+) -> Result<(), ErrorEnvelope> {
+    if let Some(spec) = super::lanes::pending_lanes(&ctx.compiled, state) {
+        let handles = super::lanes::handles(wr, facts, session, node, spec)?;
+        if let Some(pending) = output.pending.as_mut() {
+            pending.prompt = format!(
+                "{}\n\n{}",
+                pending.prompt,
+                super::lanes::lanes_section(&handles)
+            );
+        }
+        output.lanes = handles;
+    }
+    let Some(parent) = facts.node(run, node).and_then(|n| n.parent.clone()) else {
+        return Ok(());
+    };
+    if super::lanes::lanes_of(facts, &parent).is_empty() {
+        return Ok(());
+    }
+    let Some(parent_info) = facts.node(run, &parent) else {
+        return Ok(());
+    };
+    let parent_state = wr
+        .store
+        .snapshot(&parent_info.snapshot_ref)
+        .map_err(|e| e.to_envelope(true))?;
+    let Some(spec) =
+        super::lanes::pending_lanes(&ctx.compiled, &parent_state.engine_payload.engine_state)
+    else {
+        return Ok(());
+    };
+    let lane_facts = super::lanes::lane_facts(wr, facts, &parent);
+    let fan = engine::lanes::fan_in(spec, &lane_facts);
+    for conflict in fan.conflicts.iter().filter(|c| c.applied_from.is_some()) {
+        output.warnings.push(Warning {
+            code: "lane_conflict".into(),
+            message: format!(
+                "`{}` was changed by more than one lane; the lane that completed first (as recorded) wins under `workspace`: check the Lane results section.",
+                conflict.conflicting_file
+            ),
+            preference_warning: None,
+            pinned_drift: None,
+        });
+    }
+    if let Some(pending) = output.pending.as_mut() {
+        pending.prompt = format!(
+            "{}\n\n{}",
+            pending.prompt,
+            super::lanes::results_section(spec, &lane_facts)
+        );
+    }
+    Ok(())
 }
 
 /// When the attempt forked (its node already had a step child), says so in words: from which
@@ -877,6 +943,9 @@ fn plan_advance(
     let mut branch = branch_facts(facts, run, node);
     branch.blocked_attempts = blocked_attempts(facts, run, node);
     branch.context = merged;
+    if super::lanes::pending_lanes(&ctx.compiled, &ctx.state).is_some() {
+        branch.lanes = super::lanes::lane_facts(wr, facts, node);
+    }
     let stale = base
         .as_ref()
         .filter(|_| engine::planted::planted(engine::PlantedLanguageBug::StaleContext))
@@ -1035,6 +1104,22 @@ fn plan_advance(
                     )?);
                 }
             }
+            // Landing on a parallel step starts its lanes in this same append (D168).
+            let started = &facts
+                .run(run)
+                .ok_or_else(|| invariant("the run vanished from its own log"))?
+                .dag
+                .started;
+            events.extend(super::lanes::start_events(
+                wr,
+                session,
+                started,
+                run,
+                &child,
+                &ctx.compiled,
+                &transition.state,
+                &branch.context,
+            )?);
             let mut trace = Vec::new();
             if has_children {
                 trace.push(TraceEntry {

@@ -113,6 +113,24 @@ pub fn context(attempt: &AttemptId) -> ContextId {
     ContextId::from_digest(&digest(&["workrail.ctx.v1", attempt.as_str()]))
 }
 
+/// The run of lane `index` (from 1) that the parallel step at `parent` started (decision D168).
+pub fn lane_run(parent: &NodeId, index: u32) -> workrail_spec::ids::RunId {
+    workrail_spec::ids::RunId::from_digest(&digest(&[
+        "workrail.lane.run.v1",
+        parent.as_str(),
+        &index.to_string(),
+    ]))
+}
+
+/// The root node of lane `index` of the parallel step at `parent`.
+pub fn lane_root(parent: &NodeId, index: u32) -> NodeId {
+    NodeId::from_digest(&digest(&[
+        "workrail.lane.root.v1",
+        parent.as_str(),
+        &index.to_string(),
+    ]))
+}
+
 /// Ids of records written by `start_workflow`, derived from the new root node.
 pub fn start_scoped(root: &NodeId, what: &str) -> workrail_spec::ids::Sha256Digest {
     digest(&["workrail.start.v1", root.as_str(), what])

@@ -15,6 +15,7 @@ mod facts;
 mod functions;
 mod guidance;
 mod inspect;
+mod lanes;
 mod preferences;
 mod recap;
 mod replay_notice;
@@ -1018,6 +1019,11 @@ impl Workrail {
     fn pinned_drift(&self, ctx: &NodeContext) -> Option<Warning> {
         // WorkRail's own checkpoint-only workflow has no source to drift from.
         if ctx.compiled.body.workflow_id.as_str() == session::CHECKPOINT_SESSION_WORKFLOW_ID {
+            return None;
+        }
+        // A lane pins its routine as the parent's hash pinned it (D168): it drifts with its
+        // parent, whose responses say so.
+        if lanes::is_lane_workflow(&ctx.compiled) {
             return None;
         }
         let catalog = (self.catalog)();

@@ -171,6 +171,7 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
         recap: facts.recap,
         warnings: super::preferences::response_warnings(facts.compiled, facts.preferences),
         replay: None,
+        lanes: Vec::new(),
     }
 }
 

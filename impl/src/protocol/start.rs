@@ -22,7 +22,7 @@ use crate::store::{AppendPlan, SessionIntent};
 
 /// The run would start at a loop that reads its iterations from a context value that is missing
 /// or of the wrong type: nothing is recorded, and the caller passes it in `context`.
-fn missing_loop_context(problem: &engine::LoopContextProblem) -> ErrorEnvelope {
+pub(super) fn missing_loop_context(problem: &engine::LoopContextProblem) -> ErrorEnvelope {
     ErrorEnvelope::new(
         ErrorCode::ValidationError,
         format!(
@@ -175,6 +175,7 @@ pub(super) fn start_in(
                 workflow_hash: workflow_hash.clone(),
                 workflow_source_kind: workflow.source_kind,
                 workflow_source_ref: workflow.source_ref.clone(),
+                lane: None,
             }),
         )?,
         wr.event(
@@ -220,6 +221,24 @@ pub(super) fn start_in(
             }),
         )?);
     }
+    // A workflow whose first step is a parallel step starts its lanes with it (D168).
+    let started = RunStarted {
+        workflow_id: workflow.workflow_id.clone(),
+        workflow_hash: workflow_hash.clone(),
+        workflow_source_kind: workflow.source_kind,
+        workflow_source_ref: workflow.source_ref.clone(),
+        lane: None,
+    };
+    events.extend(super::lanes::start_events(
+        wr,
+        &session,
+        &started,
+        &run,
+        &root,
+        compiled,
+        &transition.state,
+        &initial,
+    )?);
     if let Some(trace) = transition.trace_event(TraceId::from_digest(&start_scoped(&root, "trace")))
     {
         events.push(wr.event(

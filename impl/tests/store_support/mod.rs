@@ -66,6 +66,7 @@ pub fn start_plan(snapshots: &SnapshotStore) -> AppendPlan {
                     workflow_hash: workflow_hash(),
                     workflow_source_kind: WorkflowSourceKind::Project,
                     workflow_source_ref: "sample.json".into(),
+                    lane: None,
                 }),
                 1,
             ),

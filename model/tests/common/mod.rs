@@ -119,6 +119,7 @@ impl Log {
                 workflow_hash: wf_hash(hash),
                 workflow_source_kind: WorkflowSourceKind::Project,
                 workflow_source_ref: "workflows/x.json".into(),
+                lane: None,
             }),
         )
     }

@@ -25,7 +25,7 @@ use crate::closed::{
 };
 use crate::ids::{
     AttemptId, CapObsId, ChangeId, ConditionId, ContextId, DivergenceId, EventId, GapId, LoopId,
-    NodeId, OutputId, Sha256Digest, SnapshotRef, StepId, TraceId, WorkflowHash, WorkflowId,
+    NodeId, OutputId, RunId, Sha256Digest, SnapshotRef, StepId, TraceId, WorkflowHash, WorkflowId,
 };
 use crate::reason::GapReason;
 
@@ -108,6 +108,19 @@ pub struct RunStarted {
     pub workflow_source_kind: WorkflowSourceKind,
     /// Opaque; its meaning is scoped by `workflowSourceKind`. Never an absolute path.
     pub workflow_source_ref: String,
+    /// Present only on a lane of a parallel step (decision D168): the parent run, the node of
+    /// the parallel step that started it, and the lane's index (from 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<LaneLink>,
+}
+
+/// A lane's link to the parallel step that started it (decision D168).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LaneLink {
+    pub parent_run_id: RunId,
+    pub parent_node_id: NodeId,
+    pub lane_index: u32,
 }
 
 /// `node_created`: a DAG node linked to its rehydration snapshot.

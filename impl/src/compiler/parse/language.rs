@@ -212,6 +212,7 @@ pub(super) fn step_fields(
         },
         notes_optional: notes_optional.unwrap_or(Some(false))?,
         kept: BTreeMap::new(),
+        lanes: None,
         output_contract: f.opt("outputContract").is_some(),
     })
 }

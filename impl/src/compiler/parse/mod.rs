@@ -7,7 +7,7 @@ mod fields;
 pub(crate) mod functions;
 mod language;
 pub(crate) mod legacy;
-mod parallel;
+pub(crate) mod parallel;
 mod prompt;
 mod routine;
 mod step;

@@ -15,7 +15,8 @@
 use serde_json::{Map, Value, json};
 use workrail_spec::closed::StepSource;
 use workrail_spec::compiled::{
-    CompiledWarning, CompiledWarningCode, Condition, PromptFragment, StepProvenance,
+    CompiledWarning, CompiledWarningCode, Condition, LaneInput, LaneSpec, MergeStrategy,
+    ParallelLanes, PromptFragment, StepProvenance,
 };
 
 use super::Parser;
@@ -34,6 +35,8 @@ const PARALLEL: &[&str] = &[
     "runCondition",
     "requireConfirmation",
     "notesOptional",
+    "mergeStrategy",
+    "allowPartialResults",
 ];
 const DELEGATION: &[&str] = &[
     "workflowId",
@@ -85,8 +88,32 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
             sf.finish(p);
         }
     }
+    let merge_strategy = f.opt("mergeStrategy").map(|v| {
+        one_of(
+            p,
+            v,
+            &f.at("mergeStrategy"),
+            "`mergeStrategy`",
+            &["concatenate", "workspace", "fail-on-conflict"],
+        )
+        .and_then(MergeStrategy::parse)
+    });
+    let allow_partial = f.opt("allowPartialResults").map(|v| match v.as_bool() {
+        Some(b) => Some(b),
+        None => {
+            p.error(CompileError::new(
+                Code::WrongType,
+                f.at("allowPartialResults"),
+                format!("`allowPartialResults` must be true or false, found {}.", type_name(v)),
+                "Write `\"allowPartialResults\": true` to let the synthesis go on without a failed lane.",
+            ));
+            None
+        }
+    });
     let kept_unknown = f.finish_keeping(p);
     let delegations = delegations?;
+    let merge_strategy = present(merge_strategy)?.unwrap_or(MergeStrategy::Concatenate);
+    let allow_partial = present(allow_partial)?.unwrap_or(false);
     let id = value.get("id").and_then(Value::as_str).unwrap_or_default();
     let synthesis_id = format!("{id}__synthesis");
     let mut spawn = Map::new();
@@ -131,6 +158,7 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
     }
     spawn.extras.kept.insert("parallel".to_owned(), kept);
     spawn.extras.kept.extend(kept_unknown);
+    spawn.extras.lanes = lanes(p, &delegations, pointer, merge_strategy, allow_partial);
     let Some(synthesis) = synthesis else {
         return Some(SourceStep::Normal(Box::new(spawn)));
     };
@@ -168,6 +196,134 @@ pub(super) fn step(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
         SourceStep::Normal(Box::new(spawn)),
         SourceStep::Normal(Box::new(synthesized)),
     ]))
+}
+
+/// The lanes of a parallel step (decision D168): one per delegation, each running the routine it
+/// names with a last step that requires the block output. Only when every delegation names a
+/// routine the sources define (its text is in the library) can every lane be tracked; otherwise
+/// the step stays prompt text, as WorkRail 3.x runs it, with a warning saying why.
+fn lanes(
+    p: &mut Parser<'_>,
+    delegations: &[Delegation],
+    pointer: &str,
+    merge_strategy: MergeStrategy,
+    allow_partial_results: bool,
+) -> Option<Box<ParallelLanes>> {
+    let mut lanes = Vec::new();
+    for (i, d) in delegations.iter().enumerate() {
+        let at = child(
+            &index(&child(pointer, "parallelDelegations"), i),
+            "workflowId",
+        );
+        let Some(resolved) = d.resolved.as_deref() else {
+            // `unresolved_delegation` already says why.
+            return None;
+        };
+        let untracked = |p: &mut Parser<'_>, why: String| {
+            p.warn(CompiledWarning {
+                code: CompiledWarningCode::UntrackedLanes,
+                message: format!(
+                    "the lanes of this parallel step are not tracked by the server: {why} The delegations stay instructions in the step's prompt."
+                ),
+                pointer: Some(at.clone()),
+            });
+        };
+        let Some(entry) = p.ctx.library.entry(resolved) else {
+            untracked(
+                p,
+                format!(
+                    "delegation {} names `{resolved}`, which is not a routine (`<namespace>.routine-<name>`) of the workflow sources.",
+                    i + 1
+                ),
+            );
+            return None;
+        };
+        let (Some(source), bundled) = (entry.source.clone(), entry.bundled) else {
+            untracked(
+                p,
+                format!(
+                    "delegation {} names `{resolved}`, which is not a routine (`<namespace>.routine-<name>`) of the workflow sources.",
+                    i + 1
+                ),
+            );
+            return None;
+        };
+        let workflow = match lane_workflow(p, source, bundled) {
+            Ok(w) => w,
+            Err(first) => {
+                untracked(
+                    p,
+                    format!(
+                        "routine `{resolved}` of delegation {} does not compile as a lane: {first}",
+                        i + 1
+                    ),
+                );
+                return None;
+            }
+        };
+        lanes.push(LaneSpec {
+            workflow_id: entry.workflow_id.clone(),
+            goal: d.goal.clone(),
+            when: d.condition.clone(),
+            inputs: d
+                .context_mapping
+                .iter()
+                .map(|(from, to)| LaneInput {
+                    from: from.clone(),
+                    to: to.clone(),
+                })
+                .collect(),
+            args: d.args.iter().cloned().collect(),
+            workflow: Box::new(workflow),
+        });
+    }
+    Some(Box::new(ParallelLanes {
+        merge_strategy,
+        allow_partial_results,
+        lanes,
+    }))
+}
+
+/// The id of the step every lane ends with.
+pub const LANE_REPORT_STEP_ID: &str = "lane-report";
+
+const LANE_REPORT_PROMPT: &str = "Hand in this lane's block output: acknowledge this step with one `wr.block_output` artifact saying what this lane did.\n\n- `blockId`: this lane's id (`laneId`, the run id you were given).\n- `blockType`: `plan`, `dev`, `test`, `review` or `devops`, and `deliverables` of the matching shape (see the example).\n- `status`: `completed` when every deliverable was produced, `partial` when some were, `failed` when the lane could not do its work.\n- `summary`: one to three sentences.\n- `filesModified` and `filesCreated`: every file this lane changed or created, as paths relative to the project root (no `..`, no absolute path); empty lists when it changed none.\n- `timestamp`: now, in RFC 3339.";
+
+/// A routine compiled as a lane: its steps, then the report step.
+fn lane_workflow(
+    p: &Parser<'_>,
+    mut source: Value,
+    bundled: bool,
+) -> Result<workrail_spec::compiled::CompiledWorkflowSnapshotV1, String> {
+    let report = json!({
+        "id": LANE_REPORT_STEP_ID,
+        "title": "Hand in this lane's block output",
+        "prompt": LANE_REPORT_PROMPT,
+        "notesOptional": true,
+        "output": {"contractRef": crate::builtins::contracts::BLOCK_OUTPUT},
+    });
+    match source.get_mut("steps").and_then(Value::as_array_mut) {
+        Some(steps) => steps.push(report),
+        None => return Err("it has no `steps` list.".to_owned()),
+    }
+    let ctx = crate::compiler::CompileContext {
+        origin: if bundled {
+            crate::compiler::Origin::Bundled
+        } else {
+            p.ctx.origin.clone()
+        },
+        legacy_ids: crate::compiler::LegacyIdPolicy::Warn,
+        library: std::sync::Arc::clone(&p.ctx.library),
+    };
+    crate::compiler::compile(&source, &ctx)
+        .map(|c| c.snapshot)
+        .map_err(|errors| {
+            errors
+                .0
+                .first()
+                .map(|e| format!("{} (at `{}`)", e.message, e.pointer))
+                .unwrap_or_default()
+        })
 }
 
 const SYNTHESIS_PROMPT: &str = "Merge the results of the parallel subagents of the previous step into one result: reconcile contradictions explicitly, say how each was resolved, and produce one unified report.";

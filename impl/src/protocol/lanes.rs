@@ -1,0 +1,411 @@
+//! Parallel lanes as runs (decisions D168, D169).
+//!
+//! When the walk lands on a parallel step, the same append starts one child run per lane whose
+//! condition holds: a `run_started` with its `lane` link, the root node at the lane's first
+//! step, and the lane's context (the parent context's mapped keys and the delegation's `args`).
+//! Run and node ids are derived from the parent node and the lane index, so the landing's
+//! replay, a second server and an imported bundle all name the same lanes, and a rewind that
+//! lands on the step again (a new node) starts new lanes of its own.
+//!
+//! Everything else is read from the log: the lanes a parallel node started, where each stands,
+//! and the block output each handed in, ordered by where it was recorded (D161).
+
+use serde_json::{Map, Value};
+use workrail_spec::closed::{ContextSource, NodeKind};
+use workrail_spec::compiled::{CompiledWorkflowSnapshotV1, LaneSpec, ParallelLanes};
+use workrail_spec::error::ErrorEnvelope;
+use workrail_spec::event::{
+    ContextSet, EventData, EventScope, LaneLink, NodeCreated, OutputPayload, RunStarted,
+    SessionEvent,
+};
+use workrail_spec::ids::{ContextId, NodeId, RunId, SessionId, TraceId};
+use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1};
+use workrail_spec::token::{AttemptPayload, StatePayload, TokenPayload};
+use workrail_spec::tools::{LaneHandle, LaneState};
+
+use super::derive::{self, AttemptKind};
+use super::facts::Facts;
+use super::{Workrail, invariant};
+use crate::engine::fanin::{LaneOutput, LaneStatus};
+use crate::engine::{self, LaneFact};
+
+/// The artifact kind a lane hands in.
+const BLOCK_OUTPUT_KIND: &str = "wr.block_output";
+
+/// The lanes of the step `state` is pending at, if it is a parallel step with lanes.
+pub(super) fn pending_lanes<'c>(
+    compiled: &'c CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+) -> Option<&'c ParallelLanes> {
+    let step = compiled.step(&state.pending_step()?.step_id)?;
+    step.language.lanes.as_deref()
+}
+
+/// Whether `compiled` is a lane's workflow: a routine ending with the report step.
+pub(super) fn is_lane_workflow(compiled: &CompiledWorkflowSnapshotV1) -> bool {
+    compiled.body.steps.last().is_some_and(|step| {
+        step.step_id.as_str() == crate::compiler::LANE_REPORT_STEP_ID
+            && step.output.as_ref().and_then(|o| o.contract_ref.as_deref())
+                == Some(crate::builtins::contracts::BLOCK_OUTPUT)
+    })
+}
+
+/// The isolated workspace of a lane, relative to the project root: a sibling directory of the
+/// project, so a lane's worktree is never inside the project's own tree.
+pub(super) fn workspace(lane: &RunId) -> String {
+    format!("../workrail-lanes/{lane}")
+}
+
+/// The events that start the lanes of the parallel step `state` is pending at, at the new node
+/// `parent_node` of `parent_run`, reading `context`. Each lane's pinned workflow and root
+/// snapshot are stored first, so they are durable before the append attests them.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn start_events(
+    wr: &Workrail,
+    session: &SessionId,
+    parent: &RunStarted,
+    parent_run: &RunId,
+    parent_node: &NodeId,
+    compiled: &CompiledWorkflowSnapshotV1,
+    state: &EngineState,
+    context: &Map<String, Value>,
+) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
+    let Some(spec) = pending_lanes(compiled, state) else {
+        return Ok(Vec::new());
+    };
+    let mut events = Vec::new();
+    for (i, lane) in spec.lanes.iter().enumerate() {
+        let index = i as u32 + 1;
+        if lane
+            .when
+            .as_ref()
+            .is_some_and(|when| !when.evaluate(context))
+        {
+            continue;
+        }
+        events.extend(start_lane(
+            wr,
+            session,
+            parent,
+            parent_run,
+            parent_node,
+            index,
+            lane,
+            context,
+        )?);
+    }
+    Ok(events)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_lane(
+    wr: &Workrail,
+    session: &SessionId,
+    parent: &RunStarted,
+    parent_run: &RunId,
+    parent_node: &NodeId,
+    index: u32,
+    lane: &LaneSpec,
+    parent_context: &Map<String, Value>,
+) -> Result<Vec<SessionEvent>, ErrorEnvelope> {
+    let mut context = Map::new();
+    for input in &lane.inputs {
+        if let Some(value) = parent_context.get(&input.from) {
+            context.insert(input.to.clone(), value.clone());
+        }
+    }
+    for (key, value) in &lane.args {
+        context.insert(key.clone(), Value::from(value.as_str()));
+    }
+    let canonical = workrail_spec::jcs::Canonical::of(lane.workflow.as_ref())
+        .map_err(|e| invariant(format!("a lane's workflow cannot be canonicalized: {e}")))?;
+    let workflow_hash = wr
+        .store
+        .put_workflow_canonical(&lane.workflow, &canonical)
+        .map_err(|e| e.to_envelope(true))?;
+    let transition =
+        engine::start_with(&lane.workflow, &EngineState::Init, &context).map_err(|e| match e {
+            engine::EngineError::MissingContext(problem) => {
+                super::start::missing_loop_context(&problem)
+            }
+            e => invariant(format!("lane {index} cannot start: {e}")),
+        })?;
+    let snapshot = ExecutionSnapshotFileV1 {
+        workflow_hash: workflow_hash.clone(),
+        engine_payload: EnginePayloadV1::new(transition.state.clone())
+            .map_err(|e| invariant(e.to_string()))?,
+    };
+    let snapshot_ref = wr
+        .store
+        .put_snapshot(&snapshot)
+        .map_err(|e| e.to_envelope(true))?;
+    let run = derive::lane_run(parent_node, index);
+    let root = derive::lane_root(parent_node, index);
+    let root_scope = EventScope::Node(run.clone(), root.clone());
+    let mut events = vec![
+        wr.event(
+            session,
+            EventScope::Run(run.clone()),
+            EventData::RunStarted(RunStarted {
+                workflow_id: lane.workflow_id.clone(),
+                workflow_hash: workflow_hash.clone(),
+                workflow_source_kind: parent.workflow_source_kind,
+                workflow_source_ref: parent.workflow_source_ref.clone(),
+                lane: Some(LaneLink {
+                    parent_run_id: parent_run.clone(),
+                    parent_node_id: parent_node.clone(),
+                    lane_index: index,
+                }),
+            }),
+        )?,
+        wr.event(
+            session,
+            root_scope.clone(),
+            EventData::NodeCreated(NodeCreated {
+                node_kind: NodeKind::Step,
+                parent_node_id: None,
+                workflow_hash,
+                snapshot_ref,
+            }),
+        )?,
+    ];
+    if !context.is_empty() {
+        events.push(wr.event(
+            session,
+            EventScope::Run(run.clone()),
+            EventData::ContextSet(ContextSet {
+                context_id: ContextId::from_digest(&derive::start_scoped(&root, "context")),
+                context,
+                source: ContextSource::Initial,
+            }),
+        )?);
+    }
+    if let Some(trace) =
+        transition.trace_event(TraceId::from_digest(&derive::start_scoped(&root, "trace")))
+    {
+        events.push(wr.event(session, root_scope, EventData::DecisionTraceAppended(trace))?);
+    }
+    Ok(events)
+}
+
+/// The lanes `node` started: `(index, run)`, by index.
+pub(super) fn lanes_of<'f>(facts: &'f Facts<'_>, node: &NodeId) -> Vec<(u32, &'f RunId)> {
+    let mut out: Vec<(u32, &RunId)> = facts
+        .projection
+        .runs
+        .iter()
+        .filter_map(|(run, view)| {
+            let link = view.dag.started.lane.as_ref()?;
+            (&link.parent_node_id == node).then_some((link.lane_index, run))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The latest block output each lane of `node` recorded in `facts`' prefix, as facts for the
+/// fan-in (D161: ordered by where it was recorded).
+pub(super) fn lane_facts(wr: &Workrail, facts: &Facts<'_>, node: &NodeId) -> Vec<LaneFact> {
+    lanes_of(facts, node)
+        .into_iter()
+        .map(|(index, run)| {
+            let recorded = block_output(wr, facts, run);
+            LaneFact {
+                index,
+                lane: engine::fanin::Lane {
+                    lane_id: run.as_str().to_owned(),
+                    output: recorded.as_ref().map(|(at, output)| LaneOutput {
+                        recorded_at: *at,
+                        status: output
+                            .get("status")
+                            .and_then(Value::as_str)
+                            .and_then(LaneStatus::parse)
+                            .unwrap_or(LaneStatus::Failed),
+                        files: ["filesModified", "filesCreated"]
+                            .iter()
+                            .flat_map(|key| {
+                                output
+                                    .get(*key)
+                                    .and_then(Value::as_array)
+                                    .into_iter()
+                                    .flatten()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_owned)
+                            })
+                            .collect(),
+                    }),
+                },
+                summary: recorded
+                    .as_ref()
+                    .and_then(|(_, o)| o.get("summary").and_then(Value::as_str))
+                    .map(str::to_owned),
+            }
+        })
+        .collect()
+}
+
+/// The latest `wr.block_output` artifact `run` recorded, with its event index. An artifact
+/// that cannot be read is skipped: the lane then reads as missing, which blocks, never as done.
+fn block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Option<(u64, Value)> {
+    facts.events.iter().rev().find_map(|event| {
+        if event.scope().run_id() != Some(run) {
+            return None;
+        }
+        let EventData::NodeOutputAppended(output) = event.data() else {
+            return None;
+        };
+        let OutputPayload::ArtifactRef { sha256, .. } = &output.payload else {
+            return None;
+        };
+        let artifact = wr.store.artifact(sha256).ok()?;
+        (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND))
+            .then(|| (event.event_index().get(), artifact))
+    })
+}
+
+/// The handles of the lanes `node` started, for its responses: each lane's current step and
+/// tokens, and where it stands.
+pub(super) fn handles(
+    wr: &Workrail,
+    facts: &Facts<'_>,
+    session: &SessionId,
+    node: &NodeId,
+    spec: &ParallelLanes,
+) -> Result<Vec<LaneHandle>, ErrorEnvelope> {
+    let codec = wr.codec();
+    let recorded = lane_facts(wr, facts, node);
+    let mut out = Vec::new();
+    for (index, run) in lanes_of(facts, node) {
+        let view = facts
+            .run(run)
+            .ok_or_else(|| invariant("a lane's run vanished from its own log"))?;
+        let tip = view
+            .preferred_tip
+            .clone()
+            .ok_or_else(|| invariant("a lane has no node"))?;
+        let complete = wr.snapshot_complete(facts, run, &tip);
+        let status = recorded
+            .iter()
+            .find(|f| f.index == index)
+            .and_then(|f| f.lane.output.as_ref())
+            .map_or(LaneState::InProgress, |o| match o.status {
+                LaneStatus::Completed => LaneState::Completed,
+                LaneStatus::Partial => LaneState::Partial,
+                LaneStatus::Failed => LaneState::Failed,
+            });
+        let lane = spec.lanes.get(index as usize - 1);
+        out.push(LaneHandle {
+            lane_id: run.clone(),
+            index,
+            workflow_id: view.dag.started.workflow_id.clone(),
+            goal: lane.and_then(|l| l.goal.clone()),
+            status,
+            workspace: workspace(run),
+            state_token: codec.mint(&TokenPayload::State(StatePayload {
+                session_id: session.clone(),
+                run_id: run.clone(),
+                node_id: tip.clone(),
+                workflow_hash: view.dag.started.workflow_hash.clone(),
+            })),
+            ack_token: (!complete).then(|| {
+                codec.mint(&TokenPayload::Ack(AttemptPayload {
+                    session_id: session.clone(),
+                    run_id: run.clone(),
+                    node_id: tip.clone(),
+                    attempt_id: derive::attempt(
+                        session,
+                        &tip,
+                        AttemptKind::Ack,
+                        facts.advance_records(&tip).len() as u64,
+                    ),
+                }))
+            }),
+        });
+    }
+    Ok(out)
+}
+
+/// The "Lanes" section of a parallel step's prompt: what to hand each subagent.
+pub(super) fn lanes_section(handles: &[LaneHandle]) -> String {
+    let mut text = String::from(
+        "## Lanes\n\nThe server tracks each delegation as a lane of this run. Give each subagent its lane's `laneId`, `stateToken` and `ackToken` (in this response's `lanes`), and tell it to call `continue_workflow` with them (not `start_workflow`) and to follow the steps it gets until the lane's last step, where it hands in a `wr.block_output` artifact. Each lane works in its own workspace: a git worktree (`git worktree add --detach <workspace>` from the project root) or, when the project is not a git repository, a copy of the project at that path; it changes files only there. Acknowledge this step once every lane has handed in its block output.",
+    );
+    for h in handles {
+        text.push_str(&format!(
+            "\n\n### Lane {}: `{}` ({})\n- Workflow: `{}`\n- Workspace: `{}`\n- stateToken: `{}`",
+            h.index, h.lane_id, h.status, h.workflow_id, h.workspace, h.state_token
+        ));
+        if let Some(ack) = &h.ack_token {
+            text.push_str(&format!("\n- ackToken: `{ack}`"));
+        }
+        if let Some(goal) = &h.goal {
+            text.push_str(&format!("\n- Goal: {goal}"));
+        }
+    }
+    text
+}
+
+/// The "Lane results" section of the step after a parallel step: each lane's status and
+/// summary, and the conflicts the merge strategy found, from the recorded block outputs.
+pub(super) fn results_section(spec: &ParallelLanes, facts: &[LaneFact]) -> String {
+    let fan = engine::lanes::fan_in(spec, facts);
+    let mut text = format!(
+        "## Lane results\n\nMerge strategy: `{}`.",
+        spec.merge_strategy
+    );
+    for f in facts {
+        let status = match f.lane.output.as_ref().map(|o| o.status) {
+            None => "no block output",
+            Some(LaneStatus::Completed) => "completed",
+            Some(LaneStatus::Partial) => "partial",
+            Some(LaneStatus::Failed) => "failed",
+        };
+        text.push_str(&format!(
+            "\n- Lane {} (`{}`): {status}. {}",
+            f.index,
+            f.lane.lane_id,
+            f.summary.as_deref().unwrap_or("")
+        ));
+    }
+    if !fan.completed_order.is_empty() {
+        let order: Vec<String> = fan
+            .completed_order
+            .iter()
+            .filter_map(|id| facts.iter().find(|f| &f.lane.lane_id == id))
+            .map(|f| f.index.to_string())
+            .collect();
+        text.push_str(&format!(
+            "\n\nCompletion order (as recorded): lanes {}.",
+            order.join(", ")
+        ));
+    }
+    for c in &fan.conflicts {
+        let lanes: Vec<String> = c
+            .lanes
+            .iter()
+            .filter_map(|id| facts.iter().find(|f| &f.lane.lane_id == id))
+            .map(|f| format!("lane {}", f.index))
+            .collect();
+        match &c.applied_from {
+            Some(from) => {
+                let winner = facts
+                    .iter()
+                    .find(|f| &f.lane.lane_id == from)
+                    .map_or(from.clone(), |f| format!("lane {}", f.index));
+                text.push_str(&format!(
+                    "\n\nConflict: `{}` was changed by {}; {winner} completed first, so its change applies (`{}`). Check that the other change is not lost.",
+                    c.conflicting_file,
+                    lanes.join(" and "),
+                    c.resolution.as_str()
+                ));
+            }
+            None => text.push_str(&format!(
+                "\n\nConflict: `{}` was changed by {} (`{}`): keep what the user chose.",
+                c.conflicting_file,
+                lanes.join(" and "),
+                c.resolution.as_str()
+            )),
+        }
+    }
+    text
+}

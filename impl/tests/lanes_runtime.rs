@@ -1,0 +1,397 @@
+//! Parallel lanes as runs, driven through the protocol (decisions D168 and D169): landing on a
+//! parallel step starts one child run per active delegation in the same append, the response
+//! hands out each lane's tokens and workspace, lanes advance like any run, and acknowledging the
+//! parallel step fans them in from their recorded block outputs under the step's merge strategy.
+//!
+//! Guards against lanes started twice by a replay, lanes shared between two branches of a fork,
+//! a fan-in that lets a missing or failed lane through, a conflict judged by anything but the
+//! recorded order, and a conflict under `fail-on-conflict` that does not wait for the user.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod protocol_support;
+
+use std::sync::Arc;
+
+use protocol_support::{ack, rehydrate, session_events};
+use serde_json::{Value, json};
+use workrail::entropy::SeededEntropy;
+use workrail::protocol::{CatalogLoader, Workrail};
+use workrail::sources::memory::MemorySource;
+use workrail::sources::{Catalog, WorkflowSource};
+use workrail::store::fs::StoreFs;
+use workrail::store::memfs::MemFs;
+use workrail_spec::blocker::BlockerCode;
+use workrail_spec::closed::{Autonomy, WorkflowSourceKind};
+use workrail_spec::event::{EventData, PreferenceDelta};
+use workrail_spec::tools::{
+    ContinueWorkflowInput, ExecutionKind, ExecutionOutput, LaneHandle, LaneState, OutputInput,
+    StartWorkflowInput,
+};
+
+const ROUTINE: &str = r#"{
+  "id": "project.routine-inspect", "name": "Inspect", "description": "Inspect one area.",
+  "steps": [{"id": "look", "title": "Look at {area}", "prompt": "Inspect the area you were given."}]
+}"#;
+
+fn parallel(strategy: &str) -> String {
+    format!(
+        r#"{{
+  "id": "project.fan", "name": "Fan", "description": "Three lanes.", "version": "1.0.0",
+  "steps": [
+    {{"id": "prepare", "title": "Prepare", "prompt": "Prepare."}},
+    {{"type": "parallel", "id": "fan-out", "title": "Inspect in parallel", "mergeStrategy": "{strategy}",
+      "parallelDelegations": [
+        {{"workflowId": "routine-inspect", "goal": "Inspect the parser", "contextMapping": {{"ticket": "ticketId"}}, "args": {{"area": "parser"}}}},
+        {{"workflowId": "routine-inspect", "goal": "Inspect the store", "args": {{"area": "store"}}}},
+        {{"workflowId": "routine-inspect", "goal": "Inspect the docs", "args": {{"area": "docs"}}, "runCondition": {{"var": "docs", "equals": true}}}}
+      ],
+      "synthesis": {{"prompt": "Merge what the lanes found."}}}},
+    {{"id": "ship", "title": "Ship", "prompt": "Ship."}}
+  ]
+}}"#
+    )
+}
+
+fn open(strategy: &str) -> Workrail {
+    let workflow = parallel(strategy);
+    let catalog: CatalogLoader = Arc::new(move || {
+        let project = MemorySource::new(WorkflowSourceKind::Project)
+            .with("project/workflows/routine.json", ROUTINE)
+            .with("project/workflows/fan.json", &workflow);
+        let sources: Vec<&dyn WorkflowSource> = vec![&project];
+        Arc::new(Catalog::load(&sources))
+    });
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    Workrail::with_parts(fs, catalog, Arc::new(SeededEntropy::new(11))).unwrap()
+}
+
+fn start(wr: &Workrail, docs: bool, autonomy: Option<Autonomy>) -> ExecutionOutput {
+    wr.start_workflow(StartWorkflowInput {
+        workflow_id: "project.fan".into(),
+        context: Some(
+            json!({"ticket": "T-7", "docs": docs})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ),
+        preferences: autonomy
+            .map(PreferenceDelta::Autonomy)
+            .into_iter()
+            .collect(),
+        preset: None,
+    })
+    .unwrap()
+}
+
+fn step(out: &ExecutionOutput) -> String {
+    out.pending
+        .as_ref()
+        .map_or("<none>".into(), |p| p.step_id.to_string())
+}
+
+fn lane_ack(lane: &LaneHandle, artifacts: Vec<Value>) -> ContinueWorkflowInput {
+    ContinueWorkflowInput {
+        state_token: Some(lane.state_token.clone()),
+        ack_token: lane.ack_token.clone(),
+        context: None,
+        output: Some(OutputInput {
+            notes_markdown: Some("Looked.".into()),
+            artifacts: artifacts
+                .into_iter()
+                .map(|a| a.as_object().unwrap().clone())
+                .collect(),
+        }),
+        preferences: vec![],
+        preset: None,
+    }
+}
+
+fn block_output(lane: &str, status: &str, files: &[&str]) -> Value {
+    json!({
+        "kind": "wr.block_output",
+        "blockId": lane,
+        "blockType": "review",
+        "status": status,
+        "deliverables": {"blockType": "generic", "summary": "Notes written."},
+        "summary": format!("Lane {lane} finished."),
+        "filesModified": files,
+        "filesCreated": [],
+        "timestamp": "2026-11-28T10:00:00Z"
+    })
+}
+
+/// Drives `lane` through its routine and hands in a block output.
+fn finish_lane(wr: &Workrail, lane: &LaneHandle, status: &str, files: &[&str]) {
+    let look = wr.continue_workflow(lane_ack(lane, vec![])).unwrap();
+    assert_eq!(step(&look), "lane-report", "{:?}", look.blockers);
+    let handle = LaneHandle {
+        state_token: look.state_token.clone(),
+        ack_token: look.ack_token.clone(),
+        ..lane.clone()
+    };
+    let done = wr
+        .continue_workflow(lane_ack(
+            &handle,
+            vec![block_output(lane.lane_id.as_str(), status, files)],
+        ))
+        .unwrap();
+    assert!(done.is_complete, "{:?}", done.blockers);
+}
+
+fn to_fan_out(wr: &Workrail, docs: bool, autonomy: Option<Autonomy>) -> ExecutionOutput {
+    let first = start(wr, docs, autonomy);
+    assert_eq!(step(&first), "prepare");
+    let fan = wr
+        .continue_workflow(ack(&first, "Prepared.", vec![]))
+        .unwrap();
+    assert_eq!(step(&fan), "fan-out");
+    fan
+}
+
+/// decision: D168
+#[test]
+fn landing_on_a_parallel_step_starts_one_lane_run_per_active_delegation() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    // The third delegation's condition does not hold: two lanes.
+    assert_eq!(fan.lanes.len(), 2, "{:?}", fan.lanes);
+    assert_eq!(
+        fan.lanes.iter().map(|l| l.index).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    for lane in &fan.lanes {
+        assert_eq!(lane.status, LaneState::InProgress);
+        assert_eq!(lane.workflow_id.as_str(), "project.routine-inspect");
+        assert_eq!(
+            lane.workspace,
+            format!("../workrail-lanes/{}", lane.lane_id)
+        );
+        assert!(lane.ack_token.is_some());
+    }
+    let prompt = &fan.pending.as_ref().unwrap().prompt;
+    assert!(prompt.contains("## Lanes"), "{prompt}");
+    assert!(prompt.contains(&fan.lanes[0].state_token), "{prompt}");
+    let events = session_events(&wr, &fan);
+    let lanes: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::RunStarted(r) => r.lane.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lanes.len(), 2);
+    assert!(
+        lanes
+            .iter()
+            .all(|l| l.parent_node_id == fan_node(&wr, &fan))
+    );
+    // The lane's context: the mapped key and the args.
+    let lane_context = events
+        .iter()
+        .find_map(|e| match (e.data(), e.scope().run_id()) {
+            (EventData::ContextSet(c), Some(run)) if run == &fan.lanes[0].lane_id => {
+                Some(c.context.clone())
+            }
+            _ => None,
+        });
+    assert_eq!(
+        Value::Object(lane_context.unwrap()),
+        json!({"ticketId": "T-7", "area": "parser"})
+    );
+    // Rehydrating the parallel step hands out the same lanes.
+    let again = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    assert_eq!(again.lanes, fan.lanes);
+}
+
+fn fan_node(wr: &Workrail, out: &ExecutionOutput) -> workrail_spec::ids::NodeId {
+    let events = session_events(wr, out);
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e.data() {
+            EventData::NodeCreated(_) if e.scope().run_id() == Some(&out.session.run_id) => {
+                e.scope().node_id().cloned()
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// decision: D168
+#[test]
+fn a_replayed_landing_starts_no_second_lane_and_a_fork_starts_its_own() {
+    let wr = open("concatenate");
+    let first = start(&wr, true, None);
+    let fan = wr
+        .continue_workflow(ack(&first, "Prepared.", vec![]))
+        .unwrap();
+    assert_eq!(fan.lanes.len(), 3);
+    let before = session_events(&wr, &fan).len();
+    let replay = wr
+        .continue_workflow(ack(&first, "Prepared.", vec![]))
+        .unwrap();
+    assert_eq!(replay, fan, "a replay answers from the recorded facts");
+    assert_eq!(
+        session_events(&wr, &fan).len(),
+        before,
+        "a replay appends nothing"
+    );
+    // A rewind that lands on the step again is a new node with lanes of its own.
+    let resent = wr
+        .continue_workflow(ack(&first, "Prepared again, differently.", vec![]))
+        .unwrap();
+    let notice = resent
+        .replay
+        .expect("an old ackToken with new output gets the replay notice");
+    let mut fork_input = ack(&first, "Prepared again, differently.", vec![]);
+    fork_input.state_token = Some(notice.fork_state_token);
+    fork_input.ack_token = Some(notice.fork_ack_token);
+    let fork = wr.continue_workflow(fork_input).unwrap();
+    assert_eq!(step(&fork), "fan-out");
+    assert_ne!(fork.state_token, fan.state_token);
+    assert_eq!(fork.lanes.len(), 3);
+    for lane in &fork.lanes {
+        assert!(!fan.lanes.iter().any(|l| l.lane_id == lane.lane_id));
+    }
+    // The first branch's lanes are untouched.
+    let first_branch = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    assert_eq!(first_branch.lanes, fan.lanes);
+}
+
+/// decision: D169
+#[test]
+fn the_parallel_step_waits_for_every_lane_and_names_the_missing_ones() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    let blocked = wr.continue_workflow(ack(&fan, "Spawned.", vec![])).unwrap();
+    assert_eq!(blocked.kind, ExecutionKind::Blocked);
+    let blocker = &blocked.blockers[0];
+    assert_eq!(blocker.code, BlockerCode::MissingRequiredOutput);
+    for lane in &fan.lanes {
+        assert!(
+            blocker.message.as_str().contains(lane.lane_id.as_str()),
+            "{}",
+            blocker.message.as_str()
+        );
+    }
+    finish_lane(&wr, &fan.lanes[0], "completed", &["src/parser.rs"]);
+    let again = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    assert_eq!(again.lanes[0].status, LaneState::Completed);
+    assert!(again.lanes[0].ack_token.is_none());
+    let still = wr
+        .continue_workflow(ack(&again, "Spawned.", vec![]))
+        .unwrap();
+    assert_eq!(still.kind, ExecutionKind::Blocked);
+    assert!(
+        !still.blockers[0]
+            .message
+            .as_str()
+            .contains(fan.lanes[0].lane_id.as_str())
+    );
+    assert!(
+        still.blockers[0]
+            .message
+            .as_str()
+            .contains(fan.lanes[1].lane_id.as_str())
+    );
+    finish_lane(&wr, &fan.lanes[1], "completed", &["src/parser.rs"]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let merged = wr
+        .continue_workflow(ack(&after, "All lanes in.", vec![]))
+        .unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+    let prompt = &merged.pending.as_ref().unwrap().prompt;
+    assert!(prompt.contains("## Lane results"), "{prompt}");
+    assert!(prompt.contains("Merge strategy: `concatenate`"), "{prompt}");
+    // Outputs only: the shared file is no conflict.
+    assert!(!prompt.contains("Conflict"), "{prompt}");
+    assert!(merged.warnings.iter().all(|w| w.code != "lane_conflict"));
+}
+
+/// decision: D169
+#[test]
+fn a_failed_lane_blocks_the_fan_in() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    finish_lane(&wr, &fan.lanes[0], "completed", &[]);
+    finish_lane(&wr, &fan.lanes[1], "failed", &[]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    assert_eq!(after.lanes[1].status, LaneState::Failed);
+    let blocked = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(blocked.kind, ExecutionKind::Blocked);
+    assert_eq!(blocked.blockers[0].code, BlockerCode::InvalidRequiredOutput);
+    assert!(blocked.blockers[0].message.as_str().contains("failed"));
+}
+
+/// decision: D169
+#[test]
+fn under_fail_on_conflict_a_file_two_lanes_changed_waits_for_the_user() {
+    let wr = open("fail-on-conflict");
+    let fan = to_fan_out(&wr, true, None);
+    finish_lane(&wr, &fan.lanes[2], "completed", &["README.md"]);
+    finish_lane(
+        &wr,
+        &fan.lanes[0],
+        "completed",
+        &["src/lib.rs", "README.md"],
+    );
+    finish_lane(&wr, &fan.lanes[1], "completed", &["src/lib.rs"]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let blocked = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(blocked.kind, ExecutionKind::Blocked);
+    let codes: Vec<_> = blocked.blockers.iter().map(|b| b.code).collect();
+    assert_eq!(
+        codes,
+        [
+            BlockerCode::UserOnlyDependency,
+            BlockerCode::UserOnlyDependency
+        ]
+    );
+    let text: String = blocked
+        .blockers
+        .iter()
+        .map(|b| b.message.as_str().to_owned())
+        .collect();
+    assert!(
+        text.contains("`README.md`") && text.contains("`src/lib.rs`"),
+        "{text}"
+    );
+    assert!(text.contains(fan.lanes[2].lane_id.as_str()));
+    // In never-stop, the same conflict is a gap and the run goes on.
+    let wr = open("fail-on-conflict");
+    let fan = to_fan_out(&wr, false, Some(Autonomy::FullAutoNeverStop));
+    finish_lane(&wr, &fan.lanes[0], "completed", &["src/lib.rs"]);
+    finish_lane(&wr, &fan.lanes[1], "completed", &["src/lib.rs"]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let on = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(step(&on), "fan-out__synthesis", "{:?}", on.blockers);
+    let gaps = session_events(&wr, &on)
+        .iter()
+        .filter(|e| matches!(e.data(), EventData::GapRecorded(_)))
+        .count();
+    assert!(gaps >= 1);
+}
+
+/// decision: D169
+#[test]
+fn under_workspace_the_first_lane_recorded_wins_with_a_warning() {
+    let wr = open("workspace");
+    let fan = to_fan_out(&wr, false, None);
+    // Lane 2 completes first: it wins, whatever the lane order.
+    finish_lane(&wr, &fan.lanes[1], "completed", &["src/lib.rs"]);
+    finish_lane(&wr, &fan.lanes[0], "completed", &["src/lib.rs"]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let merged = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+    assert!(merged.warnings.iter().any(|w| w.code == "lane_conflict"));
+    let prompt = &merged.pending.as_ref().unwrap().prompt;
+    assert!(
+        prompt.contains("lane 2 completed first, so its change applies"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("Completion order (as recorded): lanes 2, 1."));
+    // The synthesis response is a pure function of the recorded prefix.
+    let replay = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(replay, merged);
+}
