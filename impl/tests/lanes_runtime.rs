@@ -395,3 +395,146 @@ fn under_workspace_the_first_lane_recorded_wins_with_a_warning() {
     let replay = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
     assert_eq!(replay, merged);
 }
+
+/// The fan-in of the parallel step of `project.fan` judged by the engine with `branch`.
+fn fan_in_with(branch: workrail::engine::BranchFacts) -> workrail::engine::AdvanceOutcome {
+    use workrail::compiler::{CompileContext, compile, library::WorkflowLibrary};
+    let source = parallel("concatenate");
+    let library = WorkflowLibrary::from_documents([(false, ROUTINE), (false, source.as_str())]);
+    let compiled = compile(
+        &serde_json::from_str(&source).unwrap(),
+        &CompileContext::load("project").with_library(Arc::new(library)),
+    )
+    .unwrap()
+    .snapshot;
+    let started =
+        workrail::engine::start(&compiled, &workrail_spec::snapshot::EngineState::Init).unwrap();
+    let output = OutputInput {
+        notes_markdown: Some("Done.".into()),
+        artifacts: vec![],
+    };
+    let at_fan =
+        match workrail::engine::advance(&compiled, &started.state, &output, Autonomy::Guided)
+            .unwrap()
+        {
+            workrail::engine::AdvanceOutcome::Advanced(t) => t.state,
+            other => panic!("{other:?}"),
+        };
+    workrail::engine::advance_on(&compiled, &at_fan, &output, Autonomy::Guided, &branch).unwrap()
+}
+
+fn lane_fact(index: u32, recorded_at: u64) -> workrail::engine::LaneFact {
+    workrail::engine::LaneFact {
+        index,
+        lane: workrail::engine::fanin::Lane {
+            lane_id: format!("run_lane{index}"),
+            output: Some(workrail::engine::fanin::LaneOutput {
+                recorded_at,
+                status: workrail::engine::fanin::LaneStatus::Completed,
+                files: vec![],
+            }),
+        },
+        summary: Some("Done.".into()),
+    }
+}
+
+/// decision: D172
+#[test]
+fn a_fan_in_with_delegation_unavailable_records_that_the_lanes_ran_one_after_another() {
+    use workrail_spec::closed::{Capability, CapabilityStatus, DivergenceReason};
+    let mut branch = workrail::engine::BranchFacts {
+        lanes: vec![lane_fact(1, 40), lane_fact(2, 30)],
+        ..Default::default()
+    };
+    branch
+        .strong_status
+        .insert(Capability::Delegation, CapabilityStatus::Unavailable);
+    let workrail::engine::AdvanceOutcome::Advanced(t) = fan_in_with(branch.clone()) else {
+        panic!("the fan-in should go on");
+    };
+    assert_eq!(t.reports.divergences.len(), 1);
+    let divergence = &t.reports.divergences[0];
+    assert_eq!(divergence.reason, DivergenceReason::CapabilityUnavailable);
+    assert!(
+        divergence.summary.contains("2 lanes"),
+        "{}",
+        divergence.summary
+    );
+    assert_eq!(
+        divergence.related_step_id.as_ref().unwrap().as_str(),
+        "fan-out"
+    );
+    // Unknown is not unavailable: nothing is claimed.
+    branch
+        .strong_status
+        .insert(Capability::Delegation, CapabilityStatus::Unknown);
+    let workrail::engine::AdvanceOutcome::Advanced(t) = fan_in_with(branch) else {
+        panic!("the fan-in should go on");
+    };
+    assert!(t.reports.divergences.is_empty());
+}
+
+/// decision: D172
+#[test]
+fn an_agent_without_subagents_drives_the_lanes_itself_and_its_divergence_is_recorded() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    let prompt = &fan.pending.as_ref().unwrap().prompt;
+    assert!(prompt.contains("No subagents?"), "{prompt}");
+    // One agent, one chat: the lanes one after another.
+    for lane in &fan.lanes {
+        finish_lane(&wr, lane, "completed", &[]);
+    }
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let divergence = json!({"kind": "workflow_divergence", "reason": "capability_unavailable", "summary": "No subagents: ran the lanes one after another."});
+    let merged = wr
+        .continue_workflow(ack(&after, "All lanes in.", vec![divergence]))
+        .unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+    let recorded = session_events(&wr, &merged)
+        .iter()
+        .filter(|e| matches!(e.data(), EventData::DivergenceRecorded(d) if d.summary.as_str().contains("No subagents")))
+        .count();
+    assert_eq!(recorded, 1);
+}
+
+/// decision: D168
+#[test]
+fn an_exported_session_with_lanes_imports_with_fresh_lane_tokens_and_goes_on() {
+    let wr = open("fail-on-conflict");
+    let fan = to_fan_out(&wr, false, None);
+    finish_lane(&wr, &fan.lanes[0], "completed", &["src/a.rs"]);
+    let exported = wr
+        .export_session(
+            fan.session.session_id.as_str(),
+            &workrail::bundle::NoProgress,
+        )
+        .unwrap();
+    let elsewhere = open("fail-on-conflict");
+    let report = elsewhere
+        .import_bundle(
+            exported.text.as_str(),
+            &workrail::bundle::ImportOptions::default(),
+            &workrail::bundle::NoProgress,
+        )
+        .unwrap();
+    // Three runs: the parent and its two lanes.
+    assert_eq!(report.runs.len(), 3);
+    let parent = report
+        .runs
+        .iter()
+        .find_map(|r| r.resume.clone().filter(|o| !o.lanes.is_empty()))
+        .expect("the parent run resumes at the parallel step, with its lanes");
+    assert_eq!(parent.lanes.len(), 2);
+    assert_eq!(parent.lanes[0].status, LaneState::Completed);
+    assert_eq!(parent.lanes[1].status, LaneState::InProgress);
+    // The imported lane tokens drive the lane here; the fan-in goes on.
+    finish_lane(&elsewhere, &parent.lanes[1], "completed", &["src/b.rs"]);
+    let after = elsewhere
+        .continue_workflow(rehydrate(&parent.state_token))
+        .unwrap();
+    let merged = elsewhere
+        .continue_workflow(ack(&after, "Both in.", vec![]))
+        .unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+}

@@ -5,13 +5,16 @@
 //! reason model, so guided runs block and never-stop runs record gaps.
 
 use workrail_spec::blocker::BlockerPointer;
-use workrail_spec::closed::{Autonomy, NonAssumableChoiceKind, UserOnlyDependencyReason};
+use workrail_spec::closed::{
+    Autonomy, Capability, CapabilityStatus, DivergenceReason, NonAssumableChoiceKind,
+    UserOnlyDependencyReason,
+};
 use workrail_spec::compiled::{CompiledStep, MergeStrategy, ParallelLanes};
 use workrail_spec::reason::{ContractViolationReason, GapReason};
 
 use super::fanin::{self, FanIn, Lane};
 use super::findings::finding;
-use super::outcome::{Finding, FindingDetail, LaneFact};
+use super::outcome::{BranchFacts, Divergence, Finding, FindingDetail, LaneFact, Reports};
 
 /// The fan-in's own strategy type from the compiled one.
 pub fn strategy(merge: MergeStrategy) -> fanin::MergeStrategy {
@@ -126,4 +129,30 @@ pub(crate) fn judge(
         ));
     }
     out
+}
+
+/// The divergence a fan-in records when delegation is known unavailable on the branch (decision
+/// D172): the lanes cannot have run as parallel subagents, so they ran one after another in the
+/// chat (locks §5). Not recorded when the agent reported its own `capability_unavailable`
+/// divergence with the acknowledgement, nor when delegation is only `unknown`.
+pub(crate) fn sequential_divergence(
+    step: &CompiledStep,
+    branch: &BranchFacts,
+    reports: &Reports,
+) -> Option<Divergence> {
+    let unavailable =
+        branch.strong_status.get(&Capability::Delegation) == Some(&CapabilityStatus::Unavailable);
+    let reported = reports
+        .divergences
+        .iter()
+        .any(|d| d.reason == DivergenceReason::CapabilityUnavailable);
+    (unavailable && !reported && !branch.lanes.is_empty()).then(|| Divergence {
+        reason: DivergenceReason::CapabilityUnavailable,
+        summary: format!(
+            "Delegation was unavailable: the {} lanes of step '{}' ran one after another in this chat, and their recorded block outputs were fanned in.",
+            branch.lanes.len(),
+            step.step_id
+        ),
+        related_step_id: Some(step.step_id.clone()),
+    })
 }

@@ -246,6 +246,9 @@ pub fn advance_on(
         .extend(validation::judge(compiled, step, output, &scope, autonomy).map_err(inconsistent)?);
     if let Some(spec) = &step.language.lanes {
         findings.extend(lanes::judge(step, spec, &branch.lanes, autonomy));
+        reports
+            .divergences
+            .extend(lanes::sequential_divergence(step, branch, &reports));
     }
     if findings.iter().any(|f| f.disposition.blocks) {
         // The step is not done: a divergence describes completed work, so the agent sends it
