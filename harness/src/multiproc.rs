@@ -62,6 +62,8 @@
 //! - `locked_not_retryable`: a lock-busy error not marked retryable;
 //! - `language_mismatches` (storm clients): an answer on a run of the language workflow other
 //!   than its control flow says for what the client sent (a blocked ack included);
+//! - `lanes_lost`, `lane_mismatches` ([`lane_storm`]): a lane answered complete that the fan-in
+//!   then missed; an answer on a run with lanes other than its workflow says;
 //! - `session_locked`: lock-busy errors (allowed: retried as their `retry` says).
 //!
 //! **On PostgreSQL** ([`Config::on_postgres`]): every process gets `WORKRAIL_STORE` and
@@ -106,9 +108,11 @@ use crate::system::workrail_binary;
 
 mod db_outage;
 mod gc_storm;
+mod lanes;
 mod language;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
 pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter};
+pub use lanes::{lane_storm, lane_storm_with_an_undriven_lane};
 
 /// Seconds each scenario drives its servers (default [`Config::DEFAULT_SECS`]).
 pub const SECS_ENV: &str = "WORKRAIL_MULTIPROC_SECS";
@@ -350,6 +354,16 @@ pub struct Report {
     /// Storm clients: answers on such runs other than the workflow's control flow says (a
     /// blocked ack, another next step, a first step that is not the survey of the run's items).
     pub language_mismatches: u64,
+    /// [`lane_storm`]: lanes handed out by a parallel step.
+    pub lane_runs: u64,
+    /// [`lane_storm`]: runs with lanes driven to completion.
+    pub lane_runs_completed: u64,
+    /// [`lane_storm`]: a lane whose last step was answered complete and that the fan-in then
+    /// missed (the parallel step blocked, or its synthesis does not list the lane completed).
+    pub lanes_lost: u64,
+    /// [`lane_storm`]: answers other than the workflow says (not three lanes, other lanes on a
+    /// rehydrate, a lane that does not end at its report step).
+    pub lane_mismatches: u64,
 }
 
 impl Report {
@@ -383,6 +397,18 @@ impl Report {
         ) + &self.language_counts()
             + &self.outage_counts()
             + &self.gc_counts()
+            + &self.lane_counts()
+    }
+
+    /// The counts of [`lane_storm`] (empty for the other scenarios).
+    fn lane_counts(&self) -> String {
+        if self.scenario != "lane_storm" {
+            return String::new();
+        }
+        format!(
+            " lane_runs={} lane_runs_completed={} lanes_lost={} lane_mismatches={}",
+            self.lane_runs, self.lane_runs_completed, self.lanes_lost, self.lane_mismatches,
+        )
     }
 
     /// The counts of the language runs of the storm clients (empty for the other scenarios).
@@ -452,6 +478,8 @@ impl Report {
             + self.half_deleted
             + self.gc_race_errors
             + self.language_mismatches
+            + self.lanes_lost
+            + self.lane_mismatches
     }
 
     fn sample(&mut self, text: String) {

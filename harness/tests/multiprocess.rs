@@ -185,3 +185,31 @@ fn the_checks_catch_a_gc_that_deletes_the_lock_file() {
     );
     assert!(report.failures() > 0, "{}", report.line());
 }
+
+/// decision: D168
+#[test]
+fn lanes_driven_from_several_servers_under_kill_9_are_never_lost() {
+    let _serial = serial();
+    let report = multiproc::lane_storm(&config()).unwrap();
+    println!("{}", report.line());
+    assert_sound(&report);
+    assert!(report.kills > 0, "no server was killed: {}", report.line());
+    assert!(
+        report.lane_runs_completed > 0,
+        "no run with lanes completed: {}",
+        report.line()
+    );
+}
+
+/// The lane checks are not blind: a lane left undriven is counted as lost at the fan-in.
+///
+/// decision: D169
+#[test]
+fn the_lane_checks_catch_a_lane_missing_at_the_fan_in() {
+    let _serial = serial();
+    let mut config = config();
+    config.run_for = std::time::Duration::from_secs(3);
+    let report = multiproc::lane_storm_with_an_undriven_lane(&config).unwrap();
+    println!("{}", report.line());
+    assert!(report.lanes_lost > 0, "{}", report.line());
+}

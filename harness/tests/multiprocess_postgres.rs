@@ -122,6 +122,25 @@ fn servers_killed_on_one_database_lose_nothing_and_replays_return_the_recorded_r
     assert!(report.kills > 0, "{}", report.line());
 }
 
+/// Lanes driven from several servers on one database, under `kill -9`: none is lost.
+///
+/// decision: D168
+#[test]
+fn lanes_driven_from_servers_on_one_database_under_kill_9_are_never_lost() {
+    let Some(url) =
+        postgres_url("lanes_driven_from_servers_on_one_database_under_kill_9_are_never_lost")
+    else {
+        return;
+    };
+    let _serial = serial();
+    let schema = Schema::new(&url, "lanes");
+    let report = multiproc::lane_storm(&config(&schema)).unwrap();
+    println!("{}", report.line());
+    assert_sound(&report);
+    assert!(report.kills > 0, "{}", report.line());
+    assert!(report.lane_runs_completed > 0, "{}", report.line());
+}
+
 /// The oracle is not blind on PostgreSQL: an append cut from the schema after it was answered
 /// (its events, its `segment_closed` record and everything after it, the next indices set back)
 /// is counted as lost, and its token as stale, while the session itself stays healthy.
