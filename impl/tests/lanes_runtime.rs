@@ -538,3 +538,33 @@ fn an_exported_session_with_lanes_imports_with_fresh_lane_tokens_and_goes_on() {
         .unwrap();
     assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
 }
+
+/// decision: D175
+#[test]
+fn a_run_that_completes_with_gaps_names_them_in_its_last_answer() {
+    let wr = open("fail-on-conflict");
+    let fan = to_fan_out(&wr, false, Some(Autonomy::FullAutoNeverStop));
+    finish_lane(&wr, &fan.lanes[0], "completed", &["src/lib.rs"]);
+    finish_lane(&wr, &fan.lanes[1], "completed", &["src/lib.rs"]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let mut out = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    while !out.is_complete {
+        out = wr.continue_workflow(ack(&out, "Done.", vec![])).unwrap();
+    }
+    assert_eq!(
+        out.run.status,
+        workrail_spec::closed::RunStatus::CompleteWithGaps
+    );
+    let named = out
+        .warnings
+        .iter()
+        .find(|w| w.code == "open_gaps")
+        .expect("the last answer names the open gaps");
+    assert!(named.message.contains("`src/lib.rs`"), "{}", named.message);
+    assert!(
+        named.message.contains("user_only_dependency"),
+        "{}",
+        named.message
+    );
+    assert!(workrail::protocol::render_text(&out).contains("open_gaps"));
+}

@@ -204,10 +204,17 @@ fn warnings_are_recorded_on_the_node_shown_in_responses_and_never_block() {
     let a = wr
         .continue_workflow(ack(&root, "Planned the slices.", vec![]))
         .unwrap();
+    // Decision D175: the warning is news where the preferences changed, not on every step; a
+    // rehydrate (maybe from a new chat) shows it again.
     assert_eq!(
         response_warning(&a),
+        None,
+        "an unchanged step repeats no warning"
+    );
+    assert_eq!(
+        response_warning(&wr.continue_workflow(rehydrate(&a.state_token)).unwrap()),
         Some(shown.clone()),
-        "inherited snapshot, same warning"
+        "a rehydrate shows the warning in force"
     );
     assert!(
         recorded_warnings(&fs, &log(&wr, &a), &node_of(&a)).is_empty(),
@@ -589,7 +596,11 @@ fn presets_select_the_locked_pairs_and_explicit_keys_override_them() {
 
 /// Runs `plan`, `implement`, then an ack of `decide` without a decision under `start`
 /// preferences; returns (that response, the log without preference records).
-fn guardrail_run(start: EffectivePreferences) -> (ExecutionOutput, Vec<Value>) {
+/// The response to acknowledging `decide` without a decision, the recorded shape of the log, and
+/// the preference warning the run's start showed (decision D175: shown where preferences change).
+fn guardrail_run(
+    start: EffectivePreferences,
+) -> (ExecutionOutput, Vec<Value>, Option<PreferenceWarningV1>) {
     let fs = MemFs::new();
     let wr = open(&fs, 1);
     let root = start_with(
@@ -622,7 +633,7 @@ fn guardrail_run(start: EffectivePreferences) -> (ExecutionOutput, Vec<Value>) {
             serde_json::json!({"kind": e.kind(), "data": v})
         })
         .collect();
-    (out, shape)
+    (out, shape, response_warning(&root))
 }
 
 fn strip(v: &mut Value, key: &str) {
@@ -642,8 +653,9 @@ fn strip(v: &mut Value, key: &str) {
 #[test]
 fn risk_policy_never_bends_contracts_tokens_or_disclosure() {
     for autonomy in [Autonomy::Guided, Autonomy::FullAutoNeverStop] {
-        let (careful, careful_log) = guardrail_run(prefs(autonomy, RiskPolicy::Conservative));
-        let (bold, bold_log) = guardrail_run(prefs(autonomy, RiskPolicy::Aggressive));
+        let (careful, careful_log, careful_warned) =
+            guardrail_run(prefs(autonomy, RiskPolicy::Conservative));
+        let (bold, bold_log, bold_warned) = guardrail_run(prefs(autonomy, RiskPolicy::Aggressive));
         // The missing decision is judged the same way: the same blockers (blocking mode) or the
         // same disclosed gap (never-stop); the same step, intent and token kinds.
         assert_eq!(careful.kind, bold.kind, "{autonomy}");
@@ -662,18 +674,24 @@ fn risk_policy_never_bends_contracts_tokens_or_disclosure() {
         // events, edges and causes, outputs, gaps and advance outcomes.
         assert_eq!(careful_log, bold_log, "{autonomy}");
         // Aggressive is above this workflow's recommendation: it only adds to the warning.
-        let risk_warned = |out: &ExecutionOutput| {
-            response_warning(out).is_some_and(|w| w.exceeded.contains(&PreferenceKey::RiskPolicy))
+        let risk_warned = |warned: &Option<PreferenceWarningV1>| {
+            warned
+                .as_ref()
+                .is_some_and(|w| w.exceeded.contains(&PreferenceKey::RiskPolicy))
         };
-        assert!(!risk_warned(&careful) && risk_warned(&bold), "{autonomy}");
+        assert!(
+            !risk_warned(&careful_warned) && risk_warned(&bold_warned),
+            "{autonomy}"
+        );
     }
-    let (blocked, _) = guardrail_run(prefs(Autonomy::Guided, RiskPolicy::Aggressive));
+    let (blocked, _, _) = guardrail_run(prefs(Autonomy::Guided, RiskPolicy::Aggressive));
     assert_eq!(
         blocked.kind,
         ExecutionKind::Blocked,
         "aggressive never bypasses a contract"
     );
-    let (gapped, log) = guardrail_run(prefs(Autonomy::FullAutoNeverStop, RiskPolicy::Aggressive));
+    let (gapped, log, _) =
+        guardrail_run(prefs(Autonomy::FullAutoNeverStop, RiskPolicy::Aggressive));
     assert_eq!(gapped.kind, ExecutionKind::Ok);
     assert!(
         log.iter()

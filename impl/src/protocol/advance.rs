@@ -107,8 +107,53 @@ pub(super) fn respond_at(
     if let Some((record, plan)) = attempt_record {
         output.warnings.extend(gap_warnings(plan, record));
     }
+    // The preference warning is recorded on the node where the preferences changed; it is
+    // news there, on a rehydrate (maybe a new chat) and at the start, not on every step (D175).
+    let parent = facts.node(run, node).and_then(|n| n.parent.clone());
+    let changed = parent
+        .as_ref()
+        .is_none_or(|p| facts.preferences(run, p) != facts.preferences(run, node));
+    if moment != Moment::Rehydrate && !changed {
+        output.warnings.retain(|w| w.preference_warning.is_none());
+    }
+    if state.is_complete() && status == workrail_spec::closed::RunStatus::CompleteWithGaps {
+        output.warnings.extend(open_gaps_warning(view, node));
+    }
     with_lanes(wr, &facts, session, run, node, ctx, state, &mut output)?;
     Ok(output)
+}
+
+/// At the end of a run that completed with critical gaps, which gaps they are (D175): what was
+/// assumed or skipped, so the agent can tell the user instead of "completed with gaps".
+fn open_gaps_warning(view: &crate::projections::RunView, node: &NodeId) -> Option<Warning> {
+    const LISTED: usize = 5;
+    let gaps: Vec<_> = view
+        .open_gaps_on(node)
+        .into_iter()
+        .filter(|g| g.severity == GapSeverity::Critical)
+        .collect();
+    if gaps.is_empty() {
+        return None;
+    }
+    let mut message = format!(
+        "The run completed with {} unresolved critical gap(s); tell the user what each one left open:",
+        gaps.len()
+    );
+    for g in gaps.iter().take(LISTED) {
+        message.push_str(&format!(
+            "\n- {} ({}): {}",
+            g.gap_id,
+            workrail_spec::reason::ReasonCode::new(g.reason),
+            g.summary.as_str()
+        ));
+    }
+    if gaps.len() > LISTED {
+        message.push_str(&format!(
+            "\n- and {} more: `workrail inspect` lists them all.",
+            gaps.len() - LISTED
+        ));
+    }
+    Some(Warning::new("open_gaps", message))
 }
 
 /// A parallel step's response hands out its lanes (decision D168); the step after it shows what
