@@ -568,3 +568,42 @@ fn a_run_that_completes_with_gaps_names_them_in_its_last_answer() {
     );
     assert!(workrail::protocol::render_text(&out).contains("open_gaps"));
 }
+
+/// decision: D176
+#[test]
+fn every_prompt_of_a_lane_opens_with_its_task_its_workspace_and_what_it_must_hand_in() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    let lane = &fan.lanes[0];
+    let first = wr.continue_workflow(rehydrate(&lane.state_token)).unwrap();
+    let prompt = &first.pending.as_ref().unwrap().prompt;
+    assert!(
+        prompt.starts_with("## Lane 1 of a parallel step"),
+        "{prompt}"
+    );
+    // The stateless block contract's order: task, file restriction, output checklist.
+    let task = prompt.find("Task: Inspect the parser").expect(prompt);
+    let files = prompt
+        .find(&format!(
+            "Only modify files in this lane's workspace `{}`",
+            lane.workspace
+        ))
+        .expect(prompt);
+    let checklist = prompt
+        .find("You must produce the following outputs:")
+        .expect(prompt);
+    assert!(task < files && files < checklist, "{prompt}");
+    assert!(prompt.contains(&format!("`blockId` `{}`", lane.lane_id)));
+    // The routine's own step follows.
+    assert!(prompt.contains("Inspect the area you were given."));
+    // The lane's report step opens the same way.
+    let look = wr.continue_workflow(lane_ack(lane, vec![])).unwrap();
+    assert_eq!(step(&look), "lane-report");
+    assert!(
+        look.pending
+            .as_ref()
+            .unwrap()
+            .prompt
+            .starts_with("## Lane 1")
+    );
+}

@@ -169,6 +169,12 @@ fn with_lanes(
     state: &EngineState,
     output: &mut ExecutionOutput,
 ) -> Result<(), ErrorEnvelope> {
+    if let Some(link) = facts.run(run).and_then(|v| v.dag.started.lane.as_ref())
+        && let Some(pending) = output.pending.as_mut()
+    {
+        let preamble = super::lanes::lane_preamble(wr, facts, link, run)?;
+        pending.prompt = format!("{preamble}\n\n{}", pending.prompt);
+    }
     if let Some(spec) = super::lanes::pending_lanes(&ctx.compiled, state) {
         let handles = super::lanes::handles(wr, facts, session, node, spec)?;
         if let Some(pending) = output.pending.as_mut() {

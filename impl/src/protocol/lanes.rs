@@ -409,3 +409,59 @@ pub(super) fn results_section(spec: &ParallelLanes, facts: &[LaneFact]) -> Strin
     }
     text
 }
+
+/// The section that opens every prompt of a lane (decision D176), in the stateless block
+/// contract's assembly order with empty parts left out: the task (the delegation's goal), the
+/// file restriction (the lane's own workspace) and the output checklist (the block output at the
+/// lane's last step). The routine's own rules and role are already in its compiled steps.
+pub(super) fn lane_preamble(
+    wr: &Workrail,
+    facts: &Facts<'_>,
+    link: &LaneLink,
+    lane: &RunId,
+) -> Result<String, ErrorEnvelope> {
+    let goal = lane_spec(wr, facts, link)?.and_then(|spec| spec.goal);
+    let mut parts = vec![format!(
+        "## Lane {} of a parallel step\n\nYou are working one lane (`{lane}`) of a parallel step of another run; the main agent merges the lanes' work.",
+        link.lane_index
+    )];
+    if let Some(goal) = goal {
+        parts.push(format!("Task: {goal}"));
+    }
+    parts.push(format!(
+        "Only modify files in this lane's workspace `{}` (relative to the project root): a git worktree (`git worktree add --detach {}`) or, when the project is not a git repository, a copy of the project. Other files are read-only.",
+        workspace(lane),
+        workspace(lane)
+    ));
+    parts.push(format!(
+        "You must produce the following outputs:\n1) this lane's steps, each acknowledged with `continue_workflow`;\n2) at the lane's last step (`{}`), one `wr.block_output` artifact with `blockId` `{lane}`, listing every file you changed or created (relative paths).",
+        crate::compiler::LANE_REPORT_STEP_ID
+    ));
+    Ok(parts.join("\n\n"))
+}
+
+/// The compiled lane a link names, from the parent node's snapshot and pinned workflow.
+fn lane_spec(
+    wr: &Workrail,
+    facts: &Facts<'_>,
+    link: &LaneLink,
+) -> Result<Option<LaneSpec>, ErrorEnvelope> {
+    let Some(view) = facts.run(&link.parent_run_id) else {
+        return Ok(None);
+    };
+    let Some(node) = view.dag.nodes.get(&link.parent_node_id) else {
+        return Ok(None);
+    };
+    let snapshot = wr
+        .store
+        .snapshot(&node.snapshot_ref)
+        .map_err(|e| e.to_envelope(true))?;
+    let compiled = wr
+        .store
+        .workflow(&view.dag.started.workflow_hash)
+        .map_err(|e| e.to_envelope(true))?;
+    Ok(
+        pending_lanes(&compiled, &snapshot.engine_payload.engine_state)
+            .and_then(|spec| spec.lanes.get(link.lane_index as usize - 1).cloned()),
+    )
+}
