@@ -607,3 +607,77 @@ fn every_prompt_of_a_lane_opens_with_its_task_its_workspace_and_what_it_must_han
             .starts_with("## Lane 1")
     );
 }
+
+const V2_SPELLING: &str = r#"{
+  "id": "project.fan_v2", "name": "Fan v2", "description": "Lanes in the v2 spelling.",
+  "steps": [
+    {"id": "fan-out", "title": "Inspect in parallel", "templateCall": {
+      "templateId": "wr.templates.parallel_lanes",
+      "args": {
+        "lanes": [
+          {"workflowId": "project.routine-inspect", "goal": "Inspect the parser", "args": {"area": "parser"}},
+          {"workflowId": "project.routine-inspect", "goal": "Inspect the store", "args": {"area": "store"}}
+        ],
+        "mergeStrategy": "fail-on-conflict",
+        "synthesis": {"prompt": "Merge."}
+      }}},
+    {"id": "ship", "title": "Ship", "prompt": "Ship."}
+  ]
+}"#;
+
+/// decision: D177
+#[test]
+fn the_v2_spelling_of_a_parallel_step_starts_lanes_and_reports_problems_where_written() {
+    let catalog: CatalogLoader = Arc::new(|| {
+        let project = MemorySource::new(WorkflowSourceKind::Project)
+            .with("project/workflows/routine.json", ROUTINE)
+            .with("project/workflows/fan.json", V2_SPELLING);
+        let sources: Vec<&dyn WorkflowSource> = vec![&project];
+        Arc::new(Catalog::load(&sources))
+    });
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = Workrail::with_parts(fs, catalog, Arc::new(SeededEntropy::new(5))).unwrap();
+    let fan = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "project.fan_v2".into(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    // The first step is the parallel step: the start itself starts its lanes.
+    assert_eq!(step(&fan), "fan-out");
+    assert_eq!(fan.lanes.len(), 2);
+    finish_lane(&wr, &fan.lanes[0], "completed", &["a.rs"]);
+    finish_lane(&wr, &fan.lanes[1], "completed", &["a.rs"]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let blocked = wr
+        .continue_workflow(ack(&after, "Both in.", vec![]))
+        .unwrap();
+    assert_eq!(
+        blocked.kind,
+        ExecutionKind::Blocked,
+        "fail-on-conflict was applied"
+    );
+
+    // A bad argument is reported at the argument the author wrote.
+    use workrail::compiler::{CompileContext, compile, library::WorkflowLibrary};
+    let mut source: Value = serde_json::from_str(V2_SPELLING).unwrap();
+    source["steps"][0]["templateCall"]["args"]["mergeStrategy"] = json!("first-wins");
+    source["steps"][0]["templateCall"]["args"]["lanes"][1]["goal"] = json!(7);
+    let library = WorkflowLibrary::from_documents([(false, ROUTINE)]);
+    let errors = compile(
+        &source,
+        &CompileContext::load("project").with_library(Arc::new(library)),
+    )
+    .unwrap_err();
+    let pointers: Vec<&str> = errors.0.iter().map(|e| e.pointer.as_str()).collect();
+    assert!(
+        pointers.contains(&"/steps/0/templateCall/args/mergeStrategy"),
+        "{pointers:?}"
+    );
+    assert!(
+        pointers.contains(&"/steps/0/templateCall/args/lanes/1/goal"),
+        "{pointers:?}"
+    );
+}

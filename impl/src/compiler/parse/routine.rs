@@ -37,6 +37,82 @@ const CALLER: &[&str] = &[
     "agentRole",
 ];
 
+/// `wr.templates.parallel_lanes`: the v2 spelling of a parallel step (decision D177).
+pub const PARALLEL_LANES: &str = "wr.templates.parallel_lanes";
+
+/// The arguments of `wr.templates.parallel_lanes`, and the parallel step field each becomes.
+const PARALLEL_LANES_ARGS: &[(&str, &str)] = &[
+    ("lanes", "parallelDelegations"),
+    ("mergeStrategy", "mergeStrategy"),
+    ("allowPartialResults", "allowPartialResults"),
+    ("synthesis", "synthesis"),
+];
+
+/// Compiles a `wr.templates.parallel_lanes` call as the parallel step it spells, with every
+/// problem reported where the author wrote it (under `templateCall/args`).
+fn parallel_lanes(
+    p: &mut Parser<'_>,
+    caller: &Value,
+    args: Map<String, Value>,
+    pointer: &str,
+) -> Option<SourceStep> {
+    let args_at = child(&child(pointer, "templateCall"), "args");
+    let mut step = Map::new();
+    step.insert("type".into(), Value::from("parallel"));
+    for key in [
+        "id",
+        "title",
+        "runCondition",
+        "requireConfirmation",
+        "notesOptional",
+    ] {
+        if let Some(v) = caller.get(key) {
+            step.insert(key.into(), v.clone());
+        }
+    }
+    let mut ok = true;
+    for (name, value) in args {
+        match PARALLEL_LANES_ARGS.iter().find(|(arg, _)| *arg == name) {
+            Some((_, field)) => {
+                step.insert((*field).into(), value);
+            }
+            None => {
+                ok = false;
+                p.error(CompileError::new(
+                    Code::UnknownField,
+                    child(&args_at, &name),
+                    format!("`{name}` is not an argument of `{PARALLEL_LANES}`."),
+                    "Its arguments are `lanes` (the delegations: `{workflowId, goal?, runCondition?, contextMapping?, args?}`), `mergeStrategy` (`concatenate`, `workspace` or `fail-on-conflict`), `allowPartialResults` and `synthesis` (`{prompt?, outputContract?}`).",
+                ));
+            }
+        }
+    }
+    let (errors, warnings) = (p.errors.len(), p.warnings.len());
+    let parsed = super::parallel::step(p, &Value::Object(step), pointer);
+    // Problems inside the arguments point where the author wrote them.
+    let remap = |at: &str| -> String {
+        for (arg, field) in PARALLEL_LANES_ARGS {
+            let spelled = child(pointer, field);
+            if let Some(rest) = at.strip_prefix(&spelled)
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                return format!("{}{rest}", child(&args_at, arg));
+            }
+        }
+        at.to_owned()
+    };
+    for error in &mut p.errors[errors..] {
+        error.pointer = remap(&error.pointer);
+        error.message = error.message.replace("`parallelDelegations`", "`lanes`");
+    }
+    for warning in &mut p.warnings[warnings..] {
+        if let Some(at) = warning.pointer.as_mut() {
+            *at = remap(at);
+        }
+    }
+    if ok { parsed } else { None }
+}
+
 /// A step written with `templateCall`.
 pub(super) fn call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<SourceStep> {
     let f = Fields::new(p, value, pointer, "a step with `templateCall`", CALLER)?;
@@ -69,6 +145,9 @@ pub(super) fn call(p: &mut Parser<'_>, value: &Value, pointer: &str) -> Option<S
         .collect();
     f.finish(p);
     let (template_id, args) = (template_id?, args?);
+    if template_id == PARALLEL_LANES {
+        return parallel_lanes(p, value, args, pointer);
+    }
     if templates::find(&template_id).is_some() {
         // A builtin template: the same call as `{"type": "template_call", ...}`.
         let mut builtin = Map::new();
