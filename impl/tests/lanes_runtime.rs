@@ -660,8 +660,26 @@ fn the_v2_spelling_of_a_parallel_step_starts_lanes_and_reports_problems_where_wr
         "fail-on-conflict was applied"
     );
 
-    // A bad argument is reported at the argument the author wrote.
     use workrail::compiler::{CompileContext, compile, library::WorkflowLibrary};
+    // Both spellings of one step compile to one workflow hash.
+    let ctx = || {
+        CompileContext::load("project").with_library(Arc::new(WorkflowLibrary::from_documents([(
+            false, ROUTINE,
+        )])))
+    };
+    let v2: Value = serde_json::from_str(V2_SPELLING).unwrap();
+    let mut v1 = v2.clone();
+    let args = v1["steps"][0]["templateCall"]["args"].clone();
+    v1["steps"][0] = json!({
+        "type": "parallel", "id": "fan-out", "title": "Inspect in parallel",
+        "parallelDelegations": args["lanes"], "mergeStrategy": args["mergeStrategy"],
+        "synthesis": args["synthesis"],
+    });
+    assert_eq!(
+        compile(&v1, &ctx()).unwrap().workflow_hash,
+        compile(&v2, &ctx()).unwrap().workflow_hash
+    );
+    // A bad argument is reported at the argument the author wrote.
     let mut source: Value = serde_json::from_str(V2_SPELLING).unwrap();
     source["steps"][0]["templateCall"]["args"]["mergeStrategy"] = json!("first-wins");
     source["steps"][0]["templateCall"]["args"]["lanes"][1]["goal"] = json!(7);
