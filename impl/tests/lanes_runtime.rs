@@ -699,3 +699,47 @@ fn the_v2_spelling_of_a_parallel_step_starts_lanes_and_reports_problems_where_wr
         "{pointers:?}"
     );
 }
+
+/// decision: D169
+#[test]
+fn with_partial_results_allowed_a_failed_lane_is_disclosed_and_the_fan_in_goes_on() {
+    use workrail_spec::closed::GapSeverity;
+    let workflow = parallel("concatenate").replace(
+        r#""mergeStrategy": "concatenate","#,
+        r#""mergeStrategy": "concatenate", "allowPartialResults": true,"#,
+    );
+    let catalog: CatalogLoader = Arc::new(move || {
+        let project = MemorySource::new(WorkflowSourceKind::Project)
+            .with("project/workflows/routine.json", ROUTINE)
+            .with("project/workflows/fan.json", &workflow);
+        let sources: Vec<&dyn WorkflowSource> = vec![&project];
+        Arc::new(Catalog::load(&sources))
+    });
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = Workrail::with_parts(fs, catalog, Arc::new(SeededEntropy::new(13))).unwrap();
+    let fan = to_fan_out(&wr, false, None);
+    finish_lane(&wr, &fan.lanes[0], "completed", &[]);
+    finish_lane(&wr, &fan.lanes[1], "failed", &[]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    let merged = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+    let gaps: Vec<_> = session_events(&wr, &merged)
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::GapRecorded(g) => Some(g.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(gaps[0].severity, GapSeverity::Warning);
+    assert!(gaps[0].summary.as_str().contains("failed"));
+    assert!(
+        merged
+            .pending
+            .as_ref()
+            .unwrap()
+            .prompt
+            .contains("): failed."),
+        "the synthesis shows the failed lane"
+    );
+}

@@ -76,7 +76,7 @@ pub(crate) fn judge(
             true,
         ));
     }
-    if !result.failed.is_empty() && !spec.allow_partial_results {
+    if !result.failed.is_empty() {
         let (lanes, words) = named(facts, &result.failed);
         let why: Vec<String> = result
             .failed
@@ -84,14 +84,30 @@ pub(crate) fn judge(
             .filter_map(|id| facts.iter().find(|f| &f.lane.lane_id == id))
             .filter_map(|f| f.summary.as_ref().map(|s| format!("lane {}: {s}", f.index)))
             .collect();
+        // Where the step allows partial results, a failed lane is disclosed (a warning gap),
+        // never blocking: the reason is the same, the subject is not required.
+        let (message, fix) = if spec.allow_partial_results {
+            (
+                format!(
+                    "Step '{step_id}' goes on without a failed lane ({words} reported `failed`), as it allows partial results. {}",
+                    why.join(" ")
+                ),
+                "Say in the synthesis what the failed lane did not deliver.".to_owned(),
+            )
+        } else {
+            (
+                format!(
+                    "Step '{step_id}' cannot merge a failed lane: {words} reported `failed`. {}",
+                    why.join(" ")
+                ),
+                "Have the failed lane's subagent redo its work and hand in a new block output (acknowledging the lane's last step again from that step's stateToken records a new attempt; the latest block output counts), or ask the user how to go on without it. Then acknowledge this step again with the new ackToken.".to_owned(),
+            )
+        };
         out.push(finding(
             GapReason::ContractViolation(ContractViolationReason::InvalidRequiredOutput),
             pointer(),
-            format!(
-                "Step '{step_id}' cannot merge a failed lane: {words} reported `failed`. {}",
-                why.join(" ")
-            ),
-            "Have the failed lane's subagent redo its work and hand in a new block output (acknowledging the lane's last step again from that step's stateToken records a new attempt; the latest block output counts), or ask the user how to go on without it. Then acknowledge this step again with the new ackToken.".to_owned(),
+            message,
+            fix,
             FindingDetail::Lanes {
                 step_id: step_id.clone(),
                 lanes,
@@ -99,7 +115,7 @@ pub(crate) fn judge(
                 non_assumable_choice: None,
             },
             autonomy,
-            true,
+            !spec.allow_partial_results,
         ));
     }
     for conflict in result
