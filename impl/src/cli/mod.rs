@@ -191,11 +191,24 @@ enum Command {
         #[arg(long)]
         open: bool,
     },
+    /// Workflow repositories (`WORKRAIL_WORKFLOW_REPOS`): `sync` fetches each one now into the
+    /// data directory's cache (a running server also syncs on start and every
+    /// WORKRAIL_WORKFLOW_REPOS_SYNC_MINUTES, default 5).
+    Repos {
+        #[command(subcommand)]
+        action: ReposAction,
+    },
     /// Manage the token signing keyring.
     Keys {
         #[command(subcommand)]
         action: KeysAction,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReposAction {
+    /// Fetch every configured repository now; exits 1 when one failed (its last good copy stays).
+    Sync,
 }
 
 #[derive(Debug, Subcommand)]
@@ -265,6 +278,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             // Recorded (with its lock held) until the server exits (decision D85).
             let _record = crate::control::servers::register_this_server(&dir, workrail.features())
                 .map_err(|e| envelope_text(&e))?;
+            start_repo_sync(cli.data_dir.clone())?;
             tracing::info!("serving MCP over stdio");
             crate::mcp::run_stdio(Arc::new(workrail))?;
             Ok(ExitCode::SUCCESS)
@@ -448,6 +462,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             if let Some(dir) = cli.data_dir {
                 config.data_dir = dir;
             }
+            let config = config.with_repos_from_env()?;
             crate::console::run(crate::console::ConsoleOptions {
                 config,
                 store,
@@ -455,6 +470,31 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 open,
             })?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Repos {
+            action: ReposAction::Sync,
+        } => {
+            let (specs, cache) = repos(cli.data_dir)?;
+            if specs.is_empty() {
+                print_stdout(&format!(
+                    "No workflow repositories are configured: set {} (comma-separated URLs, or a JSON array of {{url, branch, path}}).",
+                    crate::sources::git::REPOS_ENV
+                ));
+                return Ok(ExitCode::SUCCESS);
+            }
+            let env = |name: &str| std::env::var(name).ok();
+            let mut failed = false;
+            for (spec, state) in crate::sources::git::sync_all(&specs, &cache, &env) {
+                let commit = state.commit.as_deref().map_or("none", |c| &c[..c.len().min(12)]);
+                match &state.last_error {
+                    None => print_stdout(&format!("{}: {} at {commit}", spec.name, spec.shown_url())),
+                    Some(e) => {
+                        failed = true;
+                        eprintln!("{}: {} sync failed (serving {commit}): {e}", spec.name, spec.shown_url());
+                    }
+                }
+            }
+            Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
         Command::Keys {
             action: KeysAction::Rotate,
@@ -499,6 +539,14 @@ fn serve_until_the_store_opens(
             if let Some(dir) = &data_dir {
                 config.data_dir = dir.clone();
             }
+            let config = config.with_repos_from_env().map_err(|detail| {
+                ErrorEnvelope::new(
+                    workrail_spec::error::ErrorCode::ValidationError,
+                    detail,
+                    "Fix WORKRAIL_WORKFLOW_REPOS, then restart the server.",
+                    workrail_spec::error::Retry::NotRetryable,
+                )
+            })?;
             Workrail::open_on(config, &store)
         },
         features,
@@ -510,6 +558,27 @@ fn serve_until_the_store_opens(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The configured repositories and their cache.
+fn repos(
+    data_dir: Option<PathBuf>,
+) -> Result<(Vec<crate::sources::git::RepoSpec>, crate::sources::git::RepoCache), String> {
+    let mut config = WorkrailConfig::from_env()?;
+    if let Some(dir) = data_dir {
+        config.data_dir = dir;
+    }
+    let config = config.with_repos_from_env()?;
+    let cache = crate::sources::git::RepoCache::of_data_dir(&config.data_dir);
+    Ok((config.sources.repos, cache))
+}
+
+/// Starts syncing the configured repositories in the background (nothing when none are).
+fn start_repo_sync(data_dir: Option<PathBuf>) -> Result<(), String> {
+    let (specs, cache) = repos(data_dir)?;
+    let interval = crate::sources::git::sync_interval(&|name| std::env::var(name).ok())?;
+    crate::sources::git::spawn_sync_thread(specs, cache, interval);
+    Ok(())
+}
+
 /// Opens WorkRail with the process configuration, creating the data directory if needed.
 fn open(
     data_dir: Option<PathBuf>,
@@ -519,6 +588,7 @@ fn open(
     if let Some(dir) = data_dir {
         config.data_dir = dir;
     }
+    let config = config.with_repos_from_env()?;
     crate::store::fs::create_private_root(&config.data_dir)
         .map_err(|e| envelope_text(&e.to_envelope(&config.data_dir)))?;
     tracing::debug!(data_dir = %config.data_dir.display(), store = %store.describe(), "opening WorkRail");

@@ -151,6 +151,23 @@ impl WorkrailConfig {
             workspace: Arc::new(ProcessWorkspace),
         })
     }
+
+    /// The same configuration with the git repositories of `WORKRAIL_WORKFLOW_REPOS` (or the
+    /// reference's `WORKFLOW_GIT_REPOS`), synced into this data directory's cache (D178). Call
+    /// it once the data directory is final.
+    pub fn with_repos_from_env(mut self) -> Result<Self, String> {
+        use crate::sources::git::{REPOS_ALIAS_ENV, REPOS_ENV, RepoCache, parse_repos};
+        let value = std::env::var(REPOS_ENV)
+            .ok()
+            .or_else(|| std::env::var(REPOS_ALIAS_ENV).ok());
+        if let Some(value) = value.filter(|v| !v.trim().is_empty()) {
+            let specs = parse_repos(&value)?;
+            self.sources = self
+                .sources
+                .with_repos(specs, RepoCache::of_data_dir(&self.data_dir));
+        }
+        Ok(self)
+    }
 }
 
 /// WorkRail: stores, tokens and workflow sources.

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod config;
 pub mod drift;
 pub mod fs;
+pub mod git;
 pub mod legacy;
 pub mod memory;
 
