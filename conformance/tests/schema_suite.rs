@@ -56,6 +56,7 @@ fn keywords(schema: &Value, out: &mut BTreeSet<String>) {
     }
 }
 
+/// decision: D167
 #[test]
 fn every_case_gets_the_drafts_answer() {
     let mut wrong = Vec::new();
@@ -86,6 +87,7 @@ fn every_case_gets_the_drafts_answer() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// decision: D167
 #[test]
 fn the_cases_cover_the_keywords_of_tool_schemas() {
     let mut seen = BTreeSet::new();
