@@ -57,16 +57,20 @@ impl Limitation {
                 let wanted = match step {
                     Step::Call {
                         autonomy: Some(m), ..
-                    } => m.as_str(),
-                    _ => "",
+                    } => Some(m.as_str()),
+                    _ => None,
                 };
+                let needs = wanted.map_or_else(
+                    || "needs to choose an autonomy mode".to_owned(),
+                    |m| format!("needs autonomy mode `{m}`"),
+                );
                 match default_mode {
-                    Some(only) if only == wanted => None,
+                    Some(only) if wanted == Some(only.as_str()) => None,
                     Some(only) => Some(format!(
-                        "needs autonomy mode `{wanted}`, and the server cannot select a mode (it runs every session in `{only}`): {reason}"
+                        "{needs}, and the server cannot select a mode (it runs every session in `{only}`): {reason}"
                     )),
                     None => Some(format!(
-                        "needs autonomy mode `{wanted}`, and the server cannot select a mode: {reason}"
+                        "{needs}, and the server cannot select a mode: {reason}"
                     )),
                 }
             }

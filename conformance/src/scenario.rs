@@ -639,6 +639,18 @@ impl Scenario {
                     undeclared.join(", ")
                 ));
             }
+            // A step whose missing feature is the finding must say which lock it fails.
+            if s.step.locks().is_empty()
+                && let Some(f) = s
+                    .needs
+                    .iter()
+                    .find(|f| self.features_under_test.contains(f))
+            {
+                return Err(format!(
+                    "{at}: step {} needs `{f}`, which the scenario checks (featuresUnderTest), so it must cite the lock a server without it fails",
+                    i + 1
+                ));
+            }
             for name in &s.depends_on {
                 if !saved.contains(name) {
                     return Err(format!(

@@ -819,4 +819,10 @@ fn feature_tags_are_declared_for_what_a_step_does() {
         parsed.features_under_test,
         vec![workrail_conformance::features::Feature::ModeSelection]
     );
+    let no_lock = under_test.replace(
+        r#""expect": "error", "lock": ["L-TOKEN-ERRORS"]}]"#,
+        r#""expect": "ok"}, {"do": "call", "tool": "inspect_workflow", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]"#,
+    );
+    let e = Scenario::parse(&no_lock, file).unwrap_err();
+    assert!(e.contains("must cite the lock"), "{e}");
 }
