@@ -9,8 +9,10 @@
 //! - [`store`]: reads of the data directory: digests, events, the closed sets of everything
 //!   stored;
 //! - [`report`]: verdicts per scenario and per lock, the console lines and the JSON report;
+//! - [`features`]: the feature tags a step needs (test262-style), n/a where the server lacks
+//!   one;
 //! - [`limitations`]: capabilities a server lacks, declared in its surface file, and the
-//!   scenarios they excuse;
+//!   steps they make n/a;
 //! - [`surface`]: adapts the suite to a server whose tool surface differs, enables optional
 //!   profiles and disables scenarios with a reason;
 //! - [`token_model`]: single-token servers and opaque tokens;
@@ -25,6 +27,7 @@
 pub mod adapter;
 pub mod checks;
 pub mod expr;
+pub mod features;
 pub mod limitations;
 pub mod mcp;
 pub mod report;

@@ -1,27 +1,36 @@
-//! Capabilities a server lacks, declared in its surface file (`limitations`) instead of failed:
-//! the scenarios that need them are N/A (SKIP) with the declared reason. One declaration,
-//! `injectsFirstStep`, is also something the runner can work around: it acknowledges the
-//! injected step right after `start_workflow`, so only the scenarios that count every stored
-//! event of a kind are N/A.
+//! Capabilities a server lacks, declared in its surface file (`limitations`) instead of failed.
+//! A limitation excuses steps, not scenarios (decision D166): each takes away a feature
+//! ([`Feature`]), and a step that needs it is n/a with the declared reason, as are the steps
+//! depending on it, while the rest of the scenario runs. One declaration, `injectsFirstStep`,
+//! is also something the runner works around: it acknowledges the injected step right after
+//! `start_workflow`, so only the steps that count every stored event of a kind are n/a.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::scenario::{Scenario, Step};
+use crate::features::Feature;
+use crate::scenario::Step;
 
 /// One declared limitation of a server.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
 pub enum Limitation {
-    /// No way to choose an autonomy mode on start: scenarios with an `autonomy` call are N/A.
-    AutonomyNotSelectable { reason: String },
-    /// No `export_session` / `import_session` tools: the scenarios that need them are N/A.
+    /// No way to choose an autonomy mode on start. With `defaultMode`, every session runs in
+    /// that mode, so a step asking for it runs (without selecting anything); a step asking for
+    /// another mode is n/a.
+    #[serde(rename_all = "camelCase")]
+    AutonomyNotSelectable {
+        #[serde(default)]
+        default_mode: Option<String>,
+        reason: String,
+    },
+    /// No `export_session` / `import_session` tools.
     NoExportImport { reason: String },
     /// `start_workflow` answers with a step of the server's own before the workflow's first
     /// step, recognised by its `pending.stepId`. The runner acknowledges it (a
     /// `continue_workflow` with the response's tokens and `ackArgs`) and uses that answer as the
-    /// start's; scenarios that count every stored event of a kind are N/A (the history holds
-    /// the injected step).
+    /// start's; steps that count every stored event of a kind are n/a (the history holds the
+    /// injected step).
     #[serde(rename_all = "camelCase")]
     InjectsFirstStep {
         step_id: String,
@@ -29,53 +38,72 @@ pub enum Limitation {
         ack_args: Map<String, Value>,
         reason: String,
     },
-    /// `list_workflows` needs a tag (no untagged discovery): scenarios calling it are N/A.
+    /// `list_workflows` needs a tag (no untagged discovery).
     DiscoveryNeedsTag { reason: String },
 }
 
-/// Tools of the export/import capability.
-const EXPORT_IMPORT_TOOLS: [&str; 2] = ["export_session", "import_session"];
-
 impl Limitation {
-    /// Why `s` cannot be judged on a server with this limitation, if it cannot.
-    pub fn excuses(&self, s: &Scenario) -> Option<String> {
-        let steps = || s.steps.iter().map(|n| &n.step);
-        let calls = |wanted: &dyn Fn(&str) -> bool| {
-            steps().any(|step| matches!(step, Step::Call { tool, .. } if wanted(tool)))
-        };
-        match self {
-            Self::AutonomyNotSelectable { reason } => steps()
-                .any(|step| matches!(step, Step::Call { autonomy: Some(_), .. }))
-                .then(|| format!("the server cannot select an autonomy mode: {reason}")),
-            Self::NoExportImport { reason } => (s
-                .requires_tools
-                .iter()
-                .any(|t| EXPORT_IMPORT_TOOLS.contains(&t.as_str()))
-                || calls(&|t| EXPORT_IMPORT_TOOLS.contains(&t)))
-            .then(|| format!("the server has no export/import tools: {reason}")),
-            Self::DiscoveryNeedsTag { reason } => calls(&|t| t == "list_workflows")
-                .then(|| format!("the server's discovery needs a tag: {reason}")),
-            Self::InjectsFirstStep { step_id, reason, .. } => steps()
-                .any(|step| match step {
-                    Step::Events {
-                        pattern,
-                        at_most: Some(_),
-                        ..
-                    } => pattern.as_object().is_some_and(|p| p.keys().all(|k| k == "kind")),
-                    _ => false,
-                })
-                .then(|| {
-                    format!(
-                        "the server injects a first step ({step_id}) and the scenario counts every stored event of a kind: {reason}"
-                    )
-                }),
+    /// Why `step`, which needs `feature`, cannot run on a server with this limitation, if it
+    /// cannot.
+    pub fn lacks(&self, feature: Feature, step: &Step) -> Option<String> {
+        match (self, feature) {
+            (
+                Self::AutonomyNotSelectable {
+                    default_mode,
+                    reason,
+                },
+                Feature::ModeSelection,
+            ) => {
+                let wanted = match step {
+                    Step::Call {
+                        autonomy: Some(m), ..
+                    } => Some(m.as_str()),
+                    _ => None,
+                };
+                let needs = wanted.map_or_else(
+                    || "needs to choose an autonomy mode".to_owned(),
+                    |m| format!("needs autonomy mode `{m}`"),
+                );
+                match default_mode {
+                    Some(only) if wanted == Some(only.as_str()) => None,
+                    Some(only) => Some(format!(
+                        "{needs}, and the server cannot select a mode (it runs every session in `{only}`): {reason}"
+                    )),
+                    None => Some(format!(
+                        "{needs}, and the server cannot select a mode: {reason}"
+                    )),
+                }
+            }
+            (Self::NoExportImport { reason }, Feature::ExportImport) => Some(format!(
+                "needs export/import, and the server has no export/import tools: {reason}"
+            )),
+            (Self::DiscoveryNeedsTag { reason }, Feature::UntaggedDiscovery) => Some(format!(
+                "needs untagged discovery, and the server's discovery needs a tag: {reason}"
+            )),
+            (
+                Self::InjectsFirstStep {
+                    step_id, reason, ..
+                },
+                Feature::ExactHistory,
+            ) => Some(format!(
+                "counts every stored event of a kind, and the server injects a first step ({step_id}) whose events the scenario did not cause: {reason}"
+            )),
+            _ => None,
         }
     }
 }
 
-/// The first declared limitation that excuses `s`, as its skip reason.
-pub fn excused(limitations: &[Limitation], s: &Scenario) -> Option<String> {
-    limitations.iter().find_map(|l| l.excuses(s))
+/// The first declared limitation that takes `feature` away from `step`, as the reason.
+pub fn lacking(limitations: &[Limitation], feature: Feature, step: &Step) -> Option<String> {
+    limitations.iter().find_map(|l| l.lacks(feature, step))
+}
+
+/// Whether the server can select an autonomy mode (no `autonomyNotSelectable` declared): when
+/// it cannot, a step asking for its one mode is sent without selecting anything.
+pub fn selects_modes(limitations: &[Limitation]) -> bool {
+    !limitations
+        .iter()
+        .any(|l| matches!(l, Limitation::AutonomyNotSelectable { .. }))
 }
 
 /// The injected first step a surface declares, if any: its step id and the extra ack arguments.
@@ -93,88 +121,62 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn scenario(steps: Value, requires: &[&str]) -> Scenario {
-        let doc = json!({
-            "name": "probe",
-            "description": "probe",
-            "lockIds": ["L-MCP-EXECUTION-RESPONSE"],
-            "profile": "core",
-            "requiresTools": requires,
-            "steps": steps,
-        });
-        Scenario::parse(&doc.to_string(), std::path::Path::new("probe.json")).unwrap()
+    fn step(v: Value) -> Step {
+        serde_json::from_value(v).unwrap()
     }
 
     fn limitation(v: Value) -> Limitation {
         serde_json::from_value(v).unwrap()
     }
 
-    fn start(extra: Value) -> Value {
-        let mut step = json!({"do": "call", "tool": "start_workflow",
-            "args": {"workflowId": "conformance.linear"}, "expect": "ok"});
-        if let (Some(s), Some(e)) = (step.as_object_mut(), extra.as_object()) {
-            s.extend(e.clone());
-        }
-        step
-    }
-
     #[test]
-    fn each_limitation_excuses_only_the_scenarios_that_need_it() {
-        let plain = scenario(json!([start(json!({}))]), &[]);
-        let guided = scenario(json!([start(json!({"autonomy": "guided"}))]), &[]);
-        let export = scenario(
-            json!([start(json!({}))]),
-            &["export_session", "import_session"],
+    fn each_limitation_takes_away_only_its_feature() {
+        let guided = step(
+            json!({"do": "call", "tool": "start_workflow", "autonomy": "guided", "expect": "ok"}),
         );
-        let listing = scenario(
-            json!([{"do": "call", "tool": "list_workflows", "args": {}, "expect": "ok"}]),
-            &[],
+        let never = step(
+            json!({"do": "call", "tool": "start_workflow", "autonomy": "full_auto_never_stop", "expect": "ok"}),
         );
-        let counting = scenario(
-            json!([
-                start(json!({})),
-                {"do": "storeEvents", "save": "ev"},
-                {"do": "events", "events": "ev", "match": {"kind": "advance_recorded"},
-                 "atLeast": 0, "atMost": 0, "what": "no advance",
-                 "lock": ["L-MCP-EXECUTION-RESPONSE"]}
-            ]),
-            &[],
-        );
+        let plain = step(json!({"do": "call", "tool": "start_workflow", "expect": "ok"}));
         let autonomy = limitation(json!({"kind": "autonomyNotSelectable", "reason": "no modes"}));
+        let only_guided = limitation(
+            json!({"kind": "autonomyNotSelectable", "defaultMode": "guided", "reason": "guided only"}),
+        );
         let bundles = limitation(json!({"kind": "noExportImport", "reason": "no bundles"}));
         let tag = limitation(json!({"kind": "discoveryNeedsTag", "reason": "tags only"}));
         let injected = limitation(
             json!({"kind": "injectsFirstStep", "stepId": "wr-system-onboarding",
             "ackArgs": {"notes": "ok"}, "reason": "an intent step"}),
         );
-        for (l, needs) in [
-            (&autonomy, &guided),
-            (&bundles, &export),
-            (&tag, &listing),
-            (&injected, &counting),
+        let why = autonomy.lacks(Feature::ModeSelection, &guided).unwrap();
+        assert!(
+            why.contains("`guided`") && why.ends_with("no modes"),
+            "{why}"
+        );
+        assert_eq!(only_guided.lacks(Feature::ModeSelection, &guided), None);
+        let why = only_guided.lacks(Feature::ModeSelection, &never).unwrap();
+        assert!(why.contains("runs every session in `guided`"), "{why}");
+        for (l, f, ends) in [
+            (&bundles, Feature::ExportImport, "no bundles"),
+            (&tag, Feature::UntaggedDiscovery, "tags only"),
+            (&injected, Feature::ExactHistory, "an intent step"),
         ] {
-            let why = l
-                .excuses(needs)
-                .unwrap_or_else(|| panic!("{l:?} excuses {}", needs.name));
-            assert!(
-                why.ends_with(match l {
-                    Limitation::AutonomyNotSelectable { reason }
-                    | Limitation::NoExportImport { reason }
-                    | Limitation::DiscoveryNeedsTag { reason }
-                    | Limitation::InjectsFirstStep { reason, .. } => reason.as_str(),
-                }),
-                "{why}"
-            );
-            assert_eq!(l.excuses(&plain), None, "{l:?} excuses a plain start");
+            assert!(l.lacks(f, &plain).unwrap().ends_with(ends));
+            assert_eq!(l.lacks(Feature::ModeSelection, &guided), None, "{l:?}");
         }
-        assert_eq!(autonomy.excuses(&export), None);
-        assert_eq!(tag.excuses(&counting), None);
-        let all = [autonomy, bundles, tag, injected];
-        assert_eq!(excused(&all, &plain), None);
-        assert!(excused(&all, &listing).unwrap().contains("needs a tag"));
-        let (step, args) = injected_first_step(&all).unwrap();
+        assert_eq!(autonomy.lacks(Feature::ExportImport, &plain), None);
+        let all = [autonomy.clone(), bundles, tag, injected];
+        assert!(
+            lacking(&all, Feature::UntaggedDiscovery, &plain)
+                .unwrap()
+                .contains("needs a tag")
+        );
+        assert_eq!(lacking(&all, Feature::Checkpoint, &plain), None);
+        assert!(!selects_modes(&all));
+        assert!(selects_modes(&all[1..]));
+        let (id, args) = injected_first_step(&all).unwrap();
         assert_eq!(
-            (step, args.get("notes")),
+            (id, args.get("notes")),
             ("wr-system-onboarding", Some(&json!("ok")))
         );
         assert!(injected_first_step(&all[..3]).is_none());

@@ -107,6 +107,11 @@ pub struct Verdict {
     /// Steps not run because they cannot apply to this server (e.g. they need a decodable
     /// token and the surface declares opaque tokens), each with the reason.
     pub skipped_steps: Vec<Unrun>,
+    /// Steps not run because they need a feature the server lacks (its surface declares a
+    /// limitation, or it does not list a feature-flagged tool), or depend on such a step: n/a,
+    /// never pass, never fail (decision D166). A lock only such steps check is in
+    /// `not_applicable`.
+    pub not_applicable_steps: Vec<Unrun>,
     /// Locks this server cannot be judged on in this scenario, each with the reason; a lock
     /// here was checked by no step that ran.
     pub not_applicable: Vec<(String, String)>,
@@ -221,6 +226,13 @@ impl Verdict {
                 u.step, u.action, u.reason
             );
         }
+        for u in &self.not_applicable_steps {
+            let _ = write!(
+                out,
+                "\n      step {} ({}): n/a: {}",
+                u.step, u.action, u.reason
+            );
+        }
         for (reason, locks) in by_reason(&self.unjudged) {
             let _ = write!(out, "\n      not reached {}: {reason}", locks.join(", "));
         }
@@ -262,6 +274,12 @@ impl Verdict {
                 "reason": u.reason,
             })).collect::<Vec<_>>(),
             "skippedSteps": self.skipped_steps.iter().map(|u| json!({
+                "step": u.step,
+                "action": u.action,
+                "lockIds": u.lock,
+                "reason": u.reason,
+            })).collect::<Vec<_>>(),
+            "notApplicableSteps": self.not_applicable_steps.iter().map(|u| json!({
                 "step": u.step,
                 "action": u.action,
                 "lockIds": u.lock,

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::checks::execution_response_judged;
 use crate::checks::{self, Problem, brief, brief_json};
 use crate::expr::{Var, Vars, decoding_operator};
+use crate::features::{EXPORT_IMPORT_TOOLS, Feature};
 use crate::limitations;
 use crate::mcp::{CallOutcome, Launch, McpClient, path_string};
 use crate::report::{Failure, LockVerdict, Status, Unrun, Verdict};
@@ -68,9 +69,6 @@ impl RunConfig {
         if let Some(reason) = self.surface.disabled_reason(&s.name, &s.lock_ids) {
             return Some(format!("disabled by the surface file: {reason}"));
         }
-        if let Some(reason) = limitations::excused(&self.surface.limitations, s) {
-            return Some(format!("declared by the surface file: {reason}"));
-        }
         if s.profile != CORE_PROFILE && !self.profiles.contains(&s.profile) {
             return Some(format!(
                 "optional profile `{}` is not enabled (use --profile {})",
@@ -114,6 +112,7 @@ fn verdict_of(
         failures,
         not_reached: Vec::new(),
         skipped_steps: Vec::new(),
+        not_applicable_steps: Vec::new(),
         not_applicable: Vec::new(),
         also_checked: Vec::new(),
         unjudged: Vec::new(),
@@ -255,6 +254,31 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         );
     }
     let opaque = config.surface.token_format == TokenFormat::Opaque;
+    // Why this server lacks a feature a step needs, if it does: a declared limitation, or a
+    // feature-flagged tool it does not list.
+    let lacks = |feature: Feature, step: &Step| -> Option<String> {
+        if let Some(why) = limitations::lacking(&config.surface.limitations, feature, step) {
+            return Some(format!("declared by the surface file: {why}"));
+        }
+        let unlisted = |tools: &[&str]| {
+            tools
+                .iter()
+                .filter(|t| !names.iter().any(|n| n == *t))
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+        };
+        let missing = match feature {
+            Feature::Checkpoint => unlisted(&["checkpoint_workflow"]),
+            Feature::ExportImport => unlisted(&EXPORT_IMPORT_TOOLS),
+            _ => Vec::new(),
+        };
+        (!missing.is_empty()).then(|| {
+            format!(
+                "needs {feature}, and the server does not list {}",
+                missing.join(", ")
+            )
+        })
+    };
     let mut interp = Interp {
         config,
         client,
@@ -281,6 +305,9 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     // was skipped before it.
     let mut unproduced: BTreeMap<String, (usize, Missing)> = BTreeMap::new();
     let mut not_reached = Vec::new();
+    // Steps that need a feature this server lacks, and the steps depending on them: n/a, each
+    // with the reason (decision D166).
+    let mut na_steps: Vec<Unrun> = Vec::new();
     // Steps that cannot apply to this server (they decode an opaque token, or have no
     // single-token form), each with the reason; the scenario goes on.
     let mut skipped_steps: Vec<Unrun> = Vec::new();
@@ -306,10 +333,58 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     for (i, noted) in s.steps.iter().enumerate() {
         interp.step = i + 1;
         interp.action = noted.step.label();
-        let missing = noted
+        // A step needing what the server lacks is n/a whatever it depends on: it would not
+        // run on this server anyway.
+        let lacking = noted
+            .needs
+            .iter()
+            .find_map(|f| lacks(*f, &noted.step).map(|why| (*f, why)));
+        if let Some((feature, why)) = lacking {
+            if s.features_under_test.contains(&feature) {
+                // The scenario checks the feature itself: its absence is the finding.
+                interp.fail(
+                    noted.step.locks(),
+                    format!("a server with the feature `{feature}`, which this scenario checks"),
+                    why,
+                );
+                if let Some(w) = noted.step.writes() {
+                    unproduced.insert(w.to_owned(), (i + 1, Missing::Failed));
+                }
+            } else {
+                na_steps.push(Unrun {
+                    step: i + 1,
+                    action: interp.action.clone(),
+                    lock: unrun_locks(&noted.step),
+                    reason: why,
+                });
+                if let Some(w) = noted.step.writes() {
+                    unproduced.insert(w.to_owned(), (i + 1, Missing::NotApplicable));
+                }
+            }
+            continue;
+        }
+        // A dependency that failed or was skipped outranks one that is n/a: the step is then
+        // not reached, not excused.
+        let mut missing_deps: Vec<(String, (usize, Missing))> = noted
             .dependencies()
             .into_iter()
-            .find_map(|name| unproduced.get(&name).map(|m| (name, *m)));
+            .filter_map(|name| unproduced.get(&name).map(|m| (name, *m)))
+            .collect();
+        missing_deps.sort_by_key(|(_, (_, why))| *why == Missing::NotApplicable);
+        let missing = missing_deps.into_iter().next();
+        if let Some((name, (at, Missing::NotApplicable))) = missing {
+            let read = noted.step.reads().contains(&name);
+            na_steps.push(Unrun {
+                step: i + 1,
+                action: interp.action.clone(),
+                lock: unrun_locks(&noted.step),
+                reason: Missing::NotApplicable.reason(&name, at, read),
+            });
+            if let Some(w) = noted.step.writes() {
+                unproduced.insert(w.to_owned(), (at, Missing::NotApplicable));
+            }
+            continue;
+        }
         if let Some((name, (at, why))) = missing {
             let read = noted.step.reads().contains(&name);
             not_reached.push(Unrun {
@@ -392,6 +467,28 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             }
         }
     }
+    // Cited locks only n/a steps check (none that ran judged them): n/a, with the first reason.
+    for id in &s.lock_ids {
+        if interp.judged.contains(id)
+            || interp.failures.iter().any(|f| f.lock.contains(id))
+            || not_reached
+                .iter()
+                .chain(&skipped_steps)
+                .any(|u| u.lock.contains(id))
+            || not_applicable.iter().any(|(l, _)| l == id)
+        {
+            continue;
+        }
+        if let Some(u) = na_steps.iter().find(|u| u.lock.contains(id)) {
+            not_applicable.push((
+                id.clone(),
+                format!(
+                    "every step that checks it is n/a on this server (step {}: {})",
+                    u.step, u.reason
+                ),
+            ));
+        }
+    }
     // Cited locks that no step which ran judged on something the server produced: not
     // reached, unless a step that did not run or was skipped already says why.
     let unjudged: Vec<(String, String)> = s
@@ -433,6 +530,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     verdict.ran = true;
     verdict.not_reached = not_reached;
     verdict.skipped_steps = skipped_steps;
+    verdict.not_applicable_steps = na_steps;
     verdict.not_applicable = not_applicable;
     verdict.unjudged = unjudged;
     verdict.also_checked = also_checked;
@@ -464,6 +562,9 @@ enum Missing {
     Skipped,
     /// A digest of a store that held no event segment: there is nothing to compare it with.
     EmptyStore,
+    /// The step needs a feature the server lacks, or depends on such a step: n/a, and so are
+    /// the steps that depend on it.
+    NotApplicable,
 }
 
 impl Missing {
@@ -482,6 +583,12 @@ impl Missing {
             (Self::Skipped, false) => {
                 format!("depends on what step {at} (`{name}`) did, and that step was skipped")
             }
+            (Self::NotApplicable, true) => {
+                format!("uses `{name}`, which step {at} (n/a on this server) did not save")
+            }
+            (Self::NotApplicable, false) => format!(
+                "depends on what step {at} (`{name}`) did, and that step is n/a on this server"
+            ),
             (Self::EmptyStore, _) => format!(
                 "uses `{name}`, which step {at} read from a store holding no event segment (nothing to compare)"
             ),
@@ -511,6 +618,9 @@ fn first_unjudged_reason(v: &Verdict) -> String {
     }
     if let Some(u) = v.not_reached.first() {
         return format!("step {} not reached: {}", u.step, u.reason);
+    }
+    if let Some(u) = v.not_applicable_steps.first() {
+        return format!("step {} n/a: {}", u.step, u.reason);
     }
     if let Some((id, why)) = v.unjudged.first() {
         return format!("{id}: {why}");
@@ -587,7 +697,11 @@ impl Interp<'_> {
                 lock,
             } => {
                 let mut args = self.vars.eval(args)?;
-                if let Some(mode) = autonomy {
+                // A server that cannot select a mode gets no selection: the step runs only when
+                // the mode it asks for is the one the server always uses (see `needs`).
+                if let Some(mode) = autonomy
+                    && limitations::selects_modes(&surface.limitations)
+                {
                     merge_args(&mut args, &surface.autonomy_arguments(mode));
                 }
                 surface.add_extra_args(tool, &mut args, &self.template);

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::expr::references;
+use crate::features::{self, Feature};
 use crate::store::CLOSED_SET_LOCKS;
 
 /// The profile every server is judged by: only what the locks fix.
@@ -75,6 +76,10 @@ pub struct Scenario {
     /// The skip reason printed when a required tool is missing.
     pub skip_reason: Option<String>,
     pub steps: Vec<NotedStep>,
+    /// `featuresUnderTest`: features this scenario exists to check. A step needing one of them
+    /// runs even on a server that declares it lacks it, and fails there with the declaration
+    /// as the evidence (the locks require the feature; other scenarios only use it).
+    pub features_under_test: Vec<Feature>,
     pub file: PathBuf,
 }
 
@@ -87,6 +92,9 @@ pub struct NotedStep {
     /// relies on the fork call having been made, though it reads only the stored events). When
     /// such a step failed or was skipped, this step is not reached.
     pub depends_on: Vec<String>,
+    /// `needs`: the server features this step relies on (decision D166); on a server lacking
+    /// one the step is n/a, and so are the steps that depend on it.
+    pub needs: Vec<Feature>,
     pub step: Step,
 }
 
@@ -110,6 +118,8 @@ struct ScenarioFile {
     requires_tools: Vec<String>,
     #[serde(default)]
     skip_reason: Option<String>,
+    #[serde(default)]
+    features_under_test: Vec<Feature>,
     steps: Vec<Value>,
 }
 
@@ -538,11 +548,22 @@ impl Scenario {
                     )
                 })?,
             };
+            let needs = match value.as_object_mut().and_then(|m| m.remove("needs")) {
+                None => Vec::new(),
+                Some(v) => serde_json::from_value::<Vec<Feature>>(v).map_err(|e| {
+                    format!(
+                        "{}: step {}: needs must be a list of feature tags (modeSelection, exportImport, untaggedDiscovery, checkpoint, exactHistory): {e}",
+                        file.display(),
+                        i + 1
+                    )
+                })?,
+            };
             let step: Step = serde_json::from_value(value)
                 .map_err(|e| format!("{}: step {}: {e}", file.display(), i + 1))?;
             steps.push(NotedStep {
                 note,
                 depends_on,
+                needs,
                 step,
             });
         }
@@ -554,6 +575,7 @@ impl Scenario {
             requires_tools: raw.requires_tools,
             skip_reason: raw.skip_reason,
             steps,
+            features_under_test: raw.features_under_test,
             file: file.to_owned(),
         };
         scenario.validate()?;
@@ -603,6 +625,32 @@ impl Scenario {
         let mut saved: BTreeSet<String> = BTreeSet::new();
         let mut from_server: BTreeSet<String> = BTreeSet::new();
         for (i, s) in self.steps.iter().enumerate() {
+            // Tags are declared, and checked against what the step does, so none is forgotten.
+            let undeclared: Vec<String> = features::implied(&s.step)
+                .into_iter()
+                .filter(|f| !s.needs.contains(f))
+                .map(|f| format!("\"{f}\""))
+                .collect();
+            if !undeclared.is_empty() {
+                return Err(format!(
+                    "{at}: step {} ({}) needs a feature it does not declare: add \"needs\": [{}]",
+                    i + 1,
+                    s.step.label(),
+                    undeclared.join(", ")
+                ));
+            }
+            // A step whose missing feature is the finding must say which lock it fails.
+            if s.step.locks().is_empty()
+                && let Some(f) = s
+                    .needs
+                    .iter()
+                    .find(|f| self.features_under_test.contains(f))
+            {
+                return Err(format!(
+                    "{at}: step {} needs `{f}`, which the scenario checks (featuresUnderTest), so it must cite the lock a server without it fails",
+                    i + 1
+                ));
+            }
             for name in &s.depends_on {
                 if !saved.contains(name) {
                     return Err(format!(

@@ -312,6 +312,7 @@ fn verdict(
         failures,
         not_reached: Vec::new(),
         skipped_steps: Vec::new(),
+        not_applicable_steps: Vec::new(),
         not_applicable: Vec::new(),
         also_checked: Vec::new(),
         unjudged: Vec::new(),

@@ -458,7 +458,7 @@ fn command_lines_split_like_a_shell() {
 fn malformed_scenarios_are_refused() {
     let file = Path::new("x.json");
     let ok = r#"{"name": "x", "description": "d", "lockIds": ["L-TOKEN-ERRORS"], "profile": "core",
-        "steps": [{"do": "call", "tool": "list_workflows", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]}"#;
+        "steps": [{"do": "call", "tool": "inspect_workflow", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]}"#;
     Scenario::parse(ok, file).unwrap();
     let writes = ok.replace(
         "\"steps\": [",
@@ -469,7 +469,7 @@ fn malformed_scenarios_are_refused() {
     // earlier step's saved value (decision D158).
     let own_check = ok.replace(
         "\"steps\": [",
-        "\"steps\": [{\"do\": \"let\", \"name\": \"n\", \"value\": \"abc\"}, {\"do\": \"same\", \"what\": \"own\", \"a\": {\"$len\": \"${n}\"}, \"b\": 3, \"lock\": []}, {\"do\": \"call\", \"tool\": \"list_workflows\", \"save\": \"l\", \"expect\": \"ok\"}, {\"dependsOn\": [\"l\"], \"do\": \"same\", \"what\": \"after\", \"a\": \"${l.workflows}\", \"b\": [], \"lock\": [\"L-TOKEN-ERRORS\"]}, ",
+        "\"steps\": [{\"do\": \"let\", \"name\": \"n\", \"value\": \"abc\"}, {\"do\": \"same\", \"what\": \"own\", \"a\": {\"$len\": \"${n}\"}, \"b\": 3, \"lock\": []}, {\"do\": \"call\", \"tool\": \"inspect_workflow\", \"save\": \"l\", \"expect\": \"ok\"}, {\"dependsOn\": [\"l\"], \"do\": \"same\", \"what\": \"after\", \"a\": \"${l.workflows}\", \"b\": [], \"lock\": [\"L-TOKEN-ERRORS\"]}, ",
     );
     let parsed = Scenario::parse(&own_check, file).unwrap();
     assert_eq!(parsed.steps[3].depends_on, vec!["l".to_owned()]);
@@ -764,4 +764,65 @@ fn advance_outcome_kinds_match_the_spec_serialization() {
         serde_json::from_value::<AdvanceOutcome>(json!({"kind": "skipped"})).is_err(),
         "a kind outside the set does not parse"
     );
+}
+
+/// Each step declares the features it needs; the loader refuses a step whose tags leave out
+/// what it does, and an unknown tag.
+///
+/// decision: D166
+#[test]
+fn feature_tags_are_declared_for_what_a_step_does() {
+    let file = Path::new("x.json");
+    let with = |step: &str| {
+        format!(
+            r#"{{"name": "x", "description": "d", "lockIds": ["L-TOKEN-ERRORS"], "profile": "core",
+            "steps": [{step}]}}"#
+        )
+    };
+    for (step, tag) in [
+        (
+            r#"{"do": "call", "tool": "list_workflows", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}"#,
+            "untaggedDiscovery",
+        ),
+        (
+            r#"{"do": "call", "tool": "start_workflow", "autonomy": "guided", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}"#,
+            "modeSelection",
+        ),
+        (
+            r#"{"do": "call", "tool": "checkpoint_workflow", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}"#,
+            "checkpoint",
+        ),
+        (
+            r#"{"do": "call", "tool": "export_session", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}"#,
+            "exportImport",
+        ),
+    ] {
+        let e = Scenario::parse(&with(step), file).unwrap_err();
+        assert!(
+            e.contains(&format!("\"needs\": [\"{tag}\"]")),
+            "{step}: {e}"
+        );
+        let tagged = step.replacen('{', &format!(r#"{{"needs": ["{tag}"], "#), 1);
+        let parsed = Scenario::parse(&with(&tagged), file).unwrap();
+        assert_eq!(parsed.steps[0].needs.len(), 1, "{tagged}");
+    }
+    let unknown = with(
+        r#"{"needs": ["teleport"], "do": "call", "tool": "inspect_workflow", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}"#,
+    );
+    let e = Scenario::parse(&unknown, file).unwrap_err();
+    assert!(e.contains("needs must be a list of feature tags"), "{e}");
+    let under_test = r#"{"name": "x", "description": "d", "lockIds": ["L-TOKEN-ERRORS"], "profile": "core",
+        "featuresUnderTest": ["modeSelection"],
+        "steps": [{"needs": ["modeSelection"], "do": "call", "tool": "start_workflow", "autonomy": "guided", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]}"#;
+    let parsed = Scenario::parse(under_test, file).unwrap();
+    assert_eq!(
+        parsed.features_under_test,
+        vec![workrail_conformance::features::Feature::ModeSelection]
+    );
+    let no_lock = under_test.replace(
+        r#""expect": "error", "lock": ["L-TOKEN-ERRORS"]}]"#,
+        r#""expect": "ok"}, {"do": "call", "tool": "inspect_workflow", "expect": "error", "lock": ["L-TOKEN-ERRORS"]}]"#,
+    );
+    let e = Scenario::parse(&no_lock, file).unwrap_err();
+    assert!(e.contains("must cite the lock"), "{e}");
 }

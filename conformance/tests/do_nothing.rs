@@ -236,8 +236,7 @@ fn probe(name: &str, lock: &str, steps: Value) -> Value {
 fn checks_of_an_empty_answer_do_not_pass() {
     let dir = tempfile::tempdir().unwrap();
     let tools = our_tools(dir.path());
-    let list =
-        |save: &str| json!({"do": "call", "tool": "list_workflows", "save": save, "expect": "ok"});
+    let list = |save: &str| json!({"needs": ["untaggedDiscovery"], "do": "call", "tool": "list_workflows", "save": save, "expect": "ok"});
     let root = fixture_root(&[
         probe(
             "hollow_absent",

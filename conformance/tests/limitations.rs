@@ -1,12 +1,15 @@
-//! Capabilities a server lacks are declared in its surface file and excuse the scenarios that
-//! need them (SKIP with the declared reason, every lock N/A) instead of failing them; a declared
-//! injected first step is acknowledged by the runner right after `start_workflow`. Guards
-//! against a server being failed for what it openly does not offer (TS WorkRail's missing
-//! autonomy modes and export tools, its injected intent step, its tag-only discovery).
+//! Capabilities a server lacks are declared in its surface file and excuse the steps that need
+//! them, not whole scenarios (decision D166): such a step is n/a (never pass, never fail), and
+//! so are the steps depending on it, while the rest of the scenario runs and is judged. A
+//! declared injected first step is acknowledged by the runner right after `start_workflow`.
+//! Guards against a server being failed for what it openly does not offer (TS WorkRail's
+//! missing autonomy modes, its injected intent step, its tag-only discovery), and against a
+//! declaration hiding what the server can be judged on.
 //!
 //! The scenarios are written by the test into a temporary fixture root and run against the
 //! reference server `<workspace>/target/debug/workrail mcp` (built here first); the surface
-//! declares `one`, the first step of `conformance.linear`, as an injected step.
+//! declares `one`, the first step of `conformance.linear`, as an injected step, and guided as the
+//! one autonomy mode.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -29,11 +32,16 @@ fn start(extra: Value) -> Value {
     step
 }
 
+/// decision: D166
 #[test]
-fn declared_limitations_excuse_scenarios_and_the_injected_step_is_passed() {
+fn declared_limitations_excuse_steps_and_the_rest_of_the_scenario_runs() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("scenarios");
     std::fs::create_dir_all(&dir).unwrap();
+    let mode = |m: &str, save: &str| {
+        json!({"needs": ["modeSelection"], "do": "call", "tool": "start_workflow",
+            "args": {"workflowId": "conformance.linear"}, "autonomy": m, "save": save, "expect": "ok"})
+    };
     let scenarios = [
         // Runs: the start answer is the one past the injected step `one`.
         scenario(
@@ -48,21 +56,31 @@ fn declared_limitations_excuse_scenarios_and_the_injected_step_is_passed() {
                 {"do": "same", "what": "next", "a": "${a1.pending.stepId}", "b": "three",
                  "lock": ["L-MCP-EXECUTION-RESPONSE"]}]),
         ),
-        scenario(
-            "needs_autonomy",
-            "L-MCP-EXECUTION-RESPONSE",
-            json!([start(json!({"autonomy": "guided"}))]),
-        ),
+        // The server's one mode runs (nothing is selected); another mode is n/a, and so is the
+        // step reading what it would have saved; the lock only that part checks is n/a.
+        json!({"name": "modes", "description": "probe", "profile": "core",
+            "lockIds": ["L-MCP-EXECUTION-RESPONSE", "L-REASON-NEVER-STOP"],
+            "steps": [
+                mode("guided", "g0"),
+                {"do": "same", "what": "guided runs", "a": "${g0.pending.stepId}", "b": "two",
+                 "lock": ["L-MCP-EXECUTION-RESPONSE"]},
+                mode("full_auto_never_stop", "n0"),
+                {"do": "same", "what": "never-stop ran", "a": "${n0.pending.stepId}", "b": "two",
+                 "lock": ["L-REASON-NEVER-STOP"]}]}),
+        // Nothing else to judge: skipped after running, its lock n/a.
         scenario(
             "needs_discovery",
-            "L-MCP-EXECUTION-RESPONSE",
-            json!([{"do": "call", "tool": "list_workflows", "args": {}, "expect": "ok"}]),
+            "L-NS-DISCOVERY-FIELDS",
+            json!([{"needs": ["untaggedDiscovery"], "do": "call", "tool": "list_workflows",
+                "args": {}, "save": "l", "expect": "ok"},
+                {"do": "discovery", "result": "l", "includes": [], "lock": ["L-NS-DISCOVERY-FIELDS"]}]),
         ),
+        // The count over a whole kind is n/a; the read of the store still judges.
         scenario(
             "counts_history",
             "L-EVENT-CLOSED-KINDS",
             json!([start(json!({})), {"do": "storeEvents", "save": "ev"},
-                {"do": "events", "events": "ev", "match": {"kind": "advance_recorded"},
+                {"needs": ["exactHistory"], "do": "events", "events": "ev", "match": {"kind": "advance_recorded"},
                  "atLeast": 0, "atMost": 0, "what": "no advance", "lock": ["L-EVENT-CLOSED-KINDS"]}]),
         ),
     ];
@@ -77,7 +95,7 @@ fn declared_limitations_excuse_scenarios_and_the_injected_step_is_passed() {
             "workflowsDir": workspace().join("fixtures/conformance/workflows"),
             "env": {"WORKRAIL_LOG": "warn"},
             "limitations": [
-                {"kind": "autonomyNotSelectable", "reason": "modes are fixed per server"},
+                {"kind": "autonomyNotSelectable", "defaultMode": "guided", "reason": "modes are fixed per server"},
                 {"kind": "discoveryNeedsTag", "reason": "list_workflows takes a tag"},
                 {"kind": "injectsFirstStep", "stepId": "one", "ackArgs": {"output": {"notesMarkdown": "intent noted"}},
                  "reason": "an intent step comes first"}
@@ -88,7 +106,7 @@ fn declared_limitations_excuse_scenarios_and_the_injected_step_is_passed() {
     .unwrap();
     let (stdout, report) = common::run_suite(root.path(), &surface);
     assert!(
-        stdout.ends_with("1 passed, 0 failed, 3 skipped\n"),
+        stdout.ends_with("3 passed, 0 failed, 1 skipped\n"),
         "{stdout}"
     );
     let result = |name: &str| {
@@ -100,29 +118,57 @@ fn declared_limitations_excuse_scenarios_and_the_injected_step_is_passed() {
             .unwrap()
             .clone()
     };
+    let na_steps = |name: &str| -> Vec<(u64, String)> {
+        result(name)["notApplicableSteps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| {
+                (
+                    u["step"].as_u64().unwrap(),
+                    u["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
     assert_eq!(result("past_injected")["status"], "pass", "{stdout}");
-    for (name, words) in [
-        (
-            "needs_autonomy",
-            "cannot select an autonomy mode: modes are fixed per server",
-        ),
-        (
-            "needs_discovery",
-            "discovery needs a tag: list_workflows takes a tag",
-        ),
-        ("counts_history", "injects a first step (one)"),
-    ] {
-        let r = result(name);
-        assert_eq!(r["status"], "skip", "{name}: {stdout}");
-        let reason = r["reason"].as_str().unwrap();
-        assert!(
-            reason.starts_with("declared by the surface file: "),
-            "{reason}"
-        );
-        assert!(reason.contains(words), "{name}: {reason}");
-        assert!(
-            r["locks"].as_object().unwrap().values().all(|v| v == "n/a"),
-            "{name}: {r}"
-        );
-    }
+
+    let modes = result("modes");
+    assert_eq!(modes["status"], "pass", "{stdout}");
+    assert_eq!(modes["locks"]["L-MCP-EXECUTION-RESPONSE"], "pass");
+    assert_eq!(modes["locks"]["L-REASON-NEVER-STOP"], "n/a", "{modes}");
+    let na = na_steps("modes");
+    assert_eq!(
+        na.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [3, 4],
+        "{na:?}"
+    );
+    assert!(
+        na[0].1.starts_with(
+            "declared by the surface file: needs autonomy mode `full_auto_never_stop`"
+        ) && na[0].1.contains("runs every session in `guided`")
+            && na[0].1.ends_with("modes are fixed per server"),
+        "{na:?}"
+    );
+    assert!(na[1].1.contains("step 3 (n/a on this server)"), "{na:?}");
+    assert!(modes["failures"].as_array().unwrap().is_empty());
+    assert!(modes["notReached"].as_array().unwrap().is_empty());
+
+    let discovery = result("needs_discovery");
+    assert_eq!(discovery["status"], "skip", "{stdout}");
+    let reason = discovery["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("none of its locks could be judged on this server (step 1 n/a: ")
+            && reason.contains("discovery needs a tag: list_workflows takes a tag"),
+        "{reason}"
+    );
+    assert_eq!(discovery["locks"]["L-NS-DISCOVERY-FIELDS"], "n/a");
+
+    let counts = result("counts_history");
+    assert_eq!(counts["status"], "pass", "{stdout}");
+    assert_eq!(counts["locks"]["L-EVENT-CLOSED-KINDS"], "pass");
+    let na = na_steps("counts_history");
+    assert_eq!(na.len(), 1, "{na:?}");
+    assert_eq!(na[0].0, 3);
+    assert!(na[0].1.contains("injects a first step (one)"), "{na:?}");
 }

@@ -882,3 +882,249 @@ fn every_answered_append_survives_a_power_cut_right_after_its_answer() {
         );
     }
 }
+
+/// A `MemFs` that logs every mutating filesystem call, in order, with the path it names, so a
+/// test can read the commit protocol's order off the log.
+#[derive(Debug, Clone)]
+struct OrderFs {
+    inner: MemFs,
+    log: Arc<std::sync::Mutex<Vec<(&'static str, std::path::PathBuf)>>>,
+}
+
+impl OrderFs {
+    fn note(&self, op: &'static str, path: &Path) {
+        self.log.lock().unwrap().push((op, path.to_path_buf()));
+    }
+
+    fn take(&self) -> Vec<(&'static str, std::path::PathBuf)> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+// `write_new_synced` and `append_synced` keep their default bodies, so the log shows their two
+// steps (the write, then the fsync) as two entries.
+impl StoreFs for OrderFs {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.note("create_dir_all", dir);
+        self.inner.create_dir_all(dir)
+    }
+    fn create_dir(&self, dir: &Path) -> std::io::Result<bool> {
+        self.note("create_dir", dir);
+        self.inner.create_dir(dir)
+    }
+    fn write_new(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.note("write_new", path);
+        self.inner.write_new(path, bytes)
+    }
+    fn append(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.note("append", path);
+        self.inner.append(path, bytes)
+    }
+    fn set_len(&self, path: &Path, len: u64) -> std::io::Result<()> {
+        self.note("set_len", path);
+        self.inner.set_len(path, len)
+    }
+    fn sync_file(&self, path: &Path) -> std::io::Result<()> {
+        self.note("sync_file", path);
+        self.inner.sync_file(path)
+    }
+    fn touch(&self, path: &Path) -> std::io::Result<()> {
+        self.note("touch", path);
+        self.inner.touch(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.note("rename_from", from);
+        self.note("rename_to", to);
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.note("sync_dir", dir);
+        self.inner.sync_dir(dir)
+    }
+    fn read(&self, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.read(path)
+    }
+    fn len(&self, path: &Path) -> std::io::Result<Option<u64>> {
+        self.inner.len(path)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.note("remove_file", path);
+        self.inner.remove_file(path)
+    }
+    fn remove_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.note("remove_dir_all", dir);
+        self.inner.remove_dir_all(dir)
+    }
+    fn write_private(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.note("write_private", path);
+        self.inner.write_private(path, bytes)
+    }
+    fn try_lock(
+        &self,
+        path: &Path,
+    ) -> Result<Box<dyn workrail::store::fs::LockGuard>, workrail::store::fs::LockError> {
+        self.inner.try_lock(path)
+    }
+    fn try_lock_existing(
+        &self,
+        path: &Path,
+    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
+    {
+        self.inner.try_lock_existing(path)
+    }
+    fn try_lock_shared(
+        &self,
+        path: &Path,
+    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
+    {
+        self.inner.try_lock_shared(path)
+    }
+}
+
+/// The order of one append, read off the filesystem calls it makes: the event segment is
+/// written, fsynced, renamed into place and its directory fsynced; then the `segment_closed`
+/// record goes into the manifest (appended to it, or for a new session written to a temp
+/// manifest that is renamed over the empty one) and the manifest is fsynced (for a new one: the
+/// temp file before the rename, and the session directory after it); only then does the append
+/// return. Nothing touches the manifest after its fsync. A store that answered before the
+/// manifest fsync (or fsynced it before writing the record) fails here.
+///
+/// lock: L-STORE-COMMIT-ATTEST, L-STORE-COMMIT-SEGMENT
+#[test]
+fn the_manifest_is_fsynced_after_the_record_is_written_and_before_the_append_returns() {
+    let mem = MemFs::new();
+    let fs = OrderFs {
+        inner: mem.clone(),
+        log: Arc::default(),
+    };
+    let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
+    let fx = Fixture {
+        store: SessionStore::new(Arc::clone(&shared)),
+        snapshots: workrail::store::SnapshotStore::new(shared),
+        fs: mem,
+    };
+    let dir = Path::new("sessions").join(session().as_str());
+    let manifest = dir.join("manifest.jsonl");
+    let events_dir = dir.join("events");
+    let is_segment = |p: &Path| p.starts_with(&events_dir);
+    let plans = [
+        start_plan(&fx.snapshots),
+        advance_plan(&fx.snapshots, 0, 1),
+        notes_plan(1),
+    ];
+    for (n, plan) in plans.into_iter().enumerate() {
+        let records_before = fx.store.load(&session()).map_or(0, |l| l.manifest.len());
+        fs.take();
+        fx.append(plan).unwrap();
+        // Everything up to here happened before the append returned.
+        let log = fs.take();
+        let at = |op: &str, path: &Path| log.iter().position(|(o, p)| *o == op && p == path);
+        let last_at = |op: &str, path: &Path| log.iter().rposition(|(o, p)| *o == op && p == path);
+        // The segment: written, fsynced, renamed, its directory fsynced.
+        let seg_write = log
+            .iter()
+            .position(|(o, p)| *o == "write_new" && is_segment(p))
+            .unwrap_or_else(|| panic!("append {n}: no segment write in {log:#?}"));
+        let seg_temp = log[seg_write].1.clone();
+        let seg_sync = at("sync_file", &seg_temp).expect("the segment is fsynced");
+        let seg_rename = at("rename_from", &seg_temp).expect("the segment is renamed");
+        let events_sync = last_at("sync_dir", &events_dir).expect("events dir fsynced");
+        assert!(seg_write < seg_sync && seg_sync < seg_rename && seg_rename < events_sync);
+        // The manifest record and its fsync.
+        // A new session's empty manifest is created before the segment (D131); the record
+        // then arrives by a rename over it, otherwise by an append.
+        let (record_at, durable_at) = match at("rename_to", &manifest) {
+            None => {
+                let appended = last_at("append", &manifest)
+                    .unwrap_or_else(|| panic!("append {n}: no manifest write: {log:#?}"));
+                let synced = last_at("sync_file", &manifest)
+                    .unwrap_or_else(|| panic!("append {n}: manifest never fsynced: {log:#?}"));
+                (appended, synced)
+            }
+            Some(renamed) => {
+                // Temp manifest written, fsynced, renamed over the empty one, the session
+                // directory fsynced.
+                assert_eq!(log[renamed - 1].0, "rename_from");
+                let temp = log[renamed - 1].1.clone();
+                let written = at("write_new", &temp).expect("the temp manifest is written");
+                let synced = at("sync_file", &temp).expect("the temp manifest is fsynced");
+                assert!(written < synced && synced < renamed, "{log:#?}");
+                let dir_synced = last_at("sync_dir", &dir).expect("session directory fsynced");
+                assert!(renamed < dir_synced, "{log:#?}");
+                (written, dir_synced)
+            }
+        };
+        assert!(
+            events_sync < record_at,
+            "append {n}: the record is written after the segment is durable: {log:#?}"
+        );
+        assert!(record_at < durable_at, "append {n}: {log:#?}");
+        assert!(
+            !log[durable_at + 1..].iter().any(|(_, p)| p == &manifest),
+            "append {n}: the manifest is touched after its fsync: {log:#?}"
+        );
+        // And what the fsync made durable is the segment_closed record the append added.
+        let loaded = fx.store.load(&session()).unwrap();
+        assert!(matches!(
+            loaded.manifest.get(records_before),
+            Some(ManifestRecord::SegmentClosed(_))
+        ));
+    }
+}
+
+/// The store refuses a manifest whose `snapshot_pinned` record lacks any required field: the
+/// session is not healthy, and the pin is not trusted (the reader stops before it, or before
+/// the transaction that wrote it).
+///
+/// lock: L-MANIFEST-SNAPSHOT-PINNED-FIELDS
+#[test]
+fn a_stored_pin_record_missing_a_required_field_makes_the_session_unhealthy() {
+    let manifest = Path::new("sessions")
+        .join(session().as_str())
+        .join("manifest.jsonl");
+    for field in [
+        "v",
+        "manifestIndex",
+        "sessionId",
+        "kind",
+        "eventIndex",
+        "snapshotRef",
+        "createdByEventId",
+    ] {
+        let fx = Fixture::new();
+        fx.append(start_plan(&fx.snapshots)).unwrap();
+        fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
+        let whole = fx.store.load(&session()).unwrap();
+        assert_eq!(whole.health, SessionHealth::Healthy);
+        let last = whole.manifest.len() - 1;
+        assert!(matches!(
+            whole.manifest[last],
+            ManifestRecord::SnapshotPinned(_)
+        ));
+        fx.fs.corrupt(&manifest, |bytes| {
+            let text = String::from_utf8(bytes.clone()).unwrap();
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            let mut record: serde_json::Value = serde_json::from_str(&lines[last]).unwrap();
+            assert!(
+                record.as_object_mut().unwrap().remove(field).is_some(),
+                "{field} is in the stored record"
+            );
+            lines[last] = record.to_string();
+            *bytes = (lines.join("\n") + "\n").into_bytes();
+        });
+        let loaded = Fixture::on(fx.fs.clone()).store.load(&session()).unwrap();
+        assert_ne!(
+            loaded.health,
+            SessionHealth::Healthy,
+            "a pin without {field} was trusted"
+        );
+        assert!(
+            loaded.manifest.len() <= last,
+            "without {field}: the reader stops before the pin, got {} records",
+            loaded.manifest.len()
+        );
+    }
+}

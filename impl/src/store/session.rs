@@ -522,9 +522,10 @@ impl SessionRead for SessionStore {
 /// The same code keeping the witness for later does not compile, so a stashed witness can never
 /// reach an append, not even after a later gate re-locks the same session: the misuse is
 /// rejected before any durable I/O because it is rejected before the program exists
-/// (`tests/witness_lifetime.rs` checks that the compiler refuses it with the escape error, E0521).
+/// (`tests/witness_lifetime.rs` checks that the compiler refuses it with the escape error, E0521,
+/// and only that one: rustdoc compares the code pinned below only on a nightly toolchain).
 ///
-/// ```compile_fail
+/// ```compile_fail,E0521
 /// use workrail::store::{AppendGate, SessionIntent, SessionStore};
 /// fn stash(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
 ///     let mut kept = None;
