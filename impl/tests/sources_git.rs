@@ -19,9 +19,7 @@ use workrail::protocol::{Workrail, WorkrailConfig};
 use workrail::sources::SourceConfig;
 use workrail::sources::git::{RepoCache, RepoSpec, auth_token, parse_repos};
 use workrail_spec::closed::WorkflowSourceKind;
-use workrail_spec::tools::{
-    ContinueWorkflowInput, ListWorkflowsInput, StartWorkflowInput,
-};
+use workrail_spec::tools::{ContinueWorkflowInput, ListWorkflowsInput, StartWorkflowInput};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -89,7 +87,11 @@ impl Origin {
     fn rewrite(&self) {
         let work = self.work();
         git(&work, &["checkout", "-q", "--orphan", "other"]);
-        std::fs::write(work.join("flows").join("review.json"), workflow("Rewritten.")).unwrap();
+        std::fs::write(
+            work.join("flows").join("review.json"),
+            workflow("Rewritten."),
+        )
+        .unwrap();
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-q", "-m", "rewritten"]);
         git(&work, &["push", "-q", "-f", "origin", "other:main"]);
@@ -109,9 +111,10 @@ impl Daemon {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("git")
+        // The daemon itself, not the `git` wrapper, so that killing the child stops it.
+        let exec_path = git(base, &["--exec-path"]).trim().to_owned();
+        let child = Command::new(Path::new(&exec_path).join("git-daemon"))
             .args([
-                "daemon",
                 "--export-all",
                 "--reuseaddr",
                 "--listen=127.0.0.1",
@@ -182,13 +185,19 @@ fn a_repository_served_by_git_daemon_is_synced_pinned_by_commit_and_a_push_shows
     let wr = open(data.path(), specs.clone());
     // Not synced yet: nothing to list, and the problem says why and what to do.
     let listed = wr.list_workflows(ListWorkflowsInput::default()).unwrap();
-    assert!(listed.workflows.iter().all(|w| w.workflow_id.as_str() != "team.review"));
+    assert!(
+        listed
+            .workflows
+            .iter()
+            .all(|w| w.workflow_id.as_str() != "team.review")
+    );
     let problem = listed
         .problems
         .iter()
         .find(|p| p.source_ref == "repo/origin")
         .expect("an unsynced repository is reported");
-    assert!(problem.problem.contains("not synced yet"), "{}", problem.problem);
+    let text = problem.errors.join(" ");
+    assert!(text.contains("not synced yet"), "{problem:?}");
 
     let cache = RepoCache::of_data_dir(data.path());
     let first = cache.sync(&specs[0], &no_env, 1);
@@ -201,7 +210,12 @@ fn a_repository_served_by_git_daemon_is_synced_pinned_by_commit_and_a_push_shows
         .find(|w| w.workflow_id.as_str() == "team.review")
         .expect("the synced workflow is listed");
     assert_eq!(summary.source_kind, WorkflowSourceKind::Remote);
-    assert!(listed.problems.iter().all(|p| p.source_ref != "repo/origin"));
+    assert!(
+        listed
+            .problems
+            .iter()
+            .all(|p| p.source_ref != "repo/origin")
+    );
 
     // A run pins the workflow; its recorded source ref names the commit.
     let run = start(&wr);
@@ -218,7 +232,10 @@ fn a_repository_served_by_git_daemon_is_synced_pinned_by_commit_and_a_push_shows
             _ => None,
         })
         .unwrap();
-    assert_eq!(source_ref, format!("repo/origin@{}/review.json", &commit[..12]));
+    assert_eq!(
+        source_ref,
+        format!("repo/origin@{}/review.json", &commit[..12])
+    );
 
     // A push: the running session sees drift, a new run gets the new version.
     origin.push("Look at the diff and the tests.", "second");
@@ -235,7 +252,10 @@ fn a_repository_served_by_git_daemon_is_synced_pinned_by_commit_and_a_push_shows
         })
         .unwrap();
     assert!(
-        again.warnings.iter().any(|w| w.code == "pinned_workflow_drift"),
+        again
+            .warnings
+            .iter()
+            .any(|w| w.code == "pinned_workflow_drift"),
         "{:?}",
         again.warnings
     );
@@ -255,16 +275,21 @@ fn a_repository_served_by_git_daemon_is_synced_pinned_by_commit_and_a_push_shows
     assert_eq!(failed.commit, second.commit);
     assert!(failed.last_error.is_some());
     let listed = wr.list_workflows(ListWorkflowsInput::default()).unwrap();
-    assert!(listed.workflows.iter().any(|w| w.workflow_id.as_str() == "team.review"));
+    assert!(
+        listed
+            .workflows
+            .iter()
+            .any(|w| w.workflow_id.as_str() == "team.review")
+    );
     let problem = listed
         .problems
         .iter()
         .find(|p| p.source_ref == "repo/origin")
         .expect("a failed sync is reported");
+    let text = problem.errors.join(" ");
     assert!(
-        problem.problem.contains("failed") && problem.problem.contains("Still serving"),
-        "{}",
-        problem.problem
+        text.contains("failed") && text.contains("Still serving"),
+        "{problem:?}"
     );
 }
 
@@ -283,7 +308,10 @@ fn a_rewritten_history_is_not_followed_and_the_last_good_copy_stays() {
     assert_eq!(after.commit, good.commit);
     let error = after.last_error.unwrap();
     assert!(error.contains("rewritten"), "{error}");
-    assert!(error.contains("delete"), "says how to follow the new history: {error}");
+    assert!(
+        error.contains("delete"),
+        "says how to follow the new history: {error}"
+    );
 }
 
 /// A one-shot HTTP server that answers 401 and hands back the request it got.
@@ -324,14 +352,18 @@ fn a_token_reaches_git_only_as_a_header_and_never_shows_in_messages_or_the_cache
     let cache = RepoCache::of_data_dir(data.path());
     let state = cache.sync(&specs[0], &env, 1);
     let request = server.join().unwrap();
-    let expected = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{secret}"));
+    let expected =
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{secret}"));
     assert!(
         request.contains(&format!("Authorization: Basic {expected}")),
         "{request}"
     );
     let error = state.last_error.expect("a 401 fails the sync");
     assert!(!error.contains(secret), "{error}");
-    assert!(error.contains("token"), "says which variable to set: {error}");
+    assert!(
+        error.contains("token"),
+        "says which variable to set: {error}"
+    );
     // Nothing under the cache holds the token.
     for entry in walk(data.path()) {
         if entry.is_file() {
@@ -363,10 +395,9 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// decision: D178
 #[test]
 fn repository_lists_and_tokens_are_read_as_the_reference_reads_them() {
-    let specs = parse_repos(
-        "https://github.com/acme/flows.git, https://git.acme.io/team/flows.git",
-    )
-    .unwrap();
+    let specs =
+        parse_repos("https://github.com/acme/flows.git, https://git.acme.io/team/flows.git")
+            .unwrap();
     assert_eq!(specs.len(), 2);
     assert_eq!(specs[0].name, "flows");
     assert_eq!(specs[1].name, "flows-2", "two repositories, two names");
@@ -388,8 +419,106 @@ fn repository_lists_and_tokens_are_read_as_the_reference_reads_them() {
         "WORKFLOW_GIT_AUTH_TOKEN" => Some("generic".to_owned()),
         _ => None,
     };
-    assert_eq!(auth_token("https://github.com/a/b.git", &env).as_deref(), Some("gh"));
-    assert_eq!(auth_token("https://git.acme.io/a/b.git", &env).as_deref(), Some("acme"));
-    assert_eq!(auth_token("https://other.io/a/b.git", &env).as_deref(), Some("generic"));
-    assert_eq!(auth_token("git@github.com:a/b.git", &env), None, "SSH uses keys");
+    assert_eq!(
+        auth_token("https://github.com/a/b.git", &env).as_deref(),
+        Some("gh")
+    );
+    assert_eq!(
+        auth_token("https://git.acme.io/a/b.git", &env).as_deref(),
+        Some("acme")
+    );
+    assert_eq!(
+        auth_token("https://other.io/a/b.git", &env).as_deref(),
+        Some("generic")
+    );
+    assert_eq!(
+        auth_token("git@github.com:a/b.git", &env),
+        None,
+        "SSH uses keys"
+    );
+}
+
+/// decision: D178
+#[test]
+fn a_server_syncs_its_repositories_in_the_background_and_repos_sync_syncs_now() {
+    use std::io::BufRead;
+    let origin = Origin::new();
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("data");
+    let url = format!("file://{}", origin.bare().display());
+    let repos = format!(r#"[{{"url": "{url}", "path": "flows"}}]"#);
+    let workrail = env!("CARGO_BIN_EXE_workrail");
+    // `workrail repos sync`: fetches now, prints the commit.
+    let out = Command::new(workrail)
+        .args(["repos", "sync"])
+        .env("WORKRAIL_DATA_DIR", &data)
+        .env("WORKFLOW_GIT_REPOS", &repos)
+        .env("HOME", home.path())
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("origin:"));
+    // A push, then a server: its background sync brings the new commit without any call
+    // waiting for it.
+    origin.push("Look at the diff, second version.", "second");
+    let mut server = Command::new(workrail)
+        .arg("mcp")
+        .env("WORKRAIL_DATA_DIR", &data)
+        .env("WORKRAIL_WORKFLOW_REPOS", &repos)
+        .env("HOME", home.path())
+        .current_dir(home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut call = |id: u64, method: &str, params: serde_json::Value| -> serde_json::Value {
+        let line =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{line}").unwrap();
+        loop {
+            let mut text = String::new();
+            stdout.read_line(&mut text).unwrap();
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if value["id"] == id {
+                return value;
+            }
+        }
+    };
+    call(
+        1,
+        "initialize",
+        serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut id = 2;
+    loop {
+        let started = call(
+            id,
+            "tools/call",
+            serde_json::json!({"name": "start_workflow", "arguments": {"workflowId": "team.review"}}),
+        );
+        id += 1;
+        let prompt = started["result"]["structuredContent"]["pending"]["prompt"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if prompt.contains("second version") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never served the pushed version: {started}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(stdin);
+    let _ = server.wait();
 }

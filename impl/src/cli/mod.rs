@@ -48,7 +48,7 @@ pub const EXIT_USAGE: u8 = 2;
     name = "workrail",
     version,
     about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.",
-    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)\n  WORKRAIL_STORE          a postgres:// URL to keep sessions, objects and keys in PostgreSQL (default: the file store in the data directory)\n  WORKRAIL_STORE_SCHEMA   the PostgreSQL schema (default: workrail)\n  WORKRAIL_STORE_TIMEOUT_MS  how long one PostgreSQL call may wait for the database, in ms (default: 10000)"
+    long_about = "WorkRail v2: a durable, rewind-safe workflow engine that agents drive over MCP.\n\nWithout a command, `workrail` serves MCP over stdio (same as `workrail mcp`).\n\nEnvironment:\n  WORKRAIL_DATA_DIR       where sessions, snapshots and keys live (default: the platform data dir, e.g. ~/.local/share/workrail); created on first use\n  WORKRAIL_WORKFLOW_DIRS  extra workflow directories (a platform path list, like PATH)\n  WORKRAIL_WORKFLOW_REPOS  git repositories of workflows: comma-separated URLs, or a JSON array of {url, branch, path}; synced on start and every WORKRAIL_WORKFLOW_REPOS_SYNC_MINUTES (default 5)\n  WORKRAIL_LOG            log filter for stderr, e.g. `info` or `workrail=debug` (default: warn)\n  WORKRAIL_BUNDLE_MAX_BYTES  the largest bundle `import` reads (default: 268435456, 256 MiB)\n  WORKRAIL_CACHE_MB       memory for caches of sessions, snapshots and workflows, in MiB (default: 64; 0 caches nothing)\n  WORKRAIL_STORE          a postgres:// URL to keep sessions, objects and keys in PostgreSQL (default: the file store in the data directory)\n  WORKRAIL_STORE_SCHEMA   the PostgreSQL schema (default: workrail)\n  WORKRAIL_STORE_TIMEOUT_MS  how long one PostgreSQL call may wait for the database, in ms (default: 10000)"
 )]
 struct Cli {
     /// Data directory (overrides WORKRAIL_DATA_DIR).
@@ -485,16 +485,29 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let env = |name: &str| std::env::var(name).ok();
             let mut failed = false;
             for (spec, state) in crate::sources::git::sync_all(&specs, &cache, &env) {
-                let commit = state.commit.as_deref().map_or("none", |c| &c[..c.len().min(12)]);
+                let commit = state
+                    .commit
+                    .as_deref()
+                    .map_or("none", |c| &c[..c.len().min(12)]);
                 match &state.last_error {
-                    None => print_stdout(&format!("{}: {} at {commit}", spec.name, spec.shown_url())),
+                    None => {
+                        print_stdout(&format!("{}: {} at {commit}", spec.name, spec.shown_url()))
+                    }
                     Some(e) => {
                         failed = true;
-                        eprintln!("{}: {} sync failed (serving {commit}): {e}", spec.name, spec.shown_url());
+                        eprintln!(
+                            "{}: {} sync failed (serving {commit}): {e}",
+                            spec.name,
+                            spec.shown_url()
+                        );
                     }
                 }
             }
-            Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Keys {
             action: KeysAction::Rotate,
@@ -561,7 +574,13 @@ fn serve_until_the_store_opens(
 /// The configured repositories and their cache.
 fn repos(
     data_dir: Option<PathBuf>,
-) -> Result<(Vec<crate::sources::git::RepoSpec>, crate::sources::git::RepoCache), String> {
+) -> Result<
+    (
+        Vec<crate::sources::git::RepoSpec>,
+        crate::sources::git::RepoCache,
+    ),
+    String,
+> {
     let mut config = WorkrailConfig::from_env()?;
     if let Some(dir) = data_dir {
         config.data_dir = dir;

@@ -91,9 +91,8 @@ impl SourceConfig {
                     .map(|(i, p)| (p, format!("dir{}", start + i))),
             );
         }
-        let off = |name: &str| {
-            env(name).is_some_and(|v| !(v.eq_ignore_ascii_case("true") || v == "1"))
-        };
+        let off =
+            |name: &str| env(name).is_some_and(|v| !(v.eq_ignore_ascii_case("true") || v == "1"));
         if off("WORKFLOW_INCLUDE_BUNDLED") {
             self.include_bundled = false;
         }
@@ -111,12 +110,10 @@ impl SourceConfig {
         let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"));
         let cwd = std::env::current_dir()?;
         let dirs = std::env::var_os(WORKFLOW_DIRS_ENV);
-        Ok(Self::new(
-            home.as_deref().map(Path::new),
-            &cwd,
-            dirs.as_deref(),
+        Ok(
+            Self::new(home.as_deref().map(Path::new), &cwd, dirs.as_deref())
+                .with_reference_aliases(&|name| std::env::var(name).ok()),
         )
-        .with_reference_aliases(&|name| std::env::var(name).ok()))
     }
 
     /// Every source in precedence order, bundled first.

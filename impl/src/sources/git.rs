@@ -102,7 +102,14 @@ pub fn parse_repos(value: &str) -> Result<Vec<RepoSpec>, String> {
             for key in object.keys() {
                 if !matches!(
                     key.as_str(),
-                    "url" | "repositoryUrl" | "branch" | "path" | "name" | "authToken" | "syncInterval" | "localPath"
+                    "url"
+                        | "repositoryUrl"
+                        | "branch"
+                        | "path"
+                        | "name"
+                        | "authToken"
+                        | "syncInterval"
+                        | "localPath"
                 ) {
                     return Err(format!(
                         "{REPOS_ENV}[{i}] has an unknown field `{key}`; the fields are `url`, `branch` and `path` (the directory inside the repository)."
@@ -127,7 +134,10 @@ pub fn parse_repos(value: &str) -> Result<Vec<RepoSpec>, String> {
     }
     // Two repositories with one name get distinct names, in order.
     for i in 0..specs.len() {
-        let taken = specs[..i].iter().filter(|s| s.name == specs[i].name).count();
+        let taken = specs[..i]
+            .iter()
+            .filter(|s| s.name == specs[i].name)
+            .count();
         if taken > 0 {
             specs[i].name = format!("{}-{}", specs[i].name, taken + 1);
         }
@@ -181,7 +191,9 @@ fn spec(
     Ok(RepoSpec {
         url: url.to_owned(),
         branch,
-        path: path.map(|p| p.trim_matches('/').to_owned()).filter(|p| !p.is_empty()),
+        path: path
+            .map(|p| p.trim_matches('/').to_owned())
+            .filter(|p| !p.is_empty()),
         name: if name.is_empty() { "repo".into() } else { name },
     })
 }
@@ -387,7 +399,15 @@ impl RepoCache {
         // silently: the served copy stays until someone decides.
         if let Some(served) = self.state(spec).commit
             && served != commit
-            && git(&["--git-dir", &m, "merge-base", "--is-ancestor", &served, &commit]).is_err()
+            && git(&[
+                "--git-dir",
+                &m,
+                "merge-base",
+                "--is-ancestor",
+                &served,
+                &commit,
+            ])
+            .is_err()
         {
             return Err(format!(
                 "the history of {} was rewritten (commit {} is not an ancestor of {}); still serving {}. To follow the new history, delete {} and start WorkRail again.",
@@ -445,7 +465,10 @@ impl RepoCache {
         others.pop();
         for (_, path) in others {
             if let Err(e) = std::fs::remove_dir_all(&path) {
-                tracing::debug!("an old workflow tree was not removed ({}): {e}", path.display());
+                tracing::debug!(
+                    "an old workflow tree was not removed ({}): {e}",
+                    path.display()
+                );
             }
         }
     }
@@ -466,11 +489,15 @@ fn run_git(args: &[&str], token: Option<&str>, url: &str) -> Result<String, Stri
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(token) = token {
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+        let basic =
+            base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
         command
             .env("GIT_CONFIG_COUNT", "1")
             .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-            .env("GIT_CONFIG_VALUE_0", format!("Authorization: Basic {basic}"));
+            .env(
+                "GIT_CONFIG_VALUE_0",
+                format!("Authorization: Basic {basic}"),
+            );
     }
     let mut child = command.spawn().map_err(|e| {
         format!("cannot run `git` ({e}); install git and make sure it is on the PATH of WorkRail's process.")
