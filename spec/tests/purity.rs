@@ -126,6 +126,8 @@ const IO_ADAPTERS: &[&str] = &[
     "store/owner.rs",
     "store/postgres/tls.rs",
     "sources/fs.rs",
+    // Git workflow sources: the `git` program and the repository cache (D178).
+    "sources/git.rs",
     "workspace/fs.rs",
     "gc/os.rs",
     "cli/mod.rs",
