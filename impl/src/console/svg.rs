@@ -83,6 +83,9 @@ fn node_class(n: &crate::projections::console::NodeSummary) -> String {
     if n.blocked_attempts > 0 {
         class.push_str(" blocked-attempt");
     }
+    if n.lanes > 0 {
+        class.push_str(" parallel");
+    }
     class
 }
 
@@ -136,10 +139,12 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
             @for n in &run.nodes {
                 @if let Some((x, y)) = at(&n.node_id) {
                     g class=(node_class(n)) data-node-id=(n.node_id) data-kind=(n.kind)
-                        data-blocked-attempts=[(n.blocked_attempts > 0).then_some(n.blocked_attempts)] {
+                        data-blocked-attempts=[(n.blocked_attempts > 0).then_some(n.blocked_attempts)]
+                        data-lanes=[(n.lanes > 0).then_some(n.lanes)] {
                         title { (n.title) " (" (n.kind) ", " (n.node_id) ")"
                             @if n.is_tip { ", preferred tip" }
-                            @if n.blocked_attempts > 0 { ", " (n.blocked_attempts) " blocked attempt(s)" } }
+                            @if n.blocked_attempts > 0 { ", " (n.blocked_attempts) " blocked attempt(s)" }
+                            @if n.lanes > 0 { ", started " (n.lanes) " lane(s), listed under the graph" } }
                         a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id)) {
                             rect x=(x) y=(y) width=(node_w) height=(NODE_H) rx="6" {}
                             text class="title" x=(x + 8) y=(y + 17) { (n.title) }
@@ -147,6 +152,7 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
                                 (n.kind) " · #" (n.created_index)
                                 @if n.is_tip { " · tip" }
                                 @if n.blocked_attempts > 0 { " · " (n.blocked_attempts) " blocked" }
+                                @if n.lanes > 0 { " · " (n.lanes) " lanes" }
                             }
                         }
                     }
@@ -171,6 +177,7 @@ mod tests {
             title: id.to_owned(),
             blocked_attempts: 0,
             is_tip: false,
+            lanes: 0,
         }
     }
 
@@ -192,6 +199,8 @@ mod tests {
             ],
             edges: Vec::new(),
             nodes_cut: false,
+            lane_of: None,
+            lane_groups: Vec::new(),
         };
         let place = layout(&run);
         assert_eq!(place["r"], (0, 0));
@@ -222,6 +231,8 @@ mod tests {
             nodes,
             edges: Vec::new(),
             nodes_cut: false,
+            lane_of: None,
+            lane_groups: Vec::new(),
         };
         let svg = render("sess", &run).into_string();
         assert!(svg.contains("data-orientation=\"down\""), "{svg}");
