@@ -78,6 +78,7 @@ fn node_lines(text: &str) -> Vec<(usize, &str)> {
         .collect()
 }
 
+/// decision: D170
 #[test]
 fn inspect_outlines_long_stretches_and_indents_only_at_forks() {
     let fs = MemFs::new();

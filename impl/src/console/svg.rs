@@ -22,18 +22,39 @@ const CHAR_W: u32 = 7;
 /// Runs with more layers than this are drawn top to bottom.
 const ACROSS_MAX_LAYERS: u32 = 8;
 
-/// The width of the run's node boxes: room for its longest title, within bounds.
+/// About how wide one character of a node's second line is drawn (11 px).
+const SUB_CHAR_W: u32 = 6;
+
+/// A node's second line: kind, position, tip, blocked attempts, lanes.
+fn sub_text(n: &crate::projections::console::NodeSummary) -> String {
+    let mut text = format!("{} · #{}", n.kind, n.created_index);
+    if n.is_tip {
+        text.push_str(" · tip");
+    }
+    if n.blocked_attempts > 0 {
+        text.push_str(&format!(" · {} blocked", n.blocked_attempts));
+    }
+    if n.lanes > 0 {
+        text.push_str(&format!(" · {} lanes", n.lanes));
+    }
+    text
+}
+
+/// The width of the run's node boxes: room for its longest title and second line, within
+/// bounds.
 fn node_width(run: &RunView) -> u32 {
+    let chars = |text: &str| u32::try_from(text.chars().count()).unwrap_or(u32::MAX);
     let longest = run
         .nodes
         .iter()
-        .map(|n| u32::try_from(n.title.chars().count()).unwrap_or(u32::MAX))
+        .map(|n| {
+            chars(&n.title)
+                .saturating_mul(CHAR_W)
+                .max(chars(&sub_text(n)).saturating_mul(SUB_CHAR_W))
+        })
         .max()
         .unwrap_or(0);
-    longest
-        .saturating_mul(CHAR_W)
-        .saturating_add(16)
-        .clamp(NODE_W_MIN, NODE_W_MAX)
+    longest.saturating_add(16).clamp(NODE_W_MIN, NODE_W_MAX)
 }
 
 /// Column (depth) and lane of every node, by node id.
@@ -148,12 +169,7 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
                         a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id)) {
                             rect x=(x) y=(y) width=(node_w) height=(NODE_H) rx="6" {}
                             text class="title" x=(x + 8) y=(y + 17) { (n.title) }
-                            text class="sub" x=(x + 8) y=(y + 32) {
-                                (n.kind) " · #" (n.created_index)
-                                @if n.is_tip { " · tip" }
-                                @if n.blocked_attempts > 0 { " · " (n.blocked_attempts) " blocked" }
-                                @if n.lanes > 0 { " · " (n.lanes) " lanes" }
-                            }
+                            text class="sub" x=(x + 8) y=(y + 32) { (sub_text(n)) }
                         }
                     }
                 }
