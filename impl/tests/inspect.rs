@@ -326,3 +326,61 @@ fn inspect_json_nests_lane_runs_under_the_parallel_node() {
         "{text}"
     );
 }
+
+/// decision: D170
+/// The command line: `workrail inspect` and `workrail inspect --json` on a data directory the
+/// real server wrote, with three lanes and a `fail-on-conflict` conflict.
+#[test]
+fn the_command_prints_lanes_in_text_and_json() {
+    let (_root, data) = console_support::new_root();
+    let demo = console_support::lanes::build_lanes_data_dir(&data);
+    let run = |args: &[&str]| {
+        let out = console_support::workrail(&data)
+            .arg("inspect")
+            .arg(&demo.session)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&[]);
+    assert_eq!(text.matches("\nrun ").count(), 1, "{text}");
+    assert!(
+        text.contains("conflict: `src/shared.rs` was changed by lanes 3 and 1 (user-resolved)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("blocked attempt 1 of 1: USER_ONLY_DEPENDENCY"),
+        "{text}"
+    );
+    let view: Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    assert_eq!(view["sessionId"], demo.session.as_str());
+    assert_eq!(view["health"], "healthy");
+    let runs = view["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["runId"], demo.parent_run.as_str());
+    let node = runs[0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| !n["laneGroup"].is_null())
+        .unwrap();
+    assert_eq!(
+        node["blocked"][0]["blockers"][0]["code"],
+        "USER_ONLY_DEPENDENCY"
+    );
+    let group = &node["laneGroup"];
+    assert_eq!(group["completedOrder"], json!([3, 1, 2]));
+    assert_eq!(group["conflicts"][0]["file"], "src/shared.rs");
+    let ids: Vec<&str> = group["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        demo.lanes.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+}
