@@ -1003,4 +1003,18 @@ fn lanes_are_shown_under_their_parallel_step_with_the_conflict() {
     // Each lane's own run is drawn inside its lane.
     assert_eq!(tags_with_class(&page, "details", "lane-run").len(), 3);
     assert_eq!(page.matches("<svg class=\"dag\"").count(), 4, "{page}");
+    // A lane's node page says whose lane it is and links back to the group.
+    let parent_node = attr_values(groups[0], "data-parent-node")[0];
+    let lane_nodes: Vec<&str> = tags_with_class(&page, "g", "node")
+        .into_iter()
+        .map(|t| attr_values(t, "data-node-id")[0])
+        .filter(|n| *n != parent_node)
+        .collect();
+    let lane_node = lane_nodes.last().unwrap();
+    let node_page = c.page(&format!("/sessions/{}/nodes/{lane_node}", demo.session));
+    assert!(
+        node_page.contains(&format!("lane 3 of run <code>{}</code>", demo.parent_run))
+            && node_page.contains(&format!("#lanes-{parent_node}\"")),
+        "{node_page}"
+    );
 }

@@ -250,6 +250,8 @@ pub struct NodeView {
     pub salvage: Option<SalvageNotice>,
     pub run_id: String,
     pub workflow_id: String,
+    /// When the node's run is a lane: the parallel step's node that started it.
+    pub lane_of: Option<LaneOf>,
     pub node: NodeSummary,
     /// The current recap notes (Markdown source, bounded).
     pub notes: Option<String>,

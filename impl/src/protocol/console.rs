@@ -336,6 +336,11 @@ impl Workrail {
             salvage: salvage_of(&loaded),
             run_id: run_id.to_string(),
             workflow_id: view.dag.started.workflow_id.to_string(),
+            lane_of: view.dag.started.lane.as_ref().map(|l| LaneOf {
+                parent_run_id: l.parent_run_id.to_string(),
+                parent_node_id: l.parent_node_id.to_string(),
+                index: l.lane_index,
+            }),
             node: summary,
             notes,
             artifacts: bounded_list(artifacts).0,

@@ -343,3 +343,31 @@ impl Workrail {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// decision: D170
+    /// A run summary cached before lanes existed has no `lane`: it must not parse (the cache
+    /// is then rebuilt), or a lane would read as a run of its own until the session changes.
+    #[test]
+    fn a_cached_summary_without_the_lane_field_is_not_read() {
+        let mut value = serde_json::json!({
+            "runId": "run_0000000000000000",
+            "workflowId": "project.fan",
+            "label": "Fan #0000",
+            "status": "in_progress",
+            "nodes": 1,
+            "preferredTip": null,
+            "tipLastActivity": 3,
+            "unresolvedGaps": 0
+        });
+        assert!(serde_json::from_value::<RunSummary>(value.clone()).is_err());
+        value["lane"] = serde_json::Value::Null;
+        let summary: RunSummary = serde_json::from_value(value).unwrap();
+        assert!(!summary.is_lane());
+        let back = serde_json::to_value(&summary).unwrap();
+        assert_eq!(back["lane"], serde_json::Value::Null);
+    }
+}
