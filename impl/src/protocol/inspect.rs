@@ -252,9 +252,10 @@ pub(super) fn node_step(
     match engine.pending_step() {
         Some(pending) => NodeStep::Pending {
             step_id: pending.step_id.clone(),
+            // As responses show it: markers substituted from the step's recorded bindings.
             title: compiled
                 .and_then(|c| c.step(&pending.step_id))
-                .map(|s| s.title.clone()),
+                .map(|s| crate::engine::render::title(s, &pending.bindings)),
         },
         None if engine.is_complete() => NodeStep::Complete,
         None => NodeStep::NoPendingStep,
