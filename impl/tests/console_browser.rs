@@ -809,3 +809,105 @@ fn desired_versus_applied_after_a_flag_change() {
     assert_eq!(after, kinds, "a preference default adds no restart trigger");
     server.close();
 }
+
+/// decision: D171
+/// A session whose parallel step ran three lanes under `fail-on-conflict`, two of them
+/// changing the same file: the browser shows one run, the parallel node marked in its graph,
+/// and under it the three lanes with their statuses and summaries and the conflict naming the
+/// file and both lanes; a lane's own run opens in place; nothing scrolls sideways.
+#[test]
+fn lanes_and_their_conflict_are_shown_under_the_parallel_step() {
+    let Some(binary) = chromium() else { return };
+    let (_root, data) = new_root();
+    let demo = console_support::lanes::build_lanes_data_dir(&data);
+    let console = Console::start(&data);
+    let mut browser = Browser::start(&binary);
+    let b = &browser;
+    b.goto(&console.url);
+    // The list shows the session as one run with three lanes.
+    let label = b.text(&format!(
+        "tr.session[data-session-id=\"{}\"] td.label",
+        demo.session
+    ));
+    assert!(label.contains("(+3 lanes)"), "{label}");
+    b.goto(&session_url(&console, &demo.session));
+    assert_eq!(b.all("section.run").len(), 1, "{}", b.body_text());
+    let parallel = b.all("section.run svg.dag g.node.parallel");
+    assert_eq!(parallel.len(), 1, "{parallel:?}");
+    let node = parallel[0]["attrs"]["data-node-id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The group hangs under that node, inside the run's section.
+    let group = format!("section.run section.lanes[data-parent-node=\"{node}\"]");
+    assert_eq!(b.all(&group).len(), 1, "{}", b.body_text());
+    assert!(
+        b.text(&format!("{group} h3"))
+            .contains("Inspect in parallel")
+    );
+    let lanes = b.all(&format!("{group} li.lane"));
+    let seen: Vec<(String, String)> = lanes
+        .iter()
+        .map(|l| {
+            (
+                l["attrs"]["data-run-id"].as_str().unwrap().to_owned(),
+                l["attrs"]["data-status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (demo.lanes[0].clone(), "completed".to_owned()),
+            (demo.lanes[1].clone(), "partial".to_owned()),
+            (demo.lanes[2].clone(), "completed".to_owned()),
+        ]
+    );
+    assert!(
+        b.text(&format!(
+            "{group} li.lane[data-lane-index=\"2\"] .lane-summary"
+        ))
+        .contains("Store half done")
+    );
+    let file = console_support::lanes::CONFLICTING_FILE;
+    let conflict = b.all(&format!("{group} li.conflict[data-file=\"{file}\"]"));
+    assert_eq!(conflict.len(), 1, "{}", b.body_text());
+    let words = conflict[0]["text"].as_str().unwrap();
+    assert!(
+        words.contains(file)
+            && words.contains("lanes 3 and 1")
+            && words.contains("the user decides"),
+        "{words}"
+    );
+    // The conflict is on screen, not hidden: it has a box.
+    let size = b.js(&format!(
+        "const r = document.querySelector({}).getBoundingClientRect(); return [r.width, r.height];",
+        json!(format!("{group} li.conflict"))
+    ));
+    assert!(
+        size[0].as_f64().unwrap() > 100.0 && size[1].as_f64().unwrap() > 10.0,
+        "{size}"
+    );
+    assert_eq!(b.all(&format!("{group} code.file.conflicting")).len(), 2);
+    // A lane's run opens in place with its own graph.
+    b.js(&format!(
+        "document.querySelector({}).open = true; return null;",
+        json!(format!(
+            "{group} li.lane[data-lane-index=\"1\"] details.lane-run"
+        ))
+    ));
+    let lane_nodes = b.all(&format!(
+        "{group} li.lane[data-lane-index=\"1\"] details.lane-run svg.dag g.node"
+    ));
+    assert_eq!(
+        lane_nodes.len(),
+        3,
+        "look, lane-report, complete: {lane_nodes:?}"
+    );
+    b.assert_no_horizontal_scroll();
+    browser.shot("session-lanes");
+    let b = &browser;
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+    browser.shot("session-lanes-390");
+}

@@ -912,3 +912,109 @@ fn the_console_adds_no_mcp_tool() {
     assert_eq!(names, expected);
     mcp.close();
 }
+
+/// decision: D171
+/// A session with a three-lane parallel step under `fail-on-conflict`: the list shows one run
+/// and its lanes (not four runs); the session page draws one run section, marks the parallel
+/// node, and groups the lanes under that node with each lane's status, summary and files, the
+/// conflicting file in a conflict line naming both lanes, and each lane run's own DAG.
+#[test]
+fn lanes_are_shown_under_their_parallel_step_with_the_conflict() {
+    let (_root, data) = console_support::new_root();
+    let demo = console_support::lanes::build_lanes_data_dir(&data);
+    let c = Console::start(&data);
+    let list = c.page("/");
+    let row = list
+        .split("<tr class=\"session\"")
+        .find(|r| r.contains(&demo.session))
+        .unwrap();
+    assert!(
+        row.contains("data-runs=\"1\"") && row.contains("data-lanes=\"3\""),
+        "{row}"
+    );
+    assert!(row.contains("(+3 lanes)"), "{row}");
+    assert!(!row.contains("project.routine-inspect"), "{row}");
+
+    let page = c.page(&format!("/sessions/{}", demo.session));
+    assert_eq!(
+        tags_with_class(&page, "section", "run").len(),
+        1,
+        "lanes are no run sections of their own"
+    );
+    assert!(page.contains("1 run(s) · 3 lane(s)"), "{page}");
+    let parallel = tags_with_class(&page, "g", "parallel");
+    assert_eq!(parallel.len(), 1, "{page}");
+    assert!(parallel[0].contains("data-lanes=\"3\""), "{}", parallel[0]);
+    let groups = tags_with_class(&page, "section", "lanes");
+    assert_eq!(groups.len(), 1, "{page}");
+    assert!(
+        groups[0].contains("data-step-id=\"fan-out\"")
+            && groups[0].contains("data-merge-strategy=\"fail-on-conflict\""),
+        "{}",
+        groups[0]
+    );
+    let lanes = tags_with_class(&page, "li", "lane");
+    assert_eq!(lanes.len(), 3, "{page}");
+    for (i, (lane, status)) in lanes
+        .iter()
+        .zip(["completed", "partial", "completed"])
+        .enumerate()
+    {
+        assert!(
+            lane.contains(&format!("data-lane-index=\"{}\"", i + 1)),
+            "{lane}"
+        );
+        assert!(
+            lane.contains(&format!("data-run-id=\"{}\"", demo.lanes[i])),
+            "{lane}"
+        );
+        assert!(
+            lane.contains(&format!("data-status=\"{status}\"")),
+            "{lane}"
+        );
+    }
+    assert!(
+        page.contains("Store half done: the index is untouched."),
+        "{page}"
+    );
+    let conflicts = tags_with_class(&page, "li", "conflict");
+    assert_eq!(conflicts.len(), 1, "{page}");
+    assert!(
+        conflicts[0].contains(&format!(
+            "data-file=\"{}\"",
+            console_support::lanes::CONFLICTING_FILE
+        )) && conflicts[0].contains("data-lanes=\"3 1\"")
+            && conflicts[0].contains("data-resolution=\"user-resolved\""),
+        "{}",
+        conflicts[0]
+    );
+    assert!(
+        page.contains(
+            "was changed by lanes 3 and 1 (user-resolved): the user decides which change to keep."
+        ),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("<code class=\"file conflicting\">src/shared.rs</code>")
+            .count(),
+        2,
+        "the conflicting file is marked in both lanes' files"
+    );
+    // Each lane's own run is drawn inside its lane.
+    assert_eq!(tags_with_class(&page, "details", "lane-run").len(), 3);
+    assert_eq!(page.matches("<svg class=\"dag\"").count(), 4, "{page}");
+    // A lane's node page says whose lane it is and links back to the group.
+    let parent_node = attr_values(groups[0], "data-parent-node")[0];
+    let lane_nodes: Vec<&str> = tags_with_class(&page, "g", "node")
+        .into_iter()
+        .map(|t| attr_values(t, "data-node-id")[0])
+        .filter(|n| *n != parent_node)
+        .collect();
+    let lane_node = lane_nodes.last().unwrap();
+    let node_page = c.page(&format!("/sessions/{}/nodes/{lane_node}", demo.session));
+    assert!(
+        node_page.contains(&format!("lane 3 of run <code>{}</code>", demo.parent_run))
+            && node_page.contains(&format!("#lanes-{parent_node}\"")),
+        "{node_page}"
+    );
+}

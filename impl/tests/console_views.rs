@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod console_support;
 mod protocol_support;
 
 use protocol_support::*;
@@ -60,5 +61,77 @@ fn a_run_over_the_node_budget_draws_its_newest_nodes_and_its_older_preferred_tip
         run.nodes.iter().map(|n| n.node_id.as_str()).collect();
     for e in &run.edges {
         assert!(drawn.contains(e.from.as_str()) && drawn.contains(e.to.as_str()));
+    }
+}
+
+/// decision: D171
+/// A session with a parallel step: its lanes are not runs of the session of their own in the
+/// list (one run, three lanes), and the parent run's view groups them under the step's node
+/// with each lane's status, summary and files and the fan-in's conflicts.
+#[test]
+fn lanes_are_grouped_under_their_parallel_step_and_counted_as_lanes() {
+    use console_support::lanes::*;
+    let fs = MemFs::new();
+    let wr = open_memory(&fs, "fail-on-conflict");
+    let fan = to_fan_out(&wr);
+    for (i, status, files) in [
+        (1, "completed", &["src/lib.rs"][..]),
+        (0, "completed", &["src/lib.rs", "src/a.rs"][..]),
+        (2, "failed", &["src/lib.rs"][..]),
+    ] {
+        finish_lane(
+            &wr,
+            &fan.lanes[i],
+            &LaneEnd {
+                status,
+                summary: &format!("Lane {} {status}.", i + 1),
+                files,
+                notes: "Handed in.",
+            },
+        );
+    }
+    let session = fan.session.session_id.to_string();
+    let rows = wr.console_sessions(&|_| None).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].runs, rows[0].lanes), (1, 3));
+    assert_eq!(rows[0].workflows, ["project.fan"]);
+    assert_eq!(rows[0].labels.len(), 1, "{:?}", rows[0].labels);
+    let ConsoleLookup::Found(view) = wr.console_session(&session) else {
+        panic!("the session is found");
+    };
+    let parent = view.runs.iter().find(|r| r.lane_of.is_none()).unwrap();
+    assert_eq!(view.runs.len(), 4, "the parent run and its three lanes");
+    assert_eq!(parent.lane_groups.len(), 1);
+    let group = &parent.lane_groups[0];
+    assert_eq!(group.step_id.as_deref(), Some("fan-out"));
+    assert_eq!(group.merge_strategy.as_deref(), Some("fail-on-conflict"));
+    let node = parent
+        .nodes
+        .iter()
+        .find(|n| n.node_id == group.node_id)
+        .unwrap();
+    assert_eq!(node.lanes, 3);
+    let statuses: Vec<&str> = group.lanes.iter().map(|l| l.status.as_str()).collect();
+    assert_eq!(statuses, ["completed", "completed", "failed"]);
+    assert_eq!(group.lanes[2].summary.as_deref(), Some("Lane 3 failed."));
+    assert_eq!(group.completed_order, [2, 1, 3]);
+    // A failed lane's files are not merged: only lanes 2 and 1 conflict, in recorded order.
+    assert_eq!(group.conflicts.len(), 1, "{:?}", group.conflicts);
+    let conflict = &group.conflicts[0];
+    assert_eq!(conflict.file, "src/lib.rs");
+    assert_eq!(conflict.lanes, [2, 1]);
+    assert_eq!(conflict.resolution, "user-resolved");
+    assert_eq!(conflict.applied_from, None);
+    for (i, lane) in group.lanes.iter().enumerate() {
+        let run = view.runs.iter().find(|r| r.run_id == lane.run_id).unwrap();
+        let of = run.lane_of.as_ref().unwrap();
+        assert_eq!(
+            (
+                of.index,
+                of.parent_node_id.as_str(),
+                of.parent_run_id.as_str()
+            ),
+            (i as u32 + 1, group.node_id.as_str(), parent.run_id.as_str())
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! workrail mcp                  serve MCP over stdio
 //! workrail validate <file>      compile a workflow source: its errors, or its workflowHash (--fix, --strict)
 //! workrail migrate <file>       rewrite a workflow of the 3.x spelling in the v2 spelling
-//! workrail inspect <sessionId>  print a session's runs (status, preferred tip, an outline of the DAG with notes; --all: every node)
+//! workrail inspect <sessionId>  print a session's runs (status, preferred tip, the DAG as a tree with notes, blocked attempts and lanes; --all: every node; --json)
 //! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited; PostgreSQL: check)
 //! workrail keys rotate          rotate the token signing key
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
@@ -121,6 +121,10 @@ enum Command {
         /// List every node (by default the middle of a long unbranched stretch is one line).
         #[arg(long)]
         all: bool,
+        /// Print JSON instead of text: every run that is no lane, each with every node, and
+        /// each parallel step's node with its lanes, their fan-in and their runs.
+        #[arg(long)]
+        json: bool,
     },
     /// Restore the snapshot pins a session's last write lacks (after a write torn by a power
     /// cut), when every snapshot to pin is intact in the snapshot store.
@@ -317,9 +321,23 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             print_stdout(&sessions_text(rows, json)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Inspect { session_id, all } => {
+        Command::Inspect {
+            session_id,
+            all,
+            json,
+        } => {
             let workrail = open(cli.data_dir)?;
-            let inspected = workrail.inspect_session(&session_id, all);
+            let inspected = if json {
+                workrail.inspect_session_json(&session_id).and_then(|view| {
+                    serde_json::to_string_pretty(&view).map_err(|e| {
+                        crate::protocol::invariant(format!(
+                            "the inspection cannot be written as JSON: {e}"
+                        ))
+                    })
+                })
+            } else {
+                workrail.inspect_session(&session_id, all)
+            };
             // The process ends here: freeing a large session's caches one allocation at a time
             // buys nothing, and a read command holds no lock and buffers no write.
             std::mem::forget(workrail);

@@ -22,18 +22,39 @@ const CHAR_W: u32 = 7;
 /// Runs with more layers than this are drawn top to bottom.
 const ACROSS_MAX_LAYERS: u32 = 8;
 
-/// The width of the run's node boxes: room for its longest title, within bounds.
+/// About how wide one character of a node's second line is drawn (11 px).
+const SUB_CHAR_W: u32 = 6;
+
+/// A node's second line: kind, position, tip, blocked attempts, lanes.
+fn sub_text(n: &crate::projections::console::NodeSummary) -> String {
+    let mut text = format!("{} · #{}", n.kind, n.created_index);
+    if n.is_tip {
+        text.push_str(" · tip");
+    }
+    if n.blocked_attempts > 0 {
+        text.push_str(&format!(" · {} blocked", n.blocked_attempts));
+    }
+    if n.lanes > 0 {
+        text.push_str(&format!(" · {} lanes", n.lanes));
+    }
+    text
+}
+
+/// The width of the run's node boxes: room for its longest title and second line, within
+/// bounds.
 fn node_width(run: &RunView) -> u32 {
+    let chars = |text: &str| u32::try_from(text.chars().count()).unwrap_or(u32::MAX);
     let longest = run
         .nodes
         .iter()
-        .map(|n| u32::try_from(n.title.chars().count()).unwrap_or(u32::MAX))
+        .map(|n| {
+            chars(&n.title)
+                .saturating_mul(CHAR_W)
+                .max(chars(&sub_text(n)).saturating_mul(SUB_CHAR_W))
+        })
         .max()
         .unwrap_or(0);
-    longest
-        .saturating_mul(CHAR_W)
-        .saturating_add(16)
-        .clamp(NODE_W_MIN, NODE_W_MAX)
+    longest.saturating_add(16).clamp(NODE_W_MIN, NODE_W_MAX)
 }
 
 /// Column (depth) and lane of every node, by node id.
@@ -82,6 +103,9 @@ fn node_class(n: &crate::projections::console::NodeSummary) -> String {
     }
     if n.blocked_attempts > 0 {
         class.push_str(" blocked-attempt");
+    }
+    if n.lanes > 0 {
+        class.push_str(" parallel");
     }
     class
 }
@@ -136,18 +160,16 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
             @for n in &run.nodes {
                 @if let Some((x, y)) = at(&n.node_id) {
                     g class=(node_class(n)) data-node-id=(n.node_id) data-kind=(n.kind)
-                        data-blocked-attempts=[(n.blocked_attempts > 0).then_some(n.blocked_attempts)] {
+                        data-blocked-attempts=[(n.blocked_attempts > 0).then_some(n.blocked_attempts)]
+                        data-lanes=[(n.lanes > 0).then_some(n.lanes)] {
                         title { (n.title) " (" (n.kind) ", " (n.node_id) ")"
                             @if n.is_tip { ", preferred tip" }
-                            @if n.blocked_attempts > 0 { ", " (n.blocked_attempts) " blocked attempt(s)" } }
+                            @if n.blocked_attempts > 0 { ", " (n.blocked_attempts) " blocked attempt(s)" }
+                            @if n.lanes > 0 { ", started " (n.lanes) " lane(s), listed under the graph" } }
                         a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id)) {
                             rect x=(x) y=(y) width=(node_w) height=(NODE_H) rx="6" {}
                             text class="title" x=(x + 8) y=(y + 17) { (n.title) }
-                            text class="sub" x=(x + 8) y=(y + 32) {
-                                (n.kind) " · #" (n.created_index)
-                                @if n.is_tip { " · tip" }
-                                @if n.blocked_attempts > 0 { " · " (n.blocked_attempts) " blocked" }
-                            }
+                            text class="sub" x=(x + 8) y=(y + 32) { (sub_text(n)) }
                         }
                     }
                 }
@@ -171,6 +193,7 @@ mod tests {
             title: id.to_owned(),
             blocked_attempts: 0,
             is_tip: false,
+            lanes: 0,
         }
     }
 
@@ -192,6 +215,8 @@ mod tests {
             ],
             edges: Vec::new(),
             nodes_cut: false,
+            lane_of: None,
+            lane_groups: Vec::new(),
         };
         let place = layout(&run);
         assert_eq!(place["r"], (0, 0));
@@ -222,6 +247,8 @@ mod tests {
             nodes,
             edges: Vec::new(),
             nodes_cut: false,
+            lane_of: None,
+            lane_groups: Vec::new(),
         };
         let svg = render("sess", &run).into_string();
         assert!(svg.contains("data-orientation=\"down\""), "{svg}");

@@ -30,6 +30,16 @@ pub fn bounded(text: &str, max: usize) -> String {
     }
 }
 
+/// `lane 2`, `lanes 1 and 3`, `lanes 1, 2 and 3`.
+pub fn lane_list(indexes: &[u32]) -> String {
+    let words: Vec<String> = indexes.iter().map(ToString::to_string).collect();
+    match words.as_slice() {
+        [] => "no lane".to_owned(),
+        [one] => format!("lane {one}"),
+        [init @ .., last] => format!("lanes {} and {last}", init.join(", ")),
+    }
+}
+
 /// The first [`LIST_MAX`] items, and whether any were left out.
 pub fn bounded_list<T>(mut items: Vec<T>) -> (Vec<T>, bool) {
     let cut = items.len() > LIST_MAX;
@@ -61,8 +71,13 @@ pub struct SessionRow {
     pub workflows: Vec<String>,
     /// Its runs' labels.
     pub labels: Vec<String>,
-    /// The preferred run's status token (the run with the latest tip activity).
+    /// The preferred run's status token (the run with the latest tip activity; lanes are not
+    /// runs of their own here, decision D171).
     pub status: Option<String>,
+    /// The session's runs, not counting lanes (decision D171).
+    pub runs: usize,
+    /// The lane runs that parallel steps of those runs started.
+    pub lanes: usize,
     /// The last change of the session's manifest (RFC 3339 UTC), when known.
     pub last_activity: Option<String>,
     pub unresolved_gaps: usize,
@@ -122,6 +137,79 @@ pub struct RunView {
     pub edges: Vec<EdgeView>,
     /// True when the run has more nodes than [`LIST_MAX`] (the newest are kept).
     pub nodes_cut: bool,
+    /// When this run is a lane: the parallel step's node that started it (decision D168).
+    pub lane_of: Option<LaneOf>,
+    /// The lanes this run's parallel steps started, one group per node that started any, in
+    /// `node_created` order (decision D171).
+    pub lane_groups: Vec<LaneGroupView>,
+}
+
+/// Where a lane run hangs: its parent run's node of the parallel step, and its index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaneOf {
+    pub parent_run_id: String,
+    pub parent_node_id: String,
+    /// From 1, in the authored order of the delegations.
+    pub index: u32,
+}
+
+/// The lanes one node of a parallel step started, and their fan-in as it stands now (decision
+/// D171): computed from the recorded block outputs under the step's merge strategy, exactly as
+/// the acknowledgement of the step judges them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaneGroupView {
+    /// The node of the parallel step that started the lanes.
+    pub node_id: String,
+    /// The parallel step, when the node's snapshot and pinned workflow are readable.
+    pub step_id: Option<String>,
+    pub step_title: Option<String>,
+    /// `concatenate`, `workspace` or `fail-on-conflict`; `None` when the step is unreadable.
+    pub merge_strategy: Option<String>,
+    /// A failed lane is disclosed instead of blocking the fan-in.
+    pub allow_partial_results: bool,
+    /// By lane index.
+    pub lanes: Vec<LaneView>,
+    /// Lane indexes in the order their block outputs were recorded.
+    pub completed_order: Vec<u32>,
+    /// The files two or more lanes touched, by path (none under `concatenate`).
+    pub conflicts: Vec<LaneConflictView>,
+}
+
+/// One lane of a parallel step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaneView {
+    pub index: u32,
+    /// The lane's run id (its `laneId`).
+    pub run_id: String,
+    pub workflow_id: String,
+    pub label: String,
+    /// From the latest block output: `in_progress` (none yet), `completed`, `partial` or
+    /// `failed`.
+    pub status: String,
+    /// The latest block output's `summary`.
+    pub summary: Option<String>,
+    /// Its `filesModified` and `filesCreated`.
+    pub files: Vec<String>,
+    /// The lane run's own status (locks' run-status projection).
+    pub run_status: String,
+    pub preferred_tip: Option<String>,
+    pub node_count: usize,
+}
+
+/// A file two or more lanes touched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaneConflictView {
+    pub file: String,
+    /// Lane indexes, in completion order.
+    pub lanes: Vec<u32>,
+    /// `first-complete-wins` (`workspace`) or `user-resolved` (`fail-on-conflict`).
+    pub resolution: String,
+    /// The lane whose change applies (`workspace` only).
+    pub applied_from: Option<u32>,
 }
 
 /// A node of a run's DAG.
@@ -138,6 +226,8 @@ pub struct NodeSummary {
     pub title: String,
     pub blocked_attempts: usize,
     pub is_tip: bool,
+    /// How many lanes the node started (a node of a parallel step), else 0.
+    pub lanes: usize,
 }
 
 /// An edge of a run's DAG.
@@ -160,6 +250,8 @@ pub struct NodeView {
     pub salvage: Option<SalvageNotice>,
     pub run_id: String,
     pub workflow_id: String,
+    /// When the node's run is a lane: the parallel step's node that started it.
+    pub lane_of: Option<LaneOf>,
     pub node: NodeSummary,
     /// The current recap notes (Markdown source, bounded).
     pub notes: Option<String>,

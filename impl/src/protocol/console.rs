@@ -13,9 +13,9 @@ use super::facts::Facts;
 use super::inspect::{NodeStep, node_step, session_summary_read_only};
 use crate::projections::NodeInfo;
 use crate::projections::console::{
-    ArtifactView, BlockedAttempt, BlockerView, CapabilityView, DecisionView, DivergenceView,
-    EdgeView, GapView, LIST_MAX, NOTES_MAX_BYTES, NodeSummary, NodeView, RunView, SalvageNotice,
-    SessionRow, SessionView, TEXT_MAX_BYTES, TITLE_MAX_BYTES, bounded, bounded_list,
+    ArtifactView, CapabilityView, DecisionView, DivergenceView, EdgeView, GapView, LIST_MAX,
+    LaneOf, NOTES_MAX_BYTES, NodeSummary, NodeView, RunView, SalvageNotice, SessionRow,
+    SessionView, TEXT_MAX_BYTES, TITLE_MAX_BYTES, bounded, bounded_list,
 };
 use crate::store::{LoadedSession, SessionRead, StoreError};
 
@@ -43,7 +43,7 @@ fn version_of(l: &LoadedSession) -> String {
     )
 }
 
-fn salvage_of(loaded: &LoadedSession) -> Option<SalvageNotice> {
+pub(super) fn salvage_of(loaded: &LoadedSession) -> Option<SalvageNotice> {
     let c = loaded.health.corruption()?;
     Some(SalvageNotice {
         health: loaded.health.kind().as_str().to_owned(),
@@ -69,24 +69,29 @@ impl Workrail {
         Ok(rows
             .into_iter()
             .map(|(at, row)| {
+                // Lanes are part of the run whose parallel step started them, not runs of the
+                // session of their own (decision D171).
+                let (lanes, runs): (Vec<_>, Vec<_>) = row.runs.iter().partition(|r| r.is_lane());
+                let runs = if runs.is_empty() { lanes.clone() } else { runs };
                 let mut workflows: Vec<String> = Vec::new();
-                for run in &row.runs {
+                for run in &runs {
                     let id = run.workflow_id.to_string();
                     if !workflows.contains(&id) {
                         workflows.push(id);
                     }
                 }
-                let preferred = row.runs.iter().max_by_key(|r| r.tip_last_activity);
+                let preferred = runs.iter().max_by_key(|r| r.tip_last_activity);
                 SessionRow {
                     session_id: row.session_id.to_string(),
                     health: row.health.clone(),
                     workflows,
-                    labels: row
-                        .runs
+                    labels: runs
                         .iter()
                         .map(|r| bounded(&r.label, TITLE_MAX_BYTES))
                         .collect(),
                     status: preferred.map(|r| r.status.as_str().to_owned()),
+                    runs: runs.len(),
+                    lanes: row.runs.len() - runs.len(),
                     last_activity: at.map(crate::time::rfc3339_utc),
                     unresolved_gaps: row.runs.iter().map(|r| r.unresolved_gaps).sum(),
                 }
@@ -116,8 +121,8 @@ impl Workrail {
         }
     }
 
-    /// A node's summary: kind, the step it waits at and its title, blocked attempts.
-    fn console_node_summary(
+    /// A node's summary: kind, the step it waits at and its title, blocked attempts, lanes.
+    pub(super) fn console_node_summary(
         &self,
         facts: &Facts<'_>,
         compiled: Option<&workrail_spec::compiled::CompiledWorkflowSnapshotV1>,
@@ -145,6 +150,7 @@ impl Workrail {
             title: bounded(&title, TITLE_MAX_BYTES),
             blocked_attempts,
             is_tip: tip == Some(&info.node_id),
+            lanes: super::lanes::lanes_of(facts, &info.node_id).len(),
         }
     }
 
@@ -157,6 +163,11 @@ impl Workrail {
         };
         let facts = Facts::new(&loaded.events);
         let summary = session_summary_read_only(self, &loaded);
+        let lane_parents: HashSet<NodeId> = summary
+            .runs
+            .iter()
+            .filter_map(|r| r.lane.as_ref().map(|l| l.parent_node_id.clone()))
+            .collect();
         let mut runs = Vec::new();
         for run in summary.runs.iter().take(LIST_MAX) {
             let Some(view) = facts.run(&run.run_id) else {
@@ -186,6 +197,27 @@ impl Workrail {
                     )
                 })
                 .collect();
+            // Every node that started lanes, drawn or not: a parallel step's lanes are shown
+            // under it even when the node is older than the drawing's budget.
+            let mut parents: Vec<&NodeInfo> = view
+                .dag
+                .nodes
+                .values()
+                .filter(|info| lane_parents.contains(&info.node_id))
+                .collect();
+            parents.sort_by_key(|i| i.created_index);
+            let lane_groups = parents
+                .into_iter()
+                .filter_map(|info| {
+                    super::inspect::lane_group(
+                        self,
+                        &facts,
+                        compiled.as_deref(),
+                        info,
+                        &summary.runs,
+                    )
+                })
+                .collect();
             let shown: HashSet<&str> = nodes.iter().map(|n| n.node_id.as_str()).collect();
             let edges = view
                 .dag
@@ -212,6 +244,12 @@ impl Workrail {
                 nodes,
                 edges,
                 nodes_cut,
+                lane_of: run.lane.as_ref().map(|l| LaneOf {
+                    parent_run_id: l.parent_run_id.to_string(),
+                    parent_node_id: l.parent_node_id.to_string(),
+                    index: l.lane_index,
+                }),
+                lane_groups,
             });
         }
         ConsoleLookup::Found(SessionView {
@@ -258,29 +296,7 @@ impl Workrail {
             .map(|n| bounded(n, NOTES_MAX_BYTES));
         let artifacts = self.console_artifacts(&facts, run_id, &node);
         let gaps = console_gaps(&facts, &node);
-        let blocked_attempts: Vec<BlockedAttempt> = facts
-            .advance_records(&node)
-            .into_iter()
-            .filter_map(|(_, a)| match &a.outcome {
-                AdvanceOutcome::Blocked { blockers, .. } => Some(BlockedAttempt {
-                    attempt_id: a.attempt_id.to_string(),
-                    blockers: blockers
-                        .blockers()
-                        .iter()
-                        .map(|b| BlockerView {
-                            code: b.code.as_str().to_owned(),
-                            message: bounded(b.message.as_str(), TEXT_MAX_BYTES),
-                            pointer: bounded(&compact(&b.pointer), TEXT_MAX_BYTES),
-                            suggested_fix: b
-                                .suggested_fix
-                                .as_ref()
-                                .map(|f| bounded(f.as_str(), TEXT_MAX_BYTES)),
-                        })
-                        .collect(),
-                }),
-                AdvanceOutcome::Advanced { .. } => None,
-            })
-            .collect();
+        let blocked_attempts = super::inspect::blocked_attempts(&facts, &node);
         let prefs = facts.preferences(run_id, &node);
         let ancestry: HashSet<NodeId> = view.ancestry(&node).into_iter().collect();
         let mut capabilities = Vec::new();
@@ -320,6 +336,11 @@ impl Workrail {
             salvage: salvage_of(&loaded),
             run_id: run_id.to_string(),
             workflow_id: view.dag.started.workflow_id.to_string(),
+            lane_of: view.dag.started.lane.as_ref().map(|l| LaneOf {
+                parent_run_id: l.parent_run_id.to_string(),
+                parent_node_id: l.parent_node_id.to_string(),
+                index: l.lane_index,
+            }),
             node: summary,
             notes,
             artifacts: bounded_list(artifacts).0,

@@ -11,12 +11,18 @@ use workrail_spec::tools::{
 
 use serde::{Deserialize, Serialize};
 use workrail_spec::closed::RunStatus;
+use workrail_spec::event::LaneLink;
 use workrail_spec::ids::{RunId, WorkflowId};
 
 use super::facts::Facts;
+
+mod outline;
+
 use super::{GLOBAL_DEFAULTS, Workrail, run_label};
 use crate::sources::Catalog;
 use crate::store::{CacheKey, CacheLookup, LoadedSession, SessionRead, StoreError};
+pub use outline::SessionInspection;
+pub(super) use outline::{blocked_attempts, lane_group};
 
 /// One run at a glance (cached per session; derived, never truth).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +36,18 @@ pub struct RunSummary {
     pub preferred_tip: Option<NodeId>,
     pub tip_last_activity: u64,
     pub unresolved_gaps: usize,
+    /// When the run is a lane: the parallel step's node that started it (decision D168). Read
+    /// as required (`null` for a run that is no lane), so a summary cached before lanes existed
+    /// does not parse and is rebuilt rather than showing lanes as runs of their own.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub lane: Option<LaneLink>,
+}
+
+impl RunSummary {
+    /// Whether the run is a lane of another run of the session.
+    pub fn is_lane(&self) -> bool {
+        self.lane.is_some()
+    }
 }
 
 /// Every run of a session at a glance.
@@ -72,6 +90,7 @@ fn summarize_facts(wr: &Workrail, facts: &Facts) -> SessionSummary {
                 preferred_tip: view.preferred_tip.clone(),
                 tip_last_activity: view.tip_last_activity,
                 unresolved_gaps: view.unresolved_gaps.len(),
+                lane: view.dag.started.lane.clone(),
             }
         })
         .collect();
@@ -195,102 +214,6 @@ pub(super) fn inspect_workflow(
     })
 }
 
-/// How many nodes of one unbranched stretch of a run `workrail inspect` shows without `--all`:
-/// its first [`CHAIN_HEAD`] and last [`CHAIN_TAIL`] (the newest, where the tip is).
-const CHAIN_HEAD: usize = 2;
-const CHAIN_TAIL: usize = 8;
-
-/// A run's DAG as an outline: an unbranched stretch stays at one indentation and each branch
-/// of a fork is indented under it, so the text grows with the nodes shown, not with their
-/// depth. Without `all`, the middle of a long stretch is one line saying how many nodes it
-/// holds. Iterative: a deep run cannot exhaust the stack.
-fn tree(
-    out: &mut String,
-    facts: &Facts<'_>,
-    run: &workrail_spec::ids::RunId,
-    root: &NodeId,
-    tip: Option<&NodeId>,
-    all: bool,
-    step_of: &dyn Fn(&crate::projections::NodeInfo) -> String,
-) {
-    // The root's stretch is indented under its run's heading.
-    let mut branches = vec![(root, 1)];
-    while let Some((start, depth)) = branches.pop() {
-        // The stretch from `start` down to a fork or a leaf.
-        let mut stretch = vec![start];
-        let mut last = facts.node(run, start);
-        while let Some(info) = last
-            && let [only] = info.children.as_slice()
-        {
-            stretch.push(only);
-            last = facts.node(run, only);
-        }
-        // Hiding a single node would cost the line that says so.
-        let hidden = if all || stretch.len() <= CHAIN_HEAD + CHAIN_TAIL + 1 {
-            0
-        } else {
-            stretch.len() - CHAIN_HEAD - CHAIN_TAIL
-        };
-        for (i, node) in stretch.iter().enumerate() {
-            if hidden > 0 && i == CHAIN_HEAD {
-                let _ = writeln!(
-                    out,
-                    "{}  … {hidden} more nodes on this stretch (`workrail inspect --all` lists every node)",
-                    "  ".repeat(depth),
-                );
-            }
-            if hidden > 0 && (CHAIN_HEAD..CHAIN_HEAD + hidden).contains(&i) {
-                continue;
-            }
-            node_line(out, facts, run, node, depth, tip, step_of);
-        }
-        if let Some(info) = last {
-            // Branches in order: the first is shown first.
-            branches.extend(info.children.iter().rev().map(|c| (c, depth + 1)));
-        }
-    }
-}
-
-fn node_line(
-    out: &mut String,
-    facts: &Facts<'_>,
-    run: &workrail_spec::ids::RunId,
-    node: &NodeId,
-    depth: usize,
-    tip: Option<&NodeId>,
-    step_of: &dyn Fn(&crate::projections::NodeInfo) -> String,
-) {
-    let Some(info) = facts.node(run, node) else {
-        return;
-    };
-    let step = step_of(info);
-    let notes = facts
-        .recap_notes(run, node)
-        .map(|n| {
-            let line: String = n.split_whitespace().collect::<Vec<_>>().join(" ");
-            let cut = workrail_spec::budget::floor_char_boundary(&line, 100);
-            if cut < line.len() {
-                format!(" — {}…", &line[..cut])
-            } else {
-                format!(" — {line}")
-            }
-        })
-        .unwrap_or_default();
-    let _ = writeln!(
-        out,
-        "{}- {} ({}, {step}){}{}",
-        "  ".repeat(depth),
-        node,
-        info.kind,
-        if Some(node) == tip {
-            " [preferred tip]"
-        } else {
-            ""
-        },
-        notes
-    );
-}
-
 /// Where a node stands: the step its snapshot waits at, as responses name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum NodeStep {
@@ -329,22 +252,21 @@ pub(super) fn node_step(
     match engine.pending_step() {
         Some(pending) => NodeStep::Pending {
             step_id: pending.step_id.clone(),
+            // As responses show it: markers substituted from the step's recorded bindings.
             title: compiled
                 .and_then(|c| c.step(&pending.step_id))
-                .map(|s| s.title.clone()),
+                .map(|s| crate::engine::render::title(s, &pending.bindings)),
         },
         None if engine.is_complete() => NodeStep::Complete,
         None => NodeStep::NoPendingStep,
     }
 }
 
-/// `workrail inspect`: the session's health and each run's outline (see [`tree`]; `all`: every
-/// node).
-pub(super) fn inspect_session(
+/// A session loaded for `workrail inspect`, with its validated facts and run summaries.
+fn load_for_inspect(
     wr: &Workrail,
     session_id: &str,
-    all: bool,
-) -> Result<String, ErrorEnvelope> {
+) -> Result<(std::sync::Arc<LoadedSession>, SessionId), ErrorEnvelope> {
     let session = SessionId::parse(session_id).map_err(|e| {
         ErrorEnvelope::new(
             ErrorCode::ValidationError,
@@ -357,6 +279,26 @@ pub(super) fn inspect_session(
         .store
         .load(&session)
         .map_err(|e: StoreError| e.to_envelope(false))?;
+    Ok((loaded, session))
+}
+
+/// The run summaries for an inspection: a read command writes nothing, not even the projection
+/// cache (decision D69); the projection made for the outline serves the summary too.
+fn summary_for_inspect(wr: &Workrail, loaded: &LoadedSession, facts: &Facts) -> SessionSummary {
+    match wr.cache.get(&loaded.session_id, CacheKey::of(loaded)) {
+        CacheLookup::Hit(summary) => summary,
+        _ => summarize_facts(wr, facts),
+    }
+}
+
+/// `workrail inspect`: the session's health and each run's outline, lanes under the node of
+/// the parallel step that started them (see [`outline`]; `all`: every node).
+pub(super) fn inspect_session(
+    wr: &Workrail,
+    session_id: &str,
+    all: bool,
+) -> Result<String, ErrorEnvelope> {
+    let (loaded, session) = load_for_inspect(wr, session_id)?;
     let facts = Facts::new(&loaded.events);
     let mut out = String::new();
     let _ = writeln!(
@@ -377,42 +319,56 @@ pub(super) fn inspect_session(
             crate::store::how_to_clear(&session, loaded.health.kind(), Some(c.reason.as_str()))
         );
     }
-    // A read command writes nothing, not even the projection cache (decision D69). The
-    // projection made for the outline serves the summary too.
-    let summary = match wr.cache.get(&loaded.session_id, CacheKey::of(&loaded)) {
-        CacheLookup::Hit(summary) => summary,
-        _ => summarize_facts(wr, &facts),
-    };
-    for run in &summary.runs {
-        let _ = writeln!(
-            out,
-            "\nrun {} \"{}\" workflow {}\n  status: {}\n  nodes: {}, unresolved gaps: {}",
-            run.run_id, run.label, run.workflow_id, run.status, run.nodes, run.unresolved_gaps
-        );
-        if let Some(view) = facts.run(&run.run_id)
-            && let Some(root) = &view.dag.root
-        {
-            let compiled = wr.store.workflow(&view.dag.started.workflow_hash).ok();
-            // The step each node waits at (its snapshot's pending step), as responses name it.
-            let step_of = |info: &crate::projections::NodeInfo| -> String {
-                match node_step(wr, compiled.as_deref(), info) {
-                    NodeStep::Pending { step_id, title } => {
-                        let title = title.map(|t| format!("\"{t}\" ")).unwrap_or_default();
-                        format!("at step {title}[{step_id}]")
-                    }
-                    other => other.label().to_owned(),
-                }
-            };
-            tree(
-                &mut out,
-                &facts,
-                &run.run_id,
-                root,
-                run.preferred_tip.as_ref(),
-                all,
-                &step_of,
-            );
-        }
-    }
+    let summary = summary_for_inspect(wr, &loaded, &facts);
+    outline::Outline::new(wr, &facts, &summary.runs, all).text(&mut out);
     Ok(out)
+}
+
+impl Workrail {
+    /// `workrail inspect --json`: the session's runs as data, every node, lanes under the
+    /// node of the parallel step that started them (decision D170).
+    pub fn inspect_session_json(
+        &self,
+        session_id: &str,
+    ) -> Result<SessionInspection, ErrorEnvelope> {
+        let (loaded, _) = load_for_inspect(self, session_id)?;
+        let facts = Facts::new(&loaded.events);
+        let summary = summary_for_inspect(self, &loaded, &facts);
+        let runs = outline::Outline::new(self, &facts, &summary.runs, true).json();
+        Ok(SessionInspection {
+            session_id: loaded.session_id.to_string(),
+            events: loaded.events.len(),
+            health: loaded.health.kind().as_str().to_owned(),
+            salvage: super::console::salvage_of(&loaded),
+            runs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// decision: D170
+    /// A run summary cached before lanes existed has no `lane`: it must not parse (the cache
+    /// is then rebuilt), or a lane would read as a run of its own until the session changes.
+    #[test]
+    fn a_cached_summary_without_the_lane_field_is_not_read() {
+        let mut value = serde_json::json!({
+            "runId": "run_0000000000000000",
+            "workflowId": "project.fan",
+            "label": "Fan #0000",
+            "status": "in_progress",
+            "nodes": 1,
+            "preferredTip": null,
+            "tipLastActivity": 3,
+            "unresolvedGaps": 0
+        });
+        assert!(serde_json::from_value::<RunSummary>(value.clone()).is_err());
+        value["lane"] = serde_json::Value::Null;
+        let summary: RunSummary = serde_json::from_value(value).unwrap();
+        assert!(!summary.is_lane());
+        let back = serde_json::to_value(&summary).unwrap();
+        assert_eq!(back["lane"], serde_json::Value::Null);
+    }
 }

@@ -484,8 +484,16 @@ fn describe(
     }));
     let last_activity = EventIndex::new(tip.last_activity)
         .ok_or_else(|| invariant("a tip's last activity is beyond the EventIndex range"))?;
+    let mut label = run_label(&compiled, &tip.run_id);
+    // A lane is a run of its own, found by its notes like any other; its label says whose lane
+    // it is (decision D170), read only for a lane's workflow so other candidates load nothing.
+    if super::lanes::is_lane_workflow(&compiled)
+        && let Some(parent) = lane_parent(wr, &tip.session_id, &tip.run_id)
+    {
+        label = format!("{label}, {parent}");
+    }
     Ok(ResumeCandidateView {
-        run_label: run_label(&compiled, &tip.run_id),
+        run_label: label,
         snippet: snippet(tip.notes.as_deref()),
         session_id: tip.session_id,
         run_id: tip.run_id,
@@ -498,4 +506,27 @@ fn describe(
         last_activity_event_index: last_activity,
         state_token,
     })
+}
+
+/// `lane 2 of "Fan #a1b2" (run run_…)` for a lane run of `session`: its index and its parent
+/// run, from the lane's `run_started`. `None` for a run that is no lane, or when the session
+/// cannot be read now (the candidate then keeps its plain label).
+fn lane_parent(wr: &Workrail, session: &SessionId, run: &RunId) -> Option<String> {
+    use workrail_spec::event::EventData;
+    let loaded = wr.store.load(session).ok()?;
+    let started = |id: &RunId| {
+        loaded.events.iter().find_map(|e| match e.data() {
+            EventData::RunStarted(r) if e.scope().run_id() == Some(id) => Some(r),
+            _ => None,
+        })
+    };
+    let link = started(run)?.lane.as_ref()?;
+    let parent = &link.parent_run_id;
+    let parent_label = started(parent)
+        .and_then(|r| wr.store.workflow(&r.workflow_hash).ok())
+        .map_or_else(|| parent.to_string(), |c| run_label(&c, parent));
+    Some(format!(
+        "lane {} of \"{parent_label}\" (run {parent})",
+        link.lane_index
+    ))
 }

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+pub mod lanes;
+
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The notes of the first step: Markdown with a script a sanitizer must neutralise.

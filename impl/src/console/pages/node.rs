@@ -26,6 +26,12 @@ pub fn render(view: &NodeView) -> Markup {
                 dt { "Waits at step" } dd class="step-id" { @if let Some(s) = &n.step_id { code { (s) } } @else { "none (complete)" } }
                 dt { "Created order" } dd class="created-index" { (n.created_index) }
                 dt { "Run" } dd { code { (view.run_id) } " (" code { (view.workflow_id) } ")" }
+                @if let Some(lane) = &view.lane_of {
+                    dt { "Lane" } dd class="lane-of" {
+                        "lane " (lane.index) " of run " code { (lane.parent_run_id) } ", started at "
+                        a href=(format!("{session_link}#lanes-{}", lane.parent_node_id)) { "its parallel step's node " code { (lane.parent_node_id) } }
+                    }
+                }
                 dt { "Parent" } dd { @if let Some(p) = &n.parent { a href=(format!("/sessions/{}/nodes/{p}", view.session_id)) { code { (p) } } } @else { "none (root)" } }
                 dt { "Preferred tip" } dd { @if n.is_tip { "yes" } @else { "no" } }
             }

@@ -1,13 +1,32 @@
-//! `GET /sessions/<id>`: the session's health and each run with its DAG.
+//! `GET /sessions/<id>`: the session's health and each run with its DAG; the lanes of each
+//! parallel step are grouped under that step's node, with their fan-in (decision D171).
 
 use maud::{Markup, html};
 
 use super::layout::{page, salvage_banner};
-use crate::projections::console::{LIST_MAX, SessionView};
+use crate::projections::console::{
+    LIST_MAX, LaneConflictView, LaneGroupView, RunView, SessionView, lane_list,
+};
+
+/// How deep lanes of lanes are drawn inside each other (a lane's routine may hold a parallel
+/// step of its own); deeper ones are linked, not drawn.
+const LANE_NESTING_MAX: usize = 4;
+
+/// The runs drawn as runs of their own: every run that is no lane, and any lane whose parent
+/// run is not in the view (a damaged log's prefix).
+fn top_level(view: &SessionView) -> impl Iterator<Item = &RunView> {
+    view.runs.iter().filter(|r| {
+        r.lane_of
+            .as_ref()
+            .is_none_or(|l| !view.runs.iter().any(|p| p.run_id == l.parent_run_id))
+    })
+}
 
 /// The page for one session, with the live-update version it was rendered at.
 pub fn render(view: &SessionView) -> Markup {
     let url = format!("/sessions/{}/version", view.session_id);
+    let runs = top_level(view).count();
+    let lanes = view.runs.len() - runs;
     page(
         &format!("Session {}", view.session_id),
         Some((&view.version, &url)),
@@ -17,13 +36,15 @@ pub fn render(view: &SessionView) -> Markup {
             p class="facts" {
                 "Health " span class="health" { (view.health) } " · " (view.events) " committed events"
                 @if view.salvage.is_some() { " in the validated prefix" }
-                " · " (view.runs.len()) " run(s)"
+                " · " (runs) " run(s)"
+                @if lanes > 0 { " · " (lanes) " lane(s) of parallel steps, shown under their step" }
             }
             ul class="legend" {
                 li { span class="swatch swatch-step" {} "step node" }
                 li { span class="swatch swatch-checkpoint" {} "checkpoint node" }
                 li { span class="swatch swatch-tip" {} "preferred tip" }
                 li { span class="swatch swatch-blocked" {} "node with blocked attempts" }
+                li { span class="swatch swatch-parallel" {} "node of a parallel step (its lanes are listed under the graph)" }
                 li { span class="swatch swatch-edge" {} "acknowledged step" }
                 li { span class="swatch swatch-edge-checkpoint" {} "checkpoint edge" }
                 li { "A node with two or more outgoing steps is a fork (a rewind that went another way)." }
@@ -31,7 +52,7 @@ pub fn render(view: &SessionView) -> Markup {
             @if view.runs.is_empty() {
                 p id="no-runs" { "No run has been committed in this session." }
             }
-            @for run in &view.runs {
+            @for run in top_level(view) {
                 section class="run" data-run-id=(run.run_id) {
                     h2 { (run.label) }
                     dl class="run-facts" {
@@ -43,13 +64,110 @@ pub fn render(view: &SessionView) -> Markup {
                         @if let Some(tip) = &run.preferred_tip {
                             dt { "Preferred tip" } dd { a href=(format!("/sessions/{}/nodes/{tip}", view.session_id)) { code { (tip) } } }
                         }
+                        @if let Some(lane) = &run.lane_of {
+                            dt { "Lane of" } dd { "lane " (lane.index) " of run " code { (lane.parent_run_id) } " (not in this view)" }
+                        }
                     }
-                    @if run.nodes_cut {
-                        p class="cut" { "Only the newest " (LIST_MAX) " of " (run.node_count) " nodes (and the preferred tip) are drawn. " (workrail_spec::budget::TRUNCATION_MARKER.trim()) }
-                    }
-                    div class="scroll" { (crate::console::svg::render(&view.session_id, run)) }
+                    (run_drawing(view, run, 0))
                 }
             }
         },
     )
+}
+
+/// A run's DAG and, under it, the lanes of each of its parallel steps.
+fn run_drawing(view: &SessionView, run: &RunView, depth: usize) -> Markup {
+    html! {
+        @if run.nodes_cut {
+            p class="cut" { "Only the newest " (LIST_MAX) " of " (run.node_count) " nodes (and the preferred tip) are drawn. " (workrail_spec::budget::TRUNCATION_MARKER.trim()) }
+        }
+        div class="scroll" { (crate::console::svg::render(&view.session_id, run)) }
+        @for group in &run.lane_groups {
+            (lane_group(view, group, depth))
+        }
+    }
+}
+
+fn conflict(c: &LaneConflictView) -> Markup {
+    let lanes: Vec<String> = c.lanes.iter().map(ToString::to_string).collect();
+    html! {
+        li class="conflict" data-file=(c.file) data-lanes=(lanes.join(" ")) data-resolution=(c.resolution) {
+            strong { "Conflict: " }
+            code class="file" { (c.file) } " was changed by " (lane_list(&c.lanes)) " ("
+            (c.resolution) "): "
+            @match c.applied_from {
+                Some(winner) => { "lane " (winner) " completed first, so its change applies; check that the other change is not lost." }
+                None => { "the user decides which change to keep." }
+            }
+        }
+    }
+}
+
+/// The lanes one node of a parallel step started: status, summary and files from each lane's
+/// latest block output, the conflicts of the fan-in, and each lane run's own DAG.
+fn lane_group(view: &SessionView, group: &LaneGroupView, depth: usize) -> Markup {
+    let conflicting = |file: &str| group.conflicts.iter().any(|c| c.file == file);
+    html! {
+        section class="lanes" id=(format!("lanes-{}", group.node_id)) data-parent-node=(group.node_id)
+            data-step-id=[group.step_id.as_deref()] data-merge-strategy=[group.merge_strategy.as_deref()] {
+            h3 {
+                "Lanes of step "
+                @if let Some(title) = &group.step_title { "“" (title) "” " }
+                @if let Some(step) = &group.step_id { code { (step) } }
+            }
+            p class="lanes-facts" {
+                (group.lanes.len()) " lane(s) started at node "
+                a href=(format!("/sessions/{}/nodes/{}", view.session_id, group.node_id)) { code { (group.node_id) } }
+                @if let Some(strategy) = &group.merge_strategy { " · merge strategy " code class="strategy" { (strategy) } }
+                @if group.allow_partial_results { " · partial results allowed" }
+                " · "
+                @if group.completed_order.is_empty() { "no block output recorded yet" }
+                @else { "block outputs recorded in the order " (lane_list(&group.completed_order)) }
+            }
+            @if !group.conflicts.is_empty() {
+                ul class="conflicts" role="alert" { @for c in &group.conflicts { (conflict(c)) } }
+            }
+            ol class="lane-list" {
+                @for lane in &group.lanes {
+                    li class="lane" data-lane-index=(lane.index) data-run-id=(lane.run_id) data-status=(lane.status) {
+                        div class="lane-head" {
+                            span class="lane-index" { "Lane " (lane.index) }
+                            " "
+                            span class=(format!("lane-status status-{}", lane.status)) { (lane.status.replace('_', " ")) }
+                            " "
+                            span class="lane-label" { (lane.label) }
+                            " · " code class="lane-workflow" { (lane.workflow_id) }
+                        }
+                        @if let Some(summary) = &lane.summary {
+                            p class="lane-summary" { (summary) }
+                        }
+                        @if !lane.files.is_empty() {
+                            p class="lane-files" {
+                                "Files: "
+                                @for (i, file) in lane.files.iter().enumerate() {
+                                    @if i > 0 { ", " }
+                                    code class=(if conflicting(file) { "file conflicting" } else { "file" }) { (file) }
+                                }
+                            }
+                        }
+                        @match view.runs.iter().find(|r| r.run_id == lane.run_id) {
+                            Some(run) if depth < LANE_NESTING_MAX => {
+                                details class="lane-run" {
+                                    summary {
+                                        "Lane run " code { (run.run_id) } ": " (run.status) ", " (run.node_count) " node(s)"
+                                    }
+                                    (run_drawing(view, run, depth + 1))
+                                }
+                            }
+                            _ => {
+                                @if let Some(tip) = &lane.preferred_tip {
+                                    p class="lane-tip" { "Preferred tip: " a href=(format!("/sessions/{}/nodes/{tip}", view.session_id)) { code { (tip) } } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -105,7 +105,11 @@ pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
                                 tr class="session" data-session-id=(r.session_id) {
                                     td class="id" { a class="session-link" href=(format!("/sessions/{}", r.session_id)) { code { (r.session_id) } } }
                                     td class="workflow" { (r.workflows.join(", ")) }
-                                    td class="label" { (r.labels.join("; ")) }
+                                    td class="label" data-runs=(r.runs) data-lanes=(r.lanes) {
+                                        (r.labels.join("; "))
+                                        // Lanes belong to their parent run (decision D171).
+                                        @if r.lanes > 0 { " " span class="lanes-count" { "(+" (r.lanes) " lane" @if r.lanes > 1 { "s" } ")" } }
+                                    }
                                     td class="status" { (r.status.as_deref().unwrap_or("")) }
                                     td class="health" data-health=(r.health) { (r.health) }
                                     td class="activity" { (r.last_activity.as_deref().unwrap_or("")) }
@@ -138,6 +142,8 @@ mod tests {
             workflows: vec!["wr.mr_review".into()],
             labels: vec![format!("Review #{i}")],
             status: Some("in_progress".into()),
+            runs: 1,
+            lanes: 0,
             last_activity: None,
             unresolved_gaps: 0,
         }
