@@ -384,3 +384,30 @@ fn the_command_prints_lanes_in_text_and_json() {
         demo.lanes.iter().map(String::as_str).collect::<Vec<_>>()
     );
 }
+
+/// `workrail sessions` lists lanes under the run whose parallel step started them.
+///
+/// decision: D170
+#[test]
+fn the_sessions_list_shows_lanes_under_their_parent_run() {
+    let (_root, data) = console_support::new_root();
+    let demo = console_support::lanes::build_lanes_data_dir(&data);
+    let out = console_support::workrail(&data)
+        .arg("sessions")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {text}"))
+    };
+    let parent = at(&format!("  {} ", demo.parent_run));
+    assert!(at("\n    lane 1: ") > parent, "{text}");
+    assert_eq!(
+        text.matches("\n  run_").count(),
+        1,
+        "one run, its lanes under it: {text}"
+    );
+    assert_eq!(text.matches("\n    lane ").count(), 3, "{text}");
+}

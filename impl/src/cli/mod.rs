@@ -746,11 +746,23 @@ fn sessions_text(
             row.session_id,
             when(*at).unwrap_or_else(|| "last activity unknown".to_owned())
         ));
-        for run in &row.runs {
+        // Lanes (D168) are listed under the run whose parallel step started them.
+        for run in row.runs.iter().filter(|r| !r.is_lane()) {
             out.push_str(&format!(
                 "\n  {} \"{}\" ({}): {}, {} node(s)",
                 run.run_id, run.label, run.workflow_id, run.status, run.nodes
             ));
+            for lane in row.runs.iter().filter(|l| {
+                l.lane
+                    .as_ref()
+                    .is_some_and(|k| k.parent_run_id == run.run_id)
+            }) {
+                let index = lane.lane.as_ref().map_or(0, |k| k.lane_index);
+                out.push_str(&format!(
+                    "\n    lane {index}: {} ({}): {}, {} node(s)",
+                    lane.run_id, lane.workflow_id, lane.status, lane.nodes
+                ));
+            }
         }
     }
     out.push_str("\n\n`workrail inspect <sessionId>` shows a session's runs, branches and notes.");
