@@ -5,9 +5,13 @@
 //! `Origin` running anything (each must be refused and write nothing); a revocation needing a
 //! restart; an oversized body being read whole; a slow client holding a session's lock, or more
 //! than its share of the server; tokens minted over HTTP not working over stdio, and back; and
-//! concurrent clients being served one after another's failure.
+//! concurrent clients being served one after another's failure. The turn-taking and the
+//! refusals also run with the store in PostgreSQL (`WORKRAIL_TEST_POSTGRES`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod postgres_support;
+mod protocol_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -56,7 +60,13 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(data_dir: &Path) -> HttpServer {
+        HttpServer::start_with(data_dir, &[])
+    }
+
+    /// With extra environment (e.g. `WORKRAIL_STORE`).
+    fn start_with(data_dir: &Path, env: &[(String, String)]) -> HttpServer {
         let mut child = workrail(data_dir)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["serve", "--http"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -336,8 +346,9 @@ struct Stdio_ {
 }
 
 impl Stdio_ {
-    fn start(data_dir: &Path) -> Stdio_ {
+    fn start(data_dir: &Path, env: &[(String, String)]) -> Stdio_ {
         let mut child = workrail(data_dir)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("mcp")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -412,10 +423,62 @@ impl Drop for Stdio_ {
 #[test]
 fn tokens_minted_over_http_work_over_stdio_and_back() {
     let dir = tempfile::tempdir().unwrap();
+    take_turns(dir.path(), &[]);
+    assert_eq!(sessions(dir.path()), 1);
+}
+
+/// decision: D180
+#[test]
+fn on_postgres_http_and_stdio_take_turns_and_refusals_write_nothing() {
+    let Some(url) = postgres_support::postgres_url(
+        "on_postgres_http_and_stdio_take_turns_and_refusals_write_nothing",
+        "HTTP",
+    ) else {
+        return;
+    };
+    let schema = postgres_support::Schema::new(&url, "mcp_http");
+    let env = [
+        ("WORKRAIL_STORE".to_owned(), url.clone()),
+        ("WORKRAIL_STORE_SCHEMA".to_owned(), schema.name.clone()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
+    take_turns(data, &env);
+    let count =
+        |table: &str| schema.count(&format!("SELECT count(*) FROM {}.{table}", schema.name));
+    let (sessions_before, events_before) = (count("sessions"), count("events"));
+    assert_eq!(sessions_before, 1);
+    let key = add_key(data, "refused");
+    let server = HttpServer::start_with(data, &env);
+    let ack = call_body("start_workflow", &start_args());
+    assert_eq!(post(server.port, &[], &ack).status, 401);
+    let foreign = [
+        ("Authorization", bearer(&key)),
+        ("Origin", "http://evil.example".to_owned()),
+    ];
+    let foreign: Vec<(&str, &str)> = foreign.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    assert_eq!(post(server.port, &foreign, &ack).status, 403);
+    assert!(
+        cli(data, &["keys", "client", "revoke", "refused"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        post(server.port, &[("Authorization", &bearer(&key))], &ack).status,
+        401
+    );
+    assert_eq!(
+        (count("sessions"), count("events")),
+        (sessions_before, events_before)
+    );
+}
+
+/// An agent over HTTP and one over stdio advance one session in turn, each from the other's
+/// tokens.
+fn take_turns(data: &Path, env: &[(String, String)]) {
     let key = add_key(data, "agent");
-    let http = HttpServer::start(data);
-    let mut stdio = Stdio_::start(data);
+    let http = HttpServer::start_with(data, env);
+    let mut stdio = Stdio_::start(data, env);
 
     let s0 = call(http.port, &key, "start_workflow", &start_args());
     let session = s0["session"]["sessionId"].clone();
@@ -432,7 +495,6 @@ fn tokens_minted_over_http_work_over_stdio_and_back() {
     // Rehydrating over stdio from HTTP's latest tokens shows the same pending step.
     let again = stdio.call("continue_workflow", json!({"stateToken": s2["stateToken"]}));
     assert_eq!(again["pending"], s2["pending"]);
-    assert_eq!(sessions(data), 1);
 }
 
 /// decision: D180
