@@ -119,8 +119,8 @@ const IO: &[&str] = &[
 /// directory (`lstat` of its root and top-level entries at open, D136), the PostgreSQL
 /// connector (the CA file a URL's `sslrootcert` names, read once at start), and the process's
 /// edges (the
-/// command line, the MCP server's stdio, and the Console's loopback listener, printed link and
-/// browser launch).
+/// command line, the MCP server's stdio and HTTP listener with its printed address, and the
+/// Console's loopback listener, printed link and browser launch).
 const IO_ADAPTERS: &[&str] = &[
     "store/fs.rs",
     "store/owner.rs",
@@ -132,6 +132,7 @@ const IO_ADAPTERS: &[&str] = &[
     "gc/os.rs",
     "cli/mod.rs",
     "mcp/server.rs",
+    "mcp/http.rs",
     "console/server.rs",
     "main.rs",
 ];

@@ -3,11 +3,13 @@
 //! ```text
 //! workrail                      serve MCP over stdio (same as `workrail mcp`)
 //! workrail mcp                  serve MCP over stdio
+//! workrail serve --http [ADDR]  serve MCP over Streamable HTTP (default 127.0.0.1:0; prints its URL)
 //! workrail validate <file>      compile a workflow source: its errors, or its workflowHash (--fix, --strict)
 //! workrail migrate <file>       rewrite a workflow of the 3.x spelling in the v2 spelling
 //! workrail inspect <sessionId>  print a session's runs (status, preferred tip, the DAG as a tree with notes, blocked attempts and lanes; --all: every node; --json)
 //! workrail repair <sessionId>   append snapshot pins a torn write left missing (audited; PostgreSQL: check)
 //! workrail keys rotate          rotate the token signing key
+//! workrail keys client add|revoke|list   client keys of `serve --http` (stored hashed)
 //! workrail export <sessionId> [-o file]   export a session as one JSON bundle (stdout by default)
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
 //! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
@@ -21,7 +23,8 @@
 //! result (for `mcp`: only MCP messages); diagnostics and logs go to stderr.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -69,6 +72,24 @@ enum Command {
     /// stdout carries only MCP messages; logs go to stderr. Exits with code 0 when the client
     /// closes stdin.
     Mcp,
+    /// Serve the same MCP tools over Streamable HTTP, to any number of clients at once.
+    ///
+    /// Prints one line, `WorkRail MCP over HTTP: http://<address>/mcp`, then serves until
+    /// killed. Every request must carry `Authorization: Bearer <key>` with a key from
+    /// `workrail keys client add <name>`; a request with an `Origin` other than the server's
+    /// own is refused. Plain HTTP: for other machines, put a TLS reverse proxy in front.
+    Serve {
+        /// Listen on ADDR (ip:port); without a value, or without the flag's value,
+        /// 127.0.0.1 on a free port.
+        #[arg(
+            long,
+            value_name = "ADDR",
+            num_args = 0..=1,
+            default_missing_value = crate::mcp::http::DEFAULT_ADDR,
+            required = true
+        )]
+        http: SocketAddr,
+    },
     /// Compile a workflow source file and report its errors or its workflowHash.
     ///
     /// Prints every problem (JSON pointer, message, fix) and exits 1 when the workflow is
@@ -219,6 +240,39 @@ enum ReposAction {
 enum KeysAction {
     /// Generate a new signing key; the previous key stays valid for verification.
     Rotate,
+    /// The keys clients of `workrail serve --http` present (the data directory keeps only
+    /// their SHA-256, in keys/clients.json).
+    Client {
+        #[command(subcommand)]
+        action: ClientAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClientAction {
+    /// Make a key for a new client and print it on stdout: it is shown this once.
+    Add {
+        /// The client's name (letters, digits, '.', '_', '-'; at most 64).
+        name: String,
+    },
+    /// Revoke a client's key: a running server refuses it from its next request.
+    Revoke {
+        /// The client's name (as `workrail keys client list` shows it).
+        name: String,
+    },
+    /// List the clients that hold a key (never the keys).
+    List {
+        /// Print JSON (an array of {name, keySha256, createdAt}).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where `workrail mcp` and `workrail serve` speak MCP.
+#[derive(Debug, Clone, Copy)]
+enum Transport {
+    Stdio,
+    Http(SocketAddr),
 }
 
 /// The process entry point: parses `std::env::args_os()` and runs the command.
@@ -268,25 +322,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     let store = crate::protocol::StoreChoice::resolve(cli.store.as_deref())?;
     let open = |data_dir: Option<PathBuf>| open(data_dir, &store);
     match cli.command.unwrap_or(Command::Mcp) {
-        Command::Mcp => {
-            let dir = crate::control::cli::data_dir(cli.data_dir.clone())?;
-            let workrail = match open(cli.data_dir.clone()) {
-                Ok(workrail) => workrail,
-                // A database unreachable at start does not stop the server: it opens the
-                // store on a later call (decision D127).
-                Err(why) if store != crate::protocol::StoreChoice::Files => {
-                    return serve_until_the_store_opens(dir, cli.data_dir, store.clone(), &why);
-                }
-                Err(why) => return Err(why),
-            };
-            // Recorded (with its lock held) until the server exits (decision D85).
-            let _record = crate::control::servers::register_this_server(&dir, workrail.features())
-                .map_err(|e| envelope_text(&e))?;
-            start_repo_sync(cli.data_dir.clone())?;
-            tracing::info!("serving MCP over stdio");
-            crate::mcp::run_stdio(Arc::new(workrail))?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Mcp => serve_mcp(cli.data_dir, &store, Transport::Stdio),
+        Command::Serve { http } => serve_mcp(cli.data_dir, &store, Transport::Http(http)),
         Command::Validate {
             file,
             bundled,
@@ -537,6 +574,106 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Keys {
+            action: KeysAction::Client { action },
+        } => client_keys(cli.data_dir, action),
+    }
+}
+
+/// `workrail keys client ...`.
+fn client_keys(data_dir: Option<PathBuf>, action: ClientAction) -> Result<ExitCode, String> {
+    use crate::control::client_keys as keys;
+    let dir = crate::control::cli::data_dir(data_dir)?;
+    match action {
+        ClientAction::Add { name } => {
+            let made = keys::add_client(
+                &dir,
+                &name,
+                &crate::entropy::OsEntropy,
+                std::time::SystemTime::now(),
+            )
+            .map_err(|e| envelope_text(&e))?;
+            // stdout: the key alone, so `key=$(workrail keys client add ci)` works.
+            print_stdout(&made.key);
+            eprintln!(
+                "Made a key for client {name:?}: it is shown only now (the data directory keeps its SHA-256). Clients send it as `Authorization: Bearer <key>` to `workrail serve --http`; `workrail keys client revoke {name}` stops it."
+            );
+        }
+        ClientAction::Revoke { name } => {
+            keys::revoke_client(&dir, &name).map_err(|e| envelope_text(&e))?;
+            print_stdout(&format!(
+                "Revoked the key of client {name:?}: running servers refuse it from its next request."
+            ));
+        }
+        ClientAction::List { json } => {
+            let clients = keys::list_clients(&dir).map_err(|e| envelope_text(&e))?;
+            if json {
+                print_stdout(&serde_json::to_string_pretty(&clients).map_err(|e| e.to_string())?);
+            } else if clients.is_empty() {
+                print_stdout("No client keys; `workrail keys client add <name>` makes one.");
+            } else {
+                let lines: Vec<String> = clients
+                    .iter()
+                    .map(|c| format!("{}  created {}", c.name, c.created_at))
+                    .collect();
+                print_stdout(&lines.join("\n"));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `workrail mcp` and `workrail serve --http`: WorkRail opened as `mcp` always opened it.
+fn serve_mcp(
+    data_dir: Option<PathBuf>,
+    store: &crate::protocol::StoreChoice,
+    transport: Transport,
+) -> Result<ExitCode, String> {
+    let dir = crate::control::cli::data_dir(data_dir.clone())?;
+    let workrail = match open(data_dir.clone(), store) {
+        Ok(workrail) => workrail,
+        // A database unreachable at start does not stop the server: it opens the
+        // store on a later call (decision D127).
+        Err(why) if *store != crate::protocol::StoreChoice::Files => {
+            return serve_until_the_store_opens(dir, data_dir, store.clone(), &why, transport);
+        }
+        Err(why) => return Err(why),
+    };
+    // Recorded (with its lock held) until the server exits (decision D85).
+    let _record = crate::control::servers::register_this_server(&dir, workrail.features())
+        .map_err(|e| envelope_text(&e))?;
+    start_repo_sync(data_dir)?;
+    run_transport(Arc::new(workrail), &dir, transport)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_transport<B: crate::mcp::ToolBackend>(
+    backend: Arc<B>,
+    data_dir: &Path,
+    transport: Transport,
+) -> Result<(), String> {
+    match transport {
+        Transport::Stdio => {
+            tracing::info!("serving MCP over stdio");
+            crate::mcp::run_stdio(backend)
+        }
+        Transport::Http(addr) => {
+            let keys = Arc::new(crate::control::client_keys::ClientKeys::new(data_dir));
+            match keys.count() {
+                Some(0) => eprintln!(
+                    "workrail: warning: no client keys yet, so every request is refused; `workrail keys client add <name>` makes one (no restart needed)"
+                ),
+                None => eprintln!(
+                    "workrail: warning: {} cannot be read, so every request is refused until it is fixed",
+                    data_dir
+                        .join(crate::control::client_keys::CLIENT_KEYS_FILE)
+                        .display()
+                ),
+                Some(_) => {}
+            }
+            tracing::info!(%addr, "serving MCP over Streamable HTTP");
+            crate::mcp::run_http(backend, keys, addr)
+        }
     }
 }
 
@@ -547,6 +684,7 @@ fn serve_until_the_store_opens(
     data_dir: Option<PathBuf>,
     store: crate::protocol::StoreChoice,
     why: &str,
+    transport: Transport,
 ) -> Result<ExitCode, String> {
     crate::store::fs::create_private_root(&dir).map_err(|e| envelope_text(&e.to_envelope(&dir)))?;
     let fs = crate::store::fs::OsFs::new(&dir);
@@ -584,8 +722,7 @@ fn serve_until_the_store_opens(
         described,
         crate::protocol::render_text,
     );
-    tracing::info!("serving MCP over stdio");
-    crate::mcp::run_stdio(Arc::new(backend))?;
+    run_transport(Arc::new(backend), &dir, transport)?;
     Ok(ExitCode::SUCCESS)
 }
 

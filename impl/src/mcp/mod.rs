@@ -6,13 +6,15 @@
 //! - [`dispatch`]: argument validation and error mapping for `tools/call` (never panics);
 //! - [`opening`]: a backend opened on first use, for a store unreachable at start (D127);
 //! - [`server`]: the rmcp stdio server calling a [`backend::ToolBackend`] on the blocking pool;
-//! - [`transport`]: the stdin/stdout guard in front of rmcp, so every line gets an answer.
+//! - [`transport`]: the stdin/stdout guard in front of rmcp, so every line gets an answer;
+//! - [`http`]: the same server over Streamable HTTP, behind Origin and client-key checks.
 //!
 //! There are no projection tools (locks §6): projections stay internal (CLI, Console).
 
 pub mod backend;
 pub mod catalog;
 pub mod dispatch;
+pub mod http;
 mod opening;
 pub mod render;
 pub mod server;
@@ -20,5 +22,6 @@ pub mod tools;
 mod transport;
 
 pub use backend::ToolBackend;
+pub use http::run_http;
 pub use opening::OpeningBackend;
-pub use server::{WorkrailServer, run_stdio, serve_stdio};
+pub use server::{CallThread, WorkrailServer, run_stdio, serve_stdio};

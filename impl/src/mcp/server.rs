@@ -1,5 +1,6 @@
 //! The rmcp stdio server: `tools/list` serves [`super::tools::tool_defs`], `tools/call` runs
-//! [`super::dispatch::call_tool`] on the runtime's thread, one call at a time (decision D67).
+//! [`super::dispatch::call_tool`] on the runtime's thread, one call at a time (decision D67);
+//! over HTTP ([`super::http`]) each call runs on a blocking thread, so clients are served at once.
 //! Pipes are read and written from that thread too (D70); other stdio goes through tokio's
 //! blocking threads. stdout carries only MCP
 //! messages; logs go to stderr. The server returns when the client closes stdin.
@@ -21,10 +22,20 @@ use super::tools::enabled_tool_defs;
 /// Short, agent-facing server instructions (the tool descriptions carry the details).
 pub const INSTRUCTIONS: &str = "WorkRail runs workflows one step at a time and keeps the durable record. Typical loop: list_workflows -> (inspect_workflow) -> start_workflow -> perform pending.prompt -> continue_workflow with the returned stateToken + ackToken (and output.notesMarkdown) -> repeat until isComplete is true. Tokens are opaque: round-trip them unchanged. Call continue_workflow without ackToken to recover the pending step after a restart or rewind; reuse an older stateToken to fork. In a new chat without a stateToken, resume_session (when listed) finds the run to continue. Errors are tool results with isError=true and an error envelope: follow its suggestion.";
 
+/// Where `tools/call` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallThread {
+    /// On the runtime's only thread, one call at a time (stdio, decision D67).
+    Runtime,
+    /// On tokio's blocking pool, so one client's call never waits for another's (HTTP).
+    BlockingPool,
+}
+
 /// The MCP server over a [`ToolBackend`].
 pub struct WorkrailServer<B: ToolBackend> {
     backend: Arc<B>,
     tools: Arc<Vec<Tool>>,
+    calls: CallThread,
 }
 
 impl<B: ToolBackend> std::fmt::Debug for WorkrailServer<B> {
@@ -40,6 +51,7 @@ impl<B: ToolBackend> Clone for WorkrailServer<B> {
         Self {
             backend: Arc::clone(&self.backend),
             tools: Arc::clone(&self.tools),
+            calls: self.calls,
         }
     }
 }
@@ -54,7 +66,14 @@ impl<B: ToolBackend> WorkrailServer<B> {
         Self {
             backend,
             tools: Arc::new(tools),
+            calls: CallThread::Runtime,
         }
+    }
+
+    /// The same server, running its tool calls on `calls`.
+    pub fn with_calls_on(mut self, calls: CallThread) -> Self {
+        self.calls = calls;
+        self
     }
 
     /// The tool definitions `tools/list` returns (the tools the feature flags switch on).
@@ -88,9 +107,22 @@ impl<B: ToolBackend> ServerHandler for WorkrailServer<B> {
         let name = request.name.to_string();
         let arguments = request.arguments.map(serde_json::Value::Object);
         tracing::debug!(tool = %name, "tools/call");
-        // On this (the runtime's only) thread, one call at a time (decision D67): handing each
-        // call to a pool thread and back cost two thread wake-ups, a third of a rehydrate.
-        let outcome = dispatch::call_tool(self.backend.as_ref(), &name, arguments);
+        let outcome = match self.calls {
+            // On this (the runtime's only) thread, one call at a time (decision D67): handing each
+            // call to a pool thread and back cost two thread wake-ups, a third of a rehydrate.
+            CallThread::Runtime => dispatch::call_tool(self.backend.as_ref(), &name, arguments),
+            CallThread::BlockingPool => {
+                let backend = Arc::clone(&self.backend);
+                let tool = name.clone();
+                tokio::task::spawn_blocking(move || {
+                    dispatch::call_tool(backend.as_ref(), &tool, arguments)
+                })
+                .await
+                .map_err(|e| {
+                    McpError::internal_error(format!("the tool call did not finish: {e}"), None)
+                })?
+            }
+        };
         if outcome.is_error {
             tracing::info!(tool = %name, "tool returned an error envelope");
         }
