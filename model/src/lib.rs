@@ -25,11 +25,13 @@
 pub mod capabilities;
 pub mod derive;
 pub mod interpreter;
+pub mod lanes;
 pub mod language;
 pub mod model;
 pub mod projections;
 pub mod reports;
 
 pub use model::{
-    AckAt, AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
+    AckAt, AttemptAt, Command, LaneView, Model, ModelError, NodeRef, Observation, PreferenceChange,
+    StartRun,
 };
