@@ -364,3 +364,32 @@ pub fn case(max_len: usize) -> impl Strategy<Value = (LanesSpec, Vec<crate::ops:
             (spec, ops)
         })
 }
+
+/// Commands over [`three_lanes`]: lane 3 reports `failed`, its report is replayed, then redone
+/// from its report's node (a fork in the lane recording a second block output, `completed`);
+/// lanes 1 and 2 complete, and the parallel step is acknowledged. Its latest report counts, so
+/// the fan-in goes on (D161: a lane's latest block output).
+pub fn lane_redone_after_a_replay() -> Vec<crate::ops::Op> {
+    use crate::ops::Op;
+    vec![
+        Op::Start { prefs: None },
+        // Known nodes [parent, lane1, lane2, lane3]: lane 3's routine step (5 nodes), its
+        // failed report (6).
+        ack(0, None),
+        ack(0, Some((3, 1))),
+        // The failed report sent again: a replay, nothing new.
+        Op::ReplayAck {
+            ack: 1,
+            other_output: false,
+        },
+        // Lane 3's report step again (node 4, selector 1): a completed report (7 nodes).
+        ack(1, Some((0, 1))),
+        // Lane 1 (node 1, selector 5), then lane 2 (node 2, selector 6).
+        ack(5, None),
+        ack(0, Some((0, 2))),
+        ack(6, None),
+        ack(0, Some((0, 4))),
+        // The parallel step (node 0, selector 10).
+        ack(10, None),
+    ]
+}
