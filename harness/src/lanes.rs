@@ -169,6 +169,15 @@ pub fn check_lanes_case(
     ops: &[crate::ops::Op],
     seed: u64,
 ) -> Result<crate::driver::Stats, String> {
+    run_lanes_case(spec, ops, seed).map(|h| h.world.stats.clone())
+}
+
+/// [`check_lanes_case`], returning the harness (its model, for what a test checks besides).
+pub fn run_lanes_case(
+    spec: &LanesSpec,
+    ops: &[crate::ops::Op],
+    seed: u64,
+) -> Result<crate::Harness<crate::InProcess>, String> {
     let workflow = std::sync::Arc::new(
         spec.under_test()
             .map_err(|e| format!("a generated workflow must compile: {e}\n{spec:?}"))?,
@@ -197,7 +206,7 @@ pub fn check_lanes_case(
             spec.routine_json()
         )
     })?;
-    Ok(h.world.stats.clone())
+    Ok(h)
 }
 
 /// [`check_lanes_case`] over generated workflows and command sequences of up to `max_len`
@@ -232,7 +241,9 @@ pub fn three_lanes(strategy: u8, allow_partial: bool) -> LanesSpec {
     }
 }
 
-fn ack(node: u8, block: Option<(u8, u8)>) -> crate::ops::Op {
+/// An ack of the node `node` selects, with notes and, when given, a block output
+/// (`(status, files)` as `ArtifactSpec::Block` reads them).
+pub fn ack(node: u8, block: Option<(u8, u8)>) -> crate::ops::Op {
     crate::ops::Op::Advance {
         node,
         output: crate::fixture::OutputSpec {

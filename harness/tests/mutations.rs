@@ -351,7 +351,7 @@ fn lanes_property() -> Result<(), String> {
 /// A fan-in that takes lanes in the order they are listed (by index) instead of the order
 /// their block outputs were recorded: caught by the comparison of the lane results' completion
 /// order and `workspace` winner, over three lanes finishing 3, 1, 2 and over generated cases.
-/// decision: D161, D169
+/// decision: D161, D169, D174
 #[test]
 fn the_lane_comparison_catches_a_fan_in_judged_by_arrival_order() {
     use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
@@ -375,7 +375,7 @@ fn the_lane_comparison_catches_a_fan_in_judged_by_arrival_order() {
 /// A lane counted once per block output it recorded instead of by its latest: a lane whose
 /// failed report was replayed and then redone still blocks the fan-in. Caught by the blocker
 /// comparison (and the lanes' statuses) over a scripted redo and over generated cases.
-/// decision: D161, D169
+/// decision: D161, D169, D173
 #[test]
 fn the_lane_comparison_catches_a_lane_counted_twice_after_a_replay() {
     use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
