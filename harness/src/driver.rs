@@ -1174,7 +1174,8 @@ impl<S: System> Harness<S> {
     }
 }
 
-/// Compares the durable truth of every run (but `skip`) with the model, and checks that
+/// Compares the durable truth of every run (but those of `skip`'s session: the run and the
+/// lane runs beside it, decision D168) with the model, and checks that
 /// production holds no session the harness has not seen (but `ignore`): any other session must
 /// not load at all (an interrupted start may leave a directory without committed records).
 pub fn check_truth<S: System + ?Sized>(
@@ -1183,8 +1184,9 @@ pub fn check_truth<S: System + ?Sized>(
     skip: Option<usize>,
     ignore: Option<&SessionId>,
 ) -> Result<(), String> {
+    let skipped = skip.and_then(|r| w.runs.get(r)).map(|r| &r.impl_session);
     for (i, run) in w.runs.iter().enumerate() {
-        if Some(i) == skip {
+        if Some(&run.impl_session) == skipped {
             continue;
         }
         let loaded = sys

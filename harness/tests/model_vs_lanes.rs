@@ -215,3 +215,40 @@ fn a_fan_in_with_delegation_unavailable_records_the_divergence_once() {
     assert_eq!(h.world.stats.lane_results, 1, "{:?}", h.world.stats);
     assert_eq!(sequential_divergences(&h), 0);
 }
+
+/// A crash at every mutating I/O point of the landing that starts the lanes, of a lane's
+/// report and of the fan-in, under every unsynced-data policy: each lane is started whole or
+/// not at all, none is lost, and the recovered truth still matches the model.
+/// decision: D168, D169, D174
+#[test]
+fn a_crash_anywhere_in_a_landing_a_report_or_a_fan_in_loses_no_lane() {
+    use std::sync::Arc;
+    use workrail_harness::crash::{check_crashes_on, policies};
+    let mut spec = lanes::three_lanes(1, false);
+    spec.before = true;
+    let workflow = Arc::new(spec.under_test().unwrap());
+    let pass = lanes::agent_pass(
+        &spec,
+        &[1, 1, 0],
+        &[Some((0, 1)), Some((0, 3)), Some((2, 1))],
+    );
+    // The landing: the first step's ack.
+    let report = check_crashes_on(Arc::clone(&workflow), &pass[..1], &pass[1], 3, &policies(3))
+        .unwrap_or_else(|e| panic!("landing: {e}"));
+    assert!(
+        report.points > 0 && report.old_truth > 0 && report.new_truth > 0,
+        "{report:?}"
+    );
+    // The last lane's report, then the fan-in.
+    let last = pass.len() - 1;
+    check_crashes_on(
+        Arc::clone(&workflow),
+        &pass[..last - 1],
+        &pass[last - 1],
+        3,
+        &policies(3),
+    )
+    .unwrap_or_else(|e| panic!("a lane's report: {e}"));
+    check_crashes_on(workflow, &pass[..last], &pass[last], 3, &policies(3))
+        .unwrap_or_else(|e| panic!("the fan-in: {e}"));
+}
