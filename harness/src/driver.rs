@@ -402,21 +402,28 @@ impl World {
     }
 
     /// The lanes a response hands out and the lane results it shows, against the model
-    /// (decisions D168, D169): the same lanes by index with their statuses and workflow, the
+    /// (decisions D168, D169): the same lanes by index with their statuses, workflow and goal, the
     /// lane ids paired with the model's lane runs, the tokens naming each lane's preferred tip
     /// and its current attempt (registered, so later commands drive the lanes), and the
     /// completion order and conflicts of the `## Lane results` section.
     fn check_lanes_at(&mut self, node: usize, out: &ExecutionOutput) -> Result<(), String> {
         let nref = self.node_ref(node);
         let expected = self.model.lanes_at(&nref);
-        let got: Vec<(u32, String, String)> = out
+        type Shown = (u32, String, String, Option<String>);
+        let got: Vec<Shown> = out
             .lanes
             .iter()
-            .map(|h| (h.index, h.status.to_string(), h.workflow_id.to_string()))
+            .map(|h| {
+                let (status, workflow) = (h.status.to_string(), h.workflow_id.to_string());
+                (h.index, status, workflow, h.goal.clone())
+            })
             .collect();
-        let want: Vec<(u32, String, String)> = expected
+        let want: Vec<Shown> = expected
             .iter()
-            .map(|l| (l.index, l.status.to_string(), l.workflow_id.to_string()))
+            .map(|l| {
+                let (status, workflow) = (l.status.to_string(), l.workflow_id.to_string());
+                (l.index, status, workflow, l.goal.clone())
+            })
             .collect();
         if got != want {
             return Err(format!(

@@ -101,6 +101,8 @@ pub struct LaneView {
     pub index: u32,
     pub run_id: RunId,
     pub workflow_id: workrail_spec::ids::WorkflowId,
+    /// The delegation's goal.
+    pub goal: Option<String>,
     /// From the lane's latest block output; `in_progress` without one.
     pub status: LaneState,
     /// The lane run's preferred tip (where its tokens point).
@@ -463,9 +465,9 @@ impl Model {
         let Some(workflow) = self.workflow_of(node) else {
             return Vec::new();
         };
-        if crate::lanes::pending_lanes(workflow, state).is_none() {
+        let Some(spec) = crate::lanes::pending_lanes(workflow, state) else {
             return Vec::new();
-        }
+        };
         projections_lanes(events, &self.artifacts, &node.run_id, &node.node_id)
             .into_iter()
             .map(|(lane, handed)| {
@@ -473,6 +475,10 @@ impl Model {
                     .preferred_tip(&node.session_id, &lane.run_id)
                     .map(|t| t.node_id);
                 LaneView {
+                    goal: usize::try_from(lane.index)
+                        .ok()
+                        .and_then(|i| spec.lanes.get(i.checked_sub(1)?))
+                        .and_then(|l| l.goal.clone()),
                     status: handed.map_or(LaneState::InProgress, |h| h.status),
                     index: lane.index,
                     run_id: lane.run_id,
