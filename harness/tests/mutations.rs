@@ -37,7 +37,8 @@
 //! - **parallel lanes** (`engine::planted::PlantedLaneBug`, decisions D161 and D169): a fan-in
 //!   that takes the lanes in the order they are listed instead of the order their block outputs
 //!   were recorded, and a lane counted once per block output it recorded (a failed report
-//!   replayed and redone still blocks). Caught by the model comparison over workflows with
+//!   replayed and redone still blocks), and a node's lanes taken as every lane of its run (so
+//!   two branches of a fork share lanes). Caught by the model comparison over workflows with
 //!   parallel lanes (the lane results' completion order and winners, the lanes' statuses,
 //!   blockers), on a scripted run and over generated cases.
 //!
@@ -392,5 +393,37 @@ fn the_lane_comparison_catches_a_lane_counted_twice_after_a_replay() {
     assert!(
         lanes_property().is_err(),
         "the lane property missed a lane counted twice"
+    );
+}
+
+/// The lanes of a node taken as every lane its run started: after a fork lands on the parallel
+/// step again, each branch hands out and waits for the other's lanes too. Caught by the
+/// comparison of the lanes a response hands out, over a scripted fork and over generated cases.
+/// decision: D168, D174
+#[test]
+fn the_lane_comparison_catches_lanes_shared_across_forks() {
+    use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
+    use workrail_harness::lanes;
+    let mut spec = lanes::three_lanes(0, false);
+    spec.before = true;
+    // The first step's ack lands on the parallel step (known nodes [s1, P, lane1..3]); the
+    // first step again (selector 4) is a fork landing on it once more.
+    let ops = [
+        Op::Start { prefs: None },
+        lanes::ack(0, None),
+        lanes::ack(4, None),
+    ];
+    lanes::check_lanes_case(&spec, &ops, 5).unwrap();
+    let _bug = Planted::on(|on| plant_lane_bug(PlantedLaneBug::SharedAcrossForks, on));
+    let caught = lanes::check_lanes_case(&spec, &ops, 5);
+    assert!(
+        caught
+            .as_ref()
+            .is_err_and(|e| e.contains("lanes handed out")),
+        "the lane comparison missed lanes shared across forks: {caught:?}"
+    );
+    assert!(
+        lanes_property().is_err(),
+        "the lane property missed lanes shared across forks"
     );
 }

@@ -61,11 +61,15 @@ pub enum PlantedLaneBug {
     /// lane that handed in again (its report acknowledged again after a rewind) is counted
     /// twice, and a failed report it redid still blocks.
     CountedTwice,
+    /// The lanes of a node are every lane its run started, not only the lanes its own landing
+    /// started: after a fork lands on the parallel step again, each branch counts the other's
+    /// lanes as its own.
+    SharedAcrossForks,
 }
 
 #[cfg(feature = "test-mutations")]
 thread_local! {
-    static PLANTED_LANES: std::cell::Cell<[bool; 2]> = const { std::cell::Cell::new([false; 2]) };
+    static PLANTED_LANES: std::cell::Cell<[bool; 3]> = const { std::cell::Cell::new([false; 3]) };
 }
 
 #[cfg(feature = "test-mutations")]
@@ -73,6 +77,7 @@ fn lane_slot(bug: PlantedLaneBug) -> usize {
     match bug {
         PlantedLaneBug::ArrivalOrder => 0,
         PlantedLaneBug::CountedTwice => 1,
+        PlantedLaneBug::SharedAcrossForks => 2,
     }
 }
 

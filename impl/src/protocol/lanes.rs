@@ -196,7 +196,11 @@ pub(super) fn lanes_of<'f>(facts: &'f Facts<'_>, node: &NodeId) -> Vec<(u32, &'f
         .iter()
         .filter_map(|(run, view)| {
             let link = view.dag.started.lane.as_ref()?;
-            (&link.parent_node_id == node).then_some((link.lane_index, run))
+            // TEST-ONLY planted bug: any lane of the node's run counts as the node's.
+            let shared =
+                engine::planted::lane_bug(engine::planted::PlantedLaneBug::SharedAcrossForks)
+                    && facts.node(&link.parent_run_id, node).is_some();
+            (&link.parent_node_id == node || shared).then_some((link.lane_index, run))
         })
         .collect();
     out.sort();
