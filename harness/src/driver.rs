@@ -81,6 +81,14 @@ pub struct Stats {
     pub skipped: u32,
     /// Starts both sides refused (a loop whose context is missing).
     pub refused_starts: u32,
+    /// Lane runs handed out by a parallel step's responses (D168), each counted once.
+    pub lanes: u32,
+    /// Responses whose `## Lane results` were compared with the model's fan-in (D169).
+    pub lane_results: u32,
+    /// Conflicts among those lane results (`workspace` or `fail-on-conflict`, D161).
+    pub lane_conflicts: u32,
+    /// Lane results whose recorded completion order is not the lanes' index order.
+    pub lanes_out_of_order: u32,
 }
 
 impl Stats {
@@ -99,6 +107,10 @@ impl Stats {
         self.restarts += other.restarts;
         self.skipped += other.skipped;
         self.refused_starts += other.refused_starts;
+        self.lanes += other.lanes;
+        self.lane_results += other.lane_results;
+        self.lane_conflicts += other.lane_conflicts;
+        self.lanes_out_of_order += other.lanes_out_of_order;
     }
 }
 
@@ -386,7 +398,159 @@ impl World {
             format!("the checkpointToken is not the node's current checkpoint attempt: {e}")
         })?;
         self.attempt_tokens.insert(i, chk.clone());
-        Ok(())
+        self.check_lanes_at(node, out)
+    }
+
+    /// The lanes a response hands out and the lane results it shows, against the model
+    /// (decisions D168, D169): the same lanes by index with their statuses, workflow and goal, the
+    /// lane ids paired with the model's lane runs, the tokens naming each lane's preferred tip
+    /// and its current attempt (registered, so later commands drive the lanes), and the
+    /// completion order and conflicts of the `## Lane results` section.
+    fn check_lanes_at(&mut self, node: usize, out: &ExecutionOutput) -> Result<(), String> {
+        let nref = self.node_ref(node);
+        let expected = self.model.lanes_at(&nref);
+        type Shown = (u32, String, String, Option<String>);
+        let got: Vec<Shown> = out
+            .lanes
+            .iter()
+            .map(|h| {
+                let (status, workflow) = (h.status.to_string(), h.workflow_id.to_string());
+                (h.index, status, workflow, h.goal.clone())
+            })
+            .collect();
+        let want: Vec<Shown> = expected
+            .iter()
+            .map(|l| {
+                let (status, workflow) = (l.status.to_string(), l.workflow_id.to_string());
+                (l.index, status, workflow, l.goal.clone())
+            })
+            .collect();
+        if got != want {
+            return Err(format!(
+                "lanes handed out at {}: production {got:?}, model {want:?}",
+                nref.node_id
+            ));
+        }
+        let impl_session = self.runs[self.nodes[node].run].impl_session.clone();
+        for (handle, lane) in out.lanes.iter().zip(&expected) {
+            let workspace = format!("../workrail-lanes/{}", handle.lane_id);
+            if handle.workspace != workspace {
+                return Err(format!(
+                    "lane {}'s workspace is {:?}, not {workspace:?}",
+                    handle.index, handle.workspace
+                ));
+            }
+            let run = self.see_run(
+                &nref.session_id,
+                &lane.run_id,
+                &impl_session,
+                &handle.lane_id,
+            )?;
+            let tip = lane
+                .tip
+                .clone()
+                .ok_or_else(|| format!("the model's lane {} has no tip", lane.index))?;
+            let imp_tip = token_node(&handle.state_token)?;
+            let at = self.see_node(run, &tip, &imp_tip).map_err(|e| {
+                format!(
+                    "lane {}'s stateToken is not its preferred tip: {e}",
+                    lane.index
+                )
+            })?;
+            self.state_tokens
+                .insert(imp_tip, handle.state_token.clone());
+            let (_, complete) = self.model_state(at)?;
+            match (&handle.ack_token, complete) {
+                (Some(ack), false) => {
+                    let m = self
+                        .model
+                        .current_ack_attempt(&self.node_ref(at))
+                        .ok_or("the model has no current attempt for a lane's tip")?;
+                    let i = token_attempt(ack)?;
+                    self.bij.attempts.link(&m, &i).map_err(|e| {
+                        format!(
+                            "lane {}'s ackToken is not its tip's current attempt: {e}",
+                            lane.index
+                        )
+                    })?;
+                    self.attempt_tokens.insert(i, ack.clone());
+                }
+                (None, true) => {}
+                (ack, complete) => {
+                    return Err(format!(
+                        "lane {}'s ackToken present: {}, but the model says its run is complete: {complete}",
+                        lane.index,
+                        ack.is_some()
+                    ));
+                }
+            }
+        }
+        let Some(pending) = &out.pending else {
+            return Ok(());
+        };
+        let shown = parse_lane_results(&pending.prompt);
+        match (self.model.lane_results_at(&nref), shown) {
+            (None, None) => Ok(()),
+            (Some(fan), Some(shown)) => {
+                let want = LaneResults {
+                    order: fan.completion_order.clone(),
+                    conflicts: fan
+                        .conflicts
+                        .iter()
+                        .map(|c| (c.file.clone(), c.lanes.clone(), c.winner))
+                        .collect(),
+                };
+                if shown != want {
+                    return Err(format!(
+                        "lane results at {}: production shows {shown:?}, the model's fan-in is {want:?}",
+                        nref.node_id
+                    ));
+                }
+                self.stats.lane_results += 1;
+                self.stats.lane_conflicts += want.conflicts.len() as u32;
+                self.stats.lanes_out_of_order +=
+                    u32::from(want.order.windows(2).any(|w| w[0] > w[1]));
+                Ok(())
+            }
+            (want, shown) => Err(format!(
+                "lane results at {}: production shows {shown:?}, the model expects {:?}",
+                nref.node_id,
+                want.map(|f| f.completion_order)
+            )),
+        }
+    }
+
+    /// Pairs a model lane run with production's (a lane is a run of its parent's session).
+    fn see_run(
+        &mut self,
+        model_session: &SessionId,
+        model_run: &RunId,
+        impl_session: &SessionId,
+        impl_run: &RunId,
+    ) -> Result<usize, String> {
+        if let Some(i) = self.runs.iter().position(|r| &r.model_run == model_run) {
+            if &self.runs[i].impl_run != impl_run {
+                return Err(format!(
+                    "the model's lane run {model_run} was handed out as {} and now as {impl_run}",
+                    self.runs[i].impl_run
+                ));
+            }
+            return Ok(i);
+        }
+        if let Some(r) = self.runs.iter().find(|r| &r.impl_run == impl_run) {
+            return Err(format!(
+                "production's lane {impl_run} is paired with the model's {} and now {model_run}",
+                r.model_run
+            ));
+        }
+        self.runs.push(RunIds {
+            model_session: model_session.clone(),
+            model_run: model_run.clone(),
+            impl_session: impl_session.clone(),
+            impl_run: impl_run.clone(),
+        });
+        self.stats.lanes += 1;
+        Ok(self.runs.len() - 1)
     }
 
     /// The production token of the model's attempt `m`, if the harness has seen it.
@@ -1017,7 +1181,8 @@ impl<S: System> Harness<S> {
     }
 }
 
-/// Compares the durable truth of every run (but `skip`) with the model, and checks that
+/// Compares the durable truth of every run (but those of `skip`'s session: the run and the
+/// lane runs beside it, decision D168) with the model, and checks that
 /// production holds no session the harness has not seen (but `ignore`): any other session must
 /// not load at all (an interrupted start may leave a directory without committed records).
 pub fn check_truth<S: System + ?Sized>(
@@ -1026,8 +1191,9 @@ pub fn check_truth<S: System + ?Sized>(
     skip: Option<usize>,
     ignore: Option<&SessionId>,
 ) -> Result<(), String> {
+    let skipped = skip.and_then(|r| w.runs.get(r)).map(|r| &r.impl_session);
     for (i, run) in w.runs.iter().enumerate() {
-        if Some(i) == skip {
+        if Some(&run.impl_session) == skipped {
             continue;
         }
         let loaded = sys
@@ -1061,13 +1227,18 @@ pub fn check_truth<S: System + ?Sized>(
         }
         cross_check_production_projection(&loaded.events, &run.impl_run, &is_complete)
             .map_err(|e| format!("run {i}: {e}"))?;
+        // A session holds its run and the lane runs its parallel steps started (D168), as
+        // many as the model's.
         let runs = loaded
             .events
             .iter()
             .filter(|e| matches!(e.data(), EventData::RunStarted(_)))
             .count();
-        if runs != 1 {
-            return Err(format!("run {i}: production's session holds {runs} runs"));
+        let expected_runs = w.model.run_ids(&run.model_session).len();
+        if runs != expected_runs {
+            return Err(format!(
+                "run {i}: production's session holds {runs} runs, the model's {expected_runs}"
+            ));
         }
     }
     let known: Vec<&SessionId> = w.runs.iter().map(|r| &r.impl_session).collect();
@@ -1255,4 +1426,57 @@ fn production_skips(
         }
     }
     (skips, complete)
+}
+
+/// What a `## Lane results` section says about the recorded order: the completion order (lane
+/// indexes) and each conflict `(file, lanes in completion order, winner under workspace)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneResults {
+    pub order: Vec<u32>,
+    pub conflicts: Vec<(String, Vec<u32>, Option<u32>)>,
+}
+
+fn lane_indexes(text: &str) -> Option<Vec<u32>> {
+    text.split(" and ")
+        .map(|part| part.trim().strip_prefix("lane ")?.parse().ok())
+        .collect()
+}
+
+/// Reads the `## Lane results` section of a prompt (decision D169: the strategy, each lane's
+/// status and summary, the recorded completion order and each conflict): `None` when the
+/// prompt has none. Lines it cannot read are reported as an unreadable conflict, so they fail
+/// the comparison instead of passing unseen.
+pub fn parse_lane_results(prompt: &str) -> Option<LaneResults> {
+    let (_, section) = prompt.split_once("## Lane results")?;
+    let mut results = LaneResults {
+        order: Vec::new(),
+        conflicts: Vec::new(),
+    };
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("Completion order (as recorded): lanes ") {
+            results.order = rest
+                .trim_end_matches('.')
+                .split(", ")
+                .filter_map(|n| n.trim().parse().ok())
+                .collect();
+        } else if let Some(rest) = line.strip_prefix("Conflict: `") {
+            let parsed = (|| {
+                let (file, rest) = rest.split_once("` was changed by ")?;
+                if let Some((lanes, rest)) = rest.split_once("; ") {
+                    let winner = rest.split_once(" completed first")?.0;
+                    let winner = winner.strip_prefix("lane ")?.parse().ok()?;
+                    Some((file.to_owned(), lane_indexes(lanes)?, Some(winner)))
+                } else {
+                    let (lanes, _) = rest.split_once(" (`")?;
+                    Some((file.to_owned(), lane_indexes(lanes)?, None))
+                }
+            })();
+            results.conflicts.push(
+                parsed.unwrap_or_else(|| (format!("<unreadable: {line}>"), Vec::new(), None)),
+            );
+        } else if line.starts_with("## ") {
+            break;
+        }
+    }
+    Some(results)
 }

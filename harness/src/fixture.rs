@@ -177,7 +177,14 @@ pub enum ArtifactSpec {
     Divergence { reason: u8, related: u8 },
     /// A `workflow_divergence` the pack refuses (an empty summary).
     DivergenceInvalid,
+    /// A valid `wr.block_output` (D160), a lane's report: `status` picks `completed` (most
+    /// often), `partial` or `failed`; the bits of `files` pick which of three paths it lists
+    /// (modified or created), so two lanes often list the same file.
+    Block { status: u8, files: u8 },
 }
+
+/// The paths generated block outputs list: few, so lanes collide.
+pub const BLOCK_FILES: [&str; 3] = ["src/lib.rs", "docs/guide.md", "src/parser.rs"];
 
 /// A valid capability observation: which capability, what it says, on which basis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
@@ -318,6 +325,30 @@ impl ArtifactSpec {
                     _ => a["relatedStepId"] = json!("nowhere"),
                 }
                 a
+            }
+            Self::Block { status, files } => {
+                let status =
+                    ["completed", "completed", "partial", "failed"][usize::from(status % 4)];
+                let mut modified = Vec::new();
+                let mut created = Vec::new();
+                for (i, path) in BLOCK_FILES.iter().enumerate() {
+                    if files & (1 << i) != 0 {
+                        // The fourth bit moves the last listed path to `filesCreated`: a file one
+                        // lane created and another modified collides all the same (D161).
+                        modified.push(*path);
+                    }
+                }
+                if files & 8 != 0
+                    && let Some(last) = modified.pop()
+                {
+                    created.push(last);
+                }
+                json!({"kind": "wr.block_output", "blockId": "lane", "blockType": "review",
+                    "status": status,
+                    "deliverables": {"blockType": "generic", "summary": "Findings written down."},
+                    "summary": format!("The lane's work is {status}."),
+                    "filesModified": modified, "filesCreated": created,
+                    "timestamp": "2026-11-28T10:00:00Z"})
             }
             Self::DivergenceInvalid => {
                 json!({"kind": "workflow_divergence", "reason": "efficiency_skip", "summary": ""})

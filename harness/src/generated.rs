@@ -60,8 +60,22 @@ impl WorkflowUnderTest {
 
     /// Compiles `json` as the project workflow `file` that must define `id`.
     pub fn compile(id: &str, file: &str, json: &str) -> Result<Self, String> {
-        let project =
+        Self::compile_with(id, file, json, &[])
+    }
+
+    /// [`Self::compile`], with `others` (`(file, json)`) beside it in the project source: the
+    /// routines a parallel step's lanes run (decision D168).
+    pub fn compile_with(
+        id: &str,
+        file: &str,
+        json: &str,
+        others: &[(&str, &str)],
+    ) -> Result<Self, String> {
+        let mut project =
             MemorySource::new(WorkflowSourceKind::Project).with(&format!("workflows/{file}"), json);
+        for (other, text) in others {
+            project = project.with(&format!("workflows/{other}"), text);
+        }
         let sources: Vec<&dyn WorkflowSource> = vec![&project];
         let catalog = Arc::new(Catalog::load(&sources));
         let compiled = match catalog.resolve(id) {

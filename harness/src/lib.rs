@@ -4,6 +4,7 @@
 //! - [`ops`]: the generated commands (proptest strategies; `arbitrary` with feature `fuzzing`).
 //! - [`fixture`]: the workflow the harness drives and the outputs an agent sends.
 //! - [`generated`]: generated source workflows for the same comparison.
+//! - [`lanes`]: generated workflows with parallel lanes (D168, D169) for the same comparison.
 //! - [`system`]: the systems under test: the use-cases over `MemFs`, and the stdio MCP server.
 //! - [`driver`]: applies each command to the model and a system and compares every observable.
 //! - [`truth`]: the durable truth of a run, in model ids through an id bijection.
@@ -27,6 +28,7 @@ pub mod driver;
 pub mod fixture;
 pub mod fuzzing;
 pub mod generated;
+pub mod lanes;
 pub mod language;
 pub mod mangle;
 pub mod multiproc;

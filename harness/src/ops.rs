@@ -148,6 +148,64 @@ pub fn language_output_strategy() -> impl Strategy<Value = OutputSpec> {
         })
 }
 
+/// Outputs for workflows with parallel lanes: a recap, two times in three led by a
+/// `wr.block_output` of any status over the three generated paths (D160, D161), now and then a
+/// `delegation` observation of any basis (so delegation is sometimes known unavailable, D172)
+/// or a `capability_unavailable` divergence, and a third of the time a context delta (a fork
+/// landing on the parallel step again may start other lanes).
+pub fn lanes_output_strategy() -> impl Strategy<Value = OutputSpec> {
+    (
+        prop_oneof![1 => Just(None), 6 => (0u8..8).prop_map(Some)],
+        prop_oneof![1 => Just(None), 2 => (0u8..4, 0u8..16).prop_map(Some)],
+        prop_oneof![
+            8 => Just(None),
+            1 => (any::<bool>(), 0u8..4, 0u8..5).prop_map(|(available, basis, failure)| {
+                Some(ArtifactSpec::Observation(ObservationSpec { capability: 0, available, basis, failure }))
+            }),
+            1 => (0u8..3).prop_map(|related| Some(ArtifactSpec::Divergence { reason: 1, related })),
+        ],
+        prop_oneof![2 => Just(None), 1 => context_strategy().prop_map(Some)],
+    )
+        .prop_map(|(notes, block, extra, context)| {
+            let mut artifacts = Vec::new();
+            if let Some((status, files)) = block {
+                artifacts.push(ArtifactSpec::Block { status, files });
+            }
+            artifacts.extend(extra);
+            OutputSpec {
+                notes,
+                artifacts,
+                context,
+            }
+        })
+}
+
+/// A command sequence for a workflow with parallel lanes: acks carry block outputs and context
+/// deltas, and selectors favour the few newest nodes (the lanes a parallel step just handed
+/// out) so lanes finish in random orders; any node now and then (a rewind or a fork).
+pub fn lanes_ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let sel = || prop_oneof![4 => 0u8..8, 1 => any::<u8>()];
+    let op = prop_oneof![
+        1 => pref_strategy().prop_map(|prefs| Op::Start { prefs }),
+        2 => sel().prop_map(|node| Op::Rehydrate { node }),
+        14 => (sel(), lanes_output_strategy(), pref_strategy())
+            .prop_map(|(node, output, prefs)| Op::Advance { node, output, prefs }),
+        3 => (any::<u8>(), any::<bool>()).prop_map(|(ack, other_output)| Op::ReplayAck { ack, other_output }),
+        1 => (sel(), 0u8..4).prop_map(|(node, notes)| Op::Checkpoint { node, notes }),
+        1 => any::<u8>().prop_map(|checkpoint| Op::ReplayCheckpoint { checkpoint }),
+        1 => Just(Op::Restart),
+    ];
+    (
+        pref_strategy(),
+        prop::collection::vec(op, 1..max_len.max(2)),
+    )
+        .prop_map(|(prefs, rest)| {
+            let mut ops = vec![Op::Start { prefs }];
+            ops.extend(rest);
+            ops
+        })
+}
+
 /// A context delta: each of the four keys absent or set (decision D139).
 pub fn context_strategy() -> impl Strategy<Value = ContextSpec> {
     let key = || prop_oneof![2 => Just(None), 1 => (0u8..5).prop_map(Some)];

@@ -34,6 +34,14 @@
 //!   context deltas): pins before close caught by the crash-state harness, and a replay that
 //!   recomputes caught by the byte-identical replay check, as on the harness workflow.
 //!
+//! - **parallel lanes** (`engine::planted::PlantedLaneBug`, decisions D161 and D169): a fan-in
+//!   that takes the lanes in the order they are listed instead of the order their block outputs
+//!   were recorded, and a lane counted once per block output it recorded (a failed report
+//!   replayed and redone still blocks), and a node's lanes taken as every lane of its run (so
+//!   two branches of a fork share lanes). Caught by the model comparison over workflows with
+//!   parallel lanes (the lane results' completion order and winners, the lanes' statuses,
+//!   blockers), on a scripted run and over generated cases.
+//!
 //! Each test runs the *same* property functions the CI runs, at CI case counts, and requires
 //! them to fail.
 
@@ -344,4 +352,89 @@ fn the_model_comparison_catches_a_for_loop_off_by_one() {
 fn the_model_comparison_catches_a_skip_left_out_of_the_trace() {
     let caught = caught_in_the_language(workrail::engine::PlantedLanguageBug::SkipNotTraced);
     assert!(caught.contains("decision trace"), "{caught}");
+}
+
+/// The lane comparison over generated workflows with parallel lanes, at CI case counts: the
+/// first mismatch, if any.
+fn lanes_property() -> Result<(), String> {
+    workrail_harness::lanes::check_lanes_sequences(ops::config(4), 40).map(|_| ())
+}
+
+/// A fan-in that takes lanes in the order they are listed (by index) instead of the order
+/// their block outputs were recorded: caught by the comparison of the lane results' completion
+/// order and `workspace` winner, over three lanes finishing 3, 1, 2 and over generated cases.
+/// decision: D161, D169, D174
+#[test]
+fn the_lane_comparison_catches_a_fan_in_judged_by_arrival_order() {
+    use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
+    use workrail_harness::lanes;
+    // Lanes 1 and 3 both list src/lib.rs; lane 3 is recorded first and wins under workspace.
+    let ops = lanes::lanes_out_of_order([(0, 1), (0, 2), (0, 1)]);
+    let spec = lanes::three_lanes(1, false);
+    lanes::check_lanes_case(&spec, &ops, 5).unwrap();
+    let _bug = Planted::on(|on| plant_lane_bug(PlantedLaneBug::ArrivalOrder, on));
+    let caught = lanes::check_lanes_case(&spec, &ops, 5);
+    assert!(
+        caught.as_ref().is_err_and(|e| e.contains("lane results")),
+        "the lane comparison missed a fan-in judged by arrival order: {caught:?}"
+    );
+    assert!(
+        lanes_property().is_err(),
+        "the lane property missed a fan-in judged by arrival order"
+    );
+}
+
+/// A lane counted once per block output it recorded instead of by its latest: a lane whose
+/// failed report was replayed and then redone still blocks the fan-in. Caught by the blocker
+/// comparison (and the lanes' statuses) over a scripted redo and over generated cases.
+/// decision: D161, D169, D173
+#[test]
+fn the_lane_comparison_catches_a_lane_counted_twice_after_a_replay() {
+    use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
+    use workrail_harness::lanes;
+    let ops = lanes::lane_redone_after_a_replay();
+    let spec = lanes::three_lanes(0, false);
+    lanes::check_lanes_case(&spec, &ops, 5).unwrap();
+    let _bug = Planted::on(|on| plant_lane_bug(PlantedLaneBug::CountedTwice, on));
+    let caught = lanes::check_lanes_case(&spec, &ops, 5);
+    assert!(
+        caught.is_err(),
+        "the lane comparison missed a lane counted twice: {caught:?}"
+    );
+    assert!(
+        lanes_property().is_err(),
+        "the lane property missed a lane counted twice"
+    );
+}
+
+/// The lanes of a node taken as every lane its run started: after a fork lands on the parallel
+/// step again, each branch hands out and waits for the other's lanes too. Caught by the
+/// comparison of the lanes a response hands out, over a scripted fork and over generated cases.
+/// decision: D168, D174
+#[test]
+fn the_lane_comparison_catches_lanes_shared_across_forks() {
+    use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
+    use workrail_harness::lanes;
+    let mut spec = lanes::three_lanes(0, false);
+    spec.before = true;
+    // The first step's ack lands on the parallel step (known nodes [s1, P, lane1..3]); the
+    // first step again (selector 4) is a fork landing on it once more.
+    let ops = [
+        Op::Start { prefs: None },
+        lanes::ack(0, None),
+        lanes::ack(4, None),
+    ];
+    lanes::check_lanes_case(&spec, &ops, 5).unwrap();
+    let _bug = Planted::on(|on| plant_lane_bug(PlantedLaneBug::SharedAcrossForks, on));
+    let caught = lanes::check_lanes_case(&spec, &ops, 5);
+    assert!(
+        caught
+            .as_ref()
+            .is_err_and(|e| e.contains("lanes handed out")),
+        "the lane comparison missed lanes shared across forks: {caught:?}"
+    );
+    assert!(
+        lanes_property().is_err(),
+        "the lane property missed lanes shared across forks"
+    );
 }

@@ -153,3 +153,21 @@ pub fn event_id(session: &SessionId, index: EventIndex) -> EventId {
     let index = index.get().to_string();
     EventId::from_digest(&digest(&["event", session.as_str(), &index]))
 }
+
+/// The run of lane `index` (from 1) of the parallel step at `parent` (decision D168: a function
+/// of the parent node and the index, so a replayed landing names the same lane and a new node
+/// landing on the step names lanes of its own).
+pub fn lane_run_id(session: &SessionId, parent: &NodeId, index: u32) -> RunId {
+    let index = index.to_string();
+    RunId::from_digest(&digest(&[
+        "lane_run",
+        session.as_str(),
+        parent.as_str(),
+        &index,
+    ]))
+}
+
+/// The initial context of a lane run (its mapped inputs, then its `args`).
+pub fn lane_context_id(session: &SessionId, lane: &RunId) -> ContextId {
+    ContextId::from_digest(&digest(&["lane_context", session.as_str(), lane.as_str()]))
+}

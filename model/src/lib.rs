@@ -15,6 +15,8 @@
 //!   conditions, loop control, required outputs).
 //! - [`language`]: the workflow language's run-time rules (condition scope, context-driven loops,
 //!   frozen bindings, `validationCriteria`), decision D139.
+//! - [`lanes`]: parallel lanes (decisions D161, D168, D169, D172, D173): lane runs started at a
+//!   landing on a parallel step, what each handed in, and the fan-in at its acknowledgement.
 //! - [`model`]: the operations (start, rehydrate, advance, replay, fork, checkpoint, preference
 //!   changes) as pure transitions `Model::apply(&self, &Command) -> Result<(Model, Observation),
 //!   ModelError>`, with the mapping from each operation to the lock ids it embodies.
@@ -25,11 +27,13 @@
 pub mod capabilities;
 pub mod derive;
 pub mod interpreter;
+pub mod lanes;
 pub mod language;
 pub mod model;
 pub mod projections;
 pub mod reports;
 
 pub use model::{
-    AckAt, AttemptAt, Command, Model, ModelError, NodeRef, Observation, PreferenceChange, StartRun,
+    AckAt, AttemptAt, Command, LaneView, Model, ModelError, NodeRef, Observation, PreferenceChange,
+    StartRun,
 };

@@ -20,6 +20,8 @@
 //! | [`Command::Advance`], a recorded attempt | returns the recorded outcome; appends nothing, recomputes nothing | `L-TOKEN-ACK-IDEMPOTENT`, `L-TOKEN-REPLAY-FACTS`, `L-EVENT-ADVANCE-ATTEMPT-KEY`, `L-EVENT-ATTEMPTS-APPENDABLE` |
 //! | [`Command::Advance`], missing/invalid required output or loop control, loop limit | blocking modes: `advance_recorded{blocked}` (same pending step; the next attempt is fresh), plus a critical gap for `unexpected:*`; never-stop: critical gap on the child and advance | `L-REASON-SINGLE-MODEL`, `L-REASON-BLOCKING-MODES`, `L-REASON-NEVER-STOP`, `L-REASON-UNEXPECTED`, `L-LOOP-MISSING-CONTROL-BLOCKING`, `L-LOOP-MISSING-CONTROL-NEVER-STOP`, `L-LOOP-LIMIT-ERROR` |
 //! | [`Command::Advance`] with reports (`wr.capability_observation`, `wr.user_only_dependency`, `workflow_divergence`) | valid observations become `capability_observed` where the attempt lands (the child, or the attempted node when blocked) with provenance by basis and step; a required capability the step depends on without a strong `available` status, or reported unavailable, is `capability_missing:*`; a `needed` user-only dependency is `user_only_dependency:*`; strong `available` observations and `supplied` reports resolve open disclosures by `info` gaps; valid divergences become `divergence_recorded` on the child only; invalid optional reports are `warning` gaps (D40 to D42, D75 to D77; [`crate::capabilities`], [`crate::reports`]) | `L-CAP-PROVENANCE`, `L-CAP-WEAK-NO-UNLOCK`, `L-GAP-NON-ASSUMABLE-CHOICE`, `L-GAP-RESOLVED-PROJECTION`, `L-EVENT-DIVERGENCE` |
+//! | [`Command::Start`] or [`Command::Advance`] landing on a parallel step with lanes | in the same plan, per lane whose condition holds over the context the landing read: the lane's `run_started` (with `lane: {parentRunId, parentNodeId, laneIndex}`), its root `node_created`, its start's gaps and its initial `context_set`; lane ids derive from the landing node and the index, so a replay starts nothing and a fork starts its own (D168, D173; [`crate::lanes`]) | `L-EVENT-RUN-STARTED`, `L-DEDUPE-NOOP` |
+//! | [`Command::Advance`] at a parallel step | the fan-in of the node's lanes from their latest recorded block outputs: missing and failed lanes and `fail-on-conflict` conflicts are findings of the ack (blockers or gaps by mode); with delegation known unavailable on the branch and no `capability_unavailable` divergence sent, an advance records one (D161, D169, D172) | `L-REASON-SINGLE-MODEL`, `L-REASON-BLOCKING-MODES`, `L-REASON-NEVER-STOP`, `L-EVENT-DIVERGENCE` |
 //! | [`Command::Checkpoint`] | `checkpoint` node (same snapshot) + `checkpoint` edge (`checkpoint_created`) + outputs on it; no advancement; a recorded checkpoint attempt is a no-op returning the same observation | `L-DAG-CHECKPOINT-EDGE`, `L-DAG-CHECKPOINT-NO-ADVANCE`, `L-TOKEN-CHECKPOINT-IDEMPOTENT` |
 //! | [`Command::ChangePreferences`] | node-attached `preferences_changed` (delta + effective); the same `changeId` again is a no-op | `L-EVENT-PREFS-CHANGED`, `L-PREF-NODE-ATTACHED`, `L-PREF-PRECEDENCE` |
 //!
@@ -62,17 +64,18 @@ use workrail_spec::closed::{
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
 use workrail_spec::event::{
     AdvanceOutcome, AdvanceRecorded, CapabilityObserved, ContextSet, DivergenceRecorded, EdgeCause,
-    EdgeCreated, EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution,
+    EdgeCreated, EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution, LaneLink,
     NodeCreated, NodeOutputAppended, OutputPayload, PreferenceDelta, PreferencesChanged,
     RunStarted, SessionCreated, SessionEvent,
 };
 use workrail_spec::ids::{
-    AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, SnapshotRef, WorkflowHash,
+    AttemptId, ChangeId, EventIndex, NodeId, RunId, SessionId, Sha256Digest, SnapshotRef,
+    WorkflowHash,
 };
 use workrail_spec::jcs::{JcsError, jcs_digest, to_canonical_bytes};
 use workrail_spec::preferences::{PREFERENCE_WARNING_CONTENT_TYPE, PreferenceWarningV1};
 use workrail_spec::snapshot::{EnginePayloadV1, EngineState, ExecutionSnapshotFileV1, PendingStep};
-use workrail_spec::tools::OutputInput;
+use workrail_spec::tools::{LaneState, OutputInput};
 
 use crate::derive;
 use crate::interpreter::{self, Finding, InterpreterError, Progress};
@@ -90,6 +93,20 @@ pub struct NodeRef {
     pub session_id: SessionId,
     pub run_id: RunId,
     pub node_id: NodeId,
+}
+
+/// One lane of a parallel step's node, as its responses hand it out (decision D168).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneView {
+    pub index: u32,
+    pub run_id: RunId,
+    pub workflow_id: workrail_spec::ids::WorkflowId,
+    /// The delegation's goal.
+    pub goal: Option<String>,
+    /// From the lane's latest block output; `in_progress` without one.
+    pub status: LaneState,
+    /// The lane run's preferred tip (where its tokens point).
+    pub tip: Option<NodeId>,
 }
 
 /// Starts a run (creating the session when it is new).
@@ -275,6 +292,20 @@ pub struct Model {
     /// The items each node's walk passed by their `runCondition` (decision D139), by the node
     /// the walk landed on: what that node's decision trace must say was skipped.
     skips: BTreeMap<(SessionId, NodeId), Vec<interpreter::Skip>>,
+    /// The artifacts recorded as outputs, by the digest their `artifact_ref` names (the content
+    /// store): a lane's block output is read from here (decision D161).
+    artifacts: BTreeMap<Sha256Digest, Map<String, Value>>,
+}
+
+/// Where a walk landed, for starting the lanes of the step it landed on (decision D168).
+struct Landing<'a> {
+    run_id: &'a RunId,
+    node_id: &'a NodeId,
+    source_kind: WorkflowSourceKind,
+    source_ref: &'a str,
+    /// The autonomy the lanes' routines start under (the session's baseline: a lane's root has
+    /// no preferences of its own).
+    autonomy: workrail_spec::closed::Autonomy,
 }
 
 /// Events of one operation, appended together or not at all.
@@ -330,6 +361,7 @@ impl Model {
             snapshots: BTreeMap::new(),
             workflows: BTreeMap::new(),
             skips: BTreeMap::new(),
+            artifacts: BTreeMap::new(),
         }
     }
 
@@ -421,6 +453,70 @@ impl Model {
             .map_or(&[], Vec::as_slice)
     }
 
+    /// The lanes the node started when its pending step is a parallel step with lanes (decision
+    /// D168), by index: what the node's responses hand out. Empty for any other node.
+    pub fn lanes_at(&self, node: &NodeRef) -> Vec<LaneView> {
+        let Some(events) = self.events(&node.session_id) else {
+            return Vec::new();
+        };
+        let Some(state) = self.pending_state(node) else {
+            return Vec::new();
+        };
+        let Some(workflow) = self.workflow_of(node) else {
+            return Vec::new();
+        };
+        let Some(spec) = crate::lanes::pending_lanes(workflow, state) else {
+            return Vec::new();
+        };
+        projections_lanes(events, &self.artifacts, &node.run_id, &node.node_id)
+            .into_iter()
+            .map(|(lane, handed)| {
+                let tip = self
+                    .preferred_tip(&node.session_id, &lane.run_id)
+                    .map(|t| t.node_id);
+                LaneView {
+                    goal: usize::try_from(lane.index)
+                        .ok()
+                        .and_then(|i| spec.lanes.get(i.checked_sub(1)?))
+                        .and_then(|l| l.goal.clone()),
+                    status: handed.map_or(LaneState::InProgress, |h| h.status),
+                    index: lane.index,
+                    run_id: lane.run_id,
+                    workflow_id: lane.workflow_id,
+                    tip,
+                }
+            })
+            .collect()
+    }
+
+    /// The fan-in the step after a parallel step shows (decision D169, `## Lane results`): the
+    /// fan-in of the lanes of `node`'s parent, read from the current log, when that parent is
+    /// pending at a parallel step and started lanes.
+    pub fn lane_results_at(&self, node: &NodeRef) -> Option<crate::lanes::FanIn> {
+        let events = self.events(&node.session_id)?;
+        let dag = self.run_dag(&node.session_id, &node.run_id)?;
+        let parent = dag.node(&node.node_id)?.parent.clone()?;
+        let parent_ref = NodeRef {
+            node_id: parent.clone(),
+            ..node.clone()
+        };
+        let state = self.pending_state(&parent_ref)?;
+        let spec = crate::lanes::pending_lanes(self.workflow_of(&parent_ref)?, state)?;
+        let lanes = projections_lanes(events, &self.artifacts, &node.run_id, &parent);
+        (!lanes.is_empty()).then(|| crate::lanes::fan_in(spec, lanes))
+    }
+
+    fn pending_state(&self, node: &NodeRef) -> Option<&EngineState> {
+        let dag = self.run_dag(&node.session_id, &node.run_id)?;
+        let snapshot = self.snapshots.get(&dag.node(&node.node_id)?.snapshot_ref)?;
+        Some(&snapshot.engine_payload.engine_state)
+    }
+
+    fn workflow_of(&self, node: &NodeRef) -> Option<&CompiledWorkflowSnapshotV1> {
+        let dag = self.run_dag(&node.session_id, &node.run_id)?;
+        self.workflows.get(&dag.pin.as_ref()?.workflow_hash)
+    }
+
     /// The node's current ack attempt (`k` = attempts recorded at the node).
     pub fn current_ack_attempt(&self, node: &NodeRef) -> Option<AttemptId> {
         self.run_dag(&node.session_id, &node.run_id)?
@@ -503,6 +599,7 @@ impl Model {
                 }
             };
         let mut next = self.clone();
+        let landing = state.clone();
         let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
         next.workflows
             .insert(workflow_hash.clone(), start.workflow.clone());
@@ -563,6 +660,19 @@ impl Model {
                 }),
             )?;
         }
+        next.start_lanes(
+            &mut plan,
+            &Landing {
+                run_id: &start.run_id,
+                node_id: &root,
+                source_kind: start.source_kind,
+                source_ref: &start.source_ref,
+                autonomy: baseline.autonomy,
+            },
+            &start.workflow,
+            &landing,
+            &start.context,
+        )?;
 
         let session = next
             .sessions
@@ -578,6 +688,87 @@ impl Model {
         }
         let observation = next.observe_start(session_id, &start.run_id)?;
         Ok((next, observation))
+    }
+
+    /// Starts the lanes of the parallel step a walk landed on at `landing.node_id` (decision
+    /// D168), in the landing's plan: per lane whose condition holds over `context`, its
+    /// `run_started` with the link to the landing node, its root `node_created` (the routine
+    /// started over the lane's context), the gaps that start disclosed, and its initial
+    /// `context_set` when the lane's context is not empty.
+    fn start_lanes(
+        &mut self,
+        plan: &mut Plan<'_>,
+        landing: &Landing<'_>,
+        workflow: &CompiledWorkflowSnapshotV1,
+        state: &EngineState,
+        context: &Map<String, Value>,
+    ) -> Result<(), ModelError> {
+        let Some(spec) = crate::lanes::pending_lanes(workflow, state) else {
+            return Ok(());
+        };
+        let session_id = plan.session_id;
+        for (index, lane) in crate::lanes::active(spec, context) {
+            let lane_run = derive::lane_run_id(session_id, landing.node_id, index);
+            let root = derive::root_node_id(session_id, &lane_run);
+            let lane_context = crate::lanes::lane_context(lane, context);
+            let (lane_state, disclosed, skipped) =
+                match interpreter::start_with(&lane.workflow, landing.autonomy, &lane_context)? {
+                    Progress::Moved {
+                        state,
+                        disclosed,
+                        skipped,
+                    } => (state, disclosed, skipped),
+                    Progress::Blocked { blocker, .. } => {
+                        return Err(ModelError::CannotStart(format!(
+                            "lane {index}: {}: {}",
+                            blocker.reason, blocker.message
+                        )));
+                    }
+                };
+            let lane_hash = lane.workflow.workflow_hash()?;
+            self.workflows
+                .insert(lane_hash.clone(), lane.workflow.as_ref().clone());
+            let snapshot_ref = self.store_snapshot(&lane_hash, lane_state)?;
+            let root_scope = EventScope::Node(lane_run.clone(), root.clone());
+            plan.push(
+                EventScope::Run(lane_run.clone()),
+                EventData::RunStarted(RunStarted {
+                    workflow_id: lane.workflow_id.clone(),
+                    workflow_hash: lane_hash.clone(),
+                    workflow_source_kind: landing.source_kind,
+                    workflow_source_ref: landing.source_ref.to_owned(),
+                    lane: Some(LaneLink {
+                        parent_run_id: landing.run_id.clone(),
+                        parent_node_id: landing.node_id.clone(),
+                        lane_index: index,
+                    }),
+                }),
+            )?;
+            plan.push(
+                root_scope.clone(),
+                EventData::NodeCreated(NodeCreated {
+                    node_kind: NodeKind::Step,
+                    parent_node_id: None,
+                    workflow_hash: lane_hash,
+                    snapshot_ref,
+                }),
+            )?;
+            push_gaps(plan, &root_scope, root.as_str(), &disclosed)?;
+            if !lane_context.is_empty() {
+                plan.push(
+                    EventScope::Run(lane_run.clone()),
+                    EventData::ContextSet(ContextSet {
+                        context_id: derive::lane_context_id(session_id, &lane_run),
+                        context: lane_context,
+                        source: ContextSource::Initial,
+                    }),
+                )?;
+            }
+            if !skipped.is_empty() {
+                self.skips.insert((session_id.clone(), root), skipped);
+            }
+        }
+        Ok(())
     }
 
     fn observe_start(
@@ -768,6 +959,51 @@ impl Model {
                 provenance: o.provenance.clone(),
             })
             .collect();
+        // Acknowledging a parallel step fans its lanes in (D169): judged beside the step's
+        // capabilities and reports, from the lanes' recorded block outputs.
+        let lanes = projections_lanes(events, &self.artifacts, run_id, node_id);
+        if let Some(spec) = crate::lanes::pending_lanes(workflow, state)
+            && let Some(step) = workflow.step(&step_id)
+        {
+            let fan = crate::lanes::fan_in(spec, lanes.clone());
+            for (finding, required) in crate::lanes::findings(step, &fan) {
+                let disposition = finding.reason.disposition(effective.autonomy, required);
+                if disposition.blocks {
+                    capability_blocks.push(finding);
+                } else if let Some(severity) = disposition.gap_severity {
+                    capability_gaps.push((finding, severity));
+                }
+            }
+        }
+        let mut divergences = divergences;
+        // No subagents (D172): delegation known unavailable on the branch and no divergence of
+        // the agent's own saying so.
+        if !lanes.is_empty()
+            && projections::branch_capability_status(
+                events,
+                &dag,
+                run_id,
+                node_id,
+                workrail_spec::closed::Capability::Delegation,
+            ) == workrail_spec::closed::CapabilityStatus::Unavailable
+            && !divergences
+                .iter()
+                .any(|d| d.reason == workrail_spec::closed::DivergenceReason::CapabilityUnavailable)
+        {
+            divergences.push(DivergenceRecorded {
+                divergence_id: derive::divergence_id(
+                    session_id,
+                    &attempt.attempt_id,
+                    divergences.len(),
+                ),
+                reason: workrail_spec::closed::DivergenceReason::CapabilityUnavailable,
+                summary: BoundedText::truncating(&crate::lanes::sequential_summary(
+                    &step_id,
+                    lanes.len(),
+                )),
+                related_step_id: Some(step_id.clone()),
+            });
+        }
         let with_gap = |finding: &interpreter::Finding| {
             finding
                 .reason
@@ -826,6 +1062,7 @@ impl Model {
         let mut next = self.clone();
         let mut plan = Plan::new(session_id, events.len());
         let here = EventScope::Node(run_id.clone(), node_id.clone());
+        let mut landed = None;
         let outcome = match progress {
             Judged::Moved {
                 state,
@@ -838,7 +1075,13 @@ impl Model {
                         .insert((session_id.clone(), child.clone()), skipped);
                 }
                 let child_scope = EventScope::Node(run_id.clone(), child.clone());
+                landed = Some((child.clone(), state.clone()));
                 let snapshot_ref = next.store_snapshot(&workflow_hash, state)?;
+                // The recorded artifacts join the content store their outputs point into.
+                for artifact in &attempt.output.artifacts {
+                    let (sha256, _) = jcs_digest(artifact)?;
+                    next.artifacts.insert(sha256, artifact.clone());
+                }
                 let cause = if dag.step_children(node_id).is_empty() {
                     EdgeCauseKind::IdempotentReplay
                 } else {
@@ -946,6 +1189,28 @@ impl Model {
                 outcome,
             }),
         )?;
+        // Landing on a parallel step starts its lanes in the same append (D168).
+        if let Some((child, state)) = landed {
+            let source_ref = run_source_ref(events, run_id)?;
+            let autonomy = self
+                .sessions
+                .get(session_id)
+                .map(|s| s.baseline.autonomy)
+                .ok_or_else(|| ModelError::UnknownSession(session_id.clone()))?;
+            next.start_lanes(
+                &mut plan,
+                &Landing {
+                    run_id,
+                    node_id: &child,
+                    source_kind: pin_source_kind(&dag)?,
+                    source_ref: &source_ref,
+                    autonomy,
+                },
+                workflow,
+                &state,
+                &context,
+            )?;
+        }
         next.commit(plan)?;
         let record = advance_outcome(
             next.session_events(session_id)?,
@@ -1052,6 +1317,10 @@ impl Model {
             plan.push(scope.clone(), EventData::NodeOutputAppended(output))?;
         }
         let mut next = self.clone();
+        for artifact in &attempt.output.artifacts {
+            let (sha256, _) = jcs_digest(artifact)?;
+            next.artifacts.insert(sha256, artifact.clone());
+        }
         next.commit(plan)?;
         Ok((next, observation))
     }
@@ -1175,6 +1444,42 @@ impl Model {
         session.events.extend(plan.events);
         Ok(())
     }
+}
+
+fn pin_source_kind(dag: &RunDag) -> Result<WorkflowSourceKind, ModelError> {
+    dag.pin
+        .as_ref()
+        .map(|p| p.source_kind)
+        .ok_or_else(|| ModelError::Invariant(format!("run {} has no run_started", dag.run_id)))
+}
+
+/// The `workflowSourceRef` the run was started with (a lane records its parent's).
+fn run_source_ref(events: &[SessionEvent], run_id: &RunId) -> Result<String, ModelError> {
+    events
+        .iter()
+        .find_map(|e| match e.data() {
+            EventData::RunStarted(started) if e.scope().run_id() == Some(run_id) => {
+                Some(started.workflow_source_ref.clone())
+            }
+            _ => None,
+        })
+        .ok_or_else(|| ModelError::Invariant(format!("run {run_id} has no run_started")))
+}
+
+/// The lanes `node_id` of `run_id` started, each with what it handed in (D161).
+fn projections_lanes(
+    events: &[SessionEvent],
+    artifacts: &BTreeMap<Sha256Digest, Map<String, Value>>,
+    run_id: &RunId,
+    node_id: &NodeId,
+) -> Vec<(crate::lanes::LaneRun, Option<crate::lanes::Handed>)> {
+    crate::lanes::lanes_of(events, run_id, node_id)
+        .into_iter()
+        .map(|lane| {
+            let handed = crate::lanes::handed_in(events, artifacts, &lane.run_id);
+            (lane, handed)
+        })
+        .collect()
 }
 
 fn pinned_hash(dag: &RunDag) -> Result<WorkflowHash, ModelError> {

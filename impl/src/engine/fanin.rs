@@ -134,7 +134,11 @@ pub fn fan_in(lanes: &[Lane], strategy: MergeStrategy) -> FanIn {
         .iter()
         .filter_map(|lane| lane.output.as_ref().map(|o| (lane, o)))
         .collect();
-    handed.sort_by(|(a, x), (b, y)| (x.recorded_at, &a.lane_id).cmp(&(y.recorded_at, &b.lane_id)));
+    if !super::planted::lane_bug(super::planted::PlantedLaneBug::ArrivalOrder) {
+        handed.sort_by(|(a, x), (b, y)| {
+            (x.recorded_at, &a.lane_id).cmp(&(y.recorded_at, &b.lane_id))
+        });
+    }
     let mut missing: Vec<String> = lanes
         .iter()
         .filter(|lane| lane.output.is_none())

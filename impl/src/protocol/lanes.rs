@@ -196,7 +196,11 @@ pub(super) fn lanes_of<'f>(facts: &'f Facts<'_>, node: &NodeId) -> Vec<(u32, &'f
         .iter()
         .filter_map(|(run, view)| {
             let link = view.dag.started.lane.as_ref()?;
-            (&link.parent_node_id == node).then_some((link.lane_index, run))
+            // TEST-ONLY planted bug: any lane of the node's run counts as the node's.
+            let shared =
+                engine::planted::lane_bug(engine::planted::PlantedLaneBug::SharedAcrossForks)
+                    && facts.node(&link.parent_run_id, node).is_some();
+            (&link.parent_node_id == node || shared).then_some((link.lane_index, run))
         })
         .collect();
     out.sort();
@@ -206,40 +210,49 @@ pub(super) fn lanes_of<'f>(facts: &'f Facts<'_>, node: &NodeId) -> Vec<(u32, &'f
 /// The latest block output each lane of `node` recorded in `facts`' prefix, as facts for the
 /// fan-in (D161: ordered by where it was recorded).
 pub(super) fn lane_facts(wr: &Workrail, facts: &Facts<'_>, node: &NodeId) -> Vec<LaneFact> {
+    // TEST-ONLY planted bug: every block output a lane recorded counts, not only its latest.
+    let counted_twice = engine::planted::lane_bug(engine::planted::PlantedLaneBug::CountedTwice);
     lanes_of(facts, node)
         .into_iter()
-        .map(|(index, run)| {
-            let recorded = block_output(wr, facts, run);
-            LaneFact {
-                index,
-                lane: engine::fanin::Lane {
-                    lane_id: run.as_str().to_owned(),
-                    output: recorded.as_ref().map(|(at, output)| LaneOutput {
-                        recorded_at: *at,
-                        status: output
-                            .get("status")
-                            .and_then(Value::as_str)
-                            .and_then(LaneStatus::parse)
-                            .unwrap_or(LaneStatus::Failed),
-                        files: ["filesModified", "filesCreated"]
-                            .iter()
-                            .flat_map(|key| {
-                                output
-                                    .get(*key)
-                                    .and_then(Value::as_array)
-                                    .into_iter()
-                                    .flatten()
-                                    .filter_map(Value::as_str)
-                                    .map(str::to_owned)
-                            })
-                            .collect(),
-                    }),
-                },
-                summary: recorded
-                    .as_ref()
-                    .and_then(|(_, o)| o.get("summary").and_then(Value::as_str))
-                    .map(str::to_owned),
-            }
+        .flat_map(|(index, run)| {
+            let reports = if counted_twice {
+                every_block_output(wr, facts, run)
+            } else {
+                vec![block_output(wr, facts, run)]
+            };
+            reports
+                .into_iter()
+                .map(move |recorded| (index, run, recorded))
+        })
+        .map(|(index, run, recorded)| LaneFact {
+            index,
+            lane: engine::fanin::Lane {
+                lane_id: run.as_str().to_owned(),
+                output: recorded.as_ref().map(|(at, output)| LaneOutput {
+                    recorded_at: *at,
+                    status: output
+                        .get("status")
+                        .and_then(Value::as_str)
+                        .and_then(LaneStatus::parse)
+                        .unwrap_or(LaneStatus::Failed),
+                    files: ["filesModified", "filesCreated"]
+                        .iter()
+                        .flat_map(|key| {
+                            output
+                                .get(*key)
+                                .and_then(Value::as_array)
+                                .into_iter()
+                                .flatten()
+                                .filter_map(Value::as_str)
+                                .map(str::to_owned)
+                        })
+                        .collect(),
+                }),
+            },
+            summary: recorded
+                .as_ref()
+                .and_then(|(_, o)| o.get("summary").and_then(Value::as_str))
+                .map(str::to_owned),
         })
         .collect()
 }
@@ -261,6 +274,28 @@ fn block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Option<(u64, V
         (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND))
             .then(|| (event.event_index().get(), artifact))
     })
+}
+
+/// TEST-ONLY (planted `CountedTwice`): every `wr.block_output` `run` recorded, oldest first
+/// (`None` alone when there is none).
+fn every_block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<Option<(u64, Value)>> {
+    let all: Vec<Option<(u64, Value)>> = facts
+        .events
+        .iter()
+        .filter(|event| event.scope().run_id() == Some(run))
+        .filter_map(|event| {
+            let EventData::NodeOutputAppended(output) = event.data() else {
+                return None;
+            };
+            let OutputPayload::ArtifactRef { sha256, .. } = &output.payload else {
+                return None;
+            };
+            let artifact = wr.store.artifact(sha256).ok()?;
+            (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND))
+                .then(|| Some((event.event_index().get(), artifact)))
+        })
+        .collect();
+    if all.is_empty() { vec![None] } else { all }
 }
 
 /// The handles of the lanes `node` started, for its responses: each lane's current step and
