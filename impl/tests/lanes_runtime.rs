@@ -743,3 +743,49 @@ fn with_partial_results_allowed_a_failed_lane_is_disclosed_and_the_fan_in_goes_o
         "the synthesis shows the failed lane"
     );
 }
+
+/// A checkpoint at the parallel step stands for the same step: it hands out the same lanes, and
+/// a fan-in acknowledged from it judges them (a checkpoint starts no lanes of its own).
+///
+/// decision: D169
+#[test]
+fn a_fan_in_acknowledged_from_a_checkpoint_judges_the_lanes_of_its_step() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    let checkpoint = wr
+        .checkpoint_workflow(workrail_spec::tools::CheckpointWorkflowInput {
+            state_token: fan.state_token.clone(),
+            checkpoint_token: fan.checkpoint_token.clone().unwrap(),
+            output: OutputInput {
+                notes_markdown: Some("Lanes handed out; waiting.".into()),
+                artifacts: vec![],
+            },
+        })
+        .unwrap();
+    assert_eq!(
+        checkpoint.lanes, fan.lanes,
+        "the checkpoint hands out the same lanes"
+    );
+    assert!(
+        !checkpoint
+            .pending
+            .as_ref()
+            .unwrap()
+            .prompt
+            .contains("## Lane results"),
+        "still at the step: lanes, not results"
+    );
+    let blocked = wr
+        .continue_workflow(ack(&checkpoint, "Spawned.", vec![]))
+        .unwrap();
+    assert_eq!(blocked.kind, ExecutionKind::Blocked, "the lanes are not in");
+    for lane in &fan.lanes {
+        finish_lane(&wr, lane, "completed", &[]);
+    }
+    let after = wr
+        .continue_workflow(rehydrate(&checkpoint.state_token))
+        .unwrap();
+    let merged = wr.continue_workflow(ack(&after, "Done.", vec![])).unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+    assert!(merged.pending.unwrap().prompt.contains("## Lane results"));
+}

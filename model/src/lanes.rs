@@ -91,6 +91,7 @@ pub struct LaneRun {
 
 /// The lanes the node `node` of `run` started, by index (a whole-log scan of `run_started`).
 pub fn lanes_of(events: &[SessionEvent], run: &RunId, node: &NodeId) -> Vec<LaneRun> {
+    let node = &landing_of(events, run, node);
     let mut lanes: Vec<LaneRun> = events
         .iter()
         .filter_map(|event| {
@@ -108,6 +109,32 @@ pub fn lanes_of(events: &[SessionEvent], run: &RunId, node: &NodeId) -> Vec<Lane
         .collect();
     lanes.sort_by_key(|l| l.index);
     lanes
+}
+
+/// The node whose landing started the lanes `node` stands for (D169): `node` itself, or for a
+/// checkpoint node the step node it checkpoints (a checkpoint records progress at the same
+/// step; it starts no lanes of its own).
+pub(crate) fn landing_of(events: &[SessionEvent], run: &RunId, node: &NodeId) -> NodeId {
+    let mut at = node.clone();
+    loop {
+        let created = events.iter().find_map(|event| match event.data() {
+            EventData::NodeCreated(n)
+                if event.scope().run_id() == Some(run) && event.scope().node_id() == Some(&at) =>
+            {
+                Some(n)
+            }
+            _ => None,
+        });
+        match created {
+            Some(n) if n.node_kind == workrail_spec::closed::NodeKind::Checkpoint => {
+                match &n.parent_node_id {
+                    Some(parent) => at = parent.clone(),
+                    None => return at,
+                }
+            }
+            _ => return at,
+        }
+    }
 }
 
 /// What a lane handed in: its latest block output.

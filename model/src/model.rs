@@ -495,7 +495,14 @@ impl Model {
     pub fn lane_results_at(&self, node: &NodeRef) -> Option<crate::lanes::FanIn> {
         let events = self.events(&node.session_id)?;
         let dag = self.run_dag(&node.session_id, &node.run_id)?;
-        let parent = dag.node(&node.node_id)?.parent.clone()?;
+        // A node still at the parallel step shows its lanes, not their results; a checkpoint
+        // shows what its step node shows.
+        if crate::lanes::pending_lanes(self.workflow_of(node)?, self.pending_state(node)?).is_some()
+        {
+            return None;
+        }
+        let step_node = crate::lanes::landing_of(events, &node.run_id, &node.node_id);
+        let parent = dag.node(&step_node)?.parent.clone()?;
         let parent_ref = NodeRef {
             node_id: parent.clone(),
             ..node.clone()

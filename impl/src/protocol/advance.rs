@@ -186,7 +186,14 @@ fn with_lanes(
         }
         output.lanes = handles;
     }
-    let Some(parent) = facts.node(run, node).and_then(|n| n.parent.clone()) else {
+    // A node still at the parallel step (its landing, or a checkpoint of it) shows the lanes,
+    // not their results.
+    if super::lanes::pending_lanes(&ctx.compiled, state).is_some() {
+        return Ok(());
+    }
+    // A checkpoint shows what its step node shows.
+    let step_node = super::lanes::landing_of(facts, node);
+    let Some(parent) = facts.node(run, &step_node).and_then(|n| n.parent.clone()) else {
         return Ok(());
     };
     if super::lanes::lanes_of(facts, &parent).is_empty() {

@@ -188,8 +188,31 @@ fn start_lane(
     Ok(events)
 }
 
-/// The lanes `node` started: `(index, run)`, by index.
+/// The node whose landing started the lanes `node` stands for (D169): `node` itself, or for a
+/// checkpoint node the step node it checkpoints, so a fan-in acknowledged from a checkpoint
+/// judges the same lanes.
+pub(super) fn landing_of(facts: &Facts<'_>, node: &NodeId) -> NodeId {
+    let mut at = node.clone();
+    let Some(view) = facts
+        .projection
+        .runs
+        .values()
+        .find(|v| v.dag.nodes.contains_key(node))
+    else {
+        return at;
+    };
+    while let Some(info) = view.dag.nodes.get(&at) {
+        match (&info.kind, &info.parent) {
+            (NodeKind::Checkpoint, Some(parent)) => at = parent.clone(),
+            _ => break,
+        }
+    }
+    at
+}
+
+/// The lanes `node` started (for a checkpoint node, its step node's): `(index, run)`, by index.
 pub(super) fn lanes_of<'f>(facts: &'f Facts<'_>, node: &NodeId) -> Vec<(u32, &'f RunId)> {
+    let node = &landing_of(facts, node);
     let mut out: Vec<(u32, &RunId)> = facts
         .projection
         .runs
