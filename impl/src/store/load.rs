@@ -639,3 +639,32 @@ fn lost_manifest(
         validator.into_loaded(SessionHealth::CorruptHead(corruption), 0),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// decision: D164
+    #[test]
+    fn a_key_whose_hash_collides_is_found_in_the_short_list() {
+        let keys = [
+            DedupeKey::parse("run_started:sess_a:run_a").unwrap(),
+            DedupeKey::parse("run_started:sess_a:run_b").unwrap(),
+        ];
+        let key_of = |i: usize| &keys[i];
+        let mut index = DedupeIndex::default();
+        assert_eq!(index.insert(&keys[0], 0, key_of), Ok(()));
+        // Make the second key's hash name the first key's event, as a collision would.
+        let colliding = index.hash(&keys[1]);
+        index.first.insert(colliding, 0);
+        assert_eq!(index.find(&keys[1], key_of), None);
+        assert_eq!(index.insert(&keys[1], 1, key_of), Ok(()));
+        assert_eq!(index.collided, vec![1]);
+        assert_eq!(index.find(&keys[1], key_of), Some(1));
+        assert_eq!(index.find(&keys[0], key_of), Some(0));
+        assert_eq!(index.insert(&keys[1], 2, key_of), Err(1));
+        index.truncate(1);
+        assert!(index.collided.is_empty());
+        assert_eq!(index.find(&keys[0], key_of), Some(0));
+    }
+}
