@@ -14,6 +14,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -91,8 +92,10 @@ fn valid_body(body: &str) -> bool {
 macro_rules! prefixed_id {
     ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
         $(#[$meta])*
+        // Shared text: a session's events and projections clone the same ids many times over,
+        // and a clone only counts a reference.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// The prefix every value of this id carries (before the `_`).
@@ -118,13 +121,13 @@ macro_rules! prefixed_id {
                         value: value.to_owned(),
                     });
                 }
-                Ok(Self(value.to_owned()))
+                Ok(Self(Arc::from(value)))
             }
 
             /// Mints an id from caller-supplied entropy (at least 10 bytes are used). The spec
             /// crate has no randomness of its own: entropy comes in as an argument.
             pub fn from_entropy(entropy: &[u8; 10]) -> Self {
-                Self(format!("{}_{}", $prefix, base32_body(entropy, MINTED_ID_BODY_LEN)))
+                Self(Arc::from(format!("{}_{}", $prefix, base32_body(entropy, MINTED_ID_BODY_LEN))))
             }
 
             /// Derives an id deterministically from a digest (used for ids that must be stable
@@ -132,11 +135,11 @@ macro_rules! prefixed_id {
             /// 80 bits of the digest, as long as a minted body (decision D35): derived ids land in
             /// tokens, and every character of a token is one an agent can mangle.
             pub fn from_digest(digest: &Sha256Digest) -> Self {
-                Self(format!(
+                Self(Arc::from(format!(
                     "{}_{}",
                     $prefix,
                     base32_body(&digest.bytes(), MINTED_ID_BODY_LEN)
-                ))
+                )))
             }
 
             pub fn as_str(&self) -> &str {
@@ -261,11 +264,35 @@ prefixed_id!(
     "srv"
 );
 
+/// Equal values held once: [`Shared::share`] points a value at the first equal one it was
+/// given, so the ids a parsed log repeats in every event share one text, as a live log's do.
+#[derive(Debug, Clone)]
+pub struct Shared<T>(std::collections::HashSet<T>);
+
+impl<T> Default for Shared<T> {
+    fn default() -> Self {
+        Self(std::collections::HashSet::new())
+    }
+}
+
+impl<T: Clone + Eq + std::hash::Hash> Shared<T> {
+    pub fn share(&mut self, value: &mut T) {
+        match self.0.get(value) {
+            Some(held) => *value = held.clone(),
+            None => {
+                self.0.insert(value.clone());
+            }
+        }
+    }
+}
+
 macro_rules! delimiter_safe_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
+        // Shared text: a session's events and projections clone the same ids many times over,
+        // and a clone only counts a reference.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Longest accepted value. Bounded so StepInstanceKeys and dedupeKeys stay short.
@@ -274,7 +301,7 @@ macro_rules! delimiter_safe_id {
             /// Validates `value` against `[a-z0-9_-]+` (so `@`, `/` and `:` never occur).
             pub fn parse(value: &str) -> Result<Self, IdError> {
                 if is_delimiter_safe(value) && value.len() <= Self::MAX_LEN {
-                    Ok(Self(value.to_owned()))
+                    Ok(Self(Arc::from(value)))
                 } else {
                     Err(IdError::InvalidPattern {
                         type_name: stringify!($name),
@@ -515,8 +542,9 @@ impl JsonSchema for WorkflowId {
 }
 
 /// A SHA-256 digest in the locked string form `sha256:<64 lowercase hex>` (locks §11).
+// Shared text, as for the ids: a snapshot ref repeats in its event, its pin and the projection.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Sha256Digest(String);
+pub struct Sha256Digest(Arc<str>);
 
 impl Sha256Digest {
     pub const PREFIX: &'static str = "sha256:";
@@ -529,7 +557,7 @@ impl Sha256Digest {
                         .bytes()
                         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
             {
-                Ok(Self(value.to_owned()))
+                Ok(Self(Arc::from(value)))
             }
             _ => Err(IdError::InvalidDigest {
                 value: value.to_owned(),
@@ -545,7 +573,7 @@ impl Sha256Digest {
             s.push(char::from(HEX[usize::from(b >> 4)]));
             s.push(char::from(HEX[usize::from(b & 0xf)]));
         }
-        Self(s)
+        Self(Arc::from(s))
     }
 
     /// The 64 hex characters after `sha256:`.

@@ -9,10 +9,10 @@ use workrail_spec::closed::{
     RunStatus,
 };
 use workrail_spec::event::{
-    AdvanceRecorded, CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded,
-    GapResolution, NodeCreated, NodeOutputAppended, OutputPayload, RunStarted, SessionEvent,
+    CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded, GapResolution,
+    NodeCreated, NodeOutputAppended, OutputPayload, RunStarted, SessionEvent,
 };
-use workrail_spec::ids::{AttemptId, GapId, NodeId, OutputId, RunId, SnapshotRef};
+use workrail_spec::ids::{GapId, NodeId, OutputId, RunId, SnapshotRef};
 use workrail_spec::reason::GapReason;
 
 /// One node of a run DAG.
@@ -288,8 +288,6 @@ pub struct RunView {
     pub capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
     /// Latest strong (enforcement-grade) observation per (node, capability).
     pub strong_capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
-    /// Ack attempts per node by attemptId.
-    pub advances: BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>,
     /// Positions (in the projected log) of this run's `preferences_changed` events, ascending.
     pub preference_changes: Vec<usize>,
     /// Positions of this run's `context_set` events, ascending.
@@ -611,8 +609,6 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
         HashMap::new();
     let mut strong: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
-    let mut advances: HashMap<RunId, BTreeMap<NodeId, BTreeMap<AttemptId, AdvanceRecorded>>> =
-        HashMap::new();
     let mut preference_changes: HashMap<RunId, Vec<usize>> = HashMap::new();
     let mut context_sets: HashMap<RunId, Vec<usize>> = HashMap::new();
     let mut advance_events: HashMap<NodeId, Vec<usize>> = HashMap::new();
@@ -708,14 +704,6 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     .or_default()
                     .insert((node_id, c.capability), c.clone());
             }
-            EventData::AdvanceRecorded(a) => {
-                advances
-                    .entry(run_id)
-                    .or_default()
-                    .entry(node_id)
-                    .or_default()
-                    .insert(a.attempt_id.clone(), a.clone());
-            }
             _ => {}
         }
     }
@@ -742,7 +730,6 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                 unresolved_gaps,
                 capabilities: capabilities.remove(&run_id).unwrap_or_default(),
                 strong_capabilities: strong.remove(&run_id).unwrap_or_default(),
-                advances: advances.remove(&run_id).unwrap_or_default(),
                 preference_changes: preference_changes.remove(&run_id).unwrap_or_default(),
                 context_sets: context_sets.remove(&run_id).unwrap_or_default(),
             },
@@ -859,7 +846,6 @@ fn apply(
                 unresolved_gaps: Vec::new(),
                 capabilities: BTreeMap::new(),
                 strong_capabilities: BTreeMap::new(),
-                advances: BTreeMap::new(),
                 preference_changes: Vec::new(),
                 context_sets: Vec::new(),
             },
@@ -974,12 +960,6 @@ fn apply(
             }
             view.capabilities
                 .insert((node_id.clone(), c.capability), c.clone());
-        }
-        EventData::AdvanceRecorded(a) => {
-            view.advances
-                .entry(node_id.clone())
-                .or_default()
-                .insert(a.attempt_id.clone(), a.clone());
         }
         _ => {}
     }

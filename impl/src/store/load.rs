@@ -7,12 +7,14 @@
 //! orphan segment files are never opened. The validated prefix always ends at a transaction
 //! boundary: a segment counts only together with the pins of the snapshots it introduced.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::io;
 
 use workrail_spec::artifact::ArtifactError;
 use workrail_spec::dedupe::DedupeKey;
-use workrail_spec::event::{EventData, SessionEvent};
+use workrail_spec::event::{EventData, IdPool, SessionEvent};
 use workrail_spec::ids::{SessionId, SnapshotRef};
 use workrail_spec::jcs::sha256;
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
@@ -32,7 +34,7 @@ pub struct LoadedSession {
     pub manifest: Vec<ManifestRecord>,
     pub health: SessionHealth,
     /// Every committed dedupeKey and the index of its event.
-    pub(crate) dedupe: HashMap<DedupeKey, usize>,
+    pub(crate) dedupe: DedupeIndex,
     /// Snapshot refs pinned so far.
     pub(crate) pinned: HashSet<SnapshotRef>,
     /// Bytes of the manifest that hold committed records (the rest is a torn, uncommitted line).
@@ -41,9 +43,76 @@ pub struct LoadedSession {
     pub(crate) manifest_file_bytes: u64,
 }
 
+/// The committed dedupeKeys, each found by a hash of its text and confirmed against the key its
+/// event carries, so the text is held once, in the event (decision D164).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DedupeIndex {
+    hasher: RandomState,
+    /// The first event with each key hash.
+    first: HashMap<u64, usize>,
+    /// Events whose key hash collides with an earlier, different key (almost never any).
+    collided: Vec<usize>,
+}
+
+impl DedupeIndex {
+    fn hash(&self, key: &DedupeKey) -> u64 {
+        self.hasher.hash_one(key.as_str())
+    }
+
+    /// The index of the event carrying `key`; `key_of(i)` is the key of event `i`.
+    fn find<'e>(&self, key: &DedupeKey, key_of: impl Fn(usize) -> &'e DedupeKey) -> Option<usize> {
+        let first = *self.first.get(&self.hash(key))?;
+        if key_of(first) == key {
+            return Some(first);
+        }
+        self.collided.iter().copied().find(|&i| key_of(i) == key)
+    }
+
+    /// Indexes event `index` under `key`; `Err` with the earlier event when the key is taken.
+    fn insert<'e>(
+        &mut self,
+        key: &DedupeKey,
+        index: usize,
+        key_of: impl Fn(usize) -> &'e DedupeKey,
+    ) -> Result<(), usize> {
+        if let Some(existing) = self.find(key, &key_of) {
+            return Err(existing);
+        }
+        let hash = self.hash(key);
+        match self.first.entry(hash) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(index);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => self.collided.push(index),
+        }
+        Ok(())
+    }
+
+    /// Forgets the events from `len` on.
+    fn truncate(&mut self, len: usize) {
+        self.first.retain(|_, i| *i < len);
+        self.collided.retain(|&i| i < len);
+    }
+
+    fn heap_bytes(&self) -> usize {
+        // hashbrown: one (key, value) slot and one control byte per bucket.
+        self.first.capacity() * (std::mem::size_of::<(u64, usize)>() + 1)
+            + self.collided.capacity() * std::mem::size_of::<usize>()
+    }
+}
+
+/// Room for `more` elements in `v`, growing by an eighth rather than doubling: a long session's
+/// log is the largest thing a server holds, and doubling leaves up to half of it as slack.
+fn reserve_bounded<T>(v: &mut Vec<T>, more: usize) {
+    if v.capacity() - v.len() < more {
+        v.reserve_exact(more.max(v.len() / 8).max(16));
+    }
+}
+
 impl LoadedSession {
-    /// About how much memory this view takes: the parsed events and records take about three
-    /// times their JSON, plus the dedupe index.
+    /// About how much memory this view takes: the event and record vectors as allocated, plus
+    /// the text their events and records hold (their committed JSON is an upper bound for it,
+    /// since ids repeat and are shared), plus the dedupe index.
     pub fn estimated_bytes(&self) -> usize {
         let segments: u64 = self
             .manifest
@@ -53,11 +122,34 @@ impl LoadedSession {
                 _ => 0,
             })
             .sum();
-        let text = segments.saturating_add(self.manifest_file_bytes);
-        (text as usize)
-            .saturating_mul(3)
-            .saturating_add(self.dedupe.len() * 96)
+        let text = segments.saturating_add(self.manifest_file_bytes) as usize;
+        let vectors = self.events.capacity() * std::mem::size_of::<SessionEvent>()
+            + self.manifest.capacity() * std::mem::size_of::<ManifestRecord>();
+        text.saturating_add(vectors)
+            .saturating_add(self.dedupe.heap_bytes())
             .saturating_add(512)
+    }
+
+    /// Appends committed events and indexes their dedupeKeys. The caller has checked that no
+    /// key is committed already (the append rules).
+    pub(crate) fn commit_events(&mut self, fresh: Vec<SessionEvent>) {
+        reserve_bounded(&mut self.events, fresh.len());
+        for event in fresh {
+            let index = self.events.len();
+            let events = &self.events;
+            // A duplicate cannot reach here; if one did, the first event keeps the key, as a
+            // load would report it.
+            let _ = self
+                .dedupe
+                .insert(event.dedupe_key(), index, |i| events[i].dedupe_key());
+            self.events.push(event);
+        }
+    }
+
+    /// Appends committed manifest records.
+    pub(crate) fn commit_records(&mut self, records: Vec<ManifestRecord>) {
+        reserve_bounded(&mut self.manifest, records.len());
+        self.manifest.extend(records);
     }
 
     pub(crate) fn empty(session_id: SessionId) -> Self {
@@ -66,7 +158,7 @@ impl LoadedSession {
             events: Vec::new(),
             manifest: Vec::new(),
             health: SessionHealth::Healthy,
-            dedupe: HashMap::new(),
+            dedupe: DedupeIndex::default(),
             pinned: HashSet::new(),
             manifest_committed_bytes: 0,
             manifest_file_bytes: 0,
@@ -99,7 +191,10 @@ impl LoadedSession {
 
     /// The committed event carrying `key`, if any.
     pub fn event_by_dedupe_key(&self, key: &DedupeKey) -> Option<&SessionEvent> {
-        self.dedupe.get(key).map(|&i| &self.events[i])
+        let events = &self.events;
+        self.dedupe
+            .find(key, |i| events[i].dedupe_key())
+            .map(|i| &events[i])
     }
 
     pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
@@ -125,7 +220,9 @@ struct Validator<'a> {
     events: Vec<SessionEvent>,
     manifest: Vec<ManifestRecord>,
     pinned: HashSet<SnapshotRef>,
-    dedupe: HashMap<DedupeKey, usize>,
+    dedupe: DedupeIndex,
+    /// The ids read so far, so repeated ones share one text (decision D164).
+    ids: IdPool,
     /// Snapshots introduced by the current segment that still lack a pin.
     awaiting_pins: Vec<(SnapshotRef, usize)>,
     /// The last complete transaction boundary: (events, manifest records, manifest bytes).
@@ -159,12 +256,15 @@ fn version_or(reason: CorruptionReason, e: &ArtifactError) -> CorruptionReason {
 impl<'a> Validator<'a> {
     /// A validator that has read nothing yet.
     fn new(session: &SessionId, objects: Option<&'a ObjectCheck>) -> Self {
+        let mut ids = IdPool::default();
+        ids.sessions.share(&mut session.clone());
         Self {
             session_id: session.clone(),
             events: Vec::new(),
             manifest: Vec::new(),
             pinned: HashSet::new(),
-            dedupe: HashMap::new(),
+            dedupe: DedupeIndex::default(),
+            ids,
             awaiting_pins: Vec::new(),
             boundary: (0, 0, 0),
             objects,
@@ -186,7 +286,7 @@ impl<'a> Validator<'a> {
         if events < self.events.len() || records < self.manifest.len() {
             self.events.truncate(events);
             self.manifest.truncate(records);
-            self.dedupe.retain(|_, &mut i| i < events);
+            self.dedupe.truncate(events);
             self.pinned = self
                 .manifest
                 .iter()
@@ -196,6 +296,9 @@ impl<'a> Validator<'a> {
                 })
                 .collect();
         }
+        // Exact vectors: appends then grow them by an eighth at a time (`reserve_bounded`).
+        self.events.shrink_to_fit();
+        self.manifest.shrink_to_fit();
         LoadedSession {
             session_id: self.session_id,
             events: self.events,
@@ -261,7 +364,7 @@ impl<'a> Validator<'a> {
             .map_err(|e| self.corruption(SegmentEventInvalid, format!("not UTF-8: {e}")))?;
         let mut new_events = Vec::new();
         for (n, line) in text.split_terminator('\n').enumerate() {
-            let event = SessionEvent::from_json_str(line).map_err(|e| {
+            let mut event = SessionEvent::from_json_str(line).map_err(|e| {
                 self.corruption(
                     version_or(SegmentEventInvalid, &e),
                     format!("{} line {}: {e}", seg.segment_rel_path, n + 1),
@@ -280,6 +383,7 @@ impl<'a> Validator<'a> {
                     ),
                 ));
             }
+            event.share_ids(&mut self.ids);
             new_events.push(event);
         }
         let last = expected_first + new_events.len() as u64;
@@ -296,12 +400,17 @@ impl<'a> Validator<'a> {
                 ),
             ));
         }
+        let base = expected_first as usize;
         for (offset, event) in new_events.iter().enumerate() {
-            let index = expected_first as usize + offset;
+            let (events, fresh) = (&self.events, &new_events);
+            let key_of = |i: usize| match i.checked_sub(base) {
+                Some(at) => fresh[at].dedupe_key(),
+                None => events[i].dedupe_key(),
+            };
             if self
                 .dedupe
-                .insert(event.dedupe_key().clone(), index)
-                .is_some()
+                .insert(event.dedupe_key(), base + offset, key_of)
+                .is_err()
             {
                 return Err(self.corruption(
                     DuplicateDedupeKey,
@@ -529,4 +638,33 @@ fn lost_manifest(
     Ok(Some(
         validator.into_loaded(SessionHealth::CorruptHead(corruption), 0),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// decision: D164
+    #[test]
+    fn a_key_whose_hash_collides_is_found_in_the_short_list() {
+        let keys = [
+            DedupeKey::parse("run_started:sess_a:run_a").unwrap(),
+            DedupeKey::parse("run_started:sess_a:run_b").unwrap(),
+        ];
+        let key_of = |i: usize| &keys[i];
+        let mut index = DedupeIndex::default();
+        assert_eq!(index.insert(&keys[0], 0, key_of), Ok(()));
+        // Make the second key's hash name the first key's event, as a collision would.
+        let colliding = index.hash(&keys[1]);
+        index.first.insert(colliding, 0);
+        assert_eq!(index.find(&keys[1], key_of), None);
+        assert_eq!(index.insert(&keys[1], 1, key_of), Ok(()));
+        assert_eq!(index.collided, vec![1]);
+        assert_eq!(index.find(&keys[1], key_of), Some(1));
+        assert_eq!(index.find(&keys[0], key_of), Some(0));
+        assert_eq!(index.insert(&keys[1], 2, key_of), Err(1));
+        index.truncate(1);
+        assert!(index.collided.is_empty());
+        assert_eq!(index.find(&keys[0], key_of), Some(0));
+    }
 }

@@ -795,13 +795,8 @@ impl AppendGate<'_> {
 
         // Committed: update the gate's view (handed back to the cache when the gate closes).
         let view = Arc::make_mut(&mut self.session);
-        let base = view.events.len();
-        for (offset, event) in fresh.iter().enumerate() {
-            view.dedupe
-                .insert(event.dedupe_key().clone(), base + offset);
-        }
-        view.events.extend(fresh);
-        view.manifest.extend(records);
+        view.commit_events(fresh);
+        view.commit_records(records);
         view.pinned.extend(newly_pinned);
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;

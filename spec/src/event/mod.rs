@@ -379,6 +379,15 @@ impl EventData {
     }
 }
 
+/// The ids a parsed log repeats, held once (see [`SessionEvent::share_ids`]).
+#[derive(Debug, Clone, Default)]
+pub struct IdPool {
+    pub sessions: crate::ids::Shared<SessionId>,
+    pub runs: crate::ids::Shared<RunId>,
+    pub nodes: crate::ids::Shared<NodeId>,
+    pub workflows: crate::ids::Shared<crate::ids::WorkflowHash>,
+}
+
 /// A validated session event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionEvent {
@@ -444,6 +453,39 @@ impl SessionEvent {
     }
     pub fn kind(&self) -> EventKind {
         self.data.kind()
+    }
+
+    /// Points this event's session id, scope ids and the ids and digests of its payload's
+    /// links at equal values held by `pool`, so a parsed log holds each repeated id once.
+    /// Nothing observable changes: the values are equal.
+    pub fn share_ids(&mut self, pool: &mut IdPool) {
+        pool.sessions.share(&mut self.session_id);
+        match &mut self.scope {
+            EventScope::Session => {}
+            EventScope::Run(run) => pool.runs.share(run),
+            EventScope::Node(run, node) => {
+                pool.runs.share(run);
+                pool.nodes.share(node);
+            }
+        }
+        match &mut self.data {
+            EventData::NodeCreated(n) => {
+                if let Some(parent) = &mut n.parent_node_id {
+                    pool.nodes.share(parent);
+                }
+                pool.workflows.share(&mut n.workflow_hash);
+            }
+            EventData::EdgeCreated(e) => {
+                pool.nodes.share(&mut e.from_node_id);
+                pool.nodes.share(&mut e.to_node_id);
+            }
+            EventData::AdvanceRecorded(a) => {
+                if let AdvanceOutcome::Advanced { to_node_id } = &mut a.outcome {
+                    pool.nodes.share(to_node_id);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The same event built again under `session_id` (its dedupeKey derived again), consuming

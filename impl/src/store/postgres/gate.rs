@@ -112,13 +112,8 @@ impl PgGate<'_> {
             .map(|(snapshot, _)| snapshot)
             .collect();
         let view = Arc::make_mut(&mut self.session);
-        let base = view.events.len();
-        for (offset, event) in fresh.iter().enumerate() {
-            view.dedupe
-                .insert(event.dedupe_key().clone(), base + offset);
-        }
-        view.events.extend(fresh);
-        view.manifest.extend(records);
+        view.commit_events(fresh);
+        view.commit_records(records);
         view.pinned.extend(pins);
         view.manifest_committed_bytes += bytes;
         view.manifest_file_bytes = view.manifest_committed_bytes;
