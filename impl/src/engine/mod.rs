@@ -42,8 +42,8 @@ use workrail_spec::tools::OutputInput;
 use self::contract::{ContractCheck, ContractProblem};
 pub use self::outcome::{
     AdvanceOutcome, AssessmentFollowup, Blocked, BranchFacts, Divergence, EngineError, Finding,
-    FindingDetail, LaneFact, LoopContextProblem, ObservedCapability, OpenGap, Reports, Resolution,
-    Transition,
+    FindingDetail, HandedIn, LaneFact, LoopContextProblem, ObservedCapability, OpenGap, Reports,
+    Resolution, Transition,
 };
 pub use self::trace::Termination;
 use self::walk::{Halt, Landing, LoopSignal, Walker, inconsistent, locate};

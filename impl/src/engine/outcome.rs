@@ -268,6 +268,21 @@ pub struct LaneFact {
     pub lane: super::fanin::Lane,
     /// The block output's `summary`.
     pub summary: Option<String>,
+    /// The rest of what the block output handed in, for the synthesis prompt (decision D192);
+    /// `None` when nothing was recorded.
+    pub handed_in: Option<HandedIn>,
+}
+
+/// What a lane's block output handed in beside its status and summary, as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandedIn {
+    /// `blockType`.
+    pub block_type: String,
+    /// `filesModified` and `filesCreated`, in the recorded order.
+    pub files_modified: Vec<String>,
+    pub files_created: Vec<String>,
+    /// `deliverables`, the union by deliverables type, as recorded.
+    pub deliverables: Option<Value>,
 }
 
 /// An unresolved gap on the branch.

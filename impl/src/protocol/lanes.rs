@@ -27,7 +27,7 @@ use super::derive::{self, AttemptKind};
 use super::facts::Facts;
 use super::{Workrail, invariant};
 use crate::engine::fanin::{LaneOutput, LaneStatus};
-use crate::engine::{self, LaneFact};
+use crate::engine::{self, HandedIn, LaneFact};
 
 /// The artifact kind a lane hands in.
 const BLOCK_OUTPUT_KIND: &str = "wr.block_output";
@@ -276,8 +276,33 @@ pub(super) fn lane_facts(wr: &Workrail, facts: &Facts<'_>, node: &NodeId) -> Vec
                 .as_ref()
                 .and_then(|(_, o)| o.get("summary").and_then(Value::as_str))
                 .map(str::to_owned),
+            handed_in: recorded.as_ref().map(|(_, o)| handed_in(o)),
         })
         .collect()
+}
+
+fn strings(output: &Value, key: &str) -> Vec<String> {
+    output
+        .get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+fn handed_in(output: &Value) -> HandedIn {
+    HandedIn {
+        block_type: output
+            .get("blockType")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        files_modified: strings(output, "filesModified"),
+        files_created: strings(output, "filesCreated"),
+        deliverables: output.get("deliverables").cloned(),
+    }
 }
 
 /// The latest `wr.block_output` artifact `run` recorded, with its event index. An artifact
@@ -465,7 +490,97 @@ pub(super) fn results_section(spec: &ParallelLanes, facts: &[LaneFact]) -> Strin
             )),
         }
     }
+    let handed: Vec<String> = facts.iter().filter_map(handed_in_text).collect();
+    if !handed.is_empty() {
+        text.push_str("\n\n### What each lane handed in\n\nFree text the lanes wrote is quoted (`>`); use it in the synthesis.");
+        for part in handed {
+            text.push_str("\n\n");
+            text.push_str(&part);
+        }
+    }
     text
+}
+
+/// The most of one lane's free text (a plan document, a diff summary) the synthesis prompt
+/// repeats: the block output contract bounds a plan document to 16 KiB, and a step with many
+/// lanes would otherwise repeat them whole on every rehydrate (decision D192).
+pub const HANDED_IN_TEXT_MAX_BYTES: usize = 4 * 1024;
+
+/// One lane's files and deliverables, as the synthesis prompt shows them; `None` when it
+/// handed in nothing.
+fn handed_in_text(fact: &LaneFact) -> Option<String> {
+    let h = fact.handed_in.as_ref()?;
+    let mut text = format!("#### Lane {} (`{}`)", fact.index, fact.lane.lane_id);
+    if !h.block_type.is_empty() {
+        text.push_str(&format!(", a `{}` block", h.block_type));
+    }
+    let list = |paths: &[String]| {
+        if paths.is_empty() {
+            "none".to_owned()
+        } else {
+            paths
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    text.push_str(&format!(
+        "\n- Files modified: {}\n- Files created: {}",
+        list(&h.files_modified),
+        list(&h.files_created)
+    ));
+    let Some(deliverables) = h.deliverables.as_ref() else {
+        return Some(text);
+    };
+    let field = |key: &str| deliverables.get(key).and_then(Value::as_str);
+    match field("blockType") {
+        Some("code") => {
+            text.push_str(&format!(
+                "\n- Files changed: {}",
+                list(&strings(deliverables, "filesChanged"))
+            ));
+            if let Some(diff) = field("diffSummary") {
+                text.push_str(&format!("\n- Diff summary:\n{}", quoted(diff)));
+            }
+        }
+        Some("plan") => {
+            let tasks = strings(deliverables, "taskList");
+            if !tasks.is_empty() {
+                text.push_str("\n- Tasks:");
+                for task in tasks {
+                    text.push_str(&format!("\n{}", quoted(&format!("- {task}"))));
+                }
+            }
+            if let Some(document) = field("markdownDocument") {
+                text.push_str(&format!("\n- Plan:\n{}", quoted(document)));
+            }
+        }
+        Some("generic") => {
+            if let Some(result) = field("summary") {
+                text.push_str(&format!("\n- Result:\n{}", quoted(result)));
+            }
+        }
+        _ => {}
+    }
+    Some(text)
+}
+
+/// `text` as a markdown quote, cut at [`HANDED_IN_TEXT_MAX_BYTES`] on a character boundary: a
+/// lane's headings and lines can then neither end the section nor read as the server's words.
+fn quoted(text: &str) -> String {
+    let mut end = text.len().min(HANDED_IN_TEXT_MAX_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out: Vec<String> = text[..end].lines().map(|l| format!("> {l}")).collect();
+    if end < text.len() {
+        out.push(format!(
+            "> (cut here: {} more bytes; the whole text is in the lane's recorded block output)",
+            text.len() - end
+        ));
+    }
+    out.join("\n")
 }
 
 /// The section that opens every prompt of a lane (decision D176), in the stateless block

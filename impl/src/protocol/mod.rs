@@ -45,6 +45,7 @@ use workrail_spec::tools::{
 pub use self::console::ConsoleLookup;
 pub use self::facts::{Facts, GLOBAL_DEFAULTS};
 pub use self::inspect::{RunSummary, SessionSummary};
+pub use self::lanes::HANDED_IN_TEXT_MAX_BYTES;
 pub use self::respond::{render_text, run_label};
 pub use self::store_choice::{STORE_ENV, STORE_SCHEMA_ENV, StoreChoice, redact};
 use crate::entropy::{Entropy, OsEntropy};
