@@ -89,6 +89,9 @@ pub struct Stats {
     pub lane_conflicts: u32,
     /// Lane results whose recorded completion order is not the lanes' index order.
     pub lanes_out_of_order: u32,
+    /// Blocked acks whose blocker points at `wr.contracts.block_output`: a report step that
+    /// refused a malformed or missing block output (D160).
+    pub block_output_refused: u32,
 }
 
 impl Stats {
@@ -111,6 +114,7 @@ impl Stats {
         self.lane_results += other.lane_results;
         self.lane_conflicts += other.lane_conflicts;
         self.lanes_out_of_order += other.lanes_out_of_order;
+        self.block_output_refused += other.block_output_refused;
     }
 }
 
@@ -1047,6 +1051,12 @@ impl<S: System> Harness<S> {
                         if mode == Mode::Fresh {
                             w.check_response_at(*node, &out)?;
                             w.stats.blocked += 1;
+                            w.stats.block_output_refused += u32::from(out.blockers.iter().any(|b| {
+                                b.code == workrail_spec::blocker::BlockerCode::InvalidRequiredOutput
+                                    && matches!(&b.pointer,
+                                        workrail_spec::blocker::BlockerPointer::OutputContract { contract_ref }
+                                            if contract_ref == "wr.contracts.block_output")
+                            }));
                         }
                     }
                     other => return Err(format!("the model answered an ack with {other:?}")),

@@ -181,6 +181,11 @@ pub enum ArtifactSpec {
     /// often), `partial` or `failed`; the bits of `files` pick which of three paths it lists
     /// (modified or created), so two lanes often list the same file.
     Block { status: u8, files: u8 },
+    /// A `wr.block_output` its contract refuses (D160), one of eight shapes: an absolute path,
+    /// a path leaving the workspace, a path listed twice, a status outside the closed set,
+    /// deliverables the block type does not deliver, no summary, a summary over its budget,
+    /// a timestamp that is not RFC 3339.
+    BlockInvalid(u8),
 }
 
 /// The paths generated block outputs list: few, so lanes collide.
@@ -349,6 +354,32 @@ impl ArtifactSpec {
                     "summary": format!("The lane's work is {status}."),
                     "filesModified": modified, "filesCreated": created,
                     "timestamp": "2026-11-28T10:00:00Z"})
+            }
+            Self::BlockInvalid(shape) => {
+                let mut block = json!({"kind": "wr.block_output", "blockId": "lane",
+                    "blockType": "review", "status": "completed",
+                    "deliverables": {"blockType": "generic", "summary": "Findings written down."},
+                    "summary": "The lane's work is completed.",
+                    "filesModified": ["src/lib.rs"], "filesCreated": [],
+                    "timestamp": "2026-11-28T10:00:00Z"});
+                match shape % 8 {
+                    0 => block["filesModified"] = json!(["/src/lib.rs"]),
+                    1 => block["filesCreated"] = json!(["../outside.rs"]),
+                    2 => block["filesModified"] = json!(["src/lib.rs", "src/lib.rs"]),
+                    3 => block["status"] = json!("done"),
+                    4 => {
+                        block["deliverables"] = json!({"blockType": "code",
+                            "filesChanged": ["src/lib.rs"], "diffSummary": "Changed."})
+                    }
+                    5 => {
+                        if let Some(map) = block.as_object_mut() {
+                            map.remove("summary");
+                        }
+                    }
+                    6 => block["summary"] = json!("x".repeat(1025)),
+                    _ => block["timestamp"] = json!("yesterday"),
+                }
+                block
             }
             Self::DivergenceInvalid => {
                 json!({"kind": "workflow_divergence", "reason": "efficiency_skip", "summary": ""})

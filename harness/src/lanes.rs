@@ -284,6 +284,27 @@ pub fn lanes_out_of_order(blocks: [(u8, u8); 3]) -> Vec<crate::ops::Op> {
     ]
 }
 
+/// Commands that start [`three_lanes`], send lane 3's block output with its routine step's
+/// ack (so it stands at its report step with nothing handed in), finish lanes 1 and 2, then
+/// acknowledge the parallel step: the fan-in must wait for lane 3 (decision D193).
+pub fn lane_reporting_early() -> Vec<crate::ops::Op> {
+    use crate::ops::Op;
+    // Known nodes: [parent, lane1, lane2, lane3] = 4.
+    vec![
+        Op::Start { prefs: None },
+        // Lane 3's routine step, with a block output: 5 nodes.
+        ack(0, Some((0, 1))),
+        // Lane 1 (node 1): selector 5 - 1 - 1 = 3, then its report: 7 nodes.
+        ack(3, None),
+        ack(0, Some((0, 2))),
+        // Lane 2 (node 2): selector 7 - 1 - 2 = 4, then its report: 9 nodes.
+        ack(4, None),
+        ack(0, Some((0, 4))),
+        // The parallel step (node 0): selector 8.
+        ack(8, None),
+    ]
+}
+
 /// Which of `spec`'s lanes the start context activates (their conditions over `flag` and
 /// `mode`), as the compiled conditions read them.
 pub fn active_lanes(spec: &LanesSpec) -> usize {

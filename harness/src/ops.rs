@@ -149,14 +149,19 @@ pub fn language_output_strategy() -> impl Strategy<Value = OutputSpec> {
 }
 
 /// Outputs for workflows with parallel lanes: a recap, two times in three led by a
-/// `wr.block_output` of any status over the three generated paths (D160, D161), now and then a
+/// `wr.block_output` of any status over the three generated paths (D160, D161), one time in
+/// ten by one its contract refuses (so a report step blocks on it, D160), now and then a
 /// `delegation` observation of any basis (so delegation is sometimes known unavailable, D172)
 /// or a `capability_unavailable` divergence, and a third of the time a context delta (a fork
 /// landing on the parallel step again may start other lanes).
 pub fn lanes_output_strategy() -> impl Strategy<Value = OutputSpec> {
     (
         prop_oneof![1 => Just(None), 6 => (0u8..8).prop_map(Some)],
-        prop_oneof![1 => Just(None), 2 => (0u8..4, 0u8..16).prop_map(Some)],
+        prop_oneof![
+            3 => Just(None),
+            6 => (0u8..4, 0u8..16).prop_map(|block| Some(Ok(block))),
+            1 => (0u8..8).prop_map(|shape| Some(Err(shape))),
+        ],
         prop_oneof![
             8 => Just(None),
             1 => (any::<bool>(), 0u8..4, 0u8..5).prop_map(|(available, basis, failure)| {
@@ -168,8 +173,10 @@ pub fn lanes_output_strategy() -> impl Strategy<Value = OutputSpec> {
     )
         .prop_map(|(notes, block, extra, context)| {
             let mut artifacts = Vec::new();
-            if let Some((status, files)) = block {
-                artifacts.push(ArtifactSpec::Block { status, files });
+            match block {
+                Some(Ok((status, files))) => artifacts.push(ArtifactSpec::Block { status, files }),
+                Some(Err(shape)) => artifacts.push(ArtifactSpec::BlockInvalid(shape)),
+                None => {}
             }
             artifacts.extend(extra);
             OutputSpec {

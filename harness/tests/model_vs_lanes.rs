@@ -30,7 +30,7 @@ proptest! {
 
 /// The state machine reaches what it promises: lanes handed out, lane results shown, lanes
 /// completing out of index order, conflicts, forks and replays.
-/// decision: D168, D169, D174
+/// decision: D160, D168, D169, D174
 #[test]
 fn the_lane_state_machine_reaches_fan_ins_conflicts_and_out_of_order_lanes() {
     let config = proptest::test_runner::Config {
@@ -53,6 +53,10 @@ fn the_lane_state_machine_reaches_fan_ins_conflicts_and_out_of_order_lanes() {
     assert!(
         stats.forks > 0 && stats.replays > 0 && stats.blocked > 0,
         "{stats:?}"
+    );
+    assert!(
+        stats.block_output_refused > 0,
+        "no report step refused a malformed block output: {stats:?}"
     );
 }
 

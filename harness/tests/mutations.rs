@@ -38,7 +38,8 @@
 //!   that takes the lanes in the order they are listed instead of the order their block outputs
 //!   were recorded, and a lane counted once per block output it recorded (a failed report
 //!   replayed and redone still blocks), and a node's lanes taken as every lane of its run (so
-//!   two branches of a fork share lanes). Caught by the model comparison over workflows with
+//!   two branches of a fork share lanes), and a block output sent before a lane's report step
+//!   taken as its report (D193). Caught by the model comparison over workflows with
 //!   parallel lanes (the lane results' completion order and winners, the lanes' statuses,
 //!   blockers), on a scripted run and over generated cases.
 //!
@@ -436,5 +437,29 @@ fn the_lane_comparison_catches_lanes_shared_across_forks() {
     assert!(
         lanes_property().is_err(),
         "the lane property missed lanes shared across forks"
+    );
+}
+
+/// A block output sent with a lane's routine step taken as the lane's report: the lane reads
+/// as handed in while it still stands before its report step, and the fan-in lets it through.
+/// Caught by the comparison of the lanes' statuses and the fan-in's blockers, over a scripted
+/// early report and over generated cases.
+/// decision: D193, D174
+#[test]
+fn the_lane_comparison_catches_a_block_output_sent_before_the_report_step() {
+    use workrail::engine::planted::{PlantedLaneBug, plant_lane_bug};
+    use workrail_harness::lanes;
+    let ops = lanes::lane_reporting_early();
+    let spec = lanes::three_lanes(0, false);
+    lanes::check_lanes_case(&spec, &ops, 5).unwrap();
+    let _bug = Planted::on(|on| plant_lane_bug(PlantedLaneBug::EarlyReport, on));
+    let caught = lanes::check_lanes_case(&spec, &ops, 5);
+    assert!(
+        caught.is_err(),
+        "the lane comparison missed an early block output taken as a report: {caught:?}"
+    );
+    assert!(
+        lanes_property().is_err(),
+        "the lane property missed an early block output taken as a report"
     );
 }

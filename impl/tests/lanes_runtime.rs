@@ -884,3 +884,61 @@ fn a_fan_in_acknowledged_from_a_checkpoint_judges_the_lanes_of_its_step() {
     assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
     assert!(merged.pending.unwrap().prompt.contains("## Lane results"));
 }
+
+/// decision: D193
+#[test]
+fn a_block_output_sent_before_the_lanes_last_step_is_not_its_report() {
+    let wr = open("concatenate");
+    let fan = to_fan_out(&wr, false, None);
+    // Lane 1 sends a (malformed) block output with its first step's ack: the step takes it as
+    // notes and goes on to the report step, where nothing was handed in yet.
+    let early = wr
+        .continue_workflow(lane_ack(
+            &fan.lanes[0],
+            vec![block_output(
+                fan.lanes[0].lane_id.as_str(),
+                "completed",
+                &["/etc/passwd"],
+            )],
+        ))
+        .unwrap();
+    assert_eq!(step(&early), "lane-report", "{:?}", early.blockers);
+    finish_lane(&wr, &fan.lanes[1], "completed", &[]);
+    let after = wr.continue_workflow(rehydrate(&fan.state_token)).unwrap();
+    assert_eq!(after.lanes[0].status, LaneState::InProgress);
+    assert_eq!(after.lanes[1].status, LaneState::Completed);
+    let blocked = wr
+        .continue_workflow(ack(&after, "All in.", vec![]))
+        .unwrap();
+    assert_eq!(blocked.kind, ExecutionKind::Blocked);
+    assert_eq!(blocked.blockers[0].code, BlockerCode::MissingRequiredOutput);
+    assert!(
+        blocked.blockers[0]
+            .message
+            .as_str()
+            .contains(fan.lanes[0].lane_id.as_str()),
+        "{:?}",
+        blocked.blockers
+    );
+    // Handed in at the report step, it counts.
+    let report = LaneHandle {
+        state_token: early.state_token.clone(),
+        ack_token: early.ack_token.clone(),
+        ..fan.lanes[0].clone()
+    };
+    let done = wr
+        .continue_workflow(lane_ack(
+            &report,
+            vec![block_output(
+                fan.lanes[0].lane_id.as_str(),
+                "completed",
+                &[],
+            )],
+        ))
+        .unwrap();
+    assert!(done.is_complete, "{:?}", done.blockers);
+    let merged = wr
+        .continue_workflow(ack(&blocked, "All in.", vec![]))
+        .unwrap();
+    assert_eq!(step(&merged), "fan-out__synthesis", "{:?}", merged.blockers);
+}

@@ -334,6 +334,17 @@ fn check_required_output(
         } else {
             return Ok(None);
         }
+    } else if contract.artifact_kind == crate::lanes::BLOCK_OUTPUT_KIND && present {
+        // Every block output the step sends is the contract's business (D160).
+        let invalid = output.artifacts.iter().any(|a| {
+            a.get("kind").and_then(|v| v.as_str()) == Some(crate::lanes::BLOCK_OUTPUT_KIND)
+                && crate::lanes::block_output_invalid(a)
+        });
+        if invalid {
+            LoopControlReading::Invalid
+        } else {
+            return Ok(None);
+        }
     } else if present {
         return Ok(None);
     } else {

@@ -8,9 +8,11 @@
 //!   context is not empty. The lane's ids are functions of the landing node and the index, so a
 //!   replayed landing starts nothing and a new node landing on the step starts lanes of its own.
 //! - **The lanes of a node** are the runs whose `run_started` link names it, by index.
-//! - **What a lane handed in** (D161) is the latest `wr.block_output` artifact recorded on any
-//!   node of its run, read from the log (the event index of its `node_output_appended` is where
-//!   it was recorded). Lanes are ordered by that index, then by lane id; never by a clock or the
+//! - **What a lane handed in** (D161, D193) is the latest `wr.block_output` artifact recorded
+//!   on a node of its run whose snapshot is complete: the lane's report step is its routine's
+//!   last, so only that step's acknowledgement completes the lane, and a block output sent with
+//!   an earlier step's notes is no report. Read from the log (the event index of its
+//!   `node_output_appended` is where it was recorded). Lanes are ordered by that index, then by lane id; never by a clock or the
 //!   order the lanes are listed.
 //! - **Fan-in at the acknowledgement** of the parallel step (D169): a lane with no block output
 //!   is `contract_violation:missing_required_output`; a `failed` lane is
@@ -33,9 +35,10 @@ use workrail_spec::compiled::{
     CompiledStep, CompiledWorkflowSnapshotV1, LaneSpec, MergeStrategy, ParallelLanes,
 };
 use workrail_spec::event::{EventData, OutputPayload, SessionEvent};
+use workrail_spec::ids::SnapshotRef;
 use workrail_spec::ids::{NodeId, RunId, Sha256Digest, StepId, WorkflowId};
 use workrail_spec::reason::{ContractViolationReason, GapReason, ReasonCode};
-use workrail_spec::snapshot::EngineState;
+use workrail_spec::snapshot::{EngineState, ExecutionSnapshotFileV1};
 use workrail_spec::tools::LaneState;
 
 use crate::interpreter::Finding;
@@ -148,13 +151,29 @@ pub struct Handed {
     pub summary: Option<String>,
 }
 
-/// The latest `wr.block_output` recorded on any node of `lane` (`artifacts`: the recorded
-/// artifacts by digest).
+/// The latest `wr.block_output` recorded on a complete node of `lane` (`artifacts`: the
+/// recorded artifacts by digest; `snapshots`: the snapshot store).
 pub fn handed_in(
     events: &[SessionEvent],
     artifacts: &BTreeMap<Sha256Digest, Map<String, Value>>,
+    snapshots: &BTreeMap<SnapshotRef, ExecutionSnapshotFileV1>,
     lane: &RunId,
 ) -> Option<Handed> {
+    // The lane's complete nodes, wherever their `node_created` stands in the log.
+    let complete: std::collections::BTreeSet<&NodeId> = events
+        .iter()
+        .filter(|e| e.scope().run_id() == Some(lane))
+        .filter_map(|e| match (e.data(), e.scope().node_id()) {
+            (EventData::NodeCreated(created), Some(node))
+                if snapshots
+                    .get(&created.snapshot_ref)
+                    .is_some_and(|s| s.engine_payload.engine_state.is_complete()) =>
+            {
+                Some(node)
+            }
+            _ => None,
+        })
+        .collect();
     let mut latest = None;
     for event in events {
         if event.scope().run_id() != Some(lane) {
@@ -163,6 +182,13 @@ pub fn handed_in(
         let EventData::NodeOutputAppended(output) = event.data() else {
             continue;
         };
+        if !event
+            .scope()
+            .node_id()
+            .is_some_and(|node| complete.contains(node))
+        {
+            continue;
+        }
         let OutputPayload::ArtifactRef { sha256, .. } = &output.payload else {
             continue;
         };
@@ -355,4 +381,136 @@ pub fn sequential_summary(step_id: &StepId, lanes: usize) -> String {
     format!(
         "Delegation was unavailable: the {lanes} lanes of step '{step_id}' ran one after another in this chat, and their recorded block outputs were fanned in."
     )
+}
+
+/// Whether a `wr.block_output` artifact breaks its contract (decision D160), written from the
+/// decision's text: every field present with its type, `blockType` and `status` from their
+/// closed sets, deliverables of a type the block type delivers and of that type's closed shape,
+/// every path relative, normalized and listed once in its list, the byte budgets, and an
+/// RFC 3339 timestamp.
+pub fn block_output_invalid(artifact: &Map<String, Value>) -> bool {
+    const FIELDS: [&str; 9] = [
+        "kind",
+        "blockId",
+        "blockType",
+        "status",
+        "deliverables",
+        "summary",
+        "filesModified",
+        "filesCreated",
+        "timestamp",
+    ];
+    if artifact.keys().any(|k| !FIELDS.contains(&k.as_str()))
+        || FIELDS.iter().any(|f| !artifact.contains_key(*f))
+    {
+        return true;
+    }
+    fn text(v: Option<&Value>, max: usize) -> Option<&str> {
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && s.len() <= max)
+    }
+    let paths_ok = |v: Option<&Value>| {
+        let Some(list) = v.and_then(Value::as_array) else {
+            return false;
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        list.len() <= 200
+            && list
+                .iter()
+                .all(|p| text(Some(p), 512).is_some_and(|p| path_is_normal(p) && seen.insert(p)))
+    };
+    let block_type = text(artifact.get("blockType"), 16).unwrap_or_default();
+    let delivers: &[&str] = match block_type {
+        "plan" => &["plan"],
+        "dev" => &["code"],
+        "review" => &["generic"],
+        "test" | "devops" => &["code", "generic"],
+        _ => return true,
+    };
+    if !matches!(
+        artifact.get("status").and_then(Value::as_str),
+        Some("completed" | "failed" | "partial")
+    ) || text(artifact.get("blockId"), 128).is_none()
+        || text(artifact.get("summary"), 1024).is_none()
+        || !paths_ok(artifact.get("filesModified"))
+        || !paths_ok(artifact.get("filesCreated"))
+        || !text(artifact.get("timestamp"), 64).is_some_and(rfc3339)
+    {
+        return true;
+    }
+    let Some(deliverables) = artifact.get("deliverables").and_then(Value::as_object) else {
+        return true;
+    };
+    let shape_ok = |keys: &[&str]| {
+        deliverables.len() == keys.len() && keys.iter().all(|k| deliverables.contains_key(*k))
+    };
+    let fits = match deliverables.get("blockType").and_then(Value::as_str) {
+        Some(kind @ "plan") if delivers.contains(&kind) => {
+            shape_ok(&["blockType", "markdownDocument", "taskList"])
+                && text(deliverables.get("markdownDocument"), 16 * 1024).is_some()
+                && deliverables
+                    .get("taskList")
+                    .and_then(Value::as_array)
+                    .is_some_and(|tasks| {
+                        tasks.len() <= 100 && tasks.iter().all(|t| text(Some(t), 512).is_some())
+                    })
+        }
+        Some(kind @ "code") if delivers.contains(&kind) => {
+            shape_ok(&["blockType", "diffSummary", "filesChanged"])
+                && text(deliverables.get("diffSummary"), 2048).is_some()
+                && paths_ok(deliverables.get("filesChanged"))
+        }
+        Some(kind @ "generic") if delivers.contains(&kind) => {
+            shape_ok(&["blockType", "summary"]) && text(deliverables.get("summary"), 1024).is_some()
+        }
+        _ => false,
+    };
+    !fits
+}
+
+/// A relative path with `/` between non-empty parts, none `.` or `..`, no drive letter, no
+/// backslash and no control character.
+fn path_is_normal(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    !(path.starts_with('/')
+        || path.contains('\\')
+        || path.chars().any(char::is_control)
+        || (bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic()))
+        && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)` with digits where digits go.
+fn rfc3339(stamp: &str) -> bool {
+    let b = stamp.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        b.get(range.clone())
+            .is_some_and(|d| d.len() == range.len() && d.iter().all(u8::is_ascii_digit))
+    };
+    if !(digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10)
+        && matches!(b.get(10), Some(b'T' | b't'))
+        && digits(11..13)
+        && b.get(13) == Some(&b':')
+        && digits(14..16)
+        && b.get(16) == Some(&b':')
+        && digits(17..19))
+    {
+        return false;
+    }
+    let mut rest = &stamp[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let n = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &fraction[n..];
+    }
+    match rest.as_bytes() {
+        [b'Z' | b'z'] => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit()),
+        _ => false,
+    }
 }

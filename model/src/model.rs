@@ -468,25 +468,31 @@ impl Model {
         let Some(spec) = crate::lanes::pending_lanes(workflow, state) else {
             return Vec::new();
         };
-        projections_lanes(events, &self.artifacts, &node.run_id, &node.node_id)
-            .into_iter()
-            .map(|(lane, handed)| {
-                let tip = self
-                    .preferred_tip(&node.session_id, &lane.run_id)
-                    .map(|t| t.node_id);
-                LaneView {
-                    goal: usize::try_from(lane.index)
-                        .ok()
-                        .and_then(|i| spec.lanes.get(i.checked_sub(1)?))
-                        .and_then(|l| l.goal.clone()),
-                    status: handed.map_or(LaneState::InProgress, |h| h.status),
-                    index: lane.index,
-                    run_id: lane.run_id,
-                    workflow_id: lane.workflow_id,
-                    tip,
-                }
-            })
-            .collect()
+        projections_lanes(
+            events,
+            &self.artifacts,
+            &self.snapshots,
+            &node.run_id,
+            &node.node_id,
+        )
+        .into_iter()
+        .map(|(lane, handed)| {
+            let tip = self
+                .preferred_tip(&node.session_id, &lane.run_id)
+                .map(|t| t.node_id);
+            LaneView {
+                goal: usize::try_from(lane.index)
+                    .ok()
+                    .and_then(|i| spec.lanes.get(i.checked_sub(1)?))
+                    .and_then(|l| l.goal.clone()),
+                status: handed.map_or(LaneState::InProgress, |h| h.status),
+                index: lane.index,
+                run_id: lane.run_id,
+                workflow_id: lane.workflow_id,
+                tip,
+            }
+        })
+        .collect()
     }
 
     /// The fan-in the step after a parallel step shows (decision D169, `## Lane results`): the
@@ -509,7 +515,13 @@ impl Model {
         };
         let state = self.pending_state(&parent_ref)?;
         let spec = crate::lanes::pending_lanes(self.workflow_of(&parent_ref)?, state)?;
-        let lanes = projections_lanes(events, &self.artifacts, &node.run_id, &parent);
+        let lanes = projections_lanes(
+            events,
+            &self.artifacts,
+            &self.snapshots,
+            &node.run_id,
+            &parent,
+        );
         (!lanes.is_empty()).then(|| crate::lanes::fan_in(spec, lanes))
     }
 
@@ -968,7 +980,7 @@ impl Model {
             .collect();
         // Acknowledging a parallel step fans its lanes in (D169): judged beside the step's
         // capabilities and reports, from the lanes' recorded block outputs.
-        let lanes = projections_lanes(events, &self.artifacts, run_id, node_id);
+        let lanes = projections_lanes(events, &self.artifacts, &self.snapshots, run_id, node_id);
         if let Some(spec) = crate::lanes::pending_lanes(workflow, state)
             && let Some(step) = workflow.step(&step_id)
         {
@@ -1477,13 +1489,14 @@ fn run_source_ref(events: &[SessionEvent], run_id: &RunId) -> Result<String, Mod
 fn projections_lanes(
     events: &[SessionEvent],
     artifacts: &BTreeMap<Sha256Digest, Map<String, Value>>,
+    snapshots: &BTreeMap<SnapshotRef, ExecutionSnapshotFileV1>,
     run_id: &RunId,
     node_id: &NodeId,
 ) -> Vec<(crate::lanes::LaneRun, Option<crate::lanes::Handed>)> {
     crate::lanes::lanes_of(events, run_id, node_id)
         .into_iter()
         .map(|lane| {
-            let handed = crate::lanes::handed_in(events, artifacts, &lane.run_id);
+            let handed = crate::lanes::handed_in(events, artifacts, snapshots, &lane.run_id);
             (lane, handed)
         })
         .collect()

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use workrail_model::{AckAt, Command, LaneView, Model, NodeRef, Observation};
 use workrail_spec::blocker::{BlockerCode, ReasonDetails};
 use workrail_spec::closed::{NonAssumableChoiceKind, WorkflowSourceKind};
@@ -113,8 +113,10 @@ fn report(status: &str, files: &[&str]) -> OutputInput {
     OutputInput {
         notes_markdown: Some("Done.".into()),
         artifacts: vec![artifact(
-            json!({"kind": "wr.block_output", "blockId": "lane",
-            "status": status, "summary": "Done.", "filesModified": files, "filesCreated": []}),
+            json!({"kind": "wr.block_output", "blockId": "lane", "blockType": "review",
+            "status": status, "summary": "Done.", "filesModified": files, "filesCreated": [],
+            "deliverables": {"blockType": "generic", "summary": "Notes."},
+            "timestamp": "2026-11-28T10:00:00Z"}),
         )],
     }
 }
@@ -260,4 +262,48 @@ fn under_fail_on_conflict_a_shared_file_is_the_users_choice_and_a_failed_lane_bl
             ),
         ]
     );
+}
+
+/// The model reads a block output's contract from D160's text: each rule it states refuses.
+/// decision: D160, D193
+#[test]
+fn a_block_output_breaking_any_rule_of_its_contract_is_invalid() {
+    use workrail_model::lanes::block_output_invalid;
+    let valid = json!({"kind": "wr.block_output", "blockId": "lane", "blockType": "test",
+        "status": "partial", "summary": "Half done.",
+        "deliverables": {"blockType": "code", "filesChanged": ["src/a.rs"], "diffSummary": "A."},
+        "filesModified": ["src/a.rs"], "filesCreated": ["tests/a.rs"],
+        "timestamp": "2026-11-28T10:00:00.5+01:00"});
+    assert!(!block_output_invalid(valid.as_object().unwrap()));
+    let broken: [(&str, Value); 12] = [
+        ("/filesModified", json!(["/src/a.rs"])),
+        ("/filesModified", json!(["src/../a.rs"])),
+        ("/filesModified", json!(["src//a.rs"])),
+        ("/filesCreated", json!(["C:/a.rs"])),
+        ("/filesCreated", json!(["a.rs", "a.rs"])),
+        ("/status", json!("done")),
+        ("/blockType", json!("design")),
+        (
+            "/deliverables",
+            json!({"blockType": "plan", "markdownDocument": "P", "taskList": []}),
+        ),
+        (
+            "/deliverables",
+            json!({"blockType": "code", "filesChanged": [], "diffSummary": "A.", "extra": 1}),
+        ),
+        ("/summary", json!("x".repeat(1025))),
+        ("/timestamp", json!("2026-11-28 10:00:00")),
+        ("/blockId", json!("")),
+    ];
+    for (pointer, value) in broken {
+        let mut artifact = valid.clone();
+        *artifact.pointer_mut(pointer).unwrap() = value.clone();
+        assert!(
+            block_output_invalid(artifact.as_object().unwrap()),
+            "{pointer} = {value} passed"
+        );
+    }
+    let mut missing = valid.as_object().unwrap().clone();
+    missing.remove("timestamp");
+    assert!(block_output_invalid(&missing));
 }

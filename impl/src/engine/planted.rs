@@ -16,7 +16,7 @@ pub enum PlantedLanguageBug {
 
 #[cfg(feature = "test-mutations")]
 thread_local! {
-    static PLANTED: std::cell::Cell<[bool; 3]> = const { std::cell::Cell::new([false; 3]) };
+    static PLANTED: std::cell::Cell<[bool; 4]> = const { std::cell::Cell::new([false; 4]) };
 }
 
 #[cfg(feature = "test-mutations")]
@@ -65,11 +65,15 @@ pub enum PlantedLaneBug {
     /// started: after a fork lands on the parallel step again, each branch counts the other's
     /// lanes as its own.
     SharedAcrossForks,
+    /// A block output sent with any step's acknowledgement is the lane's report, not only one
+    /// its report step took (decision D193): a lane that sent one early counts as handed in
+    /// while it still stands before its report step.
+    EarlyReport,
 }
 
 #[cfg(feature = "test-mutations")]
 thread_local! {
-    static PLANTED_LANES: std::cell::Cell<[bool; 3]> = const { std::cell::Cell::new([false; 3]) };
+    static PLANTED_LANES: std::cell::Cell<[bool; 4]> = const { std::cell::Cell::new([false; 4]) };
 }
 
 #[cfg(feature = "test-mutations")]
@@ -78,6 +82,7 @@ fn lane_slot(bug: PlantedLaneBug) -> usize {
         PlantedLaneBug::ArrivalOrder => 0,
         PlantedLaneBug::CountedTwice => 1,
         PlantedLaneBug::SharedAcrossForks => 2,
+        PlantedLaneBug::EarlyReport => 3,
     }
 }
 

@@ -305,29 +305,48 @@ fn handed_in(output: &Value) -> HandedIn {
     }
 }
 
-/// The latest `wr.block_output` artifact `run` recorded, with its event index. An artifact
-/// that cannot be read is skipped: the lane then reads as missing, which blocks, never as done.
-fn block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Option<(u64, Value)> {
-    facts.events.iter().rev().find_map(|event| {
-        if event.scope().run_id() != Some(run) {
-            return None;
+/// Every `wr.block_output` artifact `run` handed in at a step that requires one (its
+/// `lane-report` step), with its event index, oldest first (decision D193). An output sent with
+/// an earlier step's ack is neither validated nor its lane's report, so it does not count: a lane
+/// that has not reached its last step has handed in nothing. An artifact that cannot be read is
+/// skipped: the lane then reads as missing, which blocks, never as done.
+fn block_outputs(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<(u64, Value)> {
+    let Some(view) = facts.run(run) else {
+        return Vec::new();
+    };
+    let Ok(compiled) = wr.store.workflow(&view.dag.started.workflow_hash) else {
+        return Vec::new();
+    };
+    // An ack's outputs are recorded on the node it creates; the step they answer is the one
+    // its parent was pending at.
+    // TEST-ONLY planted bug: a block output sent with any step's ack counts.
+    let early = engine::planted::lane_bug(engine::planted::PlantedLaneBug::EarlyReport);
+    let reports_at = |node: &NodeId| -> bool {
+        if early {
+            return true;
         }
-        let EventData::NodeOutputAppended(output) = event.data() else {
-            return None;
+        let Some(parent) = view
+            .dag
+            .nodes
+            .get(node)
+            .and_then(|info| info.parent.as_ref())
+            .and_then(|parent| view.dag.nodes.get(parent))
+        else {
+            return false;
         };
-        let OutputPayload::ArtifactRef { sha256, .. } = &output.payload else {
-            return None;
+        let Ok(snapshot) = wr.store.snapshot(&parent.snapshot_ref) else {
+            return false;
         };
-        let artifact = wr.store.artifact(sha256).ok()?;
-        (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND))
-            .then(|| (event.event_index().get(), artifact))
-    })
-}
-
-/// TEST-ONLY (planted `CountedTwice`): every `wr.block_output` `run` recorded, oldest first
-/// (`None` alone when there is none).
-fn every_block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<Option<(u64, Value)>> {
-    let all: Vec<Option<(u64, Value)>> = facts
+        snapshot
+            .engine_payload
+            .engine_state
+            .pending_step()
+            .and_then(|pending| compiled.step(&pending.step_id))
+            .and_then(|step| step.output.as_ref())
+            .and_then(|output| output.contract_ref.as_deref())
+            == Some(crate::builtins::contracts::BLOCK_OUTPUT)
+    };
+    facts
         .events
         .iter()
         .filter(|event| event.scope().run_id() == Some(run))
@@ -339,9 +358,24 @@ fn every_block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<Opti
                 return None;
             };
             let artifact = wr.store.artifact(sha256).ok()?;
-            (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND))
-                .then(|| Some((event.event_index().get(), artifact)))
+            (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND)
+                && event.scope().node_id().is_some_and(reports_at))
+            .then(|| (event.event_index().get(), artifact))
         })
+        .collect()
+}
+
+/// The latest block output `run` handed in (see [`block_outputs`]).
+fn block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Option<(u64, Value)> {
+    block_outputs(wr, facts, run).pop()
+}
+
+/// TEST-ONLY (planted `CountedTwice`): every block output `run` handed in, oldest first (`None`
+/// alone when there is none).
+fn every_block_output(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<Option<(u64, Value)>> {
+    let all: Vec<Option<(u64, Value)>> = block_outputs(wr, facts, run)
+        .into_iter()
+        .map(Some)
         .collect();
     if all.is_empty() { vec![None] } else { all }
 }
