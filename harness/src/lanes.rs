@@ -178,6 +178,52 @@ pub fn run_lanes_case(
     ops: &[crate::ops::Op],
     seed: u64,
 ) -> Result<crate::Harness<crate::InProcess>, String> {
+    run_lanes_case_on(spec, ops, |workflow| {
+        crate::InProcess::with_catalog(
+            workrail::store::memfs::MemFs::new(),
+            seed,
+            workflow.catalog(),
+        )
+    })
+}
+
+/// [`check_lanes_case`] through the built `workrail mcp` server over stdio: the workflow and
+/// its routine served from files, restarts as new processes (decision D174).
+pub fn check_lanes_case_over_stdio(
+    spec: &LanesSpec,
+    ops: &[crate::ops::Op],
+) -> Result<crate::driver::Stats, String> {
+    let (workflow, routine) = (spec.workflow_json(), spec.routine_json());
+    run_lanes_case_on(spec, ops, |_| {
+        crate::Stdio::with_workflows(&[
+            (GENERATED_FILE, workflow.as_str()),
+            (ROUTINE_FILE, routine.as_str()),
+        ])
+    })
+    .map(|h| h.world.stats.clone())
+}
+
+/// [`check_lanes_case`] on PostgreSQL (a schema of its own, `url` from
+/// `crate::postgres::postgres_url`).
+pub fn check_lanes_case_on_postgres(
+    spec: &LanesSpec,
+    ops: &[crate::ops::Op],
+    url: &str,
+    seed: u64,
+) -> Result<crate::driver::Stats, String> {
+    run_lanes_case_on(spec, ops, |workflow| {
+        crate::postgres::OnPostgres::with_catalog(url, seed, workflow.catalog())
+    })
+    .map(|h| h.world.stats.clone())
+}
+
+/// Drives one generated parallel workflow through `ops` on the system `system` builds from
+/// the compiled workflow, comparing production with the model after every command.
+pub fn run_lanes_case_on<S: crate::system::System>(
+    spec: &LanesSpec,
+    ops: &[crate::ops::Op],
+    system: impl FnOnce(&WorkflowUnderTest) -> S,
+) -> Result<crate::Harness<S>, String> {
     let workflow = std::sync::Arc::new(
         spec.under_test()
             .map_err(|e| format!("a generated workflow must compile: {e}\n{spec:?}"))?,
@@ -193,11 +239,7 @@ pub fn run_lanes_case(
             workflow.json
         ));
     }
-    let sys = crate::InProcess::with_catalog(
-        workrail::store::memfs::MemFs::new(),
-        seed,
-        workflow.catalog(),
-    );
+    let sys = system(&workflow);
     let mut h = crate::Harness::with_workflow(sys, workflow);
     h.run(ops).map_err(|e| {
         format!(
