@@ -208,7 +208,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     );
     let launch = Launch {
         argv: config.server.clone(),
-        env,
+        env: env.clone(),
         cwd: Some(tmp.path().to_owned()),
         stderr: Some(tmp.path().join("server.stderr")),
         timeout: config.timeout,
@@ -298,6 +298,9 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         own_workflows,
         held_lock: None,
         template,
+        env,
+        cwd: tmp.path().to_owned(),
+        digests: std::collections::BTreeMap::new(),
     };
     // A saved value a step did not produce -> the step that should have, and why (it failed,
     // or it was skipped on this server). Steps that read such a value, or depend on that
@@ -467,6 +470,15 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
             }
         }
     }
+    // Through a truth adapter the store's file layout is not seen, so its lock is not judged.
+    if config.surface.truth.is_some() && s.lock_ids.iter().any(|id| id == DATADIR_LAYOUT_LOCK) {
+        interp.judged.remove(DATADIR_LAYOUT_LOCK);
+        not_applicable.push((
+            DATADIR_LAYOUT_LOCK.to_owned(),
+            "the surface reads durable truth through a truth adapter, not the locked file layout"
+                .to_owned(),
+        ));
+    }
     // Cited locks only n/a steps check (none that ran judged them): n/a, with the first reason.
     for id in &s.lock_ids {
         if interp.judged.contains(id)
@@ -552,6 +564,9 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     };
     verdict
 }
+
+/// The lock of the data directory's file layout, judged only when the suite reads the files.
+const DATADIR_LAYOUT_LOCK: &str = "L-DATADIR-LAYOUT";
 
 /// Why a step did not produce the value it saves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -653,6 +668,11 @@ struct Interp<'a> {
     held_lock: Option<std::fs::File>,
     /// The values of the surface's templates in this scenario.
     template: Template,
+    /// The server's environment and working directory, for the truth adapter's commands.
+    env: Vec<(String, String)>,
+    /// The entries of every store digest taken, by digest, to name what changed between two.
+    digests: std::collections::BTreeMap<String, Vec<(String, String)>>,
+    cwd: PathBuf,
 }
 
 impl Interp<'_> {
@@ -750,7 +770,12 @@ impl Interp<'_> {
                 require_events,
                 lock,
             } => {
-                let d = store::digest(&self.data_dir)?;
+                let dump = self.read_truth()?;
+                let d = store::digest(&dump);
+                if let Some(digest) = d["digest"].as_str() {
+                    self.digests
+                        .insert(digest.to_owned(), dump.entries().to_vec());
+                }
                 if *require_events && d["eventFiles"].as_u64() == Some(0) {
                     self.fail(
                         lock,
@@ -770,10 +795,11 @@ impl Interp<'_> {
                     missing = Some(Missing::EmptyStore);
                 }
                 self.vars.insert(save, Var::Value(d));
-                self.check_closed_sets()?;
+                self.check_closed_sets(&dump);
             }
             Step::StoreEvents { save, lock } => {
-                let events = store::events(&self.data_dir)?;
+                let dump = self.read_truth()?;
+                let events = store::events(&dump);
                 if events.is_empty() {
                     self.fail(
                         lock,
@@ -786,7 +812,7 @@ impl Interp<'_> {
                 }
                 examined = !events.is_empty();
                 self.vars.insert(save, Var::Value(Value::Array(events)));
-                self.check_closed_sets()?;
+                self.check_closed_sets(&dump);
             }
             Step::Events {
                 events,
@@ -910,12 +936,26 @@ impl Interp<'_> {
             Step::Same { a, b, what, lock } => {
                 let (va, vb) = (self.vars.eval(a)?, self.vars.eval(b)?);
                 if va != vb {
-                    let diff = first_difference(&va, &vb, "").unwrap_or_default();
-                    self.fail(
-                        lock,
-                        format!("{what}: equal values"),
-                        format!("{} vs {}{diff}", brief_json(&va), brief_json(&vb)),
-                    );
+                    // Two store digests: name what was written in between, not two hashes.
+                    let changed = match (va.as_str(), vb.as_str()) {
+                        (Some(da), Some(db)) => self
+                            .digests
+                            .get(da)
+                            .zip(self.digests.get(db))
+                            .map(|(ea, eb)| store::changed_entries(ea, eb)),
+                        _ => None,
+                    };
+                    let got = match changed {
+                        Some(changed) => format!(
+                            "the store changed in between: {}",
+                            brief(&changed.join(", "))
+                        ),
+                        None => {
+                            let diff = first_difference(&va, &vb, "").unwrap_or_default();
+                            format!("{} vs {}{diff}", brief_json(&va), brief_json(&vb))
+                        }
+                    };
+                    self.fail(lock, format!("{what}: equal values"), got);
                 }
             }
             Step::Differ { a, b, what, lock } => {
@@ -1223,8 +1263,77 @@ impl Interp<'_> {
 
     /// The closed sets of everything in the store, on every read of it; each problem is
     /// reported once per scenario.
-    fn check_closed_sets(&mut self) -> Result<(), String> {
-        let found = store::closed_sets_judged(&self.data_dir)?;
+    /// The server's durable truth now: the locked file layout, or what the surface's truth
+    /// adapter prints (decision D194), run with the server's environment.
+    fn read_truth(&self) -> Result<store::Dump, String> {
+        let Some(adapter) = &self.config.surface.truth else {
+            let logs: Vec<&str> = self
+                .config
+                .surface
+                .log_files
+                .keys()
+                .map(String::as_str)
+                .collect();
+            return store::Dump::files(&self.data_dir, &logs);
+        };
+        let server = self.config.server.first().cloned().unwrap_or_default();
+        let run = |line: &str| -> Result<Value, String> {
+            let line = self.template.expand(line).replace("$server", &server);
+            let argv = crate::mcp::split_command(&line)?;
+            let (program, args) = argv
+                .split_first()
+                .ok_or_else(|| format!("the truth adapter's command {line:?} is empty"))?;
+            let out = std::process::Command::new(program)
+                .args(args)
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&self.cwd)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("the truth adapter's command {line:?} did not start: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "the truth adapter's command {line:?} failed ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            serde_json::from_slice(&out.stdout)
+                .map_err(|e| format!("the truth adapter's command {line:?} printed no JSON: {e}"))
+        };
+        let listed = run(&adapter.sessions)?;
+        let ids: Vec<String> = listed
+            .as_array()
+            .ok_or_else(|| {
+                format!(
+                    "the truth adapter's sessions command printed {}, not a JSON array",
+                    crate::checks::brief_json(&listed)
+                )
+            })?
+            .iter()
+            .filter_map(|item| {
+                item.as_str()
+                    .or_else(|| item.get("sessionId").and_then(Value::as_str))
+                    .map(str::to_owned)
+            })
+            .collect();
+        let mut sessions = Vec::new();
+        for id in ids {
+            if !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(format!(
+                    "the truth adapter listed a session id {id:?} that is not a plain identifier"
+                ));
+            }
+            let exported = run(&adapter.export.replace("$session", &id))?;
+            sessions.push((id, exported));
+        }
+        store::Dump::adapter(sessions)
+    }
+
+    fn check_closed_sets(&mut self, dump: &store::Dump) {
+        let found = store::closed_sets_judged(dump);
         for id in &found.judged {
             self.judged.insert((*id).to_owned());
         }
@@ -1234,7 +1343,6 @@ impl Interp<'_> {
                 self.problem(p);
             }
         }
-        Ok(())
     }
 
     fn judge(&mut self, locks: &[&str]) {

@@ -91,6 +91,28 @@ pub struct Surface {
     /// Disabled scenarios (by name or lock id) and why. Printed as SKIP with the reason.
     #[serde(default)]
     pub disabled: BTreeMap<String, String>,
+    /// How the suite reads the server's durable truth (decision D194). Absent: the locked file
+    /// layout under the data directory. Given: two commands run beside the server with its
+    /// environment, for a server whose store is not files (PostgreSQL, its own storage).
+    #[serde(default)]
+    pub truth: Option<TruthAdapter>,
+    /// Files of the data directory a read may change without writing state, by path relative
+    /// to the data directory (a trailing `/` names a directory), each with why: left out of the
+    /// store digest (decision D194). Everything else a read changes fails its purity check.
+    #[serde(default)]
+    pub log_files: BTreeMap<String, String>,
+}
+
+/// Commands that dump a server's durable truth (decision D194), each split like a shell and
+/// templated like `env` (`$tmp`, `$dataDir`, `$scenario`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TruthAdapter {
+    /// Prints the session ids: a JSON array of ids, or of objects with `sessionId`.
+    pub sessions: String,
+    /// Prints one session's truth as JSON, `$session` standing for its id: a WorkRail export
+    /// bundle (`session.events`, `session.manifest`) or `{events, manifest}`.
+    pub export: String,
 }
 
 fn default_autonomy_args() -> Value {
@@ -126,6 +148,8 @@ impl Default for Surface {
             limitations: Vec::new(),
             profiles: Vec::new(),
             disabled: BTreeMap::new(),
+            truth: None,
+            log_files: BTreeMap::new(),
         }
     }
 }
@@ -380,8 +404,9 @@ fn set_pointer(value: &mut Value, pointer: &str, new: Value) {
 }
 
 /// The values a surface template may use: `$tmp` (the scenario's temporary directory, the
-/// server's working directory), `$dataDir` (the data directory) and `$scenario` (the scenario's
-/// name).
+/// server's working directory), `$dataDir` (the data directory), `$scenario` (the scenario's
+/// name) and `$unique` (lowercase letters and digits naming this run of the scenario, e.g. for
+/// a database schema of its own).
 #[derive(Debug, Clone)]
 pub struct Template {
     pub tmp: String,
@@ -390,11 +415,23 @@ pub struct Template {
 }
 
 impl Template {
-    /// Replaces every `$tmp`, `$dataDir` and `$scenario` in `text`.
+    /// Replaces every `$tmp`, `$dataDir`, `$scenario` and `$unique` in `text`.
     pub fn expand(&self, text: &str) -> String {
         text.replace("$dataDir", &self.data_dir)
             .replace("$scenario", &self.scenario)
+            .replace("$unique", &self.unique())
             .replace("$tmp", &self.tmp)
+    }
+
+    /// The letters and digits of the temporary directory's own name, lowercased: unique per
+    /// run of a scenario.
+    pub fn unique(&self) -> String {
+        let name = self.tmp.rsplit(['/', '\\']).next().unwrap_or_default();
+        let name = name.strip_prefix("workrail-conformance-").unwrap_or(name);
+        name.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
     }
 
     /// Expands every string in a JSON value (object keys stay as they are).

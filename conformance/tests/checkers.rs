@@ -665,7 +665,7 @@ fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
             .join("sessions/sess_b/events/00000000-00000000.jsonl"),
         &[json!({"eventIndex": 0, "kind": "node_created", "data": {}})],
     );
-    let problems = store::closed_sets(data.path()).unwrap();
+    let problems = store::closed_sets(&store::Dump::files(data.path(), &[]).unwrap());
     let got: Vec<(String, String)> = problems
         .iter()
         .map(|p| (p.lock.join(","), p.got.clone()))
@@ -711,7 +711,7 @@ fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
         problems[5].expected
     );
     // Every closed set had something to check in the planted store.
-    let judged = store::closed_sets_judged(data.path()).unwrap().judged;
+    let judged = store::closed_sets_judged(&store::Dump::files(data.path(), &[]).unwrap()).judged;
     assert_eq!(judged.into_iter().collect::<Vec<_>>(), {
         let mut all = store::CLOSED_SET_LOCKS.to_vec();
         all.sort_unstable();
@@ -721,10 +721,9 @@ fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
     // cannot pass (decision D158). A store with only a session_created event judges the event
     // kinds and nothing else.
     let empty = tempfile::tempdir().unwrap();
-    assert!(store::closed_sets(empty.path()).unwrap().is_empty());
+    assert!(store::closed_sets(&store::Dump::files(empty.path(), &[]).unwrap()).is_empty());
     assert!(
-        store::closed_sets_judged(empty.path())
-            .unwrap()
+        store::closed_sets_judged(&store::Dump::files(empty.path(), &[]).unwrap())
             .judged
             .is_empty()
     );
@@ -734,7 +733,7 @@ fn the_store_closed_set_check_names_each_unknown_kind_and_where() {
             .join("sessions/sess_c/events/00000000-00000000.jsonl"),
         &[json!({"eventIndex": 0, "kind": "session_created", "data": {}})],
     );
-    let judged = store::closed_sets_judged(one.path()).unwrap().judged;
+    let judged = store::closed_sets_judged(&store::Dump::files(one.path(), &[]).unwrap()).judged;
     assert_eq!(
         judged.into_iter().collect::<Vec<_>>(),
         ["L-EVENT-CLOSED-KINDS"]

@@ -341,6 +341,40 @@ fn extra_kinds_in_the_store_fail_every_scenario_that_reads_it() {
     }
 }
 
+/// A server that writes a file of its data directory on every rehydrate (a token index, outside
+/// its events and manifest) fails the purity checks, and the failure names the file.
+/// decision: D194
+#[test]
+fn a_write_on_a_read_anywhere_in_the_data_directory_fails_purity_naming_the_file() {
+    let run = conformance(&[
+        "--server",
+        &proxied("write-on-read"),
+        "--surface",
+        &surface(),
+        "--only",
+        "rehydrate_purity",
+    ]);
+    assert!(!run.exit_ok, "{}", run.stdout);
+    assert_eq!(
+        run.names("fail"),
+        set(&["rehydrate_purity"]),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.failed_locks("rehydrate_purity")
+            .contains("L-TOKEN-REHYDRATE-PURE"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("the store changed in between: data/keys/token-index.jsonl"),
+        "{}",
+        run.stdout
+    );
+}
+
 /// A server that hangs fails the scenario at the request deadline instead of hanging the suite.
 #[test]
 fn a_hung_server_fails_at_the_deadline() {

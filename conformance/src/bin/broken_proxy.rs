@@ -15,6 +15,9 @@
 //!   kinds `run_completed` and `validation_performed`, node kind `blocked_attempt`, edge kind
 //!   `fork` with cause `retry`, advance outcome `skipped`, manifest record `segment_sealed`
 //!   (the extra kinds another implementation was found to store). Messages pass unchanged.
+//! - `write-on-read`: every rehydrate (`continue_workflow` without an `ackToken`) appends a
+//!   line to `$WORKRAIL_DATA_DIR/keys/token-index.jsonl`, as another implementation was found
+//!   to do: a write on a read outside the events and the manifest (locks §1.2 purity).
 //!
 //! Never use it for anything else.
 //!
@@ -36,6 +39,7 @@ enum Mode {
     AcceptTampered,
     VectorTruncate,
     ExtraKinds,
+    WriteOnRead,
 }
 
 #[derive(Debug, Default)]
@@ -53,7 +57,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(mode), Some(program)) = (args.first(), args.get(1)) else {
         eprintln!(
-            "usage: workrail-conformance-broken-proxy <replay-drift|accept-tampered|vector-truncate|extra-kinds> <command> [args...]"
+            "usage: workrail-conformance-broken-proxy <replay-drift|accept-tampered|vector-truncate|extra-kinds|write-on-read> <command> [args...]"
         );
         return ExitCode::from(2);
     };
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         "accept-tampered" => Mode::AcceptTampered,
         "vector-truncate" => Mode::VectorTruncate,
         "extra-kinds" => Mode::ExtraKinds,
+        "write-on-read" => Mode::WriteOnRead,
         other => {
             eprintln!("unknown mode {other}");
             return ExitCode::from(2);
@@ -125,6 +130,22 @@ fn main() -> ExitCode {
     drop(upstream);
     let _ = child.wait();
     ExitCode::SUCCESS
+}
+
+/// write-on-read: appends a line to `$WORKRAIL_DATA_DIR/keys/token-index.jsonl`.
+fn note_rehydrate() {
+    let Some(data) = std::env::var_os("WORKRAIL_DATA_DIR") else {
+        return;
+    };
+    let keys = std::path::Path::new(&data).join("keys");
+    let _ = std::fs::create_dir_all(&keys);
+    if let Ok(mut index) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(keys.join("token-index.jsonl"))
+    {
+        let _ = writeln!(index, "{{\"rehydrated\":true}}");
+    }
 }
 
 /// The planted session's id.
@@ -226,6 +247,15 @@ fn rewrite_request(mode: Mode, state: &mut State, line: String) -> String {
     };
     match mode {
         Mode::ExtraKinds => line,
+        Mode::WriteOnRead => {
+            if msg["method"] == "tools/call"
+                && msg["params"]["name"] == "continue_workflow"
+                && msg["params"]["arguments"].get("ackToken").is_none()
+            {
+                note_rehydrate();
+            }
+            line
+        }
         Mode::VectorTruncate => {
             let op = msg
                 .get("op")
@@ -286,6 +316,15 @@ fn rewrite_response(mode: Mode, state: &mut State, line: String) -> String {
     };
     match mode {
         Mode::ExtraKinds => line,
+        Mode::WriteOnRead => {
+            if msg["method"] == "tools/call"
+                && msg["params"]["name"] == "continue_workflow"
+                && msg["params"]["arguments"].get("ackToken").is_none()
+            {
+                note_rehydrate();
+            }
+            line
+        }
         Mode::VectorTruncate => {
             let op = state.pending_ops.pop_front().unwrap_or_default();
             if op != "truncate" || msg["result"]["truncated"] != Value::Bool(true) {
