@@ -29,6 +29,7 @@ pub mod checks;
 pub mod expr;
 pub mod features;
 pub mod limitations;
+pub mod locks;
 pub mod mcp;
 pub mod report;
 pub mod runner;

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use workrail_conformance::mcp::split_command;
-use workrail_conformance::report::{Summary, Verdict, lock_table, report_json};
+use workrail_conformance::report::{
+    BaselineDiff, Summary, Verdict, causes_text, lock_table, report_json,
+};
 use workrail_conformance::runner::{self, RunConfig, default_fixtures};
 use workrail_conformance::scenario::{self, CORE_PROFILE, PROFILES};
 use workrail_conformance::surface::Surface;
@@ -66,6 +68,10 @@ struct RunArgs {
     /// Write a JSON report.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// A JSON report of an earlier run (--json) to compare with: new failures and newly
+    /// passing locks and scenarios are listed after the lock table.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
     /// Fixture root holding scenarios/ and workflows/ (default: this repository's
     /// fixtures/conformance, else ./fixtures/conformance).
     #[arg(long, value_name = "DIR")]
@@ -95,6 +101,9 @@ struct VectorArgs {
     /// Write a JSON report.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// A JSON report of an earlier run (--json) to compare with.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
     /// Seconds allowed for each answer.
     #[arg(long, value_name = "SECS", default_value_t = 20)]
     timeout: u64,
@@ -136,21 +145,55 @@ fn print_verdict(v: &Verdict, verbose: bool) {
     say(&v.render(verbose));
 }
 
+/// Reads a baseline report, before anything runs (a wrong path fails fast).
+fn read_baseline(path: Option<PathBuf>) -> Result<Option<(PathBuf, serde_json::Value)>, String> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "cannot read the baseline {}: {e} (give a report written by --json)",
+            path.display()
+        )
+    })?;
+    let value = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "the baseline {} is not a JSON report: {e} (give a report written by --json)",
+            path.display()
+        )
+    })?;
+    Ok(Some((path, value)))
+}
+
 fn finish(
     kind: &str,
     target: &str,
     profiles: &[String],
     verdicts: &[Verdict],
     json: Option<PathBuf>,
+    baseline: Option<(PathBuf, serde_json::Value)>,
 ) -> Result<ExitCode, String> {
     let summary = Summary::of(verdicts);
+    let diff = match &baseline {
+        Some((_, value)) => Some(BaselineDiff::of(verdicts, value)?),
+        None => None,
+    };
     if let Some(path) = json {
-        let report = report_json(kind, target, profiles, verdicts);
+        let mut report = report_json(kind, target, profiles, verdicts);
+        if let (Some(diff), Some(o)) = (&diff, report.as_object_mut()) {
+            o.insert("baseline".into(), diff.to_json());
+        }
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(&path, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     say(&lock_table(verdicts));
+    if let Some(causes) = causes_text(verdicts) {
+        say(&causes);
+    }
+    if let (Some(diff), Some((path, _))) = (&diff, &baseline) {
+        say(&diff.text(&path.display().to_string()));
+    }
     say(&summary.line());
     Ok(if summary.failed > 0 {
         ExitCode::FAILURE
@@ -218,8 +261,17 @@ fn run_scenarios(args: RunArgs) -> Result<ExitCode, String> {
         verbose: args.verbose,
     };
     let verbose = args.verbose;
+    let baseline = read_baseline(args.baseline)?;
+    say(&workrail_conformance::locks::banner());
     let verdicts = runner::run(&scenarios, &config, &mut |v| print_verdict(v, verbose));
-    finish("scenarios", &server_line, &profiles, &verdicts, args.json)
+    finish(
+        "scenarios",
+        &server_line,
+        &profiles,
+        &verdicts,
+        args.json,
+        baseline,
+    )
 }
 
 fn run_vectors(args: VectorArgs) -> Result<ExitCode, String> {
@@ -242,8 +294,17 @@ fn run_vectors(args: VectorArgs) -> Result<ExitCode, String> {
         skip: parse_skips(&args.skip),
         timeout: Duration::from_secs(args.timeout.max(1)),
     };
+    let baseline = read_baseline(args.baseline)?;
+    say(&workrail_conformance::locks::banner());
     let verdicts = vectors::run(&config, &mut |v| print_verdict(v, false))?;
-    finish("vectors", &args.implementation, &[], &verdicts, args.json)
+    finish(
+        "vectors",
+        &args.implementation,
+        &[],
+        &verdicts,
+        args.json,
+        baseline,
+    )
 }
 
 fn list(fixtures: Option<PathBuf>) -> Result<ExitCode, String> {

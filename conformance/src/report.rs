@@ -412,6 +412,18 @@ pub fn lock_table(verdicts: &[Verdict]) -> String {
             r.id,
             brief_list(&parts.join("; "))
         );
+        // What the lock says, beside the ones to act on.
+        if matches!(r.verdict, LockVerdict::Fail | LockVerdict::NotReached)
+            && let Some(text) = crate::locks::text(&r.id)
+        {
+            let _ = write!(
+                out,
+                "\n  {:<11}  {:<width$}  {}",
+                "",
+                "",
+                crate::locks::brief(text, 150)
+            );
+        }
     }
     let count = |lv: LockVerdict| rows.iter().filter(|r| r.verdict == lv).count();
     let _ = write!(
@@ -440,12 +452,21 @@ pub fn report_json(kind: &str, target: &str, profiles: &[String], verdicts: &[Ve
     json!({
         "suite": "workrail-conformance",
         "version": env!("CARGO_PKG_VERSION"),
+        "locksVersion": crate::locks::version(),
+        "causes": causes(verdicts).into_iter().map(|c| json!({
+            "lock": c.lock,
+            "expected": c.expected,
+            "seen": c.seen.into_iter()
+                .map(|(n, step)| json!({"name": n, "step": step}))
+                .collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
         "kind": kind,
         "target": target,
         "profiles": profiles,
         "summary": {"passed": s.passed, "failed": s.failed, "skipped": s.skipped, "line": s.line()},
         "results": verdicts.iter().map(Verdict::to_json).collect::<Vec<_>>(),
         "locks": lock_rows(verdicts).into_iter().map(|r| json!({
+            "text": crate::locks::text(&r.id),
             "id": r.id,
             "verdict": r.verdict.word(),
             "by": r.by.into_iter()
@@ -453,4 +474,194 @@ pub fn report_json(kind: &str, target: &str, profiles: &[String], verdicts: &[Ve
                 .collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// One root cause: failures that expected the same thing of the same locks, across scenarios
+/// (decision D195). The suite's automatic checks (the error envelope, the token format, the
+/// closed sets of the store) fail alike in every scenario they run in; one line says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    pub lock: Vec<String>,
+    pub expected: String,
+    /// `(scenario, step)` in run order.
+    pub seen: Vec<(String, usize)>,
+}
+
+/// The failures of a run grouped by root cause, the widest first.
+pub fn causes(verdicts: &[Verdict]) -> Vec<Cause> {
+    let mut by: Vec<Cause> = Vec::new();
+    for v in verdicts {
+        for f in &v.failures {
+            let mut lock = f.lock.clone();
+            lock.sort();
+            match by
+                .iter_mut()
+                .find(|c| c.lock == lock && c.expected == f.expected)
+            {
+                Some(c) => {
+                    if !c.seen.iter().any(|(n, s)| n == &v.name && *s == f.step) {
+                        c.seen.push((v.name.clone(), f.step));
+                    }
+                }
+                None => by.push(Cause {
+                    lock,
+                    expected: f.expected.clone(),
+                    seen: vec![(v.name.clone(), f.step)],
+                }),
+            }
+        }
+    }
+    let scenarios = |c: &Cause| {
+        let mut names: Vec<&str> = c.seen.iter().map(|(n, _)| n.as_str()).collect();
+        names.dedup();
+        names.len()
+    };
+    by.sort_by_key(|c| std::cmp::Reverse(scenarios(c)));
+    by
+}
+
+/// The text of [`causes`]: one line per cause, with the scenarios (and steps) it explains.
+pub fn causes_text(verdicts: &[Verdict]) -> Option<String> {
+    let causes = causes(verdicts);
+    if causes.is_empty() {
+        return None;
+    }
+    let failures: usize = causes.iter().map(|c| c.seen.len()).sum();
+    let mut out = format!(
+        "Causes ({failures} failed expectations, {} causes):",
+        causes.len()
+    );
+    for c in &causes {
+        let seen: Vec<String> = c
+            .seen
+            .iter()
+            .map(|(n, s)| format!("{n} step {s}"))
+            .collect();
+        let _ = write!(
+            out,
+            "\n  [{}] expected {}\n      in {}",
+            c.lock.join(", "),
+            crate::locks::brief(&c.expected, 140),
+            brief_list(&seen.join(", "))
+        );
+    }
+    Some(out)
+}
+
+/// What changed against a baseline report (an earlier `--json` of the same kind), lock by lock
+/// and scenario by scenario (decision D195).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BaselineDiff {
+    /// Locks that fail now and did not then.
+    pub new_failures: Vec<String>,
+    /// Locks that pass now and did not then.
+    pub newly_passing: Vec<String>,
+    /// Locks whose verdict changed otherwise: `(id, then, now)`.
+    pub other_changes: Vec<(String, String, String)>,
+    /// Scenarios that fail now and did not then, and that pass now and did not then.
+    pub new_failing_scenarios: Vec<String>,
+    pub newly_passing_scenarios: Vec<String>,
+    /// The baseline was judged by another lock catalog.
+    pub other_catalog: Option<String>,
+}
+
+impl BaselineDiff {
+    /// Compares this run with `baseline` (a parsed `--json` report).
+    pub fn of(verdicts: &[Verdict], baseline: &Value) -> Result<Self, String> {
+        let then_locks: BTreeMap<&str, &str> = baseline["locks"]
+            .as_array()
+            .ok_or("the baseline has no `locks` array: give a report written by --json")?
+            .iter()
+            .filter_map(|r| Some((r["id"].as_str()?, r["verdict"].as_str()?)))
+            .collect();
+        let then_results: BTreeMap<&str, &str> = baseline["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some((r["name"].as_str()?, r["status"].as_str()?)))
+            .collect();
+        let mut diff = BaselineDiff {
+            other_catalog: baseline["locksVersion"]
+                .as_str()
+                .filter(|v| *v != crate::locks::version())
+                .map(str::to_owned),
+            ..BaselineDiff::default()
+        };
+        for row in lock_rows(verdicts) {
+            let now = row.verdict.word();
+            let then = then_locks.get(row.id.as_str()).copied().unwrap_or("absent");
+            if now == then {
+                continue;
+            }
+            match now {
+                "fail" => diff.new_failures.push(row.id),
+                "pass" => diff.newly_passing.push(row.id),
+                _ => diff
+                    .other_changes
+                    .push((row.id, then.to_owned(), now.to_owned())),
+            }
+        }
+        for v in verdicts {
+            let then = then_results
+                .get(v.name.as_str())
+                .copied()
+                .unwrap_or("absent");
+            let now = v.status.word().to_ascii_lowercase();
+            match now.as_str() {
+                "fail" if then != "fail" => diff.new_failing_scenarios.push(v.name.clone()),
+                "pass" if then != "pass" => diff.newly_passing_scenarios.push(v.name.clone()),
+                _ => {}
+            }
+        }
+        Ok(diff)
+    }
+
+    /// The text section: nothing changed, or each change.
+    pub fn text(&self, baseline: &str) -> String {
+        let mut out = format!("Against the baseline {baseline}:");
+        if let Some(other) = &self.other_catalog {
+            let _ = write!(
+                out,
+                "\n  the baseline was judged by another lock catalog ({other})"
+            );
+        }
+        let mut any = false;
+        for (what, list) in [
+            ("new lock failures", &self.new_failures),
+            ("newly passing locks", &self.newly_passing),
+            ("newly failing scenarios", &self.new_failing_scenarios),
+            ("newly passing scenarios", &self.newly_passing_scenarios),
+        ] {
+            if !list.is_empty() {
+                any = true;
+                let _ = write!(out, "\n  {what}: {}", list.join(", "));
+            }
+        }
+        if !self.other_changes.is_empty() {
+            any = true;
+            let changes: Vec<String> = self
+                .other_changes
+                .iter()
+                .map(|(id, then, now)| format!("{id} {then} -> {now}"))
+                .collect();
+            let _ = write!(out, "\n  other lock changes: {}", changes.join(", "));
+        }
+        if !any {
+            out.push_str("\n  no change");
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "newFailures": self.new_failures,
+            "newlyPassing": self.newly_passing,
+            "otherChanges": self.other_changes.iter()
+                .map(|(id, then, now)| json!({"id": id, "then": then, "now": now}))
+                .collect::<Vec<_>>(),
+            "newlyFailingScenarios": self.new_failing_scenarios,
+            "newlyPassingScenarios": self.newly_passing_scenarios,
+            "otherCatalog": self.other_catalog,
+        })
+    }
 }

@@ -470,3 +470,92 @@ fn a_wrong_truncation_marker_fails_the_truncation_vectors() {
             .contains("L-BUDGET-TRUNCATION-MARKER")
     );
 }
+
+/// A report names the lock catalog it was judged by, groups failures by cause and, against a
+/// baseline report, lists what newly fails and what newly passes.
+/// decision: D195
+#[test]
+fn a_run_against_a_baseline_names_new_failures_and_new_passes_with_the_locks_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let baseline = dir.path().join("baseline.json");
+    let server = format!("{} mcp", server().display());
+    let only = [
+        "--only",
+        "replay_identity",
+        "--only",
+        "start_advance_complete",
+    ];
+    let surface = surface();
+    let mut args = vec!["--server", &server, "--surface", &surface[..]];
+    args.extend(only);
+    let good = conformance(&args);
+    assert!(good.exit_ok, "{}", good.stdout);
+    assert!(
+        good.stdout.starts_with("workrail-conformance ")
+            && good.stdout.contains("judging by the lock catalog sha256:"),
+        "{}",
+        good.stdout
+    );
+    assert!(
+        good.report["locksVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    std::fs::write(&baseline, good.report.to_string()).unwrap();
+    // The same server against its own baseline: no change.
+    let baseline_arg = baseline.to_string_lossy().into_owned();
+    let mut again_args = args.clone();
+    again_args.extend(["--baseline", &baseline_arg]);
+    let again = conformance(&again_args);
+    assert!(
+        again.stdout.contains("Against the baseline"),
+        "{}",
+        again.stdout
+    );
+    assert!(again.stdout.contains("  no change"), "{}", again.stdout);
+    // A drifting replay against the good baseline: the replay lock is a new failure, said
+    // with the lock's text, and its cause is one line.
+    let drifting = proxied("replay-drift");
+    let mut bad_args = vec!["--server", &drifting[..], "--surface", &surface[..]];
+    bad_args.extend(only);
+    bad_args.extend(["--baseline", &baseline_arg]);
+    let bad = conformance(&bad_args);
+    assert!(!bad.exit_ok);
+    assert!(
+        bad.stdout.contains("new lock failures: ") && bad.stdout.contains("L-TOKEN-ACK-IDEMPOTENT"),
+        "{}",
+        bad.stdout
+    );
+    assert!(
+        bad.stdout
+            .contains("newly failing scenarios: replay_identity"),
+        "{}",
+        bad.stdout
+    );
+    assert!(
+        bad.report["baseline"]["newFailures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "L-TOKEN-ACK-IDEMPOTENT"),
+        "{}",
+        bad.report["baseline"]
+    );
+    let text = workrail_conformance::locks::text("L-TOKEN-ACK-IDEMPOTENT").unwrap();
+    assert!(
+        bad.stdout
+            .contains(&workrail_conformance::locks::brief(text, 150)),
+        "the failing lock's text is not beside its id:\n{}",
+        bad.stdout
+    );
+    assert!(bad.stdout.contains("Causes ("), "{}", bad.stdout);
+    let causes = bad.report["causes"].as_array().unwrap();
+    assert!(
+        causes.iter().any(
+            |c| c["expected"].as_str().unwrap().contains("byte-identical")
+                && !c["seen"].as_array().unwrap().is_empty()
+        ),
+        "{causes:?}"
+    );
+}
