@@ -28,6 +28,11 @@ use crate::surface::{
 pub const EXECUTION_TOOLS: [&str; 3] =
     ["start_workflow", "continue_workflow", "checkpoint_workflow"];
 
+/// Tools whose responses `L-MCP-EXECUTION-RESPONSE` fixes the shape of: the lock names
+/// `start_workflow` and `continue_workflow` only, so a checkpoint's answer is judged by what the
+/// checkpoint locks say (its node and edge, its replay), not by this shape.
+const EXECUTION_RESPONSE_TOOLS: [&str; 2] = ["start_workflow", "continue_workflow"];
+
 /// Everything a run needs besides the scenarios.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -923,6 +928,13 @@ impl Interp<'_> {
                     .map(|r| r.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
                 for f in fields {
+                    // A server whose checkpoint token carries the node takes it alone.
+                    if tool == "checkpoint_workflow"
+                        && f == "stateToken"
+                        && self.config.surface.token_model.checkpoint_alone()
+                    {
+                        continue;
+                    }
                     let server_name = self.config.surface.fields.get(f).unwrap_or(f);
                     if !required.contains(&server_name.as_str()) {
                         self.fail(
@@ -1113,7 +1125,10 @@ impl Interp<'_> {
                     .own_workflows
                     .as_ref()
                     .ok_or("the scenario has no workflow directory of its own")?;
-                let doc = self.vars.eval(workflow)?;
+                let doc = self
+                    .config
+                    .surface
+                    .workflow_for_server(&self.vars.eval(workflow)?);
                 let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
                 let path = dir.join(file);
                 std::fs::write(&path, text + "\n")
@@ -1189,6 +1204,25 @@ impl Interp<'_> {
         let Step::Call { tool, args, .. } = step else {
             return None;
         };
+        if tool == "checkpoint_workflow" && self.config.surface.token_model.checkpoint_alone() {
+            // Only the checkpoint token is sent: a state token of another response has no form.
+            let source = |field: &str| {
+                let text = args.get(field)?.to_string();
+                let start = text.find("${")? + 2;
+                let name: String = text[start..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                Some(name)
+            };
+            return match (source("stateToken"), source("checkpointToken")) {
+                (Some(state), Some(checkpoint)) if state != checkpoint => Some(
+                    "sends a stateToken and a checkpointToken of different responses, and the surface's checkpoint_workflow takes the checkpoint token alone (tokenModel: checkpointAlone)"
+                        .into(),
+                ),
+                _ => None,
+            };
+        }
         if tool != "continue_workflow"
             || !matches!(
                 self.config.surface.token_model,
@@ -1367,7 +1401,7 @@ impl Interp<'_> {
                     self.problem(p);
                 }
             }
-            CallOutcome::Result(r) if EXECUTION_TOOLS.contains(&tool) => {
+            CallOutcome::Result(r) if EXECUTION_RESPONSE_TOOLS.contains(&tool) => {
                 let format = self.config.surface.token_format;
                 let judged = execution_response_judged(r, format);
                 self.judge(&judged);

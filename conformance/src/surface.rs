@@ -72,6 +72,15 @@ pub struct Surface {
     /// before the key renames of `fields`.
     #[serde(default)]
     pub response_map: Vec<PointerMove>,
+    /// Canonical tool name -> JSON-pointer moves applied, in order, to its canonical arguments
+    /// before the key renames (e.g. `{"from": "/query/text", "to": "/query"}` for a server whose
+    /// `resume_session` takes the query as a string).
+    #[serde(default)]
+    pub argument_map: BTreeMap<String, Vec<PointerMove>>,
+    /// The spelling of the workflows the server reads, for the workflow files scenarios write
+    /// (`writeWorkflow`, written in the v2 authoring spelling).
+    #[serde(default)]
+    pub workflow_dialect: WorkflowDialect,
     /// How the server's tokens are shaped in requests and responses.
     #[serde(default)]
     pub token_model: TokenModel,
@@ -142,6 +151,8 @@ impl Default for Surface {
             extra_args: BTreeMap::new(),
             create_dirs: Vec::new(),
             response_map: Vec::new(),
+            argument_map: BTreeMap::new(),
+            workflow_dialect: WorkflowDialect::default(),
             workflows_dir: None,
             token_model: TokenModel::default(),
             token_format: TokenFormat::default(),
@@ -161,11 +172,15 @@ impl Surface {
             .map_err(|e| format!("cannot read surface {}: {e}", path.display()))?;
         let mut surface: Self =
             serde_json::from_str(&text).map_err(|e| format!("surface {}: {e}", path.display()))?;
-        for m in &surface.response_map {
-            for pointer in [&m.from, &m.to] {
+        for m in surface
+            .response_map
+            .iter()
+            .chain(surface.argument_map.values().flatten())
+        {
+            for pointer in std::iter::once(&m.from).chain(m.to.as_ref()) {
                 if !pointer.starts_with('/') {
                     return Err(format!(
-                        "surface {}: responseMap pointer {pointer:?} is not a JSON pointer (it must start with `/`)",
+                        "surface {}: responseMap/argumentMap pointer {pointer:?} is not a JSON pointer (it must start with `/`)",
                         path.display()
                     ));
                 }
@@ -212,10 +227,20 @@ impl Surface {
     /// Canonical arguments of a tool in the server's token model and spelling.
     pub fn request_to_server(&self, tool: &str, args: &Value) -> Value {
         let mut args = args.clone();
-        if tool == "continue_workflow" {
-            self.token_model.request_to_server(&mut args);
+        for m in self.argument_map.get(tool).into_iter().flatten() {
+            m.apply(&mut args);
+        }
+        match tool {
+            "continue_workflow" => self.token_model.request_to_server(&mut args),
+            "checkpoint_workflow" => self.token_model.checkpoint_to_server(&mut args),
+            _ => {}
         }
         self.to_server(&args)
+    }
+
+    /// A workflow a scenario writes, in the spelling the server reads.
+    pub fn workflow_for_server(&self, workflow: &Value) -> Value {
+        self.workflow_dialect.translate(workflow)
     }
 
     /// The server's name for a canonical tool.
@@ -334,7 +359,9 @@ pub enum ResultSource {
 #[serde(deny_unknown_fields)]
 pub struct PointerMove {
     pub from: String,
-    pub to: String,
+    /// Absent: the value is dropped (an argument the server does not take).
+    #[serde(default)]
+    pub to: Option<String>,
 }
 
 impl PointerMove {
@@ -343,7 +370,62 @@ impl PointerMove {
         let Some(moved) = take_pointer(value, &self.from) else {
             return;
         };
-        set_pointer(value, &self.to, moved);
+        if let Some(to) = &self.to {
+            set_pointer(value, to, moved);
+        }
+    }
+}
+
+/// The spelling of the workflows a server reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WorkflowDialect {
+    /// The v2 authoring spelling the scenarios write (WorkRail-rs reads it).
+    #[default]
+    V2,
+    /// The WorkRail 3.x spelling (TS WorkRail): a `version` is required, and a step's notes are
+    /// required unless it says `notesOptional`; the suite's acks of written workflows do not
+    /// always send notes, as the v2 spelling lets them.
+    Workrail3,
+}
+
+impl WorkflowDialect {
+    /// `workflow` (v2 spelling) in this dialect: for WorkRail 3.x, `version` `1.0.0` when absent
+    /// and `notesOptional: true` on every step that does not say.
+    pub fn translate(self, workflow: &Value) -> Value {
+        let mut out = workflow.clone();
+        if self == Self::V2 {
+            return out;
+        }
+        if let Some(o) = out.as_object_mut() {
+            o.entry("version")
+                .or_insert_with(|| Value::String("1.0.0".into()));
+        }
+        fn steps(list: &mut Value) {
+            let Some(list) = list.as_array_mut() else {
+                return;
+            };
+            for step in list {
+                let Some(o) = step.as_object_mut() else {
+                    continue;
+                };
+                // A loop or a group: its own steps, not notes of its own.
+                let mut nested = false;
+                for key in ["body", "steps"] {
+                    if let Some(inner) = o.get_mut(key) {
+                        steps(inner);
+                        nested = true;
+                    }
+                }
+                if !nested {
+                    o.entry("notesOptional").or_insert(Value::Bool(true));
+                }
+            }
+        }
+        if let Some(list) = out.get_mut("steps") {
+            steps(list);
+        }
+        out
     }
 }
 
@@ -553,10 +635,53 @@ mod tests {
         let mut v = json!({"a": [1, 2]});
         PointerMove {
             from: "/a/0".into(),
-            to: "/b/c".into(),
+            to: Some("/b/c".into()),
         }
         .apply(&mut v);
         assert_eq!(v, json!({"a": [2], "b": {"c": 1}}));
+    }
+
+    /// decision: D196
+    #[test]
+    fn a_profile_reshapes_arguments_checkpoints_and_written_workflows() {
+        let s = surface(json!({
+            "tokenModel": {"kind": "singleToken", "checkpointAlone": true},
+            "argumentMap": {
+                "resume_session": [{"from": "/query/text", "to": "/query"}],
+                "checkpoint_workflow": [{"from": "/output"}]
+            },
+            "workflowDialect": "workrail3"
+        }));
+        assert_eq!(
+            s.request_to_server("resume_session", &json!({"query": {"text": "zebra"}})),
+            json!({"query": "zebra"})
+        );
+        assert_eq!(
+            s.request_to_server(
+                "checkpoint_workflow",
+                &json!({"stateToken": "S", "checkpointToken": "C", "output": {"notesMarkdown": "n"}})
+            ),
+            json!({"checkpointToken": "C"})
+        );
+        // Other tools keep their arguments.
+        assert_eq!(
+            s.request_to_server("list_workflows", &json!({"query": {"text": "x"}})),
+            json!({"query": {"text": "x"}})
+        );
+        let written = s.workflow_for_server(&json!({"id": "a.b", "steps": [
+            {"id": "one", "prompt": "P"},
+            {"id": "two", "prompt": "P", "notesOptional": false},
+            {"type": "loop", "id": "l", "body": [{"id": "in", "prompt": "P"}]}
+        ]}));
+        assert_eq!(written["version"], "1.0.0");
+        assert_eq!(written["steps"][0]["notesOptional"], true);
+        assert_eq!(written["steps"][1]["notesOptional"], false);
+        assert_eq!(written["steps"][2]["body"][0]["notesOptional"], true);
+        assert!(written["steps"][2].get("notesOptional").is_none());
+        // The v2 spelling is left as written.
+        let v2 = surface(json!({}));
+        let wf = json!({"id": "a.b", "steps": [{"id": "one", "prompt": "P"}]});
+        assert_eq!(v2.workflow_for_server(&wf), wf);
     }
 
     #[test]

@@ -26,6 +26,11 @@ pub enum TokenModel {
         advance: String,
         #[serde(default = "default_rehydrate")]
         rehydrate: String,
+        /// `checkpoint_workflow` takes the response's `checkpointToken` alone (it carries the
+        /// node): the canonical `stateToken` is not sent, and a check that `stateToken` is
+        /// required does not apply.
+        #[serde(default)]
+        checkpoint_alone: bool,
     },
 }
 
@@ -55,6 +60,7 @@ impl TokenModel {
                 intent_field,
                 advance,
                 rehydrate,
+                ..
             },
             Value::Object(map),
         ) = (self, args)
@@ -70,6 +76,31 @@ impl TokenModel {
         };
         map.insert(field.clone(), token);
         map.insert(intent_field.clone(), Value::String(intent.clone()));
+    }
+
+    /// Rewrites canonical `checkpoint_workflow` arguments into this model.
+    pub fn checkpoint_to_server(&self, args: &mut Value) {
+        if let (
+            Self::SingleToken {
+                checkpoint_alone: true,
+                ..
+            },
+            Value::Object(map),
+        ) = (self, args)
+        {
+            map.remove("stateToken");
+        }
+    }
+
+    /// Whether `checkpoint_workflow` takes its checkpoint token alone.
+    pub fn checkpoint_alone(&self) -> bool {
+        matches!(
+            self,
+            Self::SingleToken {
+                checkpoint_alone: true,
+                ..
+            }
+        )
     }
 
     /// Reads a structured result's token in the canonical model.
