@@ -306,6 +306,7 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         env,
         cwd: tmp.path().to_owned(),
         digests: std::collections::BTreeMap::new(),
+        deficient: BTreeSet::new(),
     };
     // A saved value a step did not produce -> the step that should have, and why (it failed,
     // or it was skipped on this server). Steps that read such a value, or depend on that
@@ -436,6 +437,21 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
         }
         let missing = match interp.run_step(&noted.step) {
             Ok(missing) => missing,
+            // A value the step reads is absent from an answer already failed by its shape
+            // check (a response that lacked a locked field): that failure is reported where the
+            // answer came, so this step is not reached, never failed again. A field no answer
+            // was checked for (a scenario's typo) still fails.
+            Err(abort) if reads_deficient(&abort, &interp.deficient) => {
+                not_reached.push(Unrun {
+                    step: i + 1,
+                    action: interp.action.clone(),
+                    lock: unrun_locks(&noted.step),
+                    reason: format!(
+                        "reads a value an answer whose shape check failed lacks: {abort}"
+                    ),
+                });
+                Some(Missing::Failed)
+            }
             Err(abort) => {
                 let got = format!("{abort}{}", interp.client.stderr_tail());
                 interp.fail(
@@ -570,6 +586,19 @@ pub fn run_one(s: &Scenario, config: &RunConfig) -> Verdict {
     verdict
 }
 
+/// Whether a step's evaluation error is a field missing from a saved answer in `deficient`
+/// (`` `${name.path}`: no `field` in ... ``).
+fn reads_deficient(abort: &str, deficient: &BTreeSet<String>) -> bool {
+    let Some(rest) = abort.strip_prefix("`${") else {
+        return false;
+    };
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    abort.contains("`: no `") && deficient.contains(&name)
+}
+
 /// The lock of the data directory's file layout, judged only when the suite reads the files.
 const DATADIR_LAYOUT_LOCK: &str = "L-DATADIR-LAYOUT";
 
@@ -675,6 +704,8 @@ struct Interp<'a> {
     template: Template,
     /// The server's environment and working directory, for the truth adapter's commands.
     env: Vec<(String, String)>,
+    /// Saved responses whose automatic shape checks failed.
+    deficient: BTreeSet<String>,
     /// The entries of every store digest taken, by digest, to name what changed between two.
     digests: std::collections::BTreeMap<String, Vec<(String, String)>>,
     cwd: PathBuf,
@@ -746,7 +777,13 @@ impl Interp<'_> {
                     self.auto_checks(tool, &outcome);
                     outcome = after;
                 }
+                let before_checks = self.failures.len();
                 self.auto_checks(tool, &outcome);
+                if self.failures.len() > before_checks
+                    && let Some(name) = save
+                {
+                    self.deficient.insert(name.clone());
+                }
                 if !self.expectation(tool, *expect, code, lock, &outcome) {
                     missing = Some(Missing::Failed);
                 }
