@@ -278,3 +278,55 @@ fn the_ts_profile_runs_every_scenario_through_the_adapters() {
     assert_eq!(result("replay_identity")["status"], "fail");
     assert_eq!(result("context_reserved_keys")["status"], "fail");
 }
+
+/// A server whose completed run answers without a token (as 3.121 does): the answer fails its
+/// shape check once, and a later step that reads the missing token is not reached, not failed
+/// a second time as a broken precondition.
+/// decision: D196
+#[test]
+fn a_step_reading_what_a_failed_answer_lacks_is_not_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_workrail-conformance"))
+        .args([
+            "--server",
+            env!("CARGO_BIN_EXE_workrail-conformance-ts-stub"),
+        ])
+        .args(["--surface", "fixtures/conformance/servers/workrail-ts.json"])
+        .args(["--env", "TS_STUB_NO_TOKEN_ON_COMPLETE=1"])
+        .args(["--only", "fork_after_completion"])
+        .arg("--json")
+        .arg(&json_path)
+        .current_dir(workspace())
+        .output()
+        .expect("the suite runs");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let run = &report["results"][0];
+    let failures = run["failures"].as_array().unwrap();
+    assert!(
+        failures
+            .iter()
+            .any(|f| f["expected"].as_str().unwrap().contains("`stateToken`")),
+        "the missing token is reported where the answer came:\n{stdout}"
+    );
+    assert!(
+        !failures.iter().any(|f| f["expected"]
+            .as_str()
+            .unwrap()
+            .starts_with("the step to run")),
+        "a step reading the missing token failed again:\n{stdout}"
+    );
+    assert!(
+        run["notReached"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["reason"]
+                .as_str()
+                .unwrap()
+                .contains("an answer whose shape check failed lacks")),
+        "{stdout}"
+    );
+}

@@ -121,12 +121,18 @@ impl Stub {
             Value::Null,
             |(id, prompt)| json!({"stepId": id, "title": id, "prompt": prompt}),
         );
-        json!({
-            "continueToken": token,
+        let mut out = json!({
             "isComplete": complete,
             "pending": pending,
             "nextIntent": if complete { "complete" } else { "perform_pending_then_continue" },
-        })
+        });
+        // With TS_STUB_NO_TOKEN_ON_COMPLETE set, as 3.121 does: a completed run's answer
+        // carries no token.
+        let tokenless = complete && std::env::var_os("TS_STUB_NO_TOKEN_ON_COMPLETE").is_some();
+        if !tokenless && let Some(o) = out.as_object_mut() {
+            o.insert("continueToken".into(), Value::String(token.to_owned()));
+        }
+        out
     }
 
     fn call(&mut self, tool: &str, args: &Value) -> Result<Value, Value> {
