@@ -493,6 +493,37 @@ impl World {
             return Ok(());
         };
         let shown = parse_lane_results(&pending.prompt);
+        // Each `workspace` conflict is also a `lane_conflict` warning naming its file (D169).
+        let mut warned: Vec<String> = out
+            .warnings
+            .iter()
+            .filter(|w| w.code == "lane_conflict")
+            .map(|w| {
+                w.message
+                    .split('`')
+                    .nth(1)
+                    .map_or_else(|| format!("<unreadable: {}>", w.message), str::to_owned)
+            })
+            .collect();
+        warned.sort();
+        let mut want_warned: Vec<String> = self
+            .model
+            .lane_results_at(&nref)
+            .map(|fan| {
+                fan.conflicts
+                    .iter()
+                    .filter(|c| c.winner.is_some())
+                    .map(|c| c.file.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        want_warned.sort();
+        if warned != want_warned {
+            return Err(format!(
+                "lane_conflict warnings at {}: production warns of {warned:?}, the model's fan-in of {want_warned:?}",
+                nref.node_id
+            ));
+        }
         match (self.model.lane_results_at(&nref), shown) {
             (None, None) => Ok(()),
             (Some(fan), Some(shown)) => {
