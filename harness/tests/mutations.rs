@@ -356,9 +356,14 @@ fn the_model_comparison_catches_a_skip_left_out_of_the_trace() {
 }
 
 /// The lane comparison over generated workflows with parallel lanes, at CI case counts: the
-/// first mismatch, if any.
+/// first mismatch, if any. The cases are random: a bug only some shapes reach (a fork landing
+/// on the parallel step again) may be missed by one bounded run, so up to three runs are
+/// made; three clean runs in a row mean the comparison is blind to it.
 fn lanes_property() -> Result<(), String> {
-    workrail_harness::lanes::check_lanes_sequences(ops::config(4), 40).map(|_| ())
+    for _ in 0..3 {
+        workrail_harness::lanes::check_lanes_sequences(ops::config(4), 40)?;
+    }
+    Ok(())
 }
 
 /// A fan-in that takes lanes in the order they are listed (by index) instead of the order
