@@ -911,3 +911,64 @@ fn lanes_and_their_conflict_are_shown_under_the_parallel_step() {
     b.assert_no_horizontal_scroll();
     browser.shot("session-lanes-390");
 }
+
+/// decision: D181
+/// The never-stop run went to its end (seven layers) and was forked at its first step. After
+/// "fit", at 1,280x800 and at 390x844, every layer's nodes lie inside the graph's box, edges
+/// carry arrowheads, the fork is labelled, the tip's path is marked, and nothing scrolls
+/// sideways; on the phone the run is drawn top to bottom. Zoom changes the view and "fit"
+/// brings the whole run back.
+#[test]
+fn the_graph_fits_its_box_at_every_width_with_every_layer_after_fit() {
+    let Some(mut s) = setup() else { return };
+    let url = session_url(&s.console, &s.demo.gap_session);
+    for (width, height, name) in [(1280, 800, "session-graph"), (390, 844, "session-graph-390")] {
+        let b = &s.browser;
+        b.resize(width, height);
+        b.goto(&url);
+        b.eventually(5, "the graph's tools", |b| {
+            !b.all("figure.graph .graph-tools:not([hidden]) button.fit").is_empty()
+        });
+        b.js("document.querySelector('figure.graph button.zoom-in').click(); return null;");
+        let zoomed = b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
+        b.js("document.querySelector('figure.graph button.fit').click(); return null;");
+        let fitted = b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
+        assert_ne!(zoomed, fitted, "zoom changed the view and fit restored it");
+        let layers: std::collections::BTreeSet<String> = b
+            .all("section.run svg.dag g.node")
+            .iter()
+            .map(|n| n["attrs"]["data-layer"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(layers.len(), 7, "{layers:?}");
+        let outside = b.js(
+            "const box = document.querySelector('section.run .graph-box').getBoundingClientRect();
+             return Array.from(document.querySelectorAll('section.run svg.dag g.node rect'))
+               .map(r => r.getBoundingClientRect())
+               .filter(r => r.width < 20 || r.left < box.left - 1 || r.right > box.right + 1
+                 || r.top < box.top - 1 || r.bottom > box.bottom + 1).length;",
+        );
+        assert_eq!(outside, 0, "every node inside the box at {width}px");
+        let edges = b.all("section.run svg.dag path.edge");
+        assert!(edges.iter().all(|e| e["attrs"]["marker-end"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("url(#arrow"))));
+        let forks = b.all("section.run svg.dag text.edge-label");
+        assert_eq!(forks.len(), 1, "{forks:?}");
+        assert!(forks[0]["text"].as_str().unwrap().contains("fork"));
+        assert!(!b.all("section.run svg.dag g.node.tip.on-path").is_empty());
+        let subs: Vec<String> = b
+            .all("section.run svg.dag g.node text.sub")
+            .iter()
+            .map(|t| t["text"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(subs.iter().all(|t| t.starts_with("step ") && !t.contains('#')), "{subs:?}");
+        if width < 600 {
+            assert_eq!(
+                b.all("section.run svg.dag")[0]["attrs"]["data-orientation"],
+                "down"
+            );
+        }
+        b.assert_no_horizontal_scroll();
+        s.browser.shot(name);
+    }
+}

@@ -246,6 +246,11 @@ pub fn build_demo_data_dir(data_dir: &Path) -> Demo {
         "No verification report: recorded as a gap, the run goes on.",
     );
     assert_ne!(n5["kind"], "blocked", "never-stop does not block: {n5}");
+    // It runs to its end, seven layers deep, and a rewind to its first step forks it there.
+    let n6 = mcp.ack(&n5, "Comments written.");
+    assert_eq!(n6["isComplete"], true, "{n6}");
+    let again = mcp.exec("continue_workflow", json!({"stateToken": n0["stateToken"]}));
+    mcp.ack(&again, "Context gathered again after a rewind.");
     // Activity is ordered by the manifests' modification times, which the kernel stamps at a
     // coarse tick: the last session starts a clear moment after the others.
     std::thread::sleep(std::time::Duration::from_millis(50));

@@ -1,7 +1,171 @@
-// WorkRail Console: live updates of a session page. The page's <main> carries the version it
-// was rendered at; every 2 s the version is read again and the page reloads when it changed.
+// WorkRail Console: the run graphs' orientation, pan, zoom and fit; live updates of every page.
+// Served from the Console itself (no CDN); the pages work without it, only less well.
 (function () {
   "use strict";
+
+  // ---- Graphs --------------------------------------------------------------------------------
+  // Each drawing carries both orientations (decision D181): across when the run is readable
+  // at the container's width, else whichever shows it larger (top to bottom on a phone).
+
+  function size(svg, o) {
+    var parts = (svg.getAttribute("data-size-" + o) || "0 0").split(" ");
+    return [parseFloat(parts[0]) || 1, parseFloat(parts[1]) || 1];
+  }
+
+  function orient(svg, o) {
+    var s = size(svg, o);
+    svg.setAttribute("width", s[0]);
+    svg.setAttribute("height", s[1]);
+    svg.setAttribute("viewBox", "0 0 " + s[0] + " " + s[1]);
+    svg.setAttribute("data-orientation", o);
+    svg.querySelectorAll("g.node").forEach(function (g) {
+      var xy = (g.getAttribute("data-xy-" + o) || "0 0").split(" ");
+      g.setAttribute("transform", "translate(" + xy[0] + "," + xy[1] + ")");
+    });
+    svg.querySelectorAll("path.edge").forEach(function (p) {
+      p.setAttribute("d", p.getAttribute("data-d-" + o));
+    });
+    svg.querySelectorAll("text.edge-label").forEach(function (t) {
+      var xy = (t.getAttribute("data-xy-" + o) || "0 0").split(" ");
+      t.setAttribute("x", xy[0]);
+      t.setAttribute("y", xy[1]);
+    });
+  }
+
+  function best(svg, width) {
+    var a = size(svg, "across"), d = size(svg, "down");
+    var sa = Math.min(1, width / a[0]), sd = Math.min(1, width / d[0]);
+    if (sa >= 0.75 || sa >= sd) {
+      return "across";
+    }
+    return "down";
+  }
+
+  function viewBox(svg) {
+    return svg.getAttribute("viewBox").split(" ").map(parseFloat);
+  }
+
+  function fit(figure) {
+    var svg = figure.querySelector("svg.dag");
+    var box = figure.querySelector(".graph-box");
+    if (!svg || !box) {
+      return;
+    }
+    orient(svg, best(svg, box.clientWidth || 1));
+    figure.removeAttribute("data-zoomed");
+  }
+
+  function zoom(figure, factor, cx, cy) {
+    var svg = figure.querySelector("svg.dag");
+    var vb = viewBox(svg);
+    var full = size(svg, svg.getAttribute("data-orientation"));
+    var w = Math.min(full[0], Math.max(60, vb[2] / factor));
+    var h = w * (vb[3] / vb[2]);
+    var fx = cx === undefined ? 0.5 : cx, fy = cy === undefined ? 0.5 : cy;
+    var x = vb[0] + (vb[2] - w) * fx, y = vb[1] + (vb[3] - h) * fy;
+    svg.setAttribute("viewBox", [x, y, w, h].join(" "));
+    figure.setAttribute("data-zoomed", "true");
+  }
+
+  function initGraph(figure) {
+    if (figure.getAttribute("data-ready") === "true") {
+      return;
+    }
+    figure.setAttribute("data-ready", "true");
+    var tools = figure.querySelector(".graph-tools");
+    var svg = figure.querySelector("svg.dag");
+    if (!svg) {
+      return;
+    }
+    if (tools) {
+      tools.hidden = false;
+      tools.querySelector(".zoom-in").addEventListener("click", function () { zoom(figure, 1.25); });
+      tools.querySelector(".zoom-out").addEventListener("click", function () { zoom(figure, 0.8); });
+      tools.querySelector(".fit").addEventListener("click", function () { fit(figure); });
+    }
+    svg.addEventListener("wheel", function (e) {
+      if (!e.ctrlKey && !e.metaKey) {
+        return;
+      }
+      e.preventDefault();
+      var r = svg.getBoundingClientRect();
+      zoom(figure, e.deltaY < 0 ? 1.15 : 0.87, (e.clientX - r.left) / r.width, (e.clientY - r.top) / r.height);
+    }, { passive: false });
+    var drag = null, moved = false;
+    svg.addEventListener("pointerdown", function (e) {
+      if (e.button !== 0) {
+        return;
+      }
+      drag = { x: e.clientX, y: e.clientY, vb: viewBox(svg) };
+      moved = false;
+    });
+    window.addEventListener("pointermove", function (e) {
+      if (!drag) {
+        return;
+      }
+      var dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+      if (!moved && Math.abs(dx) + Math.abs(dy) < 4) {
+        return;
+      }
+      moved = true;
+      var r = svg.getBoundingClientRect();
+      var k = drag.vb[2] / (r.width || 1);
+      svg.setAttribute("viewBox", [drag.vb[0] - dx * k, drag.vb[1] - dy * k, drag.vb[2], drag.vb[3]].join(" "));
+      figure.setAttribute("data-zoomed", "true");
+    });
+    window.addEventListener("pointerup", function () { drag = null; });
+    // A drag is not a click on the node it started on.
+    svg.addEventListener("click", function (e) {
+      if (moved) {
+        e.preventDefault();
+        moved = false;
+      }
+    }, true);
+    fit(figure);
+  }
+
+  function initGraphs(root) {
+    root.querySelectorAll("figure.graph").forEach(initGraph);
+  }
+
+  var lastWidth = window.innerWidth;
+  window.addEventListener("resize", function () {
+    if (window.innerWidth === lastWidth) {
+      return;
+    }
+    lastWidth = window.innerWidth;
+    document.querySelectorAll("figure.graph").forEach(function (f) {
+      if (f.getAttribute("data-zoomed") !== "true") {
+        fit(f);
+      }
+    });
+  });
+
+  // A timeline row's link lights its node up in the graph.
+  function highlight(id) {
+    document.querySelectorAll("g.node.focused").forEach(function (g) { g.classList.remove("focused"); });
+    var g = document.getElementById(id);
+    if (g) {
+      g.classList.add("focused");
+    }
+  }
+  window.addEventListener("hashchange", function () { highlight(location.hash.slice(1)); });
+
+  window.WorkrailConsole = { initGraphs: initGraphs, fit: fit };
+
+  function ready() {
+    initGraphs(document);
+    if (location.hash) {
+      highlight(location.hash.slice(1));
+    }
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", ready);
+  } else {
+    ready();
+  }
+
+  // ---- Live updates --------------------------------------------------------------------------
   var main = document.querySelector("main[data-version-url]");
   if (!main) {
     return;

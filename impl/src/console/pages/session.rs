@@ -45,9 +45,10 @@ pub fn render(view: &SessionView) -> Markup {
                 li { span class="swatch swatch-tip" {} "preferred tip" }
                 li { span class="swatch swatch-blocked" {} "node with blocked attempts" }
                 li { span class="swatch swatch-parallel" {} "node of a parallel step (its lanes are listed under the graph)" }
-                li { span class="swatch swatch-edge" {} "acknowledged step" }
+                li { span class="swatch swatch-edge" {} "acknowledged step (arrow: parent to child)" }
                 li { span class="swatch swatch-edge-checkpoint" {} "checkpoint edge" }
-                li { "A node with two or more outgoing steps is a fork (a rewind that went another way)." }
+                li { span class="swatch swatch-path" {} "the path to the preferred tip" }
+                li { "An edge labelled " em { "fork" } " leaves a node a second way (a rewind that went another way). “step N” is the step's position on its path." }
             }
             @if view.runs.is_empty() {
                 p id="no-runs" { "No run has been committed in this session." }
@@ -81,7 +82,7 @@ fn run_drawing(view: &SessionView, run: &RunView, depth: usize) -> Markup {
         @if run.nodes_cut {
             p class="cut" { "Only the newest " (LIST_MAX) " of " (run.node_count) " nodes (and the preferred tip) are drawn. " (workrail_spec::budget::TRUNCATION_MARKER.trim()) }
         }
-        div class="scroll" { (crate::console::svg::render(&view.session_id, run)) }
+        (crate::console::svg::render(&view.session_id, run))
         @for group in &run.lane_groups {
             (lane_group(view, group, depth))
         }
