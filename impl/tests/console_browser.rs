@@ -922,17 +922,23 @@ fn lanes_and_their_conflict_are_shown_under_the_parallel_step() {
 fn the_graph_fits_its_box_at_every_width_with_every_layer_after_fit() {
     let Some(mut s) = setup() else { return };
     let url = session_url(&s.console, &s.demo.gap_session);
-    for (width, height, name) in [(1280, 800, "session-graph"), (390, 844, "session-graph-390")] {
+    for (width, height, name) in [
+        (1280, 800, "session-graph"),
+        (390, 844, "session-graph-390"),
+    ] {
         let b = &s.browser;
         b.resize(width, height);
         b.goto(&url);
         b.eventually(5, "the graph's tools", |b| {
-            !b.all("figure.graph .graph-tools:not([hidden]) button.fit").is_empty()
+            !b.all("figure.graph .graph-tools:not([hidden]) button.fit")
+                .is_empty()
         });
         b.js("document.querySelector('figure.graph button.zoom-in').click(); return null;");
-        let zoomed = b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
+        let zoomed =
+            b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
         b.js("document.querySelector('figure.graph button.fit').click(); return null;");
-        let fitted = b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
+        let fitted =
+            b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
         assert_ne!(zoomed, fitted, "zoom changed the view and fit restored it");
         let layers: std::collections::BTreeSet<String> = b
             .all("section.run svg.dag g.node")
@@ -949,9 +955,11 @@ fn the_graph_fits_its_box_at_every_width_with_every_layer_after_fit() {
         );
         assert_eq!(outside, 0, "every node inside the box at {width}px");
         let edges = b.all("section.run svg.dag path.edge");
-        assert!(edges.iter().all(|e| e["attrs"]["marker-end"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("url(#arrow"))));
+        assert!(edges.iter().all(|e| {
+            e["attrs"]["marker-end"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("url(#arrow"))
+        }));
         let forks = b.all("section.run svg.dag text.edge-label");
         assert_eq!(forks.len(), 1, "{forks:?}");
         assert!(forks[0]["text"].as_str().unwrap().contains("fork"));
@@ -961,7 +969,11 @@ fn the_graph_fits_its_box_at_every_width_with_every_layer_after_fit() {
             .iter()
             .map(|t| t["text"].as_str().unwrap().to_owned())
             .collect();
-        assert!(subs.iter().all(|t| t.starts_with("step ") && !t.contains('#')), "{subs:?}");
+        assert!(
+            subs.iter()
+                .all(|t| t.starts_with("step ") && !t.contains('#')),
+            "{subs:?}"
+        );
         if width < 600 {
             assert_eq!(
                 b.all("section.run svg.dag")[0]["attrs"]["data-orientation"],
@@ -971,4 +983,76 @@ fn the_graph_fits_its_box_at_every_width_with_every_layer_after_fit() {
         b.assert_no_horizontal_scroll();
         s.browser.shot(name);
     }
+}
+
+/// decision: D182
+/// The list at 1,280 px: it fits; a run blocked at its tip (its locked status stays
+/// `in_progress`) is found by the `blocked` filter and badged, while the forked run whose
+/// blocked branch was left for a newer one is not; counts per status; relative times with the
+/// absolute time on hover; search finds a session by a word of its notes only.
+#[test]
+fn the_list_fits_finds_blocked_runs_counts_statuses_and_searches_notes() {
+    let Some(mut s) = setup() else { return };
+    let blocked = console_support::build_blocked_run(&s.data, "Context: the zanzibar migration.");
+    let b = &s.browser;
+    b.resize(1280, 800);
+    b.goto(&format!("{}/", s.console.origin));
+    b.assert_no_horizontal_scroll();
+    let overflow = b.js(
+        "const d = document.querySelector('div.scroll'); return d.scrollWidth - d.clientWidth;",
+    );
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "the table fits: {overflow}"
+    );
+    let row = format!("tr.session[data-session-id=\"{blocked}\"]");
+    assert_eq!(b.text(&format!("{row} td.status")), "in_progress blocked");
+    let time = b.all(&format!("{row} td.activity time"));
+    assert!(
+        time[0]["text"].as_str().unwrap().ends_with(" ago"),
+        "{time:?}"
+    );
+    assert!(
+        time[0]["attrs"]["title"].as_str().unwrap().ends_with('Z'),
+        "{time:?}"
+    );
+    let counts: std::collections::BTreeMap<String, u64> = b
+        .all("#status-counts li[data-status]")
+        .iter()
+        .map(|li| {
+            let status = li["attrs"]["data-status"].as_str().unwrap().to_owned();
+            let n = li["text"]
+                .as_str()
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (status, n)
+        })
+        .collect();
+    assert_eq!(counts["blocked"], 1, "{counts:?}");
+    assert_eq!(counts["corrupt"], 0, "{counts:?}");
+    s.browser.shot("sessions-blocked");
+
+    let b = &s.browser;
+    b.goto(&format!("{}/?status=blocked", s.console.origin));
+    let ids: Vec<String> = b
+        .all("table#sessions tr.session")
+        .iter()
+        .map(|r| r["attrs"]["data-session-id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![blocked.clone()],
+        "the forked run moved on past its block"
+    );
+    b.goto(&format!("{}/?q=ZANZIBAR", s.console.origin));
+    let ids: Vec<String> = b
+        .all("table#sessions tr.session")
+        .iter()
+        .map(|r| r["attrs"]["data-session-id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, vec![blocked], "found by its notes");
 }

@@ -527,6 +527,7 @@ fn state_changing_requests_need_the_consoles_own_origin() {
     assert!(reply.body.contains("This Console needs its link"));
 }
 
+/// decision: D182
 #[test]
 fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     let f = fixture();
@@ -548,9 +549,10 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     };
     let forked = row(&f.forked);
     // A blocked attempt alone leaves a guided run in progress (only a critical gap at the tip
-    // blocks it, locks §2.1).
+    // blocks it, locks §2.1); the Console badges it blocked, the attempt being the latest at
+    // the tip with nothing after it (decision D182).
     assert!(
-        forked.contains("<td class=\"status\">in_progress</td>"),
+        forked.contains("<td class=\"status\" data-console-blocked=\"true\">in_progress <span class=\"badge blocked\""),
         "{forked}"
     );
     assert!(
@@ -564,7 +566,9 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     )));
     let never_stop = row(&f.never_stop);
     assert!(
-        never_stop.contains("<td class=\"status\">complete_with_gaps</td>"),
+        never_stop.contains(
+            "<td class=\"status\" data-console-blocked=\"false\">complete_with_gaps</td>"
+        ),
         "{never_stop}"
     );
     assert!(
@@ -575,8 +579,11 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     let gapped = c.page("/?status=complete_with_gaps");
     assert_eq!(tags_with_class(&gapped, "tr", "session").len(), 1);
     assert!(gapped.contains(&f.never_stop));
+    // No run has the locked `blocked` status; the one blocked at its tip is found (D182).
     let blocked = c.page("/?status=blocked");
-    assert!(blocked.contains("<p id=\"no-sessions\">"));
+    let found = tags_with_class(&blocked, "tr", "session");
+    assert_eq!(found.len(), 1, "{blocked}");
+    assert!(found[0].contains(&f.forked), "{blocked}");
     let by_id = c.page(&format!("/?q={}", f.never_stop));
     assert_eq!(tags_with_class(&by_id, "tr", "session").len(), 1);
     let none = c.page("/?q=no-such-thing");
@@ -631,7 +638,7 @@ fn the_session_page_draws_the_fork_the_tip_and_the_blocked_attempt() {
             "{node}"
         );
         let id = attr_values(node, "data-node-id")[0];
-        assert!(html.contains(&format!("<a href=\"/sessions/{}/nodes/{id}\">", f.forked)));
+        assert!(html.contains(&format!("<a href=\"/sessions/{}/nodes/{id}\"", f.forked)));
     }
     let edges = tags_with_class(&html, "path", "edge");
     assert_eq!(edges.len(), 5, "{edges:#?}");

@@ -13,8 +13,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::Markup;
 
-use super::auth;
 use super::pages::{config, layout, node, session, sessions, workflows};
+use super::{auth, history};
 use crate::projections::console::SessionRow;
 use crate::protocol::{ConsoleLookup, Workrail, WorkrailConfig};
 
@@ -256,17 +256,31 @@ fn lookup_response<T>(
 
 async fn sessions_page(State(app): State<App>, Query(filter): Query<sessions::Filter>) -> Response {
     let data_dir = app.config.data_dir.clone();
-    let rows = read(&app, move |w| -> Result<Vec<SessionRow>, String> {
+    type Listed = (
+        Vec<SessionRow>,
+        std::collections::HashMap<String, history::SessionFacts>,
+    );
+    let rows = read(&app, move |w| -> Result<Listed, String> {
         let Some(w) = w else {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         };
         use crate::gc::RetentionClock as _;
         let clock = crate::gc::OsRetentionClock::new(data_dir);
-        w.console_sessions(&|p| clock.modified(p).ok().flatten())
+        let rows = w.console_sessions(&|p| clock.modified(p).ok().flatten())?;
+        let facts = rows
+            .iter()
+            .filter_map(|r| {
+                history::session_facts(w, &r.session_id).map(|f| (r.session_id.clone(), f))
+            })
+            .collect::<std::collections::HashMap<_, _>>();
+        Ok((rows, facts))
     })
     .await;
     match rows {
-        Ok(Ok(rows)) => html(StatusCode::OK, sessions::render(&rows, &filter)),
+        Ok(Ok((rows, facts))) => html(
+            StatusCode::OK,
+            sessions::render(&rows, &facts, &filter, std::time::SystemTime::now()),
+        ),
         Ok(Err(e)) => html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e)),
         Err(response) => response,
     }

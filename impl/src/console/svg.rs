@@ -160,9 +160,8 @@ pub fn crossings(run: &RunView, place: &HashMap<String, Place>) -> usize {
     for (i, a) in links.iter().enumerate() {
         for b in &links[i + 1..] {
             let same_layers = a.0.0 == b.0.0 && a.1.0 == b.1.0;
-            let flips = (i64::from(a.0.1) - i64::from(b.0.1))
-                * (i64::from(a.1.1) - i64::from(b.1.1))
-                < 0;
+            let flips =
+                (i64::from(a.0.1) - i64::from(b.0.1)) * (i64::from(a.1.1) - i64::from(b.1.1)) < 0;
             if same_layers && flips {
                 count += 1;
             }
@@ -263,8 +262,14 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
     let lanes = place.values().map(|p| p.1).max().map_or(1, |m| m + 1);
     let g = Geometry {
         node_w,
-        across: (layers * col - GUTTER + 2 * PAD, lanes * ROW - (ROW - NODE_H) + 2 * PAD),
-        down: (lanes * col - GUTTER + 2 * PAD, layers * ROW - (ROW - NODE_H) + 2 * PAD),
+        across: (
+            layers * col - GUTTER + 2 * PAD,
+            lanes * ROW - (ROW - NODE_H) + 2 * PAD,
+        ),
+        down: (
+            lanes * col - GUTTER + 2 * PAD,
+            layers * ROW - (ROW - NODE_H) + 2 * PAD,
+        ),
     };
     let down = layers > ACROSS_MAX_LAYERS;
     let (width, height) = if down { g.down } else { g.across };
@@ -284,7 +289,7 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
                 svg class="dag" xmlns="http://www.w3.org/2000/svg" width=(width) height=(height)
                     viewBox=(format!("0 0 {width} {height}")) role="group"
                     data-orientation=(if down { "down" } else { "across" })
-                    data-layers=(layers) data-lanes=(lanes)
+                    data-layers=(layers) data-lanes=(lanes) data-crossings=(crossings(run, &place))
                     data-size-across=(xy(g.across)) data-size-down=(xy(g.down))
                     aria-label=(format!("Graph of run {}: {} node(s) in {} layer(s), {} fork(s)", run.run_id, run.nodes.len(), layers, forks)) {
                     defs {
@@ -468,7 +473,11 @@ mod tests {
         let leaves = run
             .nodes
             .iter()
-            .filter(|n| !run.nodes.iter().any(|m| m.parent.as_ref() == Some(&n.node_id)))
+            .filter(|n| {
+                !run.nodes
+                    .iter()
+                    .any(|m| m.parent.as_ref() == Some(&n.node_id))
+            })
             .count();
         let lanes = place.values().map(|p| p.1).max().unwrap() + 1;
         assert_eq!(lanes as usize, leaves);
@@ -523,10 +532,7 @@ mod tests {
         ];
         nodes[2].kind = "checkpoint".into();
         let pos = positions(&run_of(nodes, None));
-        assert_eq!(
-            (pos["r"], pos["a"], pos["cp"], pos["b"]),
-            (1, 2, 2, 3)
-        );
+        assert_eq!((pos["r"], pos["a"], pos["cp"], pos["b"]), (1, 2, 2, 3));
     }
 
     /// A long loop is drawn top to bottom: the drawing grows down, not sideways.

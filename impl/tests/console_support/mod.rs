@@ -384,3 +384,20 @@ pub fn fingerprint(dir: &Path) -> BTreeMap<PathBuf, (u32, Option<Vec<u8>>)> {
     walk(dir, dir, &mut out);
     out
 }
+
+/// Starts a guided `wr.mr_review` run and drives it to `verify_findings`, where its ack without
+/// the required report is blocked; nothing comes after. Returns its session id.
+pub fn build_blocked_run(data_dir: &Path, notes: &str) -> String {
+    let mut mcp = Mcp::start(data_dir);
+    let mut out = mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    let session = out["session"]["sessionId"].as_str().unwrap().to_owned();
+    out = mcp.ack(&out, notes);
+    for _ in 0..3 {
+        out = mcp.ack(&out, "Looked further.");
+    }
+    assert_eq!(out["pending"]["stepId"], "verify_findings", "{out}");
+    let blocked = mcp.ack(&out, "Verified, but no report attached.");
+    assert_eq!(blocked["kind"], "blocked", "{blocked}");
+    mcp.close();
+    session
+}
