@@ -1056,3 +1056,101 @@ fn the_list_fits_finds_blocked_runs_counts_statuses_and_searches_notes() {
         .collect();
     assert_eq!(ids, vec![blocked], "found by its notes");
 }
+
+/// decision: D183
+/// A run's timeline lists every committed event in order with its commit time, kind and one
+/// line; the kind filter narrows it in place; a row's link lights its node up in the graph.
+#[test]
+fn the_timeline_lists_every_event_filters_by_kind_and_links_to_the_graph() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    let rows = b.all("table#events tr.event");
+    let facts = b.text("p.facts");
+    let events: usize = facts
+        .split(" committed events")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(rows.len(), events, "{facts}");
+    let indexes: Vec<u64> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-index"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        indexes,
+        (0..events as u64).collect::<Vec<_>>(),
+        "in log order"
+    );
+    let kinds: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "session_created",
+        "run_started",
+        "node_created",
+        "edge_created",
+        "advance_recorded",
+        "node_output_appended",
+    ] {
+        assert!(kinds.contains(kind), "{kind} in {kinds:?}");
+    }
+    let times = b.all("table#events tr.event td.at time");
+    assert_eq!(times.len(), events, "each event has its commit time");
+    let blocked = b.text("table#events tr.event[data-kind=advance_recorded] td.summary");
+    assert!(!blocked.is_empty());
+    assert!(
+        b.all("table#events td.summary").iter().any(|t| t["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Blocked (1 blocker): MISSING_REQUIRED_OUTPUT")),
+        "the blocked attempt in one line"
+    );
+    // Filter in place.
+    b.js(
+        "const s = document.querySelector('form#timeline-filter select[name=kind]'); \
+         s.value = 'advance_recorded'; s.dispatchEvent(new Event('change')); return null;",
+    );
+    let shown = b.js(
+        "return Array.from(document.querySelectorAll('table#events tr.event'))
+           .filter(r => !r.hidden).map(r => r.getAttribute('data-kind'));",
+    );
+    let shown: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        !shown.is_empty() && shown.iter().all(|k| *k == "advance_recorded"),
+        "{shown:?}"
+    );
+    assert!(b.url().contains("kind=advance_recorded"), "{}", b.url());
+    // The filter is in the address: a reload keeps it.
+    b.goto(&b.url());
+    assert!(
+        b.all("table#events tr.event:not([hidden])")
+            .iter()
+            .all(|r| r["attrs"]["data-kind"] == "advance_recorded")
+    );
+    s.browser.shot("session-timeline");
+    // A row's node link lights the node up in the graph.
+    let b = &s.browser;
+    let node =
+        b.all("table#events tr.event[data-kind=advance_recorded]")[0]["attrs"]["data-node-id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    b.js(&format!(
+        "document.querySelector('table#events tr.event[data-node-id=\"{node}\"] td.node a').click(); return null;"
+    ));
+    b.eventually(5, "the node lit up", |b| {
+        !b.all(&format!("svg.dag g.node.focused[data-node-id=\"{node}\"]"))
+            .is_empty()
+    });
+}

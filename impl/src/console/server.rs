@@ -286,10 +286,52 @@ async fn sessions_page(State(app): State<App>, Query(filter): Query<sessions::Fi
     }
 }
 
-async fn session_page(State(app): State<App>, Path(id): Path<String>) -> Response {
+/// The session page's query: the timeline's kind filter.
+#[derive(Debug, Default, serde::Deserialize)]
+struct SessionQuery {
+    kind: Option<String>,
+}
+
+/// A session's view with what the Console reads beside it: its timeline and blocked runs.
+fn session_extras(
+    w: &Workrail,
+    data_dir: &std::path::Path,
+    key: &str,
+) -> ConsoleLookup<(crate::projections::console::SessionView, session::Extras)> {
+    let view = match w.console_session(key) {
+        ConsoleLookup::Found(view) => view,
+        ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
+        ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
+    };
+    let extras = match workrail_spec::ids::SessionId::parse(key)
+        .ok()
+        .and_then(|id| w.sessions().load(&id).ok())
+    {
+        Some(loaded) => {
+            use crate::gc::RetentionClock as _;
+            let clock = crate::gc::OsRetentionClock::new(data_dir.to_owned());
+            let (timeline, timeline_cut) =
+                history::timeline(&loaded, &|p| clock.modified(p).ok().flatten());
+            session::Extras {
+                blocked_runs: history::blocked_runs(&loaded.events),
+                timeline,
+                timeline_cut,
+            }
+        }
+        None => session::Extras::default(),
+    };
+    ConsoleLookup::Found((view, extras))
+}
+
+async fn session_page(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<SessionQuery>,
+) -> Response {
     let key = id.clone();
+    let data_dir = app.config.data_dir.clone();
     let found = read(&app, move |w| match w {
-        Some(w) => w.console_session(&key),
+        Some(w) => session_extras(w, &data_dir, &key),
         None => ConsoleLookup::NotFound,
     })
     .await;
@@ -297,7 +339,12 @@ async fn session_page(State(app): State<App>, Path(id): Path<String>) -> Respons
         Ok(found) => lookup_response(
             found,
             &format!("No session {id} in this data directory."),
-            |view| html(StatusCode::OK, session::render(&view)),
+            |(view, extras)| {
+                html(
+                    StatusCode::OK,
+                    session::render(&view, &extras, query.kind.as_deref()),
+                )
+            },
         ),
         Err(response) => response,
     }

@@ -141,13 +141,47 @@
     });
   });
 
-  // A timeline row's link lights its node up in the graph.
+  // A timeline row's link lights its node up in the graph (opening a lane's drawing if the
+  // node is inside one).
   function highlight(id) {
     document.querySelectorAll("g.node.focused").forEach(function (g) { g.classList.remove("focused"); });
-    var g = document.getElementById(id);
-    if (g) {
-      g.classList.add("focused");
+    var g = id ? document.getElementById(id) : null;
+    if (!g || !g.classList.contains("node")) {
+      return;
     }
+    for (var d = g.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) {
+      d.open = true;
+    }
+    g.classList.add("focused");
+    g.scrollIntoView({ block: "center" });
+  }
+
+  // The timeline's kind filter works in place; the form still works without script.
+  function initTimeline(root) {
+    var form = root.querySelector("form#timeline-filter");
+    if (!form || form.getAttribute("data-ready") === "true") {
+      return;
+    }
+    form.setAttribute("data-ready", "true");
+    var select = form.querySelector("select[name=kind]");
+    function apply() {
+      var kind = select.value;
+      document.querySelectorAll("table#events tr.event").forEach(function (tr) {
+        tr.hidden = kind !== "" && tr.getAttribute("data-kind") !== kind;
+      });
+      var u = new URL(window.location.href);
+      if (kind) {
+        u.searchParams.set("kind", kind);
+      } else {
+        u.searchParams.delete("kind");
+      }
+      window.history.replaceState(null, "", u.pathname + u.search + u.hash);
+    }
+    select.addEventListener("change", apply);
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      apply();
+    });
   }
   window.addEventListener("hashchange", function () { highlight(location.hash.slice(1)); });
 
@@ -155,6 +189,7 @@
 
   function ready() {
     initGraphs(document);
+    initTimeline(document);
     if (location.hash) {
       highlight(location.hash.slice(1));
     }
