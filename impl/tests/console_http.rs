@@ -614,8 +614,9 @@ fn the_session_page_draws_the_fork_the_tip_and_the_blocked_attempt() {
     assert!(html.contains("<ul class=\"legend\">"));
     let runs = tags_with_class(&html, "section", "run");
     assert_eq!(runs.len(), 1, "{html}");
+    // The locked status, and the Console's word for an attempt blocked at the tip (D182).
     assert!(
-        html.contains("<dd class=\"run-status\">in_progress</dd>"),
+        html.contains("<dd class=\"run-status\">in_progress <span class=\"badge blocked\">blocked at its tip</span></dd>"),
         "{html}"
     );
     assert!(html.contains("<svg class=\"dag\""));
