@@ -1154,3 +1154,82 @@ fn the_timeline_lists_every_event_filters_by_kind_and_links_to_the_graph() {
             .is_empty()
     });
 }
+
+/// decision: D183
+/// A broken workflow's compile errors are readable in full on the list; a run that pinned an
+/// older version is marked drifted on the workflow's own page, and its link opens the line diff
+/// of the pinned and the current compiled workflow.
+#[test]
+fn compile_errors_show_in_full_and_drift_opens_a_line_diff_from_the_workflow_page() {
+    let Some(mut s) = setup() else { return };
+    let dir = user_workflows(&s.data);
+    std::fs::write(
+        dir.join("release_check.json"),
+        user_workflow_source("Run the smoke tests on staging first."),
+    )
+    .unwrap();
+    let long_prompt_less = json!({
+        "id": "user.broken_one",
+        "name": "Broken",
+        "description": "A workflow whose steps each lack their prompt, so its errors are many and long.",
+        "steps": (0..6).map(|i| json!({"id": format!("a_rather_long_step_identifier_number_{i}"), "title": "No prompt here"})).collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.join("broken_one.json"), long_prompt_less.to_string()).unwrap();
+    let b = &s.browser;
+    b.resize(1280, 800);
+    b.goto(&format!("{}/workflows", s.console.origin));
+    let errors = b.all("tr.workflow-errors[data-workflow-id=\"user.broken_one\"] li.compile-error");
+    assert!(errors.len() >= 5, "{errors:?}");
+    let clipped = b.js(
+        "return Array.from(document.querySelectorAll('li.compile-error'))
+           .filter(e => e.scrollWidth > e.clientWidth + 1).length;",
+    );
+    assert_eq!(clipped, 0, "no compile error is clipped");
+    b.assert_no_horizontal_scroll();
+    s.browser.shot("workflows-broken");
+
+    let b = &s.browser;
+    b.goto(&format!(
+        "{}/workflows/{USER_WORKFLOW_ID}",
+        s.console.origin
+    ));
+    let (session, run) = &s.demo.user_run;
+    let link = b.all(&format!(
+        "li.pinned-run[data-run-id=\"{run}\"] a.drift-link"
+    ));
+    assert_eq!(link.len(), 1, "{}", b.body_text());
+    b.js(&format!(
+        "document.querySelector('li.pinned-run[data-run-id=\"{run}\"] a.drift-link').click(); return null;"
+    ));
+    b.eventually(10, "the drift view", |b| {
+        !b.all("section#drift-diff table.diff").is_empty()
+    });
+    assert!(
+        b.url().contains(&format!("session={session}")),
+        "{}",
+        b.url()
+    );
+    let removed: Vec<String> = b
+        .all("section#drift-diff tr.del td.text")
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_owned())
+        .collect();
+    let added: Vec<String> = b
+        .all("section#drift-diff tr.ins td.text")
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        removed.iter().any(|l| l.contains("Run the smoke tests.")),
+        "{removed:?}"
+    );
+    assert!(
+        added.iter().any(|l| l.contains("on staging first")),
+        "{added:?}"
+    );
+    assert!(!b.all("#drift-warning a[href=\"#drift-diff\"]").is_empty());
+    s.browser.shot("workflow-drift-diff");
+    let b = &s.browser;
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+}

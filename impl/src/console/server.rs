@@ -473,10 +473,27 @@ fn pinned_runs(app: &Shared, id: &str) -> (Vec<workflows::PinnedRun>, bool) {
                 run_id: run.run_id.clone(),
                 label: run.label.clone(),
                 status: run.status.clone(),
+                workflow_hash: pinned_hash(&w, &view.session_id, &run.run_id),
             });
         }
     }
     (runs, false)
+}
+
+/// The workflow hash `run` of `session` pinned (its `run_started`), when the log is readable.
+fn pinned_hash(w: &Workrail, session: &str, run: &str) -> Option<String> {
+    let loaded = w
+        .sessions()
+        .load(&workrail_spec::ids::SessionId::parse(session).ok()?)
+        .ok()?;
+    loaded.events.iter().find_map(|e| match e.data() {
+        workrail_spec::event::EventData::RunStarted(started)
+            if e.scope().run_id().is_some_and(|r| r.as_str() == run) =>
+        {
+            Some(started.workflow_hash.to_string())
+        }
+        _ => None,
+    })
 }
 
 /// Renders one workflow's page (with `form` after a refused POST) with `status`.
