@@ -1233,3 +1233,80 @@ fn compile_errors_show_in_full_and_drift_opens_a_line_diff_from_the_workflow_pag
     b.resize(390, 844);
     b.assert_no_horizontal_scroll();
 }
+
+/// decision: D183
+/// Every page follows the data directory in place: the session page takes a new advance (its
+/// graph and timeline grow) with its scroll position and the page itself kept (no reload); the
+/// list takes a new session; the Workflows list a new workflow file.
+#[test]
+fn pages_follow_changes_in_place_keeping_the_scroll_position() {
+    let Some(s) = setup() else { return };
+    let b = &s.browser;
+    b.resize(1280, 800);
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    let before = b.all("section.run svg.dag g.node").len();
+    let events = b.all("table#events tr.event").len();
+    let y = b.js("window.__samePage = true; window.scrollTo(0, 420); return window.scrollY;");
+    assert_eq!(y, 420, "the page is tall enough to scroll");
+    let mut mcp = Mcp::start(&s.data);
+    mcp.ack(
+        &s.demo.forked_tip,
+        "The agent goes on while the page is open.",
+    );
+    b.eventually(15, "the new node appearing", |b| {
+        b.all("section.run svg.dag g.node").len() == before + 1
+    });
+    assert!(
+        b.all("table#events tr.event").len() > events,
+        "the timeline grew"
+    );
+    assert_eq!(
+        b.js("return window.__samePage === true;"),
+        true,
+        "no reload"
+    );
+    assert_eq!(
+        b.js("return window.scrollY;"),
+        420,
+        "the scroll position is kept"
+    );
+    // The new graph still has its tools.
+    assert!(!b.all("figure.graph .graph-tools:not([hidden])").is_empty());
+
+    b.goto(&format!("{}/", s.console.origin));
+    b.js("window.__samePage = true; return null;");
+    let rows = b.all("table#sessions tr.session").len();
+    mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    b.eventually(15, "the new session's row", |b| {
+        b.all("table#sessions tr.session").len() == rows + 1
+    });
+    assert_eq!(
+        b.js("return window.__samePage === true;"),
+        true,
+        "no reload"
+    );
+    mcp.close();
+
+    b.goto(&format!("{}/workflows", s.console.origin));
+    b.js("window.__samePage = true; return null;");
+    std::fs::write(
+        user_workflows(&s.data).join("late_arrival.json"),
+        json!({
+            "id": "user.late_arrival",
+            "name": "Late arrival",
+            "description": "Written while the page was open.",
+            "steps": [{"id": "one", "title": "One", "prompt": "Do the one thing."}],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    b.eventually(15, "the new workflow's row", |b| {
+        !b.all("tr.workflow[data-workflow-id=\"user.late_arrival\"]")
+            .is_empty()
+    });
+    assert_eq!(
+        b.js("return window.__samePage === true;"),
+        true,
+        "no reload"
+    );
+}

@@ -201,27 +201,149 @@
   }
 
   // ---- Live updates --------------------------------------------------------------------------
-  var main = document.querySelector("main[data-version-url]");
-  if (!main) {
+  // Every page follows the data directory without a reload (decision D183): a session page polls its log's version and fetches itself when it changed; every other
+  // page fetches itself. Only what changed is patched, so the scroll position, open lanes,
+  // a zoomed graph and anything being typed stay as they are.
+  var graphSource = new WeakMap();
+  function rememberGraphs(root) {
+    root.querySelectorAll("figure.graph").forEach(function (f) {
+      if (!graphSource.has(f)) {
+        graphSource.set(f, f.outerHTML);
+      }
+    });
+  }
+  rememberGraphs(document);
+
+  function busy(el) {
+    var active = document.activeElement;
+    if (active && active !== document.body && el.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName)) {
+      return true;
+    }
+    var fields = el.querySelectorAll ? el.querySelectorAll("input, textarea, select") : [];
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if (f.tagName === "SELECT") {
+        for (var j = 0; j < f.options.length; j++) {
+          if (f.options[j].selected !== f.options[j].defaultSelected) {
+            return true;
+          }
+        }
+      } else if (f.type === "checkbox" || f.type === "radio") {
+        if (f.checked !== f.defaultChecked) {
+          return true;
+        }
+      } else if (f.value !== f.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  function replace(oldEl, newEl) {
+    var fresh = document.importNode(newEl, true);
+    oldEl.replaceWith(fresh);
+    if (fresh.nodeType === 1) {
+      rememberGraphs(fresh.matches && fresh.matches("figure.graph") ? fresh.parentNode : fresh);
+      initGraphs(fresh.parentNode || document);
+    }
+  }
+
+  // Patches `oldEl` to look like `newEl`, descending while the shapes agree.
+  function patch(oldEl, newEl) {
+    if (oldEl.nodeType !== newEl.nodeType || oldEl.nodeName !== newEl.nodeName) {
+      replace(oldEl, newEl);
+      return;
+    }
+    if (oldEl.nodeType === 3) {
+      if (oldEl.data !== newEl.data) {
+        oldEl.data = newEl.data;
+      }
+      return;
+    }
+    if (oldEl.nodeType !== 1) {
+      return;
+    }
+    if (oldEl.matches("figure.graph")) {
+      if (graphSource.get(oldEl) !== newEl.outerHTML) {
+        replace(oldEl, newEl);
+      }
+      return;
+    }
+    if (oldEl.matches("form") && busy(oldEl)) {
+      return;
+    }
+    // Attributes, except the ones the reader sets (an opened lane, a filtered row).
+    for (var i = 0; i < newEl.attributes.length; i++) {
+      var a = newEl.attributes[i];
+      if (oldEl.getAttribute(a.name) !== a.value && a.name !== "open") {
+        oldEl.setAttribute(a.name, a.value);
+      }
+    }
+    for (var k = oldEl.attributes.length - 1; k >= 0; k--) {
+      var name = oldEl.attributes[k].name;
+      if (!newEl.hasAttribute(name) && name !== "open" && name !== "data-ready") {
+        oldEl.removeAttribute(name);
+      }
+    }
+    var olds = Array.prototype.slice.call(oldEl.childNodes);
+    var news = Array.prototype.slice.call(newEl.childNodes);
+    var n = Math.min(olds.length, news.length);
+    for (var c = 0; c < n; c++) {
+      patch(olds[c], news[c]);
+    }
+    for (var r = olds.length - 1; r >= n; r--) {
+      oldEl.removeChild(olds[r]);
+    }
+    for (var m = n; m < news.length; m++) {
+      var added = document.importNode(news[m], true);
+      oldEl.appendChild(added);
+      if (added.nodeType === 1) {
+        rememberGraphs(added);
+        initGraphs(added);
+      }
+    }
+  }
+
+  var main = document.querySelector("main");
+  if (!main || main.hasAttribute("data-static")) {
     return;
   }
-  var url = main.getAttribute("data-version-url");
+  var PERIOD = 2000;
   var seen = main.getAttribute("data-version");
-  function poll() {
-    fetch(url, { credentials: "same-origin", cache: "no-store" })
+
+  function refresh() {
+    return fetch(window.location.href, { credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
         return response.ok ? response.text() : null;
       })
-      .then(function (version) {
-        if (version !== null && version !== seen) {
-          window.location.reload();
+      .then(function (text) {
+        if (text === null) {
           return;
         }
-        window.setTimeout(poll, 2000);
-      })
-      .catch(function () {
-        window.setTimeout(poll, 2000);
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        var fresh = doc.querySelector("main");
+        if (!fresh) {
+          return;
+        }
+        patch(main, fresh);
+        seen = main.getAttribute("data-version");
+        main.setAttribute("data-live-updates", String(Number(main.getAttribute("data-live-updates") || "0") + 1));
       });
   }
-  window.setTimeout(poll, 2000);
+
+  function poll() {
+    var next = function () { window.setTimeout(poll, PERIOD); };
+    if (document.hidden) {
+      next();
+      return;
+    }
+    var url = main.getAttribute("data-version-url");
+    var check = url
+      ? fetch(url, { credentials: "same-origin", cache: "no-store" })
+          .then(function (response) { return response.ok ? response.text() : null; })
+          .then(function (version) { return version !== null && version !== seen ? refresh() : null; })
+      : refresh();
+    check.then(next, next);
+  }
+  window.setTimeout(poll, PERIOD);
 })();

@@ -4,8 +4,27 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::projections::console::SalvageNotice;
 
+/// How a page follows the data directory (decision D183).
+#[derive(Debug, Clone, Copy)]
+pub enum Live<'a> {
+    /// Polls `url` for the log's version and fetches the page when it changes.
+    Version(&'a str, &'a str),
+    /// Fetches the page itself now and then.
+    Poll,
+    /// Never updated in place: the answer to a refused form, whose text must stay.
+    Static,
+}
+
 /// A whole page: head with the embedded assets, navigation, and `body` inside `<main>`.
 pub fn page(title: &str, main_attrs: Option<(&str, &str)>, body: Markup) -> Markup {
+    match main_attrs {
+        Some((version, url)) => page_live(title, Live::Version(version, url), body),
+        None => page_live(title, Live::Poll, body),
+    }
+}
+
+/// [`page`] with its way of following the data directory spelled out.
+pub fn page_live(title: &str, live: Live<'_>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -27,9 +46,10 @@ pub fn page(title: &str, main_attrs: Option<(&str, &str)>, body: Markup) -> Mark
                     a href="/workflows" { "Workflows" }
                     a href="/config" { "Config" }
                 }
-                @match main_attrs {
-                    Some((version, url)) => main data-version=(version) data-version-url=(url) { (body) },
-                    None => main { (body) },
+                @match live {
+                    Live::Version(version, url) => main id="main" data-version=(version) data-version-url=(url) { (body) },
+                    Live::Poll => main id="main" { (body) },
+                    Live::Static => main id="main" data-static { (body) },
                 }
             }
         }

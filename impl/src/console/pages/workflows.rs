@@ -12,7 +12,7 @@ use serde_json::Value;
 use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::DriftStatus;
 
-use super::layout::page;
+use super::layout::{Live, page, page_live};
 use crate::control::{PinnedView, WorkflowDetail, WorkflowList};
 use crate::projections::console::{LIST_MAX, TEXT_MAX_BYTES, TITLE_MAX_BYTES, bounded};
 
@@ -356,9 +356,15 @@ fn source_form(detail: &WorkflowDetail, form: &FormState) -> Markup {
 /// One workflow's page.
 pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Markup {
     let id = detail.workflow_id.as_str();
-    page(
+    // A refused edit's page keeps its text and errors: it is not updated in place.
+    let live = if form.errors.is_empty() && form.submitted.is_none() {
+        Live::Poll
+    } else {
+        Live::Static
+    };
+    page_live(
         id,
-        None,
+        live,
         html! {
             p class="crumbs" { a href="/workflows" { "Workflows" } }
             h1 { "Workflow " code { (id) } }
