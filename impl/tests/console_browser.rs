@@ -75,6 +75,11 @@ struct Browser {
 
 impl Browser {
     fn start(binary: &Path) -> Browser {
+        Browser::start_with(binary, &[])
+    }
+
+    /// A browser with extra command-line switches (a colour scheme, say).
+    fn start_with(binary: &Path, extra: &[&str]) -> Browser {
         let port = free_port();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
@@ -88,20 +93,22 @@ impl Browser {
             .unwrap();
         let profile = tempfile::tempdir().unwrap();
         let mut capabilities = serde_json::Map::new();
+        let mut args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--no-first-run".to_owned(),
+            "--hide-scrollbars".to_owned(),
+            "--window-size=1280,800".to_owned(),
+            format!("--user-data-dir={}", profile.path().display()),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         capabilities.insert(
             "goog:chromeOptions".into(),
             json!({
                 "binary": binary,
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--hide-scrollbars",
-                    "--window-size=1280,800",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
+                "args": args,
             }),
         );
         let webdriver = format!("http://127.0.0.1:{port}");
@@ -542,7 +549,6 @@ fn a_corrupted_copy_shows_the_salvage_banner() {
     for words in [
         "corrupt_tail",
         "validated prefix",
-        &format!("workrail repair {}", demo.forked_session),
         &format!("workrail export {}", demo.forked_session),
     ] {
         assert!(banner.contains(words), "{words:?} missing from {banner:?}");
@@ -1309,4 +1315,57 @@ fn pages_follow_changes_in_place_keeping_the_scroll_position() {
         true,
         "no reload"
     );
+}
+
+/// decision: D183
+/// Dark mode follows the browser's preference: the page and the graph's nodes take the dark
+/// palette, and the preference form is styled (its fields in a grid, in the page's colours).
+#[test]
+fn dark_mode_follows_the_browser_preference_and_forms_are_styled() {
+    let Some(binary) = chromium() else { return };
+    let (_root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let console = Console::start(&data);
+    let mut browser = Browser::start_with(
+        &binary,
+        &[
+            "--force-dark-mode",
+            "--blink-settings=preferredColorScheme=0",
+        ],
+    );
+    let b = &browser;
+    b.goto(&console.url);
+    assert_eq!(
+        b.js("return matchMedia('(prefers-color-scheme: dark)').matches;"),
+        true,
+        "the browser prefers dark"
+    );
+    let colour = |b: &Browser, selector: &str, property: &str| -> String {
+        b.js(&format!(
+            "return getComputedStyle(document.querySelector({})).{property};",
+            json!(selector)
+        ))
+        .as_str()
+        .unwrap()
+        .to_owned()
+    };
+    assert_eq!(colour(b, "body", "backgroundColor"), "rgb(13, 17, 23)");
+    assert_eq!(colour(b, "body", "color"), "rgb(230, 237, 243)");
+    b.goto(&session_url(&console, &demo.forked_session));
+    assert_eq!(
+        colour(b, "svg.dag g.node:not(.blocked-attempt) rect", "fill"),
+        "rgb(13, 17, 23)"
+    );
+    browser.shot("session-dark");
+    let b = &browser;
+    b.goto(&format!("{}/config", console.origin));
+    assert_eq!(
+        colour(b, "form#preferences label.preference", "display"),
+        "grid"
+    );
+    assert_eq!(
+        colour(b, "form#preferences select", "backgroundColor"),
+        "rgb(13, 17, 23)"
+    );
+    browser.shot("config-dark");
 }

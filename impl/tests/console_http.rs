@@ -533,7 +533,7 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     let f = fixture();
     let c = Console::start(f.dir.path());
     let html = c.page("/");
-    assert!(html.contains("<nav id=\"nav\">"));
+    assert!(html.contains("<nav id=\"nav\" aria-label=\"Console\">"));
     for href in ["href=\"/\"", "href=\"/workflows\"", "href=\"/config\""] {
         assert!(html.contains(href), "{href}");
     }
@@ -791,6 +791,7 @@ fn a_never_stop_gap_is_listed_unresolved_on_its_node() {
 }
 
 /// lock: L-HEALTH-SALVAGE-READ-ONLY
+/// decision: D183
 #[test]
 fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
     let f = fixture();
@@ -813,18 +814,34 @@ fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
     let c = Console::start(&data);
     let html = c.page(&format!("/sessions/{}", f.forked));
     let start = html
-        .find("<div id=\"salvage-banner\" role=\"alert\">")
+        .find("<div id=\"salvage-banner\" role=\"alert\"")
         .unwrap_or_else(|| panic!("no banner: {html}"));
     let banner = &html[start..start + html[start..].find("</div>").unwrap()];
     for needle in [
         "corrupt_tail".to_owned(),
         "segment_digest_mismatch".to_owned(),
         "validated prefix".to_owned(),
-        format!("workrail repair {}", f.forked),
         format!("workrail export {}", f.forked),
+        format!("href=\"/sessions/{}/export.json\"", f.forked),
     ] {
         assert!(banner.contains(&needle), "{needle} missing from {banner}");
     }
+    // Said once, and no `repair`: it restores snapshot pins only, not a damaged segment.
+    assert_eq!(banner.matches("Salvage view").count(), 1, "{banner}");
+    assert_eq!(
+        banner
+            .matches("<code>segment_digest_mismatch</code>")
+            .count(),
+        1,
+        "{banner}"
+    );
+    assert_eq!(banner.matches("workrail export").count(), 1, "{banner}");
+    assert!(!banner.contains("workrail repair"), "{banner}");
+    // The download is the salvage bundle of the validated prefix.
+    let bundle = c.get(&format!("/sessions/{}/export.json", f.forked));
+    assert_eq!(bundle.status, 200);
+    let bundle: serde_json::Value = serde_json::from_str(&bundle.body).unwrap();
+    assert!(bundle.to_string().contains("salvage"), "a salvage bundle");
     // The prefix is shown: the DAG without the last segment (the blocked attempt).
     let nodes = tags_with_class(&html, "g", "node");
     assert_eq!(nodes.len(), 6);
@@ -1024,5 +1041,63 @@ fn lanes_are_shown_under_their_parallel_step_with_the_conflict() {
         node_page.contains(&format!("lane 3 of run <code>{}</code>", demo.parent_run))
             && node_page.contains(&format!("#lanes-{parent_node}\"")),
         "{node_page}"
+    );
+}
+
+/// decision: D183
+/// Every read model a page is drawn from downloads as a JSON file, and the session as its
+/// export bundle; each behind the secret like the pages.
+#[test]
+fn sessions_timelines_nodes_and_bundles_download_as_json() {
+    let f = fixture();
+    let c = Console::start(f.dir.path());
+    let html = c.page(&format!("/sessions/{}", f.forked));
+    let nodes = tags_with_class(&html, "g", "node");
+    let node = attr_values(nodes[0], "data-node-id")[0].to_owned();
+    for (path, file) in [
+        ("/sessions.json".to_owned(), "sessions.json".to_owned()),
+        (
+            format!("/sessions/{}/session.json", f.forked),
+            format!("{}.session.json", f.forked),
+        ),
+        (
+            format!("/sessions/{}/timeline.json", f.forked),
+            format!("{}.timeline.json", f.forked),
+        ),
+        (
+            format!("/sessions/{}/export.json", f.forked),
+            format!("{}.bundle.json", f.forked),
+        ),
+        (
+            format!("/sessions/{}/nodes/{node}/node.json", f.forked),
+            format!("{node}.node.json"),
+        ),
+    ] {
+        assert!(
+            html.contains(&path) || path == "/sessions.json" || path.contains("/nodes/"),
+            "{path} linked"
+        );
+        let r = c.get(&path);
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert_eq!(r.header("content-type"), "application/json", "{path}");
+        assert_eq!(
+            r.header("content-disposition"),
+            format!("attachment; filename=\"{file}\""),
+            "{path}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert!(!value.is_null(), "{path}");
+    }
+    let view: serde_json::Value =
+        serde_json::from_str(&c.get(&format!("/sessions/{}/session.json", f.forked)).body).unwrap();
+    assert_eq!(view["sessionId"], f.forked.as_str());
+    let timeline: serde_json::Value =
+        serde_json::from_str(&c.get(&format!("/sessions/{}/timeline.json", f.forked)).body)
+            .unwrap();
+    assert_eq!(timeline[0]["kind"], "session_created");
+    assert_eq!(
+        c.get("/sessions/sess_nosuchsession0000/session.json")
+            .status,
+        404
     );
 }

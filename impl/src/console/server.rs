@@ -130,7 +130,12 @@ fn open_browser(url: &str) {
 fn router(app: App) -> Router {
     Router::new()
         .route("/", get(sessions_page))
+        .route("/sessions.json", get(sessions_json))
         .route("/sessions/{session}", get(session_page))
+        .route("/sessions/{session}/session.json", get(session_json))
+        .route("/sessions/{session}/timeline.json", get(timeline_json))
+        .route("/sessions/{session}/export.json", get(export_json))
+        .route("/sessions/{session}/nodes/{node}/node.json", get(node_json))
         .route("/sessions/{session}/version", get(version))
         .route("/sessions/{session}/nodes/{node}", get(node_page))
         .route("/workflows", get(workflows_page))
@@ -382,6 +387,156 @@ async fn node_page(
             found,
             &format!("No node {node_id} in session {id} of this data directory."),
             |view| html(StatusCode::OK, node::render(&view)),
+        ),
+        Err(response) => response,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON downloads (decision D183): the export bundle of a session, and each read model the pages
+// are drawn from, as files named after what they hold.
+
+/// A JSON body offered as the file `name`.
+fn json_file(name: &str, body: String) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}\""),
+        )
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn pretty_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    serde_json::to_string_pretty(value).map_err(|e| format!("cannot write the JSON: {e}"))
+}
+
+/// Ids only ever hold `[a-z0-9_]`, but a file name is built from what the request said.
+fn file_stem(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+async fn sessions_json(State(app): State<App>) -> Response {
+    let data_dir = app.config.data_dir.clone();
+    let rows = read(&app, move |w| -> Result<String, String> {
+        let Some(w) = w else {
+            return pretty_json(&Vec::<SessionRow>::new());
+        };
+        use crate::gc::RetentionClock as _;
+        let clock = crate::gc::OsRetentionClock::new(data_dir);
+        pretty_json(&w.console_sessions(&|p| clock.modified(p).ok().flatten())?)
+    })
+    .await;
+    match rows {
+        Ok(Ok(body)) => json_file("sessions.json", body),
+        Ok(Err(e)) => html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e)),
+        Err(response) => response,
+    }
+}
+
+/// Runs `f` on the session `id`'s read models and offers its JSON as `<id>.<suffix>`.
+async fn session_download(
+    app: App,
+    id: String,
+    suffix: &'static str,
+    f: impl FnOnce(&Workrail, &std::path::Path, &str) -> ConsoleLookup<Result<String, String>>
+    + Send
+    + 'static,
+) -> Response {
+    let key = id.clone();
+    let data_dir = app.config.data_dir.clone();
+    let found = read(&app, move |w| match w {
+        Some(w) => f(w, &data_dir, &key),
+        None => ConsoleLookup::NotFound,
+    })
+    .await;
+    match found {
+        Ok(found) => lookup_response(
+            found,
+            &format!("No session {id} in this data directory."),
+            |body| match body {
+                Ok(body) => json_file(&format!("{}.{suffix}", file_stem(&id)), body),
+                Err(e) => html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e)),
+            },
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn session_json(State(app): State<App>, Path(id): Path<String>) -> Response {
+    session_download(app, id, "session.json", |w, _, key| {
+        match w.console_session(key) {
+            ConsoleLookup::Found(view) => ConsoleLookup::Found(pretty_json(&view)),
+            ConsoleLookup::NotFound => ConsoleLookup::NotFound,
+            ConsoleLookup::Unreadable(e) => ConsoleLookup::Unreadable(e),
+        }
+    })
+    .await
+}
+
+async fn timeline_json(State(app): State<App>, Path(id): Path<String>) -> Response {
+    session_download(
+        app,
+        id,
+        "timeline.json",
+        |w, data_dir, key| match session_extras(w, data_dir, key) {
+            ConsoleLookup::Found((_, extras)) => {
+                ConsoleLookup::Found(pretty_json(&extras.timeline))
+            }
+            ConsoleLookup::NotFound => ConsoleLookup::NotFound,
+            ConsoleLookup::Unreadable(e) => ConsoleLookup::Unreadable(e),
+        },
+    )
+    .await
+}
+
+/// The session's export bundle, exactly as `workrail export` writes it (a damaged session's
+/// validated prefix, as a salvage bundle).
+async fn export_json(State(app): State<App>, Path(id): Path<String>) -> Response {
+    session_download(app, id, "bundle.json", |w, _, key| {
+        if workrail_spec::ids::SessionId::parse(key).is_err() {
+            return ConsoleLookup::NotFound;
+        }
+        match w.export_session(key, &crate::bundle::NoProgress) {
+            Ok(exported) => ConsoleLookup::Found(Ok(exported.text)),
+            Err(e) if e.code == workrail_spec::error::ErrorCode::SessionNotFound => {
+                ConsoleLookup::NotFound
+            }
+            Err(e) => ConsoleLookup::Found(Err(format!("{} {}", e.message, e.suggestion))),
+        }
+    })
+    .await
+}
+
+async fn node_json(
+    State(app): State<App>,
+    Path((id, node_id)): Path<(String, String)>,
+) -> Response {
+    let stem = file_stem(&node_id);
+    let (key, node_key) = (id.clone(), node_id.clone());
+    let found = read(&app, move |w| match w {
+        Some(w) => w.console_node(&key, &node_key),
+        None => ConsoleLookup::NotFound,
+    })
+    .await;
+    match found {
+        Ok(found) => lookup_response(
+            found,
+            &format!("No node {node_id} in session {id} of this data directory."),
+            |view| match pretty_json(&view) {
+                Ok(body) => json_file(&format!("{stem}.node.json"), body),
+                Err(e) => html(StatusCode::INTERNAL_SERVER_ERROR, layout::unreadable(&e)),
+            },
         ),
         Err(response) => response,
     }

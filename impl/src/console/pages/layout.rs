@@ -40,11 +40,14 @@ pub fn page_live(title: &str, live: Live<'_>, body: Markup) -> Markup {
                 script src="/assets/console.js" defer {}
             }
             body {
-                nav id="nav" {
-                    span class="brand" { "WorkRail Console" }
-                    a href="/" { "Sessions" }
-                    a href="/workflows" { "Workflows" }
-                    a href="/config" { "Config" }
+                a class="skip" href="#main" { "Skip to content" }
+                header {
+                    nav id="nav" aria-label="Console" {
+                        span class="brand" { "WorkRail Console" }
+                        a href="/" { "Sessions" }
+                        a href="/workflows" { "Workflows" }
+                        a href="/config" { "Config" }
+                    }
                 }
                 @match live {
                     Live::Version(version, url) => main id="main" data-version=(version) data-version-url=(url) { (body) },
@@ -56,23 +59,23 @@ pub fn page_live(title: &str, live: Live<'_>, body: Markup) -> Markup {
     }
 }
 
-/// The banner over a session that is not healthy: what is wrong and how to get it out of the
-/// way; the page below shows the validated prefix only.
+/// The banner over a session that is not healthy: what is wrong, said once, and how to get it
+/// out of the way (`how_to_clear` names `workrail repair` only where repair can help, a missing
+/// snapshot pin); the page below shows the validated prefix only.
 pub fn salvage_banner(session_id: &str, notice: &SalvageNotice) -> Markup {
     html! {
-        div id="salvage-banner" role="alert" {
+        div id="salvage-banner" role="alert" data-health=(notice.health) data-reason=(notice.reason) {
             p {
                 strong { "Salvage view: " }
                 "this session is " code { (notice.health) } " (" code { (notice.reason) } "): "
                 (notice.detail)
                 @if let Some(i) = notice.manifest_index { " (validation stopped at manifest record " (i) ")" }
-                "."
+                ". Only its validated prefix is shown; it is never used to advance execution."
             }
-            p { "Only its validated prefix is shown below; it is never used to advance execution." }
             p {
-                "To recover: " (with_code_spans(&notice.how_to_clear)) ". Commands: "
-                code { "workrail repair " (session_id) } " (restores missing snapshot pins only, and says so otherwise) / "
-                code { "workrail export " (session_id) } "."
+                "To recover: " (with_code_spans(&notice.how_to_clear)) ". "
+                a class="download" href=(format!("/sessions/{session_id}/export.json")) download { "Download the validated prefix as a bundle" }
+                "."
             }
         }
     }

@@ -48,6 +48,12 @@ pub fn render(view: &SessionView, extras: &Extras, kind: Option<&str>) -> Markup
         html! {
             h1 { "Session " code { (view.session_id) } }
             @if let Some(notice) = &view.salvage { (salvage_banner(&view.session_id, notice)) }
+            p class="downloads" {
+                "JSON: "
+                a href=(format!("/sessions/{}/session.json", view.session_id)) download { "session view" } " · "
+                a href=(format!("/sessions/{}/timeline.json", view.session_id)) download { "timeline" } " · "
+                a href=(format!("/sessions/{}/export.json", view.session_id)) download { "export bundle" }
+            }
             p class="facts" {
                 "Health " span class="health" { (view.health) } " · " (view.events) " committed events"
                 @if view.salvage.is_some() { " in the validated prefix" }

@@ -107,6 +107,7 @@ pub fn render(
         None,
         html! {
             h1 { "Sessions" }
+            p class="downloads" { "JSON: " a href="/sessions.json" download { "every session" } }
             form id="filter" method="get" action="/" role="search" {
                 label { "Search " input type="search" name="q" value=(q) placeholder="id, workflow, label or notes"; }
                 label { "Status "
