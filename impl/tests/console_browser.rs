@@ -1369,3 +1369,63 @@ fn dark_mode_follows_the_browser_preference_and_forms_are_styled() {
     );
     browser.shot("config-dark");
 }
+
+/// decision: D184
+/// Another web server on 127.0.0.1 that the signed-in browser visits receives no Console
+/// secret: neither the token nor the cookie (scoped to the launch's path), at its root, at a
+/// path like the Console's, or under `localhost`.
+#[test]
+fn another_server_on_127_0_0_1_receives_no_console_secret() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::{Arc, Mutex};
+    let Some(s) = setup() else { return };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            log.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 20\r\nConnection: close\r\n\r\n<p>another site</p>\n",
+            );
+        }
+    });
+    let b = &s.browser;
+    // Signed in: the Console's pages open with the cookie alone.
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    assert!(b.text("h1").contains(&s.demo.forked_session));
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://127.0.0.1:{port}/c/"),
+        format!(
+            "http://127.0.0.1:{port}{}/",
+            s.console.prefix.rsplit_once('/').unwrap().0
+        ),
+        format!("http://localhost:{port}/sessions/{}", s.demo.forked_session),
+    ] {
+        b.goto(&url);
+        assert!(b.body_text().contains("another site"), "{url}");
+    }
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests.len() >= 4, "{requests:?}");
+    for request in &requests {
+        assert!(
+            !request.contains(&s.console.secret),
+            "the secret leaked: {request}"
+        );
+        assert!(
+            !request.contains("workrail_console"),
+            "a Console cookie leaked: {request}"
+        );
+    }
+    // The Console still knows the browser.
+    b.goto(&format!("{}/", s.console.origin));
+    assert!(!b.all("table#sessions").is_empty(), "{}", b.body_text());
+}

@@ -126,6 +126,8 @@ struct Console {
     child: Child,
     port: u16,
     secret: String,
+    /// Where this launch's pages live, `/c/<nonce>` (decision D184).
+    prefix: String,
     line: String,
 }
 
@@ -162,17 +164,19 @@ impl Console {
         let rest = line
             .strip_prefix("WorkRail Console: http://127.0.0.1:")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        let (port, secret) = rest.split_once("/?token=").unwrap();
+        let (base, secret) = rest.split_once("/?token=").unwrap();
+        let (port, prefix) = base.split_once('/').unwrap();
         Console {
             child,
             port: port.parse().unwrap(),
             secret: secret.to_owned(),
+            prefix: format!("/{prefix}"),
             line,
         }
     }
 
     fn cookie(&self) -> String {
-        format!("workrail_console={}", self.secret)
+        format!("workrail_console_{}={}", self.port, self.secret)
     }
 
     fn origin(&self) -> String {
@@ -191,7 +195,21 @@ impl Console {
         reply.body
     }
 
+    /// A request to a path of this launch (under its prefix); links and redirects in the reply
+    /// read as plain paths.
     fn send(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut reply = self.send_raw(method, &format!("{}{path}", self.prefix), headers);
+        reply.body = reply.body.replace(&format!("=\"{}/", self.prefix), "=\"/");
+        if let Some(location) = reply.headers.get_mut("location")
+            && let Some(rest) = location.strip_prefix(&self.prefix)
+        {
+            *location = rest.to_owned();
+        }
+        reply
+    }
+
+    /// A request to `path` as it is.
+    fn send_raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
         let mut request = format!(
@@ -375,8 +393,8 @@ fn the_link_line_names_loopback_and_a_fresh_secret() {
         assert_eq!(
             c.line,
             format!(
-                "WorkRail Console: http://127.0.0.1:{}/?token={}",
-                c.port, c.secret
+                "WorkRail Console: http://127.0.0.1:{}{}/?token={}",
+                c.port, c.prefix, c.secret
             )
         );
     }
@@ -436,7 +454,7 @@ fn without_the_secret_or_with_a_wrong_one_every_request_is_refused() {
     let reply = c.send(
         "GET",
         "/",
-        &[("Cookie", &format!("workrail_console={wrong}"))],
+        &[("Cookie", &format!("workrail_console_{}={wrong}", c.port))],
     );
     assert_eq!(reply.status, 403);
     assert_eq!(
@@ -456,8 +474,8 @@ fn the_link_sets_the_cookie_and_redirects_to_the_same_address_without_the_token(
     assert_eq!(
         reply.header("set-cookie"),
         format!(
-            "workrail_console={}; HttpOnly; SameSite=Strict; Path=/",
-            c.secret
+            "workrail_console_{}={}; HttpOnly; SameSite=Strict; Path={}/",
+            c.port, c.secret, c.prefix
         )
     );
     let reply = c.send(
@@ -1100,4 +1118,141 @@ fn sessions_timelines_nodes_and_bundles_download_as_json() {
             .status,
         404
     );
+}
+
+/// decision: D184
+/// The secret reaches no other server: the cookie is scoped to this launch's path (and named
+/// after its port), every path outside that prefix is refused even with the cookie, and a
+/// request addressed to another host name (DNS rebinding) is refused.
+#[test]
+fn the_cookie_is_scoped_to_the_launch_path_and_other_hosts_are_refused() {
+    let f = fixture();
+    let c = Console::start(f.dir.path());
+    assert!(
+        c.prefix.starts_with("/c/") && c.prefix.len() == 3 + 16,
+        "{}",
+        c.prefix
+    );
+    let reply = c.send("GET", &format!("/?token={}", c.secret), &[]);
+    let cookie = reply.header("set-cookie");
+    assert!(cookie.contains(&format!("Path={}/", c.prefix)), "{cookie}");
+    assert!(
+        !cookie.contains("Path=/;") && !cookie.ends_with("Path=/"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains("Domain"), "{cookie}");
+    for path in [
+        "/".to_owned(),
+        format!("/sessions/{}", f.forked),
+        "/c/".to_owned(),
+    ] {
+        let reply = c.send_raw("GET", &path, &[("Cookie", &c.cookie())]);
+        assert_eq!(reply.status, 403, "{path} outside the launch's prefix");
+        assert!(!reply.body.contains(&f.forked), "{path}");
+    }
+    // Another launch's prefix with this secret is refused too.
+    let reply = c.send_raw(
+        "GET",
+        &format!("/c/0000000000000000/?token={}", c.secret),
+        &[],
+    );
+    assert_eq!(reply.status, 403);
+    // Another host name that resolves here.
+    let mut stream = TcpStream::connect(("127.0.0.1", c.port)).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET {}/ HTTP/1.1\r\nHost: rebound.example:{}\r\nCookie: {}\r\nConnection: close\r\n\r\n",
+                c.prefix,
+                c.port,
+                c.cookie()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let reply = Reply::parse(&raw);
+    assert_eq!(reply.status, 421, "{reply:?}");
+    assert!(!reply.body.contains(&f.forked));
+}
+
+/// decision: D184
+/// `--open` hands the browser launcher a 0600 redirect file, never the tokened link: the
+/// launcher's command line carries only the file's path.
+#[test]
+fn open_hands_the_launcher_a_private_redirect_file_not_the_token() {
+    let f = fixture();
+    let bin = tempfile::tempdir().unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let args_file = bin.path().join("args");
+    let launcher = bin.path().join("xdg-open");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n",
+            args_file.display()
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
+    let mut child = command
+        .arg("--data-dir")
+        .arg(f.dir.path())
+        .args(["console", "--port", "0", "--open"])
+        .env("PATH", bin.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("HOME", f.dir.path())
+        .env_remove("WORKRAIL_DATA_DIR")
+        .env_remove("WORKRAIL_WORKFLOW_DIRS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("WorkRail Console: ")
+        .unwrap()
+        .to_owned();
+    let secret = url.split_once("?token=").unwrap().1.to_owned();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !args_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the launcher never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = child.kill();
+    let _ = child.wait();
+    let args = std::fs::read_to_string(&args_file).unwrap();
+    assert!(
+        !args.contains(&secret),
+        "the token is on the launcher's command line: {args}"
+    );
+    let file = PathBuf::from(args.trim());
+    assert!(file.starts_with(runtime.path()), "{args}");
+    let page = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        page.contains(&url),
+        "the redirect file leads to the link: {page}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "only this user reads it");
+    }
 }

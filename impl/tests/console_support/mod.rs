@@ -274,8 +274,31 @@ pub struct Console {
     child: Child,
     /// The printed URL, secret included.
     pub url: String,
-    /// `http://127.0.0.1:<port>`.
+    /// Where every page of this launch lives: `http://127.0.0.1:<port>/c/<nonce>` (decision
+    /// D184); a page's URL is this and its path.
     pub origin: String,
+    /// The origin proper, `http://127.0.0.1:<port>` (what a browser sends as `Origin`).
+    pub site: String,
+    /// The launch's path prefix, `/c/<nonce>`.
+    pub prefix: String,
+    /// The per-launch secret.
+    pub secret: String,
+    /// The cookie's name, `workrail_console_<port>`.
+    pub cookie_name: String,
+}
+
+impl Console {
+    /// `Cookie: <name>=<secret>`, as the browser sends it after the link.
+    pub fn cookie(&self) -> String {
+        format!("{}={}", self.cookie_name, self.secret)
+    }
+
+    /// `text` (a page or a `Location`) with this launch's prefix taken off its links, so
+    /// assertions read plain paths.
+    pub fn unprefixed(&self, text: &str) -> String {
+        text.replace(&format!("=\"{}/", self.prefix), "=\"/")
+            .replace(&format!("={}/", self.prefix), "=/")
+    }
 }
 
 impl Console {
@@ -308,7 +331,13 @@ impl Console {
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         let (origin, query) = url.split_once("/?token=").expect("the URL carries a token");
         assert_eq!(query.len(), 64, "a 32-byte hex secret: {url}");
+        let rest = origin.strip_prefix("http://127.0.0.1:").unwrap();
+        let (port, prefix) = rest.split_once('/').expect("a per-launch path");
         Console {
+            site: format!("http://127.0.0.1:{port}"),
+            prefix: format!("/{prefix}"),
+            cookie_name: format!("workrail_console_{port}"),
+            secret: query.to_owned(),
             origin: origin.to_owned(),
             url,
             child,

@@ -105,6 +105,19 @@ pub fn needs_link() -> Markup {
     )
 }
 
+/// 421: a request addressed to another host name (the Console answers only to
+/// `127.0.0.1:<port>` and `localhost:<port>`).
+pub fn wrong_host() -> Markup {
+    page(
+        "Wrong address",
+        None,
+        html! {
+            h1 { "Wrong address" }
+            p { "This Console answers only at the address printed by " code { "workrail console" } "." }
+        },
+    )
+}
+
 /// 403: a state-changing request from another origin.
 pub fn cross_origin() -> Markup {
     page(
