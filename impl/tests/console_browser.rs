@@ -1429,3 +1429,117 @@ fn another_server_on_127_0_0_1_receives_no_console_secret() {
     b.goto(&format!("{}/", s.console.origin));
     assert!(!b.all("table#sessions").is_empty(), "{}", b.body_text());
 }
+
+/// axe-core's script: `$WORKRAIL_AXE_CORE` (`.ci/run` installs it from the npm registry), or
+/// `None` (and a note) where the check may be skipped.
+fn axe_core() -> Option<String> {
+    let path = std::env::var_os("WORKRAIL_AXE_CORE").map(PathBuf::from);
+    match path.as_deref().map(std::fs::read_to_string) {
+        Some(Ok(script)) => Some(script),
+        found => {
+            let required = std::env::var_os("CI").is_some();
+            let message = format!(
+                "the accessibility check needs axe-core: set WORKRAIL_AXE_CORE to its axe.min.js (`npm install --prefix DIR axe-core@4`, as .ci/run does){}",
+                match found {
+                    Some(Err(e)) => format!("; reading it failed: {e}"),
+                    _ => String::new(),
+                }
+            );
+            assert!(!required, "{message}");
+            eprintln!("skipped: {message}");
+            None
+        }
+    }
+}
+
+/// axe-core's violations on the page shown: `(id, impact, help, targets)`.
+fn axe_violations(b: &Browser, axe: &str) -> Vec<Value> {
+    b.js(&format!("{axe}\n;return typeof axe;"));
+    let script = "const done = arguments[arguments.length - 1];
+        axe.run(document, {resultTypes: ['violations']})
+          .then(r => done(r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+            targets: v.nodes.slice(0, 5).map(n => n.target.join(' '))}))))
+          .catch(e => done([{id: 'axe-error', impact: 'critical', help: String(e), targets: []}]));";
+    match b
+        .runtime
+        .block_on(b.client().execute_async(script, Vec::new()))
+        .unwrap_or_else(|e| panic!("axe.run failed: {e}"))
+    {
+        Value::Array(items) => items,
+        other => panic!("axe.run gave {other}"),
+    }
+}
+
+/// decision: D183
+/// axe-core finds no serious or critical violation on any page, light and dark, wide and
+/// narrow: names, labels, landmarks, contrast, keyboard reach. Moderate and minor findings are
+/// printed.
+#[test]
+fn axe_core_finds_no_serious_violation_on_any_page() {
+    let Some(axe) = axe_core() else { return };
+    let Some(binary) = chromium() else { return };
+    let (_root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let console = Console::start(&data);
+    let (session, run) = &demo.user_run;
+    let mut pages = vec![
+        format!("{}/", console.origin),
+        session_url(&console, &demo.forked_session),
+        session_url(&console, &demo.gap_session),
+        format!("{}/workflows", console.origin),
+        format!("{}/workflows/{USER_WORKFLOW_ID}", console.origin),
+        format!(
+            "{}/workflows/{USER_WORKFLOW_ID}?session={session}&run={run}",
+            console.origin
+        ),
+        format!("{}/config", console.origin),
+    ];
+    let mut serious = Vec::new();
+    for (scheme, args) in [
+        ("light", &[][..]),
+        (
+            "dark",
+            &[
+                "--force-dark-mode",
+                "--blink-settings=preferredColorScheme=0",
+            ][..],
+        ),
+    ] {
+        let browser = Browser::start_with(&binary, args);
+        browser.goto(&console.url);
+        // A node page, found from the forked run's graph.
+        browser.goto(&session_url(&console, &demo.forked_session));
+        let node = browser.all("svg.dag g.node")[0]["attrs"]["data-node-id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        pages.push(format!(
+            "{}/nodes/{node}",
+            session_url(&console, &demo.forked_session)
+        ));
+        for (width, height) in [(1280, 800), (390, 844)] {
+            browser.resize(width, height);
+            for page in &pages {
+                browser.goto(page);
+                for v in axe_violations(&browser, &axe) {
+                    let impact = v["impact"].as_str().unwrap_or("unknown").to_owned();
+                    let line = format!(
+                        "{scheme} {width}px {page}: {impact} {} ({}) at {}",
+                        v["id"], v["help"], v["targets"]
+                    );
+                    if impact == "serious" || impact == "critical" {
+                        serious.push(line);
+                    } else {
+                        eprintln!("axe: {line}");
+                    }
+                }
+            }
+        }
+        pages.pop();
+    }
+    assert!(
+        serious.is_empty(),
+        "serious accessibility violations:\n{}",
+        serious.join("\n")
+    );
+}

@@ -338,8 +338,8 @@ pub fn render(session_id: &str, run: &RunView) -> Markup {
                                 title { (n.title) " — " (sub_text(n, position))
                                     @if n.is_tip { ", the preferred tip" }
                                     @if n.lanes > 0 { "; its lanes are listed under the graph" } }
-                                a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id))
-                                    aria-label=(format!("{}: {}", n.title, sub_text(n, position))) {
+                                // Named by its visible text; the whole title is in the tooltip.
+                                a href=(format!("/sessions/{session_id}/nodes/{}", n.node_id)) {
                                     rect width=(node_w) height=(NODE_H) rx="6" {}
                                     text class="title" x="8" y="18" { (fit(&n.title, node_w, CHAR_W)) }
                                     text class="sub" x="8" y="35" { (fit(&sub_text(n, position), node_w, SUB_CHAR_W)) }

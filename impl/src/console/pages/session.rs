@@ -146,9 +146,9 @@ fn timeline(view: &SessionView, extras: &Extras, kind: Option<&str>) -> Markup {
                                 td class="summary" { (row.summary) }
                                 td class="node" {
                                     @if let Some(node) = &row.node_id {
-                                        a href=(format!("#node-{node}")) aria-label=(format!("Show node {node} in the graph")) { "in graph" }
+                                        a href=(format!("#node-{node}")) { "in graph" span class="visually-hidden" { " (node " (node) ")" } }
                                         " · "
-                                        a href=(format!("/sessions/{}/nodes/{node}", view.session_id)) aria-label=(format!("Open node {node}")) { "open" }
+                                        a href=(format!("/sessions/{}/nodes/{node}", view.session_id)) { "open" span class="visually-hidden" { " node " (node) } }
                                     }
                                 }
                             }

@@ -275,7 +275,7 @@ fn pinned_pane(id: &str, pinned: &Pinned, current: Option<&str>) -> Markup {
                         @if view.workflow_id.as_str() != id {
                             p class="hint" { "This run executes " code { (view.workflow_id.as_str()) } "." }
                         }
-                        div class="scroll" { pre { (pretty(&view.pinned)) } }
+                        div class="scroll" { pre tabindex="0" { (pretty(&view.pinned)) } }
                     }
                     Err(e) => {
                         p id="pinned-error" role="alert" { (bounded(&e.message, TEXT_MAX_BYTES)) " " (bounded(&e.suggestion, TEXT_MAX_BYTES)) }
@@ -384,7 +384,7 @@ pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Mar
                 section id="source" class="pane" {
                     h2 { "Source" }
                     p class="hint" { "As on disk." }
-                    div class="scroll" { pre { (bounded(&detail.source_text, SOURCE_MAX_BYTES)) } }
+                    div class="scroll" { pre tabindex="0" { (bounded(&detail.source_text, SOURCE_MAX_BYTES)) } }
                 }
                 section id="compiled" class="pane" {
                     h2 { "Compiled" }
@@ -392,7 +392,7 @@ pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Mar
                         (Some(hash), Some(compiled)) => {
                             p { "Hash: " code class="workflow-hash" { (hash.as_str()) } }
                             p class="hint" { "Derived from the source; never edited." }
-                            div class="scroll" { pre { (pretty(compiled)) } }
+                            div class="scroll" { pre tabindex="0" { (pretty(compiled)) } }
                         }
                         _ => {
                             p class="hint" { "The source on disk does not compile:" }
