@@ -67,10 +67,15 @@
     figure.setAttribute("data-zoomed", "true");
   }
 
+  // Each drawing's markup as the server sent it, before the script turned it: live updates
+  // compare against it and replace a drawing only when the server's changed.
+  var graphSource = new WeakMap();
+
   function initGraph(figure) {
     if (figure.getAttribute("data-ready") === "true") {
       return;
     }
+    graphSource.set(figure, figure.outerHTML);
     figure.setAttribute("data-ready", "true");
     var tools = figure.querySelector(".graph-tools");
     var svg = figure.querySelector("svg.dag");
@@ -204,16 +209,6 @@
   // Every page follows the data directory without a reload (decision D183): a session page polls its log's version and fetches itself when it changed; every other
   // page fetches itself. Only what changed is patched, so the scroll position, open lanes,
   // a zoomed graph and anything being typed stay as they are.
-  var graphSource = new WeakMap();
-  function rememberGraphs(root) {
-    root.querySelectorAll("figure.graph").forEach(function (f) {
-      if (!graphSource.has(f)) {
-        graphSource.set(f, f.outerHTML);
-      }
-    });
-  }
-  rememberGraphs(document);
-
   function busy(el) {
     var active = document.activeElement;
     if (active && active !== document.body && el.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName)) {
@@ -243,7 +238,6 @@
     var fresh = document.importNode(newEl, true);
     oldEl.replaceWith(fresh);
     if (fresh.nodeType === 1) {
-      rememberGraphs(fresh.matches && fresh.matches("figure.graph") ? fresh.parentNode : fresh);
       initGraphs(fresh.parentNode || document);
     }
   }
@@ -298,8 +292,7 @@
       var added = document.importNode(news[m], true);
       oldEl.appendChild(added);
       if (added.nodeType === 1) {
-        rememberGraphs(added);
-        initGraphs(added);
+        initGraphs(added.parentNode || added);
       }
     }
   }
