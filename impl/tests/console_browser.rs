@@ -75,6 +75,11 @@ struct Browser {
 
 impl Browser {
     fn start(binary: &Path) -> Browser {
+        Browser::start_with(binary, &[])
+    }
+
+    /// A browser with extra command-line switches (a colour scheme, say).
+    fn start_with(binary: &Path, extra: &[&str]) -> Browser {
         let port = free_port();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
@@ -88,20 +93,22 @@ impl Browser {
             .unwrap();
         let profile = tempfile::tempdir().unwrap();
         let mut capabilities = serde_json::Map::new();
+        let mut args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--no-first-run".to_owned(),
+            "--hide-scrollbars".to_owned(),
+            "--window-size=1280,800".to_owned(),
+            format!("--user-data-dir={}", profile.path().display()),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         capabilities.insert(
             "goog:chromeOptions".into(),
             json!({
                 "binary": binary,
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--hide-scrollbars",
-                    "--window-size=1280,800",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
+                "args": args,
             }),
         );
         let webdriver = format!("http://127.0.0.1:{port}");
@@ -542,7 +549,6 @@ fn a_corrupted_copy_shows_the_salvage_banner() {
     for words in [
         "corrupt_tail",
         "validated prefix",
-        &format!("workrail repair {}", demo.forked_session),
         &format!("workrail export {}", demo.forked_session),
     ] {
         assert!(banner.contains(words), "{words:?} missing from {banner:?}");
@@ -910,4 +916,630 @@ fn lanes_and_their_conflict_are_shown_under_the_parallel_step() {
     b.resize(390, 844);
     b.assert_no_horizontal_scroll();
     browser.shot("session-lanes-390");
+}
+
+/// decision: D181
+/// The never-stop run went to its end (seven layers) and was forked at its first step. After
+/// "fit", at 1,280x800 and at 390x844, every layer's nodes lie inside the graph's box, edges
+/// carry arrowheads, the fork is labelled, the tip's path is marked, and nothing scrolls
+/// sideways; on the phone the run is drawn top to bottom. Zoom changes the view and "fit"
+/// brings the whole run back.
+#[test]
+fn the_graph_fits_its_box_at_every_width_with_every_layer_after_fit() {
+    let Some(mut s) = setup() else { return };
+    let url = session_url(&s.console, &s.demo.gap_session);
+    for (width, height, name) in [
+        (1280, 800, "session-graph"),
+        (390, 844, "session-graph-390"),
+    ] {
+        let b = &s.browser;
+        b.resize(width, height);
+        b.goto(&url);
+        b.eventually(5, "the graph's tools", |b| {
+            !b.all("figure.graph .graph-tools:not([hidden]) button.fit")
+                .is_empty()
+        });
+        b.js("document.querySelector('figure.graph button.zoom-in').click(); return null;");
+        let zoomed =
+            b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
+        b.js("document.querySelector('figure.graph button.fit').click(); return null;");
+        let fitted =
+            b.js("return document.querySelector('figure.graph svg.dag').getAttribute('viewBox');");
+        assert_ne!(zoomed, fitted, "zoom changed the view and fit restored it");
+        let layers: std::collections::BTreeSet<String> = b
+            .all("section.run svg.dag g.node")
+            .iter()
+            .map(|n| n["attrs"]["data-layer"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(layers.len(), 7, "{layers:?}");
+        let outside = b.js(
+            "const box = document.querySelector('section.run .graph-box').getBoundingClientRect();
+             return Array.from(document.querySelectorAll('section.run svg.dag g.node rect'))
+               .map(r => r.getBoundingClientRect())
+               .filter(r => r.width < 20 || r.left < box.left - 1 || r.right > box.right + 1
+                 || r.top < box.top - 1 || r.bottom > box.bottom + 1).length;",
+        );
+        assert_eq!(outside, 0, "every node inside the box at {width}px");
+        let edges = b.all("section.run svg.dag path.edge");
+        assert!(edges.iter().all(|e| {
+            e["attrs"]["marker-end"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("url(#arrow"))
+        }));
+        let forks = b.all("section.run svg.dag text.edge-label");
+        assert_eq!(forks.len(), 1, "{forks:?}");
+        assert!(forks[0]["text"].as_str().unwrap().contains("fork"));
+        assert!(!b.all("section.run svg.dag g.node.tip.on-path").is_empty());
+        let subs: Vec<String> = b
+            .all("section.run svg.dag g.node text.sub")
+            .iter()
+            .map(|t| t["text"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(
+            subs.iter()
+                .all(|t| t.starts_with("step ") && !t.contains('#')),
+            "{subs:?}"
+        );
+        if width < 600 {
+            assert_eq!(
+                b.all("section.run svg.dag")[0]["attrs"]["data-orientation"],
+                "down"
+            );
+        }
+        b.assert_no_horizontal_scroll();
+        s.browser.shot(name);
+    }
+}
+
+/// decision: D182
+/// The list at 1,280 px: it fits; a run blocked at its tip (its locked status stays
+/// `in_progress`) is found by the `blocked` filter and badged, while the forked run whose
+/// blocked branch was left for a newer one is not; counts per status; relative times with the
+/// absolute time on hover; search finds a session by a word of its notes only.
+#[test]
+fn the_list_fits_finds_blocked_runs_counts_statuses_and_searches_notes() {
+    let Some(mut s) = setup() else { return };
+    let blocked = console_support::build_blocked_run(&s.data, "Context: the zanzibar migration.");
+    let b = &s.browser;
+    b.resize(1280, 800);
+    b.goto(&format!("{}/", s.console.origin));
+    b.assert_no_horizontal_scroll();
+    let overflow = b.js(
+        "const d = document.querySelector('div.scroll'); return d.scrollWidth - d.clientWidth;",
+    );
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "the table fits: {overflow}"
+    );
+    let row = format!("tr.session[data-session-id=\"{blocked}\"]");
+    assert_eq!(b.text(&format!("{row} td.status")), "in_progress blocked");
+    let time = b.all(&format!("{row} td.activity time"));
+    assert!(
+        time[0]["text"].as_str().unwrap().ends_with(" ago"),
+        "{time:?}"
+    );
+    assert!(
+        time[0]["attrs"]["title"].as_str().unwrap().ends_with('Z'),
+        "{time:?}"
+    );
+    let counts: std::collections::BTreeMap<String, u64> = b
+        .all("#status-counts li[data-status]")
+        .iter()
+        .map(|li| {
+            let status = li["attrs"]["data-status"].as_str().unwrap().to_owned();
+            let n = li["text"]
+                .as_str()
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (status, n)
+        })
+        .collect();
+    assert_eq!(counts["blocked"], 1, "{counts:?}");
+    assert_eq!(counts["corrupt"], 0, "{counts:?}");
+    s.browser.shot("sessions-blocked");
+
+    let b = &s.browser;
+    b.goto(&format!("{}/?status=blocked", s.console.origin));
+    let ids: Vec<String> = b
+        .all("table#sessions tr.session")
+        .iter()
+        .map(|r| r["attrs"]["data-session-id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![blocked.clone()],
+        "the forked run moved on past its block"
+    );
+    b.goto(&format!("{}/?q=ZANZIBAR", s.console.origin));
+    let ids: Vec<String> = b
+        .all("table#sessions tr.session")
+        .iter()
+        .map(|r| r["attrs"]["data-session-id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, vec![blocked], "found by its notes");
+}
+
+/// decision: D183
+/// A run's timeline lists every committed event in order with its commit time, kind and one
+/// line; the kind filter narrows it in place; a row's link lights its node up in the graph.
+#[test]
+fn the_timeline_lists_every_event_filters_by_kind_and_links_to_the_graph() {
+    let Some(mut s) = setup() else { return };
+    let b = &s.browser;
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    let rows = b.all("table#events tr.event");
+    let facts = b.text("p.facts");
+    let events: usize = facts
+        .split(" committed events")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(rows.len(), events, "{facts}");
+    let indexes: Vec<u64> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-index"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        indexes,
+        (0..events as u64).collect::<Vec<_>>(),
+        "in log order"
+    );
+    let kinds: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["attrs"]["data-kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "session_created",
+        "run_started",
+        "node_created",
+        "edge_created",
+        "advance_recorded",
+        "node_output_appended",
+    ] {
+        assert!(kinds.contains(kind), "{kind} in {kinds:?}");
+    }
+    let times = b.all("table#events tr.event td.at time");
+    assert_eq!(times.len(), events, "each event has its commit time");
+    let blocked = b.text("table#events tr.event[data-kind=advance_recorded] td.summary");
+    assert!(!blocked.is_empty());
+    assert!(
+        b.all("table#events td.summary").iter().any(|t| t["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Blocked (1 blocker): MISSING_REQUIRED_OUTPUT")),
+        "the blocked attempt in one line"
+    );
+    // Filter in place.
+    b.js(
+        "const s = document.querySelector('form#timeline-filter select[name=kind]'); \
+         s.value = 'advance_recorded'; s.dispatchEvent(new Event('change')); return null;",
+    );
+    let shown = b.js(
+        "return Array.from(document.querySelectorAll('table#events tr.event'))
+           .filter(r => !r.hidden).map(r => r.getAttribute('data-kind'));",
+    );
+    let shown: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        !shown.is_empty() && shown.iter().all(|k| *k == "advance_recorded"),
+        "{shown:?}"
+    );
+    assert!(b.url().contains("kind=advance_recorded"), "{}", b.url());
+    // The filter is in the address: a reload keeps it.
+    b.goto(&b.url());
+    assert!(
+        b.all("table#events tr.event:not([hidden])")
+            .iter()
+            .all(|r| r["attrs"]["data-kind"] == "advance_recorded")
+    );
+    s.browser.shot("session-timeline");
+    // A row's node link lights the node up in the graph.
+    let b = &s.browser;
+    let node =
+        b.all("table#events tr.event[data-kind=advance_recorded]")[0]["attrs"]["data-node-id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    b.js(&format!(
+        "document.querySelector('table#events tr.event[data-node-id=\"{node}\"] td.node a').click(); return null;"
+    ));
+    b.eventually(5, "the node lit up", |b| {
+        !b.all(&format!("svg.dag g.node.focused[data-node-id=\"{node}\"]"))
+            .is_empty()
+    });
+}
+
+/// decision: D183
+/// A broken workflow's compile errors are readable in full on the list; a run that pinned an
+/// older version is marked drifted on the workflow's own page, and its link opens the line diff
+/// of the pinned and the current compiled workflow.
+#[test]
+fn compile_errors_show_in_full_and_drift_opens_a_line_diff_from_the_workflow_page() {
+    let Some(mut s) = setup() else { return };
+    let dir = user_workflows(&s.data);
+    std::fs::write(
+        dir.join("release_check.json"),
+        user_workflow_source("Run the smoke tests on staging first."),
+    )
+    .unwrap();
+    let long_prompt_less = json!({
+        "id": "user.broken_one",
+        "name": "Broken",
+        "description": "A workflow whose steps each lack their prompt, so its errors are many and long.",
+        "steps": (0..6).map(|i| json!({"id": format!("a_rather_long_step_identifier_number_{i}"), "title": "No prompt here"})).collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.join("broken_one.json"), long_prompt_less.to_string()).unwrap();
+    let b = &s.browser;
+    b.resize(1280, 800);
+    b.goto(&format!("{}/workflows", s.console.origin));
+    let errors = b.all("tr.workflow-errors[data-workflow-id=\"user.broken_one\"] li.compile-error");
+    assert!(errors.len() >= 5, "{errors:?}");
+    let clipped = b.js(
+        "return Array.from(document.querySelectorAll('li.compile-error'))
+           .filter(e => e.scrollWidth > e.clientWidth + 1).length;",
+    );
+    assert_eq!(clipped, 0, "no compile error is clipped");
+    b.assert_no_horizontal_scroll();
+    s.browser.shot("workflows-broken");
+
+    let b = &s.browser;
+    b.goto(&format!(
+        "{}/workflows/{USER_WORKFLOW_ID}",
+        s.console.origin
+    ));
+    let (session, run) = &s.demo.user_run;
+    let link = b.all(&format!(
+        "li.pinned-run[data-run-id=\"{run}\"] a.drift-link"
+    ));
+    assert_eq!(link.len(), 1, "{}", b.body_text());
+    b.js(&format!(
+        "document.querySelector('li.pinned-run[data-run-id=\"{run}\"] a.drift-link').click(); return null;"
+    ));
+    b.eventually(10, "the drift view", |b| {
+        !b.all("section#drift-diff table.diff").is_empty()
+    });
+    assert!(
+        b.url().contains(&format!("session={session}")),
+        "{}",
+        b.url()
+    );
+    let removed: Vec<String> = b
+        .all("section#drift-diff tr.del td.text")
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_owned())
+        .collect();
+    let added: Vec<String> = b
+        .all("section#drift-diff tr.ins td.text")
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        removed.iter().any(|l| l.contains("Run the smoke tests.")),
+        "{removed:?}"
+    );
+    assert!(
+        added.iter().any(|l| l.contains("on staging first")),
+        "{added:?}"
+    );
+    assert!(!b.all("#drift-warning a[href=\"#drift-diff\"]").is_empty());
+    s.browser.shot("workflow-drift-diff");
+    let b = &s.browser;
+    b.resize(390, 844);
+    b.assert_no_horizontal_scroll();
+}
+
+/// decision: D183
+/// Every page follows the data directory in place: the session page takes a new advance (its
+/// graph and timeline grow) with its scroll position and the page itself kept (no reload); the
+/// list takes a new session; the Workflows list a new workflow file.
+#[test]
+fn pages_follow_changes_in_place_keeping_the_scroll_position() {
+    let Some(s) = setup() else { return };
+    let b = &s.browser;
+    b.resize(1280, 800);
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    let before = b.all("section.run svg.dag g.node").len();
+    let events = b.all("table#events tr.event").len();
+    let y = b.js("window.__samePage = true; window.scrollTo(0, 420); return window.scrollY;");
+    assert_eq!(y, 420, "the page is tall enough to scroll");
+    let mut mcp = Mcp::start(&s.data);
+    mcp.ack(
+        &s.demo.forked_tip,
+        "The agent goes on while the page is open.",
+    );
+    b.eventually(15, "the new node appearing", |b| {
+        b.all("section.run svg.dag g.node").len() == before + 1
+    });
+    assert!(
+        b.all("table#events tr.event").len() > events,
+        "the timeline grew"
+    );
+    assert_eq!(
+        b.js("return window.__samePage === true;"),
+        true,
+        "no reload"
+    );
+    assert_eq!(
+        b.js("return window.scrollY;"),
+        420,
+        "the scroll position is kept"
+    );
+    // The new graph still has its tools.
+    assert!(!b.all("figure.graph .graph-tools:not([hidden])").is_empty());
+
+    b.goto(&format!("{}/", s.console.origin));
+    b.js("window.__samePage = true; return null;");
+    let rows = b.all("table#sessions tr.session").len();
+    mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    b.eventually(15, "the new session's row", |b| {
+        b.all("table#sessions tr.session").len() == rows + 1
+    });
+    assert_eq!(
+        b.js("return window.__samePage === true;"),
+        true,
+        "no reload"
+    );
+    mcp.close();
+
+    b.goto(&format!("{}/workflows", s.console.origin));
+    b.js("window.__samePage = true; return null;");
+    std::fs::write(
+        user_workflows(&s.data).join("late_arrival.json"),
+        json!({
+            "id": "user.late_arrival",
+            "name": "Late arrival",
+            "description": "Written while the page was open.",
+            "steps": [{"id": "one", "title": "One", "prompt": "Do the one thing."}],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    b.eventually(15, "the new workflow's row", |b| {
+        !b.all("tr.workflow[data-workflow-id=\"user.late_arrival\"]")
+            .is_empty()
+    });
+    assert_eq!(
+        b.js("return window.__samePage === true;"),
+        true,
+        "no reload"
+    );
+}
+
+/// decision: D183
+/// Dark mode follows the browser's preference: the page and the graph's nodes take the dark
+/// palette, and the preference form is styled (its fields in a grid, in the page's colours).
+#[test]
+fn dark_mode_follows_the_browser_preference_and_forms_are_styled() {
+    let Some(binary) = chromium() else { return };
+    let (_root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let console = Console::start(&data);
+    let mut browser = Browser::start_with(
+        &binary,
+        &[
+            "--force-dark-mode",
+            "--blink-settings=preferredColorScheme=0",
+        ],
+    );
+    let b = &browser;
+    b.goto(&console.url);
+    assert_eq!(
+        b.js("return matchMedia('(prefers-color-scheme: dark)').matches;"),
+        true,
+        "the browser prefers dark"
+    );
+    let colour = |b: &Browser, selector: &str, property: &str| -> String {
+        b.js(&format!(
+            "return getComputedStyle(document.querySelector({})).{property};",
+            json!(selector)
+        ))
+        .as_str()
+        .unwrap()
+        .to_owned()
+    };
+    assert_eq!(colour(b, "body", "backgroundColor"), "rgb(13, 17, 23)");
+    assert_eq!(colour(b, "body", "color"), "rgb(230, 237, 243)");
+    b.goto(&session_url(&console, &demo.forked_session));
+    assert_eq!(
+        colour(b, "svg.dag g.node:not(.blocked-attempt) rect", "fill"),
+        "rgb(13, 17, 23)"
+    );
+    browser.shot("session-dark");
+    let b = &browser;
+    b.goto(&format!("{}/config", console.origin));
+    assert_eq!(
+        colour(b, "form#preferences label.preference", "display"),
+        "grid"
+    );
+    assert_eq!(
+        colour(b, "form#preferences select", "backgroundColor"),
+        "rgb(13, 17, 23)"
+    );
+    browser.shot("config-dark");
+}
+
+/// decision: D184
+/// Another web server on 127.0.0.1 that the signed-in browser visits receives no Console
+/// secret: neither the token nor the cookie (scoped to the launch's path), at its root, at a
+/// path like the Console's, or under `localhost`.
+#[test]
+fn another_server_on_127_0_0_1_receives_no_console_secret() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::{Arc, Mutex};
+    let Some(s) = setup() else { return };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            log.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 20\r\nConnection: close\r\n\r\n<p>another site</p>\n",
+            );
+        }
+    });
+    let b = &s.browser;
+    // Signed in: the Console's pages open with the cookie alone.
+    b.goto(&session_url(&s.console, &s.demo.forked_session));
+    assert!(b.text("h1").contains(&s.demo.forked_session));
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://127.0.0.1:{port}/c/"),
+        format!(
+            "http://127.0.0.1:{port}{}/",
+            s.console.prefix.rsplit_once('/').unwrap().0
+        ),
+        format!("http://localhost:{port}/sessions/{}", s.demo.forked_session),
+    ] {
+        b.goto(&url);
+        assert!(b.body_text().contains("another site"), "{url}");
+    }
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests.len() >= 4, "{requests:?}");
+    for request in &requests {
+        assert!(
+            !request.contains(&s.console.secret),
+            "the secret leaked: {request}"
+        );
+        assert!(
+            !request.contains("workrail_console"),
+            "a Console cookie leaked: {request}"
+        );
+    }
+    // The Console still knows the browser.
+    b.goto(&format!("{}/", s.console.origin));
+    assert!(!b.all("table#sessions").is_empty(), "{}", b.body_text());
+}
+
+/// axe-core's script: `$WORKRAIL_AXE_CORE` (`.ci/run` installs it from the npm registry), or
+/// `None` (and a note) where the check may be skipped.
+fn axe_core() -> Option<String> {
+    let path = std::env::var_os("WORKRAIL_AXE_CORE").map(PathBuf::from);
+    match path.as_deref().map(std::fs::read_to_string) {
+        Some(Ok(script)) => Some(script),
+        found => {
+            let required = std::env::var_os("CI").is_some();
+            let message = format!(
+                "the accessibility check needs axe-core: set WORKRAIL_AXE_CORE to its axe.min.js (`npm install --prefix DIR axe-core@4`, as .ci/run does){}",
+                match found {
+                    Some(Err(e)) => format!("; reading it failed: {e}"),
+                    _ => String::new(),
+                }
+            );
+            assert!(!required, "{message}");
+            eprintln!("skipped: {message}");
+            None
+        }
+    }
+}
+
+/// axe-core's violations on the page shown: `(id, impact, help, targets)`.
+fn axe_violations(b: &Browser, axe: &str) -> Vec<Value> {
+    b.js(&format!("{axe}\n;return typeof axe;"));
+    let script = "const done = arguments[arguments.length - 1];
+        axe.run(document, {resultTypes: ['violations']})
+          .then(r => done(r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+            targets: v.nodes.slice(0, 5).map(n => n.target.join(' '))}))))
+          .catch(e => done([{id: 'axe-error', impact: 'critical', help: String(e), targets: []}]));";
+    match b
+        .runtime
+        .block_on(b.client().execute_async(script, Vec::new()))
+        .unwrap_or_else(|e| panic!("axe.run failed: {e}"))
+    {
+        Value::Array(items) => items,
+        other => panic!("axe.run gave {other}"),
+    }
+}
+
+/// decision: D183
+/// axe-core finds no serious or critical violation on any page, light and dark, wide and
+/// narrow: names, labels, landmarks, contrast, keyboard reach. Moderate and minor findings are
+/// printed.
+#[test]
+fn axe_core_finds_no_serious_violation_on_any_page() {
+    let Some(axe) = axe_core() else { return };
+    let Some(binary) = chromium() else { return };
+    let (_root, data) = new_root();
+    let demo = build_demo_data_dir(&data);
+    let console = Console::start(&data);
+    let (session, run) = &demo.user_run;
+    let mut pages = vec![
+        format!("{}/", console.origin),
+        session_url(&console, &demo.forked_session),
+        session_url(&console, &demo.gap_session),
+        format!("{}/workflows", console.origin),
+        format!("{}/workflows/{USER_WORKFLOW_ID}", console.origin),
+        format!(
+            "{}/workflows/{USER_WORKFLOW_ID}?session={session}&run={run}",
+            console.origin
+        ),
+        format!("{}/config", console.origin),
+    ];
+    let mut serious = Vec::new();
+    for (scheme, args) in [
+        ("light", &[][..]),
+        (
+            "dark",
+            &[
+                "--force-dark-mode",
+                "--blink-settings=preferredColorScheme=0",
+            ][..],
+        ),
+    ] {
+        let browser = Browser::start_with(&binary, args);
+        browser.goto(&console.url);
+        // A node page, found from the forked run's graph.
+        browser.goto(&session_url(&console, &demo.forked_session));
+        let node = browser.all("svg.dag g.node")[0]["attrs"]["data-node-id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        pages.push(format!(
+            "{}/nodes/{node}",
+            session_url(&console, &demo.forked_session)
+        ));
+        for (width, height) in [(1280, 800), (390, 844)] {
+            browser.resize(width, height);
+            for page in &pages {
+                browser.goto(page);
+                for v in axe_violations(&browser, &axe) {
+                    let impact = v["impact"].as_str().unwrap_or("unknown").to_owned();
+                    let line = format!(
+                        "{scheme} {width}px {page}: {impact} {} ({}) at {}",
+                        v["id"], v["help"], v["targets"]
+                    );
+                    if impact == "serious" || impact == "critical" {
+                        serious.push(line);
+                    } else {
+                        eprintln!("axe: {line}");
+                    }
+                }
+            }
+        }
+        pages.pop();
+    }
+    assert!(
+        serious.is_empty(),
+        "serious accessibility violations:\n{}",
+        serious.join("\n")
+    );
 }

@@ -126,6 +126,8 @@ struct Console {
     child: Child,
     port: u16,
     secret: String,
+    /// Where this launch's pages live, `/c/<nonce>` (decision D184).
+    prefix: String,
     line: String,
 }
 
@@ -162,17 +164,19 @@ impl Console {
         let rest = line
             .strip_prefix("WorkRail Console: http://127.0.0.1:")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        let (port, secret) = rest.split_once("/?token=").unwrap();
+        let (base, secret) = rest.split_once("/?token=").unwrap();
+        let (port, prefix) = base.split_once('/').unwrap();
         Console {
             child,
             port: port.parse().unwrap(),
             secret: secret.to_owned(),
+            prefix: format!("/{prefix}"),
             line,
         }
     }
 
     fn cookie(&self) -> String {
-        format!("workrail_console={}", self.secret)
+        format!("workrail_console_{}={}", self.port, self.secret)
     }
 
     fn origin(&self) -> String {
@@ -191,7 +195,21 @@ impl Console {
         reply.body
     }
 
+    /// A request to a path of this launch (under its prefix); links and redirects in the reply
+    /// read as plain paths.
     fn send(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut reply = self.send_raw(method, &format!("{}{path}", self.prefix), headers);
+        reply.body = reply.body.replace(&format!("=\"{}/", self.prefix), "=\"/");
+        if let Some(location) = reply.headers.get_mut("location")
+            && let Some(rest) = location.strip_prefix(&self.prefix)
+        {
+            *location = rest.to_owned();
+        }
+        reply
+    }
+
+    /// A request to `path` as it is.
+    fn send_raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
         let mut request = format!(
@@ -375,8 +393,8 @@ fn the_link_line_names_loopback_and_a_fresh_secret() {
         assert_eq!(
             c.line,
             format!(
-                "WorkRail Console: http://127.0.0.1:{}/?token={}",
-                c.port, c.secret
+                "WorkRail Console: http://127.0.0.1:{}{}/?token={}",
+                c.port, c.prefix, c.secret
             )
         );
     }
@@ -436,7 +454,7 @@ fn without_the_secret_or_with_a_wrong_one_every_request_is_refused() {
     let reply = c.send(
         "GET",
         "/",
-        &[("Cookie", &format!("workrail_console={wrong}"))],
+        &[("Cookie", &format!("workrail_console_{}={wrong}", c.port))],
     );
     assert_eq!(reply.status, 403);
     assert_eq!(
@@ -456,8 +474,8 @@ fn the_link_sets_the_cookie_and_redirects_to_the_same_address_without_the_token(
     assert_eq!(
         reply.header("set-cookie"),
         format!(
-            "workrail_console={}; HttpOnly; SameSite=Strict; Path=/",
-            c.secret
+            "workrail_console_{}={}; HttpOnly; SameSite=Strict; Path={}/",
+            c.port, c.secret, c.prefix
         )
     );
     let reply = c.send(
@@ -527,12 +545,13 @@ fn state_changing_requests_need_the_consoles_own_origin() {
     assert!(reply.body.contains("This Console needs its link"));
 }
 
+/// decision: D182
 #[test]
 fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     let f = fixture();
     let c = Console::start(f.dir.path());
     let html = c.page("/");
-    assert!(html.contains("<nav id=\"nav\">"));
+    assert!(html.contains("<nav id=\"nav\" aria-label=\"Console\">"));
     for href in ["href=\"/\"", "href=\"/workflows\"", "href=\"/config\""] {
         assert!(html.contains(href), "{href}");
     }
@@ -548,9 +567,10 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     };
     let forked = row(&f.forked);
     // A blocked attempt alone leaves a guided run in progress (only a critical gap at the tip
-    // blocks it, locks §2.1).
+    // blocks it, locks §2.1); the Console badges it blocked, the attempt being the latest at
+    // the tip with nothing after it (decision D182).
     assert!(
-        forked.contains("<td class=\"status\">in_progress</td>"),
+        forked.contains("<td class=\"status\" data-console-blocked=\"true\">in_progress <span class=\"badge blocked\""),
         "{forked}"
     );
     assert!(
@@ -564,7 +584,9 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     )));
     let never_stop = row(&f.never_stop);
     assert!(
-        never_stop.contains("<td class=\"status\">complete_with_gaps</td>"),
+        never_stop.contains(
+            "<td class=\"status\" data-console-blocked=\"false\">complete_with_gaps</td>"
+        ),
         "{never_stop}"
     );
     assert!(
@@ -575,8 +597,11 @@ fn the_sessions_page_lists_every_session_with_its_status_health_and_gaps() {
     let gapped = c.page("/?status=complete_with_gaps");
     assert_eq!(tags_with_class(&gapped, "tr", "session").len(), 1);
     assert!(gapped.contains(&f.never_stop));
+    // No run has the locked `blocked` status; the one blocked at its tip is found (D182).
     let blocked = c.page("/?status=blocked");
-    assert!(blocked.contains("<p id=\"no-sessions\">"));
+    let found = tags_with_class(&blocked, "tr", "session");
+    assert_eq!(found.len(), 1, "{blocked}");
+    assert!(found[0].contains(&f.forked), "{blocked}");
     let by_id = c.page(&format!("/?q={}", f.never_stop));
     assert_eq!(tags_with_class(&by_id, "tr", "session").len(), 1);
     let none = c.page("/?q=no-such-thing");
@@ -607,8 +632,9 @@ fn the_session_page_draws_the_fork_the_tip_and_the_blocked_attempt() {
     assert!(html.contains("<ul class=\"legend\">"));
     let runs = tags_with_class(&html, "section", "run");
     assert_eq!(runs.len(), 1, "{html}");
+    // The locked status, and the Console's word for an attempt blocked at the tip (D182).
     assert!(
-        html.contains("<dd class=\"run-status\">in_progress</dd>"),
+        html.contains("<dd class=\"run-status\">in_progress <span class=\"badge blocked\">blocked at its tip</span></dd>"),
         "{html}"
     );
     assert!(html.contains("<svg class=\"dag\""));
@@ -631,7 +657,7 @@ fn the_session_page_draws_the_fork_the_tip_and_the_blocked_attempt() {
             "{node}"
         );
         let id = attr_values(node, "data-node-id")[0];
-        assert!(html.contains(&format!("<a href=\"/sessions/{}/nodes/{id}\">", f.forked)));
+        assert!(html.contains(&format!("<a href=\"/sessions/{}/nodes/{id}\"", f.forked)));
     }
     let edges = tags_with_class(&html, "path", "edge");
     assert_eq!(edges.len(), 5, "{edges:#?}");
@@ -783,6 +809,7 @@ fn a_never_stop_gap_is_listed_unresolved_on_its_node() {
 }
 
 /// lock: L-HEALTH-SALVAGE-READ-ONLY
+/// decision: D183
 #[test]
 fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
     let f = fixture();
@@ -805,18 +832,34 @@ fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
     let c = Console::start(&data);
     let html = c.page(&format!("/sessions/{}", f.forked));
     let start = html
-        .find("<div id=\"salvage-banner\" role=\"alert\">")
+        .find("<div id=\"salvage-banner\" role=\"alert\"")
         .unwrap_or_else(|| panic!("no banner: {html}"));
     let banner = &html[start..start + html[start..].find("</div>").unwrap()];
     for needle in [
         "corrupt_tail".to_owned(),
         "segment_digest_mismatch".to_owned(),
         "validated prefix".to_owned(),
-        format!("workrail repair {}", f.forked),
         format!("workrail export {}", f.forked),
+        format!("href=\"/sessions/{}/export.json\"", f.forked),
     ] {
         assert!(banner.contains(&needle), "{needle} missing from {banner}");
     }
+    // Said once, and no `repair`: it restores snapshot pins only, not a damaged segment.
+    assert_eq!(banner.matches("Salvage view").count(), 1, "{banner}");
+    assert_eq!(
+        banner
+            .matches("<code>segment_digest_mismatch</code>")
+            .count(),
+        1,
+        "{banner}"
+    );
+    assert_eq!(banner.matches("workrail export").count(), 1, "{banner}");
+    assert!(!banner.contains("workrail repair"), "{banner}");
+    // The download is the salvage bundle of the validated prefix.
+    let bundle = c.get(&format!("/sessions/{}/export.json", f.forked));
+    assert_eq!(bundle.status, 200);
+    let bundle: serde_json::Value = serde_json::from_str(&bundle.body).unwrap();
+    assert!(bundle.to_string().contains("salvage"), "a salvage bundle");
     // The prefix is shown: the DAG without the last segment (the blocked attempt).
     let nodes = tags_with_class(&html, "g", "node");
     assert_eq!(nodes.len(), 6);
@@ -1017,4 +1060,199 @@ fn lanes_are_shown_under_their_parallel_step_with_the_conflict() {
             && node_page.contains(&format!("#lanes-{parent_node}\"")),
         "{node_page}"
     );
+}
+
+/// decision: D183
+/// Every read model a page is drawn from downloads as a JSON file, and the session as its
+/// export bundle; each behind the secret like the pages.
+#[test]
+fn sessions_timelines_nodes_and_bundles_download_as_json() {
+    let f = fixture();
+    let c = Console::start(f.dir.path());
+    let html = c.page(&format!("/sessions/{}", f.forked));
+    let nodes = tags_with_class(&html, "g", "node");
+    let node = attr_values(nodes[0], "data-node-id")[0].to_owned();
+    for (path, file) in [
+        ("/sessions.json".to_owned(), "sessions.json".to_owned()),
+        (
+            format!("/sessions/{}/session.json", f.forked),
+            format!("{}.session.json", f.forked),
+        ),
+        (
+            format!("/sessions/{}/timeline.json", f.forked),
+            format!("{}.timeline.json", f.forked),
+        ),
+        (
+            format!("/sessions/{}/export.json", f.forked),
+            format!("{}.bundle.json", f.forked),
+        ),
+        (
+            format!("/sessions/{}/nodes/{node}/node.json", f.forked),
+            format!("{node}.node.json"),
+        ),
+    ] {
+        assert!(
+            html.contains(&path) || path == "/sessions.json" || path.contains("/nodes/"),
+            "{path} linked"
+        );
+        let r = c.get(&path);
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert_eq!(r.header("content-type"), "application/json", "{path}");
+        assert_eq!(
+            r.header("content-disposition"),
+            format!("attachment; filename=\"{file}\""),
+            "{path}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert!(!value.is_null(), "{path}");
+    }
+    let view: serde_json::Value =
+        serde_json::from_str(&c.get(&format!("/sessions/{}/session.json", f.forked)).body).unwrap();
+    assert_eq!(view["sessionId"], f.forked.as_str());
+    let timeline: serde_json::Value =
+        serde_json::from_str(&c.get(&format!("/sessions/{}/timeline.json", f.forked)).body)
+            .unwrap();
+    assert_eq!(timeline[0]["kind"], "session_created");
+    assert_eq!(
+        c.get("/sessions/sess_nosuchsession0000/session.json")
+            .status,
+        404
+    );
+}
+
+/// decision: D184
+/// The secret reaches no other server: the cookie is scoped to this launch's path (and named
+/// after its port), every path outside that prefix is refused even with the cookie, and a
+/// request addressed to another host name (DNS rebinding) is refused.
+#[test]
+fn the_cookie_is_scoped_to_the_launch_path_and_other_hosts_are_refused() {
+    let f = fixture();
+    let c = Console::start(f.dir.path());
+    assert!(
+        c.prefix.starts_with("/c/") && c.prefix.len() == 3 + 16,
+        "{}",
+        c.prefix
+    );
+    let reply = c.send("GET", &format!("/?token={}", c.secret), &[]);
+    let cookie = reply.header("set-cookie");
+    assert!(cookie.contains(&format!("Path={}/", c.prefix)), "{cookie}");
+    assert!(
+        !cookie.contains("Path=/;") && !cookie.ends_with("Path=/"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains("Domain"), "{cookie}");
+    for path in [
+        "/".to_owned(),
+        format!("/sessions/{}", f.forked),
+        "/c/".to_owned(),
+    ] {
+        let reply = c.send_raw("GET", &path, &[("Cookie", &c.cookie())]);
+        assert_eq!(reply.status, 403, "{path} outside the launch's prefix");
+        assert!(!reply.body.contains(&f.forked), "{path}");
+    }
+    // Another launch's prefix with this secret is refused too.
+    let reply = c.send_raw(
+        "GET",
+        &format!("/c/0000000000000000/?token={}", c.secret),
+        &[],
+    );
+    assert_eq!(reply.status, 403);
+    // Another host name that resolves here.
+    let mut stream = TcpStream::connect(("127.0.0.1", c.port)).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET {}/ HTTP/1.1\r\nHost: rebound.example:{}\r\nCookie: {}\r\nConnection: close\r\n\r\n",
+                c.prefix,
+                c.port,
+                c.cookie()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let reply = Reply::parse(&raw);
+    assert_eq!(reply.status, 421, "{reply:?}");
+    assert!(!reply.body.contains(&f.forked));
+}
+
+/// decision: D184
+/// `--open` hands the browser launcher a 0600 redirect file, never the tokened link: the
+/// launcher's command line carries only the file's path.
+#[test]
+fn open_hands_the_launcher_a_private_redirect_file_not_the_token() {
+    let f = fixture();
+    let bin = tempfile::tempdir().unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let args_file = bin.path().join("args");
+    let launcher = bin.path().join("xdg-open");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n",
+            args_file.display()
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
+    let mut child = command
+        .arg("--data-dir")
+        .arg(f.dir.path())
+        .args(["console", "--port", "0", "--open"])
+        .env("PATH", bin.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("HOME", f.dir.path())
+        .env_remove("WORKRAIL_DATA_DIR")
+        .env_remove("WORKRAIL_WORKFLOW_DIRS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("WorkRail Console: ")
+        .unwrap()
+        .to_owned();
+    let secret = url.split_once("?token=").unwrap().1.to_owned();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !args_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the launcher never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = child.kill();
+    let _ = child.wait();
+    let args = std::fs::read_to_string(&args_file).unwrap();
+    assert!(
+        !args.contains(&secret),
+        "the token is on the launcher's command line: {args}"
+    );
+    let file = PathBuf::from(args.trim());
+    assert!(file.starts_with(runtime.path()), "{args}");
+    let page = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        page.contains(&url),
+        "the redirect file leads to the link: {page}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "only this user reads it");
+    }
 }

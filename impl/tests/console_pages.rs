@@ -50,11 +50,13 @@ fn send(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Reply {
-    let host = console.origin.strip_prefix("http://").unwrap();
+    let host = console.site.strip_prefix("http://").unwrap();
     let mut stream = TcpStream::connect(host).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
+    // Paths are the launch's (decision D184): under its prefix.
+    let path = format!("{}{path}", console.prefix);
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -91,6 +93,20 @@ fn send(
     } else {
         body.to_owned()
     };
+    // Links and redirects read as plain paths.
+    let body = console.unprefixed(&body);
+    let headers = headers
+        .into_iter()
+        .map(|(k, v)| {
+            let v = if k == "location" {
+                v.strip_prefix(&console.prefix)
+                    .map_or(v.clone(), str::to_owned)
+            } else {
+                v
+            };
+            (k, v)
+        })
+        .collect();
     Reply {
         status,
         headers,
@@ -117,7 +133,7 @@ struct Fixture {
     _root: tempfile::TempDir,
     data: PathBuf,
     console: Console,
-    /// `Cookie: workrail_console=<secret>`.
+    /// `Cookie: workrail_console_<port>=<secret>`.
     cookie: String,
 }
 
@@ -132,12 +148,12 @@ impl Fixture {
         )
         .unwrap();
         let console = Console::start(&data);
-        let secret = console.url.split_once("?token=").unwrap().1.to_owned();
+        let cookie = console.cookie();
         Fixture {
             _root: root,
             data,
             console,
-            cookie: format!("workrail_console={secret}"),
+            cookie,
         }
     }
 
@@ -155,7 +171,7 @@ impl Fixture {
             &self.console,
             "POST",
             path,
-            &[("Cookie", &self.cookie), ("Origin", &self.console.origin)],
+            &[("Cookie", &self.cookie), ("Origin", &self.console.site)],
             &form_encode(form),
         )
     }
@@ -235,17 +251,17 @@ fn state_changing_posts_from_another_origin_or_without_the_secret_are_refused_an
             &f.console,
             "POST",
             path,
-            &[("Origin", &f.console.origin)],
+            &[("Origin", &f.console.site)],
             &body,
         );
         assert_eq!(r.status, 403, "{path}: {r:?}");
         assert!(r.body.contains("This Console needs its link"), "{path}");
-        let wrong = format!("workrail_console={}", "0".repeat(64));
+        let wrong = format!("{}={}", f.console.cookie_name, "0".repeat(64));
         let r = send(
             &f.console,
             "POST",
             path,
-            &[("Cookie", &wrong), ("Origin", &f.console.origin)],
+            &[("Cookie", &wrong), ("Origin", &f.console.site)],
             &body,
         );
         assert_eq!(r.status, 403, "{path}: {r:?}");
@@ -471,8 +487,7 @@ fn the_workflow_and_config_pages_show_source_compiled_and_pinned_and_write_nothi
     let demo = build_demo_data_dir(&data);
     let before = fingerprint(root.path());
     let console = Console::start(&data);
-    let secret = console.url.split_once("?token=").unwrap().1.to_owned();
-    let cookie = format!("workrail_console={secret}");
+    let cookie = console.cookie();
     let get = |path: &str| send(&console, "GET", path, &[("Cookie", &cookie)], "");
 
     let list = get("/workflows");

@@ -14,7 +14,7 @@
 //! workrail import <file>        import a bundle; prints the session id and fresh per-run tokens
 //! workrail gc [--dry-run] [--ttl-days N]  delete expired sessions, then unreachable CAS objects
 //! workrail config [--json] | config set <key> <value>   desired vs applied config, restart triggers; edits
-//! workrail workflows list|show|save|copy   workflows, sources, compiled and pinned snapshots (see `control::cli`)
+//! workrail workflows list|show|save|copy   workflows, sources, compiled and pinned snapshots (see `control_plane`)
 //! workrail console [--port N] [--open]    serve the read-only Console on 127.0.0.1 (prints its link)
 //! ```
 //!
@@ -32,6 +32,7 @@ use clap::{Parser, Subcommand};
 use workrail_spec::error::ErrorEnvelope;
 
 mod authoring;
+mod control_plane;
 
 use crate::bundle::Progress as _;
 use crate::protocol::{Workrail, WorkrailConfig};
@@ -198,10 +199,10 @@ enum Command {
     },
     /// Desired versus applied config of the running servers, with restart triggers; `config set`
     /// edits a feature flag or a preference default.
-    Config(crate::control::cli::ConfigArgs),
+    Config(control_plane::ConfigArgs),
     /// List workflows, show a source, compiled or pinned snapshot, save a source, copy a wr.*
     /// workflow to an editable namespace.
-    Workflows(crate::control::cli::WorkflowsArgs),
+    Workflows(control_plane::WorkflowsArgs),
     /// Serve the Console: a read-only web view of the sessions, their run DAGs and nodes, on
     /// 127.0.0.1 only.
     ///
@@ -342,8 +343,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             bundled,
             dry_run,
         } => Ok(authoring::migrate(&file, bundled, dry_run)),
-        Command::Config(args) => crate::control::cli::config(cli.data_dir, args),
-        Command::Workflows(args) => crate::control::cli::workflows(cli.data_dir, args),
+        Command::Config(args) => control_plane::config(cli.data_dir, args),
+        Command::Workflows(args) => control_plane::workflows(cli.data_dir, args),
         Command::Sessions { json } => {
             let data_dir = match &cli.data_dir {
                 Some(dir) => dir.clone(),
@@ -583,7 +584,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
 /// `workrail keys client ...`.
 fn client_keys(data_dir: Option<PathBuf>, action: ClientAction) -> Result<ExitCode, String> {
     use crate::control::client_keys as keys;
-    let dir = crate::control::cli::data_dir(data_dir)?;
+    let dir = control_plane::data_dir(data_dir)?;
     match action {
         ClientAction::Add { name } => {
             let made = keys::add_client(
@@ -629,7 +630,7 @@ fn serve_mcp(
     store: &crate::protocol::StoreChoice,
     transport: Transport,
 ) -> Result<ExitCode, String> {
-    let dir = crate::control::cli::data_dir(data_dir.clone())?;
+    let dir = control_plane::data_dir(data_dir.clone())?;
     let workrail = match open(data_dir.clone(), store) {
         Ok(workrail) => workrail,
         // A database unreachable at start does not stop the server: it opens the

@@ -9,6 +9,7 @@
 //! lays out run DAGs, `markdown` turns notes into sanitized HTML.
 
 mod auth;
+pub mod history;
 mod markdown;
 mod pages;
 mod server;

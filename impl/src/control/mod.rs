@@ -9,15 +9,16 @@
 //!   edits of `config/features.json` and `config/preferences.json`;
 //! - [`workflows`]: workflows with their sources, source text, compiled and pinned snapshots,
 //!   pinned drift, and saving or copying sources (never compiled snapshots);
-//! - [`client_keys`]: the keys clients of `workrail serve --http` present (stored hashed);
-//! - [`cli`]: the command-line front end.
+//! - [`client_keys`]: the keys clients of `workrail serve --http` present (stored hashed).
+//!
+//! The command-line front end (`crate::cli`) and the Console (`crate::console`) both stand on
+//! this module; it imports neither.
 //!
 //! Every read here writes nothing (decision D69): no lock file, no data directory, no cache.
 //! Errors are the unified envelope.
 
 pub mod applied;
 pub mod authoring;
-pub mod cli;
 pub mod client_keys;
 pub mod config;
 pub mod servers;

@@ -246,6 +246,11 @@ pub fn build_demo_data_dir(data_dir: &Path) -> Demo {
         "No verification report: recorded as a gap, the run goes on.",
     );
     assert_ne!(n5["kind"], "blocked", "never-stop does not block: {n5}");
+    // It runs to its end, seven layers deep, and a rewind to its first step forks it there.
+    let n6 = mcp.ack(&n5, "Comments written.");
+    assert_eq!(n6["isComplete"], true, "{n6}");
+    let again = mcp.exec("continue_workflow", json!({"stateToken": n0["stateToken"]}));
+    mcp.ack(&again, "Context gathered again after a rewind.");
     // Activity is ordered by the manifests' modification times, which the kernel stamps at a
     // coarse tick: the last session starts a clear moment after the others.
     std::thread::sleep(std::time::Duration::from_millis(50));
@@ -269,8 +274,31 @@ pub struct Console {
     child: Child,
     /// The printed URL, secret included.
     pub url: String,
-    /// `http://127.0.0.1:<port>`.
+    /// Where every page of this launch lives: `http://127.0.0.1:<port>/c/<nonce>` (decision
+    /// D184); a page's URL is this and its path.
     pub origin: String,
+    /// The origin proper, `http://127.0.0.1:<port>` (what a browser sends as `Origin`).
+    pub site: String,
+    /// The launch's path prefix, `/c/<nonce>`.
+    pub prefix: String,
+    /// The per-launch secret.
+    pub secret: String,
+    /// The cookie's name, `workrail_console_<port>`.
+    pub cookie_name: String,
+}
+
+impl Console {
+    /// `Cookie: <name>=<secret>`, as the browser sends it after the link.
+    pub fn cookie(&self) -> String {
+        format!("{}={}", self.cookie_name, self.secret)
+    }
+
+    /// `text` (a page or a `Location`) with this launch's prefix taken off its links, so
+    /// assertions read plain paths.
+    pub fn unprefixed(&self, text: &str) -> String {
+        text.replace(&format!("=\"{}/", self.prefix), "=\"/")
+            .replace(&format!("={}/", self.prefix), "=/")
+    }
 }
 
 impl Console {
@@ -303,7 +331,13 @@ impl Console {
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         let (origin, query) = url.split_once("/?token=").expect("the URL carries a token");
         assert_eq!(query.len(), 64, "a 32-byte hex secret: {url}");
+        let rest = origin.strip_prefix("http://127.0.0.1:").unwrap();
+        let (port, prefix) = rest.split_once('/').expect("a per-launch path");
         Console {
+            site: format!("http://127.0.0.1:{port}"),
+            prefix: format!("/{prefix}"),
+            cookie_name: format!("workrail_console_{port}"),
+            secret: query.to_owned(),
             origin: origin.to_owned(),
             url,
             child,
@@ -378,4 +412,21 @@ pub fn fingerprint(dir: &Path) -> BTreeMap<PathBuf, (u32, Option<Vec<u8>>)> {
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out);
     out
+}
+
+/// Starts a guided `wr.mr_review` run and drives it to `verify_findings`, where its ack without
+/// the required report is blocked; nothing comes after. Returns its session id.
+pub fn build_blocked_run(data_dir: &Path, notes: &str) -> String {
+    let mut mcp = Mcp::start(data_dir);
+    let mut out = mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    let session = out["session"]["sessionId"].as_str().unwrap().to_owned();
+    out = mcp.ack(&out, notes);
+    for _ in 0..3 {
+        out = mcp.ack(&out, "Looked further.");
+    }
+    assert_eq!(out["pending"]["stepId"], "verify_findings", "{out}");
+    let blocked = mcp.ack(&out, "Verified, but no report attached.");
+    assert_eq!(blocked["kind"], "blocked", "{blocked}");
+    mcp.close();
+    session
 }

@@ -12,7 +12,7 @@ use workrail_spec::closed::{Autonomy, RiskPolicy};
 use workrail_spec::config::{RestartTrigger, RuntimeSafeChange};
 use workrail_spec::error::ErrorEnvelope;
 
-use super::layout::page;
+use super::layout::{Live, page_live};
 use crate::control::{ConfigOverview, ServerConfigView};
 use crate::projections::console::{LIST_MAX, TEXT_MAX_BYTES, TITLE_MAX_BYTES, bounded};
 
@@ -131,9 +131,14 @@ fn server(s: &ServerConfigView) -> Markup {
 /// refused.
 pub fn render(overview: &ConfigOverview, saved: bool, error: Option<&ErrorEnvelope>) -> Markup {
     let desired = &overview.desired_here;
-    page(
+    let live = if error.is_some() {
+        Live::Static
+    } else {
+        Live::Poll
+    };
+    page_live(
         "Config",
-        None,
+        live,
         html! {
             h1 { "Config" }
             @if saved { p id="saved" role="status" { "Saved to " code { "config/features.json" } ". Running servers keep their applied config until they restart." } }

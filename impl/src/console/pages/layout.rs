@@ -4,8 +4,27 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::projections::console::SalvageNotice;
 
+/// How a page follows the data directory (decision D183).
+#[derive(Debug, Clone, Copy)]
+pub enum Live<'a> {
+    /// Polls `url` for the log's version and fetches the page when it changes.
+    Version(&'a str, &'a str),
+    /// Fetches the page itself now and then.
+    Poll,
+    /// Never updated in place: the answer to a refused form, whose text must stay.
+    Static,
+}
+
 /// A whole page: head with the embedded assets, navigation, and `body` inside `<main>`.
 pub fn page(title: &str, main_attrs: Option<(&str, &str)>, body: Markup) -> Markup {
+    match main_attrs {
+        Some((version, url)) => page_live(title, Live::Version(version, url), body),
+        None => page_live(title, Live::Poll, body),
+    }
+}
+
+/// [`page`] with its way of following the data directory spelled out.
+pub fn page_live(title: &str, live: Live<'_>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -21,38 +40,42 @@ pub fn page(title: &str, main_attrs: Option<(&str, &str)>, body: Markup) -> Mark
                 script src="/assets/console.js" defer {}
             }
             body {
-                nav id="nav" {
-                    span class="brand" { "WorkRail Console" }
-                    a href="/" { "Sessions" }
-                    a href="/workflows" { "Workflows" }
-                    a href="/config" { "Config" }
+                a class="skip" href="#main" { "Skip to content" }
+                header {
+                    nav id="nav" aria-label="Console" {
+                        span class="brand" { "WorkRail Console" }
+                        a href="/" { "Sessions" }
+                        a href="/workflows" { "Workflows" }
+                        a href="/config" { "Config" }
+                    }
                 }
-                @match main_attrs {
-                    Some((version, url)) => main data-version=(version) data-version-url=(url) { (body) },
-                    None => main { (body) },
+                @match live {
+                    Live::Version(version, url) => main id="main" data-version=(version) data-version-url=(url) { (body) },
+                    Live::Poll => main id="main" { (body) },
+                    Live::Static => main id="main" data-static { (body) },
                 }
             }
         }
     }
 }
 
-/// The banner over a session that is not healthy: what is wrong and how to get it out of the
-/// way; the page below shows the validated prefix only.
+/// The banner over a session that is not healthy: what is wrong, said once, and how to get it
+/// out of the way (`how_to_clear` names `workrail repair` only where repair can help, a missing
+/// snapshot pin); the page below shows the validated prefix only.
 pub fn salvage_banner(session_id: &str, notice: &SalvageNotice) -> Markup {
     html! {
-        div id="salvage-banner" role="alert" {
+        div id="salvage-banner" role="alert" data-health=(notice.health) data-reason=(notice.reason) {
             p {
                 strong { "Salvage view: " }
                 "this session is " code { (notice.health) } " (" code { (notice.reason) } "): "
                 (notice.detail)
                 @if let Some(i) = notice.manifest_index { " (validation stopped at manifest record " (i) ")" }
-                "."
+                ". Only its validated prefix is shown; it is never used to advance execution."
             }
-            p { "Only its validated prefix is shown below; it is never used to advance execution." }
             p {
-                "To recover: " (with_code_spans(&notice.how_to_clear)) ". Commands: "
-                code { "workrail repair " (session_id) } " (restores missing snapshot pins only, and says so otherwise) / "
-                code { "workrail export " (session_id) } "."
+                "To recover: " (with_code_spans(&notice.how_to_clear)) ". "
+                a class="download" href=(format!("/sessions/{session_id}/export.json")) download { "Download the validated prefix as a bundle" }
+                "."
             }
         }
     }
@@ -78,6 +101,19 @@ pub fn needs_link() -> Markup {
                 "Open the URL printed by " code { "workrail console" }
                 " in the terminal where it runs: it carries a per-launch secret, and this browser has not presented it (or presented an old one)."
             }
+        },
+    )
+}
+
+/// 421: a request addressed to another host name (the Console answers only to
+/// `127.0.0.1:<port>` and `localhost:<port>`).
+pub fn wrong_host() -> Markup {
+    page(
+        "Wrong address",
+        None,
+        html! {
+            h1 { "Wrong address" }
+            p { "This Console answers only at the address printed by " code { "workrail console" } "." }
         },
     )
 }

@@ -19,6 +19,7 @@ pub fn render(view: &NodeView) -> Markup {
         html! {
             p class="crumbs" { a href=(session_link) { "Session " code { (view.session_id) } } }
             h1 { (n.title) }
+            p class="downloads" { "JSON: " a href=(format!("/sessions/{}/nodes/{}/node.json", view.session_id, n.node_id)) download { "this node" } }
             @if let Some(notice) = &view.salvage { (salvage_banner(&view.session_id, notice)) }
             dl id="node-facts" {
                 dt { "Node" } dd class="node-id" { code { (n.node_id) } }

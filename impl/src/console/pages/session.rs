@@ -1,7 +1,11 @@
 //! `GET /sessions/<id>`: the session's health and each run with its DAG; the lanes of each
 //! parallel step are grouped under that step's node, with their fan-in (decision D171).
 
+use std::collections::HashSet;
+
 use maud::{Markup, html};
+
+use crate::console::history::TimelineRow;
 
 use super::layout::{page, salvage_banner};
 use crate::projections::console::{
@@ -22,8 +26,19 @@ fn top_level(view: &SessionView) -> impl Iterator<Item = &RunView> {
     })
 }
 
-/// The page for one session, with the live-update version it was rendered at.
-pub fn render(view: &SessionView) -> Markup {
+/// What the session page shows beside the projection (`crate::console::history`).
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// Runs blocked at their preferred tip (decision D182).
+    pub blocked_runs: HashSet<String>,
+    pub timeline: Vec<TimelineRow>,
+    /// Older events were left out of the timeline.
+    pub timeline_cut: bool,
+}
+
+/// The page for one session, with the live-update version it was rendered at; `kind` filters
+/// the timeline.
+pub fn render(view: &SessionView, extras: &Extras, kind: Option<&str>) -> Markup {
     let url = format!("/sessions/{}/version", view.session_id);
     let runs = top_level(view).count();
     let lanes = view.runs.len() - runs;
@@ -33,6 +48,12 @@ pub fn render(view: &SessionView) -> Markup {
         html! {
             h1 { "Session " code { (view.session_id) } }
             @if let Some(notice) = &view.salvage { (salvage_banner(&view.session_id, notice)) }
+            p class="downloads" {
+                "JSON: "
+                a href=(format!("/sessions/{}/session.json", view.session_id)) download { "session view" } " · "
+                a href=(format!("/sessions/{}/timeline.json", view.session_id)) download { "timeline" } " · "
+                a href=(format!("/sessions/{}/export.json", view.session_id)) download { "export bundle" }
+            }
             p class="facts" {
                 "Health " span class="health" { (view.health) } " · " (view.events) " committed events"
                 @if view.salvage.is_some() { " in the validated prefix" }
@@ -45,9 +66,10 @@ pub fn render(view: &SessionView) -> Markup {
                 li { span class="swatch swatch-tip" {} "preferred tip" }
                 li { span class="swatch swatch-blocked" {} "node with blocked attempts" }
                 li { span class="swatch swatch-parallel" {} "node of a parallel step (its lanes are listed under the graph)" }
-                li { span class="swatch swatch-edge" {} "acknowledged step" }
+                li { span class="swatch swatch-edge" {} "acknowledged step (arrow: parent to child)" }
                 li { span class="swatch swatch-edge-checkpoint" {} "checkpoint edge" }
-                li { "A node with two or more outgoing steps is a fork (a rewind that went another way)." }
+                li { span class="swatch swatch-path" {} "the path to the preferred tip" }
+                li { "An edge labelled " em { "fork" } " leaves a node a second way (a rewind that went another way). “step N” is the step's position on its path." }
             }
             @if view.runs.is_empty() {
                 p id="no-runs" { "No run has been committed in this session." }
@@ -58,7 +80,12 @@ pub fn render(view: &SessionView) -> Markup {
                     dl class="run-facts" {
                         dt { "Run" } dd { code { (run.run_id) } }
                         dt { "Workflow" } dd class="run-workflow" { code { (run.workflow_id) } }
-                        dt { "Status" } dd class="run-status" { (run.status) }
+                        dt { "Status" } dd class="run-status" {
+                            (run.status)
+                            @if extras.blocked_runs.contains(&run.run_id) && run.status != "blocked" {
+                                " " span class="badge blocked" { "blocked at its tip" }
+                            }
+                        }
                         dt { "Nodes" } dd { (run.node_count) }
                         dt { "Open gaps" } dd { (run.unresolved_gaps) }
                         @if let Some(tip) = &run.preferred_tip {
@@ -71,8 +98,66 @@ pub fn render(view: &SessionView) -> Markup {
                     (run_drawing(view, run, 0))
                 }
             }
+            (timeline(view, extras, kind))
         },
     )
+}
+
+/// Every event of the session in log order (Temporal's history view): index, commit time,
+/// kind and one line, filterable by kind, each row linked to its node in the graph (decision
+/// D183).
+fn timeline(view: &SessionView, extras: &Extras, kind: Option<&str>) -> Markup {
+    let mut kinds: Vec<&str> = extras.timeline.iter().map(|r| r.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let kind = kind.filter(|k| kinds.contains(k));
+    html! {
+        section id="timeline" aria-labelledby="timeline-heading" {
+            h2 id="timeline-heading" { "Timeline" }
+            form id="timeline-filter" method="get" action=(format!("/sessions/{}", view.session_id)) {
+                label { "Kind "
+                    select name="kind" {
+                        option value="" selected[kind.is_none()] { "every kind" }
+                        @for k in &kinds { option value=(k) selected[kind == Some(*k)] { (k) } }
+                    }
+                }
+                button type="submit" { "Show" }
+                span class="count" { (extras.timeline.len()) " event(s)" }
+            }
+            @if extras.timeline_cut {
+                p class="cut" { "Only the newest " (extras.timeline.len()) " of " (view.events) " events are listed." }
+            }
+            div class="scroll timeline-box" {
+                table id="events" {
+                    thead { tr { th scope="col" { "#" } th scope="col" { "Committed" } th scope="col" { "Kind" } th scope="col" { "What happened" } th scope="col" { "Node" } } }
+                    tbody {
+                        @for row in &extras.timeline {
+                            tr class="event" data-kind=(row.kind) data-index=(row.index)
+                                data-run-id=[row.run_id.as_deref()] data-node-id=[row.node_id.as_deref()]
+                                hidden[kind.is_some_and(|k| k != row.kind)] {
+                                td class="index" { (row.index) }
+                                td class="at" {
+                                    @match &row.committed_at {
+                                        Some(at) => time datetime=(at) title=(at) { (at.get(11..19).unwrap_or(at)) }
+                                        None => span class="empty" { "—" }
+                                    }
+                                }
+                                td class="kind" { code { (row.kind) } }
+                                td class="summary" { (row.summary) }
+                                td class="node" {
+                                    @if let Some(node) = &row.node_id {
+                                        a href=(format!("#node-{node}")) { "in graph" span class="visually-hidden" { " (node " (node) ")" } }
+                                        " · "
+                                        a href=(format!("/sessions/{}/nodes/{node}", view.session_id)) { "open" span class="visually-hidden" { " node " (node) } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A run's DAG and, under it, the lanes of each of its parallel steps.
@@ -81,7 +166,7 @@ fn run_drawing(view: &SessionView, run: &RunView, depth: usize) -> Markup {
         @if run.nodes_cut {
             p class="cut" { "Only the newest " (LIST_MAX) " of " (run.node_count) " nodes (and the preferred tip) are drawn. " (workrail_spec::budget::TRUNCATION_MARKER.trim()) }
         }
-        div class="scroll" { (crate::console::svg::render(&view.session_id, run)) }
+        (crate::console::svg::render(&view.session_id, run))
         @for group in &run.lane_groups {
             (lane_group(view, group, depth))
         }

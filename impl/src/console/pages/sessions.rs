@@ -3,7 +3,11 @@
 use maud::{Markup, html};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 
+use std::collections::HashMap;
+use std::time::SystemTime;
+
 use super::layout::page;
+use crate::console::history::{SessionFacts, ago};
 use crate::projections::console::SessionRow;
 
 /// Sessions per page.
@@ -41,8 +45,26 @@ fn link(q: &str, status: &str, page: usize) -> String {
     format!("/?{}", parts.join("&"))
 }
 
-/// The page for `rows` (already newest first).
-pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
+/// Whether `row` matches the status filter: the locked status of its preferred run, `corrupt`
+/// for an unhealthy session, and for `blocked` also any run whose tip's latest attempt was
+/// blocked with nothing after it (decision D182).
+fn matches_status(row: &SessionRow, facts: Option<&SessionFacts>, status: &str) -> bool {
+    row.matches_status(status)
+        || (status == "blocked" && facts.is_some_and(|f| !f.blocked_runs.is_empty()))
+}
+
+/// Whether `row` matches the search: ids, workflows and labels, or any note of the session.
+fn matches_text(row: &SessionRow, facts: Option<&SessionFacts>, q: &str) -> bool {
+    row.matches_text(q) || facts.is_some_and(|f| f.notes.contains(&q.to_lowercase()))
+}
+
+/// The page for `rows` (already newest first), with each session's extra facts by id.
+pub fn render(
+    rows: &[SessionRow],
+    facts: &HashMap<String, SessionFacts>,
+    filter: &Filter,
+    now: SystemTime,
+) -> Markup {
     let q = filter.q.as_deref().unwrap_or("").trim().to_owned();
     let status = filter
         .status
@@ -50,9 +72,24 @@ pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
         .filter(|s| STATUSES.contains(s))
         .unwrap_or("")
         .to_owned();
-    let matching: Vec<&SessionRow> = rows
+    let texted: Vec<&SessionRow> = rows
         .iter()
-        .filter(|r| r.matches_text(&q) && (status.is_empty() || r.matches_status(&status)))
+        .filter(|r| matches_text(r, facts.get(&r.session_id), &q))
+        .collect();
+    let counts: Vec<(&str, usize)> = STATUSES
+        .iter()
+        .map(|s| {
+            let n = texted
+                .iter()
+                .filter(|r| matches_status(r, facts.get(&r.session_id), s))
+                .count();
+            (*s, n)
+        })
+        .collect();
+    let matching: Vec<&SessionRow> = texted
+        .iter()
+        .copied()
+        .filter(|r| status.is_empty() || matches_status(r, facts.get(&r.session_id), &status))
         .collect();
     let pages = matching.len().div_ceil(PAGE_SIZE).max(1);
     let page_no = filter
@@ -70,8 +107,9 @@ pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
         None,
         html! {
             h1 { "Sessions" }
-            form id="filter" method="get" action="/" {
-                label { "Search " input type="search" name="q" value=(q) placeholder="session, workflow or label"; }
+            p class="downloads" { "JSON: " a href="/sessions.json" download { "every session" } }
+            form id="filter" method="get" action="/" role="search" {
+                label { "Search " input type="search" name="q" value=(q) placeholder="id, workflow, label or notes"; }
                 label { "Status "
                     select name="status" {
                         option value="" selected[status.is_empty()] { "any" }
@@ -81,6 +119,14 @@ pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
                     }
                 }
                 button type="submit" { "Filter" }
+            }
+            nav id="status-counts" aria-label="Sessions per status" {
+                ul {
+                    li { a href=(link(&q, "", 1)) aria-current=[status.is_empty().then_some("true")] { "any " span class="n" { (texted.len()) } } }
+                    @for (s, n) in &counts {
+                        li data-status=(s) { a href=(link(&q, s, 1)) aria-current=[(status == *s).then_some("true")] { (s) " " span class="n" { (n) } } }
+                    }
+                }
             }
             @if matching.is_empty() {
                 p id="no-sessions" {
@@ -110,9 +156,19 @@ pub fn render(rows: &[SessionRow], filter: &Filter) -> Markup {
                                         // Lanes belong to their parent run (decision D171).
                                         @if r.lanes > 0 { " " span class="lanes-count" { "(+" (r.lanes) " lane" @if r.lanes > 1 { "s" } ")" } }
                                     }
-                                    td class="status" { (r.status.as_deref().unwrap_or("")) }
+                                    @let blocked = facts.get(&r.session_id).is_some_and(|f| !f.blocked_runs.is_empty());
+                                    td class="status" data-console-blocked=(blocked) {
+                                        (r.status.as_deref().unwrap_or(""))
+                                        @if blocked && r.status.as_deref() != Some("blocked") {
+                                            " " span class="badge blocked" title="The latest attempt at a run's preferred tip was blocked and nothing came after it." { "blocked" }
+                                        }
+                                    }
                                     td class="health" data-health=(r.health) { (r.health) }
-                                    td class="activity" { (r.last_activity.as_deref().unwrap_or("")) }
+                                    td class="activity" {
+                                        @if let Some(at) = r.last_activity.as_deref() {
+                                            time datetime=(at) title=(at) { (ago(at, now).unwrap_or_else(|| at.to_owned())) }
+                                        }
+                                    }
                                     td class="gaps" { (r.unresolved_gaps) }
                                 }
                             }
@@ -152,7 +208,9 @@ mod tests {
     #[test]
     fn sessions_are_paged_by_25_with_prev_and_next_links() {
         let rows: Vec<SessionRow> = (0..30).map(row).collect();
-        let first = render(&rows, &Filter::default()).into_string();
+        let none = HashMap::new();
+        let now = SystemTime::now();
+        let first = render(&rows, &none, &Filter::default(), now).into_string();
         assert_eq!(first.matches("<tr class=\"session\"").count(), PAGE_SIZE);
         assert!(first.contains("rel=\"next\" href=\"/?page=2\""), "{first}");
         assert!(!first.contains("rel=\"prev\""));
@@ -161,7 +219,7 @@ mod tests {
             page: Some("2".into()),
             ..Filter::default()
         };
-        let second = render(&rows, &filter).into_string();
+        let second = render(&rows, &none, &filter, now).into_string();
         assert_eq!(second.matches("<tr class=\"session\"").count(), 5);
         assert!(
             second.contains("rel=\"prev\" href=\"/?q=review&amp;page=1\""),

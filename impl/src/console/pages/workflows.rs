@@ -12,7 +12,7 @@ use serde_json::Value;
 use workrail_spec::error::ErrorEnvelope;
 use workrail_spec::tools::DriftStatus;
 
-use super::layout::page;
+use super::layout::{Live, page, page_live};
 use crate::control::{PinnedView, WorkflowDetail, WorkflowList};
 use crate::projections::console::{LIST_MAX, TEXT_MAX_BYTES, TITLE_MAX_BYTES, bounded};
 
@@ -27,6 +27,8 @@ pub struct PinnedRun {
     pub run_id: String,
     pub label: String,
     pub status: String,
+    /// The hash the run pinned, when its log is readable.
+    pub workflow_hash: Option<String>,
 }
 
 /// What the pinned pane shows.
@@ -170,7 +172,15 @@ pub fn list(list: &WorkflowList) -> Markup {
                                     td class="source" { (p.source_kind.as_str()) }
                                     td class="name" {}
                                     td class="ref" { code { (bounded(&p.source_ref, TITLE_MAX_BYTES)) } }
-                                    td class="hash error" { (p.problem) ": " (bounded(p.errors.first().map_or("", String::as_str), TEXT_MAX_BYTES)) }
+                                    td class="hash error" { (p.problem) " (" (p.errors.len()) " problem" @if p.errors.len() != 1 { "s" } ", below)" }
+                                }
+                                // The compile errors in full, across the table's width.
+                                tr class="workflow-errors" data-workflow-id=(id) {
+                                    td colspan="6" {
+                                        ul class="compile-errors" {
+                                            @for e in p.errors.iter().take(LIST_MAX) { li class="compile-error" { (bounded(e, TEXT_MAX_BYTES)) } }
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -186,7 +196,7 @@ pub fn list(list: &WorkflowList) -> Markup {
                     @for p in others.iter().take(LIST_MAX) {
                         li class="problem" data-problem=(p.problem) {
                             code { (bounded(&p.source_ref, TITLE_MAX_BYTES)) } " (" (p.source_kind.as_str()) "): " (p.problem)
-                            @for e in p.errors.iter().take(5) { br; (bounded(e, TEXT_MAX_BYTES)) }
+                            @for e in p.errors.iter().take(LIST_MAX) { br; (bounded(e, TEXT_MAX_BYTES)) }
                         }
                     }
                 }
@@ -227,7 +237,8 @@ fn drift_warning(view: &PinnedView) -> Markup {
                 div id="drift-warning" role="alert" data-status="changed" {
                     strong { "Pinned drift: " }
                     "this run pinned " code { (pinned) } ", but the source on disk now compiles to "
-                    code { (current_hash.as_str()) } ". The run keeps executing its pinned snapshot; new runs get the current one."
+                    code { (current_hash.as_str()) } ". The run keeps executing its pinned snapshot; new runs get the current one. "
+                    a href="#drift-diff" { "See what changed." }
                 }
             }
             DriftStatus::SourceMissing => {
@@ -248,7 +259,7 @@ fn drift_warning(view: &PinnedView) -> Markup {
     }
 }
 
-fn pinned_pane(id: &str, pinned: &Pinned) -> Markup {
+fn pinned_pane(id: &str, pinned: &Pinned, current: Option<&str>) -> Markup {
     html! {
         section id="pinned" class="pane" {
             h2 { "Pinned" }
@@ -264,7 +275,7 @@ fn pinned_pane(id: &str, pinned: &Pinned) -> Markup {
                         @if view.workflow_id.as_str() != id {
                             p class="hint" { "This run executes " code { (view.workflow_id.as_str()) } "." }
                         }
-                        div class="scroll" { pre { (pretty(&view.pinned)) } }
+                        div class="scroll" { pre tabindex="0" { (pretty(&view.pinned)) } }
                     }
                     Err(e) => {
                         p id="pinned-error" role="alert" { (bounded(&e.message, TEXT_MAX_BYTES)) " " (bounded(&e.suggestion, TEXT_MAX_BYTES)) }
@@ -281,6 +292,12 @@ fn pinned_pane(id: &str, pinned: &Pinned) -> Markup {
                                 li class="pinned-run" data-run-id=(r.run_id) {
                                     a href=(pinned_href(id, &r.session_id, &r.run_id)) { code { (r.run_id) } }
                                     " " span class="run-status" { (r.status) }
+                                    @if let (Some(pinned), Some(now)) = (&r.workflow_hash, current) {
+                                        @if pinned != now {
+                                            " · " span class="badge drift" { "drifted" } " "
+                                            a class="drift-link" href=(format!("{}#drift-diff", pinned_href(id, &r.session_id, &r.run_id))) { "see what changed" }
+                                        }
+                                    }
                                     @if !r.label.is_empty() { " · " (bounded(&r.label, TITLE_MAX_BYTES)) }
                                     br;
                                     span class="sub" { "session " code { (r.session_id) } }
@@ -339,9 +356,15 @@ fn source_form(detail: &WorkflowDetail, form: &FormState) -> Markup {
 /// One workflow's page.
 pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Markup {
     let id = detail.workflow_id.as_str();
-    page(
+    // A refused edit's page keeps its text and errors: it is not updated in place.
+    let live = if form.errors.is_empty() && form.submitted.is_none() {
+        Live::Poll
+    } else {
+        Live::Static
+    };
+    page_live(
         id,
-        None,
+        live,
         html! {
             p class="crumbs" { a href="/workflows" { "Workflows" } }
             h1 { "Workflow " code { (id) } }
@@ -353,12 +376,15 @@ pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Mar
             @if let Pinned::Run(found) = pinned {
                 @if let Ok(view) = found.as_ref() { (drift_warning(view)) }
             }
+            @if let Pinned::Run(found) = pinned {
+                @if let Ok(view) = found.as_ref() { (drift_diff(view, detail)) }
+            }
             (source_form(detail, form))
             div class="panes" {
                 section id="source" class="pane" {
                     h2 { "Source" }
                     p class="hint" { "As on disk." }
-                    div class="scroll" { pre { (bounded(&detail.source_text, SOURCE_MAX_BYTES)) } }
+                    div class="scroll" { pre tabindex="0" { (bounded(&detail.source_text, SOURCE_MAX_BYTES)) } }
                 }
                 section id="compiled" class="pane" {
                     h2 { "Compiled" }
@@ -366,7 +392,7 @@ pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Mar
                         (Some(hash), Some(compiled)) => {
                             p { "Hash: " code class="workflow-hash" { (hash.as_str()) } }
                             p class="hint" { "Derived from the source; never edited." }
-                            div class="scroll" { pre { (pretty(compiled)) } }
+                            div class="scroll" { pre tabindex="0" { (pretty(compiled)) } }
                         }
                         _ => {
                             p class="hint" { "The source on disk does not compile:" }
@@ -374,10 +400,73 @@ pub fn detail(detail: &WorkflowDetail, pinned: &Pinned, form: &FormState) -> Mar
                         }
                     }
                 }
-                (pinned_pane(id, pinned))
+                (pinned_pane(id, pinned, detail.workflow_hash.as_ref().map(|h| h.as_str())))
             }
         },
     )
+}
+
+/// Lines of context around each change of the drift diff.
+const DIFF_CONTEXT: usize = 3;
+
+/// The line diff between the snapshot a run pinned and what the source on disk compiles to now
+/// (both as pretty JSON; decision D183): what a drifted run still executes and new runs get.
+fn drift_diff(view: &PinnedView, detail: &WorkflowDetail) -> Markup {
+    let Some(drift) = &view.drift else {
+        return html! {};
+    };
+    let Some(current) = &detail.compiled else {
+        return html! {
+            section id="drift-diff" {
+                h2 { "What changed" }
+                p class="hint" { "No diff: the source on disk does not compile now (its errors are under Compiled)." }
+            }
+        };
+    };
+    let (old, new) = (pretty(&view.pinned), pretty(current));
+    let diff = similar::TextDiff::from_lines(old.as_str(), new.as_str());
+    let groups = diff.grouped_ops(DIFF_CONTEXT);
+    let (mut removed, mut added) = (0usize, 0usize);
+    for change in diff.iter_all_changes() {
+        match change.tag() {
+            similar::ChangeTag::Delete => removed += 1,
+            similar::ChangeTag::Insert => added += 1,
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    html! {
+        section id="drift-diff" aria-labelledby="drift-diff-heading" data-pinned-hash=(drift.pinned_hash.as_str()) {
+            h2 id="drift-diff-heading" { "What changed since this run pinned it" }
+            p class="hint" {
+                "The pinned snapshot (" span class="del-word" { "−" } ") against what the source compiles to now ("
+                span class="ins-word" { "+" } "): " (removed) " line(s) removed, " (added) " added."
+            }
+            div class="scroll" {
+                table class="diff" {
+                    caption class="visually-hidden" { "Line diff of the pinned and the current compiled workflow" }
+                    tbody {
+                        @for (i, group) in groups.iter().enumerate() {
+                            @if i > 0 { tr class="hunk" { td colspan="3" { "⋯" } } }
+                            @for op in group {
+                                @for change in diff.iter_changes(op) {
+                                    @let (class, sign) = match change.tag() {
+                                        similar::ChangeTag::Delete => ("del", "−"),
+                                        similar::ChangeTag::Insert => ("ins", "+"),
+                                        similar::ChangeTag::Equal => ("eq", " "),
+                                    };
+                                    tr class=(class) {
+                                        td class="ln" { @if let Some(n) = change.old_index() { (n + 1) } }
+                                        td class="ln" { @if let Some(n) = change.new_index() { (n + 1) } }
+                                        td class="text" { span class="sign" aria-hidden="true" { (sign) } (change.value().trim_end_matches('\n')) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The compiler errors of the source on disk (not an edit's, so not `ul#errors`).

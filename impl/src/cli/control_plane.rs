@@ -1,5 +1,6 @@
-//! `workrail config` and `workrail workflows`: the command-line front end of the control plane,
-//! calling the same functions as the Console.
+//! `workrail config` and `workrail workflows`: the command-line front end of the control plane
+//! (`crate::control`), calling the same functions as the Console; like the Console it stands on
+//! the control plane, which imports neither.
 //!
 //! ```text
 //! workrail config [--json]                      desired vs applied config of each live server, restart triggers
@@ -17,8 +18,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use workrail_spec::error::ErrorEnvelope;
 
-use super::config::{ConfigOverview, ConfigView, config_overview, set_setting};
-use super::workflows::{
+use crate::control::config::{ConfigOverview, ConfigView, config_overview, set_setting};
+use crate::control::workflows::{
     copy_to_editable, list_workflows, pinned_for_run, save_source, show_workflow,
 };
 use crate::protocol::WorkrailConfig;
@@ -152,7 +153,7 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, String> {
 }
 
 fn print(text: &str) {
-    crate::cli::print_stdout(text);
+    super::print_stdout(text);
 }
 
 /// Runs `workrail config`.
@@ -265,9 +266,11 @@ fn overview_text(overview: &ConfigOverview) -> String {
         }
         for change in &comparison.runtime_safe_changes {
             let what = match change {
-                super::RuntimeSafeChange::PreferenceDefaults => "preference defaults".to_owned(),
-                super::RuntimeSafeChange::Retention => "retention".to_owned(),
-                super::RuntimeSafeChange::Flag { flag, .. } => format!("flag {flag}"),
+                crate::control::RuntimeSafeChange::PreferenceDefaults => {
+                    "preference defaults".to_owned()
+                }
+                crate::control::RuntimeSafeChange::Retention => "retention".to_owned(),
+                crate::control::RuntimeSafeChange::Flag { flag, .. } => format!("flag {flag}"),
             };
             out.push_str(&format!("  changed, applies without a restart: {what}\n"));
         }
@@ -281,8 +284,8 @@ fn overview_text(overview: &ConfigOverview) -> String {
     out
 }
 
-fn trigger_text(trigger: &super::RestartTrigger) -> String {
-    use super::RestartTrigger as T;
+fn trigger_text(trigger: &crate::control::RestartTrigger) -> String {
+    use crate::control::RestartTrigger as T;
     let onoff = |b: &bool| if *b { "on" } else { "off" };
     match trigger {
         T::ToolSetChanged { added, removed } => {
