@@ -12,7 +12,7 @@ fn config(planted: Option<Planted>) -> Config {
     }
 }
 
-/// lock: L-append-transaction
+/// decision: D185
 #[test]
 fn every_interleaving_of_two_writers_a_reader_and_a_crash_keeps_every_property() {
     let outcome = explore(&config(None), BUDGET);
@@ -52,4 +52,23 @@ fn an_unlocked_reader_is_found() {
         Planted::UnlockedRead,
         "a reader reported a healthy session as corrupt",
     );
+}
+
+/// The deep run (`WORKRAIL_MC_DEEP=1`): three crashes, restarts included.
+/// decision: D186
+#[test]
+fn the_deep_run_with_three_crashes_keeps_every_property() {
+    if std::env::var_os("WORKRAIL_MC_DEEP").is_none() {
+        return;
+    }
+    let outcome = explore(
+        &Config {
+            writers: 2,
+            crashes: 3,
+            planted: None,
+        },
+        50_000_000,
+    );
+    println!("storecheck deep: {} states", outcome.states);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
 }
