@@ -16,6 +16,8 @@ pub enum Name {
     Segment(u8),
     /// A writer's temp file (one per writer: `temp_file_name` never reuses a name).
     Temp(u8),
+    /// The session's lock file (`.lock`): a lock is held on the inode it named when taken.
+    Lock,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -30,13 +32,22 @@ pub struct Fs {
     inodes: Vec<Inode>,
     live: BTreeMap<Name, usize>,
     durable: BTreeMap<Name, usize>,
+    /// The session directory's entry in `sessions/` (GC renames it away, decision D130).
+    dir_live: bool,
+    dir_durable: bool,
 }
 
 impl Fs {
     fn read(&self, name: Name) -> Option<&[u8]> {
+        if !self.dir_live {
+            return None;
+        }
         self.live
             .get(&name)
             .map(|&i| self.inodes[i].data.as_slice())
+    }
+    fn unlink(&mut self, name: Name) {
+        self.live.remove(&name);
     }
     fn create_truncate(&mut self, name: Name) {
         match self.live.get(&name) {
@@ -78,6 +89,8 @@ impl Fs {
             inodes: Vec::new(),
             live: BTreeMap::new(),
             durable: BTreeMap::new(),
+            dir_live: self.dir_durable,
+            dir_durable: self.dir_durable,
         };
         for (&name, &i) in &self.durable {
             let synced = self.inodes[i].synced.clone();
@@ -109,7 +122,13 @@ pub enum Verdict {
 /// Loads a session from `fs` as the store does: the manifest, then every segment it attests.
 pub fn load(fs: &Fs) -> Verdict {
     let Some(manifest) = fs.read(Name::Manifest) else {
-        return Verdict::Absent;
+        // Segments without a manifest are a lost manifest, never "no session" (D131).
+        let segments = fs.dir_live && fs.live.keys().any(|n| matches!(n, Name::Segment(_)));
+        return if segments {
+            Verdict::Corrupt("segments without a manifest")
+        } else {
+            Verdict::Absent
+        };
     };
     let mut closed = Vec::new();
     let mut pinned = Vec::new();
@@ -140,6 +159,9 @@ pub enum Planted {
     PinsAfterClose,
     /// A reader that sees damage reports it without the shared lock (decision D50).
     UnlockedRead,
+    /// GC deletes a session file by file, the lock file first, instead of renaming its
+    /// directory away: a waiting writer re-creates the lock file and locks a new inode.
+    GcUnlinksLockFile,
 }
 
 /// The model's configuration.
@@ -148,6 +170,8 @@ pub struct Config {
     pub writers: u8,
     pub crashes: u8,
     pub planted: Option<Planted>,
+    /// Whether GC runs one retention delete of the session.
+    pub gc: bool,
 }
 
 /// One store operation, as the production store calls its `StoreFs`.
@@ -211,7 +235,11 @@ enum Reader {
 pub struct State {
     pub fs: Fs,
     writers: Vec<Writer>,
-    lock: Option<u8>,
+    /// Who holds a lock, by the inode locked: writers by index, GC as [`GC`].
+    locks: BTreeMap<usize, u8>,
+    gc_pc: usize,
+    /// Answered advances when GC judged the session (a delete may take exactly those).
+    gc_judged: Option<usize>,
     reader: Reader,
     crashes: u8,
     /// Segments whose advance was answered (acknowledged to the caller).
@@ -224,7 +252,54 @@ pub enum Step {
     Writer(u8, Op),
     ReaderLoad,
     ReaderRetryLocked,
+    /// GC's step: 0 lock, 1 judge, 2 and 3 delete, 4 unlock.
+    Gc(usize),
     Crash,
+}
+
+/// GC's lock holder id.
+pub const GC: u8 = u8::MAX;
+const GC_STEPS: usize = 5;
+
+/// GC's retention delete (`FileGc::delete`): lock, judge under the lock, rename the directory
+/// away and fsync `sessions/` (or, planted, unlink the lock file and then the manifest), unlock.
+fn step_gc(config: &Config, state: &State) -> Option<State> {
+    let mut next = state.clone();
+    let bug = config.planted == Some(Planted::GcUnlinksLockFile);
+    match state.gc_pc {
+        0 => {
+            let inode = *state
+                .fs
+                .live
+                .get(&Name::Lock)
+                .filter(|_| state.fs.dir_live)?;
+            if state.locks.contains_key(&inode) {
+                return None;
+            }
+            next.locks.insert(inode, GC);
+        }
+        1 => {
+            if !matches!(load(&state.fs), Verdict::Healthy(_)) {
+                next.locks.retain(|_, h| *h != GC);
+                next.gc_pc = GC_STEPS;
+                return Some(next);
+            }
+            next.gc_judged = Some(state.acked.len());
+        }
+        2 if bug => next.fs.unlink(Name::Lock),
+        2 => next.fs.dir_live = false,
+        3 if bug => {
+            next.fs.unlink(Name::Manifest);
+            next.fs.sync_dir();
+        }
+        3 => next.fs.dir_durable = false,
+        4 => {
+            next.locks.retain(|_, h| *h != GC);
+        }
+        _ => return None,
+    }
+    next.gc_pc += 1;
+    Some(next)
 }
 
 /// The initial state: a session with one committed segment, durable.
@@ -233,7 +308,10 @@ pub fn initial(config: &Config) -> State {
         inodes: Vec::new(),
         live: BTreeMap::new(),
         durable: BTreeMap::new(),
+        dir_live: true,
+        dir_durable: true,
     };
+    fs.create_truncate(Name::Lock);
     fs.append(Name::Segment(0), &[0]);
     fs.sync_file(Name::Segment(0));
     fs.append(Name::Manifest, &[CLOSE, 0, END, PIN, 0, END]);
@@ -244,7 +322,9 @@ pub fn initial(config: &Config) -> State {
         writers: (0..config.writers)
             .map(|_| Writer { pc: 0, segment: 0 })
             .collect(),
-        lock: None,
+        locks: BTreeMap::new(),
+        gc_pc: 0,
+        gc_judged: None,
         reader: Reader::Start,
         crashes: 0,
         acked: Vec::new(),
@@ -259,10 +339,20 @@ fn step_writer(state: &State, w: u8, ops: &[Op]) -> Option<State> {
     let temp = Name::Temp(w);
     match op {
         Op::Lock => {
-            if state.lock.is_some() {
+            // `lock_to_continue`: never creates a session; re-creates a lock file only beside a
+            // manifest (a directory copied by hand).
+            if !state.fs.dir_live {
+                next.writers[usize::from(w)].pc = ops.len();
+                return Some(next);
+            }
+            if !state.fs.live.contains_key(&Name::Lock) {
+                next.fs.create_truncate(Name::Lock);
+            }
+            let inode = next.fs.live.get(&Name::Lock).copied()?;
+            if next.locks.contains_key(&inode) {
                 return None;
             }
-            next.lock = Some(w);
+            next.locks.insert(inode, w);
         }
         Op::ReadManifest => match load(&state.fs) {
             Verdict::Healthy(closed) => {
@@ -270,7 +360,7 @@ fn step_writer(state: &State, w: u8, ops: &[Op]) -> Option<State> {
             }
             // The gate refuses an unhealthy or missing session: the writer gives up.
             _ => {
-                next.lock = None;
+                next.locks.retain(|_, h| *h != w);
                 next.writers[usize::from(w)].pc = ops.len();
                 return Some(next);
             }
@@ -291,7 +381,7 @@ fn step_writer(state: &State, w: u8, ops: &[Op]) -> Option<State> {
         Op::SyncManifest | Op::SyncPins => next.fs.sync_file(Name::Manifest),
         Op::AppendPins => next.fs.append(Name::Manifest, &[PIN, n, END]),
         Op::Unlock => {
-            next.lock = None;
+            next.locks.retain(|_, h| *h != w);
             next.acked.push(n);
         }
     }
@@ -327,7 +417,7 @@ pub fn successors(config: &Config, state: &State) -> Vec<(Step, State)> {
             let verdict = load(&state.fs);
             next.reader = match verdict {
                 Verdict::Corrupt(_)
-                    if state.lock.is_some() && config.planted != Some(Planted::UnlockedRead) =>
+                    if !state.locks.is_empty() && config.planted != Some(Planted::UnlockedRead) =>
                 {
                     Reader::Waiting
                 }
@@ -335,18 +425,27 @@ pub fn successors(config: &Config, state: &State) -> Vec<(Step, State)> {
             };
             out.push((Step::ReaderLoad, next));
         }
-        Reader::Waiting if state.lock.is_none() => {
+        Reader::Waiting if state.locks.is_empty() => {
             let mut next = state.clone();
             next.reader = Reader::Done(load(&state.fs));
             out.push((Step::ReaderRetryLocked, next));
         }
         _ => {}
     }
+    if config.gc
+        && let Some(next) = step_gc(config, state)
+    {
+        out.push((Step::Gc(state.gc_pc), next));
+    }
     if state.crashes < config.crashes {
         let mut next = state.clone();
         next.fs = state.fs.crashed();
-        next.lock = None;
+        next.locks.clear();
         next.crashes += 1;
+        // GC restarts unfinished; its last judgment stands until it judges again.
+        if next.gc_pc < GC_STEPS {
+            next.gc_pc = 0;
+        }
         // Restarted: an unanswered call is retried from the start; the reader reads again.
         for w in &mut next.writers {
             if w.pc < ops.len() {
@@ -363,11 +462,18 @@ pub fn successors(config: &Config, state: &State) -> Vec<(Step, State)> {
 pub fn check(config: &Config, state: &State) -> Result<(), &'static str> {
     let image = state.fs.crashed();
     let after_crash = load(&image);
-    let Verdict::Healthy(closed) = &after_crash else {
-        return Err("after a crash the session is neither healthy nor wholly absent");
-    };
-    if state.acked.iter().any(|a| !closed.contains(a)) {
-        return Err("an acknowledged advance is lost after a crash");
+    match &after_crash {
+        Verdict::Healthy(closed) => {
+            if state.acked.iter().any(|a| !closed.contains(a)) {
+                return Err("an acknowledged advance is lost after a crash");
+            }
+        }
+        // Deleted by GC: only what GC judged may go with it.
+        Verdict::Absent if state.gc_judged == Some(state.acked.len()) => {}
+        Verdict::Absent => return Err("an acknowledged advance is lost after a crash"),
+        Verdict::Corrupt(_) => {
+            return Err("after a crash the session is neither healthy nor wholly absent");
+        }
     }
     if let Reader::Done(Verdict::Corrupt(_)) = state.reader {
         return Err("a reader reported a healthy session as corrupt");
@@ -378,7 +484,8 @@ pub fn check(config: &Config, state: &State) -> Result<(), &'static str> {
         .iter()
         .filter(|w| w.pc > 0 && w.pc < ops.len())
         .count();
-    if inside > 1 {
+    let gc_inside = usize::from(state.gc_pc > 0 && state.gc_pc < GC_STEPS);
+    if inside + gc_inside > 1 {
         return Err("two writers inside one session's commit");
     }
     Ok(())

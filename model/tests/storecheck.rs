@@ -9,6 +9,7 @@ fn config(planted: Option<Planted>) -> Config {
         writers: 2,
         crashes: 1,
         planted,
+        gc: true,
     }
 }
 
@@ -66,9 +67,18 @@ fn the_deep_run_with_three_crashes_keeps_every_property() {
             writers: 2,
             crashes: 3,
             planted: None,
+            gc: true,
         },
         50_000_000,
     );
     println!("storecheck deep: {} states", outcome.states);
     assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+}
+
+#[test]
+fn gc_deleting_the_lock_file_is_found() {
+    found(
+        Planted::GcUnlinksLockFile,
+        "two writers inside one session's commit",
+    );
 }
