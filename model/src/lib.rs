@@ -32,6 +32,7 @@ pub mod language;
 pub mod model;
 pub mod projections;
 pub mod reports;
+pub mod storecheck;
 
 pub use model::{
     AckAt, AttemptAt, Command, LaneView, Model, ModelError, NodeRef, Observation, PreferenceChange,
