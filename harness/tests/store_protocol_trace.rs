@@ -1,0 +1,263 @@
+//! The model is the production protocol (issue 35, item 3; decision D197): the store's calls
+//! of its filesystem port during one acknowledged advance, recorded through a `StoreFs` that
+//! logs every call, read as the model checker's operations (`workrail_model::storecheck::Op`)
+//! and compared with the sequence the checker explores (`advance_ops`). A change to the commit
+//! order in production that the model does not share fails here, so the checked protocol and
+//! the shipped one cannot drift apart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use workrail::entropy::SeededEntropy;
+use workrail::protocol::Workrail;
+use workrail::store::fs::{FileStamp, LockError, LockGuard, StoreFs};
+use workrail::store::memfs::MemFs;
+use workrail_model::storecheck::{Op, advance_ops};
+use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, StartWorkflowInput};
+
+/// One call of the port: its name and path.
+type Call = (&'static str, String);
+
+#[derive(Debug)]
+struct Recorder {
+    inner: MemFs,
+    log: Arc<Mutex<Vec<Call>>>,
+}
+
+impl Recorder {
+    fn note(&self, what: &'static str, path: &Path) {
+        self.log
+            .lock()
+            .unwrap()
+            .push((what, path.to_string_lossy().into_owned()));
+    }
+}
+
+/// A lock that notes its release.
+#[derive(Debug)]
+struct NotedGuard {
+    _inner: Box<dyn LockGuard>,
+    path: String,
+    log: Arc<Mutex<Vec<Call>>>,
+}
+
+impl LockGuard for NotedGuard {}
+
+impl Drop for NotedGuard {
+    fn drop(&mut self) {
+        if let Ok(mut log) = self.log.lock() {
+            log.push(("unlock", self.path.clone()));
+        }
+    }
+}
+
+impl Recorder {
+    fn guard(&self, path: &Path, inner: Box<dyn LockGuard>) -> Box<dyn LockGuard> {
+        self.note("lock", path);
+        Box::new(NotedGuard {
+            _inner: inner,
+            path: path.to_string_lossy().into_owned(),
+            log: Arc::clone(&self.log),
+        })
+    }
+}
+
+impl StoreFs for Recorder {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.note("create_dir_all", dir);
+        self.inner.create_dir_all(dir)
+    }
+    fn create_dir(&self, dir: &Path) -> io::Result<bool> {
+        self.note("create_dir", dir);
+        self.inner.create_dir(dir)
+    }
+    fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.note("write_new", path);
+        self.inner.write_new(path, bytes)
+    }
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.note("append", path);
+        self.inner.append(path, bytes)
+    }
+    fn set_len(&self, path: &Path, len: u64) -> io::Result<()> {
+        self.note("set_len", path);
+        self.inner.set_len(path, len)
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        self.note("sync_file", path);
+        self.inner.sync_file(path)
+    }
+    fn touch(&self, path: &Path) -> io::Result<()> {
+        self.note("touch", path);
+        self.inner.touch(path)
+    }
+    fn stamp(&self, path: &Path) -> Option<FileStamp> {
+        self.inner.stamp(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.note("rename", to);
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.note("sync_dir", dir);
+        self.inner.sync_dir(dir)
+    }
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        self.note("read", path);
+        self.inner.read(path)
+    }
+    fn len(&self, path: &Path) -> io::Result<Option<u64>> {
+        self.note("len", path);
+        self.inner.len(path)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.note("list_dir", dir);
+        self.inner.list_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.note("remove_file", path);
+        self.inner.remove_file(path)
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.note("remove_dir_all", dir);
+        self.inner.remove_dir_all(dir)
+    }
+    fn write_private(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.note("write_private", path);
+        self.inner.write_private(path, bytes)
+    }
+    fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>, LockError> {
+        let inner = self.inner.try_lock(path)?;
+        Ok(self.guard(path, inner))
+    }
+    fn try_lock_existing(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        Ok(self
+            .inner
+            .try_lock_existing(path)?
+            .map(|inner| self.guard(path, inner)))
+    }
+    fn try_lock_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        self.note("lock_shared", path);
+        self.inner.try_lock_shared(path)
+    }
+    fn create_dir_durable(&self, dir: &Path) -> io::Result<()> {
+        self.note("create_dir_durable", dir);
+        self.inner.create_dir_durable(dir)
+    }
+}
+
+/// Reads the session directory's part of a trace as the model's operations: consecutive reads
+/// of the manifest are the model's one `ReadManifest`; `write_new` is its `WriteNew` and
+/// `WriteBytes` (a crash may leave the file created and empty); one `append` of the manifest is
+/// its two halves (a crash may tear the write). Calls outside the session directory (the
+/// snapshot object, the keyring, pinned workflows) are left out: the model checks the session's
+/// commit, and those are content-addressed objects written before it.
+fn as_model_ops(trace: &[Call], session_dir: &str) -> Result<Vec<Op>, String> {
+    let mut ops = Vec::new();
+    for (what, path) in trace {
+        let Some(rest) = path.strip_prefix(session_dir) else {
+            continue;
+        };
+        let rest = rest.trim_start_matches('/');
+        let segment = rest.starts_with("events/");
+        let op: &[Op] = match (*what, rest) {
+            ("lock", ".lock") => &[Op::Lock],
+            ("unlock", ".lock") => &[Op::Unlock],
+            ("len" | "read", "manifest.jsonl") => {
+                if ops.last() == Some(&Op::ReadManifest) {
+                    &[]
+                } else {
+                    &[Op::ReadManifest]
+                }
+            }
+            ("write_new", _) if segment => &[Op::WriteNew, Op::WriteBytes],
+            ("sync_file", _) if segment => &[Op::SyncFile],
+            ("rename", _) if segment => &[Op::Rename],
+            ("sync_dir", "events") => &[Op::SyncDir],
+            ("append", "manifest.jsonl") => &[Op::AppendManifestHalf, Op::AppendManifestRest],
+            ("sync_file", "manifest.jsonl") => &[Op::SyncManifest],
+            _ => return Err(format!("a call the model does not know: {what} {path}")),
+        };
+        ops.extend_from_slice(op);
+    }
+    // Before the lock, the server looks at the manifest's length to know whether the session
+    // it holds in memory is current: a read like the model's reader's, never trusted for the
+    // commit, which reads the manifest again under the lock. The commit starts at the lock.
+    let start = ops.iter().position(|op| *op == Op::Lock).unwrap_or(0);
+    if ops[..start].iter().any(|op| *op != Op::ReadManifest) {
+        return Err(format!(
+            "writes before the session's lock: {:?}",
+            &ops[..start]
+        ));
+    }
+    Ok(ops.split_off(start))
+}
+
+fn recorded_workrail() -> (Workrail, Arc<Mutex<Vec<Call>>>) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let fs = Arc::new(Recorder {
+        inner: MemFs::new(),
+        log: Arc::clone(&log),
+    });
+    let wr = Workrail::with_parts(
+        fs as Arc<dyn StoreFs>,
+        workrail_harness::fixture::catalog(),
+        Arc::new(SeededEntropy::new(7)),
+    )
+    .unwrap();
+    (wr, log)
+}
+
+/// decision: D197
+/// lock: L-STORE-COMMIT-ATTEST
+#[test]
+fn an_advance_calls_the_store_in_the_order_the_model_checks() {
+    let (wr, log) = recorded_workrail();
+    let started = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: workrail_harness::fixture::WORKFLOW_ID.to_owned(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session_dir = format!("sessions/{}", started.session.session_id);
+    for round in 0..3 {
+        log.lock().unwrap().clear();
+        let out = wr
+            .continue_workflow(ContinueWorkflowInput {
+                state_token: Some(started.state_token.clone()),
+                ack_token: started.ack_token.clone(),
+                output: Some(OutputInput {
+                    notes_markdown: Some(format!("Round {round}.")),
+                    artifacts: vec![],
+                }),
+                context: None,
+                preferences: vec![],
+                preset: None,
+            })
+            .unwrap();
+        let trace = log.lock().unwrap().clone();
+        let ops = as_model_ops(&trace, &session_dir).unwrap();
+        if round == 0 {
+            assert_eq!(
+                ops,
+                advance_ops(None),
+                "production's advance is not the model's:\n{trace:#?}"
+            );
+        } else {
+            // A replay of the same ack reads and writes nothing of the session's commit.
+            assert!(
+                !ops.iter().any(|op| matches!(
+                    op,
+                    Op::WriteNew | Op::Rename | Op::AppendManifestHalf | Op::SyncManifest
+                )),
+                "a replay wrote: {ops:?}"
+            );
+            assert!(out.pending.is_some());
+        }
+    }
+}
