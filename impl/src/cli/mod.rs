@@ -3,7 +3,7 @@
 //! ```text
 //! workrail                      serve MCP over stdio (same as `workrail mcp`)
 //! workrail mcp                  serve MCP over stdio
-//! workrail serve --http [ADDR]  serve MCP over Streamable HTTP (default 127.0.0.1:0; prints its URL)
+//! workrail serve --http [ADDR]  serve MCP over Streamable HTTP (default 127.0.0.1:0; prints its URL; --tls-cert/--tls-key)
 //! workrail validate <file>      compile a workflow source: its errors, or its workflowHash (--fix, --strict)
 //! workrail migrate <file>       rewrite a workflow of the 3.x spelling in the v2 spelling
 //! workrail inspect <sessionId>  print a session's runs (status, preferred tip, the DAG as a tree with notes, blocked attempts and lanes; --all: every node; --json)
@@ -78,7 +78,9 @@ enum Command {
     /// Prints one line, `WorkRail MCP over HTTP: http://<address>/mcp`, then serves until
     /// killed. Every request must carry `Authorization: Bearer <key>` with a key from
     /// `workrail keys client add <name>`; a request with an `Origin` other than the server's
-    /// own is refused. Plain HTTP: for other machines, put a TLS reverse proxy in front.
+    /// own is refused. With `--tls-cert` and `--tls-key` it serves HTTPS; a non-loopback
+    /// address without them is refused unless `--allow-plain-http` says a TLS reverse proxy
+    /// (or a private network) is in front.
     Serve {
         /// Listen on ADDR (ip:port); without a value, or without the flag's value,
         /// 127.0.0.1 on a free port.
@@ -90,6 +92,16 @@ enum Command {
             required = true
         )]
         http: SocketAddr,
+        /// The server's certificate chain (PEM): serve HTTPS. Also WORKRAIL_HTTP_TLS_CERT.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM). Also WORKRAIL_HTTP_TLS_KEY.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Serve plain HTTP on a non-loopback address (refused otherwise): only behind a TLS
+        /// reverse proxy or on a network where clear-text keys are acceptable.
+        #[arg(long)]
+        allow_plain_http: bool,
     },
     /// Compile a workflow source file and report its errors or its workflowHash.
     ///
@@ -270,10 +282,37 @@ enum ClientAction {
 }
 
 /// Where `workrail mcp` and `workrail serve` speak MCP.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Transport {
     Stdio,
-    Http(SocketAddr),
+    Http(crate::mcp::http::HttpOptions),
+}
+
+/// The TLS files of `serve --http`: the flags, else WORKRAIL_HTTP_TLS_CERT and
+/// WORKRAIL_HTTP_TLS_KEY (both or neither; decision D190).
+fn http_tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<crate::mcp::http::TlsFiles>, String> {
+    let from_env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let (cert, key) = match (cert, key) {
+        (Some(cert), Some(key)) => (Some(cert), Some(key)),
+        _ => (
+            from_env("WORKRAIL_HTTP_TLS_CERT"),
+            from_env("WORKRAIL_HTTP_TLS_KEY"),
+        ),
+    };
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(crate::mcp::http::TlsFiles { cert, key })),
+        (None, None) => Ok(None),
+        (Some(_), None) | (None, Some(_)) => Err(
+            "WORKRAIL_HTTP_TLS_CERT and WORKRAIL_HTTP_TLS_KEY go together: set both (the certificate chain and its private key, PEM) or neither.".to_owned(),
+        ),
+    }
 }
 
 /// The process entry point: parses `std::env::args_os()` and runs the command.
@@ -324,7 +363,25 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     let open = |data_dir: Option<PathBuf>| open(data_dir, &store);
     match cli.command.unwrap_or(Command::Mcp) {
         Command::Mcp => serve_mcp(cli.data_dir, &store, Transport::Stdio),
-        Command::Serve { http } => serve_mcp(cli.data_dir, &store, Transport::Http(http)),
+        Command::Serve {
+            http,
+            tls_cert,
+            tls_key,
+            allow_plain_http,
+        } => {
+            let options = crate::mcp::http::HttpOptions {
+                addr: http,
+                tls: http_tls_files(tls_cert, tls_key)?,
+                allow_plain_http,
+            };
+            // Before the store opens: a refused address or an unreadable certificate is
+            // reported at once.
+            options.check()?;
+            if let Some(files) = &options.tls {
+                crate::mcp::http::tls_config(files)?;
+            }
+            serve_mcp(cli.data_dir, &store, Transport::Http(options))
+        }
         Command::Validate {
             file,
             bundled,
@@ -658,7 +715,7 @@ fn run_transport<B: crate::mcp::ToolBackend>(
             tracing::info!("serving MCP over stdio");
             crate::mcp::run_stdio(backend)
         }
-        Transport::Http(addr) => {
+        Transport::Http(options) => {
             let keys = Arc::new(crate::control::client_keys::ClientKeys::new(data_dir));
             match keys.count() {
                 Some(0) => eprintln!(
@@ -672,8 +729,8 @@ fn run_transport<B: crate::mcp::ToolBackend>(
                 ),
                 Some(_) => {}
             }
-            tracing::info!(%addr, "serving MCP over Streamable HTTP");
-            crate::mcp::run_http(backend, keys, addr)
+            tracing::info!(addr = %options.addr, tls = options.tls.is_some(), "serving MCP over Streamable HTTP");
+            crate::mcp::run_http(backend, keys, &options)
         }
     }
 }

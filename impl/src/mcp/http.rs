@@ -14,10 +14,16 @@
 //! up to [`MAX_BODY_BYTES`] (413 beyond) and runs the call. A tool call runs on the blocking pool
 //! only once its whole request has arrived, and the session lock is taken and released inside
 //! it, so a slow or vanished client never holds a lock: the answer is written after the call.
+//!
+//! With a certificate and key ([`HttpOptions::tls`], decision D190) it serves HTTPS with rustls;
+//! a non-loopback address without TLS is refused unless plain HTTP is asked for by name
+//! ([`HttpOptions::check`], decision D191).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -42,6 +48,150 @@ pub const MAX_IN_FLIGHT_PER_CLIENT: usize = 8;
 
 /// The default address: loopback only, any free port.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:0";
+/// How long a client may take over its TLS handshake before its connection is dropped.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The certificate chain and private key `serve --http` presents (PEM files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// How `serve --http` listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpOptions {
+    pub addr: SocketAddr,
+    /// HTTPS with these files; `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
+    /// Plain HTTP on a non-loopback address, asked for by name (`--allow-plain-http`), e.g.
+    /// behind a TLS reverse proxy on a private network.
+    pub allow_plain_http: bool,
+}
+
+impl HttpOptions {
+    /// Refuses plain HTTP on an address other machines can reach unless it was asked for
+    /// (decision D191): client keys and tokens would cross the network in the clear.
+    pub fn check(&self) -> Result<(), String> {
+        if self.tls.is_none() && !self.addr.ip().is_loopback() && !self.allow_plain_http {
+            return Err(format!(
+                "refusing to serve plain HTTP on {}: other machines can reach it, and client keys and tokens would cross the network unencrypted. Give a certificate (`--tls-cert cert.pem --tls-key key.pem`, or WORKRAIL_HTTP_TLS_CERT and WORKRAIL_HTTP_TLS_KEY), or put a TLS reverse proxy in front and add `--allow-plain-http`, or listen on 127.0.0.1.",
+                self.addr
+            ));
+        }
+        Ok(())
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+}
+
+/// The rustls server configuration of `files`: every problem names the file and the fix.
+pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, String> {
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let unreadable = |path: &Path, what: &str, e: &dyn std::fmt::Display| {
+        format!(
+            "cannot read the TLS {what} {}: {e}. Give a PEM file (`--tls-cert` the certificate chain, server certificate first; `--tls-key` its private key).",
+            path.display()
+        )
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| unreadable(&files.cert, "certificate", &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| unreadable(&files.cert, "certificate", &e))?;
+    if certs.is_empty() {
+        return Err(unreadable(
+            &files.cert,
+            "certificate",
+            &"it holds no CERTIFICATE block",
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| unreadable(&files.key, "private key", &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            format!(
+                "the TLS certificate {} and key {} do not make a usable pair: {e}. Check that the key is the certificate's.",
+                files.cert.display(),
+                files.key.display()
+            )
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accepted connections whose TLS handshake completed. Handshakes run on their own tasks with
+/// [`TLS_HANDSHAKE_TIMEOUT`], so a client that stalls in one delays no other.
+struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        SocketAddr,
+    )>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn new(
+        tcp: tokio::net::TcpListener,
+        config: Arc<rustls::ServerConfig>,
+    ) -> Result<Self, String> {
+        let local = tcp
+            .local_addr()
+            .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: pause rather than spin.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(Self { ready, local })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accepting task never ends while the runtime runs.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
 
 struct Gate {
     origins: Vec<String>,
@@ -59,19 +209,19 @@ impl Gate {
     }
 }
 
-/// The origins a browser page of this server itself would send.
-pub fn own_origins(bound: SocketAddr) -> Vec<String> {
+/// The origins a browser page of this server itself would send (`scheme` `http` or `https`).
+pub fn own_origins(bound: SocketAddr, scheme: &str) -> Vec<String> {
     let port = bound.port();
     let mut origins = vec![
-        format!("http://127.0.0.1:{port}"),
-        format!("http://localhost:{port}"),
-        format!("http://[::1]:{port}"),
+        format!("{scheme}://127.0.0.1:{port}"),
+        format!("{scheme}://localhost:{port}"),
+        format!("{scheme}://[::1]:{port}"),
     ];
     let ip = bound.ip();
     if !ip.is_loopback() && !ip.is_unspecified() {
         origins.push(match ip {
-            IpAddr::V4(v4) => format!("http://{v4}:{port}"),
-            IpAddr::V6(v6) => format!("http://[{v6}]:{port}"),
+            IpAddr::V4(v4) => format!("{scheme}://{v4}:{port}"),
+            IpAddr::V6(v6) => format!("{scheme}://[{v6}]:{port}"),
         });
     }
     origins
@@ -96,8 +246,14 @@ fn allowed_hosts(bound: SocketAddr) -> Option<Vec<String>> {
     Some(hosts)
 }
 
-/// The router serving MCP at [`ENDPOINT`] for the server bound at `bound`.
-pub fn router<B: ToolBackend>(backend: Arc<B>, keys: Arc<ClientKeys>, bound: SocketAddr) -> Router {
+/// The router serving MCP at [`ENDPOINT`] for the server bound at `bound` (`scheme` `http`
+/// or `https`, for the origins it accepts).
+pub fn router<B: ToolBackend>(
+    backend: Arc<B>,
+    keys: Arc<ClientKeys>,
+    bound: SocketAddr,
+    scheme: &str,
+) -> Router {
     let server = WorkrailServer::new(backend).with_calls_on(CallThread::BlockingPool);
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -114,7 +270,7 @@ pub fn router<B: ToolBackend>(backend: Arc<B>, keys: Arc<ClientKeys>, bound: Soc
         config,
     );
     let gate = Arc::new(Gate {
-        origins: own_origins(bound),
+        origins: own_origins(bound, scheme),
         keys,
         in_flight: Mutex::new(HashMap::new()),
     });
@@ -226,18 +382,37 @@ pub async fn serve_on<B: ToolBackend>(
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    axum::serve(listener, router(backend, keys, bound))
+    axum::serve(listener, router(backend, keys, bound, "http"))
         .await
         .map_err(|e| format!("the HTTP server stopped: {e}"))
 }
 
-/// Builds a multi-threaded runtime, binds `addr`, prints `WorkRail MCP over HTTP:
-/// http://<addr>/mcp` on stdout, and serves until the process is killed.
+/// Serves `router` over TLS on `listener` until the process ends.
+pub async fn serve_tls_on<B: ToolBackend>(
+    backend: Arc<B>,
+    keys: Arc<ClientKeys>,
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+) -> Result<(), String> {
+    let tls = TlsListener::new(listener, config)?;
+    let bound = tls.local;
+    axum::serve(tls, router(backend, keys, bound, "https"))
+        .await
+        .map_err(|e| format!("the HTTPS server stopped: {e}"))
+}
+
+/// Checks `options` ([`HttpOptions::check`]) and the TLS files, builds a multi-threaded
+/// runtime, binds the address, prints `WorkRail MCP over HTTP: http(s)://<addr>/mcp` on
+/// stdout, and serves until the process is killed.
 pub fn run_http<B: ToolBackend>(
     backend: Arc<B>,
     keys: Arc<ClientKeys>,
-    addr: SocketAddr,
+    options: &HttpOptions,
 ) -> Result<(), String> {
+    options.check()?;
+    let tls = options.tls.as_ref().map(tls_config).transpose()?;
+    let addr = options.addr;
+    let scheme = options.scheme();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -252,11 +427,14 @@ pub fn run_http<B: ToolBackend>(
         {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
-            writeln!(out, "WorkRail MCP over HTTP: http://{bound}{ENDPOINT}")
+            writeln!(out, "WorkRail MCP over HTTP: {scheme}://{bound}{ENDPOINT}")
                 .and_then(|()| out.flush())
                 .map_err(|e| format!("cannot print the server's address: {e}"))?;
         }
-        serve_on(backend, keys, listener).await
+        match tls {
+            Some(config) => serve_tls_on(backend, keys, listener, config).await,
+            None => serve_on(backend, keys, listener).await,
+        }
     })
 }
 
@@ -269,7 +447,7 @@ mod tests {
     fn own_origins_name_the_port_and_any_named_address() {
         let loopback: SocketAddr = "127.0.0.1:4100".parse().unwrap_or_else(|_| unreachable!());
         assert_eq!(
-            own_origins(loopback),
+            own_origins(loopback, "http"),
             [
                 "http://127.0.0.1:4100",
                 "http://localhost:4100",
@@ -277,15 +455,41 @@ mod tests {
             ]
         );
         let lan: SocketAddr = "10.1.2.3:80".parse().unwrap_or_else(|_| unreachable!());
-        assert!(own_origins(lan).contains(&"http://10.1.2.3:80".to_owned()));
+        assert!(own_origins(lan, "http").contains(&"http://10.1.2.3:80".to_owned()));
+        assert!(own_origins(lan, "https").contains(&"https://10.1.2.3:80".to_owned()));
         let any: SocketAddr = "0.0.0.0:80".parse().unwrap_or_else(|_| unreachable!());
-        assert_eq!(own_origins(any).len(), 3);
+        assert_eq!(own_origins(any, "http").len(), 3);
         assert!(allowed_hosts(any).is_none());
         assert_eq!(
             allowed_hosts(loopback).map(|h| h.len()),
             Some(3),
             "loopback names only"
         );
+    }
+
+    /// decision: D191
+    #[test]
+    fn plain_http_beyond_loopback_must_be_asked_for_by_name() {
+        let options = |addr: &str, tls: bool, allow: bool| HttpOptions {
+            addr: addr.parse().unwrap_or_else(|_| unreachable!()),
+            tls: tls.then(|| TlsFiles {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+            }),
+            allow_plain_http: allow,
+        };
+        assert!(options("127.0.0.1:0", false, false).check().is_ok());
+        assert!(options("[::1]:0", false, false).check().is_ok());
+        let refused = options("0.0.0.0:8080", false, false).check();
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("--tls-cert") && e.contains("--allow-plain-http")),
+            "{refused:?}"
+        );
+        assert!(options("10.0.0.5:80", false, false).check().is_err());
+        assert!(options("0.0.0.0:8080", true, false).check().is_ok());
+        assert!(options("0.0.0.0:8080", false, true).check().is_ok());
     }
 
     #[test]
