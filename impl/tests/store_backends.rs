@@ -1354,3 +1354,62 @@ fn postgres_reports_removed_rows_as_the_file_store_would() {
     assert_eq!(b.load(&u).unwrap().health, SessionHealth::Healthy);
     assert_eq!(b.load(&t).unwrap().events.len(), 3);
 }
+
+/// One process's PostgreSQL backend serves a session while another of its sessions waits for
+/// a lock that another process holds: the waiting request occupies only its own worker. With
+/// one worker the same sequence answers in arrival order, which shows the check can tell.
+/// Ordered by which answer comes first, never by a clock.
+/// decision: D203
+#[test]
+fn postgres_serves_another_session_while_one_waits_for_its_lock() {
+    let Some(fx) = PgFixture::new("workers_side_by_side") else {
+        return;
+    };
+    let order_with = |workers: usize| -> Vec<&'static str> {
+        let b =
+            PostgresBackend::connect_with(&fx.url, &fx.schema, Duration::from_secs(20), workers)
+                .unwrap()
+                .with_lock_wait(Duration::from_secs(4));
+        assert_eq!(b.workers(), workers);
+        let waiting = session_id(0x61);
+        let other = (0x62..=0x7f)
+            .map(session_id)
+            .find(|s| workers == 1 || b.worker_for_session(s) != b.worker_for_session(&waiting))
+            .unwrap();
+        for s in [&waiting, &other] {
+            if b.load(s).is_err() {
+                b.append(s, start_plan(&b, s)).unwrap();
+            }
+        }
+        let holder = PostgresBackend::connect(&fx.url, &fx.schema).unwrap();
+        let held = holder.lock_session(&waiting).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let (b, tx1) = (&b, tx.clone());
+            let waiting = &waiting;
+            scope.spawn(move || {
+                let refused = b
+                    .open_gate(waiting, workrail::store::SessionIntent::Continue)
+                    .is_err();
+                assert!(refused, "the session is locked by another process");
+                tx1.send("the locked session's gate").unwrap();
+            });
+            // Lets the gate's request reach its worker first.
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(b.load(&other).unwrap().health, SessionHealth::Healthy);
+            tx.send("another session's load").unwrap();
+        });
+        drop(held);
+        rx.try_iter().collect()
+    };
+    assert_eq!(
+        order_with(2),
+        ["another session's load", "the locked session's gate"],
+        "with two workers, a session on the other worker is served while one waits"
+    );
+    assert_eq!(
+        order_with(1),
+        ["the locked session's gate", "another session's load"],
+        "with one worker, requests are answered one at a time (the control)"
+    );
+}

@@ -187,9 +187,9 @@ impl Worker {
                 session: session.clone(),
             });
         }
-        self.next_lock += 1;
-        self.locks.insert(self.next_lock, client);
-        Ok(self.next_lock)
+        let id = self.next_id();
+        self.locks.insert(id, client);
+        Ok(id)
     }
 
     pub(super) async fn gate_open(
@@ -226,9 +226,9 @@ impl Worker {
                 .await
                 .map(GateRead::Image),
         };
-        self.next_lock += 1;
-        self.gates.insert(self.next_lock, (client, key));
-        Ok((self.next_lock, read?))
+        let id = self.next_id();
+        self.gates.insert(id, (client, key));
+        Ok((id, read?))
     }
 
     pub(super) async fn gate_append(

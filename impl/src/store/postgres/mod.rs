@@ -1,10 +1,12 @@
 //! The PostgreSQL session backend (issue 19): the [`SessionBackend`] seam over one PostgreSQL
 //! schema. `impl/docs/store.md` "PostgreSQL" describes it.
 //!
-//! - **Threads (D98).** The protocol is synchronous and runs inside the MCP server's tokio
-//!   runtime, where blocking on another runtime would panic. The backend therefore owns a thread
-//!   running its own current-thread runtime and the connections; each trait method sends a
-//!   request over a channel and waits for the reply.
+//! - **Threads (D98, D203).** The protocol is synchronous and runs inside the MCP server's
+//!   tokio runtime, where blocking on another runtime would panic. The backend therefore owns
+//!   worker threads, each running its own current-thread runtime and connections; each trait
+//!   method sends a request over a channel to one of them and waits for the reply. A session's
+//!   requests always go to the same worker (by its lock key), an object's by its digest, so
+//!   requests of different sessions run side by side while one session's keep their order.
 //! - **Rows (D96).** Events and manifest records are stored one per row as the exact canonical
 //!   text the file store writes as a line, so the manifest records (segment bounds, sha256 and
 //!   byte counts of the segment text) are identical in both backends.
@@ -62,7 +64,7 @@ use super::session::{AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT};
 use crate::entropy::Entropy;
 use append::HeldLock;
 use health::validate;
-use worker::{Reply, Request, run_worker};
+use worker::{Place, Reply, Request, run_worker};
 
 /// The schema used when none is named.
 pub const DEFAULT_SCHEMA: &str = "workrail";
@@ -75,6 +77,40 @@ pub const TIMEOUT_ENV: &str = "WORKRAIL_STORE_TIMEOUT_MS";
 
 /// How long one call may wait for the database when [`TIMEOUT_ENV`] is unset (D110).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The variable naming how many worker threads (each with its own connections) a process runs.
+pub const WORKERS_ENV: &str = "WORKRAIL_STORE_WORKERS";
+
+/// Workers when [`WORKERS_ENV`] is unset (D203): enough that one HTTP server's agents overlap
+/// their round trips, few enough that a data directory's servers stay far below PostgreSQL's
+/// default of 100 connections (a worker connects only when a request first reaches it).
+pub const DEFAULT_WORKERS: usize = 8;
+
+/// The most workers [`WORKERS_ENV`] may ask for.
+pub const MAX_WORKERS: usize = 32;
+
+/// The value of [`WORKERS_ENV`], or [`DEFAULT_WORKERS`] when it is unset or empty; anything
+/// but a whole number from 1 to [`MAX_WORKERS`] is an error naming the variable.
+pub fn workers_from_env() -> Result<usize, StoreError> {
+    parse_workers(std::env::var(WORKERS_ENV).ok().as_deref())
+}
+
+/// [`workers_from_env`] over the variable's value.
+fn parse_workers(value: Option<&str>) -> Result<usize, StoreError> {
+    match value {
+        Some(text) if !text.trim().is_empty() => match text.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(n),
+            _ => Err(StoreError::Io {
+                session: None,
+                op: "read WORKRAIL_STORE_WORKERS",
+                detail: format!(
+                    "{WORKERS_ENV}={text:?} is not a number of worker threads from 1 to {MAX_WORKERS}; unset it for the default of {DEFAULT_WORKERS}"
+                ),
+            }),
+        },
+        _ => Ok(DEFAULT_WORKERS),
+    }
+}
 
 /// The bound of [`TIMEOUT_ENV`], or [`DEFAULT_TIMEOUT`] when it is unset or empty; anything
 /// but a whole number of milliseconds from 100 to 3,600,000 is an error naming the variable.
@@ -163,10 +199,16 @@ fn lock_key(schema: &str, session: &SessionId) -> i64 {
     i64::from_be_bytes(key)
 }
 
+/// The worker that handed out the gate or lock `id` (see [`Place::id`]).
+fn spread_id(id: u64, count: usize) -> usize {
+    (id % count.max(1) as u64) as usize
+}
+
 /// The session store in one PostgreSQL schema.
 pub struct PostgresBackend {
-    requests: Option<mpsc::UnboundedSender<Request>>,
-    worker: Option<JoinHandle<()>>,
+    /// One channel per worker thread; empty once the backend is dropped.
+    requests: Vec<mpsc::UnboundedSender<Request>>,
+    workers: Vec<JoinHandle<()>>,
     schema: String,
     lock_wait: Duration,
     /// Validated sessions this process loaded or committed (D94's budget, newest kept).
@@ -184,18 +226,18 @@ impl fmt::Debug for PostgresBackend {
 
 impl Drop for PostgresBackend {
     fn drop(&mut self) {
-        // Lock guards still hold senders, so the channel may stay open: ask the worker to stop.
-        // Its connections close with it, which releases every lock they held.
-        if let Some(requests) = self.requests.take() {
+        // Lock guards still hold senders, so the channels may stay open: ask each worker to
+        // stop. Its connections close with it, which releases every lock they held.
+        for requests in std::mem::take(&mut self.requests) {
             // A send fails only when the worker has already stopped: nothing to ask.
             let _ = requests.send(Request::Shutdown);
         }
-        if let Some(worker) = self.worker.take()
-            && worker.join().is_err()
-        {
-            tracing::warn!(
-                "the PostgreSQL backend's thread panicked; its connections closed with it, which releases every lock they held"
-            );
+        for worker in std::mem::take(&mut self.workers) {
+            if worker.join().is_err() {
+                tracing::warn!(
+                    "a PostgreSQL backend thread panicked; its connections closed with it, which releases every lock they held"
+                );
+            }
         }
     }
 }
@@ -204,7 +246,7 @@ impl PostgresBackend {
     /// Connects to `url` (`postgres://…`, TLS as its `sslmode` asks, D114), creates `schema` if needed and
     /// migrates it to [`SCHEMA_VERSION`]. A schema newer than this build is refused.
     pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
-        Self::connect_with_timeout(url, schema, timeout_from_env()?)
+        Self::connect_with(url, schema, timeout_from_env()?, workers_from_env()?)
     }
 
     /// [`Self::connect`] with every call bounded by `limit` instead of [`TIMEOUT_ENV`]: a call
@@ -214,6 +256,18 @@ impl PostgresBackend {
         url: &str,
         schema: &str,
         limit: Duration,
+    ) -> Result<Self, StoreError> {
+        Self::connect_with(url, schema, limit, workers_from_env()?)
+    }
+
+    /// [`Self::connect_with_timeout`] with `workers` worker threads (at least one). The first
+    /// connects and migrates the schema before the others start; the others connect when a
+    /// request first reaches them.
+    pub fn connect_with(
+        url: &str,
+        schema: &str,
+        limit: Duration,
+        workers: usize,
     ) -> Result<Self, StoreError> {
         let op = "connect to PostgreSQL";
         if !valid_schema_name(schema) {
@@ -239,29 +293,10 @@ impl PostgresBackend {
         config.ssl_mode(tls.mode.negotiation());
         config.connect_timeout(CONNECT_TIMEOUT.min(limit));
         bound_config(&mut config, limit);
-        let (requests, receiver) = mpsc::unbounded_channel();
-        let (ready, started) = std_mpsc::channel();
-        let worker_schema = schema.to_owned();
-        let worker = std::thread::Builder::new()
-            .name(format!("workrail-pg-{schema}"))
-            .spawn(move || {
-                run_worker(
-                    config,
-                    (connector, tls.mode),
-                    worker_schema,
-                    limit,
-                    receiver,
-                    ready,
-                )
-            })
-            .map_err(|e| StoreError::Io {
-                session: None,
-                op,
-                detail: format!("could not start the backend thread: {e}"),
-            })?;
-        let backend = Self {
-            requests: Some(requests),
-            worker: Some(worker),
+        let count = workers.clamp(1, MAX_WORKERS);
+        let mut backend = Self {
+            requests: Vec::with_capacity(count),
+            workers: Vec::with_capacity(count),
             schema: schema.to_owned(),
             // A lock wait past the call's bound would be a stall, not `Locked`.
             lock_wait: DEFAULT_LOCK_WAIT.min(limit / 2),
@@ -269,7 +304,35 @@ impl PostgresBackend {
                 super::object_cache::CacheBudget::default().sessions,
             ),
         };
-        started.recv().map_err(|_| stopped())??;
+        for index in 0..count {
+            let (requests, receiver) = mpsc::unbounded_channel();
+            let (ready, started) = std_mpsc::channel();
+            let (config, connector, worker_schema) =
+                (config.clone(), connector.clone(), schema.to_owned());
+            let place = Place { index, count };
+            let worker = std::thread::Builder::new()
+                .name(format!("workrail-pg-{schema}-{index}"))
+                .spawn(move || {
+                    run_worker(
+                        config,
+                        (connector, tls.mode),
+                        worker_schema,
+                        limit,
+                        place,
+                        receiver,
+                        ready,
+                    )
+                })
+                .map_err(|e| StoreError::Io {
+                    session: None,
+                    op,
+                    detail: format!("could not start a backend thread: {e}"),
+                })?;
+            backend.requests.push(requests);
+            backend.workers.push(worker);
+            // The first worker migrates the schema; the others start once it is in place.
+            started.recv().map_err(|_| stopped())??;
+        }
         Ok(backend)
     }
 
@@ -303,11 +366,58 @@ impl PostgresBackend {
         &self.schema
     }
 
+    /// How many worker threads this backend runs.
+    pub fn workers(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// The worker that serves `session`'s requests (D203), from 0 to [`Self::workers`] less one.
+    pub fn worker_for_session(&self, session: &SessionId) -> usize {
+        spread_id(lock_key(&self.schema, session) as u64, self.requests.len())
+    }
+
+    /// Sends a request to the worker its subject belongs to ([`Self::worker_of`]) and waits
+    /// for the answer.
     fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Request) -> Result<T, StoreError> {
         let (reply, answer) = std_mpsc::channel();
-        let requests = self.requests.as_ref().ok_or_else(stopped)?;
-        requests.send(make(reply)).map_err(|_| stopped())?;
+        let request = make(reply);
+        let requests = self
+            .requests
+            .get(self.worker_of(&request))
+            .ok_or_else(stopped)?;
+        requests.send(request).map_err(|_| stopped())?;
         answer.recv().map_err(|_| stopped())?
+    }
+
+    /// The worker a request goes to (D203): a session's requests to one worker, so they keep
+    /// their order and a gate's or lock's later requests find its connection (their ids carry
+    /// the worker, [`Place::id`]); the rest (objects, the keyring, lists, GC's scans, derived
+    /// rows) to the first, so a process serving one session uses at most two connections
+    /// besides its gate's.
+    fn worker_of(&self, request: &Request) -> usize {
+        let count = self.requests.len();
+        match request {
+            Request::Append { session, .. }
+            | Request::Rows { session, .. }
+            | Request::Lock { session, .. }
+            | Request::GateOpen { session, .. }
+            | Request::Freshness { session, .. }
+            | Request::DeleteSession { session, .. } => self.worker_for_session(session),
+            Request::GateAppend { id, .. }
+            | Request::GateClose { id, .. }
+            | Request::Unlock { id, .. } => spread_id(*id, count),
+            Request::PutObject { .. }
+            | Request::GetObject { .. }
+            | Request::Keyring { .. }
+            | Request::List { .. }
+            | Request::ManifestBytes { .. }
+            | Request::SwapKeyring { .. }
+            | Request::Activity { .. }
+            | Request::Sweep { .. }
+            | Request::ReadDerived { .. }
+            | Request::WriteDerived { .. }
+            | Request::Shutdown => 0,
+        }
     }
 }
 
@@ -355,7 +465,11 @@ impl SessionBackend for PostgresBackend {
             wait,
             reply,
         })?;
-        let requests = self.requests.clone().ok_or_else(stopped)?;
+        let requests = self
+            .requests
+            .get(spread_id(lock, self.requests.len()))
+            .cloned()
+            .ok_or_else(stopped)?;
         Ok(SessionLock::new(
             session.clone(),
             Box::new(HeldLock { id: lock, requests }),
@@ -391,5 +505,41 @@ impl SessionBackend for PostgresBackend {
             .iter()
             .filter_map(|n| SessionId::parse(n).ok())
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// decision: D203
+    #[test]
+    fn the_worker_count_is_a_whole_number_from_one_to_the_maximum_or_the_default() {
+        assert_eq!(parse_workers(None).unwrap(), DEFAULT_WORKERS);
+        assert_eq!(parse_workers(Some(" ")).unwrap(), DEFAULT_WORKERS);
+        assert_eq!(parse_workers(Some("1")).unwrap(), 1);
+        assert_eq!(parse_workers(Some(" 32 ")).unwrap(), MAX_WORKERS);
+        for bad in ["0", "33", "-1", "four", "2.5"] {
+            let text = parse_workers(Some(bad)).unwrap_err().to_string();
+            assert!(
+                text.contains("WORKRAIL_STORE_WORKERS")
+                    && text.contains("from 1 to 32")
+                    && text.contains("unset it"),
+                "{bad}: {text}"
+            );
+        }
+    }
+
+    /// decision: D203
+    #[test]
+    fn gate_and_lock_ids_route_back_to_the_worker_that_handed_them_out() {
+        for count in [1, 2, 3, 8] {
+            for index in 0..count {
+                let place = worker::Place { index, count };
+                for n in [1, 2, 7, 1_000] {
+                    assert_eq!(spread_id(place.id(n), count), index);
+                }
+            }
+        }
     }
 }

@@ -20,6 +20,22 @@ use super::{describe, millis, schema, sql_error, stopped, tls};
 use crate::store::error::StoreError;
 use crate::store::session::{AppendPlan, AppendedEvent};
 
+/// Which of the backend's workers this is, of how many (D203).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    pub(super) index: usize,
+    pub(super) count: usize,
+}
+
+impl Place {
+    /// The `n`th id this worker hands out: ids of one worker are `index` modulo `count`, so a
+    /// gate's or lock's later requests are routed back to the worker holding its connection.
+    pub(super) fn id(self, n: u64) -> u64 {
+        n.saturating_mul(self.count as u64)
+            .saturating_add(self.index as u64)
+    }
+}
+
 /// Where a request's answer goes.
 pub(super) type Reply<T> = std_mpsc::Sender<Result<T, StoreError>>;
 
@@ -138,13 +154,14 @@ pub(super) enum Request {
     Shutdown,
 }
 
-/// The thread's body: a current-thread runtime, the first connection (migrating the schema),
-/// then one request at a time until the backend is dropped.
+/// The thread's body: a current-thread runtime, for the first worker the first connection
+/// (migrating the schema), then one request at a time until the backend is dropped.
 pub(super) fn run_worker(
     config: Config,
     (tls, ssl_mode): (MakeRustlsConnect, tls::SslMode),
     schema: String,
     limit: Duration,
+    place: Place,
     mut requests: mpsc::UnboundedReceiver<Request>,
     ready: std_mpsc::Sender<Result<(), StoreError>>,
 ) {
@@ -175,13 +192,20 @@ pub(super) fn run_worker(
             idle: Vec::new(),
             limit,
             tasks: Vec::new(),
+            place,
         };
-        let started = match tokio::time::timeout(limit, worker.start()).await {
-            Ok(started) => started,
-            Err(_) => Err(StoreError::Unanswered {
-                op: "connect to PostgreSQL",
-                after_ms: millis(limit),
-            }),
+        // Only the first worker connects at once (and migrates); the others connect when a
+        // request first reaches them, so idle workers hold no connection.
+        let started = if place.index > 0 {
+            Ok(())
+        } else {
+            match tokio::time::timeout(limit, worker.start()).await {
+                Ok(started) => started,
+                Err(_) => Err(StoreError::Unanswered {
+                    op: "connect to PostgreSQL",
+                    after_ms: millis(limit),
+                }),
+            }
         };
         let failed = started.is_err();
         let _ = ready.send(started);
@@ -217,9 +241,17 @@ pub(super) struct Worker {
     pub(super) limit: Duration,
     /// The tasks driving this worker's connections, aborted when a request stalls.
     pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Which worker this is (its ids say so).
+    pub(super) place: Place,
 }
 
 impl Worker {
+    /// A new gate or lock id, routed back to this worker.
+    pub(super) fn next_id(&mut self) -> u64 {
+        self.next_lock += 1;
+        self.place.id(self.next_lock)
+    }
+
     pub(super) async fn connect(&mut self, role: &str) -> Result<Client, StoreError> {
         let op = "connect to PostgreSQL";
         let mut config = self.config.clone();
