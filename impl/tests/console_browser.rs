@@ -1254,6 +1254,16 @@ fn pages_follow_changes_in_place_keeping_the_scroll_position() {
     let events = b.all("table#events tr.event").len();
     let y = b.js("window.__samePage = true; window.scrollTo(0, 420); return window.scrollY;");
     assert_eq!(y, 420, "the page is tall enough to scroll");
+    // The reader zooms every graph in twice; the graph that gains a node is redrawn and must
+    // keep that view (decision D183: a zoomed graph stays as it is).
+    let zoomed = b.js("var views = [];
+         document.querySelectorAll('figure.graph').forEach(function (f) {
+           f.__before = true;
+           f.querySelector('.zoom-in').click();
+           f.querySelector('.zoom-in').click();
+           views.push(f.querySelector('svg.dag').getAttribute('viewBox'));
+         });
+         return views;");
     let mut mcp = Mcp::start(&s.data);
     mcp.ack(
         &s.demo.forked_tip,
@@ -1278,6 +1288,29 @@ fn pages_follow_changes_in_place_keeping_the_scroll_position() {
     );
     // The new graph still has its tools.
     assert!(!b.all("figure.graph .graph-tools:not([hidden])").is_empty());
+    let after = b.js(
+        "var out = {redrawn: 0, views: []};
+         document.querySelectorAll('figure.graph').forEach(function (f) {
+           if (!f.__before) { out.redrawn += 1; }
+           out.views.push([f.querySelector('svg.dag').getAttribute('viewBox'), f.getAttribute('data-zoomed')]);
+         });
+         return out;",
+    );
+    assert!(
+        after["redrawn"].as_u64().unwrap_or(0) >= 1,
+        "the graph with the new node was redrawn: {after}"
+    );
+    let kept: Vec<Value> = zoomed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| json!([v, "true"]))
+        .collect();
+    assert_eq!(
+        after["views"],
+        Value::Array(kept),
+        "every graph, the redrawn one included, keeps the reader's zoomed view"
+    );
 
     b.goto(&format!("{}/", s.console.origin));
     b.js("window.__samePage = true; return null;");

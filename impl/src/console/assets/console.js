@@ -240,6 +240,30 @@
     if (fresh.nodeType === 1) {
       initGraphs(fresh.parentNode || document);
     }
+    return fresh;
+  }
+
+  // A graph the reader zoomed or panned keeps that view when a new node redraws it: the same
+  // orientation and the same region, so the graph grows under the view instead of jumping
+  // back to fit. `Fit` returns to the whole run.
+  function viewOf(figure) {
+    var svg = figure.querySelector("svg.dag");
+    if (!svg || figure.getAttribute("data-zoomed") !== "true") {
+      return null;
+    }
+    return { orientation: svg.getAttribute("data-orientation"), viewBox: svg.getAttribute("viewBox") };
+  }
+
+  function keepView(figure, view) {
+    var svg = figure.querySelector("svg.dag");
+    if (!svg || !view) {
+      return;
+    }
+    if (view.orientation && svg.getAttribute("data-orientation") !== view.orientation) {
+      orient(svg, view.orientation);
+    }
+    svg.setAttribute("viewBox", view.viewBox);
+    figure.setAttribute("data-zoomed", "true");
   }
 
   // Patches `oldEl` to look like `newEl`, descending while the shapes agree.
@@ -259,7 +283,8 @@
     }
     if (oldEl.matches("figure.graph")) {
       if (graphSource.get(oldEl) !== newEl.outerHTML) {
-        replace(oldEl, newEl);
+        var view = viewOf(oldEl);
+        keepView(replace(oldEl, newEl), view);
       }
       return;
     }
