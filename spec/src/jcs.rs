@@ -19,7 +19,7 @@ use crate::ids::Sha256Digest;
 /// else, so a digest is never taken of text put together by hand:
 ///
 /// lock: L-JCS-TYPED-INPUT
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// fn digest_of_text() {
 ///     let _ = workrail_spec::jcs::jcs_digest("{\"kind\":\"made up\"}");
 /// }
