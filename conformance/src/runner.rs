@@ -699,7 +699,7 @@ struct Interp<'a> {
     /// The scenario's own workflow directory (when it writes workflow sources).
     own_workflows: Option<PathBuf>,
     /// The session lock `holdSessionLock` took.
-    held_lock: Option<std::fs::File>,
+    held_lock: Option<HeldLock>,
     /// The values of the surface's templates in this scenario.
     template: Template,
     /// The server's environment and working directory, for the truth adapter's commands.
@@ -1183,6 +1183,26 @@ impl Interp<'_> {
                 if self.held_lock.is_some() {
                     return Err("a session lock is already held".into());
                 }
+                if let Some(command) = self
+                    .config
+                    .surface
+                    .truth
+                    .as_ref()
+                    .and_then(|t| t.lock.clone())
+                {
+                    match self.hold_with_command(&command, &id)? {
+                        Ok(child) => self.held_lock = Some(HeldLock::Command(child)),
+                        Err(refusal) => {
+                            self.fail(
+                                lock,
+                                "the session lock free between calls (a server holds it only while it writes)",
+                                refusal,
+                            );
+                            return Ok(Some(Missing::Failed));
+                        }
+                    }
+                    return Ok(None);
+                }
                 let dir = self.data_dir.join("sessions").join(&id);
                 if !dir.is_dir() {
                     self.fail(
@@ -1201,7 +1221,7 @@ impl Interp<'_> {
                     .open(&path)
                     .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
                 match file.try_lock() {
-                    Ok(()) => self.held_lock = Some(file),
+                    Ok(()) => self.held_lock = Some(HeldLock::File(file)),
                     Err(std::fs::TryLockError::WouldBlock) => {
                         self.fail(
                             lock,
@@ -1216,12 +1236,11 @@ impl Interp<'_> {
                 }
             }
             Step::ReleaseSessionLock {} => {
-                let file = self
+                let held = self
                     .held_lock
                     .take()
                     .ok_or("no session lock is held (holdSessionLock first)")?;
-                file.unlock()
-                    .map_err(|e| format!("cannot release the session lock: {e}"))?;
+                held.release()?;
             }
         }
         // Every check step reads something the server produced (the scenario loader refuses a
@@ -1334,6 +1353,55 @@ impl Interp<'_> {
 
     /// The closed sets of everything in the store, on every read of it; each problem is
     /// reported once per scenario.
+    /// Starts the truth adapter's lock command for session `id` and waits for its first line
+    /// (decision D204). `Ok(Err(why))`: the command ran and did not hold the lock (its exit
+    /// status and what it said), a finding about the server; `Err`: it could not be run.
+    fn hold_with_command(
+        &self,
+        command: &str,
+        id: &str,
+    ) -> Result<Result<std::process::Child, String>, String> {
+        use std::io::BufRead;
+        let server = self.config.server.first().cloned().unwrap_or_default();
+        let line = self
+            .template
+            .expand(command)
+            .replace("$server", &server)
+            .replace("$session", id);
+        let argv = crate::mcp::split_command(&line)?;
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| format!("the truth adapter's lock command {line:?} is empty"))?;
+        let mut child = std::process::Command::new(program)
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.cwd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("the truth adapter's lock command {line:?} did not start: {e}"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("the lock command's stdout was not captured")?;
+        let mut first = String::new();
+        // The command prints its line once the lock is held, or exits without one.
+        let read = std::io::BufReader::new(stdout).read_line(&mut first);
+        if matches!(read, Ok(n) if n > 0) {
+            return Ok(Ok(child));
+        }
+        drop(child.stdin.take());
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("the truth adapter's lock command {line:?} failed: {e}"))?;
+        Ok(Err(format!(
+            "the lock command {line:?} exited ({}) without holding the lock: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+
     /// The server's durable truth now: the locked file layout, or what the surface's truth
     /// adapter prints (decision D194), run with the server's environment.
     fn read_truth(&self) -> Result<store::Dump, String> {
@@ -1585,5 +1653,44 @@ pub fn default_fixtures() -> PathBuf {
         repo
     } else {
         PathBuf::from("fixtures/conformance")
+    }
+}
+
+/// A session lock the suite holds for `holdSessionLock`: the layout's lock file, or a truth
+/// adapter's lock command keeping it until its stdin closes (decision D204).
+#[derive(Debug)]
+enum HeldLock {
+    File(std::fs::File),
+    Command(std::process::Child),
+}
+
+impl HeldLock {
+    /// Releases the lock; a lock command must end within 30 s of its stdin closing.
+    fn release(self) -> Result<(), String> {
+        match self {
+            HeldLock::File(file) => file
+                .unlock()
+                .map_err(|e| format!("cannot release the session lock: {e}")),
+            HeldLock::Command(mut child) => {
+                drop(child.stdin.take());
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => return Ok(()),
+                        Ok(None) if std::time::Instant::now() < deadline => {
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        Ok(None) => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            return Err(
+                                "the lock command did not end within 30 s of its stdin closing; it was killed".into(),
+                            );
+                        }
+                        Err(e) => return Err(format!("cannot wait for the lock command: {e}")),
+                    }
+                }
+            }
+        }
     }
 }

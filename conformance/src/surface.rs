@@ -122,6 +122,11 @@ pub struct TruthAdapter {
     /// Prints one session's truth as JSON, `$session` standing for its id: a WorkRail export
     /// bundle (`session.events`, `session.manifest`) or `{events, manifest}`.
     pub export: String,
+    /// Holds one session's writer lock, `$session` standing for its id (decision D204): prints
+    /// a line once the lock is held and keeps it until its stdin closes. Absent: the suite
+    /// holds the locked layout's lock file itself (`sessions/<sessionId>/.lock`).
+    #[serde(default)]
+    pub lock: Option<String>,
 }
 
 fn default_autonomy_args() -> Value {

@@ -476,3 +476,94 @@ fn mcp_over_files_instead_of_pipes_answers_every_request() {
     assert_eq!(ids, [json!(1), json!(2), json!(3)], "{answered:?}");
     assert_eq!(answered[2]["result"]["isError"], false, "{}", answered[2]);
 }
+
+/// `workrail lock` holds a session's writer lock until its stdin closes: meanwhile a server's
+/// acknowledgement answers `TOKEN_SESSION_LOCKED` (retryable) and writes nothing while a
+/// rehydrate answers; once released the same acknowledgement advances. An unknown session is
+/// `SESSION_NOT_FOUND` and leaves no directory behind.
+/// decision: D204
+/// lock: L-WRITER-BUSY
+#[test]
+fn lock_holds_a_session_until_stdin_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (started, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("start_workflow", json!({"workflowId": "wr.coding_task"}))],
+    );
+    let out = &started[0]["structuredContent"];
+    let session = out["session"]["sessionId"].as_str().unwrap().to_owned();
+    let (state, ack) = (out["stateToken"].clone(), out["ackToken"].clone());
+    let manifest = dir
+        .path()
+        .join("sessions")
+        .join(&session)
+        .join("manifest.jsonl");
+    let before = std::fs::read(&manifest).unwrap();
+
+    let mut holder = workrail(dir.path())
+        .args(["lock", &session])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first.trim(), format!("locked {session}"));
+
+    let ack_call = json!({"stateToken": state, "ackToken": ack});
+    let (busy, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[
+            ("continue_workflow", ack_call.clone()),
+            ("continue_workflow", json!({"stateToken": state})),
+        ],
+    );
+    let refused = &busy[0]["structuredContent"];
+    assert_eq!(busy[0]["isError"], true, "{refused}");
+    assert_eq!(refused["code"], "TOKEN_SESSION_LOCKED", "{refused}");
+    assert_ne!(refused["retry"]["kind"], "not_retryable", "{refused}");
+    assert_eq!(
+        busy[1]["structuredContent"]["kind"], "ok",
+        "a rehydrate answers while the lock is held: {}",
+        busy[1]
+    );
+    assert_eq!(
+        std::fs::read(&manifest).unwrap(),
+        before,
+        "nothing was written"
+    );
+
+    drop(holder.stdin.take());
+    let released = holder.wait_with_output().unwrap();
+    assert_eq!(released.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&released.stderr).contains(&format!("released {session}")),
+        "{}",
+        String::from_utf8_lossy(&released.stderr)
+    );
+    let (advanced, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("continue_workflow", ack_call)],
+    );
+    assert_eq!(
+        advanced[0]["structuredContent"]["kind"], "ok",
+        "{}",
+        advanced[0]
+    );
+
+    let unknown = "sess_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let refused = run(dir.path(), &["lock", unknown]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("SESSION_NOT_FOUND"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        !dir.path().join("sessions").join(unknown).exists(),
+        "no directory is made for an unknown session"
+    );
+}

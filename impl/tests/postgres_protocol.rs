@@ -444,3 +444,71 @@ fn a_cached_view_never_hides_damage_in_the_rows_after_it() {
     assert!(!seen.health.is_healthy());
     assert_eq!(seen.health, full.health);
 }
+
+/// `workrail lock` on PostgreSQL holds the session's advisory lock (another process cannot take
+/// it), and lets it go by itself at five times `WORKRAIL_STORE_TIMEOUT_MS`, saying so and
+/// exiting 1, before the database would end the idle holder without a word.
+/// decision: D204
+#[test]
+fn lock_on_postgres_holds_the_advisory_lock_and_ends_at_its_bound() {
+    let Some(url) = postgres_url(
+        "lock_on_postgres_holds_the_advisory_lock_and_ends_at_its_bound",
+        "protocol",
+    ) else {
+        return;
+    };
+    let schema = Schema::new(&url, "wrp_cli_lock");
+    let wr = schema.workrail();
+    let out = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "wr.coding_task".into(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_workrail"))
+        .args(["lock", session.as_str()])
+        .env("WORKRAIL_DATA_DIR", dir.path())
+        .env("HOME", dir.path())
+        .env("WORKRAIL_STORE", &url)
+        .env("WORKRAIL_STORE_SCHEMA", &schema.name)
+        .env("WORKRAIL_STORE_TIMEOUT_MS", "400")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first.trim(), format!("locked {session}"));
+    let other = PostgresBackend::connect(&url, &schema.name)
+        .unwrap()
+        .with_lock_wait(Duration::from_millis(100));
+    let busy = workrail::store::SessionBackend::lock_session(&other, &session);
+    assert!(
+        matches!(busy, Err(workrail::store::StoreError::Locked { .. })),
+        "another process cannot take the lock while it is held: {busy:?}"
+    );
+    // stdin stays open: the command ends the hold itself at 5 x 400 ms.
+    let _stdin = holder.stdin.take();
+    let ended = holder.wait_with_output().unwrap();
+    assert_eq!(ended.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&ended.stderr);
+    assert!(
+        said.contains(&format!("released {session} after 2 s"))
+            && said.contains("WORKRAIL_STORE_TIMEOUT_MS"),
+        "{said}"
+    );
+    drop(
+        workrail::store::SessionBackend::lock_session(
+            &other.with_lock_wait(Duration::from_secs(5)),
+            &session,
+        )
+        .unwrap(),
+    );
+}

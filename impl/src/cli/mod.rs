@@ -170,6 +170,18 @@ enum Command {
         /// `SESSION_CORRUPT` error names).
         session_id: String,
     },
+    /// Hold a session's writer lock until stdin closes, for maintenance by hand.
+    ///
+    /// Prints `locked <sessionId>` once the lock is held. Meanwhile every server's
+    /// acknowledgement on the session answers TOKEN_SESSION_LOCKED (retryable) and writes
+    /// nothing; reads, rehydrates and other sessions go on. Closing stdin (Ctrl-D) or ending the
+    /// process releases it. On PostgreSQL the database ends an idle lock holder after six times
+    /// WORKRAIL_STORE_TIMEOUT_MS, so there the command releases the lock itself after five
+    /// times (50 s by default), says so and exits 1.
+    Lock {
+        /// The session id (`session.sessionId` in any execution response).
+        session_id: String,
+    },
     /// Export a session as one self-verifying JSON bundle (no tokens).
     ///
     /// Writes the bundle to stdout, or to FILE with -o. A corrupt_tail session exports its
@@ -451,6 +463,35 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 .map_err(|e| envelope_text(&e))?;
             print_stdout(&report);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Lock { session_id } => {
+            let workrail = open(cli.data_dir)?;
+            let held = workrail
+                .hold_session_lock(&session_id)
+                .map_err(|e| envelope_text(&e))?;
+            print_stdout(&format!("locked {session_id}"));
+            let limit = workrail.lock_hold_limit();
+            let (closed, stdin_closed) = std::sync::mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                // Any end of stdin (EOF or an error) ends the hold.
+                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+                let _ = closed.send(());
+            });
+            let outcome = match limit {
+                Some(limit) => stdin_closed.recv_timeout(limit).map_err(|_| limit),
+                None => stdin_closed.recv().map_err(|_| std::time::Duration::ZERO),
+            };
+            drop(held);
+            match outcome {
+                Ok(()) => {
+                    eprintln!("released {session_id}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(limit) => Err(format!(
+                    "released {session_id} after {} s (five times WORKRAIL_STORE_TIMEOUT_MS): PostgreSQL ends an idle lock holder soon after; raise WORKRAIL_STORE_TIMEOUT_MS to hold it longer",
+                    limit.as_secs()
+                )),
+            }
         }
         Command::Export { session_id, output } => {
             let workrail = open(cli.data_dir)?;

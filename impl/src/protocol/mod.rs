@@ -772,6 +772,70 @@ impl Workrail {
     /// transaction, so the torn write the file store's repair fixes cannot arise. The session is
     /// checked instead: healthy says so; anything else is refused with its verdict and the way
     /// back, writing nothing.
+    /// How long [`Workrail::hold_session_lock`]'s guard may be held: unbounded on the file
+    /// store, [`crate::store::postgres::PostgresBackend::lock_hold_limit`] on PostgreSQL.
+    pub fn lock_hold_limit(&self) -> Option<std::time::Duration> {
+        self.store
+            .postgres_stores()
+            .map(|pg| pg.backend().lock_hold_limit())
+    }
+
+    /// Holds `session_id`'s writer lock (the one every append takes) until the returned guard
+    /// is dropped, for maintenance by hand (decision D204): while it is held an acknowledgement
+    /// on the session answers `TOKEN_SESSION_LOCKED` and writes nothing, and reads go on. An
+    /// unknown session is `SESSION_NOT_FOUND` (no lock is made for it); a lock another process
+    /// holds past the bounded wait is `TOKEN_SESSION_LOCKED`.
+    pub fn hold_session_lock(
+        &self,
+        session_id: &str,
+    ) -> Result<crate::store::SessionLock, ErrorEnvelope> {
+        let session = SessionId::parse(session_id).map_err(|e| {
+            ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                format!("`{session_id}` is not a session id: {e}"),
+                "Pass the session id exactly as a WorkRail response or `workrail sessions` shows it (sess_…).",
+                Retry::NotRetryable,
+            )
+        })?;
+        let exists = |lock_taken: bool| -> Result<(), ErrorEnvelope> {
+            let listed = crate::store::SessionRead::list_sessions(&self.store)
+                .map_err(store_envelope(false))?;
+            if listed.contains(&session) {
+                return Ok(());
+            }
+            let mut envelope = StoreError::NotFound {
+                session: session.clone(),
+            }
+            .to_envelope(false);
+            if lock_taken {
+                envelope
+                    .message
+                    .push_str(" (it was deleted while its lock was being taken)");
+            }
+            Err(envelope)
+        };
+        exists(false)?;
+        let lock = match (self.store.postgres_stores(), self.store.file_stores()) {
+            (Some(pg), _) => {
+                crate::store::SessionBackend::lock_session(pg.backend().as_ref(), &session)
+            }
+            (None, Some(files)) => crate::store::SessionBackend::lock_session(
+                &crate::store::backend::FileBackend::new(Arc::clone(files.fs()))
+                    .with_lock_wait(files.sessions.lock_wait()),
+                &session,
+            ),
+            (None, None) => {
+                return Err(invariant(
+                    "the store is neither the file store nor PostgreSQL",
+                ));
+            }
+        }
+        .map_err(store_envelope(true))?;
+        // GC deletes a session only under this lock: one listed now stays until it is released.
+        exists(true)?;
+        Ok(lock)
+    }
+
     fn check_postgres_session(&self, session: &SessionId) -> Result<String, ErrorEnvelope> {
         // A full read, past the process's cached view: a check must see every row.
         let loaded = match self.store.postgres_stores() {

@@ -209,6 +209,8 @@ pub struct PostgresBackend {
     /// One channel per worker thread; empty once the backend is dropped.
     requests: Vec<mpsc::UnboundedSender<Request>>,
     workers: Vec<JoinHandle<()>>,
+    /// How long one call may wait for the database (D110).
+    limit: Duration,
     schema: String,
     lock_wait: Duration,
     /// Validated sessions this process loaded or committed (D94's budget, newest kept).
@@ -298,6 +300,7 @@ impl PostgresBackend {
             requests: Vec::with_capacity(count),
             workers: Vec::with_capacity(count),
             schema: schema.to_owned(),
+            limit,
             // A lock wait past the call's bound would be a stall, not `Locked`.
             lock_wait: DEFAULT_LOCK_WAIT.min(limit / 2),
             sessions: super::object_cache::ObjectCache::keeping_newest(
@@ -364,6 +367,13 @@ impl PostgresBackend {
 
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// How long a held session lock (a lock guard) may stay idle before this backend lets it
+    /// go: the database ends a transaction idle for six times the call bound (D110), so a guard
+    /// held by hand is released at five (D204).
+    pub fn lock_hold_limit(&self) -> Duration {
+        self.limit.saturating_mul(5)
     }
 
     /// How many worker threads this backend runs.
