@@ -245,3 +245,38 @@ fn the_session_in_use_stays_cached_when_it_alone_is_over_the_budget() {
     let [sessions, ..] = cramped.cache_sizes();
     assert_eq!(sessions.0, 1);
 }
+
+/// D205: the projections a process keeps between calls are bounded by their share of the
+/// budget: with room for one, driving a second session pushes the first out, the session in use
+/// stays even when it alone is over the budget, and the answers are those of a roomy memo.
+#[test]
+fn kept_projections_stay_within_their_budget_and_the_one_in_use_stays() {
+    let cramped_fs = MemFs::new();
+    let cramped = open_seeded(&cramped_fs, 11).with_cache_budget(CacheBudget {
+        projections: workrail::protocol::facts::projection_bytes(40),
+        ..CacheBudget::default()
+    });
+    let roomy_fs = MemFs::new();
+    let roomy = open_seeded(&roomy_fs, 11);
+    let first = (drive(&cramped), drive(&roomy));
+    assert_eq!(first.0, first.1, "the same answers whatever the budget");
+    let (kept, bytes) = cramped.projections_held();
+    assert_eq!(kept, 1, "the session in use is kept");
+    assert!(
+        bytes > workrail::protocol::facts::projection_bytes(40),
+        "and it alone is over the budget ({bytes} bytes)"
+    );
+    let second = (drive(&cramped), drive(&roomy));
+    assert_eq!(second.0, second.1);
+    assert_eq!(
+        cramped.projections_held().0,
+        1,
+        "the second session pushed the first out"
+    );
+    assert_eq!(roomy.projections_held().0, 2, "a roomy memo keeps both");
+    let (_, roomy_bytes) = roomy.projections_held();
+    assert!(
+        roomy_bytes <= CacheBudget::default().projections,
+        "{roomy_bytes} bytes within the default share"
+    );
+}

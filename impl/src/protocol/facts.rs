@@ -17,23 +17,105 @@ use crate::projections::{
     project_in_two_passes,
 };
 
-/// How many sessions' latest projections [`ProjectionMemo`] keeps.
+/// How many sessions' latest projections [`ProjectionMemo`] keeps at most, whatever their size.
 const MEMO_SESSIONS: usize = 64;
+
+/// What a projection holds in memory per projected event, at most (D205): run DAG nodes and
+/// edges, current outputs, positions. Measured at about 170 bytes per event on nested loops
+/// (`impl/tests/projection_memory.rs` holds the estimate to at least what is held).
+pub const PROJECTED_BYTES_PER_EVENT: usize = 200;
+
+/// The estimated bytes of a projection of `applied` events.
+pub fn projection_bytes(applied: usize) -> usize {
+    applied
+        .saturating_mul(PROJECTED_BYTES_PER_EVENT)
+        .saturating_add(1024)
+}
 
 /// The projection of each session's latest log seen, kept extendable: the several reads of one
 /// advance project the log once, and the next call on the same session projects only the events
 /// appended since (a [`Projector`]). The key is the session, the log length and the last event's
 /// id: committed events are append-only, so that names one exact log (a log rewritten under the
 /// same length would have a different last event id).
-#[derive(Debug, Default)]
+///
+/// Bounded by bytes (D205): once the projections' estimated bytes pass the budget (the
+/// `projections` share of `WORKRAIL_CACHE_MB`), the least recently used leave first; the one
+/// just used always stays, as the session cache keeps its newest (D94), so a long session is
+/// extended, never projected whole on every call.
+#[derive(Debug)]
 pub struct ProjectionMemo {
-    latest: Mutex<HashMap<SessionId, Memoized>>,
+    latest: Mutex<MemoInner>,
+    budget: usize,
 }
 
-/// The last event's id of the projected log, and its projector.
-type Memoized = (EventId, Projector);
+#[derive(Debug, Default)]
+struct MemoInner {
+    entries: HashMap<SessionId, Memoized>,
+    /// The estimated bytes of every entry.
+    bytes: usize,
+    /// A counter: an entry's `used` is the value when it was last used.
+    clock: u64,
+}
+
+/// The last event's id of the projected log, its projector, its estimated bytes and when it
+/// was last used.
+#[derive(Debug)]
+struct Memoized {
+    last: EventId,
+    projector: Projector,
+    bytes: usize,
+    used: u64,
+}
+
+impl Default for ProjectionMemo {
+    fn default() -> Self {
+        Self::with_budget(crate::store::CacheBudget::default().projections)
+    }
+}
+
+impl MemoInner {
+    /// Records `session`'s entry as just used with `bytes`, then evicts the least recently used
+    /// others while over `budget`.
+    fn settle(&mut self, session: &SessionId, bytes: usize, budget: usize) {
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some(entry) = self.entries.get_mut(session) {
+            self.bytes = self.bytes.saturating_sub(entry.bytes).saturating_add(bytes);
+            entry.bytes = bytes;
+            entry.used = clock;
+        }
+        while self.bytes > budget || self.entries.len() > MEMO_SESSIONS {
+            let oldest = self
+                .entries
+                .iter()
+                .filter(|(id, _)| *id != session)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(id, _)| id.clone());
+            let Some(oldest) = oldest else {
+                break;
+            };
+            if let Some(gone) = self.entries.remove(&oldest) {
+                self.bytes = self.bytes.saturating_sub(gone.bytes);
+            }
+        }
+    }
+}
 
 impl ProjectionMemo {
+    /// A memo whose projections stay under `budget` estimated bytes (the newest excepted).
+    pub fn with_budget(budget: usize) -> Self {
+        Self {
+            latest: Mutex::new(MemoInner::default()),
+            budget,
+        }
+    }
+
+    /// The sessions whose projections are kept, and their estimated bytes.
+    pub fn held(&self) -> (usize, usize) {
+        let inner = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        (inner.entries.len(), inner.bytes)
+    }
+
     /// Facts of `events` like [`ProjectionMemo::facts`] when this session's projection is kept
     /// (then extended by what was appended), else projected once without keeping it: a pass
     /// over many sessions (`resume_session`'s first call) must not push out the projections of
@@ -43,6 +125,7 @@ impl ProjectionMemo {
             .latest
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .entries
             .contains_key(session);
         if kept {
             self.facts(session, events)
@@ -56,24 +139,23 @@ impl ProjectionMemo {
         let Some(last) = events.last() else {
             return Facts::new(events);
         };
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((id, projector)) = latest.get_mut(session) {
-            let applied = projector.applied();
-            if applied == events.len() && id == last.event_id() {
-                return Facts {
-                    events,
-                    projection: Arc::clone(projector.projection()),
-                };
+        let mut inner = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = inner.entries.get_mut(session) {
+            let applied = entry.projector.applied();
+            if applied == events.len() && &entry.last == last.event_id() {
+                let projection = Arc::clone(entry.projector.projection());
+                inner.settle(session, projection_bytes(applied), self.budget);
+                return Facts { events, projection };
             }
             // The same log, longer: project only what was appended.
-            let extends =
-                applied > 0 && applied < events.len() && events[applied - 1].event_id() == id;
-            if extends && projector.extend(events).is_ok() {
-                *id = last.event_id().clone();
-                return Facts {
-                    events,
-                    projection: Arc::clone(projector.projection()),
-                };
+            let extends = applied > 0
+                && applied < events.len()
+                && events[applied - 1].event_id() == &entry.last;
+            if extends && entry.projector.extend(events).is_ok() {
+                entry.last = last.event_id().clone();
+                let projection = Arc::clone(entry.projector.projection());
+                inner.settle(session, projection_bytes(events.len()), self.budget);
+                return Facts { events, projection };
             }
         }
         let mut projector = Projector::default();
@@ -81,17 +163,27 @@ impl ProjectionMemo {
             Ok(()) => Arc::clone(projector.projection()),
             // A log the incremental path does not take is projected whole, every time.
             Err(_) => {
-                latest.remove(session);
+                if let Some(gone) = inner.entries.remove(session) {
+                    inner.bytes = inner.bytes.saturating_sub(gone.bytes);
+                }
                 return Facts {
                     events,
                     projection: Arc::new(project_in_two_passes(events, TipPolicy::Latest)),
                 };
             }
         };
-        if latest.len() >= MEMO_SESSIONS && !latest.contains_key(session) {
-            latest.clear();
+        if let Some(gone) = inner.entries.insert(
+            session.clone(),
+            Memoized {
+                last: last.event_id().clone(),
+                projector,
+                bytes: 0,
+                used: 0,
+            },
+        ) {
+            inner.bytes = inner.bytes.saturating_sub(gone.bytes);
         }
-        latest.insert(session.clone(), (last.event_id().clone(), projector));
+        inner.settle(session, projection_bytes(events.len()), self.budget);
         Facts { events, projection }
     }
 }

@@ -11,7 +11,7 @@ mod advance;
 mod checkpoint;
 mod console;
 pub mod derive;
-mod facts;
+pub mod facts;
 mod functions;
 mod guidance;
 mod inspect;
@@ -399,7 +399,14 @@ impl Workrail {
         self.store = self.store.with_cache_budget(budget);
         self.resume_index = crate::store::ObjectCache::new(budget.resume);
         self.overviews = crate::store::ObjectCache::new(budget.overviews);
+        self.memo = facts::ProjectionMemo::with_budget(budget.projections);
         self
+    }
+
+    /// The projections this process keeps extendable between calls: (sessions, estimated
+    /// bytes) (D205).
+    pub fn projections_held(&self) -> (usize, usize) {
+        self.memo.held()
     }
 
     /// The sizes of this process's caches: (sessions, snapshots, workflows), each as (entries,

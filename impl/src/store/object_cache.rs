@@ -20,8 +20,11 @@ pub const DEFAULT_CACHE_MB: usize = 64;
 /// The byte budget of each cache of one WorkRail (a process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheBudget {
-    /// Loaded sessions (events, manifest, their projections): five sixteenths.
+    /// Loaded sessions (events, manifest): a quarter.
     pub sessions: usize,
+    /// The sessions' projections kept extendable between calls (the run DAGs, outputs, gaps):
+    /// one sixteenth (D205).
+    pub projections: usize,
     /// The rows of `workrail sessions` and the Console's sessions page, one per session (its
     /// health and run summaries): one sixteenth.
     pub overviews: usize,
@@ -38,7 +41,8 @@ impl CacheBudget {
     pub fn of_mib(mib: usize) -> Self {
         let total = mib.saturating_mul(1024 * 1024);
         Self {
-            sessions: total / 16 * 5,
+            sessions: total / 4,
+            projections: total / 16,
             overviews: total / 16,
             resume: total / 8,
             snapshots: total / 4,
