@@ -20,6 +20,8 @@
 //! - [`model`]: the operations (start, rehydrate, advance, replay, fork, checkpoint, preference
 //!   changes) as pure transitions `Model::apply(&self, &Command) -> Result<(Model, Observation),
 //!   ModelError>`, with the mapping from each operation to the lock ids it embodies.
+//! - [`pgcheck`]: an exhaustive check of the PostgreSQL store's advisory-lock and transaction
+//!   protocol, backends killed at any statement (decisions D201, D202).
 //! - [`derive`]: the deterministic ids, including the attempt-id scheme.
 
 #![forbid(unsafe_code)]
@@ -30,6 +32,7 @@ pub mod interpreter;
 pub mod lanes;
 pub mod language;
 pub mod model;
+pub mod pgcheck;
 pub mod projections;
 pub mod reports;
 pub mod storecheck;
