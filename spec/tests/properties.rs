@@ -417,7 +417,11 @@ fn es_number(f: f64) -> String {
     let sci = format!("{:e}", f.abs());
     let (mantissa, exponent) = sci.split_once('e').unwrap();
     let exponent: i64 = exponent.parse().unwrap();
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let digits = even_on_a_tie(
+        f.abs(),
+        mantissa.chars().filter(|c| *c != '.').collect(),
+        exponent,
+    );
     let k = i64::try_from(digits.len()).unwrap();
     let n = exponent + 1;
     let body = if k <= n && n <= 21 {
@@ -437,6 +441,42 @@ fn es_number(f: f64) -> String {
         }
     };
     format!("{sign}{body}")
+}
+
+/// The shortest digits of `f` (at `exponent`) as ECMAScript chooses them: Rust's shortest
+/// form may take either of two equally short digit strings that are equally near `f`, while
+/// Number::toString takes the one whose last digit is even (ECMA-262, Number::toString step 5).
+/// The two are equally near exactly when `f` is their midpoint, which the exact expansion of `f`
+/// (Rust prints it when asked for enough digits) shows.
+fn even_on_a_tie(f: f64, digits: String, exponent: i64) -> String {
+    let last = digits.as_bytes()[digits.len() - 1] - b'0';
+    if last % 2 == 0 {
+        return digits;
+    }
+    let head = &digits[..digits.len() - 1];
+    let value_of = |d: &str| -> f64 {
+        let (first, rest) = d.split_at(1);
+        format!("{first}.{rest}e{exponent}").parse().unwrap()
+    };
+    for other in [last - 1, last + 1] {
+        if other > 9 {
+            continue;
+        }
+        let candidate = format!("{head}{other}");
+        if value_of(&candidate) != f {
+            continue;
+        }
+        let midpoint = format!("{head}{}5", last.min(other));
+        let exact = format!("{f:.1100e}");
+        let (exact_mantissa, exact_exponent) = exact.split_once('e').unwrap();
+        let exact_digits: String = exact_mantissa.chars().filter(|c| *c != '.').collect();
+        if exact_exponent.parse::<i64>().unwrap() == exponent
+            && exact_digits.trim_end_matches('0') == midpoint
+        {
+            return candidate;
+        }
+    }
+    digits
 }
 
 fn reference_jcs_string(s: &str, out: &mut String) {
@@ -514,6 +554,8 @@ fn reference_number_model_matches_rfc8785_examples() {
         (1e-7, "1e-7"),
         (1e-6, "0.000001"),
         (0.1 + 0.2, "0.30000000000000004"),
+        // Exactly midway between ...6.62 and ...6.63, both shortest: the even one (as V8).
+        (-71_190_425_906_806.625, "-71190425906806.62"),
     ] {
         assert_eq!(es_number(f), text, "{f:?}");
     }
