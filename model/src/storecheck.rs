@@ -523,12 +523,45 @@ pub enum Step {
     /// GC judges the session too young to delete, or old enough.
     GcKeep,
     GcExpire,
-    GcDelete(u8),
+    GcDelete(GcOp),
     GcMark,
     GcSweep(u8, SweepStep),
     /// An actor killed: writer n, or the reader ([`READER`]) or GC ([`GC`]).
     Kill(u8),
     PowerCut,
+}
+
+/// GC's retention delete as `FileGc::delete` performs it, step by step ([`Step::GcDelete`]
+/// names them): lock, judge under the lock, rename the directory out of `sessions/`, fsync
+/// `sessions/`, unlock. The removal of what was renamed away is out of every reader's and
+/// writer's reach: the model drops the directory at the rename.
+pub const GC_DELETE: [GcOp; 5] = [
+    GcOp::Lock,
+    GcOp::Judge,
+    GcOp::RenameAway,
+    GcOp::SyncSessions,
+    GcOp::Unlock,
+];
+
+/// A step of GC's retention delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcOp {
+    Lock,
+    Judge,
+    RenameAway,
+    SyncSessions,
+    Unlock,
+}
+
+/// The steps of GC's sweep of one object directory that deletes `unlinked` objects, as
+/// `ObjectSweeper::sweep` performs them (with the fsync of `sessions/` before, D200).
+pub fn sweep_ops(unlinked: usize) -> Vec<SweepStep> {
+    let mut ops = vec![SweepStep::SyncSessions, SweepStep::Lock];
+    for _ in 0..unlinked {
+        ops.extend([SweepStep::Judge, SweepStep::Unlink]);
+    }
+    ops.extend([SweepStep::Unlock, SweepStep::SyncDir]);
+    ops
 }
 
 /// GC's lock holder id.
@@ -558,7 +591,7 @@ fn step_gc(config: &Config, state: &State) -> Vec<(Step, State)> {
         Gc::Delete(0) => {
             let Some(inode) = state.fs.inode(Name::Lock) else {
                 next.gc = Gc::Mark;
-                return vec![(Step::GcDelete(0), next)];
+                return vec![(Step::GcDelete(GcOp::Lock), next)];
             };
             if state.locks.contains_key(&inode) {
                 // `Deleted::Locked`: a writer is in it; GC goes on to the sweep.
@@ -567,7 +600,7 @@ fn step_gc(config: &Config, state: &State) -> Vec<(Step, State)> {
                 next.locks.insert(inode, GC);
                 next.gc = Gc::Delete(1);
             }
-            Step::GcDelete(0)
+            Step::GcDelete(GC_DELETE[0])
         }
         Gc::Delete(1) => {
             if matches!(load(&state.fs), Verdict::Healthy(_)) {
@@ -578,7 +611,7 @@ fn step_gc(config: &Config, state: &State) -> Vec<(Step, State)> {
                 next.locks.retain(|_, h| *h != GC);
                 next.gc = Gc::Done;
             }
-            Step::GcDelete(1)
+            Step::GcDelete(GC_DELETE[1])
         }
         Gc::Delete(2) => {
             if bug {
@@ -587,7 +620,7 @@ fn step_gc(config: &Config, state: &State) -> Vec<(Step, State)> {
                 next.fs.dir_live = false;
             }
             next.gc = Gc::Delete(3);
-            Step::GcDelete(2)
+            Step::GcDelete(GC_DELETE[2])
         }
         Gc::Delete(3) => {
             if bug {
@@ -597,12 +630,12 @@ fn step_gc(config: &Config, state: &State) -> Vec<(Step, State)> {
                 next.fs.dir_durable = false;
             }
             next.gc = Gc::Delete(4);
-            Step::GcDelete(3)
+            Step::GcDelete(GC_DELETE[3])
         }
         Gc::Delete(_) => {
             next.locks.retain(|_, h| *h != GC);
             next.gc = Gc::Mark;
-            Step::GcDelete(4)
+            Step::GcDelete(GC_DELETE[4])
         }
         Gc::Mark => {
             // Safe mode: nothing is swept while the session is damaged.
