@@ -78,7 +78,8 @@ fn gc_deleting_the_lock_file_is_found() {
 /// A writer stores its snapshot object inside the session's lock (`append_alongside`), so two
 /// writers of one session never write one object's temp file at once: the planted shared temp
 /// name breaks nothing here. It bites writers of two sessions storing the same object, which
-/// this one-session model does not hold (decision D198).
+/// this one-session model does not hold.
+/// decision: D198
 #[test]
 fn shared_temp_names_cannot_collide_within_one_session() {
     let outcome = explore(&config(Some(Planted::SharedTempName)), BUDGET);
@@ -87,6 +88,7 @@ fn shared_temp_names_cannot_collide_within_one_session() {
 }
 
 /// decision: D133
+/// decision: D198
 #[test]
 fn a_sweep_that_checks_then_unlinks_without_the_lock_is_found() {
     found(
