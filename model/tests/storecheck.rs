@@ -110,8 +110,10 @@ fn a_sweep_before_a_killed_deletion_is_durable_is_found() {
     );
 }
 
-/// The deep run (`WORKRAIL_MC_DEEP=1`), the done-when: every actor may also be killed
-/// once at any step and restart (decision D199).
+/// The deep run (`WORKRAIL_MC_DEEP=1`), the done-when: every actor may be killed once
+/// at any step and restart, and every state is judged by every disk a power cut would leave
+/// there (23,285,156 states, about 14 minutes; decision D199). A power cut the system then
+/// runs on from, on top of the kills, did not finish in 25 minutes and is left out.
 /// decision: D186
 /// decision: D199
 #[test]
@@ -122,6 +124,7 @@ fn the_deep_run_keeps_every_property() {
     let outcome = explore(
         &Config {
             kills: 1,
+            crashes: 0,
             ..config(None)
         },
         200_000_000,
