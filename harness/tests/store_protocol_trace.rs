@@ -11,11 +11,13 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use workrail::bundle::NoProgress;
 use workrail::entropy::SeededEntropy;
+use workrail::gc::{GcOptions, RetentionClock};
 use workrail::protocol::Workrail;
 use workrail::store::fs::{FileStamp, LockError, LockGuard, StoreFs};
 use workrail::store::memfs::MemFs;
-use workrail_model::storecheck::{Op, advance_ops};
+use workrail_model::storecheck::{GC_DELETE, GcOp, Op, SweepStep, advance_ops, sweep_ops};
 use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, StartWorkflowInput};
 
 /// One call of the port: its name and path.
@@ -152,12 +154,32 @@ impl StoreFs for Recorder {
 /// Reads the session directory's part of a trace as the model's operations: consecutive reads
 /// of the manifest are the model's one `ReadManifest`; `write_new` is its `WriteNew` and
 /// `WriteBytes` (a crash may leave the file created and empty); one `append` of the manifest is
-/// its two halves (a crash may tear the write). Calls outside the session directory (the
-/// snapshot object, the keyring, pinned workflows) are left out: the model checks the session's
-/// commit, and those are content-addressed objects written before it.
+/// its two halves (a crash may tear the write). The snapshot object's calls inside the commit
+/// are the model's `put_durable` steps (decision D198); other calls outside the session
+/// directory (the keyring, pinned workflows) are left out.
 fn as_model_ops(trace: &[Call], session_dir: &str) -> Result<Vec<Op>, String> {
     let mut ops = Vec::new();
     for (what, path) in trace {
+        if path == "snapshots" || path.starts_with("snapshots/") {
+            let inside = ops.contains(&Op::Lock) && !ops.contains(&Op::Unlock);
+            let op: &[Op] = match *what {
+                // `put_durable` starts with a read; outside the commit a read or a stat of an
+                // object is a reader's (the node's snapshot, rehydrated), which writes nothing.
+                "read" if inside => &[Op::ReadObject],
+                "read" | "len" => &[],
+                // The directory exists in the model (made once, durably).
+                "create_dir_durable" => &[],
+                "lock_shared" => &[Op::LockObjects],
+                "touch" => &[Op::TouchObject],
+                "write_new" => &[Op::WriteObjectNew, Op::WriteObjectBytes],
+                "sync_file" => &[Op::SyncObject],
+                "rename" => &[Op::RenameObject],
+                "sync_dir" => &[Op::SyncObjectDir],
+                _ => return Err(format!("a call the model does not know: {what} {path}")),
+            };
+            ops.extend_from_slice(op);
+            continue;
+        }
         let Some(rest) = path.strip_prefix(session_dir) else {
             continue;
         };
@@ -260,4 +282,131 @@ fn an_advance_calls_the_store_in_the_order_the_model_checks() {
             assert!(out.pending.is_some());
         }
     }
+}
+
+/// Every file older than any grace period: the clock GC judges ages by.
+#[derive(Debug)]
+struct AllOld;
+
+impl RetentionClock for AllOld {
+    fn now(&self) -> std::time::SystemTime {
+        std::time::SystemTime::now()
+    }
+    fn modified(&self, _path: &Path) -> io::Result<Option<std::time::SystemTime>> {
+        Ok(Some(std::time::UNIX_EPOCH))
+    }
+}
+
+/// Reads GC's retention delete of `session_dir` in a trace as the model's steps: from the
+/// session's lock to its release. The removal of the directory renamed away (and the fsync of
+/// `sessions/` after it) is left out: the model drops the directory at the rename.
+fn as_gc_delete(trace: &[Call], session_dir: &str) -> Result<Vec<GcOp>, String> {
+    let lock = format!("{session_dir}/.lock");
+    let start = trace
+        .iter()
+        .position(|(what, path)| *what == "lock" && *path == lock)
+        .ok_or("gc never locked the session")?;
+    let mut ops: Vec<GcOp> = Vec::new();
+    let mut trash = false;
+    for (what, path) in &trace[start..] {
+        let op = match (*what, path.as_str()) {
+            ("lock", p) if p == lock => GcOp::Lock,
+            ("len" | "read", p) if p.starts_with(session_dir) => GcOp::Judge,
+            ("rename", p) if p.starts_with("sessions/.tmp-") && p.ends_with(&session_dir[9..]) => {
+                GcOp::RenameAway
+            }
+            ("sync_dir", "sessions") if !trash => GcOp::SyncSessions,
+            ("remove_dir_all", p) if p.starts_with("sessions/.tmp-") => {
+                trash = true;
+                continue;
+            }
+            ("sync_dir", "sessions") => continue,
+            ("unlock", p) if p == lock => {
+                ops.push(GcOp::Unlock);
+                break;
+            }
+            _ => return Err(format!("a call the model does not know: {what} {path}")),
+        };
+        // Consecutive reads of the session are one judgment.
+        if !(op == GcOp::Judge && ops.last() == Some(&GcOp::Judge)) {
+            ops.push(op);
+        }
+    }
+    Ok(ops)
+}
+
+/// Reads GC's sweep of `snapshots/` in a trace as the model's steps: the fsync of `sessions/`
+/// before the object directories are listed, then the directory's lock, each unlink, the
+/// unlock and the directory's fsync. An object's age is read through the retention clock, not
+/// the `StoreFs` port, so each unlink stands for the model's judge-then-unlink.
+fn as_sweep(trace: &[Call]) -> Result<Vec<SweepStep>, String> {
+    let listed = trace
+        .iter()
+        .position(|(what, path)| *what == "list_dir" && path == "snapshots")
+        .ok_or("gc never listed snapshots/")?;
+    let mut ops = Vec::new();
+    if trace[..listed].last() != Some(&("sync_dir", "sessions".to_owned())) {
+        return Err(format!(
+            "sessions/ is not made durable right before the sweep: {:?}",
+            trace[..listed].last()
+        ));
+    }
+    ops.push(SweepStep::SyncSessions);
+    for (what, path) in &trace[listed..] {
+        if !path.starts_with("snapshots") {
+            continue;
+        }
+        match *what {
+            "list_dir" => {}
+            "lock" => ops.push(SweepStep::Lock),
+            "remove_file" => ops.extend([SweepStep::Judge, SweepStep::Unlink]),
+            "unlock" => ops.push(SweepStep::Unlock),
+            "sync_dir" => {
+                ops.push(SweepStep::SyncDir);
+                break;
+            }
+            _ => return Err(format!("a call the model does not know: {what} {path}")),
+        }
+    }
+    Ok(ops)
+}
+
+/// decision: D200
+/// lock: L-STORE-COMMIT-ATTEST
+#[test]
+fn gc_deletes_and_sweeps_in_the_order_the_model_checks() {
+    let (wr, log) = recorded_workrail();
+    let started = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: workrail_harness::fixture::WORKFLOW_ID.to_owned(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session_dir = format!("sessions/{}", started.session.session_id);
+    log.lock().unwrap().clear();
+    let report = wr
+        .gc(
+            &GcOptions {
+                dry_run: false,
+                ttl_days: Some(1),
+            },
+            &AllOld,
+            &NoProgress,
+        )
+        .unwrap();
+    assert_eq!(report.deleted_sessions.len(), 1, "{report:?}");
+    assert_eq!(report.deleted_snapshots.len(), 1, "{report:?}");
+    let trace = log.lock().unwrap().clone();
+    assert_eq!(
+        as_gc_delete(&trace, &session_dir).unwrap(),
+        GC_DELETE,
+        "production's retention delete is not the model's:\n{trace:#?}"
+    );
+    assert_eq!(
+        as_sweep(&trace).unwrap(),
+        sweep_ops(report.deleted_snapshots.len()),
+        "production's sweep is not the model's:\n{trace:#?}"
+    );
 }

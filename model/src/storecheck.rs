@@ -1,29 +1,55 @@
-//! An exhaustive check of the file store's append protocol (locks §1 "Append transaction
-//! protocol", decisions D49, D50): a filesystem whose directory entries and file contents are
-//! volatile until fsynced, two writers appending to one session under its exclusive lock, one
-//! reader, and a machine crash at any step that drops whatever is volatile and releases every
-//! lock. A breadth-first search visits every reachable state, so a violation comes with a
-//! shortest trace. Pure: no I/O, no clock.
+//! An exhaustive check of the file store's protocol (locks §1 "Append transaction protocol",
+//! decisions D49, D50, D130, D133, D185, D198..D200): a filesystem whose directory entries and
+//! file contents are volatile until fsynced; two writers that each advance, checkpoint or fork
+//! one session under its exclusive lock, storing the snapshot object an advance introduces in
+//! the content-addressed store first; one reader; one GC that deletes the session (retention)
+//! and sweeps unreferenced objects under the object directory's lock. Each actor may be killed
+//! once at any step and restarts; the machine may lose power, which drops whatever is volatile
+//! and may keep any prefix of a file's unsynced bytes. A breadth-first search visits every
+//! reachable state, so a violation comes with a shortest trace. Pure: no I/O, no clock.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-/// A name in the session directory (the events directory is folded into it: one directory fsync
+/// The two directories the model distinguishes: a directory fsync makes durable only its own
+/// entries. The session's `events/` directory is folded into the session directory (one fsync
 /// stands for `fsync(events/)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Session,
+    Objects,
+}
+
+/// A name in the session directory or in the snapshot objects' directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Name {
     Manifest,
     /// The segment whose manifest record is the n-th `segment_closed`.
     Segment(u8),
-    /// A writer's temp file (one per writer: `temp_file_name` never reuses a name).
+    /// A writer's temp segment (one per writer: `temp_file_name` never reuses a name).
     Temp(u8),
     /// The session's lock file (`.lock`): a lock is held on the inode it named when taken.
     Lock,
+    /// The snapshot object with content `n` (content-addressed: its name is its content).
+    Object(u8),
+    /// A writer's temp file for an object (shared by every writer when planted).
+    ObjectTemp(u8),
+}
+
+impl Name {
+    fn dir(self) -> Dir {
+        match self {
+            Name::Object(_) | Name::ObjectTemp(_) => Dir::Objects,
+            _ => Dir::Session,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Inode {
     data: Vec<u8>,
     synced: Vec<u8>,
+    /// Younger than GC's grace period (its modification time): written or touched in this run.
+    young: bool,
 }
 
 /// Directory entries and file contents, each volatile until synced.
@@ -38,40 +64,54 @@ pub struct Fs {
 }
 
 impl Fs {
-    fn read(&self, name: Name) -> Option<&[u8]> {
-        if !self.dir_live {
+    fn visible(&self, name: Name) -> bool {
+        name.dir() == Dir::Objects || self.dir_live
+    }
+    fn inode(&self, name: Name) -> Option<usize> {
+        if !self.visible(name) {
             return None;
         }
-        self.live
-            .get(&name)
-            .map(|&i| self.inodes[i].data.as_slice())
+        self.live.get(&name).copied()
+    }
+    fn read(&self, name: Name) -> Option<&[u8]> {
+        self.inode(name).map(|i| self.inodes[i].data.as_slice())
     }
     fn unlink(&mut self, name: Name) {
         self.live.remove(&name);
     }
-    fn create_truncate(&mut self, name: Name) {
+    /// `open(O_CREAT | O_TRUNC)`: the inode the name now has (an existing one is emptied).
+    fn create_truncate(&mut self, name: Name) -> usize {
         match self.live.get(&name) {
-            Some(&i) => self.inodes[i].data.clear(),
+            Some(&i) => {
+                self.inodes[i].data.clear();
+                self.inodes[i].young = true;
+                i
+            }
             None => {
                 self.inodes.push(Inode {
                     data: Vec::new(),
                     synced: Vec::new(),
+                    young: true,
                 });
-                self.live.insert(name, self.inodes.len() - 1);
+                let i = self.inodes.len() - 1;
+                self.live.insert(name, i);
+                i
             }
         }
     }
     fn append(&mut self, name: Name, bytes: &[u8]) {
-        if !self.live.contains_key(&name) {
-            self.create_truncate(name);
-        }
-        if let Some(&i) = self.live.get(&name) {
-            self.inodes[i].data.extend_from_slice(bytes);
-        }
+        let i = match self.live.get(&name) {
+            Some(&i) => i,
+            None => self.create_truncate(name),
+        };
+        self.inodes[i].data.extend_from_slice(bytes);
+    }
+    fn sync_inode(&mut self, i: usize) {
+        self.inodes[i].synced = self.inodes[i].data.clone();
     }
     fn sync_file(&mut self, name: Name) {
         if let Some(&i) = self.live.get(&name) {
-            self.inodes[i].synced = self.inodes[i].data.clone();
+            self.sync_inode(i);
         }
     }
     fn rename(&mut self, from: Name, to: Name) {
@@ -79,36 +119,69 @@ impl Fs {
             self.live.insert(to, i);
         }
     }
-    fn sync_dir(&mut self) {
-        self.durable = self.live.clone();
+    fn sync_dir(&mut self, dir: Dir) {
+        self.durable.retain(|name, _| name.dir() != dir);
+        for (&name, &i) in &self.live {
+            if name.dir() == dir {
+                self.durable.insert(name, i);
+            }
+        }
     }
-    /// What a machine crash leaves: the durable entries, each file holding what was synced.
-    /// Unreachable inodes are dropped so equal disks are equal states.
-    fn crashed(&self) -> Fs {
-        let mut out = Fs {
+
+    /// Every disk a power cut may leave (decision D198): the durable entries, each file holding
+    /// what was synced plus any prefix of what was written after (none, part of a line, all).
+    pub fn crash_images(&self) -> Vec<Fs> {
+        let mut images = vec![Fs {
             inodes: Vec::new(),
             live: BTreeMap::new(),
             durable: BTreeMap::new(),
             dir_live: self.dir_durable,
             dir_durable: self.dir_durable,
-        };
+        }];
         for (&name, &i) in &self.durable {
-            let synced = self.inodes[i].synced.clone();
-            out.inodes.push(Inode {
-                data: synced.clone(),
-                synced,
-            });
-            out.live.insert(name, out.inodes.len() - 1);
+            let inode = &self.inodes[i];
+            let mut kept: Vec<Vec<u8>> = Vec::new();
+            if inode.data.starts_with(&inode.synced) {
+                for k in inode.synced.len()..=inode.data.len() {
+                    kept.push(inode.data[..k].to_vec());
+                }
+            } else {
+                // Emptied after its fsync (`O_TRUNC`): the truncation may or may not be kept.
+                kept.push(inode.synced.clone());
+                kept.push(inode.data.clone());
+            }
+            let mut next = Vec::with_capacity(images.len() * kept.len());
+            for image in &images {
+                for bytes in &kept {
+                    let mut image = image.clone();
+                    image.inodes.push(Inode {
+                        data: bytes.clone(),
+                        synced: bytes.clone(),
+                        young: inode.young,
+                    });
+                    image.live.insert(name, image.inodes.len() - 1);
+                    next.push(image);
+                }
+            }
+            images = next;
         }
-        out.durable = out.live.clone();
-        out
+        for image in &mut images {
+            image.durable = image.live.clone();
+        }
+        images
     }
 }
 
-/// Manifest bytes: `C n ;` closes segment n, `P n ;` pins the snapshot segment n introduced.
+/// Manifest bytes: `C n ;` closes segment n, `P n ;` pins snapshot object n. A segment's bytes
+/// are `[n, r]`: its index and the snapshot object its node references.
 const CLOSE: u8 = b'C';
 const PIN: u8 = b'P';
 const END: u8 = b';';
+
+/// Why a load calls a session corrupt when a closed segment's snapshot has no pin: the state a
+/// power cut tearing the close-and-pins write leaves, which D49 accepts and `workrail repair`
+/// (D51) restores.
+pub const CLOSE_WITHOUT_PINS: &str = "a closed segment's snapshot is not pinned";
 
 /// What loading the session finds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -117,6 +190,25 @@ pub enum Verdict {
     /// The closed segments, in order.
     Healthy(Vec<u8>),
     Corrupt(&'static str),
+}
+
+/// The committed records of a manifest: the closed segments, the pinned objects, and the length
+/// of the committed prefix. A final record without its terminator is a torn, uncommitted tail
+/// (as the store's loader treats a final line without its newline); damage before it is not.
+fn parse_manifest(manifest: &[u8]) -> Result<(Vec<u8>, Vec<u8>, usize), &'static str> {
+    let (mut closed, mut pinned) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    while at < manifest.len() {
+        let rest = &manifest[at..];
+        match rest {
+            [CLOSE, n, END, ..] => closed.push(*n),
+            [PIN, n, END, ..] => pinned.push(*n),
+            _ if !rest.contains(&END) => break,
+            _ => return Err("a damaged manifest record"),
+        }
+        at += 3;
+    }
+    Ok((closed, pinned, at))
 }
 
 /// Loads a session from `fs` as the store does: the manifest, then every segment it attests.
@@ -130,21 +222,19 @@ pub fn load(fs: &Fs) -> Verdict {
             Verdict::Absent
         };
     };
-    let mut closed = Vec::new();
-    let mut pinned = Vec::new();
-    for rec in manifest.chunks(3) {
-        match rec {
-            [CLOSE, n, END] => closed.push(*n),
-            [PIN, n, END] => pinned.push(*n),
-            _ => return Verdict::Corrupt("a torn manifest record"),
-        }
-    }
+    let (closed, pinned, _) = match parse_manifest(manifest) {
+        Ok(parsed) => parsed,
+        Err(why) => return Verdict::Corrupt(why),
+    };
     for &n in &closed {
-        if fs.read(Name::Segment(n)) != Some(&[n][..]) {
+        let Some(&[index, snapshot]) = fs.read(Name::Segment(n)).map(<[u8]>::as_ref) else {
+            return Verdict::Corrupt("an attested segment is missing or differs");
+        };
+        if index != n {
             return Verdict::Corrupt("an attested segment is missing or differs");
         }
-        if !pinned.contains(&n) {
-            return Verdict::Corrupt("a closed segment's snapshot is not pinned");
+        if !pinned.contains(&snapshot) {
+            return Verdict::Corrupt(CLOSE_WITHOUT_PINS);
         }
     }
     Verdict::Healthy(closed)
@@ -162,16 +252,45 @@ pub enum Planted {
     /// GC deletes a session file by file, the lock file first, instead of renaming its
     /// directory away: a waiting writer re-creates the lock file and locks a new inode.
     GcUnlinksLockFile,
+    /// Every writer stores an object through the same temp name (`.tmp-<object>`): one
+    /// truncates the file another is about to rename into place.
+    SharedTempName,
+    /// GC's sweep judges an object's age and unlinks it without the object directory's lock
+    /// (the race D133 closed): a writer refreshes the object in between and pins it.
+    SweepCheckThenUnlink,
+    /// GC's sweep deletes objects without first making `sessions/` durable: a session
+    /// directory a killed GC renamed away (not yet fsynced) comes back at a power cut without
+    /// the objects its manifest pins (decision D200).
+    SweepBeforeDeletionDurable,
 }
 
 /// The model's configuration.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Config {
     pub writers: u8,
+    /// Calls (advance, checkpoint or fork) each writer makes.
+    pub calls: u8,
+    /// How many times each actor (each writer, the reader, GC) may be killed and restart.
+    pub kills: u8,
+    /// How many power cuts the machine may have (every state is judged by every disk a power
+    /// cut would leave there in any case, decision D186).
     pub crashes: u8,
     pub planted: Option<Planted>,
-    /// Whether GC runs one retention delete of the session.
+    /// Whether GC runs (one retention judgment and delete, then one CAS sweep).
     pub gc: bool,
+}
+
+/// What a writer's call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// A new node: stores its snapshot object, closes a segment, pins the snapshot.
+    Advance,
+    /// A checkpoint node: reuses the checkpointed node's snapshot (already pinned), stores no
+    /// object, closes a segment (`checkpoint_workflow`: `gate.append`).
+    Checkpoint,
+    /// An advance from a node that already has a child: its snapshot is one the store holds
+    /// already (content-addressed), so storing it refreshes the object and pins nothing new.
+    Fork,
 }
 
 /// One store operation, as the production store calls its `StoreFs`.
@@ -179,6 +298,18 @@ pub struct Config {
 pub enum Op {
     Lock,
     ReadManifest,
+    /// `put_durable`: is the object already there?
+    ReadObject,
+    /// The object directory's lock, shared, to refresh an existing object (D133).
+    LockObjects,
+    /// Refreshes an existing object's modification time (it may be gone: then it is stored).
+    TouchObject,
+    WriteObjectNew,
+    WriteObjectBytes,
+    SyncObject,
+    RenameObject,
+    SyncObjectDir,
+    UnlockObjects,
     WriteNew,
     WriteBytes,
     SyncFile,
@@ -192,16 +323,52 @@ pub enum Op {
     Unlock,
 }
 
-/// The steps of one append, in the production order (`AppendGate::commit`).
-pub fn advance_ops(planted: Option<Planted>) -> Vec<Op> {
-    let mut ops = vec![
-        Op::Lock,
-        Op::ReadManifest,
-        Op::WriteNew,
-        Op::WriteBytes,
-        Op::SyncFile,
-        Op::Rename,
+/// How `put_durable` went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// No object there: a temp file, written, fsynced, renamed, the directory fsynced.
+    New,
+    /// The object there, refreshed under the directory's shared lock, the directory fsynced.
+    Refreshed,
+    /// The object there when read but gone at the refresh (a sweep took it): stored anew
+    /// under the shared lock.
+    Vanished,
+}
+
+fn put_ops(put: Put) -> Vec<Op> {
+    let store = [
+        Op::WriteObjectNew,
+        Op::WriteObjectBytes,
+        Op::SyncObject,
+        Op::RenameObject,
+        Op::SyncObjectDir,
     ];
+    let mut ops = vec![Op::ReadObject];
+    match put {
+        Put::New => ops.extend(store),
+        Put::Refreshed => ops.extend([
+            Op::LockObjects,
+            Op::TouchObject,
+            Op::SyncObjectDir,
+            Op::UnlockObjects,
+        ]),
+        Put::Vanished => {
+            ops.extend([Op::LockObjects, Op::TouchObject]);
+            ops.extend(store);
+            ops.push(Op::UnlockObjects);
+        }
+    }
+    ops
+}
+
+/// The steps of one call, in the production order (`AppendGate::commit`, the snapshot stored
+/// first by `put_durable`); `put` is `None` for a call that stores no object.
+pub fn call_ops(put: Option<Put>, planted: Option<Planted>) -> Vec<Op> {
+    let mut ops = vec![Op::Lock, Op::ReadManifest];
+    if let Some(put) = put {
+        ops.extend(put_ops(put));
+    }
+    ops.extend([Op::WriteNew, Op::WriteBytes, Op::SyncFile, Op::Rename]);
     if planted != Some(Planted::SkipDirectorySync) {
         ops.push(Op::SyncDir);
     }
@@ -217,10 +384,65 @@ pub fn advance_ops(planted: Option<Planted>) -> Vec<Op> {
     ops
 }
 
+/// The steps of an advance that stores a new snapshot object.
+pub fn advance_ops(planted: Option<Planted>) -> Vec<Op> {
+    call_ops(Some(Put::New), planted)
+}
+
+/// The steps a call starts with (the object branch is settled when the object is read).
+fn initial_ops(call: Call, planted: Option<Planted>) -> Vec<Op> {
+    match call {
+        Call::Advance | Call::Fork => call_ops(Some(Put::New), planted),
+        Call::Checkpoint => call_ops(None, planted),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Writer {
-    pc: usize,
+    /// The call in flight and its remaining steps (reversed: the next is last).
+    call: Option<Call>,
+    todo: Vec<Op>,
+    /// Calls left to make.
+    left: u8,
+    kills: u8,
+    /// Holds the session's lock (inside a commit).
+    locked: bool,
     segment: u8,
+    /// The open temp files (segment, object): writes go to the inode opened, not the name.
+    seg_fd: Option<usize>,
+    obj_fd: Option<usize>,
+}
+
+impl Writer {
+    fn idle(left: u8, kills: u8) -> Writer {
+        Writer {
+            call: None,
+            todo: Vec::new(),
+            left,
+            kills,
+            locked: false,
+            segment: 0,
+            seg_fd: None,
+            obj_fd: None,
+        }
+    }
+    fn next_op(&self) -> Option<Op> {
+        self.todo.last().copied()
+    }
+    /// Whether the call's close is followed by a pin in the same write (a new snapshot).
+    fn pins(&self, state: &State, planted: Option<Planted>) -> bool {
+        let snapshot = self.snapshot();
+        // The half holds no pin, so both parts give the same answer.
+        let pinned = referenced(&state.fs).contains(&snapshot);
+        planted != Some(Planted::PinsAfterClose) && !pinned
+    }
+    /// The snapshot object the call's node references.
+    fn snapshot(&self) -> u8 {
+        match self.call {
+            Some(Call::Advance) => self.segment,
+            _ => 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -230,79 +452,294 @@ enum Reader {
     Done(Verdict),
 }
 
+/// The object directory's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ObjectsLock {
+    Free,
+    /// Held shared by the writers in the bit set.
+    Shared(u8),
+    Gc,
+}
+
+/// GC's run: a retention judgment and delete, then the CAS sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Gc {
+    /// Decide whether the session is old enough to delete.
+    Start,
+    /// `FileGc::delete`: 0 lock, 1 judge under the lock, 2 and 3 rename the directory away and
+    /// fsync `sessions/`, 4 unlock.
+    Delete(u8),
+    /// The sweep's mark: the objects no committed manifest references.
+    Mark,
+    /// Sweeping the listed candidates (`ObjectSweeper::sweep`): lock, judge age, unlink.
+    Sweep {
+        candidates: Vec<u8>,
+        step: SweepStep,
+        deleted: bool,
+    },
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SweepStep {
+    /// `fsync(sessions/)`: a deletion a killed GC left half done is durable before any object
+    /// its session pinned goes (decision D200).
+    SyncSessions,
+    Lock,
+    Judge,
+    Unlink,
+    Unlock,
+    SyncDir,
+}
+
 /// One state of the whole system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
     pub fs: Fs,
     writers: Vec<Writer>,
-    /// Who holds a lock, by the inode locked: writers by index, GC as [`GC`].
+    /// Who holds a session lock, by the inode locked: writers by index, GC as [`GC`].
     locks: BTreeMap<usize, u8>,
-    gc_pc: usize,
+    objects_lock: ObjectsLock,
+    gc: Gc,
+    gc_kills: u8,
     /// Answered advances when GC judged the session (a delete may take exactly those).
     gc_judged: Option<usize>,
     reader: Reader,
+    reader_kills: u8,
     crashes: u8,
-    /// Segments whose advance was answered (acknowledged to the caller).
+    /// A power cut tore a close-and-pins write between its lines (D49's accepted window): the
+    /// session is corrupt until `workrail repair` (D51) appends the pin.
+    torn: bool,
+    /// Segments whose call was answered (acknowledged to the caller).
     pub acked: Vec<u8>,
 }
 
 /// One transition, for traces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    Writer(u8, Op),
+    Writer(u8, Call, Op),
     ReaderLoad,
     ReaderRetryLocked,
-    /// GC's step: 0 lock, 1 judge, 2 and 3 delete, 4 unlock.
-    Gc(usize),
-    Crash,
+    /// GC judges the session too young to delete, or old enough.
+    GcKeep,
+    GcExpire,
+    GcDelete(GcOp),
+    GcMark,
+    GcSweep(u8, SweepStep),
+    /// An actor killed: writer n, or the reader ([`READER`]) or GC ([`GC`]).
+    Kill(u8),
+    PowerCut,
+}
+
+/// GC's retention delete as `FileGc::delete` performs it, step by step ([`Step::GcDelete`]
+/// names them): lock, judge under the lock, rename the directory out of `sessions/`, fsync
+/// `sessions/`, unlock. The removal of what was renamed away is out of every reader's and
+/// writer's reach: the model drops the directory at the rename.
+pub const GC_DELETE: [GcOp; 5] = [
+    GcOp::Lock,
+    GcOp::Judge,
+    GcOp::RenameAway,
+    GcOp::SyncSessions,
+    GcOp::Unlock,
+];
+
+/// A step of GC's retention delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcOp {
+    Lock,
+    Judge,
+    RenameAway,
+    SyncSessions,
+    Unlock,
+}
+
+/// The steps of GC's sweep of one object directory that deletes `unlinked` objects, as
+/// `ObjectSweeper::sweep` performs them (with the fsync of `sessions/` before, D200).
+pub fn sweep_ops(unlinked: usize) -> Vec<SweepStep> {
+    let mut ops = vec![SweepStep::SyncSessions, SweepStep::Lock];
+    for _ in 0..unlinked {
+        ops.extend([SweepStep::Judge, SweepStep::Unlink]);
+    }
+    ops.extend([SweepStep::Unlock, SweepStep::SyncDir]);
+    ops
 }
 
 /// GC's lock holder id.
 pub const GC: u8 = u8::MAX;
-const GC_STEPS: usize = 5;
+/// The reader's id in [`Step::Kill`].
+pub const READER: u8 = u8::MAX - 1;
 
-/// GC's retention delete (`FileGc::delete`): lock, judge under the lock, rename the directory
-/// away and fsync `sessions/` (or, planted, unlink the lock file and then the manifest), unlock.
-fn step_gc(config: &Config, state: &State) -> Option<State> {
-    let mut next = state.clone();
-    let bug = config.planted == Some(Planted::GcUnlinksLockFile);
-    match state.gc_pc {
-        0 => {
-            let inode = *state
-                .fs
-                .live
-                .get(&Name::Lock)
-                .filter(|_| state.fs.dir_live)?;
-            if state.locks.contains_key(&inode) {
-                return None;
-            }
-            next.locks.insert(inode, GC);
-        }
-        1 => {
-            if !matches!(load(&state.fs), Verdict::Healthy(_)) {
-                next.locks.retain(|_, h| *h != GC);
-                next.gc_pc = GC_STEPS;
-                return Some(next);
-            }
-            next.gc_judged = Some(state.acked.len());
-        }
-        2 if bug => next.fs.unlink(Name::Lock),
-        2 => next.fs.dir_live = false,
-        3 if bug => {
-            next.fs.unlink(Name::Manifest);
-            next.fs.sync_dir();
-        }
-        3 => next.fs.dir_durable = false,
-        4 => {
-            next.locks.retain(|_, h| *h != GC);
-        }
-        _ => return None,
-    }
-    next.gc_pc += 1;
-    Some(next)
+/// The objects a committed manifest references (the sweep's roots) in `fs`.
+fn referenced(fs: &Fs) -> Vec<u8> {
+    fs.read(Name::Manifest)
+        .and_then(|m| parse_manifest(m).ok())
+        .map(|(_, pinned, _)| pinned)
+        .unwrap_or_default()
 }
 
-/// The initial state: a session with one committed segment, durable.
+fn step_gc(config: &Config, state: &State) -> Vec<(Step, State)> {
+    let bug = config.planted == Some(Planted::GcUnlinksLockFile);
+    let mut next = state.clone();
+    let step = match &state.gc {
+        Gc::Start => {
+            // Too young to delete, or old: both are reachable.
+            let mut keep = state.clone();
+            keep.gc = Gc::Mark;
+            next.gc = Gc::Delete(0);
+            return vec![(Step::GcKeep, keep), (Step::GcExpire, next)];
+        }
+        Gc::Delete(0) => {
+            let Some(inode) = state.fs.inode(Name::Lock) else {
+                next.gc = Gc::Mark;
+                return vec![(Step::GcDelete(GcOp::Lock), next)];
+            };
+            if state.locks.contains_key(&inode) {
+                // `Deleted::Locked`: a writer is in it; GC goes on to the sweep.
+                next.gc = Gc::Mark;
+            } else {
+                next.locks.insert(inode, GC);
+                next.gc = Gc::Delete(1);
+            }
+            Step::GcDelete(GC_DELETE[0])
+        }
+        Gc::Delete(1) => {
+            if matches!(load(&state.fs), Verdict::Healthy(_)) {
+                next.gc_judged = Some(state.acked.len());
+                next.gc = Gc::Delete(2);
+            } else {
+                // Safe mode: GC deletes nothing while a session is unhealthy.
+                next.locks.retain(|_, h| *h != GC);
+                next.gc = Gc::Done;
+            }
+            Step::GcDelete(GC_DELETE[1])
+        }
+        Gc::Delete(2) => {
+            if bug {
+                next.fs.unlink(Name::Lock);
+            } else {
+                next.fs.dir_live = false;
+            }
+            next.gc = Gc::Delete(3);
+            Step::GcDelete(GC_DELETE[2])
+        }
+        Gc::Delete(3) => {
+            if bug {
+                next.fs.unlink(Name::Manifest);
+                next.fs.sync_dir(Dir::Session);
+            } else {
+                next.fs.dir_durable = false;
+            }
+            next.gc = Gc::Delete(4);
+            Step::GcDelete(GC_DELETE[3])
+        }
+        Gc::Delete(_) => {
+            next.locks.retain(|_, h| *h != GC);
+            next.gc = Gc::Mark;
+            Step::GcDelete(GC_DELETE[4])
+        }
+        Gc::Mark => {
+            // Safe mode: nothing is swept while the session is damaged.
+            if matches!(load(&state.fs), Verdict::Corrupt(_)) {
+                next.gc = Gc::Done;
+                return vec![(Step::GcMark, next)];
+            }
+            let roots = referenced(&state.fs);
+            let candidates: Vec<u8> = state
+                .fs
+                .live
+                .keys()
+                .filter_map(|n| match n {
+                    Name::Object(o) if !roots.contains(o) => Some(*o),
+                    _ => None,
+                })
+                .rev()
+                .collect();
+            next.gc = Gc::Sweep {
+                candidates,
+                step: SweepStep::SyncSessions,
+                deleted: false,
+            };
+            Step::GcMark
+        }
+        Gc::Sweep {
+            candidates,
+            step,
+            deleted,
+        } => {
+            let unlocked = config.planted == Some(Planted::SweepCheckThenUnlink);
+            let object = candidates.last().copied();
+            let (mut candidates, mut deleted) = (candidates.clone(), *deleted);
+            let here = *step;
+            let after = match (here, object) {
+                (SweepStep::SyncSessions, _) => {
+                    if config.planted != Some(Planted::SweepBeforeDeletionDurable) {
+                        next.fs.dir_durable = next.fs.dir_live;
+                    }
+                    SweepStep::Lock
+                }
+                (SweepStep::Lock, None) => SweepStep::Unlock,
+                (SweepStep::Lock, Some(_)) if unlocked => SweepStep::Judge,
+                (SweepStep::Lock, Some(_)) => {
+                    if state.objects_lock != ObjectsLock::Free {
+                        return Vec::new();
+                    }
+                    next.objects_lock = ObjectsLock::Gc;
+                    SweepStep::Judge
+                }
+                (SweepStep::Judge, Some(o)) => {
+                    let old = state
+                        .fs
+                        .inode(Name::Object(o))
+                        .is_some_and(|i| !state.fs.inodes[i].young);
+                    if old {
+                        SweepStep::Unlink
+                    } else {
+                        candidates.pop();
+                        SweepStep::Judge
+                    }
+                }
+                (SweepStep::Unlink, Some(o)) => {
+                    next.fs.unlink(Name::Object(o));
+                    candidates.pop();
+                    deleted = true;
+                    SweepStep::Judge
+                }
+                (SweepStep::Judge | SweepStep::Unlink, None) => SweepStep::Unlock,
+                (SweepStep::Unlock, _) => {
+                    if next.objects_lock == ObjectsLock::Gc {
+                        next.objects_lock = ObjectsLock::Free;
+                    }
+                    SweepStep::SyncDir
+                }
+                (SweepStep::SyncDir, _) => {
+                    if deleted {
+                        next.fs.sync_dir(Dir::Objects);
+                    }
+                    next.gc = Gc::Done;
+                    return vec![(Step::GcSweep(object.unwrap_or(0), here), next)];
+                }
+            };
+            // With nothing left to judge, the next step lets the lock go.
+            let after = if candidates.is_empty() && after == SweepStep::Judge {
+                SweepStep::Unlock
+            } else {
+                after
+            };
+            next.gc = Gc::Sweep {
+                candidates,
+                step: after,
+                deleted,
+            };
+            Step::GcSweep(object.unwrap_or(0), here)
+        }
+        Gc::Done => return Vec::new(),
+    };
+    vec![(step, next)]
+}
+
+/// The initial state: a session with one committed segment whose node's snapshot is object 0,
+/// and object 1 left by an earlier, deleted session (the same content an advance of this one
+/// stores): both older than GC's grace period, everything durable.
 pub fn initial(config: &Config) -> State {
     let mut fs = Fs {
         inodes: Vec::new(),
@@ -312,37 +749,90 @@ pub fn initial(config: &Config) -> State {
         dir_durable: true,
     };
     fs.create_truncate(Name::Lock);
-    fs.append(Name::Segment(0), &[0]);
-    fs.sync_file(Name::Segment(0));
-    fs.append(Name::Manifest, &[CLOSE, 0, END, PIN, 0, END]);
-    fs.sync_file(Name::Manifest);
-    fs.sync_dir();
+    for (name, bytes) in [
+        (Name::Object(0), vec![0]),
+        (Name::Object(1), vec![1]),
+        (Name::Segment(0), vec![0, 0]),
+        (Name::Manifest, vec![CLOSE, 0, END, PIN, 0, END]),
+    ] {
+        fs.append(name, &bytes);
+        fs.sync_file(name);
+    }
+    for inode in &mut fs.inodes {
+        inode.young = false;
+    }
+    fs.sync_dir(Dir::Session);
+    fs.sync_dir(Dir::Objects);
     State {
         fs,
         writers: (0..config.writers)
-            .map(|_| Writer { pc: 0, segment: 0 })
+            .map(|_| Writer::idle(config.calls, 0))
             .collect(),
         locks: BTreeMap::new(),
-        gc_pc: 0,
+        objects_lock: ObjectsLock::Free,
+        gc: if config.gc { Gc::Start } else { Gc::Done },
+        gc_kills: 0,
         gc_judged: None,
         reader: Reader::Start,
+        reader_kills: 0,
         crashes: 0,
+        torn: false,
         acked: Vec::new(),
     }
 }
 
-fn step_writer(state: &State, w: u8, ops: &[Op]) -> Option<State> {
-    let writer = &state.writers[usize::from(w)];
-    let op = *ops.get(writer.pc)?;
+/// The writer's call ends without an answer that commits (it gave up, or was refused).
+fn give_up(next: &mut State, w: u8) {
+    next.locks.retain(|_, h| *h != w);
+    release_objects(next, w);
+    let writer = &mut next.writers[usize::from(w)];
+    writer.locked = false;
+    writer.call = None;
+    writer.todo.clear();
+    writer.seg_fd = None;
+    writer.obj_fd = None;
+}
+
+fn release_objects(next: &mut State, w: u8) {
+    if let ObjectsLock::Shared(bits) = next.objects_lock {
+        let bits = bits & !(1 << w);
+        next.objects_lock = if bits == 0 {
+            ObjectsLock::Free
+        } else {
+            ObjectsLock::Shared(bits)
+        };
+    }
+}
+
+/// Replaces the object steps still to come with those of `put` from `from` on.
+fn settle_put(writer: &mut Writer, put: Put, from: Op, planted: Option<Planted>) {
+    let call = call_ops(Some(put), planted);
+    let Some(at) = call.iter().rposition(|op| *op == from) else {
+        return;
+    };
+    writer.todo = call[at + 1..].iter().rev().copied().collect();
+}
+
+fn step_writer(config: &Config, state: &State, w: u8, op: Op) -> Option<State> {
     let mut next = state.clone();
+    let planted = config.planted;
+    let idx = usize::from(w);
+    next.writers[idx].todo.pop();
+    let writer = &state.writers[idx];
     let n = writer.segment;
+    let snapshot = writer.snapshot();
     let temp = Name::Temp(w);
+    let object_temp = Name::ObjectTemp(if planted == Some(Planted::SharedTempName) {
+        0
+    } else {
+        w
+    });
     match op {
         Op::Lock => {
             // `lock_to_continue`: never creates a session; re-creates a lock file only beside a
             // manifest (a directory copied by hand).
             if !state.fs.dir_live {
-                next.writers[usize::from(w)].pc = ops.len();
+                give_up(&mut next, w);
                 return Some(next);
             }
             if !state.fs.live.contains_key(&Name::Lock) {
@@ -353,62 +843,201 @@ fn step_writer(state: &State, w: u8, ops: &[Op]) -> Option<State> {
                 return None;
             }
             next.locks.insert(inode, w);
+            next.writers[idx].locked = true;
         }
         Op::ReadManifest => match load(&state.fs) {
             Verdict::Healthy(closed) => {
-                next.writers[usize::from(w)].segment = closed.len() as u8;
+                next.writers[idx].segment = closed.len() as u8;
+                // The gate cuts a torn tail back to the committed records (a truncation, then
+                // an fsync) before it appends (D50).
+                if let Some(i) = next.fs.inode(Name::Manifest) {
+                    let committed = parse_manifest(&next.fs.inodes[i].data)
+                        .map(|(_, _, len)| len)
+                        .unwrap_or(0);
+                    if committed < next.fs.inodes[i].data.len() {
+                        next.fs.inodes[i].data.truncate(committed);
+                        next.fs.sync_inode(i);
+                    }
+                }
             }
             // The gate refuses an unhealthy or missing session: the writer gives up.
             _ => {
-                next.locks.retain(|_, h| *h != w);
-                next.writers[usize::from(w)].pc = ops.len();
+                give_up(&mut next, w);
                 return Some(next);
             }
         },
-        Op::WriteNew => next.fs.create_truncate(temp),
-        Op::WriteBytes => next.fs.append(temp, &[n]),
-        Op::SyncFile => next.fs.sync_file(temp),
-        Op::Rename => next.fs.rename(temp, Name::Segment(n)),
-        Op::SyncDir => next.fs.sync_dir(),
-        Op::AppendManifestHalf => next.fs.append(Name::Manifest, &[CLOSE, n]),
-        Op::AppendManifestRest => {
-            if state.planted_pins_apart() {
-                next.fs.append(Name::Manifest, &[END]);
+        Op::ReadObject => match state.fs.read(Name::Object(snapshot)) {
+            None => {}
+            Some(bytes) => {
+                let put = if bytes == [snapshot] {
+                    Put::Refreshed
+                } else {
+                    Put::Vanished
+                };
+                settle_put(&mut next.writers[idx], put, Op::ReadObject, planted);
+                if put == Put::Vanished {
+                    // A damaged object is replaced under the lock: the same steps as one
+                    // found gone at its refresh, the refresh skipped.
+                    next.writers[idx].todo.retain(|op| *op != Op::TouchObject);
+                }
+            }
+        },
+        Op::LockObjects => match state.objects_lock {
+            ObjectsLock::Gc => return None,
+            ObjectsLock::Free => next.objects_lock = ObjectsLock::Shared(1 << w),
+            ObjectsLock::Shared(bits) => next.objects_lock = ObjectsLock::Shared(bits | 1 << w),
+        },
+        Op::TouchObject => match next.fs.inode(Name::Object(snapshot)) {
+            Some(i) => next.fs.inodes[i].young = true,
+            None => settle_put(
+                &mut next.writers[idx],
+                Put::Vanished,
+                Op::TouchObject,
+                planted,
+            ),
+        },
+        Op::WriteObjectNew => {
+            next.writers[idx].obj_fd = Some(next.fs.create_truncate(object_temp));
+        }
+        Op::WriteObjectBytes => {
+            let i = writer.obj_fd?;
+            next.fs.inodes[i].data.push(snapshot);
+        }
+        Op::SyncObject => next.fs.sync_inode(writer.obj_fd?),
+        Op::RenameObject => {
+            next.fs.rename(object_temp, Name::Object(snapshot));
+            next.writers[idx].obj_fd = None;
+        }
+        Op::SyncObjectDir => next.fs.sync_dir(Dir::Objects),
+        Op::UnlockObjects => release_objects(&mut next, w),
+        Op::WriteNew => next.writers[idx].seg_fd = Some(next.fs.create_truncate(temp)),
+        Op::WriteBytes => {
+            let i = writer.seg_fd?;
+            next.fs.inodes[i].data.extend_from_slice(&[n, snapshot]);
+        }
+        Op::SyncFile => next.fs.sync_inode(writer.seg_fd?),
+        Op::Rename => {
+            next.fs.rename(temp, Name::Segment(n));
+            next.writers[idx].seg_fd = None;
+        }
+        Op::SyncDir => next.fs.sync_dir(Dir::Session),
+        // One write of the close line and its pin line, seen by a concurrent reader (and kept
+        // by a power cut) in two parts: with a pin, the close line whole and then the pin;
+        // without, a close line cut short and then its end.
+        Op::AppendManifestHalf => {
+            if writer.pins(state, planted) {
+                next.fs.append(Name::Manifest, &[CLOSE, n, END]);
             } else {
-                next.fs.append(Name::Manifest, &[END, PIN, n, END]);
+                next.fs.append(Name::Manifest, &[CLOSE, n]);
+            }
+        }
+        Op::AppendManifestRest => {
+            if writer.pins(state, planted) {
+                next.fs.append(Name::Manifest, &[PIN, snapshot, END]);
+            } else {
+                next.fs.append(Name::Manifest, &[END]);
             }
         }
         Op::SyncManifest | Op::SyncPins => next.fs.sync_file(Name::Manifest),
-        Op::AppendPins => next.fs.append(Name::Manifest, &[PIN, n, END]),
+        Op::AppendPins => {
+            if !referenced(&state.fs).contains(&snapshot) {
+                next.fs.append(Name::Manifest, &[PIN, snapshot, END]);
+            }
+        }
         Op::Unlock => {
             next.locks.retain(|_, h| *h != w);
+            next.writers[idx].locked = false;
+            next.writers[idx].call = None;
             next.acked.push(n);
         }
     }
-    next.writers[usize::from(w)].pc += 1;
     Some(next)
 }
 
-impl State {
-    // Set by `successors` for the one planted bug that changes an op's bytes.
-    fn planted_pins_apart(&self) -> bool {
-        PINS_APART.with(std::cell::Cell::get)
+/// Drops inodes nothing names or holds open and numbers the rest in a fixed order, so two
+/// states with equal disks are equal.
+fn normalize(state: &mut State) {
+    let mut order: Vec<usize> = Vec::new();
+    let seen = |i: usize, order: &mut Vec<usize>| {
+        if !order.contains(&i) {
+            order.push(i);
+        }
+    };
+    for &i in state.fs.live.values() {
+        seen(i, &mut order);
     }
+    for &i in state.fs.durable.values() {
+        seen(i, &mut order);
+    }
+    for w in &state.writers {
+        for i in [w.seg_fd, w.obj_fd].into_iter().flatten() {
+            seen(i, &mut order);
+        }
+    }
+    for &i in state.locks.keys() {
+        seen(i, &mut order);
+    }
+    let renumber: HashMap<usize, usize> = order.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let at = |i: &usize| renumber.get(i).copied().unwrap_or(0);
+    state.fs.inodes = order.iter().map(|&i| state.fs.inodes[i].clone()).collect();
+    for i in state.fs.live.values_mut() {
+        *i = at(i);
+    }
+    for i in state.fs.durable.values_mut() {
+        *i = at(i);
+    }
+    for w in &mut state.writers {
+        w.seg_fd = w.seg_fd.map(|i| at(&i));
+        w.obj_fd = w.obj_fd.map(|i| at(&i));
+    }
+    state.locks = state.locks.iter().map(|(i, h)| (at(i), *h)).collect();
 }
 
-thread_local! {
-    static PINS_APART: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// A writer killed mid-call: the process's locks go with it; the client retries the call.
+fn kill_writer(state: &State, w: u8) -> State {
+    let mut next = state.clone();
+    let call = state.writers[usize::from(w)].call;
+    give_up(&mut next, w);
+    let writer = &mut next.writers[usize::from(w)];
+    writer.kills += 1;
+    if call.is_some() {
+        writer.left += 1;
+    }
+    next
 }
 
 /// Every state one step from `state`.
 pub fn successors(config: &Config, state: &State) -> Vec<(Step, State)> {
-    PINS_APART.with(|c| c.set(config.planted == Some(Planted::PinsAfterClose)));
-    let ops = advance_ops(config.planted);
     let mut out = Vec::new();
     for w in 0..config.writers {
-        if let Some(next) = step_writer(state, w, &ops) {
-            let op = ops[state.writers[usize::from(w)].pc];
-            out.push((Step::Writer(w, op), next));
+        let writer = &state.writers[usize::from(w)];
+        match writer.next_op() {
+            Some(op) => {
+                if let (Some(call), Some(next)) = (writer.call, step_writer(config, state, w, op)) {
+                    out.push((Step::Writer(w, call, op), next));
+                }
+            }
+            None if writer.left > 0 => {
+                for call in [Call::Advance, Call::Checkpoint, Call::Fork] {
+                    let mut begun = state.clone();
+                    let b = &mut begun.writers[usize::from(w)];
+                    b.left -= 1;
+                    b.call = Some(call);
+                    b.todo = initial_ops(call, config.planted)
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    if let Some(next) = step_writer(config, &begun, w, Op::Lock) {
+                        out.push((Step::Writer(w, call, Op::Lock), next));
+                    }
+                }
+            }
+            None => {}
+        }
+        // A kill cannot split one `write` call (the two parts of the manifest append).
+        let mid_write = writer.next_op() == Some(Op::AppendManifestRest);
+        if writer.kills < config.kills && writer.call.is_some() && !mid_write {
+            out.push((Step::Kill(w), kill_writer(state, w)));
         }
     }
     match &state.reader {
@@ -432,59 +1061,128 @@ pub fn successors(config: &Config, state: &State) -> Vec<(Step, State)> {
         }
         _ => {}
     }
-    if config.gc
-        && let Some(next) = step_gc(config, state)
-    {
-        out.push((Step::Gc(state.gc_pc), next));
+    if state.reader_kills < config.kills && state.reader == Reader::Waiting {
+        let mut next = state.clone();
+        next.reader = Reader::Start;
+        next.reader_kills += 1;
+        out.push((Step::Kill(READER), next));
+    }
+    out.extend(step_gc(config, state));
+    if state.gc_kills < config.kills && !matches!(state.gc, Gc::Start | Gc::Done) {
+        let mut next = state.clone();
+        next.locks.retain(|_, h| *h != GC);
+        if next.objects_lock == ObjectsLock::Gc {
+            next.objects_lock = ObjectsLock::Free;
+        }
+        next.gc = Gc::Start;
+        next.gc_kills += 1;
+        out.push((Step::Kill(GC), next));
     }
     if state.crashes < config.crashes {
-        let mut next = state.clone();
-        next.fs = state.fs.crashed();
-        next.locks.clear();
-        next.crashes += 1;
-        // GC restarts unfinished; its last judgment stands until it judges again.
-        if next.gc_pc < GC_STEPS {
-            next.gc_pc = 0;
-        }
-        // Restarted: an unanswered call is retried from the start; the reader reads again.
-        for w in &mut next.writers {
-            if w.pc < ops.len() {
-                *w = Writer { pc: 0, segment: 0 };
+        for image in state.fs.crash_images() {
+            let mut next = state.clone();
+            next.fs = image;
+            next.locks.clear();
+            next.objects_lock = ObjectsLock::Free;
+            next.crashes += 1;
+            next.torn |= load(&next.fs) == Verdict::Corrupt(CLOSE_WITHOUT_PINS);
+            // GC restarts unfinished; its last judgment stands until it judges again.
+            if next.gc != Gc::Done {
+                next.gc = Gc::Start;
             }
+            // Restarted: an unanswered call is retried from the start; the reader reads again.
+            for w in 0..config.writers {
+                let call = next.writers[usize::from(w)].call;
+                give_up(&mut next, w);
+                if call.is_some() {
+                    next.writers[usize::from(w)].left += 1;
+                }
+            }
+            next.reader = Reader::Start;
+            out.push((Step::PowerCut, next));
         }
-        next.reader = Reader::Start;
-        out.push((Step::Crash, next));
+    }
+    for (_, next) in &mut out {
+        normalize(next);
     }
     out
 }
 
+/// Whether every pinned object of the session in `fs` is there, whole.
+fn pinned_objects_whole(fs: &Fs) -> bool {
+    if !matches!(load(fs), Verdict::Healthy(_)) {
+        return true;
+    }
+    referenced(fs)
+        .iter()
+        .all(|&o| fs.read(Name::Object(o)) == Some(&[o][..]))
+}
+
+/// Whether `workrail repair` (D51) restores the session in `fs`: every closed segment's
+/// snapshot object is there whole, so the missing pins can be appended.
+fn repairable(fs: &Fs) -> bool {
+    let Some((closed, _, _)) = fs.read(Name::Manifest).and_then(|m| parse_manifest(m).ok()) else {
+        return false;
+    };
+    closed.iter().all(|&n| match fs.read(Name::Segment(n)) {
+        Some(&[index, o]) => index == n && fs.read(Name::Object(o)) == Some(&[o][..]),
+        _ => false,
+    })
+}
+
 /// The properties every reachable state must satisfy; `Err` names the one broken.
-pub fn check(config: &Config, state: &State) -> Result<(), &'static str> {
-    let image = state.fs.crashed();
-    let after_crash = load(&image);
-    match &after_crash {
-        Verdict::Healthy(closed) => {
-            if state.acked.iter().any(|a| !closed.contains(a)) {
-                return Err("an acknowledged advance is lost after a crash");
+pub fn check(_config: &Config, state: &State) -> Result<(), &'static str> {
+    let last_write_torn = |image: &Fs| {
+        let kept = image.read(Name::Manifest).map(<[u8]>::len);
+        // The inode, wherever GC moved its directory: the power cut may bring it back.
+        let live = state
+            .fs
+            .live
+            .get(&Name::Manifest)
+            .map(|&i| state.fs.inodes[i].data.len());
+        let synced = state
+            .fs
+            .durable
+            .get(&Name::Manifest)
+            .map(|&i| state.fs.inodes[i].synced.len());
+        // Bytes past the last fsync kept, but not the whole write: the write was torn.
+        matches!((kept, live, synced), (Some(k), Some(l), Some(s)) if s < k && k <= l)
+    };
+    for image in state.fs.crash_images() {
+        match load(&image) {
+            Verdict::Healthy(closed) => {
+                if state.acked.iter().any(|a| !closed.contains(a)) {
+                    return Err("an acknowledged advance is lost after a crash");
+                }
+            }
+            // Deleted by GC: only what GC judged may go with it.
+            Verdict::Absent if state.gc_judged == Some(state.acked.len()) => {}
+            Verdict::Absent => return Err("an acknowledged advance is lost after a crash"),
+            // A power cut tore the close-and-pins write between its lines: the state D49
+            // accepts and `workrail repair` restores (its object is stored before the close).
+            Verdict::Corrupt(CLOSE_WITHOUT_PINS) if state.torn || last_write_torn(&image) => {
+                if !repairable(&image) {
+                    return Err("after a crash a pinned object is missing or torn");
+                }
+            }
+            Verdict::Corrupt(_) => {
+                return Err("after a crash the session is neither healthy nor wholly absent");
             }
         }
-        // Deleted by GC: only what GC judged may go with it.
-        Verdict::Absent if state.gc_judged == Some(state.acked.len()) => {}
-        Verdict::Absent => return Err("an acknowledged advance is lost after a crash"),
-        Verdict::Corrupt(_) => {
-            return Err("after a crash the session is neither healthy nor wholly absent");
+        if !pinned_objects_whole(&image) {
+            return Err("after a crash a pinned object is missing or torn");
         }
     }
-    if let Reader::Done(Verdict::Corrupt(_)) = state.reader {
+    if !pinned_objects_whole(&state.fs) {
+        return Err("an object a committed manifest references is missing or torn");
+    }
+    if let Reader::Done(Verdict::Corrupt(why)) = state.reader
+        && !(state.torn && why == CLOSE_WITHOUT_PINS)
+    {
         return Err("a reader reported a healthy session as corrupt");
     }
-    let ops = advance_ops(config.planted);
-    let inside = state
-        .writers
-        .iter()
-        .filter(|w| w.pc > 0 && w.pc < ops.len())
-        .count();
-    let gc_inside = usize::from(state.gc_pc > 0 && state.gc_pc < GC_STEPS);
+    let inside = state.writers.iter().filter(|w| w.locked).count();
+    let gc_inside = usize::from(matches!(state.gc, Gc::Delete(1..=4)));
     if inside + gc_inside > 1 {
         return Err("two writers inside one session's commit");
     }
@@ -495,20 +1193,30 @@ pub fn check(config: &Config, state: &State) -> Result<(), &'static str> {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub states: usize,
+    /// Whether the search stopped at its budget before visiting every state.
+    pub truncated: bool,
     /// The broken property and the shortest trace to it.
     pub violation: Option<(&'static str, Vec<Step>)>,
 }
 
-/// Breadth-first search of every reachable state (at most `budget` states).
+/// Breadth-first search of every reachable state (at most `budget` states). Visited states are
+/// kept as 64-bit fingerprints (a collision, odds about n²/2⁶⁵, could only hide a state), so a
+/// deep run's memory is its frontier plus a few words a state.
 pub fn explore(config: &Config, budget: usize) -> Outcome {
-    let start = initial(config);
-    let mut index: HashMap<State, usize> = HashMap::new();
+    let fingerprint = |state: &State| {
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(state, &mut h);
+        std::hash::Hasher::finish(&h)
+    };
+    let mut start = initial(config);
+    normalize(&mut start);
+    let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    seen.insert(fingerprint(&start));
     let mut parent: Vec<Option<(usize, Step)>> = vec![None];
-    let mut states = vec![start.clone()];
-    index.insert(start, 0);
-    let mut queue = VecDeque::from([0usize]);
-    while let Some(i) = queue.pop_front() {
-        if let Err(broken) = check(config, &states[i]) {
+    let mut queue = VecDeque::from([(start, 0usize)]);
+    let mut truncated = false;
+    while let Some((current, i)) = queue.pop_front() {
+        if let Err(broken) = check(config, &current) {
             let mut trace = Vec::new();
             let mut at = i;
             while let Some((p, step)) = parent[at] {
@@ -517,25 +1225,25 @@ pub fn explore(config: &Config, budget: usize) -> Outcome {
             }
             trace.reverse();
             return Outcome {
-                states: states.len(),
+                states: parent.len(),
+                truncated,
                 violation: Some((broken, trace)),
             };
         }
-        if states.len() >= budget {
+        if parent.len() >= budget {
+            truncated = true;
             continue;
         }
-        let current = states[i].clone();
         for (step, next) in successors(config, &current) {
-            if !index.contains_key(&next) {
-                index.insert(next.clone(), states.len());
+            if seen.insert(fingerprint(&next)) {
                 parent.push(Some((i, step)));
-                states.push(next);
-                queue.push_back(states.len() - 1);
+                queue.push_back((next, parent.len() - 1));
             }
         }
     }
     Outcome {
-        states: states.len(),
+        states: parent.len(),
+        truncated,
         violation: None,
     }
 }

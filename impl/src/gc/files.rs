@@ -191,6 +191,14 @@ impl GcStore for FileGc<'_> {
         dry_run: bool,
         progress: &dyn Progress,
     ) -> Result<Swept, ErrorEnvelope> {
+        // A deletion a killed GC renamed away but did not make durable would come back at a
+        // power cut, and its session's objects must not be gone by then: `sessions/` is made
+        // durable before any object is judged (decision D200).
+        if !dry_run {
+            self.fs()
+                .sync_dir(Path::new(layout::SESSIONS_DIR))
+                .map_err(|e| io_envelope("syncing sessions/", e))?;
+        }
         let snapshots = self
             .files
             .snapshots
