@@ -450,7 +450,7 @@ fn es_number(f: f64) -> String {
 /// (Rust prints it when asked for enough digits) shows.
 fn even_on_a_tie(f: f64, digits: String, exponent: i64) -> String {
     let last = digits.as_bytes()[digits.len() - 1] - b'0';
-    if last % 2 == 0 {
+    if last.is_multiple_of(2) {
         return digits;
     }
     let head = &digits[..digits.len() - 1];
@@ -554,8 +554,9 @@ fn reference_number_model_matches_rfc8785_examples() {
         (1e-7, "1e-7"),
         (1e-6, "0.000001"),
         (0.1 + 0.2, "0.30000000000000004"),
-        // Exactly midway between ...6.62 and ...6.63, both shortest: the even one (as V8).
-        (-71_190_425_906_806.625, "-71190425906806.62"),
+        // The double nearest this literal is exactly -71190425906806.625, midway between ...6.62
+        // and ...6.63, both shortest: the even one (as V8).
+        (-71_190_425_906_806.62, "-71190425906806.62"),
     ] {
         assert_eq!(es_number(f), text, "{f:?}");
     }
