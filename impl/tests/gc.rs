@@ -579,3 +579,25 @@ fn deleting_a_session_removes_the_resume_index_that_summarizes_it() {
     gc(&wr, &clock, GcOptions::default());
     assert_eq!(fs.read(index).unwrap().unwrap(), rebuilt.into_bytes());
 }
+
+/// A data directory that never had a session (no `sessions/`) is collected without error:
+/// there is no deletion to make durable before the sweep (decision D200). On the real
+/// filesystem, whose directory fsync of a missing path fails.
+/// decision: D200
+#[test]
+fn gc_of_a_data_directory_without_sessions_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn StoreFs> = Arc::new(workrail::store::fs::OsFs::new(dir.path()));
+    let wr = Workrail::with_parts(
+        fs,
+        protocol_support::catalog(),
+        Arc::new(workrail::entropy::SeededEntropy::new(45)),
+    )
+    .unwrap();
+    assert!(
+        !dir.path().join(layout::SESSIONS_DIR).exists(),
+        "no sessions/ yet"
+    );
+    let report = gc(&wr, &TestClock::new(), GcOptions::default());
+    assert!(report.deleted_sessions.is_empty());
+}

@@ -194,10 +194,13 @@ impl GcStore for FileGc<'_> {
         // A deletion a killed GC renamed away but did not make durable would come back at a
         // power cut, and its session's objects must not be gone by then: `sessions/` is made
         // durable before any object is judged (decision D200).
+        // Without a `sessions/` directory there is no deletion to make durable.
         if !dry_run {
-            self.fs()
-                .sync_dir(Path::new(layout::SESSIONS_DIR))
-                .map_err(|e| io_envelope("syncing sessions/", e))?;
+            match self.fs().sync_dir(Path::new(layout::SESSIONS_DIR)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_envelope("syncing sessions/", e)),
+            }
         }
         let snapshots = self
             .files
