@@ -260,7 +260,8 @@ fn inspect_draws_lanes_under_their_parallel_step_with_their_fan_in() {
     // A lane's own nodes, deeper than its line: the finished lane's complete tip.
     assert!(
         lines.iter().any(
-            |l| l.contains("(step, complete) [preferred tip] — Parser done.")
+            |l| l.contains("(step, complete) [preferred tip] — recap of \"")
+                && l.ends_with("]: Parser done.")
                 && indent(l) > indent(lines[group])
         ),
         "{text}"
@@ -410,4 +411,75 @@ fn the_sessions_list_shows_lanes_under_their_parent_run() {
         "one run, its lanes under it: {text}"
     );
     assert_eq!(text.matches("\n    lane ").count(), 3, "{text}");
+}
+
+const THREE_STEPS: &str = r#"{
+  "id": "project.three",
+  "name": "Three",
+  "description": "Plan, build, ship.",
+  "steps": [
+    {"id": "plan", "title": "Plan", "prompt": "Plan it."},
+    {"id": "build", "title": "Build", "prompt": "Build it."},
+    {"id": "ship", "title": "Ship", "prompt": "Ship it."}
+  ]
+}"#;
+
+/// decision: D22
+/// An acknowledgement's notes attach to the node it creates, which waits at the next step: the
+/// outline names the step they tell of (the parent's), so "at step Build" is not followed by
+/// notes that read as Build's.
+#[test]
+fn inspect_names_the_step_a_recap_tells_of() {
+    let catalog: CatalogLoader = Arc::new(|| {
+        let project = MemorySource::new(WorkflowSourceKind::Project)
+            .with("project/workflows/three.json", THREE_STEPS);
+        let sources: Vec<&dyn WorkflowSource> = vec![&project];
+        Arc::new(Catalog::load(&sources))
+    });
+    let shared: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = Workrail::with_parts(shared, catalog, Arc::new(SeededEntropy::new(5))).unwrap();
+    let mut out = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "project.three".into(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    for notes in ["Planned the work.", "Built the thing."] {
+        out = wr
+            .continue_workflow(ContinueWorkflowInput {
+                state_token: Some(out.state_token.clone()),
+                ack_token: out.ack_token.clone(),
+                context: None,
+                output: Some(OutputInput {
+                    notes_markdown: Some(notes.into()),
+                    artifacts: vec![],
+                }),
+                preferences: vec![],
+                preset: None,
+            })
+            .unwrap();
+    }
+    let text = wr
+        .inspect_session(out.session.session_id.as_str(), false)
+        .unwrap();
+    let lines = node_lines(&text);
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].1.contains("at step \"Plan\" [plan])") && !lines[0].1.contains(" — "),
+        "the root has no recap: {text}"
+    );
+    assert!(
+        lines[1]
+            .1
+            .ends_with("at step \"Build\" [build]) — recap of \"Plan\" [plan]: Planned the work."),
+        "{text}"
+    );
+    assert!(
+        lines[2]
+            .1
+            .ends_with("at step \"Ship\" [ship]) [preferred tip] — recap of \"Build\" [build]: Built the thing."),
+        "{text}"
+    );
 }

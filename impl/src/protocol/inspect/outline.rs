@@ -339,10 +339,16 @@ impl<'a, 'f> Outline<'a, 'f> {
             }
             other => other.label().to_owned(),
         };
+        // An acknowledgement's notes attach to the node it creates (D22), so they tell of the
+        // step the parent waited at, not of the step this node waits at: named, so the line
+        // does not read as notes of the wrong step.
         let notes = self
             .facts
             .recap_notes(&run.run_id, node)
-            .map(|n| format!(" — {}", one_line(n)))
+            .map(|n| match self.step_before(run, compiled, info) {
+                Some(done) => format!(" — recap of {done}: {}", one_line(n)),
+                None => format!(" — {}", one_line(n)),
+            })
             .unwrap_or_default();
         let tip = if run.preferred_tip.as_ref() == Some(node) {
             " [preferred tip]"
@@ -374,6 +380,24 @@ impl<'a, 'f> Outline<'a, 'f> {
             && let Some(group) = lane_group(self.wr, self.facts, compiled, info, self.runs)
         {
             self.lanes_text(out, &group, &format!("{prefix}    "));
+        }
+    }
+
+    /// The step `info`'s parent waited at, as `"Title" [step-id]`: the step whose
+    /// acknowledgement created `info`.
+    fn step_before(
+        &self,
+        run: &RunSummary,
+        compiled: Option<&CompiledWorkflowSnapshotV1>,
+        info: &crate::projections::NodeInfo,
+    ) -> Option<String> {
+        let parent = self.facts.node(&run.run_id, info.parent.as_ref()?)?;
+        match node_step(self.wr, compiled, parent) {
+            NodeStep::Pending { step_id, title } => Some(match title {
+                Some(t) => format!("\"{t}\" [{step_id}]"),
+                None => format!("[{step_id}]"),
+            }),
+            _ => None,
         }
     }
 
