@@ -581,14 +581,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 .sessions_overview()
                 .unwrap_or_default()
                 .into_iter()
-                .map(|row| {
-                    let runs: Vec<String> = row
-                        .runs
-                        .iter()
-                        .map(|r| format!("{} \"{}\" {}", r.workflow_id, r.label, r.status))
-                        .collect();
-                    (row.session_id, runs.join("; "))
-                })
+                .map(|row| (row.session_id.clone(), held_runs_text(&row.runs)))
                 .collect();
             let bar = StderrProgress::new();
             let report = workrail.gc(&crate::gc::GcOptions { dry_run, ttl_days }, &clock, &bar);
@@ -1045,6 +1038,34 @@ fn safe_mode_text(report: &crate::gc::GcReport) -> String {
     out
 }
 
+/// What a session holds, for gc's report: its runs, each with how many lanes its parallel
+/// steps ran (lanes are runs of the session, D168, but not work a person started).
+fn held_runs_text(runs: &[crate::protocol::RunSummary]) -> String {
+    runs.iter()
+        .filter(|r| !r.is_lane())
+        .map(|run| {
+            let lanes = runs
+                .iter()
+                .filter(|l| {
+                    l.lane
+                        .as_ref()
+                        .is_some_and(|k| k.parent_run_id == run.run_id)
+                })
+                .count();
+            let lanes = match lanes {
+                0 => String::new(),
+                1 => " (and 1 lane)".to_owned(),
+                n => format!(" (and {n} lanes)"),
+            };
+            format!(
+                "{} \"{}\" {}{lanes}",
+                run.workflow_id, run.label, run.status
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn gc_text(
     report: &crate::gc::GcReport,
     held: &std::collections::HashMap<workrail_spec::ids::SessionId, String>,
@@ -1105,4 +1126,49 @@ pub(crate) fn print_stdout(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::held_runs_text;
+    use crate::protocol::RunSummary;
+
+    fn run(id: &str, workflow: &str, lane_of: Option<(&str, u32)>) -> RunSummary {
+        serde_json::from_value(serde_json::json!({
+            "runId": id,
+            "workflowId": workflow,
+            "label": format!("{workflow} #{}", &id[id.len() - 4..]),
+            "status": "complete",
+            "nodes": 3,
+            "preferredTip": null,
+            "tipLastActivity": 0,
+            "unresolvedGaps": 0,
+            "lane": lane_of.map(|(parent, index)| serde_json::json!({
+                "parentRunId": parent,
+                "parentNodeId": "node_aaaaaaaaaaaaaaaa",
+                "laneIndex": index,
+            })),
+        }))
+        .unwrap()
+    }
+
+    /// decision: D168
+    /// gc's report names the runs a person started, each with a count of the lanes its parallel
+    /// steps ran, rather than listing the lanes as runs of their own, in no useful order.
+    #[test]
+    fn gc_report_counts_lanes_under_their_run() {
+        let parent = "run_pppppppppppppppp";
+        let runs = vec![
+            run("run_llllllllllll0001", "project.routine", Some((parent, 1))),
+            run(parent, "project.fan", None),
+            run("run_llllllllllll0002", "project.routine", Some((parent, 2))),
+            run("run_oooooooooooooooo", "project.other", None),
+        ];
+        assert_eq!(
+            held_runs_text(&runs),
+            "project.fan \"project.fan #pppp\" complete (and 2 lanes); project.other \"project.other #oooo\" complete"
+        );
+    }
 }
