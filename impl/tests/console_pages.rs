@@ -330,6 +330,16 @@ fn bundled_workflows_are_read_only_with_a_copy_and_no_form_posts_a_snapshot() {
             .contains("data-workflow-id=\"user.release_check\"")
     );
     assert!(list.body.contains("href=\"/workflows/wr.mr_review\""));
+    // A workflow in a directory shows its file on this machine, its source ref on hover.
+    let file = user_workflows(&f.data)
+        .join("release_check.json")
+        .display()
+        .to_string();
+    assert!(
+        list.body.contains(&format!("<code>{file}</code>")),
+        "the list names the file {file}: {}",
+        list.body
+    );
 
     let page = f.get("/workflows/wr.mr_review");
     assert_eq!(page.status, 200);

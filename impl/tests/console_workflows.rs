@@ -138,6 +138,10 @@ fn workflows_are_listed_with_their_source_and_bundled_ones_are_read_only() {
     assert!(project.editable);
     assert_eq!(row("user.extra").source_ref, "dir0/extra.json");
     assert_eq!(row("user.mine").source_ref, "user/mine.json");
+    // The file on this machine beside the label-relative ref, for a person to open.
+    let extra_file = place.extra.join("extra.json").display().to_string();
+    assert_eq!(row("user.extra").path.as_deref(), Some(extra_file.as_str()));
+    assert_eq!(bundled.path, None);
     assert!(list.problems.is_empty(), "{:?}", list.problems);
     let out = place.cli(&["workflows", "list"]);
     let text = String::from_utf8(out.stdout).unwrap();
@@ -145,6 +149,11 @@ fn workflows_are_listed_with_their_source_and_bundled_ones_are_read_only() {
         text.lines()
             .any(|l| l.starts_with("wr.coding_task") && l.contains("read-only")),
         "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("user.extra") && l.contains(&format!("(user, {extra_file})"))),
+        "the list names the file, not `dir0/`: {text}"
     );
 }
 

@@ -347,7 +347,7 @@ pub fn workflows(data_dir_arg: Option<PathBuf>, args: WorkflowsArgs) -> Result<E
                         row.workflow_id,
                         row.name,
                         row.source_kind,
-                        row.source_ref,
+                        row.path.as_deref().unwrap_or(&row.source_ref),
                         if row.editable { "" } else { " read-only" },
                         row.workflow_hash
                     ));

@@ -35,6 +35,10 @@ pub struct WorkflowRow {
     pub description: String,
     pub source_kind: WorkflowSourceKind,
     pub source_ref: String,
+    /// The source file on this machine, when the source is a directory of files (the source
+    /// ref names a directory by its label, `dir0/...`, so that it reads the same everywhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// `false` for bundled `wr.*` workflows (copy them to edit).
     pub editable: bool,
     pub workflow_hash: WorkflowHash,
@@ -76,6 +80,7 @@ pub fn list_workflows(sources: &SourceConfig) -> WorkflowList {
                     .unwrap_or_default(),
                 source_kind: w.source_kind,
                 source_ref: w.source_ref.clone(),
+                path: file_of(sources, &w.source_ref).map(|p| p.display().to_string()),
                 editable: w.source_kind != WorkflowSourceKind::Bundled,
                 workflow_hash: w.compiled.workflow_hash.clone(),
                 id_status: w.workflow_id.id_status(),

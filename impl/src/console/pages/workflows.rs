@@ -160,7 +160,9 @@ pub fn list(list: &WorkflowList) -> Markup {
                                     td class="access" { (access(w.editable)) }
                                     td class="source" { (w.source_kind.as_str()) }
                                     td class="name" { (bounded(&w.name, TITLE_MAX_BYTES)) }
-                                    td class="ref" { code { (bounded(&w.source_ref, TITLE_MAX_BYTES)) } }
+                                    // The file on this machine where there is one (this page is
+                                    // served to this machine only), its source ref on hover.
+                                    td class="ref" title=(w.source_ref) { code { (bounded(w.path.as_deref().unwrap_or(&w.source_ref), TITLE_MAX_BYTES)) } }
                                     td class="hash" { code { (w.workflow_hash.as_str()) } }
                                 }
                             }
