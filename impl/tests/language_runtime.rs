@@ -180,6 +180,31 @@ const REVISIT: &str = r#"{
   ]
 }"#;
 
+const LANGUAGE_DECISIONS: &str = r#"{
+  "id": "project.language_decisions", "name": "Language decisions", "description": "Decisions as the language writes them.",
+  "steps": [
+    {"type": "loop", "id": "review-loop", "title": "Review",
+     "loop": {"type": "while", "conditionSource": {"kind": "artifact_contract", "contractRef": "wr.contracts.loop_control", "loopId": "review-pass"}, "maxIterations": 5},
+     "body": [
+       {"id": "review", "title": "Review", "prompt": "Review."},
+       {"id": "decide", "title": "Decide", "prompt": "Send {\"kind\": \"wr.loop_control\", \"decision\": \"continue\"} or stop.", "outputContract": {"contractRef": "wr.contracts.loop_control"}}
+     ]},
+    {"id": "after", "title": "After", "prompt": "Wrap up."}
+  ]
+}"#;
+
+const NATIVE_DECISIONS: &str = r#"{
+  "id": "project.native_decisions", "name": "Native decisions", "description": "Decisions as the native spelling writes them.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"type": "loop", "loopId": "work", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 5,
+     "body": [
+       {"id": "decide", "title": "Decide", "prompt": "Work, then decide.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]},
+    {"id": "after", "title": "After", "prompt": "Wrap up."}
+  ]
+}"#;
+
 fn catalog() -> CatalogLoader {
     Arc::new(|| {
         let project = MemorySource::new(WorkflowSourceKind::Project)
@@ -193,7 +218,12 @@ fn catalog() -> CatalogLoader {
             .with("project/workflows/branch.json", BRANCH)
             .with("project/workflows/budget.json", BUDGET)
             .with("project/workflows/revisit.json", REVISIT)
-            .with("project/workflows/free_decision.json", FREE_DECISION);
+            .with("project/workflows/free_decision.json", FREE_DECISION)
+            .with(
+                "project/workflows/language_decisions.json",
+                LANGUAGE_DECISIONS,
+            )
+            .with("project/workflows/native_decisions.json", NATIVE_DECISIONS);
         let sources: Vec<&dyn WorkflowSource> = vec![&project];
         Arc::new(Catalog::load(&sources))
     })
@@ -1100,4 +1130,120 @@ fn a_snapshot_without_revisit_walks_forward_only() {
         revisit: None,
     };
     assert_eq!(next_of(&recorded_before).as_deref(), Some("late"));
+}
+
+/// A decision of a workflow written in the language is read as the language reads it: without
+/// `loopId` it names the enclosing loop, the loop's `conditionSource.loopId` names it too, and a
+/// `metadata` object is allowed; what the agent sent is what is recorded. A `loopId` naming no
+/// such loop, and malformed `metadata`, still block with the field named.
+///
+/// decision: D209
+#[test]
+fn a_language_decision_may_leave_the_loop_out_name_its_label_and_carry_metadata() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(
+        &wr,
+        "project.language_decisions",
+        json!({}),
+        Autonomy::Guided,
+    );
+    assert_eq!(pending(&out), "review");
+    let at_decide = next(&wr, &out, "reviewed", vec![], json!({}));
+    assert_eq!(pending(&at_decide), "decide");
+    let example = &at_decide.pending.as_ref().unwrap().required_artifact;
+    assert_eq!(
+        example.as_ref().unwrap().example["loopId"],
+        "review-loop",
+        "inside the loop the example names it"
+    );
+
+    // As the workflow's prompt shows it, with the language's metadata.
+    let plain = json!({"kind": "wr.loop_control", "decision": "continue",
+        "metadata": {"reason": "Two findings open.", "issuesFound": 2, "iterationIndex": 0, "confidence": 70}});
+    let again = next(&wr, &at_decide, "continue", vec![plain.clone()], json!({}));
+    assert_eq!(again.kind, ExecutionKind::Ok, "{:?}", blockers(&again));
+    assert_eq!(pending(&again), "review", "the decision continued the loop");
+    let recorded: Vec<Value> = session_events(&wr, &again)
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::NodeOutputAppended(o) => serde_json::to_value(&o.payload).ok(),
+            _ => None,
+        })
+        .filter(|p| p["payloadKind"] == "artifact_ref")
+        .collect();
+    assert!(!recorded.is_empty(), "the artifact is recorded");
+
+    // Malformed metadata, then a loop the workflow does not have: blocked, the field named.
+    let at_decide = next(&wr, &again, "reviewed", vec![], json!({}));
+    let bad =
+        json!({"kind": "wr.loop_control", "decision": "stop", "metadata": {"confidence": 140}});
+    let blocked = next(&wr, &at_decide, "stop", vec![bad], json!({}));
+    let found = blockers(&blocked);
+    assert_eq!(found[0].0, BlockerCode::InvalidRequiredOutput, "{found:?}");
+    assert!(found[0].1.contains("metadata.confidence"), "{found:?}");
+    let other = json!({"kind": "wr.loop_control", "loopId": "other", "decision": "stop"});
+    let blocked = next(&wr, &blocked, "stop", vec![other], json!({}));
+    let found = blockers(&blocked);
+    assert!(
+        found[0]
+            .1
+            .contains("does not match the enclosing loop 'review-loop'"),
+        "{found:?}"
+    );
+
+    // The loop's conditionSource label names it.
+    let labelled = json!({"kind": "wr.loop_control", "loopId": "review-pass", "decision": "stop"});
+    let done = next(&wr, &blocked, "stop", vec![labelled], json!({}));
+    assert_eq!(done.kind, ExecutionKind::Ok, "{:?}", blockers(&done));
+    assert_eq!(pending(&done), "after", "the decision stopped the loop");
+}
+
+/// Outside any loop a language decision decides nothing, and the example shown names no loop
+/// (the pack's example loop is not one of the workflow's); the language's form passes.
+///
+/// decision: D209
+#[test]
+fn a_language_decision_outside_any_loop_shows_and_takes_no_loop_id() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.free_decision", json!({}), Autonomy::Guided);
+    let example = &out.pending.as_ref().unwrap().required_artifact;
+    let example = &example.as_ref().unwrap().example;
+    assert!(example.get("loopId").is_none(), "{example}");
+    let missing = next(&wr, &out, "decided", vec![], json!({}));
+    let fix = missing.blockers[0].suggested_fix.as_ref().unwrap().as_str();
+    assert!(
+        fix.contains("wr.loop_control") && !fix.contains("loopId"),
+        "{fix}"
+    );
+    let plain = json!({"kind": "wr.loop_control", "decision": "stop", "metadata": {"reason": "Nothing to loop over."}});
+    let done = next(&wr, &missing, "decided", vec![plain], json!({}));
+    assert_eq!(done.kind, ExecutionKind::Ok, "{:?}", blockers(&done));
+    assert_eq!(pending(&done), "next");
+}
+
+/// The native spelling keeps the locked contract: `loopId` is required and names the enclosing
+/// loop, and no other field is allowed.
+///
+/// lock: L-LOOP-CONTROL-ARTIFACT
+/// decision: D209
+#[test]
+fn a_native_decision_still_names_its_loop_and_nothing_else() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let out = start(&wr, "project.native_decisions", json!({}), Autonomy::Guided);
+    let plain = json!({"kind": "wr.loop_control", "decision": "continue"});
+    let blocked = next(&wr, &out, "decided", vec![plain], json!({}));
+    let found = blockers(&blocked);
+    assert_eq!(found[0].0, BlockerCode::InvalidRequiredOutput, "{found:?}");
+    assert!(found[0].1.contains("loopId"), "{found:?}");
+    let with_metadata = json!({"kind": "wr.loop_control", "loopId": "work", "decision": "continue", "metadata": {"reason": "x"}});
+    let blocked = next(&wr, &blocked, "decided", vec![with_metadata], json!({}));
+    let found = blockers(&blocked);
+    assert!(found[0].1.contains("metadata"), "{found:?}");
+    let named = json!({"kind": "wr.loop_control", "loopId": "work", "decision": "stop"});
+    let done = next(&wr, &blocked, "decided", vec![named], json!({}));
+    assert_eq!(done.kind, ExecutionKind::Ok, "{:?}", blockers(&done));
+    assert_eq!(pending(&done), "after");
 }

@@ -252,6 +252,12 @@ pub struct StepLanguage {
     /// starts per lane whose condition holds, and acknowledging the step fans the lanes in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lanes: Option<Box<ParallelLanes>>,
+    /// The step's `wr.contracts.loop_control` contract was written as the language's
+    /// `outputContract` (decision D209): its `wr.loop_control` artifact is read as the language
+    /// reads it, `loopId` optional (the enclosing loop when absent, and the loop's
+    /// `conditionSource.loopId` naming it too) and a `metadata` object allowed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub language_loop_control: bool,
 }
 
 closed_set!(

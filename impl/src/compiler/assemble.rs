@@ -87,7 +87,9 @@ fn compile_step(
     if extras.lanes.is_some() {
         lang.lanes = extras.lanes;
     }
-    let language = step_language(&lang, &step.title, &rendered.prompt, workflow);
+    let mut language = step_language(&lang, &step.title, &rendered.prompt, workflow);
+    language.language_loop_control =
+        lang.output_contract && step.contract_ref == Some(crate::builtins::contracts::LOOP_CONTROL);
     let output = (step.contract_ref.is_some() || !step.hints.is_empty()).then(|| StepOutputSpec {
         contract_ref: step.contract_ref.map(str::to_owned),
         hints: step.hints.clone(),

@@ -142,6 +142,7 @@ pub(crate) fn step_language(
         context_reads: reads.into_iter().collect(),
         kept: lang.kept.clone(),
         lanes: lang.lanes.clone(),
+        language_loop_control: false,
     }
 }
 

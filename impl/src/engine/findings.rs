@@ -8,7 +8,7 @@ use workrail_spec::closed::{
     Autonomy, Capability, CapabilityStatus, LoopDecision, NonAssumableChoiceKind,
     UserOnlyDependencyReason,
 };
-use workrail_spec::compiled::{CompiledCondition, CompiledContract, CompiledLoop};
+use workrail_spec::compiled::{CompiledCondition, CompiledContract, CompiledLoop, CompiledStep};
 use workrail_spec::ids::{ContextKey, StepId};
 use workrail_spec::reason::{
     CapabilityMissingReason, ContractViolationReason, GapReason, ReasonCode, UnexpectedReason,
@@ -56,10 +56,19 @@ fn example_for(contract: &CompiledContract, loop_id: Option<&str>) -> Value {
 /// show it: `loopId` set to the enclosing loop, a probe's `capability` to the one it probes.
 pub(crate) fn step_example(
     contract: &CompiledContract,
-    step_id: &StepId,
+    step: &CompiledStep,
     loop_id: Option<&str>,
 ) -> Value {
+    let step_id = &step.step_id;
     let mut example = example_for(contract, loop_id);
+    // Outside any loop a decision written for the language names no loop (D209): the pack's
+    // example loop would be one the workflow does not have.
+    if step.language.language_loop_control
+        && loop_id.is_none()
+        && let Some(map) = example.as_object_mut()
+    {
+        map.remove("loopId");
+    }
     if let Some(probed) = workrail_spec::closed::Capability::ALL
         .iter()
         .find(|c| step_id.as_str() == crate::builtins::templates::probe_step_id(**c))
@@ -104,12 +113,13 @@ fn planted_pointer_names_the_kind() -> bool {
 /// The step's required output is missing (`problems` empty) or invalid.
 pub(crate) fn contract(
     contract: &CompiledContract,
-    step_id: &StepId,
+    step: &CompiledStep,
     loop_id: Option<&str>,
     problems: Vec<ContractProblem>,
     autonomy: Autonomy,
 ) -> Finding {
-    let example = step_example(contract, step_id, loop_id);
+    let step_id = &step.step_id;
+    let example = step_example(contract, step, loop_id);
     let (reason, message, fix) = match problems.first() {
         None => (
             ContractViolationReason::MissingRequiredOutput,

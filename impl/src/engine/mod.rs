@@ -13,6 +13,7 @@ pub mod contract;
 pub mod fanin;
 mod findings;
 pub mod lanes;
+mod language_loop_control;
 #[cfg(feature = "test-mutations")]
 pub use self::findings::plant_contract_pointer_names_the_kind;
 pub use self::planted::PlantedLanguageBug;
@@ -187,9 +188,26 @@ pub fn advance_on(
         let contract = compiled
             .contract(contract_ref)
             .ok_or_else(|| inconsistent(format!("contract {contract_ref} is not embedded")))?;
-        let problems = match contract::check(contract, &output.artifacts).map_err(inconsistent)? {
+        // A decision written for the language is read as the language reads it (D209).
+        let (artifacts, read_problems) = if contract_ref == LOOP_CONTROL
+            && step.language.language_loop_control
+        {
+            let (read, problems) =
+                language_loop_control::read(compiled, &output.artifacts, loop_id, &step.step_id);
+            (std::borrow::Cow::Owned(read), problems)
+        } else {
+            (
+                std::borrow::Cow::Borrowed(&output.artifacts[..]),
+                Vec::new(),
+            )
+        };
+        let problems = match contract::check(contract, &artifacts).map_err(inconsistent)? {
             ContractCheck::Missing => Some(Vec::new()),
-            ContractCheck::Invalid(problems) => Some(problems),
+            ContractCheck::Invalid(mut problems) => {
+                problems.splice(0..0, read_problems);
+                Some(problems)
+            }
+            ContractCheck::Valid(_) if !read_problems.is_empty() => Some(read_problems),
             ContractCheck::Valid(artifacts) => {
                 let mut problems: Vec<ContractProblem> = artifacts
                     .iter()
@@ -218,11 +236,7 @@ pub fn advance_on(
         };
         if let Some(problems) = problems {
             findings.push(findings::contract(
-                contract,
-                &step.step_id,
-                loop_id,
-                problems,
-                autonomy,
+                contract, step, loop_id, problems, autonomy,
             ));
         }
     }

@@ -109,11 +109,7 @@ pub fn build(facts: ResponseFacts<'_>, codec: &TokenCodec) -> ExecutionOutput {
                 .and_then(|r| facts.compiled.contract(r))
                 .map(|contract| workrail_spec::tools::RequiredArtifactView {
                     kind: contract.artifact_kind.clone(),
-                    example: crate::engine::step_example(
-                        contract,
-                        &step.step_id,
-                        loop_id.as_deref(),
-                    ),
+                    example: crate::engine::step_example(contract, step, loop_id.as_deref()),
                 });
             // Rendered from the compiled step and the bindings frozen when it became pending
             // only, so every response for this node shows the same prompt (decision D139).
