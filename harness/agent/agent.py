@@ -13,6 +13,8 @@ the pending step and answers it:
   JSON example in the prompt or in a blocker's suggested fix), filled in: a `wr.loop_control`
   says `continue` until the loop has run `--loop-passes` times, then `stop`; a `wr.assessment`
   picks a level the answer lists, and another one when the chosen level asked for a follow-up;
+  with `--examples prompt` the example the step's own prompt shows comes first, as a model that
+  copies the workflow author's text would send it;
 - context: values for every context key a blocker, an error or an unrendered `{{marker}}` names;
 - confirmation: in `guided` mode the simulated user confirms every step that asks; in
   `never-stop` mode the run was started with `full_auto_never_stop` where the server lets the
@@ -231,6 +233,10 @@ def length_bounds(text):
 class Run:
     """One workflow run driven to the end."""
 
+    # `--examples prompt`: copy the artifact the step's own prompt shows before the server's
+    # `requiredArtifact.example`, as a model that trusts the workflow author's text would.
+    prompt_first = False
+
     def __init__(self, server, sandbox, workflow_id, mode, max_calls, loop_passes, trace=False):
         self.trace = trace
         self.server = server
@@ -388,6 +394,9 @@ class Run:
 
     def artifacts_for(self, pending_reply, reply, everything):
         examples = []
+        if self.prompt_first:
+            for obj in json_objects(pending_reply.prompt):
+                examples.extend(artifact_examples(obj))
         required = (pending_reply.pending or {}).get("requiredArtifact")
         if isinstance(required, dict) and isinstance(required.get("example"), dict):
             examples.append(required["example"])
@@ -540,8 +549,12 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the full report to this file")
     parser.add_argument("--keep", action="store_true", help="keep each run's temporary directory")
     parser.add_argument("--trace", action="store_true", help="print every call and its outcome on stderr")
+    parser.add_argument("--examples", choices=["server", "prompt"], default="server",
+                        help="which example artifact comes first: the server's requiredArtifact.example (default) "
+                             "or the one the step's prompt shows, as the workflow's author wrote it")
     args = parser.parse_args(argv)
     args.workflows = os.path.abspath(args.workflows)
+    Run.prompt_first = args.examples == "prompt"
 
     ids = args.only or workflow_ids(args.workflows)
     modes = ["guided", "never-stop"] if args.mode == "both" else [args.mode]

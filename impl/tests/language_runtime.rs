@@ -913,6 +913,14 @@ fn a_spent_attempt_budget_makes_the_next_blocked_attempt_a_user_only_dependency(
     let out = start(&wr, "project.budget", json!({}), Autonomy::Guided);
     let first = next(&wr, &out, "draft", vec![], json!({}));
     assert_eq!(first.blockers[0].code, BlockerCode::InvalidRequiredOutput);
+    // The author's message, then the rule itself: a message may only hint at what it checks.
+    let (_, message) = &blockers(&first)[0];
+    assert!(
+        message.contains(
+            "Say VERIFIED once you verified. (the rule: the notes must contain \"VERIFIED\" (exact case).)"
+        ),
+        "{message}"
+    );
     let second = next(&wr, &first, "draft 2", vec![], json!({}));
     assert_eq!(second.blockers[0].code, BlockerCode::InvalidRequiredOutput);
     // Two blocked attempts spent the budget: the third is the user's.

@@ -439,7 +439,7 @@ pub(crate) fn validation(step_id: &StepId, issue: Option<&str>, autonomy: Autono
         Some(issue) => (
             ContractViolationReason::InvalidRequiredOutput,
             format!("Step '{step_id}' notes fail a validation rule: {issue}"),
-            "Revise output.notesMarkdown so that it meets the rule (the text is checked as sent, case-sensitively), then acknowledge again with the new ackToken and your whole output.".to_owned(),
+            "Revise output.notesMarkdown so that it meets the rule (the text is checked as sent: exact case unless the rule's flags say otherwise), then acknowledge again with the new ackToken and your whole output.".to_owned(),
             issue.to_owned(),
         ),
     };

@@ -113,6 +113,15 @@ pub(crate) fn judge(
     Ok(out)
 }
 
+/// A failed rule in words: the author's message, then the rule itself, which the message may
+/// only hint at ("a line 'version: vN.N'" for a pattern with its flags).
+fn issue(message: &Option<String>, rule: String) -> String {
+    match message {
+        Some(message) => format!("{message} (the rule: {rule})"),
+        None => rule,
+    }
+}
+
 /// Whether `criterion` holds for `notes`; the issues of what failed are appended.
 fn check(
     criterion: &ValidationCriterion,
@@ -126,7 +135,7 @@ fn check(
         |when: &Option<Condition>| when.as_ref().is_some_and(|c| !scope.holds(c, overlay));
     let leaf = |ok: bool, message: &Option<String>, default: String, issues: &mut Vec<String>| {
         if !ok {
-            issues.push(message.clone().unwrap_or(default));
+            issues.push(issue(message, default));
         }
         Ok(ok)
     };
@@ -181,17 +190,21 @@ fn check(
                 && len < *min
             {
                 ok = false;
-                issues.push(message.clone().unwrap_or(format!(
-                    "the notes are {len} characters long, shorter than the {min} required."
-                )));
+                issues.push(issue(
+                    message,
+                    format!(
+                        "the notes are {len} characters long, shorter than the {min} required."
+                    ),
+                ));
             }
             if let Some(max) = max
                 && len > *max
             {
                 ok = false;
-                issues.push(message.clone().unwrap_or(format!(
-                    "the notes are {len} characters long, longer than the {max} allowed."
-                )));
+                issues.push(issue(
+                    message,
+                    format!("the notes are {len} characters long, longer than the {max} allowed."),
+                ));
             }
             Ok(ok)
         }
