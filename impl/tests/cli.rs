@@ -408,6 +408,69 @@ fn sessions_lists_every_session_newest_first() {
     );
 }
 
+/// A run whose last attempt was refused is marked in `workrail sessions` (and `--json` lists it
+/// in `blockedRuns`), as the Console's list marks it: a person finds the run that waits on them
+/// without opening every session. Once an attempt goes through, the mark is gone.
+///
+/// decision: D182
+#[test]
+fn sessions_marks_a_run_whose_last_attempt_was_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(
+        dir.path().join("workflows/check.json"),
+        json!({
+            "id": "project.check", "name": "Check", "description": "Say DONE.",
+            "steps": [
+                {"id": "work", "title": "Work", "prompt": "Work, then say DONE.",
+                 "validationCriteria": [{"type": "contains", "value": "DONE"}]},
+                {"id": "end", "title": "End", "prompt": "End."}
+            ]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let (started, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("start_workflow", json!({"workflowId": "project.check"}))],
+    );
+    let out = &started[0]["structuredContent"];
+    let session = out["session"]["sessionId"].as_str().unwrap().to_owned();
+    let run_id = out["session"]["runId"].as_str().unwrap().to_owned();
+    let ack = |notes: &str, from: &Value| {
+        json!({"stateToken": from["stateToken"], "ackToken": from["ackToken"],
+               "output": {"notesMarkdown": notes}})
+    };
+    let (refused, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("continue_workflow", ack("not yet", out))],
+    );
+    let refused = &refused[0]["structuredContent"];
+    assert!(
+        !refused["blockers"].as_array().unwrap().is_empty(),
+        "{refused}"
+    );
+    let listed = stdout(&run(dir.path(), &["sessions"]));
+    assert!(
+        listed.contains("1 with a blocked run")
+            && listed.contains("in_progress (blocked: its last attempt was refused)"),
+        "{listed}"
+    );
+    let rows: Value =
+        serde_json::from_str(&stdout(&run(dir.path(), &["sessions", "--json"]))).unwrap();
+    assert_eq!(rows[0]["sessionId"], session.as_str());
+    let blocked = rows[0]["blockedRuns"].as_array().unwrap();
+    assert_eq!(blocked.len(), 1, "{rows}");
+    assert_eq!(blocked[0], run_id.as_str());
+
+    let (_, _) = mcp_session(
+        workrail(dir.path()).arg("mcp"),
+        &[("continue_workflow", ack("DONE", refused))],
+    );
+    let listed = stdout(&run(dir.path(), &["sessions"]));
+    assert!(!listed.contains("blocked"), "{listed}");
+}
+
 /// Without `WORKRAIL_DATA_DIR`, the data directory is the platform's (`$XDG_DATA_HOME/workrail`
 /// on Linux), created on first use.
 #[cfg(target_os = "linux")]

@@ -425,7 +425,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let rows = workrail
                 .sessions_by_activity(&|p| clock.modified(p).ok().flatten())
                 .map_err(|e| envelope_text(&e))?;
-            print_stdout(&sessions_text(rows, json)?);
+            let blocked = blocked_runs(&workrail, &rows);
+            print_stdout(&sessions_text(rows, &blocked, json)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect {
@@ -940,6 +941,31 @@ fn import_text(report: &crate::bundle::ImportReport) -> String {
     out
 }
 
+/// The runs still in progress whose last acknowledgement at the preferred tip was blocked
+/// (what the Console calls blocked, D182), per session: a person looking for the run that waits
+/// on them finds it in the list, not only with `inspect`.
+fn blocked_runs(
+    workrail: &Workrail,
+    dated: &[(
+        Option<std::time::SystemTime>,
+        crate::protocol::SessionOverview,
+    )],
+) -> std::collections::HashMap<String, std::collections::HashSet<String>> {
+    dated
+        .iter()
+        .filter(|(_, row)| {
+            row.runs
+                .iter()
+                .any(|r| r.status == workrail_spec::closed::RunStatus::InProgress)
+        })
+        .filter_map(|(_, row)| {
+            let loaded = workrail.sessions().load(&row.session_id).ok()?;
+            let runs = crate::console::history::blocked_runs(&loaded.events);
+            (!runs.is_empty()).then(|| (row.session_id.to_string(), runs))
+        })
+        .collect()
+}
+
 /// `workrail sessions`: newest first by the last change of each session's manifest (the
 /// control stream changes with every commit).
 fn sessions_text(
@@ -947,15 +973,30 @@ fn sessions_text(
         Option<std::time::SystemTime>,
         crate::protocol::SessionOverview,
     )>,
+    blocked: &std::collections::HashMap<String, std::collections::HashSet<String>>,
     json: bool,
 ) -> Result<String, String> {
     let when = |at: Option<std::time::SystemTime>| at.map(crate::time::rfc3339_utc);
+    let is_blocked = |session: &workrail_spec::ids::SessionId,
+                      run: &crate::protocol::RunSummary| {
+        run.status == workrail_spec::closed::RunStatus::InProgress
+            && blocked
+                .get(session.as_str())
+                .is_some_and(|runs| runs.contains(run.run_id.as_str()))
+    };
     if json {
         let items: Vec<serde_json::Value> = dated
             .iter()
             .map(|(at, row)| {
                 let mut value = serde_json::to_value(row).unwrap_or_default();
                 value["lastActivity"] = serde_json::json!(when(*at));
+                let blocked: Vec<&str> = row
+                    .runs
+                    .iter()
+                    .filter(|r| is_blocked(&row.session_id, r))
+                    .map(|r| r.run_id.as_str())
+                    .collect();
+                value["blockedRuns"] = serde_json::json!(blocked);
                 value
             })
             .collect();
@@ -964,7 +1005,18 @@ fn sessions_text(
     if dated.is_empty() {
         return Ok("No sessions yet in this data directory.".to_owned());
     }
-    let mut out = format!("{} session(s), newest first:", dated.len());
+    let waiting = dated
+        .iter()
+        .filter(|(_, row)| row.runs.iter().any(|r| is_blocked(&row.session_id, r)))
+        .count();
+    let mut out = format!(
+        "{} session(s), newest first{}:",
+        dated.len(),
+        match waiting {
+            0 => String::new(),
+            n => format!(" ({n} with a blocked run: `workrail inspect <sessionId>` shows why)"),
+        }
+    );
     for (at, row) in &dated {
         let health = match &row.reason {
             Some(reason) => format!("{} ({reason})", row.health),
@@ -978,8 +1030,17 @@ fn sessions_text(
         // Lanes (D168) are listed under the run whose parallel step started them.
         for run in row.runs.iter().filter(|r| !r.is_lane()) {
             out.push_str(&format!(
-                "\n  {} \"{}\" ({}): {}, {} node(s)",
-                run.run_id, run.label, run.workflow_id, run.status, run.nodes
+                "\n  {} \"{}\" ({}): {}{}, {} node(s)",
+                run.run_id,
+                run.label,
+                run.workflow_id,
+                run.status,
+                if is_blocked(&row.session_id, run) {
+                    " (blocked: its last attempt was refused)"
+                } else {
+                    ""
+                },
+                run.nodes
             ));
             for lane in row.runs.iter().filter(|l| {
                 l.lane
@@ -988,8 +1049,16 @@ fn sessions_text(
             }) {
                 let index = lane.lane.as_ref().map_or(0, |k| k.lane_index);
                 out.push_str(&format!(
-                    "\n    lane {index}: {} ({}): {}, {} node(s)",
-                    lane.run_id, lane.workflow_id, lane.status, lane.nodes
+                    "\n    lane {index}: {} ({}): {}{}, {} node(s)",
+                    lane.run_id,
+                    lane.workflow_id,
+                    lane.status,
+                    if is_blocked(&row.session_id, lane) {
+                        " (blocked: its last attempt was refused)"
+                    } else {
+                        ""
+                    },
+                    lane.nodes
                 ));
             }
         }
