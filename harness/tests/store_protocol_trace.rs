@@ -18,9 +18,11 @@ use workrail::protocol::Workrail;
 use workrail::store::fs::{FileStamp, LockError, LockGuard, StoreFs};
 use workrail::store::memfs::MemFs;
 use workrail_model::storecheck::{
-    GC_DELETE, GcOp, Op, SweepStep, advance_ops, resend_answered_ops, sweep_ops,
+    GC_DELETE, GcOp, Op, SweepStep, advance_ops, call_ops, resend_answered_ops, sweep_ops,
 };
-use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, StartWorkflowInput};
+use workrail_spec::tools::{
+    CheckpointWorkflowInput, ContinueWorkflowInput, OutputInput, StartWorkflowInput,
+};
 
 /// One call of the port: its name and path.
 type Call = (&'static str, String);
@@ -304,6 +306,50 @@ fn an_advance_calls_the_store_in_the_order_the_model_checks() {
                 "production's resend is not the model's:\n{trace:#?}"
             );
             assert!(out.pending.is_some());
+        }
+    }
+}
+
+/// A checkpoint and its resend: the checkpoint commits as the model's checkpoint (no object,
+/// a segment closed, nothing pinned); the resend of the same checkpoint token is answered from
+/// its record, the manifest fsynced first, nothing written.
+/// decision: D207
+#[test]
+fn a_checkpoint_and_its_resend_call_the_store_as_the_model_checks() {
+    let (wr, log) = recorded_workrail();
+    let started = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: workrail_harness::fixture::WORKFLOW_ID.to_owned(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session_dir = format!("sessions/{}", started.session.session_id);
+    let input = CheckpointWorkflowInput {
+        state_token: started.state_token.clone(),
+        checkpoint_token: started.checkpoint_token.clone().unwrap(),
+        output: OutputInput {
+            notes_markdown: Some("Halfway.".to_owned()),
+            artifacts: vec![],
+        },
+    };
+    for round in 0..2 {
+        log.lock().unwrap().clear();
+        wr.checkpoint_workflow(input.clone()).unwrap();
+        let trace = log.lock().unwrap().clone();
+        if round == 0 {
+            assert_eq!(
+                as_model_ops(&trace, &session_dir).unwrap(),
+                call_ops(None, None),
+                "production's checkpoint is not the model's:\n{trace:#?}"
+            );
+        } else {
+            assert_eq!(
+                as_resend_ops(&trace, &session_dir).unwrap(),
+                resend_answered_ops(),
+                "production's resent checkpoint is not the model's:\n{trace:#?}"
+            );
         }
     }
 }

@@ -1,12 +1,14 @@
 //! An exhaustive check of the file store's protocol (locks §1 "Append transaction protocol",
-//! decisions D49, D50, D130, D133, D185, D198..D200): a filesystem whose directory entries and
-//! file contents are volatile until fsynced; two writers that each advance, checkpoint or fork
-//! one session under its exclusive lock, storing the snapshot object an advance introduces in
-//! the content-addressed store first; one reader; one GC that deletes the session (retention)
-//! and sweeps unreferenced objects under the object directory's lock. Each actor may be killed
-//! once at any step and restarts; the machine may lose power, which drops whatever is volatile
-//! and may keep any prefix of a file's unsynced bytes. A breadth-first search visits every
-//! reachable state, so a violation comes with a shortest trace. Pure: no I/O, no clock.
+//! decisions D49, D50, D130, D133, D185, D198..D200, D206, D207): a filesystem whose directory
+//! entries and file contents are volatile until fsynced; two writers that each advance,
+//! checkpoint or fork one session under its exclusive lock (or, when configured, one session
+//! each, storing the same object), storing the snapshot object an advance introduces in the
+//! content-addressed store first, and may resend a call they have the answer to; one reader;
+//! one GC that deletes the session (retention) and sweeps unreferenced objects under the object
+//! directory's lock. Each actor may be killed once at any step and restarts (a writer's client
+//! then sends the same call again); the machine may lose power, which drops whatever is
+//! volatile and may keep any prefix of a file's unsynced bytes. A breadth-first search visits
+//! every reachable state, so a violation comes with a shortest trace. Pure: no I/O, no clock.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
