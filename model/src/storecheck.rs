@@ -628,9 +628,9 @@ pub enum Step {
 }
 
 /// GC's retention delete (of session 0) as `FileGc::delete` performs it, step by step
-/// ([`Step::GcDelete`] names them): lock, judge under the lock, rename the directory out of `sessions/`, fsync
-/// `sessions/`, unlock. The removal of what was renamed away is out of every reader's and
-/// writer's reach: the model drops the directory at the rename.
+/// ([`Step::GcDelete`] names them): lock, judge under the lock, rename the directory out of
+/// `sessions/`, fsync `sessions/`, unlock. The removal of what was renamed away is out of every
+/// reader's and writer's reach: the model drops the directory at the rename.
 pub const GC_DELETE: [GcOp; 5] = [
     GcOp::Lock,
     GcOp::Judge,
