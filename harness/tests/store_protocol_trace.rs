@@ -17,8 +17,12 @@ use workrail::gc::{GcOptions, RetentionClock};
 use workrail::protocol::Workrail;
 use workrail::store::fs::{FileStamp, LockError, LockGuard, StoreFs};
 use workrail::store::memfs::MemFs;
-use workrail_model::storecheck::{GC_DELETE, GcOp, Op, SweepStep, advance_ops, sweep_ops};
-use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, StartWorkflowInput};
+use workrail_model::storecheck::{
+    GC_DELETE, GcOp, Op, SweepStep, advance_ops, call_ops, resend_answered_ops, sweep_ops,
+};
+use workrail_spec::tools::{
+    CheckpointWorkflowInput, ContinueWorkflowInput, OutputInput, StartWorkflowInput,
+};
 
 /// One call of the port: its name and path.
 type Call = (&'static str, String);
@@ -218,6 +222,28 @@ fn as_model_ops(trace: &[Call], session_dir: &str) -> Result<Vec<Op>, String> {
     Ok(ops.split_off(start))
 }
 
+/// Reads a resend's trace as the model's steps: the manifest's reads without the lock are the
+/// lookup of the dedupe key, its fsync is the model's, and the answer (no filesystem call) is
+/// the last step; anything else of the session's (a lock, a write) is not a resend answered
+/// from its record.
+fn as_resend_ops(trace: &[Call], session_dir: &str) -> Result<Vec<Op>, String> {
+    let manifest = format!("{session_dir}/manifest.jsonl");
+    let mut ops = Vec::new();
+    for (what, path) in trace {
+        if !path.starts_with(session_dir) {
+            continue;
+        }
+        match (*what, path == &manifest) {
+            ("len" | "read", true) if ops.is_empty() => ops.push(Op::LookupRecorded),
+            ("len" | "read", true) if ops.last() == Some(&Op::LookupRecorded) => {}
+            ("sync_file", true) => ops.push(Op::SyncManifest),
+            _ => return Err(format!("a resend called {what} {path}")),
+        }
+    }
+    ops.push(Op::AnswerRecorded);
+    Ok(ops)
+}
+
 fn recorded_workrail() -> (Workrail, Arc<Mutex<Vec<Call>>>) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let fs = Arc::new(Recorder {
@@ -271,28 +297,80 @@ fn an_advance_calls_the_store_in_the_order_the_model_checks() {
                 "production's advance is not the model's:\n{trace:#?}"
             );
         } else {
-            // A replay of the same ack reads and writes nothing of the session's commit.
-            assert!(
-                !ops.iter().any(|op| matches!(
-                    op,
-                    Op::WriteNew | Op::Rename | Op::AppendManifestHalf | Op::SyncManifest
-                )),
-                "a replay wrote: {ops:?}"
+            // A resend of the same ack is answered from its record, found without the lock:
+            // the manifest fsynced first (its writer may have died before its own fsync),
+            // nothing written (decision D207).
+            assert_eq!(
+                as_resend_ops(&trace, &session_dir).unwrap(),
+                resend_answered_ops(),
+                "production's resend is not the model's:\n{trace:#?}"
             );
             assert!(out.pending.is_some());
         }
     }
 }
 
-/// Every file older than any grace period: the clock GC judges ages by.
+/// A checkpoint and its resend: the checkpoint commits as the model's checkpoint (no object,
+/// a segment closed, nothing pinned); the resend of the same checkpoint token is answered from
+/// its record, the manifest fsynced first, nothing written.
+/// decision: D207
+#[test]
+fn a_checkpoint_and_its_resend_call_the_store_as_the_model_checks() {
+    let (wr, log) = recorded_workrail();
+    let started = wr
+        .start_workflow(StartWorkflowInput {
+            workflow_id: workrail_harness::fixture::WORKFLOW_ID.to_owned(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session_dir = format!("sessions/{}", started.session.session_id);
+    let input = CheckpointWorkflowInput {
+        state_token: started.state_token.clone(),
+        checkpoint_token: started.checkpoint_token.clone().unwrap(),
+        output: OutputInput {
+            notes_markdown: Some("Halfway.".to_owned()),
+            artifacts: vec![],
+        },
+    };
+    for round in 0..2 {
+        log.lock().unwrap().clear();
+        wr.checkpoint_workflow(input.clone()).unwrap();
+        let trace = log.lock().unwrap().clone();
+        if round == 0 {
+            assert_eq!(
+                as_model_ops(&trace, &session_dir).unwrap(),
+                call_ops(None, None),
+                "production's checkpoint is not the model's:\n{trace:#?}"
+            );
+        } else {
+            assert_eq!(
+                as_resend_ops(&trace, &session_dir).unwrap(),
+                resend_answered_ops(),
+                "production's resent checkpoint is not the model's:\n{trace:#?}"
+            );
+        }
+    }
+}
+
+/// Every file older than any grace period: the clock GC judges ages by. GC reads ages through
+/// this port, not `StoreFs`, so the clock notes each read in the same log (decision D208):
+/// the recorded trace has every age read in its place among the filesystem calls.
 #[derive(Debug)]
-struct AllOld;
+struct AllOld {
+    log: Arc<Mutex<Vec<Call>>>,
+}
 
 impl RetentionClock for AllOld {
     fn now(&self) -> std::time::SystemTime {
         std::time::SystemTime::now()
     }
-    fn modified(&self, _path: &Path) -> io::Result<Option<std::time::SystemTime>> {
+    fn modified(&self, path: &Path) -> io::Result<Option<std::time::SystemTime>> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(("modified", path.to_string_lossy().into_owned()));
         Ok(Some(std::time::UNIX_EPOCH))
     }
 }
@@ -311,7 +389,7 @@ fn as_gc_delete(trace: &[Call], session_dir: &str) -> Result<Vec<GcOp>, String> 
     for (what, path) in &trace[start..] {
         let op = match (*what, path.as_str()) {
             ("lock", p) if p == lock => GcOp::Lock,
-            ("len" | "read", p) if p.starts_with(session_dir) => GcOp::Judge,
+            ("len" | "read" | "modified", p) if p.starts_with(session_dir) => GcOp::Judge,
             ("rename", p) if p.starts_with("sessions/.tmp-") && p.ends_with(&session_dir[9..]) => {
                 GcOp::RenameAway
             }
@@ -336,9 +414,8 @@ fn as_gc_delete(trace: &[Call], session_dir: &str) -> Result<Vec<GcOp>, String> 
 }
 
 /// Reads GC's sweep of `snapshots/` in a trace as the model's steps: the fsync of `sessions/`
-/// before the object directories are listed, then the directory's lock, each unlink, the
-/// unlock and the directory's fsync. An object's age is read through the retention clock, not
-/// the `StoreFs` port, so each unlink stands for the model's judge-then-unlink.
+/// before the object directories are listed, then the directory's lock, each object's age
+/// read (the clock's note) and its unlink, the unlock and the directory's fsync.
 fn as_sweep(trace: &[Call]) -> Result<Vec<SweepStep>, String> {
     let listed = trace
         .iter()
@@ -359,7 +436,8 @@ fn as_sweep(trace: &[Call]) -> Result<Vec<SweepStep>, String> {
         match *what {
             "list_dir" => {}
             "lock" => ops.push(SweepStep::Lock),
-            "remove_file" => ops.extend([SweepStep::Judge, SweepStep::Unlink]),
+            "modified" => ops.push(SweepStep::Judge),
+            "remove_file" => ops.push(SweepStep::Unlink),
             "unlock" => ops.push(SweepStep::Unlock),
             "sync_dir" => {
                 ops.push(SweepStep::SyncDir);
@@ -392,7 +470,9 @@ fn gc_deletes_and_sweeps_in_the_order_the_model_checks() {
                 dry_run: false,
                 ttl_days: Some(1),
             },
-            &AllOld,
+            &AllOld {
+                log: Arc::clone(&log),
+            },
             &NoProgress,
         )
         .unwrap();

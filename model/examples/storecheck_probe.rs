@@ -1,4 +1,5 @@
-//! Prints the state count of one store-check configuration: `writers calls kills crashes gc`.
+//! Prints the state count of one store-check configuration:
+//! `writers calls kills crashes gc sessions replays`.
 use workrail_model::storecheck::{Config, explore};
 fn main() {
     let a: Vec<u8> = std::env::args()
@@ -13,6 +14,8 @@ fn main() {
         crashes: at(3, 1),
         planted: None,
         gc: at(4, 1) == 1,
+        sessions: at(5, 1),
+        replays: at(6, 0),
     };
     let t = std::time::Instant::now();
     let o = explore(&config, 100_000_000);

@@ -15,6 +15,8 @@ fn config(planted: Option<Planted>) -> Config {
         crashes: 1,
         planted,
         gc: true,
+        sessions: 1,
+        replays: 0,
     }
 }
 
@@ -75,16 +77,123 @@ fn gc_deleting_the_lock_file_is_found() {
     );
 }
 
-/// A writer stores its snapshot object inside the session's lock (`append_alongside`), so two
-/// writers of one session never write one object's temp file at once: the planted shared temp
-/// name breaks nothing here. It bites writers of two sessions storing the same object, which
-/// this one-session model does not hold.
-/// decision: D198
+/// Two sessions at the same step of one workflow, one writer each, one power cut, no GC (so
+/// no earlier session left the object an advance stores, and both store it new).
+fn two_sessions(planted: Option<Planted>) -> Config {
+    Config {
+        writers: 2,
+        calls: 1,
+        kills: 0,
+        crashes: 1,
+        planted,
+        gc: false,
+        sessions: 2,
+        replays: 0,
+    }
+}
+
+/// decision: D206
 #[test]
-fn shared_temp_names_cannot_collide_within_one_session() {
-    let outcome = explore(&config(Some(Planted::SharedTempName)), BUDGET);
+fn two_sessions_storing_one_object_keep_every_property() {
+    let outcome = explore(&two_sessions(None), BUDGET);
+    println!("storecheck two sessions: {} states", outcome.states);
     assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
-    assert!(!outcome.truncated);
+    assert!(!outcome.truncated, "the budget cut the search short");
+    assert!(outcome.states > 1000);
+}
+
+/// One session could not show it: a writer stores its snapshot object inside the session's
+/// lock (`append_alongside`), so two writers of one session never write one object's temp file
+/// at once. Two sessions storing the same object take no common lock (a new object is stored
+/// without the object directory's lock, D133): with one temp name for both, one truncates the
+/// file the other has synced and is about to rename into place, and a committed pin names an
+/// empty object.
+/// decision: D198
+/// decision: D206
+#[test]
+fn shared_temp_names_of_two_sessions_storing_one_object_are_found() {
+    found_with(
+        two_sessions(Some(Planted::SharedTempName)),
+        "after a crash a pinned object is missing or torn",
+    );
+}
+
+/// One session, two writers of one call each, each may resend its answered call once; a
+/// power cut; no GC (resends touch no object, and GC adds nothing to them but states).
+fn resends(planted: Option<Planted>) -> Config {
+    Config {
+        writers: 2,
+        calls: 1,
+        kills: 0,
+        crashes: 1,
+        planted,
+        gc: false,
+        sessions: 1,
+        replays: 1,
+    }
+}
+
+/// decision: D207
+#[test]
+fn resent_calls_get_the_first_answer_and_append_nothing() {
+    let outcome = explore(&resends(None), BUDGET);
+    println!("storecheck resends: {} states", outcome.states);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+    assert!(!outcome.truncated, "the budget cut the search short");
+    assert!(outcome.states > 1000);
+}
+
+/// decision: D207
+#[test]
+fn a_resend_that_appends_again_is_found() {
+    found_with(
+        resends(Some(Planted::ReplayReappends)),
+        "a resent call appended again: one attempt is recorded twice",
+    );
+}
+
+/// decision: D207
+#[test]
+fn a_resend_answered_from_the_current_log_is_found() {
+    found_with(
+        resends(Some(Planted::ReplayFromCurrentLog)),
+        "a resent call's answer differs from its first answer",
+    );
+}
+
+/// A writer killed between its manifest append and its fsync leaves a record only the page
+/// cache holds; its retry (or a resend) finds it by its dedupe key. Answered from it as it
+/// is, a power cut then loses an answered call: the checker found this in production's
+/// replay path, which now fsyncs the manifest before it answers from a record.
+/// decision: D207
+#[test]
+fn an_answer_from_a_record_never_fsynced_is_found() {
+    found_with(
+        Config {
+            kills: 1,
+            crashes: 0,
+            ..resends(Some(Planted::AnswerUnsyncedRecord))
+        },
+        "an acknowledged advance is lost after a crash",
+    );
+}
+
+/// Kills (one of each writer, at any step) with resends: every answer from a record is made
+/// durable first.
+/// decision: D207
+#[test]
+fn resends_and_retries_after_kills_keep_every_property() {
+    let outcome = explore(
+        &Config {
+            kills: 1,
+            crashes: 0,
+            ..resends(None)
+        },
+        BUDGET,
+    );
+    println!("storecheck resends with kills: {} states", outcome.states);
+    assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
+    assert!(!outcome.truncated, "the budget cut the search short");
 }
 
 /// decision: D133
@@ -132,4 +241,53 @@ fn the_deep_run_keeps_every_property() {
     println!("storecheck deep: {} states", outcome.states);
     assert!(outcome.violation.is_none(), "{:?}", outcome.violation);
     assert!(!outcome.truncated);
+}
+
+/// The deep run of the two-session and resend configurations (`WORKRAIL_MC_DEEP=1`): each
+/// with GC (retention delete and sweep) and one power cut; then two sessions with one kill of
+/// each actor. decision: D208
+#[test]
+fn the_deep_run_of_two_sessions_and_resends_keeps_every_property() {
+    if std::env::var_os("WORKRAIL_MC_DEEP").is_none() {
+        return;
+    }
+    for (name, config) in [
+        (
+            "two sessions, gc",
+            Config {
+                gc: true,
+                ..two_sessions(None)
+            },
+        ),
+        (
+            "resends, gc",
+            Config {
+                gc: true,
+                ..resends(None)
+            },
+        ),
+        (
+            "two sessions, gc, kills",
+            Config {
+                gc: true,
+                kills: 1,
+                crashes: 0,
+                ..two_sessions(None)
+            },
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let outcome = explore(&config, 200_000_000);
+        println!(
+            "storecheck deep, {name}: {} states, {:?}",
+            outcome.states,
+            started.elapsed()
+        );
+        assert!(
+            outcome.violation.is_none(),
+            "{name}: {:?}",
+            outcome.violation
+        );
+        assert!(!outcome.truncated, "{name}");
+    }
 }

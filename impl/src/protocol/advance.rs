@@ -691,6 +691,10 @@ fn try_replay(
             let record = record.clone();
             let mut output = replay(wr, ctx, state, index, &record)?;
             if let Some(request) = request {
+                // A repeat answered from a record it did not write: durable first (D207).
+                wr.store
+                    .sync_recorded(&state.session_id)
+                    .map_err(|e| e.to_envelope(true))?;
                 output.replay =
                     super::replay_notice::notice(wr, ctx, state, attempt, index, &record, request)?;
             }

@@ -77,6 +77,10 @@ pub(super) fn checkpoint(
     let ctx = wr.node_context(state)?;
     let checkpoint_node = derive::child_node(&attempt.attempt_id);
     if let Some(done) = replay(wr, &ctx, state, &checkpoint_node)? {
+        // Answered from a record this call did not write: durable first (decision D207).
+        wr.store
+            .sync_recorded(&state.session_id)
+            .map_err(|e| e.to_envelope(true))?;
         return Ok(done);
     }
     // Release the pre-lock view of the session before the gate (see `advance`): a commit
@@ -96,6 +100,9 @@ pub(super) fn checkpoint(
             state: node_state,
         };
         if let Some(done) = replay(wr, &fresh, state, &checkpoint_node).map_err(Wrapped)? {
+            wr.store
+                .sync_recorded(&state.session_id)
+                .map_err(|e| Wrapped(e.to_envelope(true)))?;
             return Ok(done);
         }
         let events = {

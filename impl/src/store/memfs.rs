@@ -594,6 +594,13 @@ impl StoreFs for MemFs {
         let mut s = self.lock();
         let step = s.step()?;
         outcome(step)?;
+        // As the OS: the directory is opened to be synced, and a missing one fails `ENOENT`.
+        if !dir.as_os_str().is_empty() && !s.dirs.contains(dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("directory {} does not exist", dir.display()),
+            ));
+        }
         let in_dir = |p: &Path| p.parent() == Some(dir);
         let s = &mut *s;
         s.durable.retain(|p, _| !in_dir(p));
@@ -777,6 +784,21 @@ mod tests {
             cut.list_dir(Path::new("p/q")).unwrap(),
             vec!["r".to_owned()]
         );
+    }
+
+    /// As the real filesystem's `File::open` of the directory: syncing a missing directory
+    /// fails `NotFound` (decision D200 relies on it being told apart).
+    #[test]
+    fn syncing_a_missing_directory_fails_not_found() {
+        let fs = MemFs::new();
+        let err = fs.sync_dir(Path::new("sessions")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        fs.create_dir_all(Path::new("sessions")).unwrap();
+        fs.sync_dir(Path::new("sessions")).unwrap();
+        fs.sync_dir(Path::new("")).unwrap();
+        fs.remove_dir_all(Path::new("sessions")).unwrap();
+        let err = fs.sync_dir(Path::new("sessions")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

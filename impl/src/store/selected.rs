@@ -172,6 +172,28 @@ impl Store {
         })
     }
 
+    /// Makes what a load of `session` found durable before a call is answered from it: a
+    /// resend (or a retry after a kill) finds its call's record by its dedupe key, and that
+    /// record may be the append of a writer killed before its fsync, which only the page cache
+    /// holds; answered as it is, a power cut would lose an answered call (decision D207). On
+    /// files, one fsync of the manifest (of another writer's append in flight too, which a
+    /// power cut may tear as well: the state D49 accepts). PostgreSQL answers only from
+    /// committed rows: nothing to do. A manifest gone meanwhile (GC deleted the session) has
+    /// nothing left to make durable.
+    pub fn sync_recorded(&self, session: &SessionId) -> Result<(), StoreError> {
+        match self {
+            Store::Files(f) => match f.fs.sync_file(&layout::manifest_path(session)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::Io {
+                    session: Some(session.clone()),
+                    op: "sync the manifest before answering from its record",
+                    detail: e.to_string(),
+                }),
+                _ => Ok(()),
+            },
+            Store::Postgres(_) => Ok(()),
+        }
+    }
+
     /// `file` or `postgres`.
     pub fn kind(&self) -> &'static str {
         match self {
