@@ -1027,6 +1027,13 @@ fn sessions_text(
             row.session_id,
             when(*at).unwrap_or_else(|| "last activity unknown".to_owned())
         ));
+        let mark = |run: &crate::protocol::RunSummary| {
+            if is_blocked(&row.session_id, run) {
+                " (blocked: its last attempt was refused)"
+            } else {
+                ""
+            }
+        };
         // Lanes (D168) are listed under the run whose parallel step started them.
         for run in row.runs.iter().filter(|r| !r.is_lane()) {
             out.push_str(&format!(
@@ -1035,11 +1042,7 @@ fn sessions_text(
                 run.label,
                 run.workflow_id,
                 run.status,
-                if is_blocked(&row.session_id, run) {
-                    " (blocked: its last attempt was refused)"
-                } else {
-                    ""
-                },
+                mark(run),
                 run.nodes
             ));
             for lane in row.runs.iter().filter(|l| {
@@ -1053,11 +1056,7 @@ fn sessions_text(
                     lane.run_id,
                     lane.workflow_id,
                     lane.status,
-                    if is_blocked(&row.session_id, lane) {
-                        " (blocked: its last attempt was refused)"
-                    } else {
-                        ""
-                    },
+                    mark(lane),
                     lane.nodes
                 ));
             }
