@@ -137,3 +137,37 @@ fn failed_write_sweep(new_fs: fn() -> MemFs) {
     }
     assert!(checked >= 60, "only {checked} failure points");
 }
+
+/// A resend answered from its record makes the record durable first (decision D207): a failed
+/// fsync there is answered honestly, retryable, records nothing more, and the next resend gets
+/// the first answer.
+///
+/// decision: D207
+/// lock: L-TOKEN-ACK-IDEMPOTENT
+#[test]
+fn a_failed_sync_of_a_resend_is_honest_and_the_next_resend_answers_the_same() {
+    let fs = MemFs::new();
+    let (first, call) = setup(&fs);
+    let wr = open(&fs);
+    let answered = wr.continue_workflow(call.clone()).unwrap();
+    let before = fs.ops();
+    assert_eq!(wr.continue_workflow(call.clone()).unwrap(), answered);
+    let ops = fs.ops() - before;
+    assert!(ops >= 1, "a resend syncs the manifest: {ops} mutating ops");
+    for k in 1..=ops {
+        for (errno, name) in [(ENOSPC, "ENOSPC"), (EIO, "EIO")] {
+            let context = format!("{name} at op {k} of {ops} of a resend");
+            fs.fail_at_with(k, errno, 0);
+            let error = wr.continue_workflow(call.clone()).expect_err(&context);
+            assert_honest(&error, name, &context);
+            assert_eq!(
+                error.details.as_ref().unwrap()["committed"],
+                "unknown",
+                "the record is an earlier call's, not confirmed on disk ({context})"
+            );
+            assert_eq!(advances(&fs, &first), 1, "{context}");
+            let again = wr.continue_workflow(call.clone()).unwrap();
+            assert_eq!(again, answered, "{context}");
+        }
+    }
+}

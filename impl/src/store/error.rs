@@ -279,7 +279,7 @@ impl StoreError {
                         "WorkRail could not {op}: {what} on {path} ({os_error}). Nothing was committed: the session is exactly as before this call."
                     ),
                     Committed::Unknown => format!(
-                        "WorkRail could not {op}: {what} on {path} ({os_error}). The step's records were written but could be neither confirmed on disk nor undone, so this call may or may not have been recorded."
+                        "WorkRail could not {op}: {what} on {path} ({os_error}). The step's records were written but could be neither confirmed on disk nor undone, so they may or may not be committed."
                     ),
                 };
                 let fix = match *errno {

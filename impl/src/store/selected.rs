@@ -182,14 +182,21 @@ impl Store {
     /// nothing left to make durable.
     pub fn sync_recorded(&self, session: &SessionId) -> Result<(), StoreError> {
         match self {
-            Store::Files(f) => match f.fs.sync_file(&layout::manifest_path(session)) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::Io {
-                    session: Some(session.clone()),
-                    op: "sync the manifest before answering from its record",
-                    detail: e.to_string(),
-                }),
-                _ => Ok(()),
-            },
+            Store::Files(f) => {
+                let manifest = layout::manifest_path(session);
+                match f.fs.sync_file(&manifest) {
+                    // Reported as any failed commit is (errno, path, what is committed): the
+                    // record was written by an earlier call and is not confirmed on disk.
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::write(
+                        Some(session),
+                        "make the recorded answer durable before repeating it",
+                        &manifest,
+                        &e,
+                        super::error::Committed::Unknown,
+                    )),
+                    _ => Ok(()),
+                }
+            }
             Store::Postgres(_) => Ok(()),
         }
     }
