@@ -117,7 +117,7 @@ fn start_plan(session: &SessionId, hash: &WorkflowHash, snap: SnapshotRef) -> Ap
             ev(
                 session,
                 EventScope::Run(run()),
-                EventData::RunStarted(RunStarted {
+                EventData::run_started(RunStarted {
                     workflow_id: WorkflowId::parse("project.sample").unwrap(),
                     workflow_hash: hash.clone(),
                     workflow_source_kind: WorkflowSourceKind::Project,

@@ -43,7 +43,7 @@ impl Log {
         );
         log.push(
             EventScope::Run(run()),
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: WorkflowId::parse("project.x").unwrap(),
                 workflow_hash: hash(),
                 workflow_source_kind: WorkflowSourceKind::Project,
@@ -105,7 +105,7 @@ impl Log {
     ) {
         self.push(
             EventScope::Node(run(), node(on)),
-            EventData::GapRecorded(GapRecorded {
+            EventData::gap_recorded(GapRecorded {
                 gap_id: GapId::from_entropy(&[id; 10]),
                 severity,
                 reason,

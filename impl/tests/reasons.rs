@@ -277,7 +277,7 @@ fn gaps_at(events: &[SessionEvent], node: &NodeId) -> Vec<GapRecorded> {
         .iter()
         .filter(|e| e.scope().node_id() == Some(node))
         .filter_map(|e| match e.data() {
-            EventData::GapRecorded(g) => Some(g.clone()),
+            EventData::GapRecorded(g) => Some(GapRecorded::clone(g)),
             _ => None,
         })
         .collect()
@@ -883,7 +883,7 @@ fn a_later_ack_that_supplies_what_was_missing_resolves_the_gap_by_linkage() {
     let original: Vec<_> = events
         .iter()
         .filter_map(|e| match e.data() {
-            EventData::GapRecorded(g) if g.gap_id == gap.gap_id => Some(g.clone()),
+            EventData::GapRecorded(g) if g.gap_id == gap.gap_id => Some(GapRecorded::clone(g)),
             _ => None,
         })
         .collect();

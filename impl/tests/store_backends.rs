@@ -103,7 +103,7 @@ fn start_plan(backend: &dyn SessionBackend, session: &SessionId) -> AppendPlan {
             ev(
                 session,
                 EventScope::Run(run()),
-                EventData::RunStarted(RunStarted {
+                EventData::run_started(RunStarted {
                     workflow_id: WorkflowId::parse("project.sample").unwrap(),
                     workflow_hash: hash.clone(),
                     workflow_source_kind: WorkflowSourceKind::Project,

@@ -62,6 +62,7 @@ use workrail_spec::closed::{
     PreferenceSource, RunStatus, WorkflowSourceKind,
 };
 use workrail_spec::compiled::CompiledWorkflowSnapshotV1;
+use workrail_spec::dedupe::DedupeKey;
 use workrail_spec::event::{
     AdvanceOutcome, AdvanceRecorded, CapabilityObserved, ContextSet, DivergenceRecorded, EdgeCause,
     EdgeCreated, EffectivePreferences, EventData, EventScope, GapRecorded, GapResolution, LaneLink,
@@ -635,7 +636,7 @@ impl Model {
         let root_scope = EventScope::Node(start.run_id.clone(), root.clone());
         plan.push(
             run_scope,
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: start.workflow.body.workflow_id.clone(),
                 workflow_hash: workflow_hash.clone(),
                 workflow_source_kind: start.source_kind,
@@ -751,7 +752,7 @@ impl Model {
             let root_scope = EventScope::Node(lane_run.clone(), root.clone());
             plan.push(
                 EventScope::Run(lane_run.clone()),
-                EventData::RunStarted(RunStarted {
+                EventData::run_started(RunStarted {
                     workflow_id: lane.workflow_id.clone(),
                     workflow_hash: lane_hash.clone(),
                     workflow_source_kind: landing.source_kind,
@@ -1447,13 +1448,9 @@ impl Model {
             .sessions
             .get_mut(plan.session_id)
             .ok_or_else(|| ModelError::UnknownSession(plan.session_id.clone()))?;
-        let mut keys: BTreeSet<&str> = session
-            .events
-            .iter()
-            .map(|e| e.dedupe_key().as_str())
-            .collect();
+        let mut keys: BTreeSet<DedupeKey> = session.events.iter().map(|e| e.dedupe_key()).collect();
         for event in &plan.events {
-            if !keys.insert(event.dedupe_key().as_str()) {
+            if !keys.insert(event.dedupe_key()) {
                 return Err(ModelError::Invariant(format!(
                     "duplicate dedupeKey {}",
                     event.dedupe_key()
@@ -1612,7 +1609,7 @@ fn push_gaps(
     for (i, (finding, severity)) in findings.iter().enumerate() {
         plan.push(
             scope.clone(),
-            EventData::GapRecorded(GapRecorded {
+            EventData::gap_recorded(GapRecorded {
                 gap_id: derive::gap_id(plan.session_id, origin, i),
                 severity: *severity,
                 reason: finding.reason.gap_reason(),
@@ -1639,7 +1636,7 @@ fn push_resolutions(
     for (i, gap) in resolved.iter().enumerate() {
         plan.push(
             scope.clone(),
-            EventData::GapRecorded(GapRecorded {
+            EventData::gap_recorded(GapRecorded {
                 gap_id: derive::gap_id(plan.session_id, origin, first + i),
                 severity: GapSeverity::Info,
                 reason: gap.reason,

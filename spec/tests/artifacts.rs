@@ -78,7 +78,7 @@ fn one_of_each_kind() -> Vec<(EventScope, EventData)> {
         ),
         (
             run_scope.clone(),
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: WorkflowId::parse("project.bug_investigation").unwrap(),
                 workflow_hash: WorkflowHash::from_digest(hash(7)),
                 workflow_source_kind: WorkflowSourceKind::Project,
@@ -153,7 +153,7 @@ fn one_of_each_kind() -> Vec<(EventScope, EventData)> {
         ),
         (
             node_scope.clone(),
-            EventData::GapRecorded(GapRecorded {
+            EventData::gap_recorded(GapRecorded {
                 gap_id: GapId::from_entropy(&entropy(54)),
                 severity: GapSeverity::Critical,
                 reason: GapReason::ContractViolation(
@@ -413,7 +413,8 @@ fn dedupe_keys_follow_the_recipes_and_ignore_event_ids() {
         } else {
             // observation_recorded: key and a digest of the value, never the raw value.
             assert_eq!(kind, EventKind::ObservationRecorded);
-            let key = a.dedupe_key().as_str();
+            let key = a.dedupe_key();
+            let key = key.as_str();
             assert!(
                 key.starts_with(&format!("observation_recorded:{s}:git_head_sha:")),
                 "{key}"
@@ -1099,7 +1100,7 @@ fn sample_bundle() -> ExportBundleV1 {
         build(
             1,
             EventScope::Run(run()),
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: WorkflowId::parse("project.sample").unwrap(),
                 workflow_hash: wf_hash.clone(),
                 workflow_source_kind: WorkflowSourceKind::Project,
@@ -1259,4 +1260,20 @@ fn every_bundle_failure_has_its_locked_code() {
         code_of(&serde_json::to_value(&b).unwrap()),
         Some(ErrorCode::BundleMissingPinnedWorkflow)
     );
+}
+
+/// An event's inline size is set by its common payloads, not by the two rare large ones
+/// (`run_started`, `gap_recorded` are boxed), and it holds no dedupeKey text: a loaded log is a
+/// vector of events, several per advance (decision D210).
+/// decision: D210
+#[test]
+fn an_event_is_sized_by_its_common_payloads() {
+    use workrail_spec::event::{EventData, GapRecorded, RunStarted, SessionEvent};
+    let event = std::mem::size_of::<SessionEvent>();
+    assert!(
+        event <= 184,
+        "SessionEvent is {event} bytes inline; 184 when boxed payloads were decided"
+    );
+    assert!(std::mem::size_of::<EventData>() < std::mem::size_of::<RunStarted>());
+    assert!(std::mem::size_of::<EventData>() < std::mem::size_of::<GapRecorded>());
 }

@@ -1167,7 +1167,7 @@ fn body_run_started() -> BoxedStrategy<(At, EventData)> {
                 workflow_source_ref: source_ref,
                 lane: None,
             };
-            (At::Run, EventData::RunStarted(data))
+            (At::Run, EventData::run_started(data))
         })
         .boxed()
 }
@@ -1322,7 +1322,7 @@ fn body_gap_recorded() -> BoxedStrategy<(At, EventData)> {
                     evidence_refs,
                     details: None,
                 };
-                (At::Node, EventData::GapRecorded(data))
+                (At::Node, EventData::gap_recorded(data))
             },
         )
         .boxed()
@@ -1805,7 +1805,8 @@ proptest! {
     /// lock: L-DEDUPE-RECIPES, L-DEDUPE-PATTERN
     #[test]
     fn events_carry_the_locked_dedupe_key(event in arb_jcs_safe_event()) {
-        let key = event.dedupe_key().as_str();
+        let key = event.dedupe_key();
+        let key = key.as_str();
         let expected = expected_dedupe_key(&event);
         prop_assert_eq!(key, expected.as_str());
         prop_assert!(!key.is_empty() && key.len() <= 256);
@@ -1813,6 +1814,21 @@ proptest! {
         let mut value = serde_json::to_value(&event).unwrap();
         value["dedupeKey"] = json!(format!("{key}:x"));
         prop_assert!(SessionEvent::from_value(value).is_err());
+    }
+
+    /// An event holds no dedupeKey text but derives it from its fields (decision D210): the key
+    /// it writes is the recipe's, a parsed event derives the key its line stored, and renumbering
+    /// an event (a plan's events get their indices at commit) leaves its key alone.
+    /// decision: D210
+    #[test]
+    fn an_events_derived_dedupe_key_is_the_one_it_stores(event in arb_jcs_safe_event(), index in 0u64..1_000_000) {
+        let expected = expected_dedupe_key(&event);
+        let written = serde_json::to_value(&event).unwrap();
+        prop_assert_eq!(written["dedupeKey"].as_str(), Some(expected.as_str()));
+        let parsed = SessionEvent::from_value(written).unwrap().dedupe_key();
+        prop_assert_eq!(parsed.as_str(), expected.as_str());
+        let renumbered = event.clone().with_event_index(EventIndex::new(index).unwrap());
+        prop_assert_eq!(renumbered.dedupe_key(), event.dedupe_key());
     }
 
     /// Durable events survive their own RFC 8785 form (what bundle integrity hashes): the JCS

@@ -197,7 +197,7 @@ fn start_plan(session: &SessionId, hash: &WorkflowHash, root_snapshot: SnapshotR
             ev(
                 session,
                 EventScope::Run(run()),
-                EventData::RunStarted(RunStarted {
+                EventData::run_started(RunStarted {
                     workflow_id: WorkflowId::parse("project.sample")
                         .unwrap_or_else(|e| fail(3, &e.to_string())),
                     workflow_hash: hash.clone(),

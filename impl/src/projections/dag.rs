@@ -648,7 +648,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     run_id.clone(),
                     RunDag {
                         run_id,
-                        started: started.clone(),
+                        started: RunStarted::clone(started),
                         nodes: BTreeMap::new(),
                         edges: Vec::new(),
                         root: None,
@@ -690,7 +690,10 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     .or_default()
                     .push((node_id, o.clone()));
             }
-            EventData::GapRecorded(g) => gaps.entry(run_id).or_default().push((node_id, g.clone())),
+            EventData::GapRecorded(g) => gaps
+                .entry(run_id)
+                .or_default()
+                .push((node_id, GapRecorded::clone(g))),
             EventData::CapabilityObserved(c) => {
                 // Later events replace earlier ones: the latest by EventIndex wins.
                 if is_enforcement_grade(c) {
@@ -834,7 +837,7 @@ fn apply(
             RunView {
                 dag: RunDag {
                     run_id: run_id.clone(),
-                    started: started.clone(),
+                    started: RunStarted::clone(started),
                     nodes: BTreeMap::new(),
                     edges: Vec::new(),
                     root: None,
@@ -950,7 +953,8 @@ fn apply(
                 _ => node_id.clone(),
             };
             if !run_aux.resolved.contains(&g.gap_id) {
-                view.unresolved_gaps.push((listed_on, g.clone()));
+                view.unresolved_gaps
+                    .push((listed_on, GapRecorded::clone(g)));
             }
         }
         EventData::CapabilityObserved(c) => {

@@ -724,7 +724,7 @@ fn gap_event(
     wr.event(
         session,
         scope,
-        EventData::GapRecorded(GapRecorded {
+        EventData::gap_recorded(GapRecorded {
             gap_id: derive::gap(attempt, index),
             severity,
             reason: finding.reason.gap_reason(),
@@ -855,7 +855,7 @@ fn disclosures<'f>(
         events.push(wr.event(
             session,
             scope.clone(),
-            EventData::GapRecorded(GapRecorded {
+            EventData::gap_recorded(GapRecorded {
                 gap_id: derive::gap(attempt, index),
                 severity: GapSeverity::Info,
                 reason: r.reason,

@@ -146,7 +146,7 @@ fn start_lane(
         wr.event(
             session,
             EventScope::Run(run.clone()),
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: lane.workflow_id.clone(),
                 workflow_hash: workflow_hash.clone(),
                 workflow_source_kind: parent.workflow_source_kind,

@@ -170,7 +170,7 @@ pub(super) fn start_in(
         wr.event(
             &session,
             EventScope::Run(run.clone()),
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: workflow.workflow_id.clone(),
                 workflow_hash: workflow_hash.clone(),
                 workflow_source_kind: workflow.source_kind,

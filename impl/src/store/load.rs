@@ -44,7 +44,7 @@ pub struct LoadedSession {
 }
 
 /// The committed dedupeKeys, each found by a hash of its text and confirmed against the key its
-/// event carries, so the text is held once, in the event (decision D164).
+/// event derives, so no key's text is held at all (decisions D164, D210).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DedupeIndex {
     hasher: RandomState,
@@ -60,20 +60,20 @@ impl DedupeIndex {
     }
 
     /// The index of the event carrying `key`; `key_of(i)` is the key of event `i`.
-    fn find<'e>(&self, key: &DedupeKey, key_of: impl Fn(usize) -> &'e DedupeKey) -> Option<usize> {
+    fn find(&self, key: &DedupeKey, key_of: impl Fn(usize) -> DedupeKey) -> Option<usize> {
         let first = *self.first.get(&self.hash(key))?;
-        if key_of(first) == key {
+        if &key_of(first) == key {
             return Some(first);
         }
-        self.collided.iter().copied().find(|&i| key_of(i) == key)
+        self.collided.iter().copied().find(|&i| &key_of(i) == key)
     }
 
     /// Indexes event `index` under `key`; `Err` with the earlier event when the key is taken.
-    fn insert<'e>(
+    fn insert(
         &mut self,
         key: &DedupeKey,
         index: usize,
-        key_of: impl Fn(usize) -> &'e DedupeKey,
+        key_of: impl Fn(usize) -> DedupeKey,
     ) -> Result<(), usize> {
         if let Some(existing) = self.find(key, &key_of) {
             return Err(existing);
@@ -141,7 +141,7 @@ impl LoadedSession {
             // load would report it.
             let _ = self
                 .dedupe
-                .insert(event.dedupe_key(), index, |i| events[i].dedupe_key());
+                .insert(&event.dedupe_key(), index, |i| events[i].dedupe_key());
             self.events.push(event);
         }
     }
@@ -409,7 +409,7 @@ impl<'a> Validator<'a> {
             };
             if self
                 .dedupe
-                .insert(event.dedupe_key(), base + offset, key_of)
+                .insert(&event.dedupe_key(), base + offset, key_of)
                 .is_err()
             {
                 return Err(self.corruption(
@@ -486,16 +486,23 @@ impl<'a> Validator<'a> {
         Ok(())
     }
 
+    /// Accepts a pin of a committed `node_created`, pointing its ids at the event's (equal
+    /// values held once, as `share_ids` does for events).
     fn accept_pin(
         &mut self,
-        pin: &workrail_spec::manifest::SnapshotPinned,
+        pin: &mut workrail_spec::manifest::SnapshotPinned,
     ) -> Result<(), Corruption> {
         let index = pin.event_index.get() as usize;
-        let valid = self.events.get(index).is_some_and(|e| {
-            e.event_id() == &pin.created_by_event_id
-                && matches!(e.data(), EventData::NodeCreated(n) if n.snapshot_ref == pin.snapshot_ref)
+        let created = self.events.get(index).and_then(|e| match e.data() {
+            EventData::NodeCreated(n)
+                if e.event_id() == &pin.created_by_event_id
+                    && n.snapshot_ref == pin.snapshot_ref =>
+            {
+                Some((e.event_id().clone(), n.snapshot_ref.clone()))
+            }
+            _ => None,
         });
-        if !valid {
+        let Some((event_id, snapshot_ref)) = created else {
             return Err(self.corruption(
                 CorruptionReason::PinWithoutNode,
                 format!(
@@ -503,7 +510,9 @@ impl<'a> Validator<'a> {
                     pin.snapshot_ref, pin.event_index
                 ),
             ));
-        }
+        };
+        pin.created_by_event_id = event_id;
+        pin.snapshot_ref = snapshot_ref;
         self.pinned.insert(pin.snapshot_ref.clone());
         self.awaiting_pins.retain(|(r, _)| r != &pin.snapshot_ref);
         Ok(())
@@ -522,7 +531,7 @@ impl<'a> Validator<'a> {
         let mut offset = 0usize;
         while let Some(len) = manifest[offset..].iter().position(|&b| b == b'\n') {
             let line = &manifest[offset..offset + len];
-            let record = std::str::from_utf8(line)
+            let mut record = std::str::from_utf8(line)
                 .map_err(|e| ArtifactError::Malformed {
                     artifact: workrail_spec::artifact::ArtifactKind::ManifestRecord,
                     detail: e.to_string(),
@@ -554,8 +563,9 @@ impl<'a> Validator<'a> {
                     )
                     .into());
             }
-            match &record {
+            match &mut record {
                 ManifestRecord::SegmentClosed(seg) => {
+                    seg.session_id = self.session_id.clone();
                     // The previous transaction must have pinned everything it introduced.
                     if let Some(missing) = self.missing_pins() {
                         return Err(missing.into());
@@ -564,7 +574,10 @@ impl<'a> Validator<'a> {
                     self.check_objects(&new_events)?;
                     self.accept_events(new_events);
                 }
-                ManifestRecord::SnapshotPinned(pin) => self.accept_pin(pin)?,
+                ManifestRecord::SnapshotPinned(pin) => {
+                    pin.session_id = self.session_id.clone();
+                    self.accept_pin(pin)?;
+                }
             }
             self.manifest.push(record);
             offset += len + 1;
@@ -651,7 +664,7 @@ mod tests {
             DedupeKey::parse("run_started:sess_a:run_a").unwrap(),
             DedupeKey::parse("run_started:sess_a:run_b").unwrap(),
         ];
-        let key_of = |i: usize| &keys[i];
+        let key_of = |i: usize| keys[i].clone();
         let mut index = DedupeIndex::default();
         assert_eq!(index.insert(&keys[0], 0, key_of), Ok(()));
         // Make the second key's hash name the first key's event, as a collision would.

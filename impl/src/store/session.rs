@@ -909,7 +909,7 @@ pub(crate) fn number_plan(
     if plan.events.is_empty() {
         return Err(invalid("a plan needs at least one event".into()));
     }
-    let mut seen: HashSet<&DedupeKey> = HashSet::new();
+    let mut seen: HashSet<DedupeKey> = HashSet::new();
     for event in &plan.events {
         if event.session_id() != session_id {
             return Err(invalid(format!(
@@ -930,7 +930,7 @@ pub(crate) fn number_plan(
     let mut fresh = Vec::new();
     let first = loaded.next_event_index();
     for event in plan.events {
-        if let Some(existing) = loaded.event_by_dedupe_key(event.dedupe_key()) {
+        if let Some(existing) = loaded.event_by_dedupe_key(&event.dedupe_key()) {
             results.push(AppendedEvent {
                 event: existing.clone(),
                 newly_appended: false,

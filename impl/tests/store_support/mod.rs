@@ -61,7 +61,7 @@ pub fn start_plan(snapshots: &SnapshotStore) -> AppendPlan {
             ),
             ev(
                 EventScope::Run(run()),
-                EventData::RunStarted(RunStarted {
+                EventData::run_started(RunStarted {
                     workflow_id: WorkflowId::parse("project.sample").unwrap(),
                     workflow_hash: workflow_hash(),
                     workflow_source_kind: WorkflowSourceKind::Project,

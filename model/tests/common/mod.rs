@@ -114,7 +114,7 @@ impl Log {
     pub fn run(&mut self, run: &str, workflow_id: &str, hash: u32) -> u64 {
         self.push(
             EventScope::Run(rid(run)),
-            EventData::RunStarted(RunStarted {
+            EventData::run_started(RunStarted {
                 workflow_id: WorkflowId::parse(workflow_id).unwrap(),
                 workflow_hash: wf_hash(hash),
                 workflow_source_kind: WorkflowSourceKind::Project,
@@ -255,7 +255,7 @@ impl Log {
     ) -> u64 {
         self.push(
             Self::node_scope(run, node),
-            EventData::GapRecorded(GapRecorded {
+            EventData::gap_recorded(GapRecorded {
                 gap_id: gid(gap),
                 severity,
                 reason,

@@ -139,20 +139,32 @@ struct ScopeWire {
 pub enum EventData {
     SessionCreated(SessionCreated),
     ObservationRecorded(ObservationRecorded),
-    RunStarted(RunStarted),
+    /// Boxed, as `GapRecorded`: the two largest payloads, rare in a log, would otherwise set
+    /// the size of every event (decision D210).
+    RunStarted(Box<RunStarted>),
     NodeCreated(NodeCreated),
     EdgeCreated(EdgeCreated),
     AdvanceRecorded(AdvanceRecorded),
     NodeOutputAppended(NodeOutputAppended),
     PreferencesChanged(PreferencesChanged),
     CapabilityObserved(CapabilityObserved),
-    GapRecorded(GapRecorded),
+    GapRecorded(Box<GapRecorded>),
     DivergenceRecorded(DivergenceRecorded),
     DecisionTraceAppended(DecisionTraceAppended),
     ContextSet(ContextSet),
 }
 
 impl EventData {
+    /// A `run_started` payload (boxed in the enum).
+    pub fn run_started(started: RunStarted) -> Self {
+        Self::RunStarted(Box::new(started))
+    }
+
+    /// A `gap_recorded` payload (boxed in the enum).
+    pub fn gap_recorded(gap: GapRecorded) -> Self {
+        Self::GapRecorded(Box::new(gap))
+    }
+
     pub fn kind(&self) -> EventKind {
         match self {
             Self::SessionCreated(_) => EventKind::SessionCreated,
@@ -179,8 +191,7 @@ impl EventData {
         session: &SessionId,
         scope: &EventScope,
     ) -> Result<DedupeKey, ArtifactError> {
-        let kind = self.kind().as_str();
-        let s = session.as_str();
+        let kind = self.kind();
         let missing = |what: &str| {
             ArtifactError::invariant(
                 EVENT,
@@ -188,45 +199,79 @@ impl EventData {
                 format!("{kind} needs scope.{what} for its dedupeKey"),
             )
         };
-        let run = || {
-            scope
-                .run_id()
-                .map(RunId::as_str)
-                .ok_or_else(|| missing("runId"))
+        let needs_run = matches!(
+            self,
+            Self::RunStarted(_) | Self::NodeCreated(_) | Self::EdgeCreated(_) | Self::ContextSet(_)
+        );
+        let needs_node = matches!(self, Self::NodeCreated(_) | Self::AdvanceRecorded(_));
+        if needs_run && scope.run_id().is_none() {
+            return Err(missing("runId"));
+        }
+        if needs_node && scope.node_id().is_none() {
+            return Err(missing("nodeId"));
+        }
+        let observed = match self {
+            Self::ObservationRecorded(o) => Some(
+                crate::jcs::jcs_digest(&o.value)
+                    .map_err(|e| ArtifactError::malformed(EVENT, e))?
+                    .0,
+            ),
+            _ => None,
         };
-        let node = || {
-            scope
-                .node_id()
-                .map(NodeId::as_str)
-                .ok_or_else(|| missing("nodeId"))
-        };
-        let value_digest;
-        let edge;
-        let parts: Vec<&str> = match self {
-            Self::SessionCreated(_) => vec![s],
-            Self::ObservationRecorded(o) => {
-                let (digest, _) = crate::jcs::jcs_digest(&o.value)
-                    .map_err(|e| ArtifactError::malformed(EVENT, e))?;
-                value_digest = digest.hex().to_owned();
-                vec![s, o.key.as_str(), &value_digest]
-            }
-            Self::RunStarted(_) => vec![s, run()?],
-            Self::NodeCreated(_) => vec![s, run()?, node()?],
-            Self::EdgeCreated(e) => {
-                edge = format!("{}->{}", e.from_node_id, e.to_node_id);
-                vec![s, run()?, &edge, e.edge_kind.as_str()]
-            }
-            Self::AdvanceRecorded(a) => vec![s, node()?, a.attempt_id.as_str()],
-            Self::NodeOutputAppended(o) => vec![s, o.output_id.as_str()],
-            Self::PreferencesChanged(p) => vec![s, p.change_id.as_str()],
-            Self::CapabilityObserved(c) => vec![s, c.cap_obs_id.as_str()],
-            Self::GapRecorded(g) => vec![s, g.gap_id.as_str()],
-            Self::DivergenceRecorded(d) => vec![s, d.divergence_id.as_str()],
-            Self::DecisionTraceAppended(t) => vec![s, t.trace_id.as_str()],
-            Self::ContextSet(c) => vec![s, run()?, c.context_id.as_str()],
-        };
-        DedupeKey::from_recipe(kind, &parts)
+        DedupeKey::parse(&self.key_text(session, scope, observed.as_ref()))
             .map_err(|e| ArtifactError::invariant(EVENT, "dedupeKey pattern", e))
+    }
+
+    /// The recipe's text: `<kind>:<part>:<part>...`. Unchecked: [`EventData::dedupe_key`]
+    /// checks it, and an event's fields never change after that check (decision D210).
+    /// `observed` is the digest of an observation's value (other kinds ignore it).
+    fn key_text(
+        &self,
+        session: &SessionId,
+        scope: &EventScope,
+        observed: Option<&crate::ids::Sha256Digest>,
+    ) -> String {
+        let run = scope.run_id().map_or("", RunId::as_str);
+        let node = scope.node_id().map_or("", NodeId::as_str);
+        let mut key = String::with_capacity(96);
+        key.push_str(self.kind().as_str());
+        let mut push = |part: &str| {
+            key.push(':');
+            key.push_str(part);
+        };
+        push(session.as_str());
+        match self {
+            Self::SessionCreated(_) => {}
+            Self::ObservationRecorded(o) => {
+                push(o.key.as_str());
+                push(observed.map_or("", |d| d.hex()));
+            }
+            Self::RunStarted(_) => push(run),
+            Self::NodeCreated(_) => {
+                push(run);
+                push(node);
+            }
+            Self::EdgeCreated(e) => {
+                push(run);
+                push(&format!("{}->{}", e.from_node_id, e.to_node_id));
+                push(e.edge_kind.as_str());
+            }
+            Self::AdvanceRecorded(a) => {
+                push(node);
+                push(a.attempt_id.as_str());
+            }
+            Self::NodeOutputAppended(o) => push(o.output_id.as_str()),
+            Self::PreferencesChanged(p) => push(p.change_id.as_str()),
+            Self::CapabilityObserved(c) => push(c.cap_obs_id.as_str()),
+            Self::GapRecorded(g) => push(g.gap_id.as_str()),
+            Self::DivergenceRecorded(d) => push(d.divergence_id.as_str()),
+            Self::DecisionTraceAppended(t) => push(t.trace_id.as_str()),
+            Self::ContextSet(c) => {
+                push(run);
+                push(c.context_id.as_str());
+            }
+        }
+        key
     }
 
     /// Payload invariants that a single event can check on its own.
@@ -386,6 +431,11 @@ pub struct IdPool {
     pub runs: crate::ids::Shared<RunId>,
     pub nodes: crate::ids::Shared<NodeId>,
     pub workflows: crate::ids::Shared<crate::ids::WorkflowHash>,
+    /// The step, loop and condition ids decision traces name (a workflow's few, repeated in
+    /// every trace).
+    pub steps: crate::ids::Shared<crate::ids::StepId>,
+    pub loops: crate::ids::Shared<crate::ids::LoopId>,
+    pub conditions: crate::ids::Shared<crate::ids::ConditionId>,
 }
 
 /// A validated session event.
@@ -395,7 +445,10 @@ pub struct SessionEvent {
     event_index: EventIndex,
     session_id: SessionId,
     scope: EventScope,
-    dedupe_key: DedupeKey,
+    /// The dedupeKey of an observation (its recipe hashes the observed value, which is too
+    /// costly to repeat); every other kind's key is derived from its fields when asked for
+    /// (decision D210), so a loaded log does not hold each key's text.
+    observation_key: Option<Box<DedupeKey>>,
     data: EventData,
 }
 
@@ -423,12 +476,14 @@ impl SessionEvent {
         }
         data.check()?;
         let dedupe_key = data.dedupe_key(&session_id, &scope)?;
+        let observation_key =
+            matches!(data, EventData::ObservationRecorded(_)).then(|| Box::new(dedupe_key));
         Ok(Self {
             event_id,
             event_index,
             session_id,
             scope,
-            dedupe_key,
+            observation_key,
             data,
         })
     }
@@ -445,8 +500,13 @@ impl SessionEvent {
     pub fn scope(&self) -> &EventScope {
         &self.scope
     }
-    pub fn dedupe_key(&self) -> &DedupeKey {
-        &self.dedupe_key
+    /// The event's dedupeKey. Derived from the event's fields by the recipe `new` checked
+    /// them with (the fields never change afterwards), so it is the key `new` validated.
+    pub fn dedupe_key(&self) -> DedupeKey {
+        match &self.observation_key {
+            Some(key) => DedupeKey::clone(key),
+            None => DedupeKey::trusted(self.data.key_text(&self.session_id, &self.scope, None)),
+        }
     }
     pub fn data(&self) -> &EventData {
         &self.data
@@ -482,6 +542,22 @@ impl SessionEvent {
             EventData::AdvanceRecorded(a) => {
                 if let AdvanceOutcome::Advanced { to_node_id } = &mut a.outcome {
                     pool.nodes.share(to_node_id);
+                }
+            }
+            EventData::DecisionTraceAppended(t) => {
+                for reference in t
+                    .entries
+                    .iter_mut()
+                    .flat_map(|e| e.refs.iter_mut().flatten())
+                {
+                    match reference {
+                        TraceRef::StepId { step_id } => pool.steps.share(step_id),
+                        TraceRef::LoopId { loop_id } => pool.loops.share(loop_id),
+                        TraceRef::ConditionId { condition_id } => {
+                            pool.conditions.share(condition_id)
+                        }
+                        TraceRef::Iteration { .. } => {}
+                    }
                 }
             }
             _ => {}
@@ -553,13 +629,14 @@ impl SessionEvent {
             scope,
             data,
         )?;
-        if event.dedupe_key != wire.dedupe_key {
+        let derived = event.dedupe_key();
+        if derived != wire.dedupe_key {
             return Err(ArtifactError::invariant(
                 EVENT,
                 "dedupeKey recipe",
                 format!(
-                    "stored dedupeKey {} differs from the recipe {}",
-                    wire.dedupe_key, event.dedupe_key
+                    "stored dedupeKey {} differs from the recipe {derived}",
+                    wire.dedupe_key
                 ),
             ));
         }
@@ -577,7 +654,7 @@ impl SessionEvent {
             kind: EventKind,
             #[serde(skip_serializing_if = "Option::is_none")]
             scope: Option<ScopeWire>,
-            dedupe_key: &'a DedupeKey,
+            dedupe_key: DedupeKey,
             data: &'a EventData,
         }
         serde_json::to_value(Wire {
@@ -587,7 +664,7 @@ impl SessionEvent {
             session_id: &self.session_id,
             kind: self.kind(),
             scope: self.scope.to_wire(),
-            dedupe_key: &self.dedupe_key,
+            dedupe_key: self.dedupe_key(),
             data: &self.data,
         })
     }
