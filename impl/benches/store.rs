@@ -42,7 +42,7 @@ fn notes_event_in(session: &SessionId, n: u64) -> SessionEvent {
     let data = if n == 0 {
         EventData::SessionCreated(SessionCreated {})
     } else {
-        EventData::NodeOutputAppended(NodeOutputAppended {
+        EventData::node_output_appended(NodeOutputAppended {
             output_id: OutputId::from_entropy(&id),
             supersedes_output_id: None,
             output_channel: OutputChannel::Recap,

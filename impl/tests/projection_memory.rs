@@ -11,7 +11,7 @@ mod memory_support;
 
 use std::sync::Arc;
 
-use memory_support::{advance, catalog, retained, start_nested};
+use memory_support::{advance, advance_with_notes, catalog, retained, start_nested};
 use workrail::entropy::SeededEntropy;
 use workrail::projections::Projector;
 use workrail::protocol::Workrail;
@@ -30,6 +30,7 @@ fn retained_by_projection(events: &[workrail_spec::event::SessionEvent]) -> usiz
 }
 
 /// decision: D205
+/// decision: D210
 #[test]
 fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
@@ -58,4 +59,26 @@ fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
             "a projection of {events} events holds {held} bytes and is estimated at {estimate}: the estimate must cover what it holds, within 3x (decision D205)"
         );
     }
+    current_outputs_are_the_logs_own(&wr, &fs);
+}
+
+/// A projection's current outputs are the log's own payloads, not copies (decision D210): with
+/// 4 KB of notes per advance, what the projection holds beyond the log does not grow with them.
+fn current_outputs_are_the_logs_own(wr: &Workrail, fs: &Arc<dyn StoreFs>) {
+    let mut out = start_nested(wr);
+    let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
+    for i in 0..100 {
+        out = advance_with_notes(wr, out, format!("Unit {i:06}. {}", "x".repeat(4096)));
+    }
+    let loaded = SessionStore::new(Arc::clone(fs)).load(&session).unwrap();
+    let held = retained_by_projection(&loaded.events);
+    let per_event = held / loaded.events.len();
+    println!(
+        "projection of {} events with 4 KB notes: {held} bytes held ({per_event} per event)",
+        loaded.events.len()
+    );
+    assert!(
+        per_event <= 250,
+        "a projection holds {per_event} bytes per event when every advance carries 4 KB of notes: it copies the notes instead of sharing the log's (decision D210)"
+    );
 }

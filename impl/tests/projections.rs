@@ -86,7 +86,7 @@ impl Log {
     fn output(&mut self, on: u8, id: u8, supersedes: Option<u8>, channel: OutputChannel) -> u64 {
         self.push(
             EventScope::Node(run(), node(on)),
-            EventData::NodeOutputAppended(NodeOutputAppended {
+            EventData::node_output_appended(NodeOutputAppended {
                 output_id: OutputId::from_entropy(&[id; 10]),
                 supersedes_output_id: supersedes.map(|s| OutputId::from_entropy(&[s; 10])),
                 output_channel: channel,

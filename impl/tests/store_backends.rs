@@ -162,7 +162,7 @@ fn advance_plan(backend: &dyn SessionBackend, session: &SessionId, from: u8, to:
             ev(
                 session,
                 EventScope::Node(run(), node(to)),
-                EventData::NodeOutputAppended(NodeOutputAppended {
+                EventData::node_output_appended(NodeOutputAppended {
                     output_id: OutputId::from_entropy(&[to; 10]),
                     supersedes_output_id: None,
                     output_channel: OutputChannel::Recap,
@@ -180,7 +180,7 @@ fn note_plan(session: &SessionId, n: u8) -> AppendPlan {
         events: vec![ev(
             session,
             EventScope::Node(run(), node(0)),
-            EventData::NodeOutputAppended(NodeOutputAppended {
+            EventData::node_output_appended(NodeOutputAppended {
                 output_id: OutputId::from_entropy(&[n, 0xa0, 1, 2, 3, 4, 5, 6, 7, 8]),
                 supersedes_output_id: None,
                 output_channel: OutputChannel::Recap,

@@ -667,7 +667,7 @@ impl Model {
         if let Some(warning) =
             preference_warning(session_id, root.as_str(), &start.workflow, effective)?
         {
-            plan.push(root_scope.clone(), EventData::NodeOutputAppended(warning))?;
+            plan.push(root_scope.clone(), EventData::node_output_appended(warning))?;
         }
         push_gaps(&mut plan, &root_scope, root.as_str(), &disclosed)?;
         if !start.context.is_empty() {
@@ -1142,7 +1142,7 @@ impl Model {
                     }),
                 )?;
                 for output in outputs {
-                    plan.push(child_scope.clone(), EventData::NodeOutputAppended(output))?;
+                    plan.push(child_scope.clone(), EventData::node_output_appended(output))?;
                 }
                 for observation in observations {
                     plan.push(
@@ -1176,7 +1176,7 @@ impl Model {
                     plan.push(here.clone(), EventData::PreferencesChanged(change))?;
                 }
                 if let Some(warning) = warning {
-                    plan.push(here.clone(), EventData::NodeOutputAppended(warning))?;
+                    plan.push(here.clone(), EventData::node_output_appended(warning))?;
                 }
                 // Observations are facts about the environment, not about the step: a blocked
                 // attempt records them on the attempted node (D40).
@@ -1334,7 +1334,7 @@ impl Model {
             }),
         )?;
         for output in outputs {
-            plan.push(scope.clone(), EventData::NodeOutputAppended(output))?;
+            plan.push(scope.clone(), EventData::node_output_appended(output))?;
         }
         let mut next = self.clone();
         for artifact in &attempt.output.artifacts {

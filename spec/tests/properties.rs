@@ -1282,7 +1282,7 @@ fn body_node_output_appended(max_byte_length: u64) -> BoxedStrategy<(At, EventDa
                 output_channel,
                 payload,
             };
-            (At::Node, EventData::NodeOutputAppended(data))
+            (At::Node, EventData::node_output_appended(data))
         })
         .boxed()
 }
@@ -1862,7 +1862,7 @@ proptest! {
         ),
     ) {
         let run = RunId::from_entropy(&run);
-        let data = EventData::NodeOutputAppended(NodeOutputAppended {
+        let data = EventData::node_output_appended(NodeOutputAppended {
             output_id: OutputId::from_entropy(&output),
             supersedes_output_id: None,
             output_channel: OutputChannel::Artifact,
@@ -1883,7 +1883,7 @@ proptest! {
         };
         prop_assert!(build(data.clone()).is_err(), "byteLength {} must be refused", byte_length);
         let EventData::NodeOutputAppended(mut safe) = data else { unreachable!() };
-        if let OutputPayload::ArtifactRef { byte_length, .. } = &mut safe.payload {
+        if let OutputPayload::ArtifactRef { byte_length, .. } = &mut std::sync::Arc::make_mut(&mut safe).payload {
             *byte_length = TWO_POW_53.unsigned_abs() - 1;
         }
         let event = build(EventData::NodeOutputAppended(safe)).unwrap();

@@ -262,7 +262,7 @@ fn advance_plan(
             ev(
                 session,
                 EventScope::Node(run(), node),
-                EventData::NodeOutputAppended(NodeOutputAppended {
+                EventData::node_output_appended(NodeOutputAppended {
                     output_id: OutputId::from_entropy(&entropy(0xc3, tag, counter)),
                     supersedes_output_id: None,
                     output_channel: OutputChannel::Recap,

@@ -603,7 +603,7 @@ pub fn project(events: &[SessionEvent], policy: TipPolicy) -> SessionProjection 
 pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection {
     let mut runs: BTreeMap<RunId, RunDag> = BTreeMap::new();
     let mut anomalies = Vec::new();
-    let mut outputs: HashMap<RunId, Vec<(NodeId, NodeOutputAppended)>> = HashMap::new();
+    let mut outputs: HashMap<RunId, Vec<(NodeId, Arc<NodeOutputAppended>)>> = HashMap::new();
     let mut gaps: HashMap<RunId, Vec<(NodeId, GapRecorded)>> = HashMap::new();
     let mut capabilities: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
@@ -688,7 +688,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                 outputs
                     .entry(run_id)
                     .or_default()
-                    .push((node_id, o.clone()));
+                    .push((node_id, Arc::clone(o)));
             }
             EventData::GapRecorded(g) => gaps
                 .entry(run_id)
@@ -928,7 +928,8 @@ fn apply(
                 .insert(o.output_id.clone(), (node_id.clone(), o.output_channel));
             // The latest output of a node and channel is its current one: an earlier one is
             // either superseded by it or older.
-            let output = Arc::new(o.clone());
+            // The log's own payload: its text is held once (decision D210).
+            let output = Arc::clone(o);
             let key = (node_id.clone(), o.output_channel);
             // TEST-ONLY planted bug: the first output of a channel stays current.
             if planted(PlantedProjectionBug::FirstOutputWins)
@@ -1026,7 +1027,7 @@ fn preferred_tip(dag: &RunDag) -> (Option<NodeId>, u64) {
 /// Current output per (node, channel): the latest output not superseded by a later output of
 /// the same node and channel (locks §2.1 "Current outputs projection").
 fn current_outputs(
-    outputs: Vec<(NodeId, NodeOutputAppended)>,
+    outputs: Vec<(NodeId, Arc<NodeOutputAppended>)>,
     anomalies: &mut Vec<String>,
 ) -> BTreeMap<(NodeId, OutputChannel), Arc<NodeOutputAppended>> {
     let location: HashMap<&OutputId, (&NodeId, OutputChannel)> = outputs
@@ -1050,7 +1051,7 @@ fn current_outputs(
     let mut current = BTreeMap::new();
     for (node, o) in outputs {
         if !superseded.contains(&o.output_id) {
-            current.insert((node, o.output_channel), Arc::new(o));
+            current.insert((node, o.output_channel), o);
         }
     }
     current

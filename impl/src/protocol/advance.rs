@@ -961,7 +961,7 @@ pub(super) fn output_events(
             wr.event(
                 session,
                 scope.clone(),
-                EventData::NodeOutputAppended(NodeOutputAppended {
+                EventData::node_output_appended(NodeOutputAppended {
                     output_id,
                     supersedes_output_id: None,
                     output_channel: channel,

@@ -191,7 +191,7 @@ pub(super) fn warning_event(
     wr.event(
         session,
         scope.clone(),
-        EventData::NodeOutputAppended(NodeOutputAppended {
+        EventData::node_output_appended(NodeOutputAppended {
             output_id,
             supersedes_output_id: None,
             output_channel: OutputChannel::Artifact,

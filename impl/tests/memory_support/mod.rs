@@ -51,6 +51,12 @@ pub fn catalog() -> CatalogLoader {
 }
 
 pub fn advance(wr: &Workrail, out: ExecutionOutput, i: usize) -> ExecutionOutput {
+    // 40 bytes, the length of an agent's one-line summary.
+    advance_with_notes(wr, out, format!("Unit {i:06} done; nothing else to add."))
+}
+
+/// [`advance`] with the given notes.
+pub fn advance_with_notes(wr: &Workrail, out: ExecutionOutput, notes: String) -> ExecutionOutput {
     let decide = out
         .pending
         .as_ref()
@@ -69,8 +75,7 @@ pub fn advance(wr: &Workrail, out: ExecutionOutput, i: usize) -> ExecutionOutput
         ack_token: out.ack_token.clone(),
         context: None,
         output: Some(OutputInput {
-            // 40 bytes, the length of an agent's one-line summary.
-            notes_markdown: Some(format!("Unit {i:06} done; nothing else to add.")),
+            notes_markdown: Some(notes),
             artifacts,
         }),
         preferences: vec![],

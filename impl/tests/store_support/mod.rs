@@ -115,7 +115,7 @@ pub fn advance_plan(snapshots: &SnapshotStore, from: u8, to: u8) -> AppendPlan {
             ),
             ev(
                 EventScope::Node(run(), node(to)),
-                EventData::NodeOutputAppended(NodeOutputAppended {
+                EventData::node_output_appended(NodeOutputAppended {
                     output_id: OutputId::from_entropy(&[to; 10]),
                     supersedes_output_id: None,
                     output_channel: OutputChannel::Recap,
@@ -132,7 +132,7 @@ pub fn notes_plan(n: u8) -> AppendPlan {
     AppendPlan {
         events: vec![ev(
             EventScope::Node(run(), node(0)),
-            EventData::NodeOutputAppended(NodeOutputAppended {
+            EventData::node_output_appended(NodeOutputAppended {
                 output_id: OutputId::from_entropy(&[200 - n; 10]),
                 supersedes_output_id: None,
                 output_channel: OutputChannel::Recap,

@@ -235,7 +235,7 @@ impl Log {
     ) -> u64 {
         self.push(
             Self::node_scope(run, node),
-            EventData::NodeOutputAppended(NodeOutputAppended {
+            EventData::node_output_appended(NodeOutputAppended {
                 output_id: oid(out),
                 supersedes_output_id: supersedes.map(oid),
                 output_channel: channel,

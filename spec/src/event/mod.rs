@@ -145,7 +145,9 @@ pub enum EventData {
     NodeCreated(NodeCreated),
     EdgeCreated(EdgeCreated),
     AdvanceRecorded(AdvanceRecorded),
-    NodeOutputAppended(NodeOutputAppended),
+    /// Shared, not boxed: a projection keeps each node's current outputs, and sharing them with
+    /// the log holds each output's text once (decision D210).
+    NodeOutputAppended(std::sync::Arc<NodeOutputAppended>),
     PreferencesChanged(PreferencesChanged),
     CapabilityObserved(CapabilityObserved),
     GapRecorded(Box<GapRecorded>),
@@ -158,6 +160,11 @@ impl EventData {
     /// A `run_started` payload (boxed in the enum).
     pub fn run_started(started: RunStarted) -> Self {
         Self::RunStarted(Box::new(started))
+    }
+
+    /// A `node_output_appended` payload (shared in the enum).
+    pub fn node_output_appended(output: NodeOutputAppended) -> Self {
+        Self::NodeOutputAppended(std::sync::Arc::new(output))
     }
 
     /// A `gap_recorded` payload (boxed in the enum).
