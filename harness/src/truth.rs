@@ -385,7 +385,6 @@ pub fn cross_check_production_projection(
             .as_ref()
             .map_or(workrail::protocol::GLOBAL_DEFAULTS.autonomy, |tip| {
                 workrail::projections::effective_preferences(
-                    events,
                     view,
                     tip,
                     None,
@@ -437,7 +436,6 @@ pub fn cross_check_production_projection(
             }
         }
         let production_prefs = workrail::projections::effective_preferences(
-            events,
             view,
             node,
             None,

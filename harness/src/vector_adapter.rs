@@ -153,7 +153,7 @@ fn run_status(request: &Value) -> Result<Value, String> {
     let projection = project(&events, TipPolicy::Latest);
     let view = run_view(&projection, &run)?;
     let autonomy = match &view.preferred_tip {
-        Some(tip) => effective_preferences(&events, view, tip, baseline, global).autonomy,
+        Some(tip) => effective_preferences(view, tip, baseline, global).autonomy,
         None => baseline.unwrap_or(global).autonomy,
     };
     let status = view.status(|s| complete.contains(s), autonomy);

@@ -43,7 +43,7 @@
 //! language costs the server's own computation, without the kernel's fsyncs.
 //!
 //! A third, loop-heavy workload follows in a server of its own: nested loops (an outer loop
-//! around an inner loop of 3 steps) acknowledged with 40-byte notes, `WORKRAIL_BENCH_NESTED_ADVANCES`
+//! around an inner loop of 3 steps, started with a preset) acknowledged with 40-byte notes, `WORKRAIL_BENCH_NESTED_ADVANCES`
 //! (default 2,000) advances, with the advance (against floor rounds interleaved with it),
 //! rehydrate, `resume_session` and the server's resident memory at 100, 500 and 2,000 advances:
 //! each call held within 1.2x from 100 to 2,000, the memory printed beside the cache budget.
@@ -222,7 +222,9 @@ fn nested_loops() {
     let mut server = StdioServer::start(&data, &workflows, root.path());
     let started = server.call(
         "tools/call",
-        json!({"name": "start_workflow", "arguments": {"workflowId": "project.nested"}}),
+        // Started with a preset, as users often start: a preference change at the root that
+        // every later node inherits (decision D213), so its lookup is measured too.
+        json!({"name": "start_workflow", "arguments": {"workflowId": "project.nested", "preset": "guided"}}),
     );
     let mut out = started["result"]["structuredContent"].clone();
     assert!(out["stateToken"].is_string(), "start failed: {started}");

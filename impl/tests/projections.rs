@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use workrail::projections::{TipPolicy, effective_preferences, project};
+use workrail::projections::{TipPolicy, effective_preferences, project, project_in_two_passes};
 use workrail_spec::budget::BoundedText;
 use workrail_spec::closed::*;
 use workrail_spec::event::*;
@@ -336,12 +336,9 @@ fn effective_preferences_come_from_the_node_then_session_then_global() {
     let global = EffectivePreferences::GUIDED;
     let baseline = EffectivePreferences::FULL_AUTO_STOP_ON_USER_DEPS;
     let view = project(&log.events, TipPolicy::Latest).runs[&run()].clone();
+    assert_eq!(effective_preferences(&view, &node(2), None, global), global);
     assert_eq!(
-        effective_preferences(&log.events, &view, &node(2), None, global),
-        global
-    );
-    assert_eq!(
-        effective_preferences(&log.events, &view, &node(2), Some(baseline), global),
+        effective_preferences(&view, &node(2), Some(baseline), global),
         baseline
     );
     log.push(
@@ -355,7 +352,7 @@ fn effective_preferences_come_from_the_node_then_session_then_global() {
     );
     log.node(4, Some(2));
     let view = project(&log.events, TipPolicy::Latest).runs[&run()].clone();
-    let at = |n: u8| effective_preferences(&log.events, &view, &node(n), Some(baseline), global);
+    let at = |n: u8| effective_preferences(&view, &node(n), Some(baseline), global);
     assert_eq!(at(2), EffectivePreferences::FULL_AUTO_NEVER_STOP);
     assert_eq!(
         at(4),
@@ -367,4 +364,60 @@ fn effective_preferences_come_from_the_node_then_session_then_global() {
         baseline,
         "a sibling branch is untouched (rewind-safe)"
     );
+}
+
+/// A preferences change of `effective` on node `n`.
+fn preferences_changed(log: &mut Log, n: u8, seed: u8, effective: EffectivePreferences) {
+    log.push(
+        EventScope::Node(run(), node(n)),
+        EventData::PreferencesChanged(PreferencesChanged {
+            change_id: ChangeId::from_entropy(&[seed; 10]),
+            source: PreferenceSource::User,
+            delta: vec![PreferenceDelta::Autonomy(effective.autonomy)],
+            effective,
+        }),
+    );
+}
+
+/// A node's preferences are its own latest change, else what its parent had when the node was
+/// created, kept on each node as the projection grows (decision D213): a change recorded on a
+/// node after it had children reaches only the children created afterwards, and a node far
+/// below a change finds it without walking its ancestry, in the incremental projection and the
+/// two-pass one alike.
+/// decision: D213
+/// lock: L-PREF-NODE-ATTACHED
+#[test]
+fn a_nodes_preferences_are_what_its_parent_had_when_it_was_created() {
+    let (never_stop, stop_on_deps) = (
+        EffectivePreferences::FULL_AUTO_NEVER_STOP,
+        EffectivePreferences::FULL_AUTO_STOP_ON_USER_DEPS,
+    );
+    let mut log = Log::new();
+    log.node(1, None);
+    preferences_changed(&mut log, 1, 1, never_stop);
+    log.node(2, Some(1));
+    preferences_changed(&mut log, 1, 2, stop_on_deps);
+    log.node(3, Some(1));
+    for n in 4..=250 {
+        log.node(n, Some(if n == 4 { 2 } else { n - 1 }));
+    }
+    let global = EffectivePreferences::GUIDED;
+    for view in [
+        project(&log.events, TipPolicy::Latest).runs[&run()].clone(),
+        project_in_two_passes(&log.events, TipPolicy::Latest).runs[&run()].clone(),
+    ] {
+        let at = |n: u8| effective_preferences(&view, &node(n), None, global);
+        assert_eq!(at(1), stop_on_deps, "a node's own latest change");
+        assert_eq!(
+            at(2),
+            never_stop,
+            "created before the second change: keeps the first"
+        );
+        assert_eq!(at(3), stop_on_deps, "created after it: inherits the second");
+        assert_eq!(
+            at(250),
+            never_stop,
+            "246 nodes down the first child's branch"
+        );
+    }
 }

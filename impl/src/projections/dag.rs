@@ -28,6 +28,11 @@ pub struct NodeInfo {
     pub children: Vec<NodeId>,
     /// The highest EventIndex of any event touching this node itself.
     pub own_activity: u64,
+    /// The latest `preferences_changed` recorded on this node.
+    pub own_preferences: Option<EffectivePreferences>,
+    /// The preferences its parent had when this node was created (its parent's own, else what
+    /// its parent inherited), so a node's preferences are found without walking its ancestry.
+    pub inherited_preferences: Option<EffectivePreferences>,
 }
 
 /// A run: its pin and its DAG.
@@ -242,12 +247,14 @@ impl RunDag {
         if created.parent_node_id.is_none() {
             self.root.get_or_insert(node_id.clone());
         }
+        let mut inherited_preferences = None;
         if let Some(parent) = created
             .parent_node_id
             .as_ref()
             .and_then(|p| self.nodes.get_mut(p))
         {
             parent.children.push(node_id.clone());
+            inherited_preferences = parent.own_preferences.or(parent.inherited_preferences);
         }
         self.slots.push(&node_id, created.parent_node_id.as_ref());
         self.nodes.insert(
@@ -260,6 +267,8 @@ impl RunDag {
                 created_index: index,
                 children: Vec::new(),
                 own_activity: index,
+                own_preferences: None,
+                inherited_preferences,
             },
         );
     }
@@ -495,46 +504,22 @@ pub struct SessionProjection {
 /// change recorded on a node after it already had children (a blocked ack's delta) applies to
 /// later acks from it and to children created afterwards, never to existing descendants.
 pub fn effective_preferences(
-    events: &[SessionEvent],
     run: &RunView,
     node: &NodeId,
     session_baseline: Option<EffectivePreferences>,
     global_defaults: EffectivePreferences,
 ) -> EffectivePreferences {
-    if run.preference_changes.is_empty() {
-        return session_baseline.unwrap_or(global_defaults);
-    }
-    // Each ancestor counts only for changes recorded before the path towards `node` left it.
-    let mut cutoff: HashMap<NodeId, u64> = HashMap::new();
-    let mut below: Option<u64> = None;
-    let mut current = Some(node.clone());
-    while let Some(id) = current {
-        let info = run.dag.nodes.get(&id);
-        cutoff.insert(id, below.unwrap_or(u64::MAX));
-        below = info.map(|n| n.created_index);
-        current = info.and_then(|n| n.parent.clone());
+    // Each node carries its own latest change and what its parent had when it was created, both
+    // kept in log order as the projection grows, so this is one lookup, not a walk to the root.
+    let found = run.dag.nodes.get(node).and_then(|n| {
         // TEST-ONLY planted bug: a node does not inherit its ancestors' preferences.
         if planted(PlantedProjectionBug::NoInheritedPreferences) {
-            break;
+            n.own_preferences
+        } else {
+            n.own_preferences.or(n.inherited_preferences)
         }
-    }
-    // In-effect changes on the path are ordered by depth in the log, so the latest one in the
-    // log is the nearest.
-    run.preference_changes
-        .iter()
-        .rev()
-        .filter_map(|&i| events.get(i))
-        .find_map(|e| match (e.data(), e.scope().node_id()) {
-            (EventData::PreferencesChanged(p), Some(n))
-                if e.scope().run_id() == Some(&run.dag.run_id)
-                    && cutoff.get(n).is_some_and(|c| e.event_index().get() < *c) =>
-            {
-                Some(p.effective)
-            }
-            _ => None,
-        })
-        .or(session_baseline)
-        .unwrap_or(global_defaults)
+    });
+    found.or(session_baseline).unwrap_or(global_defaults)
 }
 
 /// TEST-ONLY planted projection bugs (feature `test-mutations`): each breaks one projection so
@@ -682,6 +667,9 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
             .and_then(|d| d.nodes.get_mut(&node_id))
         {
             node.own_activity = node.own_activity.max(index);
+            if let EventData::PreferencesChanged(p) = event.data() {
+                node.own_preferences = Some(p.effective);
+            }
         }
         match event.data() {
             EventData::NodeOutputAppended(o) => {
@@ -910,6 +898,9 @@ fn apply(
     };
     if let Some(node) = dag.nodes.get_mut(node_id) {
         node.own_activity = node.own_activity.max(index);
+        if let EventData::PreferencesChanged(p) = event.data() {
+            node.own_preferences = Some(p.effective);
+        }
         run_aux.latest_active = Some(node_id.clone());
     }
     match event.data() {

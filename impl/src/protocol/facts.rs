@@ -255,7 +255,7 @@ impl<'a> Facts<'a> {
     /// Effective preferences at `node` (node-attached, else global defaults).
     pub fn preferences(&self, run: &RunId, node: &NodeId) -> EffectivePreferences {
         match self.run(run) {
-            Some(view) => effective_preferences(self.events, view, node, None, GLOBAL_DEFAULTS),
+            Some(view) => effective_preferences(view, node, None, GLOBAL_DEFAULTS),
             None => GLOBAL_DEFAULTS,
         }
     }
