@@ -95,7 +95,12 @@ fn signal(which: &str, pid: i32) {
 }
 
 fn workrail(schema: &Schema, limit: Duration) -> Workrail {
-    let backend = PostgresBackend::connect_with_timeout(&schema.url, &schema.name, limit).unwrap();
+    // One worker: a stall closes the connections of the worker that met it (D110), and with one
+    // every connection the backend holds is that worker's. With more, a worker the stalled call
+    // never reached keeps its idle connection, served again once the server continues: since
+    // D212 a call's keyring read goes to its session's worker, so the first worker's connection
+    // (made at start) may be one.
+    let backend = PostgresBackend::connect_with(&schema.url, &schema.name, limit, 1).unwrap();
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
     Workrail::with_store(
         fs,

@@ -1249,6 +1249,131 @@ fn postgres_closes_a_connection_whose_lock_release_failed_and_says_so() {
     );
 }
 
+/// Gates that were open at once hand their connections back, and the next gates take them
+/// instead of connecting again: a worker keeps as many spare gate connections as it had gates
+/// open at once (up to its bound), where it used to keep two and connect anew for every third
+/// gate under load.
+/// decision: D211
+#[test]
+fn postgres_reuses_the_connections_of_gates_that_were_open_at_once() {
+    let Some(fx) = PgFixture::new("spare_gates") else {
+        return;
+    };
+    let b = PostgresBackend::connect_with(&fx.url, &fx.schema, Duration::from_secs(20), 1).unwrap();
+    let gate_connections = || {
+        fx.sql.strings(&format!(
+            "SELECT count(*)::text FROM pg_stat_activity WHERE application_name = {}",
+            literal(&format!("workrail-gate:{}", fx.schema))
+        ))
+    };
+    let sessions: Vec<SessionId> = (0x31..0x36).map(session_id).collect();
+    let open_all = || {
+        sessions
+            .iter()
+            .map(|s| {
+                b.open_gate(s, workrail::store::SessionIntent::Create)
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    let gates = open_all();
+    assert_eq!(gate_connections(), ["5"]);
+    drop(gates);
+    assert_eq!(
+        gate_connections(),
+        ["5"],
+        "the five connections are kept for the next gates"
+    );
+    let gates = open_all();
+    assert_eq!(
+        gate_connections(),
+        ["5"],
+        "and taken again: none was made anew"
+    );
+    drop(gates);
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate_connections() != ["0"] {
+        assert!(
+            Instant::now() < deadline,
+            "a dropped backend closes its spare connections"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Objects and the keyring go to the worker of the session the calling thread last worked on,
+/// not all to the first: a snapshot stored right after a call on a session of the second
+/// worker is answered while the first worker waits for a lock another process holds. A thread
+/// that has worked on no session uses the first worker, as before.
+/// decision: D212
+#[test]
+fn postgres_serves_objects_on_the_worker_of_the_threads_session() {
+    let Some(fx) = PgFixture::new("objects_follow_session") else {
+        return;
+    };
+    let b = PostgresBackend::connect_with(&fx.url, &fx.schema, Duration::from_secs(20), 2)
+        .unwrap()
+        .with_lock_wait(Duration::from_secs(4));
+    let on = |worker: usize| {
+        (0x40..=0x7f)
+            .map(session_id)
+            .find(|s| b.worker_for_session(s) == worker)
+            .unwrap()
+    };
+    let (first, second) = (on(0), on(1));
+    for s in [&first, &second] {
+        b.append(s, start_plan(&b, s)).unwrap();
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| assert_eq!(b.worker_for_objects(), 0, "a fresh thread uses the first"))
+            .join()
+            .unwrap();
+    });
+    b.load(&second).unwrap();
+    assert_eq!(b.worker_for_objects(), 1);
+    b.load(&first).unwrap();
+    assert_eq!(b.worker_for_objects(), 0);
+    let other =
+        PostgresBackend::connect_with(&fx.url, &fx.schema, Duration::from_secs(20), 1).unwrap();
+    assert_eq!(
+        other.worker_for_objects(),
+        0,
+        "another backend's worker is not this one's"
+    );
+    let held = other.lock_session(&first).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let (b, tx1, first) = (&b, tx.clone(), &first);
+        scope.spawn(move || {
+            assert!(
+                b.open_gate(first, workrail::store::SessionIntent::Continue)
+                    .is_err(),
+                "the session is locked by another process"
+            );
+            tx1.send("the locked session's gate").unwrap();
+        });
+        // Lets the gate's request reach the first worker.
+        std::thread::sleep(Duration::from_millis(300));
+        b.load(&second).unwrap();
+        b.put_snapshot(&snapshot(7)).unwrap();
+        b.load_or_create_keyring(&SeededEntropy::new(3)).unwrap();
+        tx.send("a snapshot and the keyring after a call on the second worker's session")
+            .unwrap();
+    });
+    drop(held);
+    assert_eq!(
+        rx.try_iter().collect::<Vec<_>>(),
+        [
+            "a snapshot and the keyring after a call on the second worker's session",
+            "the locked session's gate"
+        ]
+    );
+    let stored = b.put_snapshot(&snapshot(7)).unwrap();
+    assert_eq!(b.get_snapshot(&stored).unwrap(), snapshot(7));
+}
+
 #[test]
 fn postgres_reports_a_dead_server_as_a_retryable_io_error() {
     if postgres_url("dead_server").is_none() {

@@ -6,7 +6,7 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio_postgres::GenericClient;
+use tokio_postgres::{Client, GenericClient};
 use workrail_spec::event::SessionEvent;
 use workrail_spec::ids::{ManifestIndex, SessionId, SnapshotRef};
 use workrail_spec::jcs::{sha256, to_canonical_string};
@@ -199,16 +199,16 @@ impl Worker {
         known: Option<(i64, i64)>,
     ) -> Result<(u64, GateRead), StoreError> {
         let op = "lock session";
-        let client = match self.idle.pop() {
-            Some(client) if !client.is_closed() => client,
-            _ => self.connect("gate").await?,
+        let client = match self.idle.take(Client::is_closed) {
+            Some(client) => client,
+            None => self.connect("gate").await?,
         };
         let key = lock_key(&self.schema, session);
         if !try_lock_as(&client, Lock::Session, key, wait)
             .await
             .map_err(sql_error(op))?
         {
-            self.idle.push(client);
+            self.idle.give(client, Instant::now());
             return Err(StoreError::Locked {
                 session: session.clone(),
             });

@@ -5,8 +5,9 @@
 //!   tokio runtime, where blocking on another runtime would panic. The backend therefore owns
 //!   worker threads, each running its own current-thread runtime and connections; each trait
 //!   method sends a request over a channel to one of them and waits for the reply. A session's
-//!   requests always go to the same worker (by its lock key), an object's by its digest, so
-//!   requests of different sessions run side by side while one session's keep their order.
+//!   requests always go to the same worker (by its lock key), objects and the keyring to the
+//!   worker of the session the calling thread last worked on (D212), so requests of different
+//!   sessions run side by side while one session's keep their order.
 //! - **Rows (D96).** Events and manifest records are stored one per row as the exact canonical
 //!   text the file store writes as a line, so the manifest records (segment bounds, sha256 and
 //!   byte counts of the segment text) are identical in both backends.
@@ -42,9 +43,11 @@ pub use gate::PgGate;
 pub use gc::{Deleted, Swept};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION, valid_schema_name};
 
+use std::cell::Cell;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -204,8 +207,18 @@ fn spread_id(id: u64, count: usize) -> usize {
     (id % count.max(1) as u64) as usize
 }
 
+/// Tells one backend of a process from another (the thread's last worker names its backend).
+static BACKEND_IDS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The backend and worker this thread last sent a session's request to (D212).
+    static LAST_SESSION_WORKER: Cell<Option<(u64, usize)>> = const { Cell::new(None) };
+}
+
 /// The session store in one PostgreSQL schema.
 pub struct PostgresBackend {
+    /// This backend among the process's, for [`LAST_SESSION_WORKER`].
+    id: u64,
     /// One channel per worker thread; empty once the backend is dropped.
     requests: Vec<mpsc::UnboundedSender<Request>>,
     workers: Vec<JoinHandle<()>>,
@@ -297,6 +310,7 @@ impl PostgresBackend {
         bound_config(&mut config, limit);
         let count = workers.clamp(1, MAX_WORKERS);
         let mut backend = Self {
+            id: BACKEND_IDS.fetch_add(1, Ordering::Relaxed),
             requests: Vec::with_capacity(count),
             workers: Vec::with_capacity(count),
             schema: schema.to_owned(),
@@ -399,11 +413,22 @@ impl PostgresBackend {
         answer.recv().map_err(|_| stopped())?
     }
 
-    /// The worker a request goes to (D203): a session's requests to one worker, so they keep
-    /// their order and a gate's or lock's later requests find its connection (their ids carry
-    /// the worker, [`Place::id`]); the rest (objects, the keyring, lists, GC's scans, derived
-    /// rows) to the first, so a process serving one session uses at most two connections
-    /// besides its gate's.
+    /// The worker that serves this thread's object and keyring requests (D212): the one it last
+    /// sent a session's request to, else the first.
+    pub fn worker_for_objects(&self) -> usize {
+        match LAST_SESSION_WORKER.with(Cell::get) {
+            Some((backend, worker)) if backend == self.id && worker < self.requests.len() => worker,
+            _ => 0,
+        }
+    }
+
+    /// The worker a request goes to (D203, D212): a session's requests to one worker, so they
+    /// keep their order and a gate's or lock's later requests find its connection (their ids
+    /// carry the worker, [`Place::id`]); objects and the keyring to the worker of the session
+    /// this thread last worked on ([`Self::worker_for_objects`]), so the calls of many sessions
+    /// spread their object and keyring reads over the workers their sessions already use;
+    /// the rest (lists, GC's scans, derived rows) to the first. A process serving one session
+    /// still uses at most two connections besides its gate's.
     fn worker_of(&self, request: &Request) -> usize {
         let count = self.requests.len();
         match request {
@@ -412,16 +437,22 @@ impl PostgresBackend {
             | Request::Lock { session, .. }
             | Request::GateOpen { session, .. }
             | Request::Freshness { session, .. }
-            | Request::DeleteSession { session, .. } => self.worker_for_session(session),
+            | Request::DeleteSession { session, .. } => {
+                let worker = self.worker_for_session(session);
+                LAST_SESSION_WORKER.with(|last| last.set(Some((self.id, worker))));
+                worker
+            }
             Request::GateAppend { id, .. }
             | Request::GateClose { id, .. }
             | Request::Unlock { id, .. } => spread_id(*id, count),
+            // Each is one statement outside any transaction the caller holds, and the caller
+            // waits for its answer before its next request: any worker keeps their order.
             Request::PutObject { .. }
             | Request::GetObject { .. }
             | Request::Keyring { .. }
-            | Request::List { .. }
+            | Request::SwapKeyring { .. } => self.worker_for_objects(),
+            Request::List { .. }
             | Request::ManifestBytes { .. }
-            | Request::SwapKeyring { .. }
             | Request::Activity { .. }
             | Request::Sweep { .. }
             | Request::ReadDerived { .. }

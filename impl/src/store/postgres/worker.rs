@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, Config};
@@ -189,7 +189,7 @@ pub(super) fn run_worker(
             locks: HashMap::new(),
             next_lock: 0,
             gates: HashMap::new(),
-            idle: Vec::new(),
+            idle: IdleGates::default(),
             limit,
             tasks: Vec::new(),
             place,
@@ -212,10 +212,20 @@ pub(super) fn run_worker(
         if failed {
             return;
         }
-        while let Some(request) = requests.recv().await {
+        loop {
+            // A quiet worker still lets its spare gate connections go once they idled their time.
+            let request = match tokio::time::timeout(IDLE_GATE_KEEP, requests.recv()).await {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(_) => {
+                    worker.idle.expire(Instant::now(), Client::is_closed);
+                    continue;
+                }
+            };
             if matches!(request, Request::Shutdown) {
                 break;
             }
+            worker.idle.expire(Instant::now(), Client::is_closed);
             worker.handle(request).await;
         }
     });
@@ -235,8 +245,8 @@ pub(super) struct Worker {
     pub(super) next_lock: u64,
     /// Open append gates: a connection holding a session-level advisory lock, and its key.
     pub(super) gates: HashMap<u64, (Client, i64)>,
-    /// Gate connections kept for the next gate (a connection costs a round trip or three).
-    pub(super) idle: Vec<Client>,
+    /// Gate connections kept for the next gates (D211).
+    pub(super) idle: IdleGates<Client>,
     /// How long one request may wait for the database (D110).
     pub(super) limit: Duration,
     /// The tasks driving this worker's connections, aborted when a request stalls.
@@ -448,9 +458,7 @@ impl Worker {
                     });
                 let result = match result {
                     Ok(Some(client)) => {
-                        if self.idle.len() < 2 {
-                            self.idle.push(client);
-                        }
+                        self.idle.give(client, Instant::now());
                         Ok(())
                     }
                     Ok(None) => Ok(()),
@@ -515,5 +523,120 @@ impl Worker {
             // Waits for the abort; the task's outcome (cancelled) is the point, not news.
             let _ = task.await;
         }
+    }
+}
+
+/// How long a spare gate connection is kept unused before it is closed (D211).
+pub(super) const IDLE_GATE_KEEP: Duration = Duration::from_secs(30);
+
+/// The most spare gate connections one worker keeps (D211).
+pub(super) const IDLE_GATES_MAX: usize = 16;
+
+/// A worker's spare gate connections (D211): a gate that released its lock cleanly hands its
+/// connection back, and the next gate takes the one used last, so the others age and are closed
+/// once unused for [`IDLE_GATE_KEEP`]. Idle and open together never exceed the most gates the
+/// worker had open at once (a connection is only made when none is spare), and at most
+/// [`IDLE_GATES_MAX`] are kept.
+#[derive(Debug)]
+pub(super) struct IdleGates<C> {
+    /// Oldest first: each with when it was handed back.
+    spare: Vec<(C, Instant)>,
+}
+
+impl<C> Default for IdleGates<C> {
+    fn default() -> Self {
+        Self { spare: Vec::new() }
+    }
+}
+
+impl<C> IdleGates<C> {
+    /// The connection handed back last that is still open, if any; closed ones are dropped.
+    pub(super) fn take(&mut self, closed: impl Fn(&C) -> bool) -> Option<C> {
+        while let Some((conn, _)) = self.spare.pop() {
+            if !closed(&conn) {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps `conn` for the next gate; past [`IDLE_GATES_MAX`] the oldest spare is closed.
+    pub(super) fn give(&mut self, conn: C, now: Instant) {
+        self.spare.push((conn, now));
+        if self.spare.len() > IDLE_GATES_MAX {
+            self.spare.remove(0);
+        }
+    }
+
+    /// Closes the spares unused for [`IDLE_GATE_KEEP`] by `now`, and those already closed.
+    pub(super) fn expire(&mut self, now: Instant, closed: impl Fn(&C) -> bool) {
+        self.spare.retain(|(conn, at)| {
+            now.saturating_duration_since(*at) < IDLE_GATE_KEEP && !closed(conn)
+        });
+    }
+
+    /// Closes every spare (after a stall, D110).
+    pub(super) fn clear(&mut self) {
+        self.spare.clear();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.spare.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in connection: its number, and whether it is closed.
+    type Conn = (u32, bool);
+
+    fn closed(c: &Conn) -> bool {
+        c.1
+    }
+
+    /// decision: D211
+    #[test]
+    fn spare_gate_connections_are_reused_newest_first_and_skip_closed_ones() {
+        let mut idle = IdleGates::<Conn>::default();
+        let now = Instant::now();
+        assert_eq!(idle.take(closed), None);
+        for n in 0..5 {
+            idle.give((n, n == 3), now);
+        }
+        // The last handed back (4), then 3 is closed and dropped, then 2.
+        assert_eq!(idle.take(closed), Some((4, false)));
+        assert_eq!(idle.take(closed), Some((2, false)));
+        assert_eq!(idle.len(), 2);
+    }
+
+    /// decision: D211
+    #[test]
+    fn spare_gate_connections_are_bounded_and_expire_when_unused() {
+        let mut idle = IdleGates::<Conn>::default();
+        let start = Instant::now();
+        for n in 0..(IDLE_GATES_MAX as u32 + 4) {
+            idle.give((n, false), start + Duration::from_secs(u64::from(n)));
+        }
+        assert_eq!(
+            idle.len(),
+            IDLE_GATES_MAX,
+            "past the bound the oldest is closed"
+        );
+        // The oldest kept was handed back at 4 s; at 4 s + the keep time it has aged out, the
+        // later ones not.
+        idle.expire(start + Duration::from_secs(4) + IDLE_GATE_KEEP, closed);
+        assert_eq!(idle.len(), IDLE_GATES_MAX - 1);
+        idle.expire(start + Duration::from_secs(1_000) + IDLE_GATE_KEEP, closed);
+        assert_eq!(
+            idle.len(),
+            0,
+            "every spare unused for the keep time is closed"
+        );
+        idle.give((7, false), start);
+        idle.clear();
+        assert_eq!(idle.take(closed), None);
     }
 }
