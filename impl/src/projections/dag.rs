@@ -297,8 +297,6 @@ pub struct RunView {
     pub capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
     /// Latest strong (enforcement-grade) observation per (node, capability).
     pub strong_capabilities: BTreeMap<(NodeId, Capability), CapabilityObserved>,
-    /// Positions (in the projected log) of this run's `preferences_changed` events, ascending.
-    pub preference_changes: Vec<usize>,
     /// Positions of this run's `context_set` events, ascending.
     pub context_sets: Vec<usize>,
 }
@@ -594,7 +592,6 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
         HashMap::new();
     let mut strong: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
-    let mut preference_changes: HashMap<RunId, Vec<usize>> = HashMap::new();
     let mut context_sets: HashMap<RunId, Vec<usize>> = HashMap::new();
     let mut advance_events: HashMap<NodeId, Vec<usize>> = HashMap::new();
     // Pass 1: index every event by run and node.
@@ -605,12 +602,6 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
         };
         let node_id = event.scope().node_id().cloned();
         match event.data() {
-            EventData::PreferencesChanged(_) => {
-                preference_changes
-                    .entry(run_id.clone())
-                    .or_default()
-                    .push(position);
-            }
             EventData::ContextSet(_) => {
                 context_sets
                     .entry(run_id.clone())
@@ -721,7 +712,6 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                 unresolved_gaps,
                 capabilities: capabilities.remove(&run_id).unwrap_or_default(),
                 strong_capabilities: strong.remove(&run_id).unwrap_or_default(),
-                preference_changes: preference_changes.remove(&run_id).unwrap_or_default(),
                 context_sets: context_sets.remove(&run_id).unwrap_or_default(),
             },
         );
@@ -837,7 +827,6 @@ fn apply(
                 unresolved_gaps: Vec::new(),
                 capabilities: BTreeMap::new(),
                 strong_capabilities: BTreeMap::new(),
-                preference_changes: Vec::new(),
                 context_sets: Vec::new(),
             },
         );
@@ -857,7 +846,6 @@ fn apply(
     let run_aux = aux.entry(run_id.clone()).or_default();
     touched.insert(run_id.clone());
     match event.data() {
-        EventData::PreferencesChanged(_) => view.preference_changes.push(position),
         EventData::ContextSet(_) => view.context_sets.push(position),
         EventData::AdvanceRecorded(_) => {
             if let Some(node) = node_id {
