@@ -45,8 +45,10 @@
 //! A third, loop-heavy workload follows in a server of its own: nested loops (an outer loop
 //! around an inner loop of 3 steps, started with a preset) acknowledged with 40-byte notes, `WORKRAIL_BENCH_NESTED_ADVANCES`
 //! (default 2,000) advances, with the advance (against floor rounds interleaved with it),
-//! rehydrate, `resume_session` and the server's resident memory at 100, 500 and 2,000 advances:
-//! each call held within 1.2x from 100 to 2,000, the memory printed beside the cache budget.
+//! rehydrate of the tip, a rewind (rehydrate) to the node of advance 50, a resend of advance 50's
+//! acknowledgement, `resume_session` and the server's resident memory at 100, 500 and 2,000
+//! advances: each call held within 1.2x from 100 to 2,000, the memory printed beside the cache
+//! budget.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -234,9 +236,14 @@ fn nested_loops() {
         advance: Duration,
         floor: Duration,
         rehydrate: Duration,
+        rewind: Duration,
+        resend: Duration,
         resume: Duration,
         rss: u64,
     }
+    // An early node and an early acknowledgement, to rewind to and to resend at each checkpoint
+    // (decision D214: neither walks nor projects the run's later history).
+    let mut early: Option<(Value, Value)> = None;
     let checkpoints = [100usize, 500, 2000];
     let floor_dir = tempfile::tempdir().unwrap();
     let (mut samples, mut floor) = (Vec::new(), Vec::new());
@@ -261,6 +268,9 @@ fn nested_loops() {
             json!({"name": "continue_workflow", "arguments": args}),
         );
         samples.push(t.elapsed());
+        if i == 49 {
+            early = Some((out["stateToken"].clone(), args.clone()));
+        }
         out = response["result"]["structuredContent"].clone();
         assert_eq!(out["kind"], "ok", "nested advance {i} failed: {response}");
         if advance_first {
@@ -275,6 +285,24 @@ fn nested_loops() {
                     json!({"name": "continue_workflow", "arguments": {"stateToken": out["stateToken"]}}),
                 );
                 rehydrates.push(t.elapsed());
+            }
+            let (early_state, early_ack) = early.clone().unwrap();
+            let (mut rewinds, mut resends) = (Vec::new(), Vec::new());
+            for _ in 0..21 {
+                let t = Instant::now();
+                let rewound = server.call(
+                    "tools/call",
+                    json!({"name": "continue_workflow", "arguments": {"stateToken": early_state}}),
+                );
+                rewinds.push(t.elapsed());
+                assert_eq!(rewound["result"]["isError"], false, "{rewound}");
+                let t = Instant::now();
+                let resent = server.call(
+                    "tools/call",
+                    json!({"name": "continue_workflow", "arguments": early_ack}),
+                );
+                resends.push(t.elapsed());
+                assert_eq!(resent["result"]["isError"], false, "{resent}");
             }
             for _ in 0..21 {
                 let t = Instant::now();
@@ -293,12 +321,16 @@ fn nested_loops() {
                 percentile(&recent, 0.5)
             };
             rehydrates.sort();
+            rewinds.sort();
+            resends.sort();
             resumes.sort();
             rows.push(Row {
                 advances: i + 1,
                 advance: p50_of_last(&samples),
                 floor: p50_of_last(&floor),
                 rehydrate: percentile(&rehydrates, 0.5),
+                rewind: percentile(&rewinds, 0.5),
+                resend: percentile(&resends, 0.5),
                 resume: percentile(&resumes, 0.5),
                 rss: server.rss_bytes(),
             });
@@ -309,16 +341,18 @@ fn nested_loops() {
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("loop-heavy workload (nested loops, 40-byte notes), {advances} advances over stdio:");
     println!(
-        "| advances | advance p50 (last 50) | floor p50 (same rounds) | rehydrate p50 | resume_session p50 | server RSS |"
+        "| advances | advance p50 (last 50) | floor p50 (same rounds) | rehydrate p50 | rewind to advance 50 p50 | resend of advance 50 p50 | resume_session p50 | server RSS |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} MiB |",
+            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} MiB |",
             r.advances,
             ms(r.advance),
             ms(r.floor),
             ms(r.rehydrate),
+            ms(r.rewind),
+            ms(r.resend),
             ms(r.resume),
             mib(r.rss)
         );
@@ -329,16 +363,19 @@ fn nested_loops() {
         let ratio = |f: fn(&Row) -> Duration| ms(f(last)) / ms(f(first));
         let advance = ratio(|r| r.advance) / ratio(|r| r.floor);
         let (rehydrate, resume) = (ratio(|r| r.rehydrate), ratio(|r| r.resume));
+        let (rewind, resend) = (ratio(|r| r.rewind), ratio(|r| r.resend));
         let growth =
             (mib(last.rss) - mib(first.rss)) * 1000.0 / (last.advances - first.advances) as f64;
         let rss_ratio = mib(last.rss) / mib(first.rss);
         println!(
-            "loop-heavy growth {}->{} advances (target <= 1.20 each): advance against the floor of the same rounds {advance:.2}x{} (raw {:.2}x), rehydrate {rehydrate:.2}x{}, resume_session {resume:.2}x{}",
+            "loop-heavy growth {}->{} advances (target <= 1.20 each): advance against the floor of the same rounds {advance:.2}x{} (raw {:.2}x), rehydrate {rehydrate:.2}x{}, rewind {rewind:.2}x{}, resend {resend:.2}x{}, resume_session {resume:.2}x{}",
             first.advances,
             last.advances,
             verdict(advance <= 1.2),
             ratio(|r| r.advance),
             verdict(rehydrate <= 1.2),
+            verdict(rewind <= 1.2),
+            verdict(resend <= 1.2),
             verdict(resume <= 1.2),
         );
         // decision: D164 (the memory bound a long session holds)

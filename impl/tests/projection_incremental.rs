@@ -195,3 +195,49 @@ fn a_log_the_incremental_path_declines_is_projected_whole() {
         project_in_two_passes(&log, TipPolicy::Latest)
     );
 }
+
+/// D214: a replay's shorter prefix gets a projection of its own beside the live one. The live
+/// projection stays as it was (the same value, not projected again), a second replay of the same
+/// prefix is answered from the first's, and both are what projecting that log whole gives.
+/// decision: D214
+#[test]
+fn a_replayed_prefix_is_projected_beside_the_live_log_once() {
+    use std::sync::Arc;
+    use workrail::protocol::facts::{ProjectionMemo, projection_bytes};
+    use workrail_spec::ids::SessionId;
+
+    let events = busy_log();
+    let session = SessionId::parse(events[0].session_id().as_str()).unwrap();
+    let memo = ProjectionMemo::with_budget(usize::MAX);
+    let live = memo.facts(&session, &events).projection;
+    assert_eq!(memo.held(), (1, projection_bytes(events.len())));
+    for cut in [1, events.len() / 3, events.len() - 1] {
+        let prefix = &events[..cut];
+        let first = memo.facts(&session, prefix).projection;
+        assert_eq!(
+            *first,
+            project(prefix, TipPolicy::Latest),
+            "prefix of {cut}"
+        );
+        let again = memo.facts(&session, prefix).projection;
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "a second replay of the prefix of {cut} is answered from the first's projection"
+        );
+        assert_eq!(
+            memo.held(),
+            (1, projection_bytes(events.len()) + projection_bytes(cut)),
+            "both projections are counted against the budget"
+        );
+        let after = memo.facts(&session, &events).projection;
+        assert!(
+            Arc::ptr_eq(&live, &after),
+            "the live projection is kept across a replay of the prefix of {cut}"
+        );
+    }
+    // The log grows after replays: it is extended from the live projection, as before.
+    assert_eq!(
+        *memo.facts(&session, &events).projection,
+        project(&events, TipPolicy::Latest)
+    );
+}

@@ -138,3 +138,83 @@ fn a_newest_entry_over_the_budget_is_cut_with_the_canonical_marker() {
         "the older entry did not fit either"
     );
 }
+
+/// A rewind far up a long branch recaps as before the jumps (D214): the preferred branch is
+/// marked among the node's branches, and the newest notes below the node are kept, numbered
+/// from the first note below it, with the older ones counted as omitted; after a fork from
+/// there, only the fork's own notes are the preferred branch's.
+/// decision: D214
+/// lock: L-OUTPUT-RECAP-BUDGET
+#[test]
+fn a_rewind_up_a_long_branch_recaps_the_newest_notes_below_it() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let first = start(&wr, "project.long");
+    let mut out = first.clone();
+    let mut noted = Vec::new();
+    for i in 0..240 {
+        let artifacts = if pending(&out) == "decide" {
+            vec![loop_control("continue")]
+        } else {
+            vec![]
+        };
+        let note = format!("Unit {i:03} done; nothing else to add here at all.");
+        noted.push(note.clone());
+        out = wr.continue_workflow(ack(&out, &note, artifacts)).unwrap();
+    }
+    let recap = wr
+        .continue_workflow(rehydrate(&first.state_token))
+        .unwrap()
+        .recap
+        .unwrap();
+    assert!(recap.text.len() <= 4096, "{}", recap.text.len());
+    assert!(
+        recap
+            .text
+            .starts_with("This step was already completed 1 time(s) from here")
+    );
+    assert!(recap.text.contains("- branch 1 (preferred): Unit 000 done"));
+    assert!(recap.truncated, "{}", recap.text);
+    let omitted = recap.omitted_entries as usize;
+    assert!(omitted > 0 && omitted < noted.len(), "{omitted} omitted");
+    assert!(recap.text.contains(&format!(
+        "Preferred branch since here:\n[recap truncated: policy kept_most_recent; {omitted} earlier entries omitted]\n"
+    )));
+    // The kept entries are the newest, numbered from the first note below the node.
+    for (number, note) in noted.iter().enumerate().skip(omitted) {
+        assert!(
+            recap.text.contains(&format!("[{}] {note}", number + 1)),
+            "entry {} is kept: {}",
+            number + 1,
+            recap.text
+        );
+    }
+    assert!(!recap.text.contains(&noted[omitted - 1]));
+    // A fork from the first node becomes the preferred branch: its notes alone are recapped.
+    let back = wr.continue_workflow(rehydrate(&first.state_token)).unwrap();
+    wr.continue_workflow(ack(&back, "Planned it again.", vec![]))
+        .unwrap();
+    let recap = wr
+        .continue_workflow(rehydrate(&first.state_token))
+        .unwrap()
+        .recap
+        .unwrap();
+    assert!(
+        recap.text.contains("- branch 1: Unit 000 done"),
+        "{}",
+        recap.text
+    );
+    assert!(
+        recap
+            .text
+            .contains("- branch 2 (preferred): Planned it again.")
+    );
+    assert!(
+        recap
+            .text
+            .ends_with("Preferred branch since here:\n[1] Planned it again."),
+        "{}",
+        recap.text
+    );
+    assert!(!recap.truncated);
+}

@@ -80,6 +80,13 @@ pub struct SlotIndex {
     nearest_noted: Vec<Option<u32>>,
     /// The first slot whose `top`, `noted_count` and `nearest_noted` are out of date.
     stale_from: Option<u32>,
+    /// How many slots lie above each slot (0 for a root-most one). Depends on parents only, so
+    /// never stale.
+    depth: Vec<u32>,
+    /// A slot above each slot (itself at depth 0), chosen by the skew-binary rule (Myers, "An
+    /// applicative random-access stack", 1983) so that the ancestor at any depth is found in
+    /// O(log depth) steps: a rewind to an old node asks whether it lies on the preferred branch.
+    jump: Vec<u32>,
 }
 
 /// The nodes with recap notes on a path, newest first (see [`SlotIndex::noted_upwards`]).
@@ -89,10 +96,25 @@ pub struct NotedUpwards<'v> {
     next: Option<u32>,
     /// Walking every slot (the index is stale there) rather than jumping between noted ones.
     walking: bool,
+    /// Stop at the first slot at this depth or above (the walk then covers only the slots
+    /// strictly below a node).
+    floor: Option<u32>,
 }
 
 impl<'v> NotedUpwards<'v> {
     fn next_slot(&mut self) -> Option<usize> {
+        let slot = self.unbounded_next_slot()?;
+        if self
+            .floor
+            .is_some_and(|floor| self.slots.depth[slot] <= floor)
+        {
+            self.next = None;
+            return None;
+        }
+        Some(slot)
+    }
+
+    fn unbounded_next_slot(&mut self) -> Option<usize> {
         let slots = self.slots;
         if self.walking {
             while let Some(slot) = self.next {
@@ -150,7 +172,72 @@ impl SlotIndex {
         self.top.push(slot);
         self.noted_count.push(0);
         self.nearest_noted.push(None);
+        let (depth, jump) = match parent {
+            Some(p) => {
+                let jp = self.jump[p as usize];
+                let jjp = self.jump[jp as usize];
+                let (dp, djp, djjp) = (
+                    self.depth[p as usize],
+                    self.depth[jp as usize],
+                    self.depth[jjp as usize],
+                );
+                (dp + 1, if dp - djp == djp - djjp { jjp } else { p })
+            }
+            None => (0, slot),
+        };
+        self.depth.push(depth);
+        self.jump.push(jump);
         self.fill(slot);
+    }
+
+    /// The slot at `depth` on the path root -> `slot`, if `slot` is that deep.
+    fn ancestor_at(&self, mut slot: u32, depth: u32) -> Option<u32> {
+        while self.depth[slot as usize] > depth {
+            let jump = self.jump[slot as usize];
+            slot = if self.depth[jump as usize] >= depth {
+                jump
+            } else {
+                self.parents[slot as usize]?
+            };
+        }
+        (self.depth[slot as usize] == depth).then_some(slot)
+    }
+
+    /// Whether `ancestor` is `node` or lies on its path to the root (following slots), in
+    /// O(log depth) steps.
+    pub fn is_on_path(&self, ancestor: &NodeId, node: &NodeId) -> bool {
+        let (Some(&a), Some(&n)) = (self.slot_of.get(ancestor), self.slot_of.get(node)) else {
+            return false;
+        };
+        self.ancestor_at(n, self.depth[a as usize]) == Some(a)
+    }
+
+    /// The nodes with recap notes strictly below `node` on the path root -> `tip`, newest first,
+    /// and how many there are; `None` when `node` is not on that path. Only the ones a caller
+    /// takes are visited, so a rewind far up a long branch costs what its recap shows.
+    pub fn noted_below(&self, node: &NodeId, tip: &NodeId) -> Option<(usize, NotedUpwards<'_>)> {
+        if !self.is_on_path(node, tip) {
+            return None;
+        }
+        let (&above, &slot) = (self.slot_of.get(node)?, self.slot_of.get(tip)?);
+        let floor = Some(self.depth[above as usize]);
+        if self.is_fresh(slot) {
+            let walk = NotedUpwards {
+                slots: self,
+                next: self.nearest_noted[slot as usize],
+                walking: false,
+                floor,
+            };
+            let count = self.noted_count[slot as usize] - self.noted_count[above as usize];
+            return Some((count as usize, walk));
+        }
+        let walk = || NotedUpwards {
+            slots: self,
+            next: Some(slot),
+            walking: true,
+            floor,
+        };
+        Some((walk().count(), walk()))
     }
 
     /// Computes slot's derived entries from its parent's (which must be up to date).
@@ -209,6 +296,7 @@ impl SlotIndex {
                 slots: self,
                 next: None,
                 walking: false,
+                floor: None,
             };
             return (0, none);
         };
@@ -217,6 +305,7 @@ impl SlotIndex {
                 slots: self,
                 next: self.nearest_noted[slot as usize],
                 walking: false,
+                floor: None,
             };
             return (self.noted_count[slot as usize] as usize, walk);
         }
@@ -224,6 +313,7 @@ impl SlotIndex {
             slots: self,
             next: Some(slot),
             walking: true,
+            floor: None,
         };
         (walk().count(), walk())
     }
@@ -369,6 +459,42 @@ impl RunView {
                 .notes()
                 .chain(dangling.and_then(|p| self.recap_notes(p))),
         )
+    }
+
+    /// Whether `ancestor` is `node` or lies on its path to the root, in O(log depth) steps.
+    pub fn is_on_path(&self, ancestor: &NodeId, node: &NodeId) -> bool {
+        self.dag.slots.is_on_path(ancestor, node)
+    }
+
+    /// The nodes with recap notes on the preferred branch strictly below `node`, newest first,
+    /// and how many there are (none when the preferred tip is not below `node`).
+    pub fn noted_on_preferred_branch_below<'v>(
+        &'v self,
+        node: &'v NodeId,
+    ) -> (usize, impl Iterator<Item = &'v NodeId> + 'v) {
+        match self
+            .preferred_tip
+            .as_ref()
+            .and_then(|tip| self.dag.slots.noted_below(node, tip))
+        {
+            Some((count, noted)) => (count, Some(noted).into_iter().flatten()),
+            None => (0, None.into_iter().flatten()),
+        }
+    }
+
+    /// [`RunView::noted_on_preferred_branch_below`], yielding each noted node's recap notes.
+    pub fn noted_notes_on_preferred_branch_below<'v>(
+        &'v self,
+        node: &'v NodeId,
+    ) -> (usize, impl Iterator<Item = &'v str> + 'v) {
+        match self
+            .preferred_tip
+            .as_ref()
+            .and_then(|tip| self.dag.slots.noted_below(node, tip))
+        {
+            Some((count, noted)) => (count, Some(noted.notes()).into_iter().flatten()),
+            None => (0, None.into_iter().flatten()),
+        }
     }
 
     /// The walk over slots stops below a parent that is not a node of the run (a log no
@@ -1056,6 +1182,76 @@ mod tests {
 
     fn id(n: usize) -> NodeId {
         NodeId::parse(&format!("node_{n:016}")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The path queries a rewind's recap asks (is a node on the path to the tip; which noted
+    /// nodes lie below it) answer as walking every parent does, on chains, forks and forests,
+    /// settled or stale.
+    /// decision: D214
+    #[test]
+    fn jumps_up_a_branch_agree_with_walking_it() {
+        let mut seed: u64 = 0x5eed;
+        let mut next = |bound: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((seed >> 33) as usize) % bound.max(1)
+        };
+        for shape in 0..40 {
+            let len = 1 + next(300);
+            // Mostly the newest node's child (long chains, as loops make), sometimes any
+            // earlier node (forks), sometimes a new root.
+            let parents: Vec<Option<usize>> = (0..len)
+                .map(|n| match (n, next(10)) {
+                    (0, _) => None,
+                    (_, 0) if shape % 3 == 0 => None,
+                    (_, 1 | 2) => Some(next(n)),
+                    _ => Some(n - 1),
+                })
+                .collect();
+            let mut slots = SlotIndex::default();
+            for (n, parent) in parents.iter().enumerate() {
+                slots.push(&id(n), parent.map(id).as_ref());
+            }
+            let path = |n: usize| -> Vec<usize> {
+                let mut out = vec![n];
+                while let Some(p) = parents[*out.last().unwrap_or(&n)] {
+                    out.push(p);
+                }
+                out
+            };
+            for n in 0..len {
+                if next(3) == 0 {
+                    slots.set_recap_notes(&id(n), true);
+                }
+            }
+            for settled in [false, true] {
+                if settled {
+                    slots.settle();
+                }
+                for _ in 0..200 {
+                    let (a, b) = (next(len), next(len));
+                    let on_path = path(b).contains(&a);
+                    assert_eq!(slots.is_on_path(&id(a), &id(b)), on_path, "{a} above {b}");
+                    let naive: Option<Vec<NodeId>> = on_path.then(|| {
+                        path(b)
+                            .into_iter()
+                            .take_while(|&n| n != a)
+                            .filter(|&n| slots.recap_notes[n])
+                            .map(id)
+                            .collect()
+                    });
+                    let fast = slots
+                        .noted_below(&id(a), &id(b))
+                        .map(|(count, walk)| (count, walk.cloned().collect::<Vec<_>>()));
+                    assert_eq!(
+                        fast,
+                        naive.map(|v| (v.len(), v)),
+                        "noted below {a} towards {b}"
+                    );
+                }
+            }
+        }
     }
 
     /// The jumps between noted slots (settled) and the plain walk (stale) name the same nodes,

@@ -65,6 +65,20 @@ struct Memoized {
     projector: Projector,
     bytes: usize,
     used: u64,
+    /// The projection of the shorter prefix a replay last asked for (its length and last
+    /// event id): resending an old token projects that prefix once, and neither it nor the
+    /// next live call projects the whole log again (D214).
+    replay: Option<(usize, EventId, Arc<SessionProjection>)>,
+}
+
+impl Memoized {
+    fn bytes(&self) -> usize {
+        projection_bytes(self.projector.applied())
+            + self
+                .replay
+                .as_ref()
+                .map_or(0, |(len, _, _)| projection_bytes(*len))
+    }
 }
 
 impl Default for ProjectionMemo {
@@ -144,7 +158,31 @@ impl ProjectionMemo {
             let applied = entry.projector.applied();
             if applied == events.len() && &entry.last == last.event_id() {
                 let projection = Arc::clone(entry.projector.projection());
-                inner.settle(session, projection_bytes(applied), self.budget);
+                let bytes = entry.bytes();
+                inner.settle(session, bytes, self.budget);
+                return Facts { events, projection };
+            }
+            // A shorter log is a replay's prefix (checked by its last id, as the live log is):
+            // it gets its own slot, so the live projection stays for the calls that extend it.
+            if events.len() < applied {
+                let projection = match &entry.replay {
+                    Some((len, id, projection))
+                        if *len == events.len() && id == last.event_id() =>
+                    {
+                        Arc::clone(projection)
+                    }
+                    _ => {
+                        let projection = project_prefix(events);
+                        entry.replay = Some((
+                            events.len(),
+                            last.event_id().clone(),
+                            Arc::clone(&projection),
+                        ));
+                        projection
+                    }
+                };
+                let bytes = entry.bytes();
+                inner.settle(session, bytes, self.budget);
                 return Facts { events, projection };
             }
             // The same log, longer: project only what was appended.
@@ -154,7 +192,8 @@ impl ProjectionMemo {
             if extends && entry.projector.extend(events).is_ok() {
                 entry.last = last.event_id().clone();
                 let projection = Arc::clone(entry.projector.projection());
-                inner.settle(session, projection_bytes(events.len()), self.budget);
+                let bytes = entry.bytes();
+                inner.settle(session, bytes, self.budget);
                 return Facts { events, projection };
             }
         }
@@ -179,12 +218,22 @@ impl ProjectionMemo {
                 projector,
                 bytes: 0,
                 used: 0,
+                replay: None,
             },
         ) {
             inner.bytes = inner.bytes.saturating_sub(gone.bytes);
         }
         inner.settle(session, projection_bytes(events.len()), self.budget);
         Facts { events, projection }
+    }
+}
+
+/// The projection of a replay's prefix, kept by no projector (nothing extends it).
+fn project_prefix(events: &[SessionEvent]) -> Arc<SessionProjection> {
+    let mut projector = Projector::default();
+    match projector.extend(events) {
+        Ok(()) => Arc::clone(projector.projection()),
+        Err(_) => Arc::new(project_in_two_passes(events, TipPolicy::Latest)),
     }
 }
 

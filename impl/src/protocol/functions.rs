@@ -45,19 +45,14 @@ pub(super) fn branch_context(
     let own: &[CompiledFunction] = pending
         .and_then(|s| compiled.step(s))
         .map_or(&[], |s| &s.functions);
-    // The preferred branch below `node`, oldest first, as the recap walks it.
-    let downstream = super::recap::preferred_branch_below(view, node);
-    let noted: Vec<&NodeId> = downstream
-        .iter()
-        .filter(|n| view.recap_notes(n).is_some())
-        .collect();
-    // The recap keeps the newest entries and counts the older ones it omits.
-    let shown = noted
-        .len()
-        .saturating_sub(recap.omitted_entries as usize)
-        .min(noted.len());
+    // The noted nodes of the preferred branch below `node`, as the recap walks them: it keeps
+    // the newest entries and counts the older ones it omits.
+    let (count, noted) = view.noted_on_preferred_branch_below(node);
+    let shown = count.saturating_sub(recap.omitted_entries as usize);
+    let mut shown: Vec<&NodeId> = noted.take(shown).collect();
+    shown.reverse();
     let mut out: Vec<CompiledFunction> = Vec::new();
-    for entry in &noted[noted.len() - shown..] {
+    for entry in &shown {
         let Some(step) = view
             .dag
             .nodes

@@ -132,30 +132,6 @@ fn newest_notes<'n>(
     (out, total)
 }
 
-/// The recap notes on `path` (root first).
-fn notes_on_path<'f>(facts: &'f Facts<'_>, run: &RunId, path: &[NodeId]) -> Vec<&'f str> {
-    let Some(view) = facts.run(run) else {
-        return Vec::new();
-    };
-    path.iter().filter_map(|n| view.recap_notes(n)).collect()
-}
-
-/// The nodes of the preferred branch below `node`, oldest first (empty when the preferred tip
-/// is not below it).
-pub(super) fn preferred_branch_below(
-    view: &crate::projections::RunView,
-    node: &NodeId,
-) -> Vec<NodeId> {
-    let Some(tip) = &view.preferred_tip else {
-        return Vec::new();
-    };
-    let path = view.ancestry(tip);
-    match path.iter().position(|n| n == node) {
-        Some(at) => path[at + 1..].to_vec(),
-        None => Vec::new(),
-    }
-}
-
 /// The recap for rehydrating `node`, or `None` when there is nothing to recall.
 pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView> {
     let view = facts.run(run)?;
@@ -192,7 +168,7 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         let is_tip_branch = view
             .preferred_tip
             .as_ref()
-            .is_some_and(|tip| view.ancestry(tip).contains(child));
+            .is_some_and(|tip| view.is_on_path(child, tip));
         let summary = facts
             .recap_notes(run, child)
             .map(snippet)
@@ -203,17 +179,21 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
             if is_tip_branch { " (preferred)" } else { "" }
         ));
     }
-    let downstream = preferred_branch_below(view, node);
-    let room = RECAP_MAX_BYTES.saturating_sub(text.len() + 64);
-    let downstream_notes = notes_on_path(facts, run, &downstream);
-    let (entries, total) = newest_notes(
-        downstream_notes.iter().rev().copied(),
-        downstream_notes.len(),
-        room,
-    );
-    let (body, omitted, cut) = most_recent_within(&entries, total, room);
+    // Only the newest notes the room can hold are looked up; the rest are counted. The lead
+    // line and, when something is left out, the truncation header come out of the room first,
+    // so the newest entry is never the one the budget cuts.
+    const LEAD: &str = "Preferred branch since here:\n";
+    let room = RECAP_MAX_BYTES.saturating_sub(text.len() + LEAD.len());
+    let (count, downstream_notes) = view.noted_notes_on_preferred_branch_below(node);
+    let (entries, total) = newest_notes(downstream_notes, count, room);
+    let (mut body, mut omitted, mut cut) = most_recent_within(&entries, total, room);
+    if omitted > 0 || cut {
+        // Two bytes of slack: the omitted count may gain a digit in the second pass.
+        let reserve = truncation_header(omitted, cut).len() + 2;
+        (body, omitted, cut) = most_recent_within(&entries, total, room.saturating_sub(reserve));
+    }
     if total > 0 {
-        text.push_str("Preferred branch since here:\n");
+        text.push_str(LEAD);
         text.push_str(&truncation_header(omitted, cut));
         text.push_str(&body);
     }

@@ -75,6 +75,23 @@ pub const DIVERGE: &str = r#"{
   ]
 }"#;
 
+/// Plan, then a loop of up to 500 iterations (the demo's loop id, so [`loop_control`] drives it):
+/// a long branch.
+pub const LONG: &str = r#"{
+  "id": "project.long",
+  "name": "Long",
+  "description": "Plan, then implement and decide for as long as it takes.",
+  "conditions": [{"id": "again", "kind": "loop_control", "continueWhen": "continue"}],
+  "steps": [
+    {"id": "plan", "title": "Plan", "prompt": "Plan the work."},
+    {"type": "loop", "loopId": "build", "while": {"kind": "condition_ref", "conditionId": "again"}, "maxIterations": 500,
+     "body": [
+       {"id": "implement", "title": "Implement", "prompt": "Implement one slice."},
+       {"id": "decide", "title": "Decide", "prompt": "Decide whether another iteration is needed.", "output": {"contractRef": "wr.contracts.loop_control"}}
+     ]}
+  ]
+}"#;
+
 pub fn catalog() -> CatalogLoader {
     Arc::new(|| {
         let bundled = BundledSource;
@@ -83,7 +100,8 @@ pub fn catalog() -> CatalogLoader {
             .with("project/workflows/reasons.json", REASONS)
             .with("project/workflows/needs_web.json", NEEDS_WEB)
             .with("project/workflows/web.json", WEB)
-            .with("project/workflows/diverge.json", DIVERGE);
+            .with("project/workflows/diverge.json", DIVERGE)
+            .with("project/workflows/long.json", LONG);
         let sources: Vec<&dyn WorkflowSource> = vec![&bundled, &project];
         Arc::new(Catalog::load(&sources))
     })
