@@ -142,6 +142,7 @@ proptest! {
 
     /// Forks from any node at any time: extended one call's events at a time, the preferred tip
     /// (settled within the subtree of the latest activity) equals the whole-log reference.
+    /// decision: D215
     #[test]
     fn forks_anywhere_keep_the_preferred_tip_of_the_whole_log(
         moves in proptest::collection::vec((0usize..64, proptest::bool::weighted(0.8)), 1..40)
@@ -177,6 +178,24 @@ proptest! {
                     })
                     .collect();
                 prop_assert_eq!(noted, naive_noted);
+                // D215: the newest node of each subtree, and every path question.
+                let mut subtree = vec![node.clone()];
+                let mut newest = &view.dag.nodes[node];
+                while let Some(id) = subtree.pop() {
+                    let info = &view.dag.nodes[&id];
+                    if info.created_index > newest.created_index {
+                        newest = info;
+                    }
+                    subtree.extend(info.children.iter().cloned());
+                }
+                prop_assert_eq!(
+                    view.dag.newest_in_subtree(node).map(|n| &n.node_id),
+                    Some(&newest.node_id)
+                );
+                for other in view.dag.nodes.keys() {
+                    let mut above = view.upwards(other);
+                    prop_assert_eq!(view.is_on_path(node, other), above.any(|n| n == node));
+                }
             }
         }
     }

@@ -332,6 +332,45 @@ impl SlotIndex {
 }
 
 impl RunDag {
+    /// The node of `root`'s subtree (`root` included) created last, which has no children.
+    ///
+    /// Two searches run in lockstep and the first to finish answers: a walk of the subtree, and
+    /// a scan of the run's nodes from the newest down, asking of each whether `root` is on its
+    /// path (O(log depth), D215). An old node's subtree can be most of the run, but its newest
+    /// node is then among the run's newest; an abandoned branch is old but small. Either way
+    /// the cost is twice the smaller of the two.
+    pub fn newest_in_subtree(&self, root: &NodeId) -> Option<&NodeInfo> {
+        let start = self.nodes.get(root)?;
+        // The scan reads slots, which name each node once; a log with a node created twice (one
+        // no WorkRail wrote) is only walked.
+        let mut scan = match self.slots.slot_of.get(root) {
+            Some(&slot) if self.slots.ids.len() == self.nodes.len() => {
+                Some((slot as usize, self.slots.ids.len()))
+            }
+            _ => None,
+        };
+        let mut newest = start;
+        let mut stack = vec![start];
+        loop {
+            let Some(node) = stack.pop() else {
+                return Some(newest);
+            };
+            if node.created_index > newest.created_index {
+                newest = node;
+            }
+            stack.extend(node.children.iter().filter_map(|c| self.nodes.get(c)));
+            if let Some((floor, next)) = &mut scan
+                && *next > *floor
+            {
+                *next -= 1;
+                let id = &self.slots.ids[*next];
+                if self.slots.is_on_path(root, id) {
+                    return self.nodes.get(id);
+                }
+            }
+        }
+    }
+
     /// Adds the node a `node_created` at `index` introduces, under its parent.
     fn add_node(&mut self, node_id: NodeId, created: &NodeCreated, index: u64) {
         if created.parent_node_id.is_none() {
@@ -1086,17 +1125,9 @@ fn preferred_tip_after_activity(dag: &RunDag, active: &NodeId) -> (Option<NodeId
         return preferred_tip(dag);
     };
     let activity = start.own_activity;
-    let mut best: Option<&NodeInfo> = None;
-    let mut stack = vec![start];
-    while let Some(node) = stack.pop() {
-        if node.children.is_empty() {
-            if best.is_none_or(|b| node.created_index > b.created_index) {
-                best = Some(node);
-            }
-            continue;
-        }
-        stack.extend(node.children.iter().filter_map(|c| dag.nodes.get(c)));
-    }
+    // A node is created after its parent, so the subtree's newest node has no children: it is
+    // the subtree's best leaf.
+    let best = dag.newest_in_subtree(active);
     (best.map(|n| n.node_id.clone()), activity)
 }
 

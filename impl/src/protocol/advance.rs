@@ -259,18 +259,7 @@ fn fork_warning(
         return None;
     }
     // The newest node of each other branch, and its latest notes.
-    let newest_of = |root: &NodeId| -> Option<&crate::projections::NodeInfo> {
-        let mut stack = vec![root.clone()];
-        let mut newest: Option<&crate::projections::NodeInfo> = None;
-        while let Some(id) = stack.pop() {
-            let info = facts.node(run, &id)?;
-            if newest.is_none_or(|n| info.created_index > n.created_index) {
-                newest = Some(info);
-            }
-            stack.extend(info.children.iter().cloned());
-        }
-        newest
-    };
+    let newest_of = |root: &NodeId| facts.run(run)?.dag.newest_in_subtree(root);
     let step = ctx
         .state
         .pending_step()
