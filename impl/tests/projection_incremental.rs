@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use protocol_support::*;
 use workrail::projections::{Projector, TipPolicy, project, project_in_two_passes};
 use workrail::store::memfs::MemFs;
-use workrail_spec::closed::OutputChannel;
-use workrail_spec::event::{OutputPayload, SessionEvent};
+use workrail_spec::closed::{EdgeKind, OutputChannel};
+use workrail_spec::event::{EventData, OutputPayload, SessionEvent};
 use workrail_spec::ids::NodeId;
 use workrail_spec::tools::ContinueWorkflowInput;
 
@@ -114,6 +114,23 @@ fn forking_log(moves: &[(usize, bool)]) -> Vec<SessionEvent> {
     let mut seen = vec![start(&wr, "project.demo")];
     for &(pick, acks) in moves {
         let from = seen[pick % seen.len()].clone();
+        if acks && pick % 7 == 5 {
+            // A checkpoint: a checkpoint edge and node under `from`, again and again.
+            if let Some(checkpoint_token) = from.checkpoint_token.clone()
+                && let Ok(out) =
+                    wr.checkpoint_workflow(workrail_spec::tools::CheckpointWorkflowInput {
+                        state_token: from.state_token.clone(),
+                        checkpoint_token,
+                        output: workrail_spec::tools::OutputInput {
+                            notes_markdown: Some("checkpointed".into()),
+                            artifacts: vec![],
+                        },
+                    })
+            {
+                seen.push(out);
+            }
+            continue;
+        }
         let input = if !acks || from.ack_token.is_none() {
             rehydrate(&from.state_token)
         } else if pending(&from).contains("decide") {
@@ -143,6 +160,7 @@ proptest! {
     /// Forks from any node at any time: extended one call's events at a time, the preferred tip
     /// (settled within the subtree of the latest activity) equals the whole-log reference.
     /// decision: D215
+    /// decision: D216
     #[test]
     fn forks_anywhere_keep_the_preferred_tip_of_the_whole_log(
         moves in proptest::collection::vec((0usize..64, proptest::bool::weighted(0.8)), 1..40)
@@ -196,6 +214,21 @@ proptest! {
                     let mut above = view.upwards(other);
                     prop_assert_eq!(view.is_on_path(node, other), above.any(|n| n == node));
                 }
+                // D216: the edge questions against a scan of the edges and the log.
+                for kind in [EdgeKind::AckedStep, EdgeKind::Checkpoint] {
+                    let scanned = view
+                        .dag
+                        .edges
+                        .iter()
+                        .filter(|e| e.edge_kind == kind && &e.from_node_id == node)
+                        .count();
+                    prop_assert_eq!(view.dag.edges_out(node, kind), scanned);
+                }
+                let first_in = log.iter().position(|e| {
+                    matches!(e.data(), EventData::EdgeCreated(edge) if &edge.to_node_id == node)
+                });
+                prop_assert!(view.dag.edges_indexed());
+                prop_assert_eq!(view.dag.first_edge_in(node), first_in);
             }
         }
     }

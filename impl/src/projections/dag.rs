@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use workrail_spec::closed::{
-    Autonomy, Capability, CapabilityStatus, EnforcementGrade, GapSeverity, NodeKind, OutputChannel,
-    RunStatus,
+    Autonomy, Capability, CapabilityStatus, EdgeKind, EnforcementGrade, GapSeverity, NodeKind,
+    OutputChannel, RunStatus,
 };
 use workrail_spec::event::{
     CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded, GapResolution,
@@ -83,10 +83,34 @@ pub struct SlotIndex {
     /// How many slots lie above each slot (0 for a root-most one). Depends on parents only, so
     /// never stale.
     depth: Vec<u32>,
+    /// The edges at each slot (D216), so a response asks no question of every edge.
+    edges_at: Vec<SlotEdges>,
+    /// An edge named a node that was not (yet) a node of the run (a log no WorkRail wrote):
+    /// the edge questions then scan the edges instead.
+    edges_unindexed: bool,
     /// A slot above each slot (itself at depth 0), chosen by the skew-binary rule (Myers, "An
     /// applicative random-access stack", 1983) so that the ancestor at any depth is found in
     /// O(log depth) steps: a rewind to an old node asks whether it lies on the preferred branch.
     jump: Vec<u32>,
+}
+
+/// How many `acked_step` and `checkpoint` edges leave a slot, and the log position of the first
+/// edge entering it (`u32::MAX`: none yet), in 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SlotEdges {
+    step_out: u16,
+    checkpoint_out: u16,
+    first_in: u32,
+}
+
+impl Default for SlotEdges {
+    fn default() -> Self {
+        Self {
+            step_out: 0,
+            checkpoint_out: 0,
+            first_in: u32::MAX,
+        }
+    }
 }
 
 /// The nodes with recap notes on a path, newest first (see [`SlotIndex::noted_upwards`]).
@@ -187,6 +211,7 @@ impl SlotIndex {
         };
         self.depth.push(depth);
         self.jump.push(jump);
+        self.edges_at.push(SlotEdges::default());
         self.fill(slot);
     }
 
@@ -369,6 +394,75 @@ impl RunDag {
                 }
             }
         }
+    }
+
+    /// Adds the edge an `edge_created` at `position` of the log records.
+    fn add_edge(&mut self, edge: &EdgeCreated, position: usize) {
+        let slots = &mut self.slots;
+        match (
+            slots.slot_of.get(&edge.from_node_id),
+            slots.slot_of.get(&edge.to_node_id),
+            u32::try_from(position),
+        ) {
+            (Some(&from), Some(&to), Ok(position)) if position != u32::MAX => {
+                let out = &mut slots.edges_at[from as usize];
+                let count = match edge.edge_kind {
+                    EdgeKind::AckedStep => &mut out.step_out,
+                    EdgeKind::Checkpoint => &mut out.checkpoint_out,
+                };
+                match count.checked_add(1) {
+                    Some(more) => *count = more,
+                    // 65,535 edges of one kind from one node: counted by scanning from now on.
+                    None => slots.edges_unindexed = true,
+                }
+                let first_in = &mut slots.edges_at[to as usize].first_in;
+                if *first_in == u32::MAX {
+                    *first_in = position;
+                }
+            }
+            _ => slots.edges_unindexed = true,
+        }
+        self.edges.push(edge.clone());
+    }
+
+    /// How many edges of `kind` leave `node`.
+    pub fn edges_out(&self, node: &NodeId, kind: EdgeKind) -> usize {
+        let slots = &self.slots;
+        if slots.edges_unindexed {
+            return self
+                .edges
+                .iter()
+                .filter(|e| e.edge_kind == kind && &e.from_node_id == node)
+                .count();
+        }
+        slots.slot_of.get(node).map_or(0, |&slot| {
+            let at = slots.edges_at[slot as usize];
+            usize::from(match kind {
+                EdgeKind::AckedStep => at.step_out,
+                EdgeKind::Checkpoint => at.checkpoint_out,
+            })
+        })
+    }
+
+    /// Whether every edge named nodes of the run when it was recorded, so the edge questions
+    /// are answered from the slots.
+    pub fn edges_indexed(&self) -> bool {
+        !self.slots.edges_unindexed
+    }
+
+    /// The log position of the first edge entering `node`, when every edge is indexed (`None`
+    /// otherwise, or when none enters it): a caller confirms the event and scans when unsure.
+    pub fn first_edge_in(&self, node: &NodeId) -> Option<usize> {
+        let slots = &self.slots;
+        if slots.edges_unindexed {
+            return None;
+        }
+        slots
+            .slot_of
+            .get(node)
+            .map(|&slot| slots.edges_at[slot as usize].first_in)
+            .filter(|&p| p != u32::MAX)
+            .map(|p| p as usize)
     }
 
     /// Adds the node a `node_created` at `index` introduces, under its parent.
@@ -811,7 +905,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     if let Some(to) = dag.nodes.get_mut(&edge.to_node_id) {
                         to.own_activity = to.own_activity.max(index);
                     }
-                    dag.edges.push(edge.clone());
+                    dag.add_edge(edge, position);
                 }
                 continue;
             }
@@ -1041,7 +1135,7 @@ fn apply(
                 to.own_activity = to.own_activity.max(index);
                 run_aux.latest_active = Some(edge.to_node_id.clone());
             }
-            dag.edges.push(edge.clone());
+            dag.add_edge(edge, position);
             return Ok(());
         }
         _ => {}

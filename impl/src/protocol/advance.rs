@@ -1082,12 +1082,9 @@ fn plan_advance(
                 workrail_spec::ids::SnapshotRef::from_digest(canonical.digest().clone());
             // Only step children make this a fork: a checkpoint records progress on the branch
             // without creating a new one.
-            let has_children = facts.run(run).is_some_and(|view| {
-                view.dag
-                    .edges
-                    .iter()
-                    .any(|e| e.edge_kind == EdgeKind::AckedStep && &e.from_node_id == node)
-            });
+            let has_children = facts
+                .run(run)
+                .is_some_and(|view| view.dag.edges_out(node, EdgeKind::AckedStep) > 0);
             let mut events = vec![
                 wr.event(
                     session,

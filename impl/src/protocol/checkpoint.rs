@@ -22,10 +22,21 @@ fn replay(
     state: &StatePayload,
     node: &NodeId,
 ) -> Result<Option<ExecutionOutput>, ErrorEnvelope> {
-    let edge_index = ctx.loaded.events.iter().position(|e| {
+    let events = &ctx.loaded.events;
+    let is_the_edge = |e: &workrail_spec::event::SessionEvent| {
         matches!(e.data(), EventData::EdgeCreated(edge)
             if edge.edge_kind == EdgeKind::Checkpoint && &edge.to_node_id == node && edge.from_node_id == state.node_id)
-    });
+    };
+    // The projection knows where the edge into the checkpoint node is (D216); the log is
+    // scanned only when it cannot say (a log no WorkRail wrote).
+    let facts = wr.memo.facts(&state.session_id, events);
+    let dag = facts.run(&state.run_id).map(|view| &view.dag);
+    let edge_index = match dag.and_then(|dag| dag.first_edge_in(node)) {
+        Some(index) if events.get(index).is_some_and(is_the_edge) => Some(index),
+        None if dag.is_some_and(|dag| dag.edges_indexed() && !dag.nodes.contains_key(node)) => None,
+        _ => events.iter().position(is_the_edge),
+    };
+    drop(facts);
     let Some(index) = edge_index else {
         return Ok(None);
     };

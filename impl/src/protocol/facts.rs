@@ -292,13 +292,8 @@ impl<'a> Facts<'a> {
 
     /// Checkpoint edges leaving `node`.
     pub fn checkpoint_count(&self, run: &RunId, node: &NodeId) -> u64 {
-        self.run(run).map_or(0, |r| {
-            r.dag
-                .edges
-                .iter()
-                .filter(|e| e.edge_kind == EdgeKind::Checkpoint && &e.from_node_id == node)
-                .count() as u64
-        })
+        self.run(run)
+            .map_or(0, |r| r.dag.edges_out(node, EdgeKind::Checkpoint) as u64)
     }
 
     /// Effective preferences at `node` (node-attached, else global defaults).
