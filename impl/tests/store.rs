@@ -789,6 +789,49 @@ fn plan_start_names_the_first_event_of_the_segment_holding_an_event() {
     );
 }
 
+/// D217: on a long log (segments, each followed by its pin), `plan_start`'s binary search
+/// answers what a scan of every segment answers, for every event and past the end.
+///
+/// decision: D217
+#[test]
+fn plan_start_finds_the_segment_of_every_event_of_a_long_log() {
+    let fx = Fixture::new();
+    fx.append(start_plan(&fx.snapshots)).unwrap();
+    for to in 1..=60u8 {
+        fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
+    }
+    let loaded = fx.store.load(&session()).unwrap();
+    let scanned = |position: usize| {
+        loaded
+            .manifest
+            .iter()
+            .find_map(|record| match record {
+                ManifestRecord::SegmentClosed(s)
+                    if (s.first_event_index.get() as usize..=s.last_event_index.get() as usize)
+                        .contains(&position) =>
+                {
+                    Some(s.first_event_index.get() as usize)
+                }
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    assert!(
+        loaded
+            .manifest
+            .iter()
+            .any(|r| matches!(r, ManifestRecord::SnapshotPinned(_))),
+        "pins lie between the segments"
+    );
+    for position in 0..loaded.events.len() + 3 {
+        assert_eq!(
+            loaded.plan_start(position),
+            scanned(position),
+            "event {position}"
+        );
+    }
+}
+
 /// `OsFs::lens_in` (every manifest's length in one pass, for the resume index's freshness
 /// check) answers for each file what `len` answers: a length, `None` when the file or the
 /// directory is missing, an error when a path cannot be a file's.

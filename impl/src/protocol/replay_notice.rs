@@ -28,10 +28,6 @@ use super::advance::agent_payloads;
 use super::derive::{self, AttemptKind};
 use super::{NodeContext, Workrail, invariant};
 
-/// A plan is at most this many events (the segment limits), so its outputs lie within this
-/// many events before its `advance_recorded`.
-const PLAN_WINDOW: usize = 1000;
-
 /// The notice for a repeat of `attempt` (recorded at `index`), or `None` when the call's
 /// `output` is absent, empty, or what the attempt recorded.
 pub(super) fn notice(
@@ -60,7 +56,10 @@ pub(super) fn notice(
             .map_err(|e| invariant(format!("an artifact cannot be canonicalized: {e}")))?;
         Ok((canonical.digest().clone(), canonical.len() as u64))
     })?;
-    let recorded = recorded_payloads(&ctx.loaded.events[..index], attempt);
+    let recorded = recorded_payloads(
+        &ctx.loaded.events[ctx.loaded.plan_start(index).min(index)..index],
+        attempt,
+    );
     if sent == recorded {
         return Ok(None);
     }
@@ -182,12 +181,11 @@ fn blocked(
 /// The agent's outputs `attempt` recorded, in their positional order (WorkRail's own outputs
 /// carry other ids and are left out).
 fn recorded_payloads(
-    before_record: &[workrail_spec::event::SessionEvent],
+    plan_before_record: &[workrail_spec::event::SessionEvent],
     attempt: &AttemptId,
 ) -> Vec<(OutputChannel, OutputPayload)> {
-    let start = before_record.len().saturating_sub(PLAN_WINDOW);
     let mut by_id = HashMap::new();
-    for event in &before_record[start..] {
+    for event in plan_before_record {
         if let EventData::NodeOutputAppended(o) = event.data() {
             by_id.insert(o.output_id.clone(), (o.output_channel, o.payload.clone()));
         }

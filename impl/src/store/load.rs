@@ -171,22 +171,37 @@ impl LoadedSession {
     }
 
     /// The position of the first event of the plan (one plan is one segment) that holds the
-    /// event at `position`; 0 when no segment names it. Found from the newest segment back, so
-    /// the latest plan costs one step.
+    /// event at `position`; 0 when no segment names it. A binary search over the segments
+    /// (committed in ascending, contiguous order), so a replay of an old call does not scan the
+    /// manifest (D217); from a pin it steps back to the segment the pin follows.
     pub fn plan_start(&self, position: usize) -> usize {
-        self.manifest
-            .iter()
-            .rev()
-            .find_map(|record| match record {
-                ManifestRecord::SegmentClosed(s)
-                    if (s.first_event_index.get() as usize..=s.last_event_index.get() as usize)
-                        .contains(&position) =>
-                {
-                    Some(s.first_event_index.get() as usize)
-                }
-                _ => None,
-            })
-            .unwrap_or(0)
+        let segment_at = |i: usize| {
+            self.manifest[..=i]
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(at, record)| match record {
+                    ManifestRecord::SegmentClosed(s) => Some((at, s)),
+                    _ => None,
+                })
+        };
+        let (mut low, mut high) = (0, self.manifest.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let Some((at, segment)) = segment_at(middle) else {
+                low = middle + 1;
+                continue;
+            };
+            let first = segment.first_event_index.get() as usize;
+            if position < first {
+                high = at;
+            } else if position > segment.last_event_index.get() as usize {
+                low = middle + 1;
+            } else {
+                return first;
+            }
+        }
+        0
     }
 
     /// The committed event carrying `key`, if any.
