@@ -218,3 +218,101 @@ fn a_rewind_up_a_long_branch_recaps_the_newest_notes_below_it() {
     );
     assert!(!recap.truncated);
 }
+
+/// A rewind to a node with many branches lists the preferred branch and the newest others
+/// within a share of the budget, counts the older ones it leaves out, and still recaps the
+/// preferred branch's newest notes: before, every branch took a line of up to 256 bytes, and
+/// past about 15 long-noted branches the list filled the budget and the preferred branch's
+/// notes were cut (locks: downstream recap before other branch summaries).
+/// decision: D218
+/// lock: L-OUTPUT-RECAP-BUDGET
+#[test]
+fn a_rewind_to_a_node_of_many_branches_keeps_the_preferred_notes() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let first = start(&wr, "project.long");
+    let filler = "and a long account of what was tried, why, and what came of it ".repeat(4);
+    for b in 1..=40 {
+        let back = wr.continue_workflow(rehydrate(&first.state_token)).unwrap();
+        wr.continue_workflow(ack(&back, &format!("Branch {b:02} {filler}"), vec![]))
+            .unwrap();
+    }
+    // Branch 41 becomes the preferred one and goes on.
+    let back = wr.continue_workflow(rehydrate(&first.state_token)).unwrap();
+    let mut out = wr
+        .continue_workflow(ack(&back, &format!("Branch 41 {filler}"), vec![]))
+        .unwrap();
+    for i in 0..30 {
+        let artifacts = if pending(&out) == "decide" {
+            vec![loop_control("continue")]
+        } else {
+            vec![]
+        };
+        out = wr
+            .continue_workflow(ack(
+                &out,
+                &format!("Step {i:02} of the preferred branch."),
+                artifacts,
+            ))
+            .unwrap();
+    }
+    let recap = wr
+        .continue_workflow(rehydrate(&first.state_token))
+        .unwrap()
+        .recap
+        .unwrap();
+    let text = &recap.text;
+    assert!(text.len() <= 4096, "{}", text.len());
+    assert!(text.starts_with("This step was already completed 41 time(s) from here"));
+    assert!(
+        text.contains("- branch 41 (preferred): Branch 41 "),
+        "{text}"
+    );
+    // The newest other branches are listed, the oldest counted.
+    assert!(text.contains("- branch 40: Branch 40 "), "{text}");
+    assert!(!text.contains("- branch 1: "), "{text}");
+    let listed = text.matches("\n- branch ").count();
+    let closing = format!("- {} older branch(es) not listed\n", 41 - listed);
+    assert!(
+        text.contains(&closing),
+        "{listed} listed, expected {closing:?}: {text}"
+    );
+    // Every step of the preferred branch fits: the whole downstream recap is there, uncut.
+    assert!(
+        text.contains("Preferred branch since here:\n[1] Branch 41 "),
+        "{text}"
+    );
+    assert!(text.ends_with("Step 29 of the preferred branch."), "{text}");
+    assert!(!recap.truncated, "{text}");
+}
+
+/// A rewind to a node of a few branches lists them all, as before D218.
+/// decision: D218
+#[test]
+fn a_rewind_to_a_node_of_a_few_branches_lists_them_all() {
+    let fs = MemFs::new();
+    let wr = open(&fs);
+    let first = start(&wr, "project.long");
+    let filler = "and a long account of what was tried, why, and what came of it ".repeat(4);
+    for b in 1..=6 {
+        let back = wr.continue_workflow(rehydrate(&first.state_token)).unwrap();
+        wr.continue_workflow(ack(&back, &format!("Branch {b:02} {filler}"), vec![]))
+            .unwrap();
+    }
+    let recap = wr
+        .continue_workflow(rehydrate(&first.state_token))
+        .unwrap()
+        .recap
+        .unwrap();
+    for b in 1..=5 {
+        assert!(
+            recap
+                .text
+                .contains(&format!("- branch {b}: Branch {b:02} ")),
+            "{}",
+            recap.text
+        );
+    }
+    assert!(recap.text.contains("- branch 6 (preferred): Branch 06 "));
+    assert!(!recap.text.contains("not listed"), "{}", recap.text);
+}

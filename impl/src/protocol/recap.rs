@@ -12,11 +12,16 @@ use workrail_spec::ids::{NodeId, RunId};
 use workrail_spec::tools::RecapView;
 
 use super::facts::Facts;
+use crate::projections::RunView;
 
 /// Budget of a recap's text, in UTF-8 bytes.
 pub const RECAP_MAX_BYTES: usize = 4096;
 /// Budget of one branch summary line.
 const BRANCH_SNIPPET_MAX_BYTES: usize = 256;
+/// Budget of a rewind's branch list, a quarter of the recap: the preferred branch's notes come
+/// before the other branches' summaries (locks §"Non-tip node": downstream recap first, then
+/// other branch summaries), so many branches must not crowd them out (D218).
+const BRANCH_LIST_MAX_BYTES: usize = RECAP_MAX_BYTES / 4;
 
 /// The explicit marker in front of a truncated recap: that it was cut, how many entries were
 /// omitted, and the policy (contract "Recap budgets and truncation").
@@ -101,6 +106,75 @@ fn most_recent_within(
     (text, omitted, false)
 }
 
+/// A rewind's list of the node's branches, numbered in the order they were made: the preferred
+/// branch always, then the others newest first while the list stays within
+/// `budget` bytes, shown in number order, and a closing line counting the older ones left out
+/// (D218).
+fn branch_list(
+    facts: &Facts<'_>,
+    view: &RunView,
+    run: &RunId,
+    children: &[NodeId],
+    budget: usize,
+) -> BranchList {
+    let line = |i: usize, child: &NodeId, preferred: bool| {
+        let summary = facts
+            .recap_notes(run, child)
+            .map(snippet)
+            .unwrap_or_else(|| "(no notes)".to_owned());
+        format!(
+            "- branch {}{}: {summary}\n",
+            i + 1,
+            if preferred { " (preferred)" } else { "" }
+        )
+    };
+    let preferred = view.preferred_tip.as_ref().and_then(|tip| {
+        children
+            .iter()
+            .position(|child| view.is_on_path(child, tip))
+    });
+    let mut shown: Vec<(usize, String)> = Vec::new();
+    let mut used = 0;
+    if let Some(i) = preferred {
+        let text = line(i, &children[i], true);
+        used += text.len();
+        shown.push((i, text));
+    }
+    // Room for the closing line is kept while a branch after this one might be left out.
+    const CLOSING_ROOM: usize = 64;
+    let mut left_out = 0;
+    for (i, child) in children.iter().enumerate().rev() {
+        if Some(i) == preferred {
+            continue;
+        }
+        if left_out > 0 {
+            left_out += 1;
+            continue;
+        }
+        let text = line(i, child, false);
+        let more_after = i > usize::from(preferred.is_some_and(|p| p < i));
+        let room = budget.saturating_sub(if more_after { CLOSING_ROOM } else { 0 });
+        if used + text.len() > room {
+            left_out += 1;
+            continue;
+        }
+        used += text.len();
+        shown.push((i, text));
+    }
+    shown.sort_by_key(|(i, _)| *i);
+    let mut text: String = shown.into_iter().map(|(_, text)| text).collect();
+    if left_out > 0 {
+        text.push_str(&format!("- {left_out} older branch(es) not listed\n"));
+    }
+    BranchList { text, left_out }
+}
+
+/// A rewind's branch list and how many branches it leaves out.
+struct BranchList {
+    text: String,
+    left_out: usize,
+}
+
 fn snippet(text: &str) -> String {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     truncate_with_marker(&one_line, BRANCH_SNIPPET_MAX_BYTES)
@@ -164,26 +238,14 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         "This step was already completed {} time(s) from here; advancing again creates a new branch.\n",
         info.children.len()
     );
-    for (i, child) in info.children.iter().enumerate() {
-        let is_tip_branch = view
-            .preferred_tip
-            .as_ref()
-            .is_some_and(|tip| view.is_on_path(child, tip));
-        let summary = facts
-            .recap_notes(run, child)
-            .map(snippet)
-            .unwrap_or_else(|| "(no notes)".to_owned());
-        text.push_str(&format!(
-            "- branch {}{}: {summary}\n",
-            i + 1,
-            if is_tip_branch { " (preferred)" } else { "" }
-        ));
-    }
+    // The branch list first gets its guaranteed share; the preferred branch's notes get the
+    // rest, and whatever they leave unused lists more branches (D218).
+    let guaranteed = branch_list(facts, view, run, &info.children, BRANCH_LIST_MAX_BYTES);
     // Only the newest notes the room can hold are looked up; the rest are counted. The lead
     // line and, when something is left out, the truncation header come out of the room first,
     // so the newest entry is never the one the budget cuts.
     const LEAD: &str = "Preferred branch since here:\n";
-    let room = RECAP_MAX_BYTES.saturating_sub(text.len() + LEAD.len());
+    let room = RECAP_MAX_BYTES.saturating_sub(text.len() + guaranteed.text.len() + LEAD.len());
     let (count, downstream_notes) = view.noted_notes_on_preferred_branch_below(node);
     let (entries, total) = newest_notes(downstream_notes, count, room);
     let (mut body, mut omitted, mut cut) = most_recent_within(&entries, total, room);
@@ -192,11 +254,26 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         let reserve = truncation_header(omitted, cut).len() + 2;
         (body, omitted, cut) = most_recent_within(&entries, total, room.saturating_sub(reserve));
     }
-    if total > 0 {
-        text.push_str(LEAD);
-        text.push_str(&truncation_header(omitted, cut));
-        text.push_str(&body);
-    }
+    let downstream = if total > 0 {
+        format!("{LEAD}{}{body}", truncation_header(omitted, cut))
+    } else {
+        String::new()
+    };
+    let list = if guaranteed.left_out > 0 {
+        let unused =
+            RECAP_MAX_BYTES.saturating_sub(text.len() + guaranteed.text.len() + downstream.len());
+        branch_list(
+            facts,
+            view,
+            run,
+            &info.children,
+            guaranteed.text.len() + unused,
+        )
+    } else {
+        guaranteed
+    };
+    text.push_str(&list.text);
+    text.push_str(&downstream);
     let text = truncate_with_marker(&text, RECAP_MAX_BYTES)
         .map(|t| t.text.into_owned())
         .unwrap_or_default();
