@@ -1171,3 +1171,247 @@ fn a_stored_pin_record_missing_a_required_field_makes_the_session_unhealthy() {
         );
     }
 }
+
+/// A MemFs that counts the event segments read through it: what a load costs.
+#[derive(Debug, Clone)]
+struct SegmentReads {
+    inner: MemFs,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SegmentReads {
+    fn take(&self) -> usize {
+        self.reads.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl StoreFs for SegmentReads {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn create_dir(&self, dir: &Path) -> std::io::Result<bool> {
+        self.inner.create_dir(dir)
+    }
+    fn write_new(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.inner.write_new(path, bytes)
+    }
+    fn append(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.inner.append(path, bytes)
+    }
+    fn set_len(&self, path: &Path, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(path, len)
+    }
+    fn sync_file(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.sync_file(path)
+    }
+    fn touch(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.touch(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn read(&self, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        if path.components().any(|c| c.as_os_str() == "events") {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.read(path)
+    }
+    fn len(&self, path: &Path) -> std::io::Result<Option<u64>> {
+        self.inner.len(path)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn remove_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.remove_dir_all(dir)
+    }
+    fn write_private(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.inner.write_private(path, bytes)
+    }
+    fn try_lock(
+        &self,
+        path: &Path,
+    ) -> Result<Box<dyn workrail::store::fs::LockGuard>, workrail::store::fs::LockError> {
+        self.inner.try_lock(path)
+    }
+    fn try_lock_existing(
+        &self,
+        path: &Path,
+    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
+    {
+        self.inner.try_lock_existing(path)
+    }
+    fn try_lock_shared(
+        &self,
+        path: &Path,
+    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
+    {
+        self.inner.try_lock_shared(path)
+    }
+}
+
+/// What a fresh process's full load of the session gives (health, events, records).
+fn fully_loaded(fs: &MemFs) -> (SessionHealthKind, usize, usize, Vec<String>) {
+    let store = SessionStore::new(Arc::new(fs.clone()));
+    let loaded = store.load(&session()).unwrap();
+    (
+        loaded.health.kind(),
+        loaded.events.len(),
+        loaded.manifest.len(),
+        loaded
+            .events
+            .iter()
+            .map(|e| e.event_id().to_string())
+            .collect(),
+    )
+}
+
+/// D219: a process holding a view of a session reads only what another process appended past
+/// it (the new segments), and gets exactly what a full load gives: the same events, records,
+/// pins and dedupe index (a replayed key is found, a repeated plan is a no-op). When the bytes
+/// before the view's end are not the view's (the session was replaced or damaged) or what was
+/// appended is damaged, the verdict is a full load's.
+///
+/// decision: D219
+/// lock: L-STORE-LOAD-VALIDATE
+#[test]
+fn a_view_is_extended_by_reading_only_what_another_process_appended() {
+    let fx = Fixture::new();
+    fx.append(start_plan(&fx.snapshots)).unwrap();
+    for to in 1..=20u8 {
+        fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
+    }
+    let counting = SegmentReads {
+        inner: fx.fs.clone(),
+        reads: Arc::default(),
+    };
+    let other = SessionStore::new(Arc::new(counting.clone()));
+    let first = other.load(&session()).unwrap();
+    assert_eq!(counting.take(), 21, "a first load reads every segment");
+    drop(first);
+    for to in 21..=23u8 {
+        fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
+    }
+    let extended = other.load(&session()).unwrap();
+    assert_eq!(counting.take(), 3, "only the 3 new segments are read");
+    let full = fully_loaded(&fx.fs);
+    assert_eq!(full.0, SessionHealthKind::Healthy);
+    assert_eq!(extended.health.kind(), full.0);
+    assert_eq!(
+        (extended.events.len(), extended.manifest.len()),
+        (full.1, full.2)
+    );
+    let ids: Vec<String> = extended
+        .events
+        .iter()
+        .map(|e| e.event_id().to_string())
+        .collect();
+    assert_eq!(ids, full.3);
+    for event in [&extended.events[2], extended.events.last().unwrap()] {
+        assert_eq!(
+            extended
+                .event_by_dedupe_key(&event.dedupe_key())
+                .map(|e| e.event_id()),
+            Some(event.event_id()),
+            "the extended dedupe index finds old and new keys"
+        );
+    }
+    // Its pins are the full load's: appending through this process continues the session.
+    other
+        .with_append_gate(
+            &session(),
+            workrail::store::SessionIntent::Continue,
+            |gate| gate.append(advance_plan(&fx.snapshots, 23, 24)).map(drop),
+        )
+        .unwrap();
+    // The repeated plan is an idempotent no-op through the extended view.
+    let before = fully_loaded(&fx.fs).1;
+    other
+        .with_append_gate(
+            &session(),
+            workrail::store::SessionIntent::Continue,
+            |gate| gate.append(advance_plan(&fx.snapshots, 23, 24)).map(drop),
+        )
+        .unwrap();
+    assert_eq!(fully_loaded(&fx.fs).1, before);
+    drop(extended);
+    counting.take();
+
+    // What was appended is damaged: the verdict is a full load's.
+    fx.append(advance_plan(&fx.snapshots, 24, 25)).unwrap();
+    let mut manifest = fx
+        .fs
+        .read(&workrail::store::layout::manifest_path(&session()))
+        .unwrap()
+        .unwrap();
+    let damaged = manifest.len() - 10;
+    manifest[damaged] ^= 0x20;
+    fx.fs
+        .set_len(&workrail::store::layout::manifest_path(&session()), 0)
+        .unwrap();
+    fx.fs
+        .append(
+            &workrail::store::layout::manifest_path(&session()),
+            &manifest,
+        )
+        .unwrap();
+    let judged = other.load(&session()).unwrap();
+    assert_eq!(judged.health.kind(), fully_loaded(&fx.fs).0);
+    assert!(!judged.health.is_healthy());
+}
+
+/// D219: a view whose session was replaced by a longer one under the same id (its last record
+/// no longer ends where the view ends) is not extended: the load is a full one, and its answer
+/// is the new session's.
+///
+/// decision: D219
+#[test]
+fn a_view_of_a_replaced_session_is_loaded_afresh() {
+    let fx = Fixture::new();
+    fx.append(start_plan(&fx.snapshots)).unwrap();
+    fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
+    let counting = SegmentReads {
+        inner: fx.fs.clone(),
+        reads: Arc::default(),
+    };
+    let other = SessionStore::new(Arc::new(counting.clone()));
+    let view_bytes = fx
+        .fs
+        .len(&workrail::store::layout::manifest_path(&session()))
+        .unwrap()
+        .unwrap();
+    drop(other.load(&session()).unwrap());
+    counting.take();
+    // Replace the session: a different history, longer than the one the view holds.
+    fx.fs
+        .remove_dir_all(&workrail::store::layout::session_dir(&session()))
+        .unwrap();
+    let fresh = Fixture::on(fx.fs.clone());
+    for n in 1..=8 {
+        fresh.append(notes_plan(n)).unwrap();
+    }
+    let manifest = workrail::store::layout::manifest_path(&session());
+    assert!(
+        fx.fs.len(&manifest).unwrap() > Some(view_bytes),
+        "the new manifest is longer than the view's"
+    );
+    let loaded = other.load(&session()).unwrap();
+    let full = fully_loaded(&fx.fs);
+    assert_eq!(
+        counting.take(),
+        8,
+        "every segment of the new session is read"
+    );
+    let ids: Vec<String> = loaded
+        .events
+        .iter()
+        .map(|e| e.event_id().to_string())
+        .collect();
+    assert_eq!((loaded.health.kind(), ids), (full.0, full.3));
+}

@@ -11,6 +11,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::io;
+use std::sync::Arc;
 
 use workrail_spec::artifact::ArtifactError;
 use workrail_spec::dedupe::DedupeKey;
@@ -287,6 +288,23 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// A validator that has accepted `view`, a healthy view without a torn tail, so it is at a
+    /// transaction boundary with every snapshot it introduced pinned; the objects its events
+    /// reference count as checked (as a cached view's do, D60).
+    fn resumed(view: LoadedSession, objects: Option<&'a ObjectCheck>) -> Self {
+        let mut validator = Self::new(&view.session_id, objects);
+        validator.boundary = (
+            view.events.len(),
+            view.manifest.len(),
+            view.manifest_committed_bytes,
+        );
+        validator.events = view.events;
+        validator.manifest = view.manifest;
+        validator.pinned = view.pinned;
+        validator.dedupe = view.dedupe;
+        validator
+    }
+
     fn corruption(&self, reason: CorruptionReason, detail: impl ToString) -> Corruption {
         Corruption {
             reason,
@@ -542,8 +560,9 @@ impl<'a> Validator<'a> {
         })
     }
 
-    fn run(&mut self, fs: &dyn StoreFs, manifest: &[u8]) -> Result<(), Stop> {
-        let mut offset = 0usize;
+    /// Reads the manifest's records from byte `offset` on (0, or the end of a view the
+    /// validator was resumed from).
+    fn run(&mut self, fs: &dyn StoreFs, manifest: &[u8], mut offset: usize) -> Result<(), Stop> {
         while let Some(len) = manifest[offset..].iter().position(|&b| b == b'\n') {
             let line = &manifest[offset..offset + len];
             let mut record = std::str::from_utf8(line)
@@ -619,7 +638,7 @@ pub(crate) fn load_session(
         return lost_manifest(fs, session, objects);
     };
     let mut validator = Validator::new(session, objects);
-    let outcome = match validator.run(fs, &manifest) {
+    let outcome = match validator.run(fs, &manifest, 0) {
         Ok(()) => Ok(()),
         Err(Stop::Corrupt(c)) => Err(c),
         Err(Stop::Io(e)) => return Err(e),
@@ -636,6 +655,56 @@ pub(crate) fn load_session(
         return Ok(None);
     }
     Ok(Some(loaded))
+}
+
+/// Loads `session` past `view`, a healthy view of it read earlier whose manifest had no torn
+/// tail: only the manifest records after the view's end and the segments they attest are read
+/// and validated, against the view's dedupe index and pins, instead of the whole log (D219).
+/// `Ok(None)` when that cannot give exactly what a full load would: the manifest is gone or not
+/// longer, the view's last record is not the line that ends where the view ends (the session
+/// was replaced), or anything past the view is damaged or incomplete. A full load then decides,
+/// so every verdict other than healthy comes from a full read (as D104 does on PostgreSQL).
+///
+/// `view` is taken whole: when nothing else holds it, it is extended in place rather than
+/// copied.
+pub(crate) fn load_session_past(
+    fs: &dyn StoreFs,
+    view: Arc<LoadedSession>,
+    objects: Option<&ObjectCheck>,
+) -> io::Result<Option<LoadedSession>> {
+    if !view.health.is_healthy() || view.manifest_file_bytes != view.manifest_committed_bytes {
+        return Ok(None);
+    }
+    let Some(manifest) = fs.read(&layout::manifest_path(&view.session_id))? else {
+        return Ok(None);
+    };
+    let end = view.manifest_committed_bytes as usize;
+    if manifest.len() <= end {
+        return Ok(None);
+    }
+    let Some(last) = view.manifest.last() else {
+        return Ok(None);
+    };
+    let Ok(line) = workrail_spec::jcs::to_canonical_string(last) else {
+        return Ok(None);
+    };
+    let line = line.as_bytes();
+    let Some(start) = end.checked_sub(line.len() + 1) else {
+        return Ok(None);
+    };
+    if &manifest[start..end - 1] != line || manifest[end - 1] != b'\n' {
+        return Ok(None);
+    }
+    let mut validator = Validator::resumed(Arc::unwrap_or_clone(view), objects);
+    match validator.run(fs, &manifest, end) {
+        Ok(()) => {}
+        Err(Stop::Corrupt(_)) => return Ok(None),
+        Err(Stop::Io(e)) => return Err(e),
+    }
+    Ok(Some(validator.into_loaded(
+        SessionHealth::Healthy,
+        manifest.len() as u64,
+    )))
 }
 
 /// A session directory without `manifest.jsonl`: no session when it holds no event segment (a

@@ -42,7 +42,7 @@ use super::error::{Committed, StoreError};
 use super::fs::{LockError, LockGuard, StoreFs};
 use super::health::SessionHealth;
 use super::layout;
-use super::load::{LoadedSession, introduced_snapshots, load_session};
+use super::load::{LoadedSession, introduced_snapshots, load_session, load_session_past};
 use super::object_cache::{CacheBudget, ObjectCache};
 
 /// Plan size limits: the hybrid rotation thresholds (first hit wins).
@@ -255,21 +255,22 @@ impl SessionStore {
             .fs
             .len(&manifest)
             .map_err(|e| io_error(session, "stat manifest", e))?;
-        if let Some(cached) = self.cache.get(session)
+        let cached = self.cache.get(session);
+        if let Some(cached) = &cached
             // A torn tail may be cut and replaced by a record of the same length: only a view
             // without one is known to be current when the length matches.
             && ((cached.manifest_file_bytes == cached.manifest_committed_bytes
                 && Some(cached.manifest_file_bytes) == len)
                 || super::planted::is_planted(super::planted::PlantedBug::StaleSessionCache))
         {
-            return Ok(Some(cached));
+            return Ok(Some(Arc::clone(cached)));
         }
         let lock_path = layout::lock_path(session);
         let loaded = match self.fs.try_lock_shared(&lock_path) {
-            Ok(_shared) => self.load_from_disk(session)?,
+            Ok(_shared) => self.load_past(session, cached)?,
             Err(LockError::Io(e)) => return Err(io_error(session, "lock session for reading", e)),
             Err(LockError::Busy) => {
-                let optimistic = self.load_from_disk(session)?;
+                let optimistic = self.load_past(session, cached)?;
                 let suspicious = optimistic.as_ref().is_some_and(|l| !l.health.is_healthy());
                 if !suspicious
                     || super::planted::is_planted(super::planted::PlantedBug::UnlockedRead)
@@ -294,6 +295,28 @@ impl SessionStore {
             None => self.forget(session),
         }
         Ok(loaded)
+    }
+
+    /// Loads from disk what was appended past `cached` (the view this process holds) when that
+    /// is a healthy extension of it, else the whole session (D219): another process's commit
+    /// costs what it appended, not the session's length.
+    ///
+    /// The stale view leaves the cache first, so that when no call in flight holds it, it is
+    /// extended in place rather than copied.
+    fn load_past(
+        &self,
+        session: &SessionId,
+        cached: Option<Arc<LoadedSession>>,
+    ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        if let Some(view) = cached {
+            self.forget(session);
+            let past = load_session_past(&*self.fs, view, self.objects.as_ref())
+                .map_err(|e| io_error(session, "load session", e))?;
+            if let Some(past) = past {
+                return Ok(Some(Arc::new(past)));
+            }
+        }
+        self.load_from_disk(session)
     }
 
     fn load_from_disk(
@@ -468,14 +491,15 @@ impl SessionStore {
             .fs
             .len(&layout::manifest_path(session))
             .map_err(|e| io_error(session, "stat manifest", e))?;
-        if let Some(cached) = self.cache.get(session)
+        let cached = self.cache.get(session);
+        if let Some(cached) = &cached
             && ((cached.manifest_file_bytes == cached.manifest_committed_bytes
                 && Some(cached.manifest_file_bytes) == len)
                 || super::planted::is_planted(super::planted::PlantedBug::StaleSessionCache))
         {
-            return Ok(Some(cached));
+            return Ok(Some(Arc::clone(cached)));
         }
-        self.load_from_disk(session)
+        self.load_past(session, cached)
     }
 }
 
