@@ -1415,3 +1415,26 @@ fn a_view_of_a_replaced_session_is_loaded_afresh() {
         .collect();
     assert_eq!((loaded.health.kind(), ids), (full.0, full.3));
 }
+
+/// `read_from` answers the bytes `read` answers from an offset on, for `OsFs` (which seeks)
+/// and `MemFs` (the trait's default): from the start, the middle, the end and past it, and
+/// `None` for a missing file.
+///
+/// decision: D219
+#[test]
+fn read_from_answers_the_end_of_what_read_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let os = OsFs::new(dir.path());
+    let mem = MemFs::new();
+    let path = Path::new("sessions/x/manifest.jsonl");
+    let bytes = b"{\"a\":1}\n{\"b\":2}\n{\"c\":";
+    for fs in [&os as &dyn StoreFs, &mem as &dyn StoreFs] {
+        fs.create_dir_all(Path::new("sessions/x")).unwrap();
+        fs.write_new(path, bytes).unwrap();
+        for offset in [0, 1, 8, bytes.len() as u64, bytes.len() as u64 + 5] {
+            let want = bytes.get(offset as usize..).unwrap_or_default().to_vec();
+            assert_eq!(fs.read_from(path, offset).unwrap(), Some(want), "{offset}");
+        }
+        assert_eq!(fs.read_from(Path::new("sessions/x/none"), 3).unwrap(), None);
+    }
+}

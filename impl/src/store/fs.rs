@@ -77,6 +77,19 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Reads a whole file; `Ok(None)` when it does not exist.
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Reads a file from byte `offset` to its end (nothing when it is not longer); `Ok(None)`
+    /// when it does not exist. A load past a view held in memory reads only the manifest's
+    /// end this way (D219).
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.read(path)?.map(|mut bytes| {
+            bytes.drain(
+                ..bytes
+                    .len()
+                    .min(usize::try_from(offset).unwrap_or(usize::MAX)),
+            );
+            bytes
+        }))
+    }
     /// The file's length; `Ok(None)` when it does not exist.
     fn len(&self, path: &Path) -> io::Result<Option<u64>>;
     /// [`len`](Self::len) of each of `files`, paths relative to `dir`, in order: what
@@ -429,6 +442,17 @@ impl StoreFs for OsFs {
 
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
         not_found_as_none(fs::read(self.abs(path)))
+    }
+
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Option<Vec<u8>>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let Some(mut file) = not_found_as_none(fs::File::open(self.abs(path)))? else {
+            return Ok(None);
+        };
+        file.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
     }
 
     fn len(&self, path: &Path) -> io::Result<Option<u64>> {

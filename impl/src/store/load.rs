@@ -247,6 +247,8 @@ struct Validator<'a> {
     objects: Option<&'a ObjectCheck>,
     /// Pinned workflows already found intact in this session.
     workflows_checked: HashSet<workrail_spec::ids::WorkflowHash>,
+    /// Whether it was resumed from a view ([`Validator::resumed`]).
+    resumed: bool,
 }
 
 /// Why validation stopped: damage (a verdict), or an I/O error (no verdict at all).
@@ -285,6 +287,7 @@ impl<'a> Validator<'a> {
             boundary: (0, 0, 0),
             objects,
             workflows_checked: HashSet::new(),
+            resumed: false,
         }
     }
 
@@ -302,6 +305,7 @@ impl<'a> Validator<'a> {
         validator.manifest = view.manifest;
         validator.pinned = view.pinned;
         validator.dedupe = view.dedupe;
+        validator.resumed = true;
         validator
     }
 
@@ -329,9 +333,13 @@ impl<'a> Validator<'a> {
                 })
                 .collect();
         }
-        // Exact vectors: appends then grow them by an eighth at a time (`reserve_bounded`).
-        self.events.shrink_to_fit();
-        self.manifest.shrink_to_fit();
+        // Exact vectors: appends then grow them by an eighth at a time (`reserve_bounded`). A
+        // resumed view keeps the room it had: shrinking it on every load past another
+        // process's commit, then growing it again, would move the whole log each time.
+        if !self.resumed {
+            self.events.shrink_to_fit();
+            self.manifest.shrink_to_fit();
+        }
         LoadedSession {
             session_id: self.session_id,
             events: self.events,
@@ -560,9 +568,16 @@ impl<'a> Validator<'a> {
         })
     }
 
-    /// Reads the manifest's records from byte `offset` on (0, or the end of a view the
-    /// validator was resumed from).
-    fn run(&mut self, fs: &dyn StoreFs, manifest: &[u8], mut offset: usize) -> Result<(), Stop> {
+    /// Reads the manifest's records in `manifest` from its byte `offset` on; `manifest` holds
+    /// the file's bytes from byte `base` (0, or near the end of a view the validator was
+    /// resumed from).
+    fn run(
+        &mut self,
+        fs: &dyn StoreFs,
+        manifest: &[u8],
+        mut offset: usize,
+        base: u64,
+    ) -> Result<(), Stop> {
         while let Some(len) = manifest[offset..].iter().position(|&b| b == b'\n') {
             let line = &manifest[offset..offset + len];
             let mut record = std::str::from_utf8(line)
@@ -616,7 +631,7 @@ impl<'a> Validator<'a> {
             self.manifest.push(record);
             offset += len + 1;
             if self.awaiting_pins.is_empty() {
-                self.boundary = (self.events.len(), self.manifest.len(), offset as u64);
+                self.boundary = (self.events.len(), self.manifest.len(), base + offset as u64);
             }
         }
         match self.missing_pins() {
@@ -638,7 +653,7 @@ pub(crate) fn load_session(
         return lost_manifest(fs, session, objects);
     };
     let mut validator = Validator::new(session, objects);
-    let outcome = match validator.run(fs, &manifest, 0) {
+    let outcome = match validator.run(fs, &manifest, 0, 0) {
         Ok(()) => Ok(()),
         Err(Stop::Corrupt(c)) => Err(c),
         Err(Stop::Io(e)) => return Err(e),
@@ -675,35 +690,34 @@ pub(crate) fn load_session_past(
     if !view.health.is_healthy() || view.manifest_file_bytes != view.manifest_committed_bytes {
         return Ok(None);
     }
-    let Some(manifest) = fs.read(&layout::manifest_path(&view.session_id))? else {
-        return Ok(None);
-    };
-    let end = view.manifest_committed_bytes as usize;
-    if manifest.len() <= end {
-        return Ok(None);
-    }
+    let end = view.manifest_committed_bytes;
     let Some(last) = view.manifest.last() else {
         return Ok(None);
     };
     let Ok(line) = workrail_spec::jcs::to_canonical_string(last) else {
         return Ok(None);
     };
-    let line = line.as_bytes();
-    let Some(start) = end.checked_sub(line.len() + 1) else {
+    let mut line = line.into_bytes();
+    line.push(b'\n');
+    // Only the view's last line and what follows it are read.
+    let Some(start) = end.checked_sub(line.len() as u64) else {
         return Ok(None);
     };
-    if &manifest[start..end - 1] != line || manifest[end - 1] != b'\n' {
+    let Some(tail) = fs.read_from(&layout::manifest_path(&view.session_id), start)? else {
+        return Ok(None);
+    };
+    if tail.len() <= line.len() || tail[..line.len()] != line[..] {
         return Ok(None);
     }
     let mut validator = Validator::resumed(Arc::unwrap_or_clone(view), objects);
-    match validator.run(fs, &manifest, end) {
+    match validator.run(fs, &tail, line.len(), start) {
         Ok(()) => {}
         Err(Stop::Corrupt(_)) => return Ok(None),
         Err(Stop::Io(e)) => return Err(e),
     }
     Ok(Some(validator.into_loaded(
         SessionHealth::Healthy,
-        manifest.len() as u64,
+        start + tail.len() as u64,
     )))
 }
 
