@@ -932,6 +932,8 @@ fn every_answered_append_survives_a_power_cut_right_after_its_answer() {
 struct OrderFs {
     inner: MemFs,
     log: Arc<std::sync::Mutex<Vec<(&'static str, std::path::PathBuf)>>>,
+    /// Event segments read through it: what a load costs (D219).
+    segment_reads: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl OrderFs {
@@ -941,6 +943,20 @@ impl OrderFs {
 
     fn take(&self) -> Vec<(&'static str, std::path::PathBuf)> {
         std::mem::take(&mut *self.log.lock().unwrap())
+    }
+
+    fn on(inner: MemFs) -> Self {
+        Self {
+            inner,
+            log: Arc::default(),
+            segment_reads: Arc::default(),
+        }
+    }
+
+    /// The event segments read since the last call.
+    fn take_segment_reads(&self) -> usize {
+        self.segment_reads
+            .swap(0, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -985,6 +1001,10 @@ impl StoreFs for OrderFs {
         self.inner.sync_dir(dir)
     }
     fn read(&self, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        if path.components().any(|c| c.as_os_str() == "events") {
+            self.segment_reads
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.inner.read(path)
     }
     fn len(&self, path: &Path) -> std::io::Result<Option<u64>> {
@@ -1039,10 +1059,7 @@ impl StoreFs for OrderFs {
 #[test]
 fn the_manifest_is_fsynced_after_the_record_is_written_and_before_the_append_returns() {
     let mem = MemFs::new();
-    let fs = OrderFs {
-        inner: mem.clone(),
-        log: Arc::default(),
-    };
+    let fs = OrderFs::on(mem.clone());
     let shared: Arc<dyn StoreFs> = Arc::new(fs.clone());
     let fx = Fixture {
         store: SessionStore::new(Arc::clone(&shared)),
@@ -1172,90 +1189,6 @@ fn a_stored_pin_record_missing_a_required_field_makes_the_session_unhealthy() {
     }
 }
 
-/// A MemFs that counts the event segments read through it: what a load costs.
-#[derive(Debug, Clone)]
-struct SegmentReads {
-    inner: MemFs,
-    reads: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl SegmentReads {
-    fn take(&self) -> usize {
-        self.reads.swap(0, std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl StoreFs for SegmentReads {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn create_dir(&self, dir: &Path) -> std::io::Result<bool> {
-        self.inner.create_dir(dir)
-    }
-    fn write_new(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        self.inner.write_new(path, bytes)
-    }
-    fn append(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        self.inner.append(path, bytes)
-    }
-    fn set_len(&self, path: &Path, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(path, len)
-    }
-    fn sync_file(&self, path: &Path) -> std::io::Result<()> {
-        self.inner.sync_file(path)
-    }
-    fn touch(&self, path: &Path) -> std::io::Result<()> {
-        self.inner.touch(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn read(&self, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-        if path.components().any(|c| c.as_os_str() == "events") {
-            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        self.inner.read(path)
-    }
-    fn len(&self, path: &Path) -> std::io::Result<Option<u64>> {
-        self.inner.len(path)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        self.inner.list_dir(dir)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        self.inner.remove_file(path)
-    }
-    fn remove_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.remove_dir_all(dir)
-    }
-    fn write_private(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        self.inner.write_private(path, bytes)
-    }
-    fn try_lock(
-        &self,
-        path: &Path,
-    ) -> Result<Box<dyn workrail::store::fs::LockGuard>, workrail::store::fs::LockError> {
-        self.inner.try_lock(path)
-    }
-    fn try_lock_existing(
-        &self,
-        path: &Path,
-    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
-    {
-        self.inner.try_lock_existing(path)
-    }
-    fn try_lock_shared(
-        &self,
-        path: &Path,
-    ) -> Result<Option<Box<dyn workrail::store::fs::LockGuard>>, workrail::store::fs::LockError>
-    {
-        self.inner.try_lock_shared(path)
-    }
-}
-
 /// What a fresh process's full load of the session gives (health, events, records).
 fn fully_loaded(fs: &MemFs) -> (SessionHealthKind, usize, usize, Vec<String>) {
     let store = SessionStore::new(Arc::new(fs.clone()));
@@ -1287,19 +1220,24 @@ fn a_view_is_extended_by_reading_only_what_another_process_appended() {
     for to in 1..=20u8 {
         fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
     }
-    let counting = SegmentReads {
-        inner: fx.fs.clone(),
-        reads: Arc::default(),
-    };
+    let counting = OrderFs::on(fx.fs.clone());
     let other = SessionStore::new(Arc::new(counting.clone()));
     let first = other.load(&session()).unwrap();
-    assert_eq!(counting.take(), 21, "a first load reads every segment");
+    assert_eq!(
+        counting.take_segment_reads(),
+        21,
+        "a first load reads every segment"
+    );
     drop(first);
     for to in 21..=23u8 {
         fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
     }
     let extended = other.load(&session()).unwrap();
-    assert_eq!(counting.take(), 3, "only the 3 new segments are read");
+    assert_eq!(
+        counting.take_segment_reads(),
+        3,
+        "only the 3 new segments are read"
+    );
     let full = fully_loaded(&fx.fs);
     assert_eq!(full.0, SessionHealthKind::Healthy);
     assert_eq!(extended.health.kind(), full.0);
@@ -1341,7 +1279,7 @@ fn a_view_is_extended_by_reading_only_what_another_process_appended() {
         .unwrap();
     assert_eq!(fully_loaded(&fx.fs).1, before);
     drop(extended);
-    counting.take();
+    counting.take_segment_reads();
 
     // What was appended is damaged: the verdict is a full load's.
     fx.append(advance_plan(&fx.snapshots, 24, 25)).unwrap();
@@ -1376,10 +1314,7 @@ fn a_view_of_a_replaced_session_is_loaded_afresh() {
     let fx = Fixture::new();
     fx.append(start_plan(&fx.snapshots)).unwrap();
     fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
-    let counting = SegmentReads {
-        inner: fx.fs.clone(),
-        reads: Arc::default(),
-    };
+    let counting = OrderFs::on(fx.fs.clone());
     let other = SessionStore::new(Arc::new(counting.clone()));
     let view_bytes = fx
         .fs
@@ -1387,7 +1322,7 @@ fn a_view_of_a_replaced_session_is_loaded_afresh() {
         .unwrap()
         .unwrap();
     drop(other.load(&session()).unwrap());
-    counting.take();
+    counting.take_segment_reads();
     // Replace the session: a different history, longer than the one the view holds.
     fx.fs
         .remove_dir_all(&workrail::store::layout::session_dir(&session()))
@@ -1404,7 +1339,7 @@ fn a_view_of_a_replaced_session_is_loaded_afresh() {
     let loaded = other.load(&session()).unwrap();
     let full = fully_loaded(&fx.fs);
     assert_eq!(
-        counting.take(),
+        counting.take_segment_reads(),
         8,
         "every segment of the new session is read"
     );
