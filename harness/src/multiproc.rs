@@ -30,6 +30,10 @@
 //! - [`db_outage`] (PostgreSQL only, `db_outage.rs`): the kill storm's clients while the
 //!   database server itself is killed and brought back under servers that keep running; calls
 //!   during an outage must answer a clear retryable error and are sent again.
+//! - [`disk_full`] (file store only, `disk_full.rs`): the kill storm on a data directory whose
+//!   filesystem (a tmpfs of its own) is filled to `ENOSPC` and freed at seeded moments; calls
+//!   refused for want of space must answer a clear retryable error and are sent again, and
+//!   every session is continuable once the disk is free.
 //! - [`gc_storm`] (`gc_storm.rs`): the kill storm (its servers, clients and killer) while a loop
 //!   of `workrail gc --ttl-days 0` processes, one at a time or now and then two at once, some of
 //!   them `kill -9`ed mid-run, deletes every session nobody holds locked. A client whose session
@@ -84,9 +88,9 @@
 //! wholly absent is `half_deleted`; a gc not killed by the harness that exits non-zero, and a
 //! last gc (servers stopped) that fails, is in safe mode or leaves a session, is `gc_failures`.
 //!
-//! Everything but `session_locked` (and the allowed counts of [`db_outage`] and [`gc_storm`])
-//! must be 0. Loops are bounded in time and count; every child process is killed when its handle
-//! drops (also on panic).
+//! Everything but `session_locked` (and the allowed counts of [`db_outage`], [`disk_full`] and
+//! [`gc_storm`]) must be 0. Loops are bounded in time and count; every child process is killed
+//! when its handle drops (also on panic).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -107,10 +111,12 @@ use crate::multirun::payload;
 use crate::system::workrail_binary;
 
 mod db_outage;
+mod disk_full;
 mod gc_storm;
 mod lanes;
 mod language;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
+pub use disk_full::{disk_error_problem, disk_full};
 pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter};
 pub use lanes::{lane_storm, lane_storm_with_an_undriven_lane};
 
@@ -298,8 +304,8 @@ pub struct Report {
     /// [`db_outage`], allowed: `STORE_IO_ERROR` answers that are retryable and say to retry
     /// (and that the database is the cause), each retried with the same arguments.
     pub outage_errors: u64,
-    /// [`db_outage`]: acks answered after an outage error on the same call (the same
-    /// arguments sent again: a replay of what had committed, or the commit).
+    /// [`db_outage`], [`disk_full`]: acks answered after an outage or full-disk error on the
+    /// same call (the same arguments sent again: a replay of what had committed, or the commit).
     pub outage_retried_acks: u64,
     /// [`db_outage`]: storage errors during an outage that are not retryable or do not say what
     /// to do (see [`outage_error_problem`]).
@@ -309,6 +315,20 @@ pub struct Report {
     pub servers_down: u64,
     /// [`db_outage`]: what each database kill was.
     pub faults: Vec<String>,
+    /// [`disk_full`]: times the filler filled the disk, and what it wrote to do so.
+    pub disk_fills: u64,
+    pub disk_filled_bytes: u64,
+    /// [`disk_full`], allowed: `STORE_IO_ERROR` answers that are retryable, name `ENOSPC` and
+    /// say to free disk space, each retried with the same arguments.
+    pub disk_full_errors: u64,
+    /// [`disk_full`]: storage errors on a full disk that are not clear (see
+    /// [`disk_error_problem`]).
+    pub unclear_disk_errors: u64,
+    /// [`disk_full`]: rehydrates refused on a full disk (a read needs no space).
+    pub reads_refused: u64,
+    /// [`disk_full`]: clients whose latest node could not be acknowledged at the first try once
+    /// the disk was free, on the server that lived through it.
+    pub not_continuable: u64,
     /// [`gc_storm`]: `workrail gc` processes run beside the clients.
     pub gc_runs: u64,
     /// [`gc_storm`]: gc processes the harness killed with SIGKILL mid-run.
@@ -396,6 +416,7 @@ impl Report {
             self.seed,
         ) + &self.language_counts()
             + &self.outage_counts()
+            + &self.disk_counts()
             + &self.gc_counts()
             + &self.lane_counts()
     }
@@ -413,7 +434,7 @@ impl Report {
 
     /// The counts of the language runs of the storm clients (empty for the other scenarios).
     fn language_counts(&self) -> String {
-        if !matches!(self.scenario, "kill_storm" | "db_outage")
+        if !matches!(self.scenario, "kill_storm" | "db_outage" | "disk_full")
             && !self.scenario.starts_with("gc_storm")
         {
             return String::new();
@@ -439,6 +460,23 @@ impl Report {
         )
     }
 
+    /// The counts of [`disk_full`] (empty for the other scenarios).
+    fn disk_counts(&self) -> String {
+        if self.scenario != "disk_full" {
+            return String::new();
+        }
+        format!(
+            " disk_fills={} disk_filled_mib={} disk_full_errors={} retried_acks={} unclear_disk_errors={} reads_refused={} not_continuable={}",
+            self.disk_fills,
+            self.disk_filled_bytes >> 20,
+            self.disk_full_errors,
+            self.outage_retried_acks,
+            self.unclear_disk_errors,
+            self.reads_refused,
+            self.not_continuable,
+        )
+    }
+
     /// The counts of [`gc_storm`] (empty for the other scenarios).
     fn gc_counts(&self) -> String {
         if !self.scenario.starts_with("gc_storm") {
@@ -460,7 +498,7 @@ impl Report {
     }
 
     /// The sum of every count that must be 0 (all but `session_locked`, and the allowed counts
-    /// of [`db_outage`] and [`gc_storm`]).
+    /// of [`db_outage`], [`disk_full`] and [`gc_storm`]).
     pub fn failures(&self) -> u64 {
         self.lost_events
             + self.duplicate_attempts
@@ -474,6 +512,9 @@ impl Report {
             + self.locked_not_retryable
             + self.unclear_outage_errors
             + self.servers_down
+            + self.unclear_disk_errors
+            + self.reads_refused
+            + self.not_continuable
             + self.gc_failures
             + self.half_deleted
             + self.gc_race_errors
@@ -980,6 +1021,9 @@ impl Drop for CliChild {
 
 #[derive(Debug)]
 struct Lab {
+    /// [`disk_full`]: the data directory's own filesystem (before `dir`: it is unmounted before
+    /// the temporary directory is removed).
+    disk: Option<disk_full::Tmpfs>,
     dir: tempfile::TempDir,
     binary: PathBuf,
     book: Mutex<Book>,
@@ -994,6 +1038,8 @@ struct Lab {
     /// [`gc_storm`]: sessions may be deleted under their clients; an error about a session is
     /// judged at the end by whether it still exists.
     deletions: bool,
+    /// [`disk_full`]: storage errors are the disk being full, retried when they say so.
+    disk_faults: bool,
 }
 
 impl Lab {
@@ -1020,6 +1066,7 @@ impl Lab {
         }
         let now = Instant::now();
         Ok(Self {
+            disk: None,
             dir,
             binary: std::env::var_os(BINARY_ENV).map_or_else(workrail_binary, PathBuf::from),
             book: Mutex::new(Book {
@@ -1038,11 +1085,15 @@ impl Lab {
             postgres: config.postgres.clone(),
             outages: false,
             deletions: false,
+            disk_faults: false,
         })
     }
 
     fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        match self.disk {
+            Some(_) => self.dir.path().join("disk").join("data"),
+            None => self.dir.path().join("data"),
+        }
     }
 
     fn logs(&self) -> PathBuf {
@@ -1148,6 +1199,18 @@ impl Lab {
                     if self.outages && envelope.code == ErrorCode::StoreIoError =>
                 {
                     match self.outage_error(tool, &envelope) {
+                        Some(wait) => {
+                            outage_tries += 1;
+                            std::thread::sleep(wait);
+                            continue;
+                        }
+                        None => return None,
+                    }
+                }
+                Ok(Answer::Err(envelope))
+                    if self.disk_faults && envelope.code == ErrorCode::StoreIoError =>
+                {
+                    match self.disk_error(tool, args, &envelope) {
                         Some(wait) => {
                             outage_tries += 1;
                             std::thread::sleep(wait);

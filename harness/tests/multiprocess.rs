@@ -213,3 +213,28 @@ fn the_lane_checks_catch_a_lane_missing_at_the_fan_in() {
     println!("{}", report.line());
     assert!(report.lanes_lost > 0, "{}", report.line());
 }
+
+/// A real full disk under servers killed mid-call: the data directory's filesystem is filled to
+/// `ENOSPC` and freed again and again. Every call it refuses answers a clear retryable error
+/// naming the full disk, sent again with the same arguments; a rehydrate is never refused; no
+/// acknowledged advance is lost or recorded twice; and once the disk is free every session is
+/// healthy and its latest node is acknowledged at the first try. Skipped, with the reason, where
+/// the harness may not mount a tmpfs (it needs root).
+///
+/// lock: L-STORE-ATOMIC-WRITE, L-ERR-SELF-CORRECTING, L-TOKEN-REPLAY-FACTS
+#[test]
+fn a_disk_filled_and_freed_under_killed_servers_loses_nothing_and_every_session_goes_on() {
+    let _serial = serial();
+    let report = match multiproc::disk_full(&config()) {
+        Ok(report) => report,
+        Err(e) if e.contains("needs root") => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_sound(&report);
+    assert!(report.disk_fills > 0, "{}", report.line());
+    assert!(report.disk_full_errors > 0, "{}", report.line());
+    assert!(report.kills > 0, "{}", report.line());
+}

@@ -732,9 +732,8 @@ fn serve_mcp(
         }
         Err(why) => return Err(why),
     };
-    // Recorded (with its lock held) until the server exits (decision D85).
-    let _record = crate::control::servers::register_this_server(&dir, workrail.features())
-        .map_err(|e| envelope_text(&e))?;
+    // Recorded (with its lock held) until the server exits (decisions D85, D220).
+    let _record = crate::control::servers::keep_this_server_registered(&dir, workrail.features());
     start_repo_sync(data_dir)?;
     run_transport(Arc::new(workrail), &dir, transport)?;
     Ok(ExitCode::SUCCESS)
@@ -785,8 +784,7 @@ fn serve_until_the_store_opens(
     eprintln!(
         "workrail: serving MCP without its store for now; each tool call tries to open it again:\n{why}"
     );
-    let _record = crate::control::servers::register_this_server(&dir, &features)
-        .map_err(|e| envelope_text(&e))?;
+    let _record = crate::control::servers::keep_this_server_registered(&dir, &features);
     let described = store.describe();
     let backend = crate::mcp::OpeningBackend::new(
         move || {

@@ -90,8 +90,11 @@ impl ServerRegistration {
         let mut text = serde_json::to_string_pretty(&record)
             .map_err(|e| io_envelope("cannot serialize the server record", e))?;
         text.push('\n');
-        fs.write_private(&record_path(&server_id), text.as_bytes())
-            .map_err(|e| io_envelope("cannot write the server record", e))?;
+        if let Err(e) = fs.write_private(&record_path(&server_id), text.as_bytes()) {
+            // No lock file without its record: a retry mints another id.
+            let _ = fs.remove_file(&lock_path(&server_id));
+            return Err(io_envelope("cannot write the server record", e));
+        }
         tracing::info!(server = %server_id, hash = %record.applied_config_hash, "server record written");
         Ok(ServerRegistration {
             fs,
@@ -235,6 +238,110 @@ pub fn read_servers(fs: &dyn StoreFs) -> Result<ServerList, ErrorEnvelope> {
             .cmp(&(&b.record.started_at, &b.record.server_id))
     });
     Ok(list)
+}
+
+/// How long a server that could not write its record waits before the first retry; each
+/// retry doubles it, up to [`REGISTER_RETRY_MAX`].
+const REGISTER_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+const REGISTER_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// This server's record for the process's lifetime, written at start or, when that failed, by
+/// a thread that retries until it can (decision D220): the record only shows the server in the
+/// Console, so a full disk at start must not keep a server from serving
+/// the sessions it can read. Dropping it removes the record (and stops the retries).
+#[derive(Debug)]
+pub struct KeptRegistration {
+    shared: Arc<KeptShared>,
+}
+
+#[derive(Debug, Default)]
+struct KeptShared {
+    /// The record once written; `stopped` once the server is exiting (under the same lock,
+    /// so a record written at that moment is removed at once).
+    slot: std::sync::Mutex<(Option<ServerRegistration>, bool)>,
+}
+
+impl KeptRegistration {
+    /// Whether the record is written (so far).
+    pub fn is_written(&self) -> bool {
+        self.shared
+            .slot
+            .lock()
+            .map(|slot| slot.0.is_some())
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for KeptRegistration {
+    fn drop(&mut self) {
+        let taken = match self.shared.slot.lock() {
+            Ok(mut slot) => {
+                slot.1 = true;
+                slot.0.take()
+            }
+            Err(poisoned) => poisoned.into_inner().0.take(),
+        };
+        drop(taken);
+    }
+}
+
+/// Registers this process (see [`register_this_server`]); when that fails, says so on stderr
+/// and retries in the background, with a growing pause, until the record is written.
+pub fn keep_this_server_registered(
+    data_dir: &Path,
+    features: &crate::features::Features,
+) -> KeptRegistration {
+    let shared = Arc::new(KeptShared::default());
+    let first = match register_this_server(data_dir, features) {
+        Ok(registration) => {
+            if let Ok(mut slot) = shared.slot.lock() {
+                slot.0 = Some(registration);
+            }
+            return KeptRegistration { shared };
+        }
+        Err(e) => e,
+    };
+    eprintln!(
+        "workrail: warning: serving without this server's record in servers/ for now ({}); \
+         sessions are served as usual, and the record is written once it can be (retried in the \
+         background), so the Console may not list this server until then. {}",
+        first.message, first.suggestion
+    );
+    let retry = Arc::clone(&shared);
+    let (dir, features) = (data_dir.to_owned(), features.clone());
+    let spawned = std::thread::Builder::new()
+        .name("workrail-register".to_owned())
+        .spawn(move || {
+            let mut pause = REGISTER_RETRY_FIRST;
+            loop {
+                std::thread::sleep(pause);
+                if retry.slot.lock().map_or(true, |slot| slot.1) {
+                    return;
+                }
+                match register_this_server(&dir, &features) {
+                    Ok(registration) => {
+                        let mut slot = match retry.slot.lock() {
+                            Ok(slot) => slot,
+                            Err(_) => return,
+                        };
+                        if !slot.1 {
+                            slot.0 = Some(registration);
+                            tracing::info!("server record written after an earlier failure");
+                        }
+                        // Exiting: `registration` drops here, removing the record.
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e.message, "server record still not written");
+                        pause = (pause * 2).min(REGISTER_RETRY_MAX);
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("workrail: warning: cannot start the thread that retries the server record: {e}");
+    }
+    KeptRegistration { shared }
 }
 
 /// Registers this process as a server on `data_dir` with the flags it loaded and the sources
