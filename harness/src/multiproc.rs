@@ -34,6 +34,10 @@
 //!   filesystem (a tmpfs of its own) is filled to `ENOSPC` and freed at seeded moments; calls
 //!   refused for want of space must answer a clear retryable error and are sent again, and
 //!   every session is continuable once the disk is free.
+//! - [`io_errors`] (file store only, `io_errors.rs`): the kill storm with `EIO` injected into a
+//!   share of its servers' reads, writes and syncs of data files in seeded bursts (a preloaded
+//!   library); calls failed that way must answer a clear retryable error and are sent again,
+//!   and every session is continuable once the bursts stop.
 //! - [`gc_storm`] (`gc_storm.rs`): the kill storm (its servers, clients and killer) while a loop
 //!   of `workrail gc --ttl-days 0` processes, one at a time or now and then two at once, some of
 //!   them `kill -9`ed mid-run, deletes every session nobody holds locked. A client whose session
@@ -113,11 +117,13 @@ use crate::system::workrail_binary;
 mod db_outage;
 mod disk_full;
 mod gc_storm;
+mod io_errors;
 mod lanes;
 mod language;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
 pub use disk_full::{disk_error_problem, disk_full};
 pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter};
+pub use io_errors::{io_error_problem, io_errors};
 pub use lanes::{lane_storm, lane_storm_with_an_undriven_lane};
 
 /// Seconds each scenario drives its servers (default [`Config::DEFAULT_SECS`]).
@@ -326,9 +332,17 @@ pub struct Report {
     pub unclear_disk_errors: u64,
     /// [`disk_full`]: rehydrates refused on a full disk (a read needs no space).
     pub reads_refused: u64,
-    /// [`disk_full`]: clients whose latest node could not be acknowledged at the first try once
-    /// the disk was free, on the server that lived through it.
+    /// [`disk_full`], [`io_errors`]: clients whose latest node could not be acknowledged at the
+    /// first try once the faults were over, on the server that lived through them.
     pub not_continuable: u64,
+    /// [`io_errors`]: bursts of injected errors.
+    pub io_bursts: u64,
+    /// [`io_errors`], allowed: `STORE_IO_ERROR` answers that are retryable and name the I/O
+    /// error, each retried with the same arguments.
+    pub io_fault_errors: u64,
+    /// [`io_errors`]: storage errors under injected faults that are not clear (see
+    /// [`io_error_problem`]).
+    pub unclear_io_errors: u64,
     /// [`gc_storm`]: `workrail gc` processes run beside the clients.
     pub gc_runs: u64,
     /// [`gc_storm`]: gc processes the harness killed with SIGKILL mid-run.
@@ -417,6 +431,7 @@ impl Report {
         ) + &self.language_counts()
             + &self.outage_counts()
             + &self.disk_counts()
+            + &self.io_counts()
             + &self.gc_counts()
             + &self.lane_counts()
     }
@@ -434,8 +449,10 @@ impl Report {
 
     /// The counts of the language runs of the storm clients (empty for the other scenarios).
     fn language_counts(&self) -> String {
-        if !matches!(self.scenario, "kill_storm" | "db_outage" | "disk_full")
-            && !self.scenario.starts_with("gc_storm")
+        if !matches!(
+            self.scenario,
+            "kill_storm" | "db_outage" | "disk_full" | "io_errors"
+        ) && !self.scenario.starts_with("gc_storm")
         {
             return String::new();
         }
@@ -473,6 +490,21 @@ impl Report {
             self.outage_retried_acks,
             self.unclear_disk_errors,
             self.reads_refused,
+            self.not_continuable,
+        )
+    }
+
+    /// The counts of [`io_errors`] (empty for the other scenarios).
+    fn io_counts(&self) -> String {
+        if self.scenario != "io_errors" {
+            return String::new();
+        }
+        format!(
+            " io_bursts={} io_fault_errors={} retried_acks={} unclear_io_errors={} not_continuable={}",
+            self.io_bursts,
+            self.io_fault_errors,
+            self.outage_retried_acks,
+            self.unclear_io_errors,
             self.not_continuable,
         )
     }
@@ -515,6 +547,7 @@ impl Report {
             + self.unclear_disk_errors
             + self.reads_refused
             + self.not_continuable
+            + self.unclear_io_errors
             + self.gc_failures
             + self.half_deleted
             + self.gc_race_errors
@@ -1040,6 +1073,10 @@ struct Lab {
     deletions: bool,
     /// [`disk_full`]: storage errors are the disk being full, retried when they say so.
     disk_faults: bool,
+    /// [`io_errors`]: the library every process of the lab preloads.
+    shim: Option<io_errors::Shim>,
+    /// [`io_errors`]: storage errors are injected ones, retried when they say so.
+    io_faults: bool,
 }
 
 impl Lab {
@@ -1086,6 +1123,8 @@ impl Lab {
             outages: false,
             deletions: false,
             disk_faults: false,
+            shim: None,
+            io_faults: false,
         })
     }
 
@@ -1150,6 +1189,9 @@ impl Lab {
             .env_remove("WORKRAIL_LOCK_WAIT_MS")
             .env_remove("WORKRAIL_FEATURES")
             .current_dir(self.dir.path().join("home"));
+        if let Some(shim) = &self.shim {
+            command.envs(shim.environment(data_dir));
+        }
         command
     }
 
@@ -1211,6 +1253,18 @@ impl Lab {
                     if self.disk_faults && envelope.code == ErrorCode::StoreIoError =>
                 {
                     match self.disk_error(tool, args, &envelope) {
+                        Some(wait) => {
+                            outage_tries += 1;
+                            std::thread::sleep(wait);
+                            continue;
+                        }
+                        None => return None,
+                    }
+                }
+                Ok(Answer::Err(envelope))
+                    if self.io_faults && envelope.code == ErrorCode::StoreIoError =>
+                {
+                    match self.injected_io_error(tool, &envelope) {
                         Some(wait) => {
                             outage_tries += 1;
                             std::thread::sleep(wait);

@@ -944,6 +944,51 @@ fn a_server_started_on_a_full_disk_serves_and_writes_its_record_once_space_is_fr
     );
 }
 
+/// A file store that fails to open for an I/O error at start (here the keyring reads as a
+/// directory: EISDIR, as an EIO would) does not end the server (decision D221): it answers
+/// `initialize`, each tool call answers the clear retryable error, and once the keyring reads
+/// again the next call opens the store and the session's old token still works, with no
+/// restart.
+///
+/// lock: L-ERR-SELF-CORRECTING
+/// decision: D221
+#[test]
+fn a_file_store_that_fails_to_open_for_an_io_error_is_opened_on_a_later_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut first = Server::start(&data);
+    let s0 = first.exec("start_workflow", json!({"workflowId": "wr.coding_task"}));
+    assert!(first.close().success());
+    let keyring = data.join("keys").join("keyring.json");
+    let aside = data.join("keys").join("keyring.aside");
+    std::fs::rename(&keyring, &aside).unwrap();
+    std::fs::create_dir(&keyring).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&keyring, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    let mut server = Server::start(&data);
+    let refused = server.error("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+    assert_eq!(refused["code"], "STORE_IO_ERROR", "{refused}");
+    assert_eq!(refused["retry"]["kind"], "retryable_after_ms", "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains("keyring") && message.contains("recorded nothing"),
+        "{refused}"
+    );
+
+    std::fs::remove_dir(&keyring).unwrap();
+    std::fs::rename(&aside, &keyring).unwrap();
+    let back = server.exec("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+    assert_eq!(back["pending"], s0["pending"]);
+    server.exec(
+        "continue_workflow",
+        ack_args(&s0, "once the keyring read again"),
+    );
+    assert!(server.close().success());
+}
+
 /// Every line a client sends gets an answer, so no client waits forever: a truncated request, a
 /// line that is not JSON, a lone-surrogate escape, arguments sent as a string, a line over the
 /// size limit. The id is echoed when it can be read, and the server goes on serving.

@@ -934,6 +934,8 @@ struct OrderFs {
     log: Arc<std::sync::Mutex<Vec<(&'static str, std::path::PathBuf)>>>,
     /// Event segments read through it: what a load costs (D219).
     segment_reads: Arc<std::sync::atomic::AtomicUsize>,
+    /// While set, every read of an event segment fails with EIO (D221).
+    segment_reads_fail: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OrderFs {
@@ -950,7 +952,14 @@ impl OrderFs {
             inner,
             log: Arc::default(),
             segment_reads: Arc::default(),
+            segment_reads_fail: Arc::default(),
         }
+    }
+
+    /// Makes every later read of an event segment fail with EIO, or work again.
+    fn fail_segment_reads(&self, fail: bool) {
+        self.segment_reads_fail
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The event segments read since the last call.
@@ -1004,6 +1013,12 @@ impl StoreFs for OrderFs {
         if path.components().any(|c| c.as_os_str() == "events") {
             self.segment_reads
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self
+                .segment_reads_fail
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
         }
         self.inner.read(path)
     }
@@ -1372,4 +1387,59 @@ fn read_from_answers_the_end_of_what_read_answers() {
         }
         assert_eq!(fs.read_from(Path::new("sessions/x/none"), 3).unwrap(), None);
     }
+}
+
+/// A segment that cannot be read (EIO) is an I/O error, retryable, never a verdict of damage:
+/// the bytes were not seen. Found by the I/O error storm of real processes, where such a read
+/// answered `SESSION_CORRUPT` (corrupt_tail, "segment_missing") for healthy sessions. Checked on
+/// a first load and on a load past a view another process's commit made stale; once reads work
+/// again the same store loads the session healthy and whole.
+///
+/// decision: D221
+#[test]
+fn a_segment_that_cannot_be_read_is_an_io_error_never_damage() {
+    let fx = Fixture::new();
+    fx.append(start_plan(&fx.snapshots)).unwrap();
+    for to in 1..=3u8 {
+        fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
+    }
+    let faulty = OrderFs::on(fx.fs.clone());
+    let store = SessionStore::new(Arc::new(faulty.clone()));
+    let assert_io = |what: &str| {
+        let error = store.load(&session()).unwrap_err();
+        assert!(
+            matches!(error, StoreError::Io { .. }),
+            "{what}: {error:?} (an I/O error, not a verdict)"
+        );
+        let envelope = error.to_envelope(false);
+        assert_eq!(
+            envelope.code,
+            ErrorCode::StoreIoError,
+            "{what}: {envelope:?}"
+        );
+        assert_eq!(envelope.retry, Retry::RetryableImmediate, "{what}");
+        assert!(
+            envelope.message.contains("os error 5"),
+            "{what}: {envelope:?}"
+        );
+    };
+
+    faulty.fail_segment_reads(true);
+    assert_io("a first load");
+    faulty.fail_segment_reads(false);
+    let view = store.load(&session()).unwrap();
+    assert!(view.health.is_healthy(), "{:?}", view.health);
+    drop(view);
+
+    for to in 4..=5u8 {
+        fx.append(advance_plan(&fx.snapshots, to - 1, to)).unwrap();
+    }
+    faulty.fail_segment_reads(true);
+    assert_io("a load past a view");
+    faulty.fail_segment_reads(false);
+    let again = store.load(&session()).unwrap();
+    let full = fully_loaded(&fx.fs);
+    assert_eq!(full.0, SessionHealthKind::Healthy);
+    assert_eq!(again.health.kind(), full.0);
+    assert_eq!((again.events.len(), again.manifest.len()), (full.1, full.2));
 }

@@ -188,7 +188,7 @@ pub fn disk_full(config: &Config) -> Result<Report, String> {
     }
     // From here a storage error is a failure like in any scenario.
     lab.disk_faults = false;
-    continue_after_the_disk_is_free(&lab, &slots, &mut rng);
+    continue_after_the_faults(&lab, &slots, &mut rng);
     finish(&lab, &slots)
 }
 
@@ -243,9 +243,10 @@ fn fill(path: &Path) -> Result<u64, String> {
     Ok(written)
 }
 
-/// With the disk free for good, each client's latest node is acknowledged (or, when complete,
-/// rehydrated) on the server that lived through the full disk, at the first try.
-fn continue_after_the_disk_is_free(lab: &Lab, slots: &[Slot], rng: &mut Rng) {
+/// With the faults over for good (the disk free, no error injected), each client's latest node
+/// is acknowledged (or, when complete, rehydrated) on the server that lived through them, at the
+/// first try. Also used by [`super::io_errors`].
+pub(super) fn continue_after_the_faults(lab: &Lab, slots: &[Slot], rng: &mut Rng) {
     for (client, slot) in slots.iter().enumerate() {
         let token = lab
             .book()
@@ -299,5 +300,5 @@ fn not_continuable(lab: &Lab, text: String) {
     let mut book = lab.book();
     book.report.not_continuable += 1;
     book.report
-        .sample(format!("after the disk was freed: {text}"));
+        .sample(format!("after the faults ended: {text}"));
 }

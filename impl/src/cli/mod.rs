@@ -723,14 +723,24 @@ fn serve_mcp(
     transport: Transport,
 ) -> Result<ExitCode, String> {
     let dir = control_plane::data_dir(data_dir.clone())?;
-    let workrail = match open(data_dir.clone(), store) {
+    let workrail = match open_store(data_dir.clone(), store) {
         Ok(workrail) => workrail,
         // A database unreachable at start does not stop the server: it opens the
-        // store on a later call (decision D127).
-        Err(why) if *store != crate::protocol::StoreChoice::Files => {
-            return serve_until_the_store_opens(dir, data_dir, store.clone(), &why, transport);
+        // store on a later call (decision D127). Nor does a file store that failed to open
+        // for a passing I/O error (an EIO reading the keyring): a configuration error, or
+        // a data directory that must not be used, still does (decision D221).
+        Err(why)
+            if *store != crate::protocol::StoreChoice::Files || why.is_retryable_store_io() =>
+        {
+            return serve_until_the_store_opens(
+                dir,
+                data_dir,
+                store.clone(),
+                &why.text(),
+                transport,
+            );
         }
-        Err(why) => return Err(why),
+        Err(why) => return Err(why.text()),
     };
     // Recorded (with its lock held) until the server exits (decisions D85, D220).
     let _record = crate::control::servers::keep_this_server_registered(&dir, workrail.features());
@@ -849,15 +859,44 @@ fn open(
     data_dir: Option<PathBuf>,
     store: &crate::protocol::StoreChoice,
 ) -> Result<Workrail, String> {
-    let mut config = WorkrailConfig::from_env()?;
+    open_store(data_dir, store).map_err(|why| why.text())
+}
+
+/// Why WorkRail did not open: its configuration, or its store (with the store's error).
+enum OpenFailure {
+    Config(String),
+    Store(ErrorEnvelope),
+}
+
+impl OpenFailure {
+    fn text(&self) -> String {
+        match self {
+            Self::Config(text) => text.clone(),
+            Self::Store(e) => envelope_text(e),
+        }
+    }
+
+    /// A storage error that says to retry (an I/O error, not a refusal or damage).
+    fn is_retryable_store_io(&self) -> bool {
+        matches!(self, Self::Store(e) if e.code == workrail_spec::error::ErrorCode::StoreIoError
+            && e.retry != workrail_spec::error::Retry::NotRetryable)
+    }
+}
+
+/// [`open`], keeping the store's error.
+fn open_store(
+    data_dir: Option<PathBuf>,
+    store: &crate::protocol::StoreChoice,
+) -> Result<Workrail, OpenFailure> {
+    let mut config = WorkrailConfig::from_env().map_err(OpenFailure::Config)?;
     if let Some(dir) = data_dir {
         config.data_dir = dir;
     }
-    let config = config.with_repos_from_env()?;
+    let config = config.with_repos_from_env().map_err(OpenFailure::Config)?;
     crate::store::fs::create_private_root(&config.data_dir)
-        .map_err(|e| envelope_text(&e.to_envelope(&config.data_dir)))?;
+        .map_err(|e| OpenFailure::Store(e.to_envelope(&config.data_dir)))?;
     tracing::debug!(data_dir = %config.data_dir.display(), store = %store.describe(), "opening WorkRail");
-    Workrail::open_on(config, store).map_err(|e| envelope_text(&e))
+    Workrail::open_on(config, store).map_err(OpenFailure::Store)
 }
 
 /// A progress bar on stderr; indicatif hides it when stderr is not a terminal.

@@ -352,35 +352,49 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// Reads and validates an attested segment; its events are returned, not yet accepted.
+    /// Reads and validates an attested segment; its events are returned, not yet accepted. A
+    /// read that fails (other than for a missing file) is an I/O error, never a verdict: the
+    /// bytes were not seen, so nothing can be said of them (D221).
     fn read_segment(
         &mut self,
         fs: &dyn StoreFs,
         seg: &SegmentClosed,
+    ) -> Result<Vec<SessionEvent>, Stop> {
+        let expected_first = self.events.len() as u64;
+        if seg.first_event_index.get() != expected_first {
+            return Err(self
+                .corruption(
+                    CorruptionReason::SegmentNotContiguous,
+                    format!(
+                        "segment starts at eventIndex {}, expected {expected_first}",
+                        seg.first_event_index
+                    ),
+                )
+                .into());
+        }
+        let path = layout::session_dir(&self.session_id).join(&seg.segment_rel_path);
+        match fs.read(&path) {
+            Ok(Some(bytes)) => Ok(self.validate_segment(seg, &bytes)?),
+            Ok(None) => Err(self
+                .corruption(
+                    CorruptionReason::SegmentMissing,
+                    format!("{} is attested but missing", seg.segment_rel_path),
+                )
+                .into()),
+            Err(e) => Err(Stop::Io(e)),
+        }
+    }
+
+    /// Validates the bytes of an attested segment that starts where the log ends; its events are
+    /// returned, not yet accepted.
+    fn validate_segment(
+        &mut self,
+        seg: &SegmentClosed,
+        bytes: &[u8],
     ) -> Result<Vec<SessionEvent>, Corruption> {
         use CorruptionReason::*;
         let session = &self.session_id;
         let expected_first = self.events.len() as u64;
-        if seg.first_event_index.get() != expected_first {
-            return Err(self.corruption(
-                SegmentNotContiguous,
-                format!(
-                    "segment starts at eventIndex {}, expected {expected_first}",
-                    seg.first_event_index
-                ),
-            ));
-        }
-        let path = layout::session_dir(session).join(&seg.segment_rel_path);
-        let bytes = match fs.read(&path) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => {
-                return Err(self.corruption(
-                    SegmentMissing,
-                    format!("{} is attested but missing", seg.segment_rel_path),
-                ));
-            }
-            Err(e) => return Err(self.corruption(SegmentMissing, e)),
-        };
         if bytes.len() as u64 != seg.bytes {
             return Err(self.corruption(
                 SegmentSizeMismatch,
@@ -392,7 +406,7 @@ impl<'a> Validator<'a> {
                 ),
             ));
         }
-        if sha256(&bytes) != seg.sha256 {
+        if sha256(bytes) != seg.sha256 {
             return Err(self.corruption(
                 SegmentDigestMismatch,
                 format!(
@@ -401,7 +415,7 @@ impl<'a> Validator<'a> {
                 ),
             ));
         }
-        let text = std::str::from_utf8(&bytes)
+        let text = std::str::from_utf8(bytes)
             .map_err(|e| self.corruption(SegmentEventInvalid, format!("not UTF-8: {e}")))?;
         let mut new_events = Vec::new();
         for (n, line) in text.split_terminator('\n').enumerate() {
