@@ -37,7 +37,8 @@
 //! - [`io_errors`] (file store only, `io_errors.rs`): the kill storm with `EIO` injected into a
 //!   share of its servers' reads, writes and syncs of data files in seeded bursts (a preloaded
 //!   library); calls failed that way must answer a clear retryable error and are sent again,
-//!   and every session is continuable once the bursts stop.
+//!   and every session is continuable once the bursts stop. [`gc_storm_with_io_errors`] does
+//!   the same to the gc storm, its gc processes included.
 //! - [`gc_storm`] (`gc_storm.rs`): the kill storm (its servers, clients and killer) while a loop
 //!   of `workrail gc --ttl-days 0` processes, one at a time or now and then two at once, some of
 //!   them `kill -9`ed mid-run, deletes every session nobody holds locked. A client whose session
@@ -122,7 +123,7 @@ mod lanes;
 mod language;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
 pub use disk_full::{disk_error_problem, disk_full};
-pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter};
+pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter, gc_storm_with_io_errors};
 pub use io_errors::{io_error_problem, io_errors};
 pub use lanes::{lane_storm, lane_storm_with_an_undriven_lane};
 
@@ -343,6 +344,9 @@ pub struct Report {
     /// [`io_errors`]: storage errors under injected faults that are not clear (see
     /// [`io_error_problem`]).
     pub unclear_io_errors: u64,
+    /// [`gc_storm_with_io_errors`], allowed: gc processes that exited non-zero saying an
+    /// injected I/O error stopped them.
+    pub gc_io_refusals: u64,
     /// [`gc_storm`]: `workrail gc` processes run beside the clients.
     pub gc_runs: u64,
     /// [`gc_storm`]: gc processes the harness killed with SIGKILL mid-run.
@@ -496,16 +500,17 @@ impl Report {
 
     /// The counts of [`io_errors`] (empty for the other scenarios).
     fn io_counts(&self) -> String {
-        if self.scenario != "io_errors" {
+        if !matches!(self.scenario, "io_errors" | "gc_storm_io") {
             return String::new();
         }
         format!(
-            " io_bursts={} io_fault_errors={} retried_acks={} unclear_io_errors={} not_continuable={}",
+            " io_bursts={} io_fault_errors={} retried_acks={} unclear_io_errors={} not_continuable={} gc_io_refusals={}",
             self.io_bursts,
             self.io_fault_errors,
             self.outage_retried_acks,
             self.unclear_io_errors,
             self.not_continuable,
+            self.gc_io_refusals,
         )
     }
 

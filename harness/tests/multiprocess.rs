@@ -263,3 +263,36 @@ fn io_errors_injected_into_killed_servers_lose_nothing_and_every_session_goes_on
     assert!(report.io_fault_errors > 0, "{}", report.line());
     assert!(report.kills > 0, "{}", report.line());
 }
+
+/// The gc storm with `EIO` injected in bursts into every process, the gc processes included:
+/// deleting is writing, so gc meets the same failed reads, writes and syncs as the servers. A gc
+/// may stop on one (saying so), but never deletes half a session, never takes a failed read for
+/// damage, and the last gc, with the faults off, deletes every session; the servers' calls
+/// answer as in the I/O error storm. Skipped, with the reason, where no C compiler builds the
+/// preloaded library.
+///
+/// lock: L-STORE-COMMIT-UNDER-LOCK, L-ERR-SELF-CORRECTING
+#[test]
+fn gc_and_servers_under_injected_io_errors_leave_every_session_whole_or_gone() {
+    let _serial = serial();
+    let report = match multiproc::gc_storm_with_io_errors(&config()) {
+        Ok(report) => report,
+        Err(e) if e.contains("needs a C compiler") => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    print_gc_storm(&report);
+    let line = report.line();
+    let samples = report.samples.join("\n  ");
+    let gc_samples = report.gc_samples.join("\n  ");
+    assert_eq!(report.half_deleted, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_race_errors, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_failures, 0, "{line}\n  {gc_samples}");
+    assert_sound(&report);
+    assert!(
+        report.io_bursts > 0 && report.io_fault_errors > 0 && report.gc_deleted > 0,
+        "{line}"
+    );
+}

@@ -75,6 +75,8 @@ const SAMPLES_PER_CODE: usize = 3;
 enum Deleter {
     /// `workrail gc --ttl-days 0` processes.
     Gc,
+    /// The same, every process of the lab with `EIO` injected in bursts.
+    GcUnderIoErrors,
     /// The harness, in the old order (planted).
     Planted,
 }
@@ -97,14 +99,31 @@ pub fn gc_storm_with_a_buggy_deleter(config: &Config) -> Result<Report, String> 
     storm(config, Deleter::Planted)
 }
 
+/// The gc storm with `EIO` injected into every process of it, the gc processes included (file
+/// store only; see `io_errors.rs`): servers answer calls it fails with a clear retryable error
+/// and clients send them again; a gc whose run it fails exits non-zero saying so, which is
+/// allowed (`gc_io_refusals`), while everything the gc storm checks still holds, and the last gc
+/// (faults off) deletes every session.
+pub fn gc_storm_with_io_errors(config: &Config) -> Result<Report, String> {
+    if config.postgres.is_some() {
+        return Err("gc_storm_with_io_errors runs on the file store only".to_owned());
+    }
+    storm(config, Deleter::GcUnderIoErrors)
+}
+
 fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
     let n = config.half();
     let scenario = match deleter {
         Deleter::Gc => "gc_storm",
+        Deleter::GcUnderIoErrors => "gc_storm_io",
         Deleter::Planted => "gc_storm_planted",
     };
     let mut lab = Lab::new(config, scenario, n)?;
     lab.deletions = true;
+    if matches!(deleter, Deleter::GcUnderIoErrors) {
+        lab.shim = Some(super::io_errors::Shim::build(lab.dir.path())?);
+        lab.io_faults = true;
+    }
     let slots = slots(n, &lab)?;
     lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
@@ -115,14 +134,29 @@ fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
         scope.spawn(move || killer(lab, slots, &mut killer_rng));
         let mut deleter_rng = rng.split();
         scope.spawn(move || match deleter {
-            Deleter::Gc => gc_loop(lab, last_deletion, &mut deleter_rng),
+            Deleter::Gc | Deleter::GcUnderIoErrors => gc_loop(lab, last_deletion, &mut deleter_rng),
             Deleter::Planted => planted_loop(lab, last_deletion, &mut deleter_rng),
         });
+        if lab.shim.is_some() {
+            let mut fault_rng = rng.split();
+            scope.spawn(move || {
+                if let Err(e) = super::io_errors::bursts(lab, &mut fault_rng) {
+                    lab.other(e);
+                }
+            });
+        }
         for (client, slot) in slots.iter().enumerate() {
             let mut rng = rng.split();
             scope.spawn(move || storm_client(lab, client, slot, &mut rng));
         }
     });
+    if let Some(shim) = &lab.shim {
+        if let Err(e) = shim.set(false) {
+            lab.other(e);
+        }
+        // From here a storage error is a failure like in any scenario.
+        lab.io_faults = false;
+    }
     let mut report = finish(&lab, &slots)?;
     last_gc(&lab, &mut report);
     Ok(report)
@@ -195,6 +229,8 @@ fn wait_for_gc(lab: &Lab, mut runs: Vec<GcRun>, typical: &mut Duration) {
                     if status.success() {
                         *typical = (*typical * 3 + took) / 4;
                         lab.book().report.gc_deleted += deleted_count(&output.stdout);
+                    } else if lab.io_faults && names_an_io_error(&output.stderr) {
+                        lab.book().report.gc_io_refusals += 1;
                     } else {
                         let mut book = lab.book();
                         book.report.gc_failures += 1;
@@ -235,6 +271,15 @@ fn wait_for_gc(lab: &Lab, mut runs: Vec<GcRun>, typical: &mut Duration) {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Whether a failed gc's stderr says an injected I/O error stopped it (its safe mode or its
+/// error names `EIO`) and passes no verdict of damage on anything.
+fn names_an_io_error(stderr: &str) -> bool {
+    (stderr.contains("Input/output error") || stderr.contains("os error 5"))
+        && !["corrupt", "damaged", "missing"]
+            .iter()
+            .any(|verdict| stderr.contains(verdict))
 }
 
 /// Keeps a gc failure's sample unless [`SAMPLES_PER_CODE`] of its kind (the same text but for

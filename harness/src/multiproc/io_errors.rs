@@ -49,7 +49,7 @@ pub(super) struct Shim {
 
 impl Shim {
     /// Builds the library into `dir` with `cc`.
-    fn build(dir: &Path) -> Result<Self, String> {
+    pub(super) fn build(dir: &Path) -> Result<Self, String> {
         let source = dir.join("eio_shim.c");
         let library = dir.join("eio_shim.so");
         std::fs::write(&source, SHIM_SOURCE)
@@ -85,7 +85,7 @@ impl Shim {
         ]
     }
 
-    fn set(&self, on: bool) -> Result<(), String> {
+    pub(super) fn set(&self, on: bool) -> Result<(), String> {
         let result = if on {
             std::fs::write(&self.switch, b"on")
         } else {
@@ -202,8 +202,8 @@ pub fn io_errors(config: &Config) -> Result<Report, String> {
 }
 
 /// The fault thread: switches the errors on and off until shortly before the driving ends,
-/// and leaves them off.
-fn bursts(lab: &Lab, rng: &mut Rng) -> Result<(), String> {
+/// and leaves them off. Also used by [`super::gc_storm_with_io_errors`].
+pub(super) fn bursts(lab: &Lab, rng: &mut Rng) -> Result<(), String> {
     let millis =
         |rng: &mut Rng, (lo, hi): (u64, u64)| Duration::from_millis(lo + rng.below(hi - lo));
     let Some(shim) = &lab.shim else {
