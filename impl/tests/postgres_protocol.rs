@@ -445,6 +445,125 @@ fn a_cached_view_never_hides_damage_in_the_rows_after_it() {
     assert_eq!(seen.health, full.health);
 }
 
+/// Two backends taking turns on one session, as two servers do: each advance opens a gate on a
+/// view the other's commits made stale, and the gate reads only the rows past it and extends the
+/// view (D222). After every turn each backend's view is what a full read of the rows gives; a
+/// damaged row past a stale view still gets the full read's verdict at the gate, so the advance
+/// is refused and nothing is written.
+///
+/// decision: D222
+#[test]
+fn backends_taking_turns_extend_their_views_and_a_gate_never_hides_damage() {
+    let Some(url) = postgres_url(
+        "backends_taking_turns_extend_their_views_and_a_gate_never_hides_damage",
+        "protocol",
+    ) else {
+        return;
+    };
+    let schema = Schema::new(&url, "wrp_turns");
+    let one = schema.workrail();
+    let two = schema.workrail();
+    let full_read = |session: &SessionId| {
+        workrail::store::SessionBackend::load(
+            &PostgresBackend::connect(&schema.url, &schema.name).unwrap(),
+            session,
+        )
+        .unwrap()
+    };
+    let mut at = one
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "wr.coding_task".into(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let session = at.session.session_id.clone();
+    assert!(two.sessions().load(&session).unwrap().health.is_healthy());
+    for turn in 0..4 {
+        let (this, other) = if turn % 2 == 0 {
+            (&two, &one)
+        } else {
+            (&one, &two)
+        };
+        // The other backend commits twice (the second on its own fresh view), then this one
+        // advances through a gate on its stale view.
+        at = other
+            .continue_workflow(ack(&at, &format!("turn {turn}: the other's step"), vec![]))
+            .unwrap();
+        if at.pending.is_none() {
+            break;
+        }
+        at = this
+            .continue_workflow(ack(&at, &format!("turn {turn}: this one's step"), vec![]))
+            .unwrap();
+        let full = full_read(&session);
+        for wr in [this, other] {
+            let seen = wr.sessions().load(&session).unwrap();
+            assert!(seen.health.is_healthy(), "turn {turn}: {:?}", seen.health);
+            assert_eq!(seen.events, full.events, "turn {turn}");
+            assert_eq!(seen.manifest, full.manifest, "turn {turn}");
+        }
+        if at.pending.is_none() {
+            break;
+        }
+    }
+    assert!(
+        full_read(&session).events.len() > 10,
+        "the turns committed several advances"
+    );
+
+    // Damage past `two`'s view, on a session of its own: `two` holds a view of its start, `one`
+    // commits two advances, and the newest event row is changed by hand (same length). `two`'s
+    // advance from there opens a gate on its stale view.
+    let started = one
+        .start_workflow(StartWorkflowInput {
+            workflow_id: "wr.coding_task".into(),
+            context: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap();
+    let damaged_session = started.session.session_id.clone();
+    assert!(
+        two.sessions()
+            .load(&damaged_session)
+            .unwrap()
+            .health
+            .is_healthy()
+    );
+    let next = one
+        .continue_workflow(ack(&started, "by the first backend", vec![]))
+        .unwrap();
+    let last = one
+        .continue_workflow(ack(&next, "by the first backend again", vec![]))
+        .unwrap();
+    schema.run(&format!(
+        "UPDATE {s}.events SET body = translate(body, 'e', 'E')
+         WHERE session_id = '{id}'
+           AND event_index = (SELECT max(event_index) FROM {s}.events WHERE session_id = '{id}')",
+        s = schema.name,
+        id = damaged_session.as_str()
+    ));
+    let damaged = full_read(&damaged_session);
+    assert!(!damaged.health.is_healthy());
+    let refused = two
+        .continue_workflow(ack(&last, "sent to the second after the damage", vec![]))
+        .unwrap_err();
+    assert_eq!(
+        refused.code,
+        workrail_spec::error::ErrorCode::SessionCorrupt,
+        "{refused:?}"
+    );
+    let after = full_read(&damaged_session);
+    assert_eq!(after.health, damaged.health);
+    assert_eq!(
+        after.manifest.len(),
+        damaged.manifest.len(),
+        "nothing written"
+    );
+}
+
 /// `workrail lock` on PostgreSQL holds the session's advisory lock (another process cannot take
 /// it), and lets it go by itself at five times `WORKRAIL_STORE_TIMEOUT_MS`, saying so and
 /// exiting 1, before the database would end the idle holder without a word.

@@ -704,34 +704,60 @@ pub(crate) fn load_session_past(
     if !view.health.is_healthy() || view.manifest_file_bytes != view.manifest_committed_bytes {
         return Ok(None);
     }
-    let end = view.manifest_committed_bytes;
-    let Some(last) = view.manifest.last() else {
+    let Some((start, line)) = last_line(&view) else {
         return Ok(None);
     };
-    let Ok(line) = workrail_spec::jcs::to_canonical_string(last) else {
-        return Ok(None);
-    };
-    let mut line = line.into_bytes();
-    line.push(b'\n');
     // Only the view's last line and what follows it are read.
-    let Some(start) = end.checked_sub(line.len() as u64) else {
-        return Ok(None);
-    };
     let Some(tail) = fs.read_from(&layout::manifest_path(&view.session_id), start)? else {
         return Ok(None);
     };
     if tail.len() <= line.len() || tail[..line.len()] != line[..] {
         return Ok(None);
     }
+    extend_view(fs, view, &tail[line.len()..], objects)
+}
+
+/// Where the last manifest line of a healthy `view` without a torn tail starts, and its bytes
+/// (`None` for an empty or unserializable view).
+fn last_line(view: &LoadedSession) -> Option<(u64, Vec<u8>)> {
+    let last = view.manifest.last()?;
+    let mut line = workrail_spec::jcs::to_canonical_string(last)
+        .ok()?
+        .into_bytes();
+    line.push(b'\n');
+    let start = view
+        .manifest_committed_bytes
+        .checked_sub(line.len() as u64)?;
+    Some((start, line))
+}
+
+/// `view` extended by `records`, the manifest lines that follow its last one (each ending in a
+/// newline), validated with the segments they attest in `fs` against the view's dedupe index
+/// and pins. `Ok(None)` unless the result is whole and healthy (see [`load_session_past`]);
+/// also used by the PostgreSQL store for the rows past a cached view (D222).
+pub(crate) fn extend_view(
+    fs: &dyn StoreFs,
+    view: Arc<LoadedSession>,
+    records: &[u8],
+    objects: Option<&ObjectCheck>,
+) -> io::Result<Option<LoadedSession>> {
+    let end = view.manifest_committed_bytes;
+    if !view.health.is_healthy()
+        || view.manifest_file_bytes != end
+        || view.manifest.is_empty()
+        || records.last() != Some(&b'\n')
+    {
+        return Ok(None);
+    }
     let mut validator = Validator::resumed(Arc::unwrap_or_clone(view), objects);
-    match validator.run(fs, &tail, line.len(), start) {
+    match validator.run(fs, records, 0, end) {
         Ok(()) => {}
         Err(Stop::Corrupt(_)) => return Ok(None),
         Err(Stop::Io(e)) => return Err(e),
     }
     Ok(Some(validator.into_loaded(
         SessionHealth::Healthy,
-        start + tail.len() as u64,
+        end + records.len() as u64,
     )))
 }
 

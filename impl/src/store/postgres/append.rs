@@ -104,6 +104,8 @@ pub(super) enum GateRead {
     Unchanged,
     /// The session's rows (`None`: no session row yet).
     Image(Option<Image>),
+    /// The rows past the caller's cached view, with the objects their events reference (D222).
+    Tail(Image),
 }
 
 /// Hands out lock guards: dropping one asks the worker to end its transaction.
@@ -196,7 +198,7 @@ impl Worker {
         &mut self,
         session: &SessionId,
         wait: Duration,
-        known: Option<(i64, i64)>,
+        known: Option<((i64, i64), (i64, i64))>,
     ) -> Result<(u64, GateRead), StoreError> {
         let op = "lock session";
         let client = match self.idle.take(Client::is_closed) {
@@ -215,11 +217,16 @@ impl Worker {
         }
         // Under the lock nothing else commits to this session: this read is authoritative.
         let read = match known {
-            Some(known) => match freshness(&client, session).await {
+            Some((known, from)) => match freshness(&client, session).await {
                 Ok(now) if now == known => Ok(GateRead::Unchanged),
-                Ok(_) => fetch_rows(&client, session, None)
-                    .await
-                    .map(GateRead::Image),
+                // Only the rows past the view, when the rows before its end are all there.
+                Ok(_) => match fetch_rows(&client, session, Some(from)).await {
+                    Ok(Some(tail)) => Ok(GateRead::Tail(tail)),
+                    Ok(None) => fetch_rows(&client, session, None)
+                        .await
+                        .map(GateRead::Image),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
             None => fetch_rows(&client, session, None)

@@ -4,22 +4,15 @@
 
 use std::sync::Arc;
 
-use workrail_spec::event::EventData;
 use workrail_spec::ids::SessionId;
 
 use super::PostgresBackend;
 use super::append::{GateRead, prepare};
-use super::health::{validate, validate_with};
-use super::read::Image;
+use super::health::{extend_with, validate};
 use super::worker::Request;
 use crate::store::error::StoreError;
 use crate::store::load::{LoadedSession, introduced_snapshots};
 use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits, SessionIntent};
-
-/// The canonical text of a stored record or event, as its row holds it.
-fn canonical<T: serde::Serialize>(value: &T) -> Option<String> {
-    workrail_spec::jcs::to_canonical_string(value).ok()
-}
 
 /// An open append gate on PostgreSQL: a connection of the backend's holds the session's
 /// advisory lock (session level) until the gate is dropped; the gate's view is the session as
@@ -159,7 +152,7 @@ impl PostgresBackend {
             if now == key_of(&cached) {
                 return Ok(cached);
             }
-            if let Some(loaded) = self.load_tail(&cached)? {
+            if let Some(loaded) = self.load_tail(cached)? {
                 self.remember(&loaded);
                 return Ok(loaded);
             }
@@ -170,57 +163,30 @@ impl PostgresBackend {
     }
 
     /// The session past the healthy view `cached`: only the new rows and the objects the new
-    /// events reference are read; the view's rows are laid out again from its own records and
-    /// its objects count as verified. `None` (a full load decides) when the rows before the
-    /// view's end are not all there or the result is not healthy, so every verdict other than
-    /// healthy comes from a full read.
-    fn load_tail(&self, cached: &LoadedSession) -> Result<Option<Arc<LoadedSession>>, StoreError> {
-        let session = &cached.session_id;
+    /// events reference are read, and only they are laid out and validated, resumed from the
+    /// view (D222; before, the view's every record and event was serialized again and the
+    /// whole session validated, so each change by another process cost the session's length).
+    /// `None` (a full load decides) when the rows before the view's end are not all there or
+    /// the result is not healthy, so every verdict other than healthy comes from a full read.
+    /// The view leaves the cache first, so that when nothing else holds it, it is extended in
+    /// place rather than copied.
+    fn load_tail(
+        &self,
+        cached: Arc<LoadedSession>,
+    ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
+        let session = cached.session_id.clone();
+        let from = (cached.manifest.len() as i64, cached.events.len() as i64);
+        self.forget_cached(&session);
         let id = session.clone();
-        let (manifest_from, event_from) =
-            (cached.manifest.len() as i64, cached.events.len() as i64);
         let Some(tail) = self.call(|reply| Request::Rows {
             session: id,
-            from: Some((manifest_from, event_from)),
+            from: Some(from),
             reply,
         })?
         else {
             return Ok(None);
         };
-        let mut manifest = Vec::with_capacity(cached.manifest.len() + tail.manifest.len());
-        for record in &cached.manifest {
-            let Some(line) = canonical(record) else {
-                return Ok(None);
-            };
-            manifest.push(line);
-        }
-        manifest.extend(tail.manifest);
-        let mut events = Vec::with_capacity(cached.events.len() + tail.events.len());
-        for event in &cached.events {
-            let Some(line) = canonical(event) else {
-                return Ok(None);
-            };
-            events.push((event.event_index().get() as i64, line));
-        }
-        events.extend(tail.events);
-        let mut verified = Vec::new();
-        for event in &cached.events {
-            match event.data() {
-                EventData::NodeCreated(n) => verified.push(n.snapshot_ref.digest().clone()),
-                EventData::RunStarted(r) => verified.push(r.workflow_hash.digest().clone()),
-                _ => {}
-            }
-        }
-        let image = Image {
-            manifest,
-            events,
-            snapshots: tail.snapshots,
-            workflows: tail.workflows,
-        };
-        let loaded = validate_with(session, &image, &verified)?
-            .filter(|l| l.health.is_healthy())
-            .map(Arc::new);
-        Ok(loaded)
+        Ok(extend_with(&session, cached, &tail)?.map(Arc::new))
     }
 
     /// Opens the append gate of `session`: its lock (waiting the bounded moment, then
@@ -233,7 +199,9 @@ impl PostgresBackend {
         let wait = self.lock_wait;
         let id = session.clone();
         let cached = self.cached(session);
-        let known = cached.as_ref().map(|c| key_of(c));
+        let known = cached
+            .as_ref()
+            .map(|c| (key_of(c), (c.manifest.len() as i64, c.events.len() as i64)));
         let (gate_id, read) = self.call(|reply| Request::GateOpen {
             session: id,
             wait,
@@ -255,6 +223,29 @@ impl PostgresBackend {
             }
             (GateRead::Unchanged, None) => None,
             (GateRead::Image(image), _) => image,
+            // Another process committed since the view: the rows past it extend it (D222).
+            (GateRead::Tail(tail), Some(cached)) => {
+                if let Some(loaded) = extend_with(session, cached, &tail)? {
+                    gate.session = Arc::new(loaded);
+                    return Ok(gate);
+                }
+                // Anything but a whole, healthy extension: every row decides. The gate's
+                // lock keeps other writers out, so this read is as authoritative as its own.
+                let id = session.clone();
+                self.call(|reply| Request::Rows {
+                    session: id,
+                    from: None,
+                    reply,
+                })?
+            }
+            (GateRead::Tail(_), None) => {
+                let id = session.clone();
+                self.call(|reply| Request::Rows {
+                    session: id,
+                    from: None,
+                    reply,
+                })?
+            }
         };
         let loaded = match image {
             Some(image) => validate(session, &image)?,

@@ -87,9 +87,10 @@ pub(super) enum Request {
     GateOpen {
         session: SessionId,
         wait: Duration,
-        /// The manifest (records, bytes) of the caller's cached view: when the rows still have
-        /// them, they are not read again.
-        known: Option<(i64, i64)>,
+        /// The manifest (records, bytes) of the caller's cached view, and its (records, events)
+        /// counts: when the rows still have them, they are not read again; when more were
+        /// committed, only the rows past the view are read (D222).
+        known: Option<((i64, i64), (i64, i64))>,
         reply: Reply<(u64, GateRead)>,
     },
     /// The session's manifest (records, bytes): one query, the freshness key of a cached view.
