@@ -249,6 +249,55 @@ fn a_corrupt_or_unknown_version_session_stops_every_deletion() {
     }
 }
 
+/// A session whose segment cannot be read (EIO) is not judged: gc deletes nothing, names the
+/// session as unreadable (never as damaged) with the OS error, and says what to check, the disk
+/// included; once the read works again the same gc runs out of safe mode.
+///
+/// decision: D221
+#[test]
+fn a_session_that_cannot_be_read_stops_every_deletion_without_a_verdict() {
+    let fs = MemFs::new();
+    let wr = open_seeded(&fs, 42);
+    let expired = build_session(&wr, "project.demo", &[]);
+    let unreadable = build_session(&wr, "project.demo", &[]);
+    let dir = layout::events_dir(&unreadable.session);
+    let segment = dir.join(fs.list_dir(&dir).unwrap().pop().unwrap());
+    fs.fail_reads_of(&segment, Some(5));
+    write_config(&fs, 1, &[]);
+    let clock = TestClock::new();
+    clock.set_session_age(&expired.session, 30);
+    clock.set_session_age(&unreadable.session, 30);
+    let wr = open_seeded(&fs, 42); // a fresh process: validates from disk
+    let before = fs.snapshot();
+    let report = gc(&wr, &clock, GcOptions::default());
+    assert!(report.safe_mode);
+    assert!(report.deleted_sessions.is_empty());
+    assert_eq!(
+        fs.snapshot(),
+        before,
+        "safe mode wrote or deleted something"
+    );
+    let warning = report
+        .warnings
+        .iter()
+        .find(|w| w.session_id.as_ref() == Some(&unreadable.session))
+        .expect("a warning naming the unreadable session");
+    assert_eq!(warning.code, GcWarningCode::SafeModeUnreadableSession);
+    assert_eq!(warning.reason, None, "no verdict: {warning:?}");
+    assert!(
+        warning.message.contains("os error 5")
+            && warning.message.contains("EIO")
+            && warning.message.contains("run gc again"),
+        "{}",
+        warning.message
+    );
+
+    fs.fail_reads_of(&segment, None);
+    let report = gc(&wr, &clock, GcOptions::default());
+    assert!(!report.safe_mode, "{:?}", report.warnings);
+    assert_eq!(report.deleted_sessions.len(), 2, "{report:?}");
+}
+
 #[test]
 fn a_dry_run_reports_exactly_what_a_real_run_deletes_and_writes_nothing() {
     let fs = MemFs::new();

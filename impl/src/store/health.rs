@@ -158,7 +158,7 @@ pub fn how_to_clear(
             "export its validated prefix with `workrail export {session} -o {session}.json`, import that with `workrail import {session}.json --allow-salvage` (a new, healthy session), {delete}"
         ),
         _ => format!(
-            "check that this user can read sessions/{session} and the data directory's snapshots/ and workflows/pinned/, then run gc again"
+            "its files could not be read (see the error): check that this user can read sessions/{session} and the data directory's snapshots/ and workflows/pinned/, and for an I/O error (EIO) that the disk reports no failure, then run gc again (an error that has passed clears by itself)"
         ),
     }
 }

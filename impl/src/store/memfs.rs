@@ -81,6 +81,8 @@ struct State {
     crashed: bool,
     /// Every path read, in order (to prove what load never opens).
     reads: Vec<PathBuf>,
+    /// Paths whose reads fail, with the OS error (a bad sector, a permission).
+    unreadable: BTreeMap<PathBuf, i32>,
 }
 
 /// The crash-model filesystem. Clones share the same state.
@@ -119,6 +121,16 @@ enum Step {
 impl MemFs {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes every later read of `path` fail with the OS error `errno` (`None`: readable
+    /// again).
+    pub fn fail_reads_of(&self, path: &Path, errno: Option<i32>) {
+        let mut s = self.lock();
+        match errno {
+            Some(errno) => s.unreadable.insert(path.to_path_buf(), errno),
+            None => s.unreadable.remove(path),
+        };
     }
 
     /// This filesystem, with commits overlapping their independent writes as on the real one
@@ -622,6 +634,9 @@ impl StoreFs for MemFs {
         let mut s = self.lock();
         s.check_alive()?;
         s.reads.push(path.to_path_buf());
+        if let Some(&errno) = s.unreadable.get(path) {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         Ok(s.live.get(path).map(|&ino| s.inodes[ino].live.clone()))
     }
 
