@@ -38,7 +38,8 @@
 //!   share of its servers' reads, writes and syncs of data files in seeded bursts (a preloaded
 //!   library); calls failed that way must answer a clear retryable error and are sent again,
 //!   and every session is continuable once the bursts stop. [`gc_storm_with_io_errors`] does
-//!   the same to the gc storm, its gc processes included.
+//!   the same to the gc storm, its gc processes included, and [`gc_storm_on_a_full_disk`] runs
+//!   the gc storm on the disk-full storm's filesystem.
 //! - [`gc_storm`] (`gc_storm.rs`): the kill storm (its servers, clients and killer) while a loop
 //!   of `workrail gc --ttl-days 0` processes, one at a time or now and then two at once, some of
 //!   them `kill -9`ed mid-run, deletes every session nobody holds locked. A client whose session
@@ -123,7 +124,9 @@ mod lanes;
 mod language;
 pub use db_outage::{DatabaseFaults, Outages, db_outage, outage_error_problem};
 pub use disk_full::{disk_error_problem, disk_full};
-pub use gc_storm::{gc_storm, gc_storm_with_a_buggy_deleter, gc_storm_with_io_errors};
+pub use gc_storm::{
+    gc_storm, gc_storm_on_a_full_disk, gc_storm_with_a_buggy_deleter, gc_storm_with_io_errors,
+};
 pub use io_errors::{io_error_problem, io_errors};
 pub use lanes::{lane_storm, lane_storm_with_an_undriven_lane};
 
@@ -344,8 +347,8 @@ pub struct Report {
     /// [`io_errors`]: storage errors under injected faults that are not clear (see
     /// [`io_error_problem`]).
     pub unclear_io_errors: u64,
-    /// [`gc_storm_with_io_errors`], allowed: gc processes that exited non-zero saying an
-    /// injected I/O error stopped them.
+    /// [`gc_storm_with_io_errors`], [`gc_storm_on_a_full_disk`], allowed: gc processes that
+    /// exited non-zero saying an injected I/O error or the full disk stopped them.
     pub gc_io_refusals: u64,
     /// [`gc_storm`]: `workrail gc` processes run beside the clients.
     pub gc_runs: u64,
@@ -483,7 +486,7 @@ impl Report {
 
     /// The counts of [`disk_full`] (empty for the other scenarios).
     fn disk_counts(&self) -> String {
-        if self.scenario != "disk_full" {
+        if !matches!(self.scenario, "disk_full" | "gc_storm_disk_full") {
             return String::new();
         }
         format!(
@@ -504,13 +507,12 @@ impl Report {
             return String::new();
         }
         format!(
-            " io_bursts={} io_fault_errors={} retried_acks={} unclear_io_errors={} not_continuable={} gc_io_refusals={}",
+            " io_bursts={} io_fault_errors={} retried_acks={} unclear_io_errors={} not_continuable={}",
             self.io_bursts,
             self.io_fault_errors,
             self.outage_retried_acks,
             self.unclear_io_errors,
             self.not_continuable,
-            self.gc_io_refusals,
         )
     }
 
@@ -520,10 +522,11 @@ impl Report {
             return String::new();
         }
         format!(
-            " gc_runs={} gc_killed={} gc_failures={} gc_deleted={} planted_deletions={} sessions_deleted_under_use={} sessions_deleted={} half_deleted={} gc_leftovers={} gc_race_errors={}",
+            " gc_runs={} gc_killed={} gc_failures={} gc_io_refusals={} gc_deleted={} planted_deletions={} sessions_deleted_under_use={} sessions_deleted={} half_deleted={} gc_leftovers={} gc_race_errors={}",
             self.gc_runs,
             self.gc_killed,
             self.gc_failures,
+            self.gc_io_refusals,
             self.gc_deleted,
             self.planted_deletions,
             self.sessions_deleted_under_use,

@@ -296,3 +296,35 @@ fn gc_and_servers_under_injected_io_errors_leave_every_session_whole_or_gone() {
         "{line}"
     );
 }
+
+/// The gc storm on a disk filled to `ENOSPC` and freed again and again: gc processes meet the
+/// full disk mid-deletion as the servers meet it mid-commit. A gc may stop on it (saying so),
+/// but never leaves half a session; the servers' calls answer as in the disk-full storm; the
+/// last gc, with the disk free, deletes every session. Skipped, with the reason, where the
+/// harness may not mount a tmpfs (it needs root).
+///
+/// lock: L-STORE-COMMIT-UNDER-LOCK, L-ERR-SELF-CORRECTING
+#[test]
+fn gc_and_servers_on_a_disk_filled_and_freed_leave_every_session_whole_or_gone() {
+    let _serial = serial();
+    let report = match multiproc::gc_storm_on_a_full_disk(&config()) {
+        Ok(report) => report,
+        Err(e) if e.contains("needs root") => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    print_gc_storm(&report);
+    let line = report.line();
+    let samples = report.samples.join("\n  ");
+    let gc_samples = report.gc_samples.join("\n  ");
+    assert_eq!(report.half_deleted, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_race_errors, 0, "{line}\n  {samples}");
+    assert_eq!(report.gc_failures, 0, "{line}\n  {gc_samples}");
+    assert_sound(&report);
+    assert!(
+        report.disk_fills > 0 && report.disk_full_errors > 0 && report.gc_deleted > 0,
+        "{line}"
+    );
+}

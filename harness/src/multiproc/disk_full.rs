@@ -32,7 +32,7 @@ use super::{Answer, Config, Lab, Report, Rng, Slot, finish, killer, lock, slots,
 
 /// The size of the data directory's filesystem: far more than a run writes, so only the filler
 /// fills it.
-const DISK_BYTES: u64 = 512 * 1024 * 1024;
+pub(super) const DISK_BYTES: u64 = 512 * 1024 * 1024;
 /// Free time before each fill and full time before each release, in milliseconds.
 const FREE_MS: (u64, u64) = (300, 1200);
 const FULL_MS: (u64, u64) = (100, 800);
@@ -48,7 +48,7 @@ pub(super) struct Tmpfs {
 }
 
 impl Tmpfs {
-    fn mount(mount_point: &Path, bytes: u64) -> Result<Self, String> {
+    pub(super) fn mount(mount_point: &Path, bytes: u64) -> Result<Self, String> {
         std::fs::create_dir_all(mount_point)
             .map_err(|e| format!("cannot create {}: {e}", mount_point.display()))?;
         let output = Command::new("mount")
@@ -193,8 +193,8 @@ pub fn disk_full(config: &Config) -> Result<Report, String> {
 }
 
 /// The filler: fills the disk and frees it until shortly before the driving ends, and leaves
-/// it free.
-fn fill_and_free(lab: &Lab, rng: &mut Rng) -> Result<(), String> {
+/// it free. Also used by [`super::gc_storm_on_a_full_disk`].
+pub(super) fn fill_and_free(lab: &Lab, rng: &mut Rng) -> Result<(), String> {
     let millis =
         |rng: &mut Rng, (lo, hi): (u64, u64)| Duration::from_millis(lo + rng.below(hi - lo));
     let ballast = lab.ballast();

@@ -77,6 +77,8 @@ enum Deleter {
     Gc,
     /// The same, every process of the lab with `EIO` injected in bursts.
     GcUnderIoErrors,
+    /// The same on a disk filled and freed under it.
+    GcOnFullDisk,
     /// The harness, in the old order (planted).
     Planted,
 }
@@ -111,11 +113,23 @@ pub fn gc_storm_with_io_errors(config: &Config) -> Result<Report, String> {
     storm(config, Deleter::GcUnderIoErrors)
 }
 
+/// The gc storm on a disk filled to `ENOSPC` and freed under it (file store only; see
+/// `disk_full.rs`): gc processes meet a full disk mid-deletion as the servers meet it
+/// mid-commit. A gc may stop on it, saying so (`gc_io_refusals`, allowed), while everything
+/// the gc storm checks still holds.
+pub fn gc_storm_on_a_full_disk(config: &Config) -> Result<Report, String> {
+    if config.postgres.is_some() {
+        return Err("gc_storm_on_a_full_disk runs on the file store only".to_owned());
+    }
+    storm(config, Deleter::GcOnFullDisk)
+}
+
 fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
     let n = config.half();
     let scenario = match deleter {
         Deleter::Gc => "gc_storm",
         Deleter::GcUnderIoErrors => "gc_storm_io",
+        Deleter::GcOnFullDisk => "gc_storm_disk_full",
         Deleter::Planted => "gc_storm_planted",
     };
     let mut lab = Lab::new(config, scenario, n)?;
@@ -123,6 +137,15 @@ fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
     if matches!(deleter, Deleter::GcUnderIoErrors) {
         lab.shim = Some(super::io_errors::Shim::build(lab.dir.path())?);
         lab.io_faults = true;
+    }
+    if matches!(deleter, Deleter::GcOnFullDisk) {
+        lab.disk = Some(super::disk_full::Tmpfs::mount(
+            &lab.dir.path().join("disk"),
+            super::disk_full::DISK_BYTES,
+        )?);
+        std::fs::create_dir_all(lab.data_dir())
+            .map_err(|e| format!("cannot create the data directory on the tmpfs: {e}"))?;
+        lab.disk_faults = true;
     }
     let slots = slots(n, &lab)?;
     lab.start_driving(config.run_for);
@@ -134,9 +157,19 @@ fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
         scope.spawn(move || killer(lab, slots, &mut killer_rng));
         let mut deleter_rng = rng.split();
         scope.spawn(move || match deleter {
-            Deleter::Gc | Deleter::GcUnderIoErrors => gc_loop(lab, last_deletion, &mut deleter_rng),
+            Deleter::Gc | Deleter::GcUnderIoErrors | Deleter::GcOnFullDisk => {
+                gc_loop(lab, last_deletion, &mut deleter_rng)
+            }
             Deleter::Planted => planted_loop(lab, last_deletion, &mut deleter_rng),
         });
+        if lab.disk.is_some() {
+            let mut fault_rng = rng.split();
+            scope.spawn(move || {
+                if let Err(e) = super::disk_full::fill_and_free(lab, &mut fault_rng) {
+                    lab.other(e);
+                }
+            });
+        }
         if lab.shim.is_some() {
             let mut fault_rng = rng.split();
             scope.spawn(move || {
@@ -150,13 +183,14 @@ fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
             scope.spawn(move || storm_client(lab, client, slot, &mut rng));
         }
     });
-    if let Some(shim) = &lab.shim {
-        if let Err(e) = shim.set(false) {
-            lab.other(e);
-        }
-        // From here a storage error is a failure like in any scenario.
-        lab.io_faults = false;
+    if let Some(shim) = &lab.shim
+        && let Err(e) = shim.set(false)
+    {
+        lab.other(e);
     }
+    // From here a storage error is a failure like in any scenario.
+    lab.io_faults = false;
+    lab.disk_faults = false;
     let mut report = finish(&lab, &slots)?;
     last_gc(&lab, &mut report);
     Ok(report)
@@ -229,7 +263,9 @@ fn wait_for_gc(lab: &Lab, mut runs: Vec<GcRun>, typical: &mut Duration) {
                     if status.success() {
                         *typical = (*typical * 3 + took) / 4;
                         lab.book().report.gc_deleted += deleted_count(&output.stdout);
-                    } else if lab.io_faults && names_an_io_error(&output.stderr) {
+                    } else if (lab.io_faults && names_an_io_error(&output.stderr))
+                        || (lab.disk_faults && names_a_full_disk(&output.stderr))
+                    {
                         lab.book().report.gc_io_refusals += 1;
                     } else {
                         let mut book = lab.book();
@@ -277,6 +313,14 @@ fn wait_for_gc(lab: &Lab, mut runs: Vec<GcRun>, typical: &mut Duration) {
 /// error names `EIO`) and passes no verdict of damage on anything.
 fn names_an_io_error(stderr: &str) -> bool {
     (stderr.contains("Input/output error") || stderr.contains("os error 5"))
+        && !["corrupt", "damaged", "missing"]
+            .iter()
+            .any(|verdict| stderr.contains(verdict))
+}
+
+/// Whether a failed gc's stderr says a full disk stopped it and passes no verdict of damage.
+fn names_a_full_disk(stderr: &str) -> bool {
+    (stderr.contains("No space left") || stderr.contains("ENOSPC"))
         && !["corrupt", "damaged", "missing"]
             .iter()
             .any(|verdict| stderr.contains(verdict))
