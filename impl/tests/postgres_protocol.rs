@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use postgres_support::{Schema, postgres_url};
-use protocol_support::{ack, catalog, rehydrate};
+use protocol_support::{ack, catalog, rehydrate, start};
 use serde_json::{Value, json};
 use workrail::bundle::{ImportOptions, NoProgress};
 use workrail::entropy::SeededEntropy;
@@ -34,7 +34,7 @@ use workrail::store::memfs::MemFs;
 use workrail::store::postgres::PostgresBackend;
 use workrail_spec::ids::SessionId;
 use workrail_spec::tools::{
-    CheckpointWorkflowInput, ExecutionOutput, OutputInput, ResumeSessionInput, StartWorkflowInput,
+    CheckpointWorkflowInput, ExecutionOutput, OutputInput, ResumeSessionInput,
 };
 
 fn files() -> Workrail {
@@ -52,14 +52,7 @@ fn at_epoch() -> SystemTime {
 /// The script: every response as JSON, in order, and the session it made.
 fn script(wr: &Workrail) -> (Vec<Value>, SessionId) {
     let mut seen = Vec::new();
-    let started = wr
-        .start_workflow(StartWorkflowInput {
-            workflow_id: "wr.coding_task".into(),
-            context: None,
-            preferences: vec![],
-            preset: None,
-        })
-        .unwrap();
+    let started = start(wr, "wr.coding_task");
     seen.push(value(&started));
     let session = started.session.session_id.clone();
     let mut outs: Vec<ExecutionOutput> = vec![started];
@@ -244,14 +237,7 @@ fn another_backend_sees_what_one_committed() {
     let schema = Schema::new(&url, "wrp_two_backends");
     let one = schema.workrail();
     let two = schema.workrail();
-    let started = one
-        .start_workflow(StartWorkflowInput {
-            workflow_id: "wr.coding_task".into(),
-            context: None,
-            preferences: vec![],
-            preset: None,
-        })
-        .unwrap();
+    let started = start(&one, "wr.coding_task");
     let session = started.session.session_id.clone();
     // The second process loads (and caches) the session, then the first appends.
     assert_eq!(
@@ -414,14 +400,7 @@ fn a_cached_view_never_hides_damage_in_the_rows_after_it() {
     let schema = Schema::new(&url, "wrp_tail_damage");
     let one = schema.workrail();
     let two = schema.workrail();
-    let started = one
-        .start_workflow(StartWorkflowInput {
-            workflow_id: "wr.coding_task".into(),
-            context: None,
-            preferences: vec![],
-            preset: None,
-        })
-        .unwrap();
+    let started = start(&one, "wr.coding_task");
     let session = started.session.session_id.clone();
     assert!(two.sessions().load(&session).unwrap().health.is_healthy());
     one.continue_workflow(ack(&started, "Done.", vec![]))
@@ -470,14 +449,7 @@ fn backends_taking_turns_extend_their_views_and_a_gate_never_hides_damage() {
         )
         .unwrap()
     };
-    let mut at = one
-        .start_workflow(StartWorkflowInput {
-            workflow_id: "wr.coding_task".into(),
-            context: None,
-            preferences: vec![],
-            preset: None,
-        })
-        .unwrap();
+    let mut at = start(&one, "wr.coding_task");
     let session = at.session.session_id.clone();
     assert!(two.sessions().load(&session).unwrap().health.is_healthy());
     for turn in 0..4 {
@@ -516,14 +488,7 @@ fn backends_taking_turns_extend_their_views_and_a_gate_never_hides_damage() {
     // Damage past `two`'s view, on a session of its own: `two` holds a view of its start, `one`
     // commits two advances, and the newest event row is changed by hand (same length). `two`'s
     // advance from there opens a gate on its stale view.
-    let started = one
-        .start_workflow(StartWorkflowInput {
-            workflow_id: "wr.coding_task".into(),
-            context: None,
-            preferences: vec![],
-            preset: None,
-        })
-        .unwrap();
+    let started = start(&one, "wr.coding_task");
     let damaged_session = started.session.session_id.clone();
     assert!(
         two.sessions()
@@ -578,14 +543,7 @@ fn lock_on_postgres_holds_the_advisory_lock_and_ends_at_its_bound() {
     };
     let schema = Schema::new(&url, "wrp_cli_lock");
     let wr = schema.workrail();
-    let out = wr
-        .start_workflow(StartWorkflowInput {
-            workflow_id: "wr.coding_task".into(),
-            context: None,
-            preferences: vec![],
-            preset: None,
-        })
-        .unwrap();
+    let out = start(&wr, "wr.coding_task");
     let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut holder = Command::new(env!("CARGO_BIN_EXE_workrail"))
