@@ -32,7 +32,7 @@ use super::{Answer, Config, Lab, Report, Rng, Slot, finish, killer, lock, slots,
 
 /// The size of the data directory's filesystem: far more than a run writes, so only the filler
 /// fills it.
-pub(super) const DISK_BYTES: u64 = 512 * 1024 * 1024;
+const DISK_BYTES: u64 = 512 * 1024 * 1024;
 /// Free time before each fill and full time before each release, in milliseconds.
 const FREE_MS: (u64, u64) = (300, 1200);
 const FULL_MS: (u64, u64) = (100, 800);
@@ -48,7 +48,7 @@ pub(super) struct Tmpfs {
 }
 
 impl Tmpfs {
-    pub(super) fn mount(mount_point: &Path, bytes: u64) -> Result<Self, String> {
+    fn mount(mount_point: &Path, bytes: u64) -> Result<Self, String> {
         std::fs::create_dir_all(mount_point)
             .map_err(|e| format!("cannot create {}: {e}", mount_point.display()))?;
         let output = Command::new("mount")
@@ -147,6 +147,16 @@ impl Lab {
         Some(RETRY_PAUSE)
     }
 
+    /// Moves the (still empty) data directory onto a tmpfs of its own and takes storage errors
+    /// as the disk being full from now on. Also used by [`super::gc_storm_on_a_full_disk`].
+    pub(super) fn put_data_on_a_tmpfs(&mut self) -> Result<(), String> {
+        self.disk = Some(Tmpfs::mount(&self.dir.path().join("disk"), DISK_BYTES)?);
+        std::fs::create_dir_all(self.data_dir())
+            .map_err(|e| format!("cannot create the data directory on the tmpfs: {e}"))?;
+        self.disk_faults = true;
+        Ok(())
+    }
+
     /// The filler's file, on the data directory's filesystem.
     fn ballast(&self) -> PathBuf {
         self.dir.path().join("disk").join("ballast")
@@ -161,10 +171,7 @@ pub fn disk_full(config: &Config) -> Result<Report, String> {
     }
     let n = config.half();
     let mut lab = Lab::new(config, "disk_full", n)?;
-    lab.disk = Some(Tmpfs::mount(&lab.dir.path().join("disk"), DISK_BYTES)?);
-    std::fs::create_dir_all(lab.data_dir())
-        .map_err(|e| format!("cannot create the data directory on the tmpfs: {e}"))?;
-    lab.disk_faults = true;
+    lab.put_data_on_a_tmpfs()?;
     let slots = slots(n, &lab)?;
     lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);

@@ -139,13 +139,7 @@ fn storm(config: &Config, deleter: Deleter) -> Result<Report, String> {
         lab.io_faults = true;
     }
     if matches!(deleter, Deleter::GcOnFullDisk) {
-        lab.disk = Some(super::disk_full::Tmpfs::mount(
-            &lab.dir.path().join("disk"),
-            super::disk_full::DISK_BYTES,
-        )?);
-        std::fs::create_dir_all(lab.data_dir())
-            .map_err(|e| format!("cannot create the data directory on the tmpfs: {e}"))?;
-        lab.disk_faults = true;
+        lab.put_data_on_a_tmpfs()?;
     }
     let slots = slots(n, &lab)?;
     lab.start_driving(config.run_for);
