@@ -91,7 +91,9 @@ impl ServerRegistration {
             .map_err(|e| io_envelope("cannot serialize the server record", e))?;
         text.push('\n');
         if let Err(e) = fs.write_private(&record_path(&server_id), text.as_bytes()) {
-            // No lock file without its record: a retry mints another id.
+            // Nothing of this id is left (a record may be in place when only the directory's
+            // fsync failed): a retry mints another id.
+            let _ = fs.remove_file(&record_path(&server_id));
             let _ = fs.remove_file(&lock_path(&server_id));
             return Err(io_envelope("cannot write the server record", e));
         }
