@@ -224,21 +224,15 @@ impl PostgresBackend {
             (GateRead::Unchanged, None) => None,
             (GateRead::Image(image), _) => image,
             // Another process committed since the view: the rows past it extend it (D222).
-            (GateRead::Tail(tail), Some(cached)) => {
-                if let Some(loaded) = extend_with(session, cached, &tail)? {
+            (GateRead::Tail(tail), cached) => {
+                if let Some(cached) = cached
+                    && let Some(loaded) = extend_with(session, cached, &tail)?
+                {
                     gate.session = Arc::new(loaded);
                     return Ok(gate);
                 }
                 // Anything but a whole, healthy extension: every row decides. The gate's
                 // lock keeps other writers out, so this read is as authoritative as its own.
-                let id = session.clone();
-                self.call(|reply| Request::Rows {
-                    session: id,
-                    from: None,
-                    reply,
-                })?
-            }
-            (GateRead::Tail(_), None) => {
                 let id = session.clone();
                 self.call(|reply| Request::Rows {
                     session: id,
