@@ -6,18 +6,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use workrail_conformance::scenario::{self, PROFILES};
 use workrail_conformance::surface::Surface;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
+mod common;
+
+use common::workspace;
 
 fn lock_catalog() -> BTreeSet<String> {
     std::fs::read_to_string(workspace().join("spec/LOCKS.md"))
@@ -224,16 +220,7 @@ fn surface_files_disable_only_existing_scenarios_with_reasons() {
 /// scenario failure is never a broken fixture.
 #[test]
 fn fixture_workflows_compile() {
-    let bin = workspace().join("target/debug/workrail");
-    if !bin.is_file() {
-        // negative_control.rs builds it; when this test runs first, build it here.
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
-            .current_dir(workspace())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+    let bin = common::server();
     for entry in std::fs::read_dir(workspace().join("fixtures/conformance/workflows")).unwrap() {
         let path = entry.unwrap().path();
         let out = std::process::Command::new(&bin)

@@ -5,7 +5,7 @@
 //! `workrail-spec` can answer, a perturbed adapter fails the truncation vectors.
 //!
 //! The real server is `<workspace>/target/debug/workrail`, built here first with
-//! `cargo build -p workrail --bin workrail`.
+//! `cargo build -p workrail --bin workrail` when it is older than its sources.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,30 +16,14 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
+mod common;
 
-/// Builds the real server once per test binary and returns its path.
+use common::workspace;
+
+/// The real server, built once per test binary when it is older than its sources.
 fn server() -> &'static Path {
     static SERVER: OnceLock<PathBuf> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
-            .current_dir(workspace())
-            .status()
-            .expect("cargo runs");
-        assert!(
-            status.success(),
-            "cargo build -p workrail --bin workrail failed"
-        );
-        let bin = workspace().join("target/debug/workrail");
-        assert!(bin.is_file(), "{} was not built", bin.display());
-        bin
-    })
+    SERVER.get_or_init(common::server)
 }
 
 struct Run {

@@ -16,15 +16,54 @@ pub fn workspace() -> PathBuf {
         .to_owned()
 }
 
-/// The reference server, built first: `<workspace>/target/debug/workrail`.
+/// The reference server, `<workspace>/target/debug/workrail`, built first unless it is newer than
+/// every source it is built from. `cargo test --workspace` has built it already, with the
+/// workspace's unified features; building it again with `cargo build -p workrail` would resolve
+/// other features and compile its dependencies a second time.
 pub fn server() -> PathBuf {
+    let bin = workspace().join("target/debug/workrail");
+    if built_after_sources(&bin) {
+        return bin;
+    }
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "workrail", "--bin", "workrail"])
         .current_dir(workspace())
         .status()
         .expect("cargo runs");
     assert!(status.success(), "cargo build -p workrail failed");
-    workspace().join("target/debug/workrail")
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
+/// Whether `bin` exists and was built after the last change to the server's sources.
+fn built_after_sources(bin: &Path) -> bool {
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_dir() {
+            return meta.modified().ok();
+        }
+        std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .filter_map(|entry| newest(&entry.path()))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(bin).and_then(|m| m.modified()).ok() else {
+        return false;
+    };
+    let root = workspace();
+    [
+        "impl/src",
+        "impl/builtins",
+        "impl/workflows",
+        "impl/Cargo.toml",
+        "spec/src",
+        "spec/Cargo.toml",
+        "Cargo.lock",
+    ]
+    .iter()
+    .filter_map(|source| newest(&root.join(source)))
+    .all(|changed| changed <= built)
 }
 
 /// Runs the suite against `workrail mcp` with the scenarios under `fixtures` and `surface`;
