@@ -37,6 +37,7 @@ fn retained_by_load(fs: &Arc<dyn StoreFs>, session: &SessionId) -> (usize, usize
 
 /// decision: D164
 /// decision: D210
+/// decision: D223
 #[test]
 fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
@@ -46,12 +47,19 @@ fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
     let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
     let (from, to) = (100, 600);
     let mut at = Vec::new();
+    // A second store follows the session from `from` on, as a server does whose neighbour
+    // commits every advance: each load extends its view past the other's commit (D219).
+    let follower = SessionStore::new(Arc::clone(&fs));
     for i in 0..to {
         out = advance(&wr, out, i);
+        if i + 1 >= from {
+            assert!(follower.load(&session).unwrap().health.is_healthy());
+        }
         if i + 1 == from || i + 1 == to {
             at.push(retained_by_load(&fs, &session));
         }
     }
+    let followed = retained(follower);
     let [
         (small, small_events, small_estimate),
         (large, large_events, large_estimate),
@@ -68,6 +76,27 @@ fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
         per_advance <= BYTES_PER_ADVANCE,
         "a loaded session holds {per_advance} bytes per nested advance, over the bound of {BYTES_PER_ADVANCE} (decisions D164, D210)"
     );
+    println!(
+        "the same session followed from {from} to {to} advances: {followed} bytes, against {large} loaded whole"
+    );
+    // The writer's own view, grown by its commits from ids its tokens carried, holds as much:
+    // a second process loads the session whole, and only the two views are kept.
+    let reader =
+        Workrail::with_parts(Arc::clone(&fs), catalog(), Arc::new(SeededEntropy::new(8))).unwrap();
+    let writer_view = wr.store().load(&session).unwrap();
+    let reader_view = reader.store().load(&session).unwrap();
+    drop((wr, reader));
+    let (written, read) = (retained(writer_view), retained(reader_view));
+    println!("the writer's own view of it: {written} bytes, against {read} loaded whole");
+    for (what, held, whole) in [
+        ("extended past its view advance by advance", followed, large),
+        ("grown by its writer's own commits", written, read),
+    ] {
+        assert!(
+            held <= whole + whole / 12,
+            "a session {what} holds {held} bytes, over the {whole} (+1/12) of the same session loaded whole: its ids must be shared as a load shares them, its vectors grown by an eighth (decisions D164, D223)"
+        );
+    }
     // The cache budget counts a session by its estimate: it must not undercount.
     for (held, estimate) in [(small, small_estimate), (large, large_estimate)] {
         assert!(

@@ -135,7 +135,12 @@ impl LoadedSession {
     /// key is committed already (the append rules).
     pub(crate) fn commit_events(&mut self, fresh: Vec<SessionEvent>) {
         reserve_bounded(&mut self.events, fresh.len());
-        for event in fresh {
+        // Ids parsed from a token are texts of their own: point them at the log's.
+        let mut ids = IdPool::default();
+        ids.sessions.share(&mut self.session_id);
+        pool_recent_ids(&mut self.events, &mut ids);
+        for mut event in fresh {
+            event.share_ids(&mut ids);
             let index = self.events.len();
             let events = &self.events;
             // A duplicate cannot reach here; if one did, the first event keeps the key, as a
@@ -230,6 +235,21 @@ pub(crate) fn introduced_snapshots(events: &[SessionEvent]) -> Vec<(SnapshotRef,
         .collect()
 }
 
+/// How many of a log's last events the ids of events appended after them are pooled with (a
+/// plan is about five events; a dozen plans name a workflow's repeated step and loop ids).
+const POOLED_RECENT_EVENTS: usize = 64;
+
+/// Adds the ids of the last events of `events` to `pool`. The ids the next plans repeat (the
+/// session's runs, the node an advance leaves, the workflow, the steps and loops its traces
+/// name) are there, so events appended after them (committed by this process, or read past a
+/// view) share them as a whole load's events do (decisions D164, D223).
+fn pool_recent_ids(events: &mut [SessionEvent], pool: &mut IdPool) {
+    let recent = events.len().saturating_sub(POOLED_RECENT_EVENTS);
+    for event in &mut events[recent..] {
+        event.share_ids(pool);
+    }
+}
+
 struct Validator<'a> {
     session_id: SessionId,
     /// Events, records and pins accepted so far, possibly past the last complete transaction.
@@ -302,6 +322,7 @@ impl<'a> Validator<'a> {
             view.manifest_committed_bytes,
         );
         validator.events = view.events;
+        pool_recent_ids(&mut validator.events, &mut validator.ids);
         validator.manifest = view.manifest;
         validator.pinned = view.pinned;
         validator.dedupe = view.dedupe;
@@ -483,6 +504,10 @@ impl<'a> Validator<'a> {
             .filter(|(r, _)| !self.pinned.contains(r))
             .map(|(r, i)| (r, base + i))
             .collect();
+        if self.resumed {
+            // A view kept in a cache grows as `commit_events` grows it, not by doubling.
+            reserve_bounded(&mut self.events, new_events.len());
+        }
         self.events.extend(new_events);
     }
 
@@ -641,6 +666,9 @@ impl<'a> Validator<'a> {
                     pin.session_id = self.session_id.clone();
                     self.accept_pin(pin)?;
                 }
+            }
+            if self.resumed {
+                reserve_bounded(&mut self.manifest, 1);
             }
             self.manifest.push(record);
             offset += len + 1;
