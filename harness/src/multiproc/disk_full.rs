@@ -175,28 +175,38 @@ pub fn disk_full(config: &Config) -> Result<Report, String> {
     let slots = slots(n, &lab)?;
     lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
-    let filled = std::sync::Mutex::new(Ok(()));
-    std::thread::scope(|scope| {
-        let (lab, slots, filled) = (&lab, &slots, &filled);
-        let mut fill_rng = rng.split();
-        scope.spawn(move || {
-            let result = fill_and_free(lab, &mut fill_rng);
-            *lock(filled) = result;
-        });
+    kill_storm_beside(&lab, &slots, &mut rng, fill_and_free);
+    // From here a storage error is a failure like in any scenario.
+    lab.disk_faults = false;
+    continue_after_the_faults(&lab, &slots, &mut rng);
+    finish(&lab, &slots)
+}
+
+/// The kill storm with a fault thread beside it: `faults` fills the disk or injects errors, and
+/// leaves them off before the driving ends; its own failure is reported as one. Also used by
+/// [`super::io_errors`].
+pub(super) fn kill_storm_beside(
+    lab: &Lab,
+    slots: &[Slot],
+    rng: &mut Rng,
+    faults: fn(&Lab, &mut Rng) -> Result<(), String>,
+) {
+    let faulted = std::thread::scope(|scope| {
+        let mut fault_rng = rng.split();
+        let fault_thread = scope.spawn(move || faults(lab, &mut fault_rng));
         let mut killer_rng = rng.split();
         scope.spawn(move || killer(lab, slots, &mut killer_rng));
         for (client, slot) in slots.iter().enumerate() {
             let mut rng = rng.split();
             scope.spawn(move || storm_client(lab, client, slot, &mut rng));
         }
+        fault_thread.join()
     });
-    if let Err(e) = std::mem::replace(&mut *lock(&filled), Ok(())) {
-        lab.other(e);
+    match faulted {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => lab.other(e),
+        Err(_) => lab.other("the fault thread panicked".to_owned()),
     }
-    // From here a storage error is a failure like in any scenario.
-    lab.disk_faults = false;
-    continue_after_the_faults(&lab, &slots, &mut rng);
-    finish(&lab, &slots)
 }
 
 /// The filler: fills the disk and frees it until shortly before the driving ends, and leaves

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 
-use super::disk_full::continue_after_the_faults;
-use super::{Config, Lab, Report, Rng, finish, killer, lock, slots, storm_client};
+use super::disk_full::{continue_after_the_faults, kill_storm_beside};
+use super::{Config, Lab, Report, Rng, finish, slots};
 
 /// The preloaded library's source.
 const SHIM_SOURCE: &str = include_str!("eio_shim.c");
@@ -172,24 +172,7 @@ pub fn io_errors(config: &Config) -> Result<Report, String> {
     let slots = slots(n, &lab)?;
     lab.start_driving(config.run_for);
     let mut rng = Rng::new(config.seed);
-    let struck = std::sync::Mutex::new(Ok(()));
-    std::thread::scope(|scope| {
-        let (lab, slots, struck) = (&lab, &slots, &struck);
-        let mut fault_rng = rng.split();
-        scope.spawn(move || {
-            let result = bursts(lab, &mut fault_rng);
-            *lock(struck) = result;
-        });
-        let mut killer_rng = rng.split();
-        scope.spawn(move || killer(lab, slots, &mut killer_rng));
-        for (client, slot) in slots.iter().enumerate() {
-            let mut rng = rng.split();
-            scope.spawn(move || storm_client(lab, client, slot, &mut rng));
-        }
-    });
-    if let Err(e) = std::mem::replace(&mut *lock(&struck), Ok(())) {
-        lab.other(e);
-    }
+    kill_storm_beside(&lab, &slots, &mut rng, bursts);
     if let Some(shim) = &lab.shim
         && let Err(e) = shim.set(false)
     {
