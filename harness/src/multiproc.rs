@@ -300,6 +300,12 @@ pub struct Report {
     pub lost_events: u64,
     pub duplicate_attempts: u64,
     pub replay_mismatches: u64,
+    /// Storm clients: answered acks sent again with other notes, as an agent that rewound and
+    /// redid a step sends its old ackToken with new work.
+    pub changed_resends: u64,
+    /// Such resends answered without a replay notice that names `output.notesMarkdown` as not
+    /// recorded and gives the recorded notes back (the agent would believe its new work kept).
+    pub silent_resends: u64,
     pub false_corruption: u64,
     pub store_io_errors: u64,
     pub unhealthy_sessions: u64,
@@ -454,18 +460,27 @@ impl Report {
         )
     }
 
-    /// The counts of the language runs of the storm clients (empty for the other scenarios).
-    fn language_counts(&self) -> String {
-        if !matches!(
+    /// Whether the scenario's clients are storm clients ([`storm_client`]).
+    fn has_storm_clients(&self) -> bool {
+        matches!(
             self.scenario,
             "kill_storm" | "db_outage" | "disk_full" | "io_errors"
-        ) && !self.scenario.starts_with("gc_storm")
-        {
+        ) || self.scenario.starts_with("gc_storm")
+    }
+
+    /// The counts of the storm clients' language runs and changed resends (empty for the other
+    /// scenarios).
+    fn language_counts(&self) -> String {
+        if !self.has_storm_clients() {
             return String::new();
         }
         format!(
-            " language_runs={} language_acks={} language_mismatches={}",
-            self.language_runs, self.language_acks, self.language_mismatches,
+            " language_runs={} language_acks={} language_mismatches={} changed_resends={} silent_resends={}",
+            self.language_runs,
+            self.language_acks,
+            self.language_mismatches,
+            self.changed_resends,
+            self.silent_resends,
         )
     }
 
@@ -543,6 +558,7 @@ impl Report {
         self.lost_events
             + self.duplicate_attempts
             + self.replay_mismatches
+            + self.silent_resends
             + self.false_corruption
             + self.store_io_errors
             + self.unhealthy_sessions
@@ -1448,6 +1464,52 @@ impl Lab {
         };
         let session = session_of(ack_token);
         let result = self.call(slot, "continue_workflow", args, session.as_deref())?;
+        self.answered_ack(client, attempt, args, result)
+    }
+
+    /// Sends an answered plain-workflow ack again with other notes: the answer must be the
+    /// recorded one (checked as any replay is), with a replay notice saying the new notes were
+    /// not recorded and giving back the ones that were.
+    fn resend_with_other_notes(&self, client: usize, slot: &Slot, args: &Value) -> Option<Resp> {
+        let ack_token = args["ackToken"].as_str().unwrap_or_default();
+        let recorded = args["output"]["notesMarkdown"].as_str().unwrap_or_default();
+        let attempt = match attempt_of(ack_token) {
+            Ok(attempt) => attempt,
+            Err(e) => {
+                self.other(e);
+                return None;
+            }
+        };
+        let mut changed = args.clone();
+        changed["output"]["notesMarkdown"] = json!(format!("{recorded} Redone after a rewind."));
+        let session = session_of(ack_token);
+        let result = self.call(slot, "continue_workflow", &changed, session.as_deref())?;
+        let notice = &result["structuredContent"]["replay"];
+        let flagged = notice["notRecorded"]
+            .as_array()
+            .is_some_and(|fields| fields.iter().any(|f| f == "output.notesMarkdown"))
+            && notice["recordedNotesMarkdown"] == json!(recorded);
+        {
+            let mut book = self.book();
+            book.report.changed_resends += 1;
+            if !flagged && result["isError"] != json!(true) {
+                book.report.silent_resends += 1;
+                book.report.sample(format!(
+                    "attempt {attempt} sent again with other notes: no notice that they were not recorded ({notice})"
+                ));
+            }
+        }
+        self.answered_ack(client, attempt, args, result)
+    }
+
+    /// Checks an ack's answer against every earlier answer to the same attempt and records it.
+    fn answered_ack(
+        &self,
+        client: usize,
+        attempt: String,
+        args: &Value,
+        result: Value,
+    ) -> Option<Resp> {
         let resp = self.saw(client, result)?;
         let mut book = self.book();
         match book.acks.get(&attempt).cloned() {
@@ -1486,6 +1548,13 @@ impl Lab {
         }
         drop(book);
         Some(resp)
+    }
+
+    /// Whether `args` acknowledge a step of a plain-workflow run with notes.
+    fn plain_run_ack(&self, args: &Value) -> bool {
+        let session = args["ackToken"].as_str().and_then(session_of);
+        args["output"]["notesMarkdown"].is_string()
+            && session.is_some_and(|s| !self.book().lang_runs.contains_key(&s))
     }
 
     /// Runs the CLI as its own process, output into files (a bundle may be large).
@@ -2046,6 +2115,11 @@ fn storm_client(lab: &Lab, client: usize, slot: &Slot, rng: &mut Rng) {
                     .cloned()
                     .unwrap_or_default();
                 match rng.pick(&sent) {
+                    // Half the time with other notes, on the plain workflow's runs (a language
+                    // step's attempt may have been blocked, and recorded no notes).
+                    Some(args) if rng.below(2) == 0 && lab.plain_run_ack(args) => {
+                        lab.resend_with_other_notes(client, slot, args).is_some()
+                    }
                     Some(args) => lab.send_ack(client, slot, args).is_some(),
                     None => true,
                 }

@@ -94,6 +94,7 @@ fn readers_beside_a_writer_never_see_corruption_or_miss_a_commit() {
 /// control flow.
 ///
 /// lock: L-TOKEN-REPLAY-FACTS
+/// decision: D57
 /// decision: D139
 #[test]
 fn servers_killed_mid_call_lose_nothing_and_replays_return_the_recorded_response() {
@@ -101,6 +102,9 @@ fn servers_killed_mid_call_lose_nothing_and_replays_return_the_recorded_response
     let report = multiproc::kill_storm(&config()).unwrap();
     assert_sound(&report);
     assert!(report.kills > 0, "{}", report.line());
+    // Old ackTokens sent again with new notes: each answered with the recorded response and a
+    // notice that the new notes were not recorded (`silent_resends` is 0 above).
+    assert!(report.changed_resends > 0, "{}", report.line());
     assert!(
         report.language_runs > 0 && report.language_acks > 0,
         "{}",
