@@ -1469,8 +1469,16 @@ impl Lab {
 
     /// Sends an answered plain-workflow ack again with other notes: the answer must be the
     /// recorded one (checked as any replay is), with a replay notice saying the new notes were
-    /// not recorded and giving back the ones that were.
-    fn resend_with_other_notes(&self, client: usize, slot: &Slot, args: &Value) -> Option<Resp> {
+    /// not recorded and giving back the ones that were. With `follow`, the agent then does what
+    /// the notice says: it sends the new notes with the notice's `forkAckToken`, which must
+    /// record them on a new branch.
+    fn resend_with_other_notes(
+        &self,
+        client: usize,
+        slot: &Slot,
+        args: &Value,
+        follow: bool,
+    ) -> Option<Resp> {
         let ack_token = args["ackToken"].as_str().unwrap_or_default();
         let recorded = args["output"]["notesMarkdown"].as_str().unwrap_or_default();
         let attempt = match attempt_of(ack_token) {
@@ -1499,7 +1507,20 @@ impl Lab {
                 ));
             }
         }
-        self.answered_ack(client, attempt, args, result)
+        let fork_ack = notice["forkAckToken"].as_str().map(str::to_owned);
+        let recorded_answer = self.answered_ack(client, attempt, args, result)?;
+        let Some(fork_ack) = fork_ack.filter(|_| follow) else {
+            return Some(recorded_answer);
+        };
+        let redone = json!({"ackToken": fork_ack, "output": changed["output"]});
+        let branch = self.send_ack(client, slot, &redone)?;
+        if branch.node == recorded_answer.node {
+            self.other(format!(
+                "the forkAckToken of a replay notice answered the recorded node {}, not a new branch",
+                branch.node
+            ));
+        }
+        Some(branch)
     }
 
     /// Checks an ack's answer against every earlier answer to the same attempt and records it.
@@ -2118,7 +2139,9 @@ fn storm_client(lab: &Lab, client: usize, slot: &Slot, rng: &mut Rng) {
                     // Half the time with other notes, on the plain workflow's runs (a language
                     // step's attempt may have been blocked, and recorded no notes).
                     Some(args) if rng.below(2) == 0 && lab.plain_run_ack(args) => {
-                        lab.resend_with_other_notes(client, slot, args).is_some()
+                        let follow = rng.below(2) == 0;
+                        lab.resend_with_other_notes(client, slot, args, follow)
+                            .is_some()
                     }
                     Some(args) => lab.send_ack(client, slot, args).is_some(),
                     None => true,
