@@ -9,8 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bundle_support;
-mod protocol_support;
+use crate::bundle_support;
+use crate::protocol_support;
 
 use bundle_support::*;
 use serde_json::{Value, json};

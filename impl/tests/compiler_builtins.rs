@@ -3,7 +3,7 @@
 //! contract example validates against its schema, ref snippets fit their budget, and the
 //! registry tables agree with each other.
 //!
-//! Regenerate the catalog with: `WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_builtins`
+//! Regenerate the catalog with: `WORKRAIL_BLESS=1 cargo test -p workrail --test suite compiler_builtins::`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -53,7 +53,7 @@ fn the_committed_catalog_matches_the_registry() {
         .to_string();
     let shown: String = diff.lines().take(80).collect::<Vec<_>>().join("\n");
     panic!(
-        "{} is stale:\n{shown}\n\nregenerate with: WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_builtins",
+        "{} is stale:\n{shown}\n\nregenerate with: WORKRAIL_BLESS=1 cargo test -p workrail --test suite compiler_builtins::",
         path.display()
     );
 }

@@ -9,7 +9,7 @@
 //! WorkRail 3.x, the two-step README example included (for `version`).
 //!
 //! The fixtures are in `fixtures/workflows/language/`; the compiled goldens next to them are
-//! regenerated with `WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_dialect`.
+//! regenerated with `WORKRAIL_BLESS=1 cargo test -p workrail --test suite compiler_dialect::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -972,7 +972,7 @@ fn dialect_fixtures_compile_to_their_committed_snapshots_and_hashes() {
     }
     assert!(
         problems.is_empty(),
-        "drifted: {problems:?}; regenerate with WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_dialect"
+        "drifted: {problems:?}; regenerate with WORKRAIL_BLESS=1 cargo test -p workrail --test suite compiler_dialect::"
     );
 }
 

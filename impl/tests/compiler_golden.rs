@@ -3,7 +3,7 @@
 //! bundled workflows' fixture sources are the embedded files. Any change to compiled output or
 //! to a hash, intended or not, shows up here as a diff.
 //!
-//! Regenerate with: `WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_golden`
+//! Regenerate with: `WORKRAIL_BLESS=1 cargo test -p workrail --test suite compiler_golden::`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,7 +16,7 @@ use workrail::sources::bundled::BUNDLED;
 use workrail_spec::jcs::to_canonical_string;
 
 const BLESS_HINT: &str =
-    "regenerate with: WORKRAIL_BLESS=1 cargo test -p workrail --test compiler_golden";
+    "regenerate with: WORKRAIL_BLESS=1 cargo test -p workrail --test suite compiler_golden::";
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/workflows")

@@ -7,11 +7,11 @@
 //!
 //! Every page visited is saved as a PNG under `$CARGO_TARGET_TMPDIR/console-screenshots/`, and
 //! also under `$WORKRAIL_SCREENSHOTS_DIR` when set (how `impl/docs/console/*.png` are made:
-//! `WORKRAIL_SCREENSHOTS_DIR=impl/docs/console cargo test -p workrail --test console_browser`).
+//! `WORKRAIL_SCREENSHOTS_DIR=impl/docs/console cargo test -p workrail --test suite console_browser::`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod console_support;
+use crate::console_support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod console_support;
+use crate::console_support;
 
 use console_support::Mcp;
 use std::collections::BTreeMap;

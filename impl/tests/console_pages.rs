@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod console_support;
+use crate::console_support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

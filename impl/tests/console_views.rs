@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod console_support;
-mod protocol_support;
+use crate::console_support;
+use crate::protocol_support;
 
 use protocol_support::*;
 use workrail::projections::console::LIST_MAX;

@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod console_support;
+use crate::console_support;
 
 use console_support::fingerprint;
 use std::path::{Path, PathBuf};

@@ -8,8 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bundle_support;
-mod protocol_support;
+use crate::bundle_support;
+use crate::protocol_support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! fails with a unified diff and the command that regenerates it:
 //!
 //! ```text
-//! WORKRAIL_BLESS=1 cargo test -p workrail --test mcp_catalog
+//! WORKRAIL_BLESS=1 cargo test -p workrail --test suite mcp_catalog::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -27,7 +27,7 @@ use workrail_spec::tools::{
 };
 
 const BLESS_HINT: &str =
-    "regenerate with: WORKRAIL_BLESS=1 cargo test -p workrail --test mcp_catalog";
+    "regenerate with: WORKRAIL_BLESS=1 cargo test -p workrail --test suite mcp_catalog::";
 
 fn crate_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_support;
+use crate::http_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod protocol_support;
+use crate::protocol_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

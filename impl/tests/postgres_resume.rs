@@ -20,9 +20,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod postgres_support;
-mod protocol_support;
-mod resume_support;
+use crate::postgres_support;
+use crate::protocol_support;
+use crate::resume_support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

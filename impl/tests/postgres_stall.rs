@@ -16,8 +16,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod postgres_support;
-mod protocol_support;
+use crate::postgres_support;
+use crate::protocol_support;
 
 use std::process::Command;
 use std::sync::Arc;

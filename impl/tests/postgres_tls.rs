@@ -14,7 +14,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod protocol_support;
+use crate::protocol_support;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -85,7 +85,7 @@ static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
 
 fn schema_name(test: &str) -> String {
     format!(
-        "wrt_{test}_{}_{}",
+        "wrtls_{test}_{}_{}",
         std::process::id(),
         SCHEMAS.fetch_add(1, Ordering::SeqCst)
     )

@@ -14,8 +14,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod postgres_support;
-mod protocol_support;
+use crate::postgres_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

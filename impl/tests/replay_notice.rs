@@ -11,7 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod protocol_support;
+use crate::protocol_support;
 
 use protocol_support::*;
 use serde_json::json;

@@ -13,7 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod protocol_support;
+use crate::protocol_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

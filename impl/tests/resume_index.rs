@@ -11,8 +11,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod protocol_support;
-mod resume_support;
+use crate::protocol_support;
+use crate::resume_support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

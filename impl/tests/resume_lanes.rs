@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod console_support;
+use crate::console_support;
 
 use console_support::lanes::*;
 use workrail::store::memfs::MemFs;

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod store_support;
+use crate::store_support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -581,13 +581,13 @@ fn the_session_lock_is_an_os_lock_across_processes() {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("child-ready");
     let release = dir.path().join("child-release");
+    // The helper's test name is its path within the test binary, less the binary's crate.
+    let holder = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::lock_holder_process"),
+        None => "lock_holder_process".to_owned(),
+    };
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "lock_holder_process",
-            "--include-ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", &holder, "--include-ignored", "--nocapture"])
         .env("WORKRAIL_LOCK_TEST_DIR", dir.path())
         .spawn()
         .unwrap();

@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod store_support;
+use crate::store_support;
 
 use std::path::Path;
 

@@ -8,9 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_support;
-mod postgres_support;
-mod protocol_support;
+use crate::http_support;
+use crate::postgres_support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod protocol_support;
+use crate::protocol_support;
 
 use std::collections::BTreeSet;
 
