@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{compiled_step, s, workflow};
 use workrail_model::capabilities::dependencies;
