@@ -314,7 +314,7 @@ fn names_step(entry: &TraceEntry, step: &str) -> bool {
     entry
         .refs
         .iter()
-        .flatten()
+        .flat_map(|refs| refs.iter())
         .any(|r| matches!(r, TraceRef::StepId { step_id } if step_id.as_str() == step))
 }
 
@@ -1043,7 +1043,7 @@ fn a_skipped_top_level_item_runs_once_a_later_call_makes_its_condition_true() {
     let revisited: Vec<&str> = entries
         .iter()
         .filter(|e| e.summary.contains("runs now, out of order"))
-        .map(|e| e.summary.as_str())
+        .map(|e| &*e.summary)
         .collect();
     assert_eq!(revisited.len(), 2, "{revisited:?}");
     assert!(

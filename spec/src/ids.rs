@@ -277,11 +277,19 @@ impl<T> Default for Shared<T> {
 
 impl<T: Clone + Eq + std::hash::Hash> Shared<T> {
     pub fn share(&mut self, value: &mut T) {
+        if !self.share_held(value) {
+            self.0.insert(value.clone());
+        }
+    }
+
+    /// Points `value` at the equal value held, if one is; false (and nothing held) otherwise.
+    pub fn share_held(&mut self, value: &mut T) -> bool {
         match self.0.get(value) {
-            Some(held) => *value = held.clone(),
-            None => {
-                self.0.insert(value.clone());
+            Some(held) => {
+                *value = held.clone();
+                true
             }
+            None => false,
         }
     }
 }

@@ -183,9 +183,12 @@ fn one_of_each_kind() -> Vec<(EventScope, EventData)> {
                 vec![TraceEntry {
                     kind: DecisionTraceKind::SelectedNextStep,
                     summary: "Chose step investigate.".into(),
-                    refs: Some(vec![TraceRef::StepId {
-                        step_id: step("investigate"),
-                    }]),
+                    refs: Some(
+                        vec![TraceRef::StepId {
+                            step_id: step("investigate"),
+                        }]
+                        .into(),
+                    ),
                 }],
             )),
         ),
@@ -660,7 +663,7 @@ fn notes_over_budget_are_truncated_with_the_marker_and_stored_notes_are_bounded(
 fn decision_traces_are_bounded_and_truncate_in_order() {
     let entry = |i: usize| TraceEntry {
         kind: DecisionTraceKind::EvaluatedCondition,
-        summary: format!("{i}:{}", "s".repeat(600)),
+        summary: format!("{i}:{}", "s".repeat(600)).into(),
         refs: Some((0..12).map(|n| TraceRef::Iteration { value: n }).collect()),
     };
     let trace = DecisionTraceAppended::bounded(

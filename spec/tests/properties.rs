@@ -1473,8 +1473,8 @@ fn body_decision_trace_appended() -> BoxedStrategy<(At, EventData)> {
     )
         .prop_map(|(kind, summary, refs)| TraceEntry {
             kind,
-            summary,
-            refs,
+            summary: summary.into(),
+            refs: refs.map(Into::into),
         });
     (ent(), vec(entry, 1..30))
         .prop_map(|(trace, entries)| {

@@ -18,8 +18,8 @@ pub enum Termination {
 fn entry(kind: DecisionTraceKind, summary: String, refs: Vec<TraceRef>) -> TraceEntry {
     TraceEntry {
         kind,
-        summary,
-        refs: Some(refs),
+        summary: summary.into(),
+        refs: Some(refs.into()),
     }
 }
 

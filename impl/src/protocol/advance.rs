@@ -1182,7 +1182,7 @@ fn plan_advance(
             if !trace.is_empty() {
                 let mut entries = trace;
                 for e in &mut entries {
-                    if e.refs.as_ref().is_some_and(Vec::is_empty) {
+                    if e.refs.as_ref().is_some_and(|refs| refs.is_empty()) {
                         e.refs = None;
                     }
                 }

@@ -443,6 +443,9 @@ pub struct IdPool {
     pub steps: crate::ids::Shared<crate::ids::StepId>,
     pub loops: crate::ids::Shared<crate::ids::LoopId>,
     pub conditions: crate::ids::Shared<crate::ids::ConditionId>,
+    /// Decision trace summaries and refs: a loop's iterations repeat them (decision D224).
+    pub trace_summaries: crate::ids::Shared<std::sync::Arc<str>>,
+    pub trace_refs: crate::ids::Shared<std::sync::Arc<[TraceRef]>>,
 }
 
 /// A validated session event.
@@ -552,19 +555,30 @@ impl SessionEvent {
                 }
             }
             EventData::DecisionTraceAppended(t) => {
-                for reference in t
-                    .entries
-                    .iter_mut()
-                    .flat_map(|e| e.refs.iter_mut().flatten())
-                {
-                    match reference {
-                        TraceRef::StepId { step_id } => pool.steps.share(step_id),
-                        TraceRef::LoopId { loop_id } => pool.loops.share(loop_id),
-                        TraceRef::ConditionId { condition_id } => {
-                            pool.conditions.share(condition_id)
-                        }
-                        TraceRef::Iteration { .. } => {}
+                for entry in &mut t.entries {
+                    pool.trace_summaries.share(&mut entry.summary);
+                    let Some(refs) = &mut entry.refs else {
+                        continue;
+                    };
+                    if pool.trace_refs.share_held(refs) {
+                        continue;
                     }
+                    // Refs not seen before join the pool. Their ids point at the pool's when
+                    // this event alone holds them (just parsed or built); refs other events
+                    // share were pooled so before, and are kept as they are.
+                    if let Some(owned) = std::sync::Arc::get_mut(refs) {
+                        for reference in owned {
+                            match reference {
+                                TraceRef::StepId { step_id } => pool.steps.share(step_id),
+                                TraceRef::LoopId { loop_id } => pool.loops.share(loop_id),
+                                TraceRef::ConditionId { condition_id } => {
+                                    pool.conditions.share(condition_id)
+                                }
+                                TraceRef::Iteration { .. } => {}
+                            }
+                        }
+                    }
+                    pool.trace_refs.share(refs);
                 }
             }
             _ => {}

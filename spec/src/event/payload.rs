@@ -4,6 +4,7 @@
 //! rejects unknown fields (locks §14: unknown fields fail fast unless explicitly optional).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -558,7 +559,7 @@ pub struct DivergenceRecorded {
 }
 
 /// A typed decision trace reference (closed union by `kind`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(
     tag = "kind",
     rename_all = "snake_case",
@@ -586,10 +587,12 @@ pub enum TraceRef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TraceEntry {
     pub kind: DecisionTraceKind,
+    // The summary and the refs are shared values: a loop's traces repeat the same ones every
+    // iteration, and a parsed log holds each once (decision D224, `IdPool`).
     /// At most 512 bytes (truncated with the marker when built through `bounded`).
-    pub summary: String,
+    pub summary: Arc<str>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refs: Option<Vec<TraceRef>>,
+    pub refs: Option<Arc<[TraceRef]>>,
 }
 
 /// `decision_trace_appended`: a bounded "why" trace; never required for correctness.
@@ -608,9 +611,13 @@ impl DecisionTraceAppended {
     pub fn bounded(trace_id: TraceId, mut entries: Vec<TraceEntry>) -> Self {
         entries.truncate(TRACE_MAX_ENTRIES);
         for entry in &mut entries {
-            entry.summary = shorten(&entry.summary, TRACE_SUMMARY_MAX_BYTES);
-            if let Some(refs) = &mut entry.refs {
-                refs.truncate(TRACE_MAX_REFS_PER_ENTRY);
+            if entry.summary.len() > TRACE_SUMMARY_MAX_BYTES {
+                entry.summary = shorten(&entry.summary, TRACE_SUMMARY_MAX_BYTES).into();
+            }
+            if let Some(refs) = &mut entry.refs
+                && refs.len() > TRACE_MAX_REFS_PER_ENTRY
+            {
+                *refs = refs[..TRACE_MAX_REFS_PER_ENTRY].into();
             }
         }
         let mut trace = Self { trace_id, entries };
@@ -620,7 +627,7 @@ impl DecisionTraceAppended {
             let mut minimal = trace.clone();
             for entry in &mut minimal.entries {
                 if entry.summary.len() > marker_len {
-                    entry.summary = shorten(&entry.summary, marker_len);
+                    entry.summary = shorten(&entry.summary, marker_len).into();
                 }
             }
             if minimal.total_bytes() <= TRACE_MAX_TOTAL_BYTES {
@@ -636,7 +643,7 @@ impl DecisionTraceAppended {
             let summary = &trace.entries[index].summary;
             let target = summary.len().saturating_sub(over).max(marker_len);
             if target < summary.len() {
-                trace.entries[index].summary = shorten(summary, target);
+                trace.entries[index].summary = shorten(summary, target).into();
             }
         }
         trace
