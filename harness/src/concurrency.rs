@@ -269,7 +269,7 @@ pub fn alternating_processes_see_each_others_commits(
     let events = |w: &Workrail| {
         w.sessions()
             .load(&session)
-            .map(|l| l.events.len())
+            .map(|l| l.event_count())
             .map_err(|e| e.to_string())
     };
     let (in_a, in_b) = (events(&a)?, events(&b)?);

@@ -189,7 +189,7 @@ fn crash_once(
         Some(r) => trial
             .sys
             .load(&trial.world.runs[r].impl_session)
-            .map(|l| l.events.len())
+            .map(|l| l.event_count())
             .map_err(|e| format!("cannot load the session before the crash: {e}"))?,
         None => 0,
     };
@@ -293,15 +293,16 @@ pub(crate) fn advance_model(
                 .sessions()
                 .into_iter()
                 .filter(|s| !known_sessions.contains(s))
-                .filter(|s| sys.load(s).is_ok_and(|l| !l.events.is_empty()))
+                .filter(|s| sys.load(s).is_ok_and(|l| l.event_count() > 0))
                 .collect();
             let [session] = fresh.as_slice() else {
                 return Err(format!("expected one new session, found {fresh:?}"));
             };
             let loaded = sys.load(session).map_err(|e| e.to_string())?;
+            let events = loaded.events().all().map_err(|e| e.to_string())?;
             let mut run = None;
             let mut imp_root = None;
-            for e in &loaded.events {
+            for e in events.iter() {
                 match e.data() {
                     EventData::RunStarted(_) => run = e.scope().run_id().cloned(),
                     EventData::NodeCreated(n) if n.parent_node_id.is_none() => {
@@ -359,7 +360,8 @@ fn pair_new_child(
     let loaded = sys
         .load(&world.runs[run].impl_session)
         .map_err(|e| e.to_string())?;
-    let dag = workrail_model::projections::RunDag::build(&loaded.events, &world.runs[run].impl_run);
+    let events = loaded.events().all().map_err(|e| e.to_string())?;
+    let dag = workrail_model::projections::RunDag::build(&events, &world.runs[run].impl_run);
     let fresh: Vec<_> = dag
         .nodes
         .values()
@@ -401,7 +403,7 @@ fn fails_fast(
             let Ok(loaded) = trial.sys.load(&session) else {
                 return Ok(None);
             };
-            if !missing_pins(&loaded.health) || loaded.events.len() != old_len {
+            if !missing_pins(&loaded.health) || loaded.event_count() != old_len {
                 return Ok(None);
             }
             // Every other run is untouched.
@@ -458,7 +460,7 @@ fn fails_fast(
             let Ok(loaded) = trial.sys.load(session) else {
                 return Ok(None);
             };
-            if !missing_pins(&loaded.health) || !loaded.events.is_empty() {
+            if !missing_pins(&loaded.health) || loaded.event_count() > 0 {
                 return Ok(None);
             }
             check_truth(&trial.sys, &trial.world, None, Some(session))?;

@@ -934,7 +934,11 @@ impl<S: System> Harness<S> {
             .sys
             .load(&ids.impl_session)
             .map_err(|e| format!("loading the session to read its trace: {e}"))?;
-        let (got, complete) = production_skips(&session.events, impl_node);
+        let events = session
+            .events()
+            .all()
+            .map_err(|e| format!("reading the session's events: {e}"))?;
+        let (got, complete) = production_skips(&events, impl_node);
         let agrees = if complete {
             got == expected
         } else {
@@ -1252,8 +1256,12 @@ pub fn check_truth<S: System + ?Sized>(
             session_baseline: None,
             global: workrail::protocol::GLOBAL_DEFAULTS,
         };
+        let events = loaded
+            .events()
+            .all()
+            .map_err(|e| format!("run {i}: production cannot read its session's events: {e}"))?;
         let actual = run_shape(
-            &loaded.events,
+            &events,
             &run.impl_run,
             Some(&w.bij),
             &is_complete,
@@ -1266,12 +1274,11 @@ pub fn check_truth<S: System + ?Sized>(
                 diff(&expected, &actual)
             ));
         }
-        cross_check_production_projection(&loaded.events, &run.impl_run, &is_complete)
+        cross_check_production_projection(&events, &run.impl_run, &is_complete)
             .map_err(|e| format!("run {i}: {e}"))?;
         // A session holds its run and the lane runs its parallel steps started (D168), as
         // many as the model's.
-        let runs = loaded
-            .events
+        let runs = events
             .iter()
             .filter(|e| matches!(e.data(), EventData::RunStarted(_)))
             .count();
@@ -1290,7 +1297,7 @@ pub fn check_truth<S: System + ?Sized>(
         if let Ok(loaded) = sys.load(&session) {
             return Err(format!(
                 "production holds a session the harness never saw in a response: {session} ({} events, {:?})",
-                loaded.events.len(),
+                loaded.event_count(),
                 loaded.health
             ));
         }

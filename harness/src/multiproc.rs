@@ -1192,7 +1192,8 @@ impl Lab {
     }
 
     /// The binary with this lab's environment on `data_dir`: that data directory, the lab's
-    /// workflow directory, a private HOME, and the default lock wait (what users get); on
+    /// workflow directory, a private HOME, the default lock wait (what users get) and the
+    /// fewest resident events (so forgotten events are read back); on
     /// PostgreSQL with `WORKRAIL_STORE` and `WORKRAIL_STORE_SCHEMA` set (else both removed).
     fn command_in(&self, data_dir: &Path) -> Command {
         let mut command = Command::new(&self.binary);
@@ -1212,6 +1213,10 @@ impl Lab {
             .env_remove("WORKRAIL_LOG")
             .env_remove("WORKRAIL_LOCK_WAIT_MS")
             .env_remove("WORKRAIL_FEATURES")
+            // The fewest events a server may keep parsed: a storm's sessions then outgrow it,
+            // and every reader and writer also reads forgotten events back from segments that
+            // other servers, kills and gc act on (D225).
+            .env("WORKRAIL_RESIDENT_EVENTS", "64")
             .current_dir(self.dir.path().join("home"));
         if let Some(shim) = &self.shim {
             command.envs(shim.environment(data_dir));

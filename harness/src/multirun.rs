@@ -615,7 +615,7 @@ impl<S: System> Juggler<S> {
     fn event_count(&self, run: usize) -> Result<usize, String> {
         self.sys
             .load(&self.runs[run].session)
-            .map(|l| l.events.len())
+            .map(|l| l.event_count())
             .map_err(|e| {
                 format!(
                     "cannot load the session of run {}: {e:?}",
@@ -697,7 +697,10 @@ impl<S: System> Juggler<S> {
             .sys
             .load(&info.session)
             .map_err(|e| format!("cannot load run {:?}: {e:?}", info.label))?;
-        let new = loaded.events.get(events_before..).unwrap_or_default();
+        let new = loaded
+            .events()
+            .range(events_before..loaded.event_count())
+            .map_err(|e| format!("cannot read run {:?}'s events: {e:?}", info.label))?;
         if new.is_empty() {
             return Err(format!(
                 "a fresh call on run {:?} recorded nothing",
@@ -805,7 +808,9 @@ impl<S: System> Juggler<S> {
                 .load(&info.session)
                 .map_err(|e| format!("run {:?} no longer loads: {e:?}", info.label))?;
             if loaded
-                .events
+                .events()
+                .all()
+                .map_err(|e| format!("run {:?}'s events no longer read: {e:?}", info.label))?
                 .iter()
                 .any(|e| e.scope().run_id().is_some_and(|r| r != &info.run))
             {

@@ -206,11 +206,10 @@ fn resume_ranking(request: &Value) -> Result<Value, String> {
     let summaries: Vec<_> = healthy
         .iter()
         .zip(&projections)
-        .map(|((session_id, events), projection)| {
+        .map(|((session_id, _), projection)| {
             summarize(
                 &ResumeSource {
                     session_id,
-                    events,
                     projection,
                 },
                 &mut workflow_name,

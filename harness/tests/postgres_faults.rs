@@ -314,7 +314,9 @@ fn check_store(url: &str, schema: &str, reports: &[Report]) -> BTreeMap<String, 
             "session {name} is not healthy"
         );
         let ids: Vec<String> = loaded
-            .events
+            .events()
+            .all()
+            .unwrap()
             .iter()
             .enumerate()
             .map(|(i, e)| {

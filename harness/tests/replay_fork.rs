@@ -143,7 +143,7 @@ fn fork_n_on(
             .load(&run_ids.impl_session)
             .unwrap();
         let projection = workrail::projections::project(
-            &loaded.events,
+            &loaded.events().all().unwrap(),
             workrail::projections::TipPolicy::Latest,
         );
         projection.runs[&run_ids.impl_run]
@@ -193,7 +193,7 @@ fn fork_n_on(
             .load(&run_ids.impl_session)
             .unwrap();
         let projection = workrail::projections::project(
-            &loaded.events,
+            &loaded.events().all().unwrap(),
             workrail::projections::TipPolicy::Latest,
         );
         let view = &projection.runs[&run_ids.impl_run];
@@ -238,8 +238,10 @@ fn fork_n_on(
         .sessions()
         .load(&run_ids.impl_session)
         .unwrap();
-    let projection =
-        workrail::projections::project(&loaded.events, workrail::projections::TipPolicy::Latest);
+    let projection = workrail::projections::project(
+        &loaded.events().all().unwrap(),
+        workrail::projections::TipPolicy::Latest,
+    );
     assert_eq!(
         projection.runs[&run_ids.impl_run].preferred_tip.as_ref(),
         Some(&checkpoint)

@@ -343,7 +343,7 @@ fn check(seed: u64, specs: &[SessionSpec], queries: &[QuerySpec]) -> Result<(), 
     )> = Vec::new();
     for id in wr.sessions().list_sessions().unwrap() {
         match wr.sessions().load(&id) {
-            Ok(l) => loaded.push((id, l.health.kind(), l.events.clone())),
+            Ok(l) => loaded.push((id, l.health.kind(), l.events().all().unwrap().into_owned())),
             Err(StoreError::NotFound { .. }) => {}
             Err(e) => return Err(TestCaseError::fail(format!("{id}: {e}"))),
         }

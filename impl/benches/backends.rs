@@ -509,7 +509,7 @@ fn list_and_load(store: &dyn Store, count: u32) -> ListFigures {
     let t = Instant::now();
     for id in &ids {
         let loaded = backend.load_healthy(id).unwrap();
-        assert_eq!(loaded.events.len(), 6);
+        assert_eq!(loaded.event_count(), 6);
     }
     ListFigures {
         created,

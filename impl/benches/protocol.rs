@@ -205,12 +205,13 @@ fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64, u64)
 /// The loop-heavy workload (see the module docs): nested loops, short notes.
 /// Advances and floor rounds each checkpoint's p50 is taken over.
 const NESTED_WINDOW: usize = 50;
-/// Server RSS after 2,000 nested advances against after 100: the bound held while every event
-/// stays parsed in memory (decisions D164, D210; 1.35x at D210, 1.45x at D164, 1.80x before).
-const NESTED_RSS_RATIO: f64 = 1.5;
+/// Server RSS after 2,000 nested advances against after 100, now that a session keeps only its
+/// newest events parsed and the snapshot cache holds at most 1,024 snapshots (decision D225;
+/// 1.19x at D225, 1.31x before it, 1.35x at D210, 1.45x at D164, 1.80x before).
+const NESTED_RSS_RATIO: f64 = 1.3;
 /// Server RSS growth per 1,000 nested advances with 40-byte notes, in MiB (decisions D164,
-/// D210; 4.1 at D210, 4.9 at D164, 8.75 before).
-const NESTED_GROWTH_MIB_PER_1000: f64 = 4.6;
+/// D210, D225; 2.25 at D225, 3.67 before it, 4.1 at D210, 4.9 at D164, 8.75 before).
+const NESTED_GROWTH_MIB_PER_1000: f64 = 2.8;
 
 fn nested_loops() {
     let advances: usize = std::env::var("WORKRAIL_BENCH_NESTED_ADVANCES")

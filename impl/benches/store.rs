@@ -188,7 +188,7 @@ fn bench_cache_budget(sessions: u32, events_per_session: u64) {
     for _pass in 0..2 {
         for n in 0..sessions {
             let loaded = store.load(&numbered_session(n)).unwrap();
-            assert_eq!(loaded.events.len() as u64, events_per_session);
+            assert_eq!(loaded.event_count() as u64, events_per_session);
         }
     }
     let cache = store.session_cache();
@@ -219,7 +219,7 @@ fn bench_load() {
         let start = Instant::now();
         let loaded = store.load(&session()).unwrap();
         let took = start.elapsed().as_secs_f64();
-        assert_eq!(loaded.events.len() as u64, events);
+        assert_eq!(loaded.event_count() as u64, events);
         let per_event_us = took * 1e6 / events as f64;
         let growth = previous
             .map(|(n, t)| format!("; x{:.1} time for x{} events", took / t, events / n))

@@ -108,7 +108,7 @@ fn a_session_exported_here_continues_elsewhere_from_re_minted_tokens() {
     );
     assert_eq!(
         value["session"]["events"].as_array().unwrap().len(),
-        loaded.events.len()
+        loaded.event_count()
     );
 
     let target_fs = MemFs::new();
@@ -119,7 +119,7 @@ fn a_session_exported_here_continues_elsewhere_from_re_minted_tokens() {
         "no collision: the id is kept"
     );
     assert!(!report.remapped);
-    assert_eq!(report.events, loaded.events.len());
+    assert_eq!(report.events, loaded.event_count());
     assert_eq!(
         projection(&target, &report.session_id),
         projection(&source, &built.session)
@@ -572,7 +572,10 @@ fn corrupt_tail_sessions_export_their_prefix_as_salvage_which_imports_only_on_re
     assert_eq!(salvage.health, SessionHealthKind::CorruptTail);
     assert_eq!(salvage.reason, corruption.reason.as_str());
     assert_eq!(salvage.manifest_index, corruption.manifest_index);
-    assert_eq!(exported.bundle.body.session.events, loaded.events);
+    assert_eq!(
+        exported.bundle.body.session.events,
+        &loaded.events().all().unwrap()[..]
+    );
     assert!(
         exported
             .warnings
@@ -632,7 +635,10 @@ fn corrupt_tail_sessions_export_their_prefix_as_salvage_which_imports_only_on_re
             .health
             .is_healthy()
     );
-    assert_eq!(events(&target, &report.session_id), loaded.events);
+    assert_eq!(
+        events(&target, &report.session_id),
+        &loaded.events().all().unwrap()[..]
+    );
     let resumed = report.runs[0].resume.clone().unwrap();
     target
         .continue_workflow(ack(

@@ -88,7 +88,9 @@ fn a_written_snapshot_is_served_without_reading_it_back() {
     let session = out.session.session_id.clone();
     let loaded = wr.sessions().load(&session).unwrap();
     let snapshot_ref = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .find_map(|e| match e.data() {
             workrail_spec::event::EventData::NodeCreated(n) => Some(n.snapshot_ref.clone()),

@@ -24,7 +24,9 @@ fn context_records(wr: &workrail::protocol::Workrail, session: &SessionId) -> Ve
     wr.sessions()
         .load(session)
         .unwrap()
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .filter_map(|e| match e.data() {
             EventData::ContextSet(c) => Some(c.clone()),
@@ -113,7 +115,7 @@ fn context_is_auto_loaded_and_survives_restarts_and_rewinds() {
     );
     // Every record is run-scoped and the context never appears in a response.
     let loaded = wr.sessions().load(&session).unwrap();
-    for event in &loaded.events {
+    for event in loaded.events().all().unwrap().iter() {
         if let EventData::ContextSet(_) = event.data() {
             assert!(
                 matches!(event.scope(), workrail_spec::event::EventScope::Run(_)),

@@ -57,7 +57,9 @@ fn id(out: &ExecutionOutput) -> SessionId {
 fn last_snapshot_path(wr: &Workrail, session: &SessionId) -> std::path::PathBuf {
     let loaded = wr.sessions().load(session).unwrap();
     let snapshot = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .rev()
         .find_map(|e| match e.data() {
@@ -71,7 +73,9 @@ fn last_snapshot_path(wr: &Workrail, session: &SessionId) -> std::path::PathBuf 
 fn pinned_workflow_path(wr: &Workrail, session: &SessionId) -> std::path::PathBuf {
     let loaded = wr.sessions().load(session).unwrap();
     let hash = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .find_map(|e| match e.data() {
             EventData::RunStarted(r) => Some(r.workflow_hash.clone()),

@@ -39,7 +39,9 @@ fn advances(fs: &MemFs, out: &ExecutionOutput) -> usize {
         .sessions()
         .load(&out.session.session_id)
         .unwrap()
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .filter(|e| e.kind() == EventKind::AdvanceRecorded)
         .count()

@@ -27,7 +27,13 @@ struct Session {
 }
 
 fn load(wr: &workrail::protocol::Workrail, session: &SessionId) -> Vec<SessionEvent> {
-    wr.sessions().load(session).unwrap().events.clone()
+    wr.sessions()
+        .load(session)
+        .unwrap()
+        .events()
+        .all()
+        .unwrap()
+        .into_owned()
 }
 
 fn rich_session() -> Session {

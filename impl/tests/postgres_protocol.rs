@@ -136,7 +136,7 @@ fn the_protocol_answers_the_same_on_postgres_and_on_files() {
     let a = pg.sessions().load(&pg_session).unwrap();
     let b = fs.sessions().load(&file_session).unwrap();
     assert!(a.health.is_healthy());
-    assert_eq!(a.events, b.events);
+    assert_eq!(a.events().all().unwrap(), b.events().all().unwrap());
     assert_eq!(a.manifest, b.manifest);
     // Export: the same bundle from both stores.
     let ea = workrail::bundle::export_session(&pg, pg_session.as_str(), at_epoch(), &NoProgress)
@@ -162,7 +162,7 @@ fn assert_same_session(a: &Workrail, session: &SessionId, b: &Workrail, imported
     let la = a.sessions().load(session).unwrap();
     let lb = b.sessions().load(imported).unwrap();
     assert!(lb.health.is_healthy(), "{:?}", lb.health);
-    assert_eq!(la.events, lb.events);
+    assert_eq!(la.events().all().unwrap(), lb.events().all().unwrap());
     assert_eq!(la.manifest, lb.manifest);
     assert_eq!(
         value(&a.session_summary(session).unwrap()),
@@ -241,8 +241,18 @@ fn another_backend_sees_what_one_committed() {
     let session = started.session.session_id.clone();
     // The second process loads (and caches) the session, then the first appends.
     assert_eq!(
-        two.sessions().load(&session).unwrap().events,
-        one.sessions().load(&session).unwrap().events
+        two.sessions()
+            .load(&session)
+            .unwrap()
+            .events()
+            .all()
+            .unwrap(),
+        one.sessions()
+            .load(&session)
+            .unwrap()
+            .events()
+            .all()
+            .unwrap()
     );
     // The second holds its view in its session cache (D104).
     assert_eq!(two.cache_sizes()[0].0, 1);
@@ -257,9 +267,17 @@ fn another_backend_sees_what_one_committed() {
     )
     .unwrap();
     assert!(seen.health.is_healthy());
-    assert_eq!(seen.events, full.events);
+    assert_eq!(seen.events().all().unwrap(), full.events().all().unwrap());
     assert_eq!(seen.manifest, full.manifest);
-    assert_eq!(seen.events, one.sessions().load(&session).unwrap().events);
+    assert_eq!(
+        seen.events().all().unwrap(),
+        one.sessions()
+            .load(&session)
+            .unwrap()
+            .events()
+            .all()
+            .unwrap()
+    );
     // The second continues from the first's tokens (one keyring row) and the first sees it.
     let third = two
         .continue_workflow(ack(&next, "Done again.", vec![]))
@@ -339,7 +357,7 @@ fn workrail_mcp_runs_on_postgres_when_workrail_store_names_it() {
     let session = SessionId::parse(out["session"]["sessionId"].as_str().unwrap()).unwrap();
     let backend = PostgresBackend::connect(&url, &schema.name).unwrap();
     let loaded = workrail::store::SessionBackend::load(&backend, &session).unwrap();
-    assert!(loaded.events.len() > 3, "{}", loaded.events.len());
+    assert!(loaded.event_count() > 3, "{}", loaded.event_count());
     // Inspecting it (which caches projections) leaves no session directory behind either.
     let inspected = Command::new(env!("CARGO_BIN_EXE_workrail"))
         .args(["inspect", session.as_str()])
@@ -473,7 +491,11 @@ fn backends_taking_turns_extend_their_views_and_a_gate_never_hides_damage() {
         for wr in [this, other] {
             let seen = wr.sessions().load(&session).unwrap();
             assert!(seen.health.is_healthy(), "turn {turn}: {:?}", seen.health);
-            assert_eq!(seen.events, full.events, "turn {turn}");
+            assert_eq!(
+                seen.events().all().unwrap(),
+                full.events().all().unwrap(),
+                "turn {turn}"
+            );
             assert_eq!(seen.manifest, full.manifest, "turn {turn}");
         }
         if at.pending.is_none() {
@@ -481,7 +503,7 @@ fn backends_taking_turns_extend_their_views_and_a_gate_never_hides_damage() {
         }
     }
     assert!(
-        full_read(&session).events.len() > 10,
+        full_read(&session).event_count() > 10,
         "the turns committed several advances"
     );
 

@@ -197,7 +197,7 @@ fn a_stopped_server_is_a_timely_retryable_error_and_the_session_recovers() {
         .unwrap();
     let expected = protocol_support::session_events(&files, &f1);
     assert_eq!(
-        loaded.events.len(),
+        loaded.event_count(),
         expected.len(),
         "the stalled call left events behind or lost some"
     );

@@ -106,8 +106,10 @@ fn log(wr: &Workrail, out: &ExecutionOutput) -> Vec<SessionEvent> {
     wr.sessions()
         .load(&out.session.session_id)
         .unwrap()
-        .events
-        .clone()
+        .events()
+        .all()
+        .unwrap()
+        .into_owned()
 }
 
 fn json(out: &ExecutionOutput) -> String {

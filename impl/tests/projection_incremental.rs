@@ -256,22 +256,32 @@ fn a_log_the_incremental_path_declines_is_projected_whole() {
 fn a_replayed_prefix_is_projected_beside_the_live_log_once() {
     use std::sync::Arc;
     use workrail::protocol::facts::{ProjectionMemo, projection_bytes};
+    use workrail::store::Events;
     use workrail_spec::ids::SessionId;
 
     let events = busy_log();
     let session = SessionId::parse(events[0].session_id().as_str()).unwrap();
     let memo = ProjectionMemo::with_budget(usize::MAX);
-    let live = memo.facts(&session, &events).projection;
+    let live = memo
+        .facts(&session, Events::Slice(&events))
+        .unwrap()
+        .projection;
     assert_eq!(memo.held(), (1, projection_bytes(events.len())));
     for cut in [1, events.len() / 3, events.len() - 1] {
         let prefix = &events[..cut];
-        let first = memo.facts(&session, prefix).projection;
+        let first = memo
+            .facts(&session, Events::Slice(prefix))
+            .unwrap()
+            .projection;
         assert_eq!(
             *first,
             project(prefix, TipPolicy::Latest),
             "prefix of {cut}"
         );
-        let again = memo.facts(&session, prefix).projection;
+        let again = memo
+            .facts(&session, Events::Slice(prefix))
+            .unwrap()
+            .projection;
         assert!(
             Arc::ptr_eq(&first, &again),
             "a second replay of the prefix of {cut} is answered from the first's projection"
@@ -281,7 +291,10 @@ fn a_replayed_prefix_is_projected_beside_the_live_log_once() {
             (1, projection_bytes(events.len()) + projection_bytes(cut)),
             "both projections are counted against the budget"
         );
-        let after = memo.facts(&session, &events).projection;
+        let after = memo
+            .facts(&session, Events::Slice(&events))
+            .unwrap()
+            .projection;
         assert!(
             Arc::ptr_eq(&live, &after),
             "the live projection is kept across a replay of the prefix of {cut}"
@@ -289,7 +302,10 @@ fn a_replayed_prefix_is_projected_beside_the_live_log_once() {
     }
     // The log grows after replays: it is extended from the live projection, as before.
     assert_eq!(
-        *memo.facts(&session, &events).projection,
+        *memo
+            .facts(&session, Events::Slice(&events))
+            .unwrap()
+            .projection,
         project(&events, TipPolicy::Latest)
     );
 }

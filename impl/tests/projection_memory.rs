@@ -44,8 +44,8 @@ fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
         if i + 1 == 100 || i + 1 == 600 {
             let store = SessionStore::new(Arc::clone(&fs));
             let loaded = store.load(&session).unwrap();
-            let held = retained_by_projection(&loaded.events);
-            measured.push((loaded.events.len(), held));
+            let held = retained_by_projection(&loaded.events().all().unwrap());
+            measured.push((loaded.event_count(), held));
         }
     }
     for (events, held) in measured {
@@ -71,11 +71,11 @@ fn current_outputs_are_the_logs_own(wr: &Workrail, fs: &Arc<dyn StoreFs>) {
         out = advance_with_notes(wr, out, format!("Unit {i:06}. {}", "x".repeat(4096)));
     }
     let loaded = SessionStore::new(Arc::clone(fs)).load(&session).unwrap();
-    let held = retained_by_projection(&loaded.events);
-    let per_event = held / loaded.events.len();
+    let held = retained_by_projection(&loaded.events().all().unwrap());
+    let per_event = held / loaded.event_count();
     println!(
         "projection of {} events with 4 KB notes: {held} bytes held ({per_event} per event)",
-        loaded.events.len()
+        loaded.event_count()
     );
     assert!(
         per_event <= 250,

@@ -29,7 +29,9 @@ fn events(
     wr.sessions()
         .load(&out.session.session_id)
         .unwrap()
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .map(|e| e.kind())
         .collect()
@@ -200,7 +202,9 @@ fn an_older_state_token_forks_a_new_branch() {
     assert_eq!(pending(&sibling), "implement");
     let loaded = wr.sessions().load(&root.session.session_id).unwrap();
     let edges: Vec<_> = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .filter_map(|e| match e.data() {
             EventData::EdgeCreated(edge) => Some(edge.cause.kind.as_str()),
@@ -210,7 +214,9 @@ fn an_older_state_token_forks_a_new_branch() {
     assert_eq!(edges, ["idempotent_replay", "non_tip_advance"]);
     assert!(
         loaded
-            .events
+            .events()
+            .all()
+            .unwrap()
             .iter()
             .any(|e| matches!(e.data(), EventData::DecisionTraceAppended(t)
         if t.entries.iter().any(|x| x.kind.as_str() == "detected_non_tip_advance")))
@@ -276,7 +282,7 @@ fn never_stop_records_a_critical_gap_and_continues() {
     assert_eq!(next.kind, ExecutionKind::Ok, "never-stop never blocks");
     assert_eq!(pending(&next), "wrap", "missing control is treated as stop");
     let loaded = wr.sessions().load(&out.session.session_id).unwrap();
-    assert!(loaded.events.iter().any(|e| matches!(e.data(), EventData::GapRecorded(g)
+    assert!(loaded.events().all().unwrap().iter().any(|e| matches!(e.data(), EventData::GapRecorded(g)
         if g.severity.as_str() == "critical" && g.reason == workrail_spec::reason::GapReason::ContractViolation(
             workrail_spec::reason::ContractViolationReason::MissingRequiredOutput))));
     assert_eq!(next.run.status, RunStatus::InProgress);
@@ -464,7 +470,7 @@ fn context_is_budgeted_durable_and_never_echoed() {
         "context is not echoed"
     );
     let loaded = wr.sessions().load(&out.session.session_id).unwrap();
-    assert!(loaded.events.iter().any(
+    assert!(loaded.events().all().unwrap().iter().any(
         |e| matches!(e.data(), EventData::ContextSet(c) if c.context["ticketId"] == "AUTH-1234")
     ));
     let _ = SessionId::parse(out.session.session_id.as_str()).unwrap();
@@ -574,7 +580,9 @@ fn a_loop_limit_carries_structured_details_in_blockers_and_gaps() {
                 assert_eq!(decision.kind, ExecutionKind::Ok, "never-stop goes on");
                 let loaded = wr.sessions().load(&out.session.session_id).unwrap();
                 let gap = loaded
-                    .events
+                    .events()
+                    .all()
+                    .unwrap()
                     .iter()
                     .rev()
                     .find_map(|e| match e.data() {

@@ -42,7 +42,9 @@ fn each_step_stores_only_its_own_notes_and_the_recap_aggregates_them() {
     let out = walk(&wr, &notes);
     let loaded = wr.sessions().load(&out.session.session_id).unwrap();
     let stored: Vec<String> = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .filter_map(|e| match e.data() {
             EventData::NodeOutputAppended(o) => match &o.payload {

@@ -430,7 +430,9 @@ fn after_a_fork_only_the_preferred_tip_is_offered_and_its_token_rehydrates() {
         .sessions()
         .load(&tip.session_id)
         .unwrap()
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .filter(|e| matches!(e.data(), EventData::ObservationRecorded(_)))
         .count();
@@ -741,7 +743,14 @@ fn observed_at(dir: &Path) -> Vec<ObservationRecorded> {
     let fs = MemFs::new();
     let wr = open_in(&fs, 110, Arc::new(DirWorkspace::new(dir)));
     let out = start(&wr, "project.demo");
-    let events = wr.sessions().load(&id(&out)).unwrap().events.clone();
+    let events = wr
+        .sessions()
+        .load(&id(&out))
+        .unwrap()
+        .events()
+        .all()
+        .unwrap()
+        .into_owned();
     assert!(matches!(events[0].data(), EventData::SessionCreated(_)));
     let mut observations = Vec::new();
     for event in &events[1..] {

@@ -104,7 +104,9 @@ fn a_run_goes_on_from_its_pinned_snapshot_after_the_source_is_gone() {
     // Provenance and the contract's schema are in the pinned snapshot itself.
     let events = wr.sessions().load(&next.session.session_id).unwrap();
     let hash = events
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .find_map(|e| match e.data() {
             EventData::RunStarted(r) => Some(r.workflow_hash.clone()),

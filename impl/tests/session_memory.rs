@@ -17,7 +17,7 @@ use workrail::entropy::SeededEntropy;
 use workrail::protocol::Workrail;
 use workrail::store::fs::StoreFs;
 use workrail::store::memfs::MemFs;
-use workrail::store::{SessionRead, SessionStore};
+use workrail::store::{MIN_RESIDENT_EVENTS, SessionRead, SessionStore};
 use workrail_spec::ids::SessionId;
 
 /// Bytes a loaded session may hold per advance of `memory_support::NESTED` with 40-byte notes
@@ -26,13 +26,25 @@ use workrail_spec::ids::SessionId;
 /// and refs).
 const BYTES_PER_ADVANCE: usize = 2_400;
 
-/// The heap a freshly loaded `session` keeps (with its store), its event count and its
-/// estimate.
-fn retained_by_load(fs: &Arc<dyn StoreFs>, session: &SessionId) -> (usize, usize, usize) {
-    let store = SessionStore::new(Arc::clone(fs));
+/// Bytes a loaded session keeping the fewest events parsed holds per nested advance (decision
+/// D225: only its manifest records and dedupe index grow with it; 2,178 with every event parsed).
+const FORGETTING_BYTES_PER_ADVANCE: usize = 600;
+
+/// A residency that keeps every event parsed, as before D225: what the sharing of ids, traces
+/// and keys among parsed events is measured on.
+const ALL: usize = usize::MAX / 4;
+
+/// The heap a freshly loaded `session` keeps (with its store) when `resident` events stay
+/// parsed, its event count and its estimate.
+fn retained_by_load(
+    fs: &Arc<dyn StoreFs>,
+    session: &SessionId,
+    resident: usize,
+) -> (usize, usize, usize) {
+    let store = SessionStore::new(Arc::clone(fs)).with_resident_events(resident);
     let loaded = store.load(session).unwrap();
     assert!(loaded.health.is_healthy(), "{:?}", loaded.health);
-    let (events, estimated) = (loaded.events.len(), loaded.estimated_bytes());
+    let (events, estimated) = (loaded.event_count(), loaded.estimated_bytes());
     (retained((loaded, store)), events, estimated)
 }
 
@@ -40,25 +52,29 @@ fn retained_by_load(fs: &Arc<dyn StoreFs>, session: &SessionId) -> (usize, usize
 /// decision: D210
 /// decision: D223
 /// decision: D224
+/// decision: D225
 #[test]
 fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
-    let wr =
-        Workrail::with_parts(Arc::clone(&fs), catalog(), Arc::new(SeededEntropy::new(7))).unwrap();
+    let wr = Workrail::with_parts(Arc::clone(&fs), catalog(), Arc::new(SeededEntropy::new(7)))
+        .unwrap()
+        .with_resident_events(ALL);
     let mut out = start_nested(&wr);
     let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
     let (from, to) = (100, 600);
     let mut at = Vec::new();
     // A second store follows the session from `from` on, as a server does whose neighbour
     // commits every advance: each load extends its view past the other's commit (D219).
-    let follower = SessionStore::new(Arc::clone(&fs));
+    let follower = SessionStore::new(Arc::clone(&fs)).with_resident_events(ALL);
+    let mut forgetting = Vec::new();
     for i in 0..to {
         out = advance(&wr, out, i);
         if i + 1 >= from {
             assert!(follower.load(&session).unwrap().health.is_healthy());
         }
         if i + 1 == from || i + 1 == to {
-            at.push(retained_by_load(&fs, &session));
+            at.push(retained_by_load(&fs, &session, ALL));
+            forgetting.push(retained_by_load(&fs, &session, MIN_RESIDENT_EVENTS));
         }
     }
     let followed = retained(follower);
@@ -83,8 +99,9 @@ fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
     );
     // The writer's own view, grown by its commits from ids its tokens carried, holds as much:
     // a second process loads the session whole, and only the two views are kept.
-    let reader =
-        Workrail::with_parts(Arc::clone(&fs), catalog(), Arc::new(SeededEntropy::new(8))).unwrap();
+    let reader = Workrail::with_parts(Arc::clone(&fs), catalog(), Arc::new(SeededEntropy::new(8)))
+        .unwrap()
+        .with_resident_events(ALL);
     let writer_view = wr.store().load(&session).unwrap();
     let reader_view = reader.store().load(&session).unwrap();
     drop((wr, reader));
@@ -99,8 +116,30 @@ fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
             "a session {what} holds {held} bytes, over the {whole} (+1/12) of the same session loaded whole: its ids must be shared as a load shares them, its vectors grown by an eighth (decisions D164, D223)"
         );
     }
+    // Keeping only its newest events parsed, a session holds a small part of that per advance,
+    // whatever its length (D225).
+    let [
+        (few_small, _, few_small_estimate),
+        (few_large, _, few_large_estimate),
+    ] = forgetting[..]
+    else {
+        panic!("two measurements expected, got {}", forgetting.len());
+    };
+    let few_per_advance = few_large.saturating_sub(few_small) / (to - from);
+    println!(
+        "keeping {MIN_RESIDENT_EVENTS} events parsed: {few_small} bytes at {from} advances, {few_large} at {to}: {few_per_advance} bytes per advance"
+    );
+    assert!(
+        few_per_advance <= FORGETTING_BYTES_PER_ADVANCE,
+        "a loaded session keeping {MIN_RESIDENT_EVENTS} events parsed holds {few_per_advance} bytes per nested advance, over the bound of {FORGETTING_BYTES_PER_ADVANCE} (decision D225)"
+    );
     // The cache budget counts a session by its estimate: it must not undercount.
-    for (held, estimate) in [(small, small_estimate), (large, large_estimate)] {
+    for (held, estimate) in [
+        (small, small_estimate),
+        (large, large_estimate),
+        (few_small, few_small_estimate),
+        (few_large, few_large_estimate),
+    ] {
         assert!(
             estimate >= held && estimate <= held * 3,
             "estimated_bytes {estimate} against {held} held: the estimate must cover what a session holds, within 3x"

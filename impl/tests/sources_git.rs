@@ -223,8 +223,10 @@ fn a_repository_served_by_git_daemon_is_synced_pinned_by_commit_and_a_push_shows
         .sessions()
         .load(&run.session.session_id)
         .unwrap()
-        .events
-        .clone();
+        .events()
+        .all()
+        .unwrap()
+        .into_owned();
     let source_ref = events
         .iter()
         .find_map(|e| match e.data() {

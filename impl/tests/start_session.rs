@@ -129,7 +129,9 @@ fn a_checkpoint_only_session_records_notes_through_checkpoint_workflow() {
     // The notes are durable node outputs of the session's run.
     let loaded = wr.sessions().load(&session.session.session_id).unwrap();
     let notes: Vec<String> = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .filter_map(|e| match e.data() {
             EventData::NodeOutputAppended(o) => Some(serde_json::to_string(&o.payload).unwrap()),

@@ -100,7 +100,7 @@ fn indices_start_at_zero_and_segments_are_contiguous() {
     fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
     fx.append(notes_plan(1)).unwrap();
     let loaded = fx.store.load(&session()).unwrap();
-    for (i, event) in loaded.events.iter().enumerate() {
+    for (i, event) in loaded.events().all().unwrap().iter().enumerate() {
         assert_eq!(event.event_index().get(), i as u64);
     }
     for (i, record) in loaded.manifest.iter().enumerate() {
@@ -113,7 +113,7 @@ fn indices_start_at_zero_and_segments_are_contiguous() {
             next = s.last_event_index.get() + 1;
         }
     }
-    assert_eq!(next, loaded.events.len() as u64);
+    assert_eq!(next, loaded.event_count() as u64);
     // A manifest whose segments skip an index is not contiguous: load stops there.
     let text = manifest_text(&fx.fs);
     let gap = text
@@ -130,7 +130,7 @@ fn indices_start_at_zero_and_segments_are_contiguous() {
     let reloaded = Fixture::on(fx.fs.clone());
     let loaded = reloaded.store.load(&session()).unwrap();
     assert_eq!(
-        loaded.events.len(),
+        loaded.event_count(),
         3,
         "the validated prefix ends before the gap"
     );
@@ -198,7 +198,7 @@ fn orphan_segments_are_ignored_and_never_read() {
     let reopened = Fixture::on(fx.fs.clone());
     let loaded = reopened.store.load(&session()).unwrap();
     assert_eq!(loaded.health, SessionHealth::Healthy);
-    assert_eq!(loaded.events.len(), 3);
+    assert_eq!(loaded.event_count(), 3);
     assert!(
         !fx.fs
             .reads()
@@ -211,7 +211,7 @@ fn orphan_segments_are_ignored_and_never_read() {
     reopened
         .append(advance_plan(&reopened.snapshots, 0, 1))
         .unwrap();
-    assert_eq!(reopened.store.load(&session()).unwrap().events.len(), 6);
+    assert_eq!(reopened.store.load(&session()).unwrap().event_count(), 6);
 }
 
 /// lock: L-STORE-SEGMENT-DIGEST, L-STORE-LOAD-VALIDATE, L-HEALTH-CLOSED-SET
@@ -240,14 +240,14 @@ fn corruption_is_classified_and_load_stops_at_the_last_valid_entry() {
         loaded.health.corruption().unwrap().reason,
         CorruptionReason::SegmentDigestMismatch
     );
-    assert!(loaded.events.is_empty());
+    assert_eq!(loaded.event_count(), 0);
 
     // Second segment damaged: the first transaction is the validated prefix.
     let fx = build();
     fx.fs.corrupt(&second, flip);
     let loaded = Fixture::on(fx.fs.clone()).store.load(&session()).unwrap();
     assert_eq!(loaded.health.kind(), SessionHealthKind::CorruptTail);
-    assert_eq!(loaded.events.len(), 3);
+    assert_eq!(loaded.event_count(), 3);
     assert_eq!(loaded.manifest.len(), 2);
 
     // A missing segment file.
@@ -270,7 +270,11 @@ fn corruption_is_classified_and_load_stops_at_the_last_valid_entry() {
     });
     let loaded = Fixture::on(fx.fs.clone()).store.load(&session()).unwrap();
     assert_eq!(loaded.health.kind(), SessionHealthKind::UnknownVersion);
-    assert_eq!(loaded.events.len(), 3, "salvage keeps the validated prefix");
+    assert_eq!(
+        loaded.event_count(),
+        3,
+        "salvage keeps the validated prefix"
+    );
 
     // A garbage line in the middle of the manifest.
     let fx = build();
@@ -302,7 +306,7 @@ fn execution_paths_require_a_healthy_session() {
     // Salvage read: the prefix, clearly labelled.
     let salvage = reopened.store.load(&session()).unwrap();
     assert_eq!(salvage.health.kind(), SessionHealthKind::CorruptTail);
-    assert_eq!(salvage.events.len(), 3);
+    assert_eq!(salvage.event_count(), 3);
     // Execution read and append both refuse.
     let err = reopened.store.load_healthy(&session()).unwrap_err();
     assert!(matches!(err, StoreError::Unhealthy { .. }));
@@ -616,7 +620,7 @@ fn the_session_lock_is_an_os_lock_across_processes() {
             gate.append(advance_plan(&snapshots, 0, 1))
         })
         .unwrap();
-    assert_eq!(store.load(&session()).unwrap().events.len(), 6);
+    assert_eq!(store.load(&session()).unwrap().event_count(), 6);
 }
 
 /// Helper process for `the_session_lock_is_an_os_lock_across_processes`: holds the session lock
@@ -779,7 +783,7 @@ fn plan_start_names_the_first_event_of_the_segment_holding_an_event() {
     fx.append(start_plan(&fx.snapshots)).unwrap();
     fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
     let loaded = fx.store.load(&session()).unwrap();
-    assert_eq!(loaded.events.len(), 6);
+    assert_eq!(loaded.event_count(), 6);
     let starts: Vec<usize> = (0..6).map(|i| loaded.plan_start(i)).collect();
     assert_eq!(starts, [0, 0, 0, 3, 3, 3]);
     assert_eq!(
@@ -823,7 +827,7 @@ fn plan_start_finds_the_segment_of_every_event_of_a_long_log() {
             .any(|r| matches!(r, ManifestRecord::SnapshotPinned(_))),
         "pins lie between the segments"
     );
-    for position in 0..loaded.events.len() + 3 {
+    for position in 0..loaded.event_count() + 3 {
         assert_eq!(
             loaded.plan_start(position),
             scanned(position),
@@ -920,8 +924,8 @@ fn every_answered_append_survives_a_power_cut_right_after_its_answer() {
             "a power cut after {answered} answered appends kept {attested} of them"
         );
         assert_eq!(
-            loaded.events.len(),
-            fx.store.load(&session()).unwrap().events.len()
+            loaded.event_count(),
+            fx.store.load(&session()).unwrap().event_count()
         );
     }
 }
@@ -1210,10 +1214,12 @@ fn fully_loaded(fs: &MemFs) -> (SessionHealthKind, usize, usize, Vec<String>) {
     let loaded = store.load(&session()).unwrap();
     (
         loaded.health.kind(),
-        loaded.events.len(),
+        loaded.event_count(),
         loaded.manifest.len(),
         loaded
-            .events
+            .events()
+            .all()
+            .unwrap()
             .iter()
             .map(|e| e.event_id().to_string())
             .collect(),
@@ -1257,21 +1263,27 @@ fn a_view_is_extended_by_reading_only_what_another_process_appended() {
     assert_eq!(full.0, SessionHealthKind::Healthy);
     assert_eq!(extended.health.kind(), full.0);
     assert_eq!(
-        (extended.events.len(), extended.manifest.len()),
+        (extended.event_count(), extended.manifest.len()),
         (full.1, full.2)
     );
     let ids: Vec<String> = extended
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .map(|e| e.event_id().to_string())
         .collect();
     assert_eq!(ids, full.3);
-    for event in [&extended.events[2], extended.events.last().unwrap()] {
+    for event in [
+        &extended.events().all().unwrap()[2],
+        extended.last_event().unwrap(),
+    ] {
         assert_eq!(
             extended
                 .event_by_dedupe_key(&event.dedupe_key())
-                .map(|e| e.event_id()),
-            Some(event.event_id()),
+                .unwrap()
+                .map(|e| e.event_id().clone()),
+            Some(event.event_id().clone()),
             "the extended dedupe index finds old and new keys"
         );
     }
@@ -1359,7 +1371,9 @@ fn a_view_of_a_replaced_session_is_loaded_afresh() {
         "every segment of the new session is read"
     );
     let ids: Vec<String> = loaded
-        .events
+        .events()
+        .all()
+        .unwrap()
         .iter()
         .map(|e| e.event_id().to_string())
         .collect();
@@ -1441,5 +1455,8 @@ fn a_segment_that_cannot_be_read_is_an_io_error_never_damage() {
     let full = fully_loaded(&fx.fs);
     assert_eq!(full.0, SessionHealthKind::Healthy);
     assert_eq!(again.health.kind(), full.0);
-    assert_eq!((again.events.len(), again.manifest.len()), (full.1, full.2));
+    assert_eq!(
+        (again.event_count(), again.manifest.len()),
+        (full.1, full.2)
+    );
 }

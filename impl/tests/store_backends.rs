@@ -563,7 +563,7 @@ mod suite {
                 .chain(&second)
                 .map(|a| a.event.clone())
                 .collect();
-            assert_eq!(loaded.events, appended);
+            assert_eq!(loaded.events().all().unwrap(), appended);
             let kinds: Vec<&str> = loaded.manifest.iter().map(|r| r.kind().as_str()).collect();
             assert_eq!(
                 kinds,
@@ -578,7 +578,7 @@ mod suite {
             assert!(loaded.is_pinned(&b.put_snapshot(&snapshot(1)).unwrap()));
         }
         let healthy = fx.reopen().load_healthy(&s).unwrap();
-        assert_eq!(healthy.events.len(), 6);
+        assert_eq!(healthy.event_count(), 6);
         let unknown = session_id(9);
         assert_eq!(
             b.load(&unknown).unwrap_err(),
@@ -612,7 +612,7 @@ mod suite {
             .collect();
         assert_eq!(fresh, [(false, 5), (true, 6), (true, 7), (true, 8)]);
         let loaded = fx.reopen().load(&s).unwrap();
-        assert_eq!(loaded.events.len(), 9);
+        assert_eq!(loaded.event_count(), 9);
         assert_eq!(loaded.health, SessionHealth::Healthy);
         // A plan naming one dedupeKey twice is refused whole.
         let mut twice = advance_plan(b, &s, 2, 3);
@@ -621,7 +621,7 @@ mod suite {
             b.append(&s, twice),
             Err(StoreError::InvalidPlan { .. })
         ));
-        assert_eq!(fx.reopen().load(&s).unwrap().events.len(), 9);
+        assert_eq!(fx.reopen().load(&s).unwrap().event_count(), 9);
     }
 
     /// Locks checked: L-EVENT-INDEX-ZERO-BASED, L-STORE-CONTIGUITY, L-MANIFEST-INDEX.
@@ -634,7 +634,9 @@ mod suite {
         }
         let loaded = fx.reopen().load(&s).unwrap();
         let indices: Vec<u64> = loaded
-            .events
+            .events()
+            .all()
+            .unwrap()
             .iter()
             .map(|e| e.event_index().get())
             .collect();
@@ -670,7 +672,7 @@ mod suite {
         for record in &loaded.manifest {
             if let ManifestRecord::SegmentClosed(c) = record {
                 let mut text = String::new();
-                for e in &loaded.events
+                for e in &loaded.events().all().unwrap()
                     [c.first_event_index.get() as usize..=c.last_event_index.get() as usize]
                 {
                     text.push_str(&to_canonical_string(e).unwrap());
@@ -710,7 +712,11 @@ mod suite {
                     assert_eq!(envelope.retry, Retry::RetryableImmediate, "{e}");
                     let after = fx.reopen().load(&s).unwrap();
                     assert_eq!(after.health, SessionHealth::Healthy, "after {e}");
-                    assert_eq!(after.events, before.events, "after {e}");
+                    assert_eq!(
+                        after.events().all().unwrap(),
+                        before.events().all().unwrap(),
+                        "after {e}"
+                    );
                     assert_eq!(after.manifest, before.manifest, "after {e}");
                 }
             }
@@ -728,7 +734,7 @@ mod suite {
             .collect();
         assert_eq!(indices, [3, 4, 5]);
         let after = fx.reopen().load_healthy(&s).unwrap();
-        assert_eq!(after.events.len(), 6);
+        assert_eq!(after.event_count(), 6);
         assert_eq!(after.manifest.len(), 4);
     }
 
@@ -761,7 +767,7 @@ mod suite {
             StoreError::Locked { session: s.clone() }
         );
         assert_eq!(
-            fx.reopen().load(&s).unwrap().events.len(),
+            fx.reopen().load(&s).unwrap().event_count(),
             3,
             "reads never wait"
         );
@@ -852,7 +858,7 @@ mod suite {
             corruption(&loaded.health),
             (CorruptionReason::SegmentDigestMismatch, 2)
         );
-        assert_eq!(loaded.events.len(), 3, "the validated prefix");
+        assert_eq!(loaded.event_count(), 3, "the validated prefix");
         match fx.reopen().append(&s, advance_plan(b, &s, 1, 2)) {
             Err(StoreError::Unhealthy { session, health }) => {
                 assert_eq!(session, s);
@@ -876,7 +882,7 @@ mod suite {
             corruption(&loaded.health),
             (CorruptionReason::SnapshotMissing, 0)
         );
-        assert!(loaded.events.is_empty());
+        assert_eq!(loaded.event_count(), 0);
         // Putting it back heals the session.
         b.put_snapshot(&snapshot(0)).unwrap();
         assert_eq!(fx.reopen().load(&t).unwrap().health, SessionHealth::Healthy);
@@ -938,14 +944,16 @@ mod suite {
             }
         });
         let loaded = fx.reopen().load_healthy(&s).unwrap();
-        assert_eq!(loaded.events.len(), 3 + 16);
+        assert_eq!(loaded.event_count(), 3 + 16);
         let indices: Vec<u64> = loaded
-            .events
+            .events()
+            .all()
+            .unwrap()
             .iter()
             .map(|e| e.event_index().get())
             .collect();
         assert_eq!(indices, (0..19).collect::<Vec<u64>>());
-        let mut notes: Vec<u64> = loaded.events[3..]
+        let mut notes: Vec<u64> = loaded.events().all().unwrap()[3..]
             .iter()
             .map(|e| e.event_id().clone())
             .map(|id| (0..32u64).find(|n| event_id(50_000 + n) == id).unwrap())
@@ -976,13 +984,21 @@ mod suite {
             .unwrap()
         });
         assert_eq!(appended.len(), 3);
-        assert_eq!(loaded.events.len(), 3);
+        assert_eq!(loaded.event_count(), 3);
         // Opening a backend inside the runtime works as well.
         let reopened = runtime.block_on(async { fx.reopen() });
         let listed = runtime.block_on(async { reopened.list_sessions().unwrap() });
         assert_eq!(listed, vec![session_id(1)]);
         drop(runtime);
-        assert_eq!(backend.load(&session_id(1)).unwrap().events, loaded.events);
+        assert_eq!(
+            backend
+                .load(&session_id(1))
+                .unwrap()
+                .events()
+                .all()
+                .unwrap(),
+            loaded.events().all().unwrap()
+        );
     }
 }
 
@@ -1020,7 +1036,7 @@ fn postgres_refuses_index_gaps_and_duplicate_dedupe_keys_itself() {
         format!("{rewrite:?}").contains("is not the next index"),
         "{rewrite:?}"
     );
-    let committed_key = b.load(&s).unwrap().events[1]
+    let committed_key = b.load(&s).unwrap().events().all().unwrap()[1]
         .dedupe_key()
         .as_str()
         .to_owned();
@@ -1029,7 +1045,7 @@ fn postgres_refuses_index_gaps_and_duplicate_dedupe_keys_itself() {
         format!("{duplicate:?}").contains("events_session_id_dedupe_key_key"),
         "{duplicate:?}"
     );
-    assert_eq!(b.load(&s).unwrap().events.len(), 3);
+    assert_eq!(b.load(&s).unwrap().event_count(), 3);
     assert_eq!(
         fx.sql.strings(&format!(
             "SELECT max(version)::text FROM {}.schema_version",
@@ -1414,8 +1430,8 @@ fn postgres_and_files_commit_the_same_bytes() {
         loads.push(fx.reopen().load(&s).unwrap());
     }
     assert_eq!(
-        canonical_events(&loads[0].events),
-        canonical_events(&loads[1].events)
+        canonical_events(&loads[0].events().all().unwrap()),
+        canonical_events(&loads[1].events().all().unwrap())
     );
     assert_eq!(
         canonical_manifest(&loads[0].manifest),
@@ -1425,7 +1441,7 @@ fn postgres_and_files_commit_the_same_bytes() {
     let stored = pg
         .sql
         .strings("SELECT body FROM events ORDER BY event_index");
-    assert_eq!(stored, canonical_events(&loads[1].events));
+    assert_eq!(stored, canonical_events(&loads[1].events().all().unwrap()));
 }
 
 /// Rows removed by hand get the file store's verdicts for a missing line (D99).
@@ -1477,7 +1493,7 @@ fn postgres_reports_removed_rows_as_the_file_store_would() {
         ("corrupt_tail", CorruptionReason::ManifestIndexGap, 2)
     );
     assert_eq!(b.load(&u).unwrap().health, SessionHealth::Healthy);
-    assert_eq!(b.load(&t).unwrap().events.len(), 3);
+    assert_eq!(b.load(&t).unwrap().event_count(), 3);
 }
 
 /// One process's PostgreSQL backend serves a session while another of its sessions waits for

@@ -110,8 +110,8 @@ fn crash_once(
             Outcome::OldTruth
         }
         Ok(loaded) => match &loaded.health {
-            SessionHealth::Healthy if loaded.events.len() == old.len() => Outcome::OldTruth,
-            SessionHealth::Healthy if loaded.events.len() == new_len => Outcome::NewTruth,
+            SessionHealth::Healthy if loaded.event_count() == old.len() => Outcome::OldTruth,
+            SessionHealth::Healthy if loaded.event_count() == new_len => Outcome::NewTruth,
             SessionHealth::CorruptTail(c) | SessionHealth::CorruptHead(c)
                 if c.reason == CorruptionReason::MissingSnapshotPins =>
             {
@@ -122,7 +122,7 @@ fn crash_once(
                     "attested without pins, yet no write was torn ({context})"
                 );
                 assert_eq!(
-                    loaded.events.len(),
+                    loaded.event_count(),
                     old.len(),
                     "salvage never includes the unpinned segment ({context})"
                 );
@@ -137,12 +137,16 @@ fn crash_once(
                 );
                 let after = restarted.store.load(&session()).unwrap();
                 assert!(after.health.is_healthy(), "{:?} ({context})", after.health);
-                assert_eq!(after.events.len(), new_len, "repair restores the new truth");
+                assert_eq!(
+                    after.event_count(),
+                    new_len,
+                    "repair restores the new truth"
+                );
                 Outcome::TornThenRepaired
             }
             other => panic!(
                 "{context} left {other:?} and {} events",
-                loaded.events.len()
+                loaded.event_count()
             ),
         },
     };
@@ -300,7 +304,7 @@ fn a_single_failed_io_at_any_step_leaves_old_or_new_truth_and_a_retry_succeeds()
                     let live = fx
                         .store
                         .load(&session())
-                        .map(|l| (l.health.clone(), l.events.len()));
+                        .map(|l| (l.health.clone(), l.event_count()));
                     match &result {
                         Ok(()) => panic!("a failed operation was reported as success ({context})"),
                         Err(StoreError::Write {
@@ -324,7 +328,7 @@ fn a_single_failed_io_at_any_step_leaves_old_or_new_truth_and_a_retry_succeeds()
                                 let cut = Fixture::on(fx.fs.after_crash(policy));
                                 let len = cut.store.load(&session()).map_or(0, |l| {
                                     assert!(l.health.is_healthy(), "{:?} ({context})", l.health);
-                                    l.events.len()
+                                    l.event_count()
                                 });
                                 assert_eq!(len, old, "{policy:?} ({context})");
                             }
@@ -336,10 +340,10 @@ fn a_single_failed_io_at_any_step_leaves_old_or_new_truth_and_a_retry_succeeds()
                         .unwrap_or_else(|e| panic!("retry failed: {e} ({context})"));
                     let loaded = fx.store.load(&session()).unwrap();
                     assert!(loaded.health.is_healthy(), "{context}");
-                    assert_eq!(loaded.events.len(), new_len, "{context}");
+                    assert_eq!(loaded.event_count(), new_len, "{context}");
                     let cut = Fixture::on(fx.fs.after_crash(UnsyncedData::Lost));
                     assert_eq!(
-                        cut.store.load(&session()).unwrap().events.len(),
+                        cut.store.load(&session()).unwrap().event_count(),
                         new_len,
                         "{context}"
                     );
@@ -425,8 +429,8 @@ proptest! {
             Err(e) => prop_assert!(matches!(e, workrail::store::StoreError::NotFound { .. }), "{e}"),
             Ok(loaded) => {
                 // The prefix is always a prefix of the committed truth.
-                prop_assert!(loaded.events.len() <= 7);
-                for (i, e) in loaded.events.iter().enumerate() {
+                prop_assert!(loaded.event_count() <= 7);
+                for (i, e) in loaded.events().all().unwrap().iter().enumerate() {
                     prop_assert_eq!(e.event_index().get(), i as u64);
                 }
                 if loaded.health.is_healthy() {

@@ -50,8 +50,10 @@ fn traced_session() -> (MemFs, Vec<SessionEvent>) {
         .sessions()
         .load(&start.session.session_id)
         .unwrap()
-        .events
-        .clone();
+        .events()
+        .all()
+        .unwrap()
+        .into_owned();
     (fs, events)
 }
 

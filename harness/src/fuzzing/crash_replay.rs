@@ -415,7 +415,7 @@ fn recorded(prefix: &[Op], last: &Op, seed: u64) -> Result<Last, String> {
         Some(r) => trial
             .sys
             .load(&world.runs[r].impl_session)
-            .map(|l| l.events.len())
+            .map(|l| l.event_count())
             .map_err(|e| format!("cannot load the session before the crash: {e}"))?,
         None => 0,
     };
@@ -600,7 +600,7 @@ fn fails_fast(
             let Ok(loaded) = trial.sys.load(&session) else {
                 return Ok(None);
             };
-            if !missing_pins(&loaded.health) || loaded.events.len() != before.old_len {
+            if !missing_pins(&loaded.health) || loaded.event_count() != before.old_len {
                 return Ok(None);
             }
             // Every other run is untouched.
@@ -657,7 +657,7 @@ fn fails_fast(
             let Ok(loaded) = trial.sys.load(session) else {
                 return Ok(None);
             };
-            if !missing_pins(&loaded.health) || !loaded.events.is_empty() {
+            if !missing_pins(&loaded.health) || loaded.event_count() > 0 {
                 return Ok(None);
             }
             check_truth(&trial.sys, &trial.world, None, Some(session))?;

@@ -91,7 +91,7 @@ pub fn export_bundle(
                     "session {session} is corrupt_tail ({} at manifest record {}): the bundle holds only the validated prefix ({} events) and is flagged as salvage",
                     c.reason,
                     c.manifest_index,
-                    loaded.events.len()
+                    loaded.event_count()
                 ),
             ));
             Some(BundleSalvage {
@@ -141,21 +141,26 @@ pub fn export_bundle(
     }
     let mut hashes: BTreeSet<WorkflowHash> = BTreeSet::new();
     let mut artifact_digests: BTreeSet<Sha256Digest> = BTreeSet::new();
-    for event in &loaded.events {
-        match event.data() {
-            EventData::RunStarted(run) => {
-                hashes.insert(run.workflow_hash.clone());
-            }
-            EventData::NodeCreated(node) => {
-                snapshot_refs.insert(node.snapshot_ref.clone());
-                hashes.insert(node.workflow_hash.clone());
-            }
-            EventData::NodeOutputAppended(output) => {
-                if let OutputPayload::ArtifactRef { sha256, .. } = &output.payload {
-                    artifact_digests.insert(sha256.clone());
+    // Earlier events a long session no longer holds parsed are read a few plans at a time.
+    for chunk in loaded.events().chunks(0) {
+        let (_, events) = chunk
+            .map_err(|e| with_context(e.to_envelope(false), "reading the session's events"))?;
+        for event in events.iter() {
+            match event.data() {
+                EventData::RunStarted(run) => {
+                    hashes.insert(run.workflow_hash.clone());
                 }
+                EventData::NodeCreated(node) => {
+                    snapshot_refs.insert(node.snapshot_ref.clone());
+                    hashes.insert(node.workflow_hash.clone());
+                }
+                EventData::NodeOutputAppended(output) => {
+                    if let OutputPayload::ArtifactRef { sha256, .. } = &output.payload {
+                        artifact_digests.insert(sha256.clone());
+                    }
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
 
@@ -209,9 +214,17 @@ pub fn export_bundle(
     // holder still shares it are they copied.
     parts.store.forget_cached(&session);
     let (events, manifest) = match std::sync::Arc::try_unwrap(loaded) {
-        Ok(owned) => (owned.events, owned.manifest),
-        Err(shared) => (shared.events.clone(), shared.manifest.clone()),
+        Ok(owned) => {
+            let manifest = owned.manifest.clone();
+            (owned.into_events(), manifest)
+        }
+        Err(shared) => (
+            shared.events().all().map(std::borrow::Cow::into_owned),
+            shared.manifest.clone(),
+        ),
     };
+    let events =
+        events.map_err(|e| with_context(e.to_envelope(false), "reading the session's events"))?;
     let bundle_id = parts
         .entropy
         .id_bytes()

@@ -219,7 +219,7 @@ pub fn import_bundle<'t>(
     let committed = parts
         .store
         .with_append_gate(&target, SessionIntent::Create, |gate| {
-            if !gate.session().events.is_empty() {
+            if gate.session().event_count() > 0 {
                 return Err(GateError(ErrorEnvelope::new(
                     ErrorCode::SessionLocked,
                     format!(
@@ -237,14 +237,15 @@ pub fn import_bundle<'t>(
                 // the comparison holds (a copy of every expected event would only raise peak
                 // memory).
                 let expected = plan.clone();
-                let at = gate.session().events.len();
+                let at = gate.session().event_count();
                 let appended = gate.append(AppendPlan { events: plan })?;
                 if appended.iter().any(|a| !a.newly_appended) {
                     return Err(GateError(invariant(
                         "import: an append plan of a validated bundle was partly deduplicated",
                     )));
                 }
-                identical &= gate.session().events.get(at..) == Some(&expected[..]);
+                let committed = gate.session().events();
+                identical &= committed.range(at..committed.len())?.as_ref() == &expected[..];
                 progress.advance(1);
             }
             Ok(identical)

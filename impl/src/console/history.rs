@@ -38,15 +38,20 @@ pub fn run_blocked(facts: &Facts<'_>, run: &crate::projections::RunView) -> bool
     let Some(tip) = run.preferred_tip.as_ref() else {
         return false;
     };
-    let Some((at, last)) = facts.advance_records(tip).last().copied() else {
+    let Some((at, last)) = facts
+        .advance_records(tip)
+        .ok()
+        .and_then(|mut records| records.pop())
+    else {
         return false;
     };
     if !matches!(last.outcome, AdvanceOutcome::Blocked { .. }) {
         return false;
     }
-    !facts.events[at.saturating_add(1)..]
-        .iter()
-        .any(|e| e.scope().node_id() == Some(tip))
+    let Ok(after) = facts.events.range(at.saturating_add(1)..facts.events.len()) else {
+        return false;
+    };
+    !after.iter().any(|e| e.scope().node_id() == Some(tip))
 }
 
 /// The runs of a loaded session that the Console shows as blocked.
@@ -66,8 +71,9 @@ pub fn blocked_runs(events: &[SessionEvent]) -> HashSet<String> {
 pub fn session_facts(w: &Workrail, session_id: &str) -> Option<SessionFacts> {
     let id = SessionId::parse(session_id).ok()?;
     let loaded = w.sessions().load(&id).ok()?;
+    let events = loaded.events().all().ok()?;
     let mut notes = String::new();
-    for event in &loaded.events {
+    for event in events.iter() {
         if let EventData::NodeOutputAppended(o) = event.data()
             && let OutputPayload::Notes { notes_markdown } = &o.payload
             && notes.len() < SEARCH_NOTES_MAX_BYTES
@@ -77,7 +83,7 @@ pub fn session_facts(w: &Workrail, session_id: &str) -> Option<SessionFacts> {
         }
     }
     Some(SessionFacts {
-        blocked_runs: blocked_runs(&loaded.events),
+        blocked_runs: blocked_runs(&events),
         notes,
     })
 }
@@ -205,8 +211,13 @@ pub fn timeline(
             ));
         }
     }
-    let cut = loaded.events.len() > TIMELINE_MAX;
-    let rows = loaded.events[loaded.events.len().saturating_sub(TIMELINE_MAX)..]
+    let count = loaded.event_count();
+    let cut = count > TIMELINE_MAX;
+    let newest = loaded
+        .events()
+        .range(count.saturating_sub(TIMELINE_MAX)..count)
+        .unwrap_or_default();
+    let rows = newest
         .iter()
         .map(|event| {
             let index = event.event_index().get();

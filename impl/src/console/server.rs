@@ -448,7 +448,11 @@ fn session_extras(
             let (timeline, timeline_cut) =
                 history::timeline(&loaded, &|p| clock.modified(p).ok().flatten());
             session::Extras {
-                blocked_runs: history::blocked_runs(&loaded.events),
+                blocked_runs: loaded
+                    .events()
+                    .all()
+                    .map(|events| history::blocked_runs(&events))
+                    .unwrap_or_default(),
                 timeline,
                 timeline_cut,
             }
@@ -771,14 +775,19 @@ fn pinned_hash(w: &Workrail, session: &str, run: &str) -> Option<String> {
         .sessions()
         .load(&workrail_spec::ids::SessionId::parse(session).ok()?)
         .ok()?;
-    loaded.events.iter().find_map(|e| match e.data() {
-        workrail_spec::event::EventData::RunStarted(started)
-            if e.scope().run_id().is_some_and(|r| r.as_str() == run) =>
-        {
-            Some(started.workflow_hash.to_string())
-        }
-        _ => None,
-    })
+    loaded
+        .events()
+        .all()
+        .ok()?
+        .iter()
+        .find_map(|e| match e.data() {
+            workrail_spec::event::EventData::RunStarted(started)
+                if e.scope().run_id().is_some_and(|r| r.as_str() == run) =>
+            {
+                Some(started.workflow_hash.to_string())
+            }
+            _ => None,
+        })
 }
 
 /// Renders one workflow's page (with `form` after a refused POST) with `status`.

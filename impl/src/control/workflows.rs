@@ -212,7 +212,8 @@ pub fn pinned_for_run(
     };
     for session_id in sessions {
         let loaded = store.load(&session_id).map_err(|e| e.to_envelope(false))?;
-        let started = loaded.events.iter().find_map(|e| match e.data() {
+        let events = loaded.events().all().map_err(|e| e.to_envelope(false))?;
+        let started = events.iter().find_map(|e| match e.data() {
             EventData::RunStarted(started) if e.scope().run_id() == Some(&run_id) => {
                 Some(started.clone())
             }

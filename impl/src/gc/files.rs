@@ -133,7 +133,7 @@ impl GcStore for FileGc<'_> {
             Err(e) => return Err(e.to_envelope(false)),
         };
         let unchanged = now_loaded.health.is_healthy()
-            && now_loaded.events.len() == judged.events.len()
+            && now_loaded.event_count() == judged.event_count()
             && now_loaded.manifest.len() == judged.manifest.len()
             && now_loaded.manifest_file_bytes == judged.manifest_file_bytes;
         if !unchanged {

@@ -280,28 +280,35 @@ struct Roots {
 impl Roots {
     /// Snapshots from the manifest's pins only (locks §2.2: no segment scan); workflows and
     /// artifacts from the validated events.
-    fn add(&mut self, loaded: &LoadedSession) {
+    ///
+    /// `Err` when earlier events cannot be read again now: the roots are then incomplete, and
+    /// nothing may be swept (D225).
+    fn add(&mut self, loaded: &LoadedSession) -> Result<(), crate::store::StoreError> {
         for record in &loaded.manifest {
             if let ManifestRecord::SnapshotPinned(pin) = record {
                 self.snapshots.insert(pin.snapshot_ref.clone());
             }
         }
-        for event in &loaded.events {
-            match event.data() {
-                EventData::RunStarted(run) => {
-                    self.workflows.insert(run.workflow_hash.clone());
-                }
-                EventData::NodeCreated(node) => {
-                    self.workflows.insert(node.workflow_hash.clone());
-                }
-                EventData::NodeOutputAppended(output) => {
-                    if let OutputPayload::ArtifactRef { sha256, .. } = &output.payload {
-                        self.artifacts.insert(sha256.clone());
+        for chunk in loaded.events().chunks(0) {
+            let (_, events) = chunk?;
+            for event in events.iter() {
+                match event.data() {
+                    EventData::RunStarted(run) => {
+                        self.workflows.insert(run.workflow_hash.clone());
                     }
+                    EventData::NodeCreated(node) => {
+                        self.workflows.insert(node.workflow_hash.clone());
+                    }
+                    EventData::NodeOutputAppended(output) => {
+                        if let OutputPayload::ArtifactRef { sha256, .. } = &output.payload {
+                            self.artifacts.insert(sha256.clone());
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
         }
+        Ok(())
     }
 }
 
@@ -602,8 +609,22 @@ fn run_on(
 
     // 4) Mark from the retained sessions.
     let mut roots = Roots::default();
+    let mut unmarked = None;
     for loaded in &retained {
-        roots.add(loaded);
+        if let Err(e) = roots.add(loaded) {
+            unmarked = Some((loaded.session_id.clone(), e));
+        }
+    }
+    if let Some((session, e)) = unmarked {
+        report.warnings.push(GcWarning::new(
+            GcWarningCode::SweepSkipped,
+            Some(session),
+            format!(
+                "the events of a retained session could not be read again ({e}), so what it keeps alive is not known and no stored object was deleted this time; run gc again"
+            ),
+        ));
+        progress.finish();
+        return Ok(report);
     }
 
     // 5) Nothing may have changed under the marks: no new session, no retained session grown.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use workrail_spec::closed::{
     Autonomy, Capability, CapabilityStatus, EdgeKind, EnforcementGrade, GapSeverity, NodeKind,
-    OutputChannel, RunStatus,
+    ObservationKey, OutputChannel, RunStatus,
 };
 use workrail_spec::event::{
     CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded, GapResolution,
@@ -753,6 +753,9 @@ pub struct SessionProjection {
     pub anomalies: Vec<String>,
     /// Positions (in the projected log) of the `advance_recorded` events of each node, ascending.
     pub advance_events: HashMap<NodeId, Vec<usize>>,
+    /// The latest recorded value of each workspace observation (git HEAD, branch), so nothing
+    /// reads the whole log for them (D225).
+    pub observations: BTreeMap<ObservationKey, String>,
 }
 
 /// Effective preferences at `node` (locks §4): node-attached, else the session baseline, else
@@ -979,6 +982,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
         runs: views,
         anomalies,
         advance_events,
+        observations: super::resume::latest_observations(events),
     }
 }
 
@@ -1024,13 +1028,34 @@ impl Projector {
     /// Applies `events[self.applied()..]` (`events` is the whole log, of which the first
     /// `applied()` were applied before). On `Unsupported` the projector must not be used again.
     pub fn extend(&mut self, events: &[SessionEvent]) -> Result<(), Unsupported> {
-        if events.len() <= self.applied {
+        self.extend_chunk(0, events)
+    }
+
+    /// Applies the events of `chunk` not applied yet; `chunk[0]` is the log's event `start`,
+    /// which is at most `applied()` (a chunk cannot skip events). On `Unsupported` the
+    /// projector must not be used again.
+    pub fn extend_chunk(
+        &mut self,
+        start: usize,
+        chunk: &[SessionEvent],
+    ) -> Result<(), Unsupported> {
+        let end = start + chunk.len();
+        if end <= self.applied {
             return Ok(());
+        }
+        if start > self.applied {
+            return Err(Unsupported);
         }
         let projection = Arc::make_mut(&mut self.projection);
         let mut touched: HashSet<RunId> = HashSet::new();
-        for (position, event) in events.iter().enumerate().skip(self.applied) {
-            apply(projection, &mut self.aux, &mut touched, position, event)?;
+        for (offset, event) in chunk.iter().enumerate().skip(self.applied - start) {
+            apply(
+                projection,
+                &mut self.aux,
+                &mut touched,
+                start + offset,
+                event,
+            )?;
         }
         for run_id in &touched {
             if let Some(view) = projection.runs.get_mut(run_id) {
@@ -1045,7 +1070,7 @@ impl Projector {
                 view.tip_last_activity = activity;
             }
         }
-        self.applied = events.len();
+        self.applied = end;
         Ok(())
     }
 }
@@ -1060,6 +1085,11 @@ fn apply(
     let index = event.event_index().get();
     if index != position as u64 {
         return Err(Unsupported);
+    }
+    if let EventData::ObservationRecorded(o) = event.data() {
+        projection
+            .observations
+            .insert(o.key, super::resume::observation_text(&o.value).to_owned());
     }
     let Some(run_id) = event.scope().run_id() else {
         return Ok(());

@@ -35,9 +35,7 @@ pub struct ResumeQuery {
 #[derive(Debug, Clone, Copy)]
 pub struct ResumeSource<'a> {
     pub session_id: &'a SessionId,
-    /// Committed events in `EventIndex` order.
-    pub events: &'a [SessionEvent],
-    /// The projection of exactly those events.
+    /// The projection of the session's committed events.
     pub projection: &'a SessionProjection,
 }
 
@@ -79,15 +77,19 @@ pub fn latest_observations(events: &[SessionEvent]) -> BTreeMap<ObservationKey, 
     let mut latest = BTreeMap::new();
     for event in events {
         if let EventData::ObservationRecorded(o) = event.data() {
-            let value = match &o.value {
-                ObservationValue::ShortString { value } => value.as_str(),
-                ObservationValue::GitSha1 { value } => value.as_str(),
-                ObservationValue::Sha256 { value } => value.as_str(),
-            };
-            latest.insert(o.key, value.to_owned());
+            latest.insert(o.key, observation_text(&o.value).to_owned());
         }
     }
     latest
+}
+
+/// An observation's value as text.
+pub fn observation_text(value: &ObservationValue) -> &str {
+    match value {
+        ObservationValue::ShortString { value } => value.as_str(),
+        ObservationValue::GitSha1 { value } => value.as_str(),
+        ObservationValue::Sha256 { value } => value.as_str(),
+    }
 }
 
 /// The snippet of a tip: its notes within 1024 UTF-8 bytes, marked when cut; empty without
@@ -163,7 +165,7 @@ pub fn summarize(
     source: &ResumeSource<'_>,
     workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
 ) -> SessionResumeSummary {
-    let mut observed = latest_observations(source.events);
+    let mut observed = source.projection.observations.clone();
     let mut tips = Vec::new();
     for (run_id, view) in &source.projection.runs {
         let Some(tip) = &view.preferred_tip else {

@@ -25,9 +25,9 @@ use super::facts::Facts;
 use super::preferences::{AckPreferences, requested};
 use super::recap::recap;
 use super::respond::{ResponseFacts, build};
-use super::{NodeContext, Workrail, invariant};
+use super::{NodeContext, Workrail, invariant, read_failed};
 use crate::engine::{self, AdvanceOutcome, BranchFacts, Finding, OpenGap, Reports};
-use crate::store::{AppendPlan, SessionIntent, StoreError};
+use crate::store::{AppendPlan, Events, SessionIntent, StoreError};
 
 /// Which moment a response answers: what it repeats and what it adds depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub(super) enum Moment {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn respond_at(
     wr: &Workrail,
-    prefix: &[SessionEvent],
+    prefix: Events<'_>,
     session: &SessionId,
     run: &RunId,
     node: &NodeId,
@@ -55,7 +55,7 @@ pub(super) fn respond_at(
     moment: Moment,
     attempt_record: Option<(&EventId, &[SessionEvent])>,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
-    let facts = wr.memo.facts(session, prefix);
+    let facts = wr.memo.facts(session, prefix).map_err(read_failed)?;
     let view = facts
         .run(run)
         .ok_or_else(|| invariant("the run vanished from its own log"))?;
@@ -93,7 +93,7 @@ pub(super) fn respond_at(
             state,
             preferences: facts.preferences(run, node),
             status,
-            ack_ordinal: facts.advance_records(node).len() as u64,
+            ack_ordinal: facts.advance_count(node) as u64,
             checkpoint_ordinal: facts.checkpoint_count(run, node),
             blockers,
             recap,
@@ -415,7 +415,7 @@ pub(super) fn rehydrate(
     let ctx = wr.node_context(state)?;
     let mut output = respond_at(
         wr,
-        &ctx.loaded.events,
+        ctx.loaded.events(),
         &state.session_id,
         &state.run_id,
         &state.node_id,
@@ -456,18 +456,26 @@ fn replay(
     record_index: usize,
     record: &AdvanceRecorded,
 ) -> Result<ExecutionOutput, ErrorEnvelope> {
-    let prefix = &ctx.loaded.events[..=record_index];
-    let record_id = ctx.loaded.events[record_index].event_id().clone();
+    let prefix = ctx.loaded.events().prefix(record_index + 1);
+    let record_id = prefix
+        .get(record_index)
+        .map_err(read_failed)?
+        .ok_or_else(|| invariant("a recorded advance is past the end of its log"))?
+        .event_id()
+        .clone();
     // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
     // rebuild the replay from today's log instead of the recorded prefix.
     #[cfg(feature = "test-mutations")]
     let prefix = if REPLAY_FROM_CURRENT_LOG.with(std::cell::Cell::get) {
-        &ctx.loaded.events[..]
+        ctx.loaded.events()
     } else {
         prefix
     };
     // The attempt's own records (one plan is one segment): what its warnings are rebuilt from.
-    let plan = &prefix[ctx.loaded.plan_start(record_index).min(prefix.len())..];
+    let plan = prefix
+        .range(ctx.loaded.plan_start(record_index).min(prefix.len())..prefix.len())
+        .map_err(read_failed)?;
+    let plan = &plan[..];
     match &record.outcome {
         Recorded::Blocked { blockers, .. } => respond_at(
             wr,
@@ -484,7 +492,10 @@ fn replay(
         Recorded::Advanced { to_node_id } => {
             let mut truncated = notes_warnings(plan, to_node_id);
             truncated.extend(missing_notes_warning(plan, ctx, to_node_id));
-            let facts = wr.memo.facts(&state.session_id, prefix);
+            let facts = wr
+                .memo
+                .facts(&state.session_id, prefix)
+                .map_err(read_failed)?;
             let info = facts
                 .node(&state.run_id, to_node_id)
                 .ok_or_else(|| invariant("a recorded advance names a node that does not exist"))?;
@@ -585,8 +596,11 @@ pub(super) fn advance(
                 return Ok(outcome);
             }
             let plan = {
-                let facts = wr.memo.facts(&state.session_id, &fresh.loaded.events);
-                let ordinal = facts.advance_records(&state.node_id).len() as u64;
+                let facts = wr
+                    .memo
+                    .facts(&state.session_id, fresh.loaded.events())
+                    .map_err(read_failed)?;
+                let ordinal = facts.advance_count(&state.node_id) as u64;
                 let current =
                     derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal);
                 if current != ack.attempt_id {
@@ -671,7 +685,7 @@ fn try_replay(
         ],
     )
     .map_err(|e| invariant(e.to_string()))?;
-    let Some(event) = ctx.loaded.event_by_dedupe_key(&key) else {
+    let Some(event) = ctx.loaded.event_by_dedupe_key(&key).map_err(read_failed)? else {
         return Ok(None);
     };
     let index = event.event_index().get() as usize;
@@ -728,13 +742,14 @@ fn gap_event(
 
 /// Blocked attempts recorded at `node`'s step instance: at the node and at the nodes it
 /// continues from through checkpoints (a checkpoint keeps the same pending step).
-fn blocked_attempts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> u32 {
+fn blocked_attempts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Result<u32, ErrorEnvelope> {
     let mut count = 0u32;
     let mut at = Some(node.clone());
     while let Some(id) = at {
         count = count.saturating_add(
             facts
                 .advance_records(&id)
+                .map_err(read_failed)?
                 .iter()
                 .filter(|(_, r)| matches!(r.outcome, Recorded::Blocked { .. }))
                 .count() as u32,
@@ -744,7 +759,7 @@ fn blocked_attempts(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> u32 {
             .filter(|n| n.kind == NodeKind::Checkpoint)
             .and_then(|n| n.parent.clone());
     }
-    count
+    Ok(count)
 }
 
 /// What the interpreter needs to know about `node`'s branch (decision D40).
@@ -983,7 +998,7 @@ fn plan_advance(
     let output = input.output.as_ref().unwrap_or(&empty);
     // The context this advance reads and, when it advances, records (decision D139).
     // `base` is kept only when a delta may change it (the `context_set` compares the two).
-    let stored: Map<String, Value> = facts.context(run);
+    let stored: Map<String, Value> = facts.context(run).map_err(read_failed)?;
     let (merged, base) = match &input.context {
         Some(delta) => (
             merge_context(&stored, delta).map_err(context_error)?,
@@ -992,7 +1007,7 @@ fn plan_advance(
         None => (stored, None),
     };
     let mut branch = branch_facts(facts, run, node);
-    branch.blocked_attempts = blocked_attempts(facts, run, node);
+    branch.blocked_attempts = blocked_attempts(facts, run, node)?;
     branch.context = merged;
     if super::lanes::pending_lanes(&ctx.compiled, &ctx.state).is_some() {
         branch.lanes = super::lanes::lane_facts(wr, facts, node);

@@ -12,7 +12,7 @@ use workrail_spec::tools::{CheckpointWorkflowInput, ExecutionOutput, Warning};
 
 use super::advance::{Moment, notes_warnings, output_events, respond_at};
 use super::derive::{self, AttemptKind};
-use super::{NodeContext, Workrail, invariant};
+use super::{NodeContext, Workrail, invariant, read_failed};
 use crate::store::{AppendPlan, SessionIntent, StoreError};
 
 /// The response for an existing checkpoint node, from the log prefix ending with its edge.
@@ -22,25 +22,39 @@ fn replay(
     state: &StatePayload,
     node: &NodeId,
 ) -> Result<Option<ExecutionOutput>, ErrorEnvelope> {
-    let events = &ctx.loaded.events;
+    let events = ctx.loaded.events();
     let is_the_edge = |e: &workrail_spec::event::SessionEvent| {
         matches!(e.data(), EventData::EdgeCreated(edge)
             if edge.edge_kind == EdgeKind::Checkpoint && &edge.to_node_id == node && edge.from_node_id == state.node_id)
     };
     // The projection knows where the edge into the checkpoint node is (D216); the log is
     // scanned only when it cannot say (a log no WorkRail wrote).
-    let facts = wr.memo.facts(&state.session_id, events);
+    let facts = wr
+        .memo
+        .facts(&state.session_id, events)
+        .map_err(read_failed)?;
     let dag = facts.run(&state.run_id).map(|view| &view.dag);
     let edge_index = match dag.and_then(|dag| dag.first_edge_in(node)) {
-        Some(index) if events.get(index).is_some_and(is_the_edge) => Some(index),
+        Some(index)
+            if events
+                .get(index)
+                .map_err(read_failed)?
+                .is_some_and(|e| is_the_edge(&e)) =>
+        {
+            Some(index)
+        }
         None if dag.is_some_and(|dag| dag.edges_indexed() && !dag.nodes.contains_key(node)) => None,
-        _ => events.iter().position(is_the_edge),
+        _ => events
+            .all()
+            .map_err(read_failed)?
+            .iter()
+            .position(is_the_edge),
     };
     drop(facts);
     let Some(index) = edge_index else {
         return Ok(None);
     };
-    let prefix = &ctx.loaded.events[..=index];
+    let prefix = ctx.loaded.events().prefix(index + 1);
     let mut output = respond_at(
         wr,
         prefix,
@@ -60,8 +74,10 @@ fn replay(
             "Checkpoint recorded: your output is durable on this step, which stays pending (a checkpoint never advances). Go on with the step, checkpoint again with the new checkpointToken below, or acknowledge the step with the ackToken below when it is done.",
         ),
     );
-    let plan = &prefix[ctx.loaded.plan_start(index).min(prefix.len())..];
-    output.warnings.extend(notes_warnings(plan, node));
+    let plan = prefix
+        .range(ctx.loaded.plan_start(index).min(prefix.len())..prefix.len())
+        .map_err(read_failed)?;
+    output.warnings.extend(notes_warnings(&plan, node));
     Ok(Some(output))
 }
 
@@ -117,7 +133,10 @@ pub(super) fn checkpoint(
             return Ok(done);
         }
         let events = {
-            let facts = wr.memo.facts(&state.session_id, &fresh.loaded.events);
+            let facts = wr
+                .memo
+                .facts(&state.session_id, fresh.loaded.events())
+                .map_err(|e| Wrapped(read_failed(e)))?;
             let ordinal = facts.checkpoint_count(&state.run_id, &state.node_id);
             let current = derive::attempt(&state.session_id, &state.node_id, AttemptKind::Checkpoint, ordinal);
             if current != attempt.attempt_id {

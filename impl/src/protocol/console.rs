@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use workrail_spec::event::{AdvanceOutcome, EventData, GapResolution, OutputPayload};
+use workrail_spec::event::{AdvanceOutcome, EventData, GapResolution, OutputPayload, SessionEvent};
 use workrail_spec::ids::{NodeId, RunId, SessionId};
 use workrail_spec::reason::ReasonCode;
 
@@ -38,7 +38,7 @@ fn version_of(l: &LoadedSession) -> String {
         "m{}.{}-e{}-{}",
         l.manifest_committed_bytes,
         l.manifest_file_bytes,
-        l.events.len(),
+        l.event_count(),
         l.health.kind().as_str()
     )
 }
@@ -136,8 +136,10 @@ impl Workrail {
             }
             other => (None, other.label().to_owned()),
         };
+        // The Console's facts are of a whole log read once, so this read cannot fail.
         let blocked_attempts = facts
             .advance_records(&info.node_id)
+            .unwrap_or_default()
             .iter()
             .filter(|(_, a)| matches!(a.outcome, AdvanceOutcome::Blocked { .. }))
             .count();
@@ -161,7 +163,11 @@ impl Workrail {
             ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
             ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
         };
-        let facts = Facts::new(&loaded.events);
+        let events = match loaded.events().all() {
+            Ok(events) => events,
+            Err(e) => return ConsoleLookup::Unreadable(e.to_string()),
+        };
+        let facts = Facts::new(&events);
         let summary = session_summary_read_only(self, &loaded);
         let lane_parents: HashSet<NodeId> = summary
             .runs
@@ -257,7 +263,7 @@ impl Workrail {
             version: version_of(&loaded),
             health: loaded.health.kind().as_str().to_owned(),
             salvage: salvage_of(&loaded),
-            events: loaded.events.len(),
+            events: loaded.event_count(),
             runs,
         })
     }
@@ -272,7 +278,11 @@ impl Workrail {
         let Ok(node) = NodeId::parse(node_id) else {
             return ConsoleLookup::NotFound;
         };
-        let facts = Facts::new(&loaded.events);
+        let events = match loaded.events().all() {
+            Ok(events) => events,
+            Err(e) => return ConsoleLookup::Unreadable(e.to_string()),
+        };
+        let facts = Facts::new(&events);
         let Some((run_id, view)) = facts
             .projection
             .runs
@@ -294,15 +304,15 @@ impl Workrail {
         let notes = facts
             .recap_notes(run_id, &node)
             .map(|n| bounded(n, NOTES_MAX_BYTES));
-        let artifacts = self.console_artifacts(&facts, run_id, &node);
-        let gaps = console_gaps(&facts, &node);
+        let artifacts = self.console_artifacts(&events, run_id, &node);
+        let gaps = console_gaps(&events, &node);
         let blocked_attempts = super::inspect::blocked_attempts(&facts, &node);
         let prefs = facts.preferences(run_id, &node);
         let ancestry: HashSet<NodeId> = view.ancestry(&node).into_iter().collect();
         let mut capabilities = Vec::new();
         let mut divergences = Vec::new();
         let mut decisions = Vec::new();
-        for event in facts.events {
+        for event in events.iter() {
             let Some(at) = event.scope().node_id() else {
                 continue;
             };
@@ -358,12 +368,12 @@ impl Workrail {
     /// when the stored artifact is readable.
     fn console_artifacts(
         &self,
-        facts: &Facts<'_>,
+        events: &[SessionEvent],
         run: &RunId,
         node: &NodeId,
     ) -> Vec<ArtifactView> {
         let mut out = Vec::new();
-        for event in facts.events {
+        for event in events {
             if event.scope().node_id() != Some(node) || event.scope().run_id() != Some(run) {
                 continue;
             }
@@ -397,9 +407,8 @@ impl Workrail {
 
 /// The gaps recorded at `node` (not the records that only resolve another), each marked
 /// resolved when any record of the session resolves it.
-fn console_gaps(facts: &Facts<'_>, node: &NodeId) -> Vec<GapView> {
-    let resolved: HashSet<String> = facts
-        .events
+fn console_gaps(events: &[SessionEvent], node: &NodeId) -> Vec<GapView> {
+    let resolved: HashSet<String> = events
         .iter()
         .filter_map(|e| match e.data() {
             EventData::GapRecorded(g) => match &g.resolution {
@@ -409,8 +418,7 @@ fn console_gaps(facts: &Facts<'_>, node: &NodeId) -> Vec<GapView> {
             _ => None,
         })
         .collect();
-    facts
-        .events
+    events
         .iter()
         .filter(|e| e.scope().node_id() == Some(node))
         .filter_map(|e| match e.data() {

@@ -13,9 +13,10 @@ use workrail_spec::event::{AdvanceRecorded, EffectivePreferences, EventData, Ses
 use workrail_spec::ids::{AttemptId, EventId, NodeId, RunId, SessionId};
 
 use crate::projections::{
-    NodeInfo, Projector, RunView, SessionProjection, TipPolicy, effective_preferences, project,
-    project_in_two_passes,
+    NodeInfo, Projector, RunView, SessionProjection, TipPolicy, Unsupported, effective_preferences,
+    project, project_in_two_passes,
 };
+use crate::store::{Events, StoreError};
 
 /// How many sessions' latest projections [`ProjectionMemo`] keeps at most, whatever their size.
 const MEMO_SESSIONS: usize = 64;
@@ -134,7 +135,11 @@ impl ProjectionMemo {
     /// (then extended by what was appended), else projected once without keeping it: a pass
     /// over many sessions (`resume_session`'s first call) must not push out the projections of
     /// the sessions being advanced.
-    pub fn facts_if_kept<'a>(&self, session: &SessionId, events: &'a [SessionEvent]) -> Facts<'a> {
+    pub fn facts_if_kept<'a>(
+        &self,
+        session: &SessionId,
+        events: Events<'a>,
+    ) -> Result<Facts<'a>, StoreError> {
         let kept = self
             .latest
             .lock()
@@ -144,77 +149,78 @@ impl ProjectionMemo {
         if kept {
             self.facts(session, events)
         } else {
-            Facts::new(events)
+            Facts::of(events)
         }
     }
 
     /// Facts of `events`, a session's log (or a prefix of it).
-    pub fn facts<'a>(&self, session: &SessionId, events: &'a [SessionEvent]) -> Facts<'a> {
-        let Some(last) = events.last() else {
-            return Facts::new(events);
+    pub fn facts<'a>(
+        &self,
+        session: &SessionId,
+        events: Events<'a>,
+    ) -> Result<Facts<'a>, StoreError> {
+        let Some(last) = events.last()? else {
+            return Ok(Facts::new_empty(events));
         };
+        let last = last.event_id().clone();
         let mut inner = self.latest.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = inner.entries.get_mut(session) {
             let applied = entry.projector.applied();
-            if applied == events.len() && &entry.last == last.event_id() {
+            if applied == events.len() && entry.last == last {
                 let projection = Arc::clone(entry.projector.projection());
                 let bytes = entry.bytes();
                 inner.settle(session, bytes, self.budget);
-                return Facts { events, projection };
+                return Ok(Facts { events, projection });
             }
             // A shorter log is a replay's prefix (checked by its last id, as the live log is):
             // it gets its own slot, so the live projection stays for the calls that extend it.
             if events.len() < applied {
                 let projection = match &entry.replay {
-                    Some((len, id, projection))
-                        if *len == events.len() && id == last.event_id() =>
-                    {
+                    Some((len, id, projection)) if *len == events.len() && *id == last => {
                         Arc::clone(projection)
                     }
                     _ => {
-                        let projection = project_prefix(events);
-                        entry.replay = Some((
-                            events.len(),
-                            last.event_id().clone(),
-                            Arc::clone(&projection),
-                        ));
+                        let projection = project_prefix(events)?;
+                        entry.replay = Some((events.len(), last, Arc::clone(&projection)));
                         projection
                     }
                 };
                 let bytes = entry.bytes();
                 inner.settle(session, bytes, self.budget);
-                return Facts { events, projection };
+                return Ok(Facts { events, projection });
             }
             // The same log, longer: project only what was appended.
             let extends = applied > 0
                 && applied < events.len()
-                && events[applied - 1].event_id() == &entry.last;
-            if extends && entry.projector.extend(events).is_ok() {
-                entry.last = last.event_id().clone();
+                && events
+                    .get(applied - 1)?
+                    .is_some_and(|e| e.event_id() == &entry.last);
+            if extends && extend(&mut entry.projector, events)?.is_ok() {
+                entry.last = last;
                 let projection = Arc::clone(entry.projector.projection());
                 let bytes = entry.bytes();
                 inner.settle(session, bytes, self.budget);
-                return Facts { events, projection };
+                return Ok(Facts { events, projection });
             }
         }
         let mut projector = Projector::default();
-        let projection = match projector.extend(events) {
+        let projection = match extend(&mut projector, events)? {
             Ok(()) => Arc::clone(projector.projection()),
             // A log the incremental path does not take is projected whole, every time.
             Err(_) => {
                 if let Some(gone) = inner.entries.remove(session) {
                     inner.bytes = inner.bytes.saturating_sub(gone.bytes);
                 }
-                return Facts {
+                return Ok(Facts {
                     events,
-                    projection: Arc::new(project_in_two_passes(events, TipPolicy::Latest)),
-                };
+                    projection: Arc::new(project_in_two_passes(&events.all()?, TipPolicy::Latest)),
+                });
             }
         };
         if let Some(gone) = inner.entries.insert(
             session.clone(),
             Memoized {
-                last: last.event_id().clone(),
+                last,
                 projector,
                 bytes: 0,
                 used: 0,
@@ -224,17 +230,33 @@ impl ProjectionMemo {
             inner.bytes = inner.bytes.saturating_sub(gone.bytes);
         }
         inner.settle(session, projection_bytes(events.len()), self.budget);
-        Facts { events, projection }
+        Ok(Facts { events, projection })
     }
 }
 
-/// The projection of a replay's prefix, kept by no projector (nothing extends it).
-fn project_prefix(events: &[SessionEvent]) -> Arc<SessionProjection> {
-    let mut projector = Projector::default();
-    match projector.extend(events) {
-        Ok(()) => Arc::clone(projector.projection()),
-        Err(_) => Arc::new(project_in_two_passes(events, TipPolicy::Latest)),
+/// Applies the events of `events` that `projector` has not applied yet, a few plans at a time
+/// when they have to be read again (D225). The outer error is a failed read; the inner one a log
+/// the incremental path does not take.
+fn extend(
+    projector: &mut Projector,
+    events: Events<'_>,
+) -> Result<Result<(), Unsupported>, StoreError> {
+    for chunk in events.chunks(projector.applied()) {
+        let (start, chunk) = chunk?;
+        if let Err(unsupported) = projector.extend_chunk(start, &chunk) {
+            return Ok(Err(unsupported));
+        }
     }
+    Ok(Ok(()))
+}
+
+/// The projection of a replay's prefix, kept by no projector (nothing extends it).
+fn project_prefix(events: Events<'_>) -> Result<Arc<SessionProjection>, StoreError> {
+    let mut projector = Projector::default();
+    Ok(match extend(&mut projector, events)? {
+        Ok(()) => Arc::clone(projector.projection()),
+        Err(_) => Arc::new(project_in_two_passes(&events.all()?, TipPolicy::Latest)),
+    })
 }
 
 /// The global defaults when nothing else applies (guided preset, locks §4).
@@ -243,15 +265,32 @@ pub const GLOBAL_DEFAULTS: EffectivePreferences = EffectivePreferences::GUIDED;
 /// Facts of a session prefix.
 #[derive(Debug)]
 pub struct Facts<'a> {
-    pub events: &'a [SessionEvent],
+    pub events: Events<'a>,
     pub projection: Arc<SessionProjection>,
 }
 
 impl<'a> Facts<'a> {
+    /// Facts of a slice of events, projected whole.
     pub fn new(events: &'a [SessionEvent]) -> Self {
         Self {
-            events,
+            events: Events::Slice(events),
             projection: Arc::new(project(events, TipPolicy::Latest)),
+        }
+    }
+
+    /// Facts of `events`, projected without keeping the projector (read again a few plans at a
+    /// time where the log no longer holds them).
+    pub fn of(events: Events<'a>) -> Result<Self, StoreError> {
+        Ok(Self {
+            events,
+            projection: project_prefix(events)?,
+        })
+    }
+
+    fn new_empty(events: Events<'a>) -> Self {
+        Self {
+            events,
+            projection: Arc::new(SessionProjection::default()),
         }
     }
 
@@ -263,20 +302,38 @@ impl<'a> Facts<'a> {
         self.run(run).and_then(|r| r.dag.nodes.get(node))
     }
 
-    /// Ack attempts recorded at `node`, in order, with the index of their record.
-    pub fn advance_records(&self, node: &NodeId) -> Vec<(usize, &AdvanceRecorded)> {
+    /// Ack attempts recorded at `node`, in order, with the index of their record (read again
+    /// from their segment when the log no longer holds them parsed).
+    pub fn advance_records(
+        &self,
+        node: &NodeId,
+    ) -> Result<Vec<(usize, AdvanceRecorded)>, StoreError> {
         let Some(positions) = self.projection.advance_events.get(node) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        positions
-            .iter()
-            .filter_map(
-                |&i| match self.events.get(i).map(|e| (e.data(), e.scope().node_id())) {
-                    Some((EventData::AdvanceRecorded(a), Some(n))) if n == node => Some((i, a)),
-                    _ => None,
-                },
-            )
-            .collect()
+        let mut records = Vec::with_capacity(positions.len());
+        for &i in positions {
+            let Some(event) = self.events.get(i)? else {
+                continue;
+            };
+            if let (EventData::AdvanceRecorded(a), Some(n)) =
+                (event.data(), event.scope().node_id())
+                && n == node
+            {
+                records.push((i, a.clone()));
+            }
+        }
+        Ok(records)
+    }
+
+    /// How many ack attempts are recorded at `node` (from the projection alone).
+    pub fn advance_count(&self, node: &NodeId) -> usize {
+        self.projection
+            .advance_events
+            .get(node)
+            .map_or(0, |positions| {
+                positions.iter().filter(|&&i| i < self.events.len()).count()
+            })
     }
 
     /// The record of `attempt` at `node`, with its index in the log.
@@ -284,10 +341,11 @@ impl<'a> Facts<'a> {
         &self,
         node: &NodeId,
         attempt: &AttemptId,
-    ) -> Option<(usize, &AdvanceRecorded)> {
-        self.advance_records(node)
+    ) -> Result<Option<(usize, AdvanceRecorded)>, StoreError> {
+        Ok(self
+            .advance_records(node)?
             .into_iter()
-            .find(|(_, a)| &a.attempt_id == attempt)
+            .find(|(_, a)| &a.attempt_id == attempt))
     }
 
     /// Checkpoint edges leaving `node`.
@@ -305,19 +363,21 @@ impl<'a> Facts<'a> {
     }
 
     /// The run's current durable context (the latest `context_set`), empty when none.
-    pub fn context(&self, run: &RunId) -> Map<String, Value> {
+    pub fn context(&self, run: &RunId) -> Result<Map<String, Value>, StoreError> {
         let Some(view) = self.run(run) else {
-            return Map::new();
+            return Ok(Map::new());
         };
-        view.context_sets
-            .iter()
-            .rev()
-            .filter_map(|&i| self.events.get(i))
-            .find_map(|e| match (e.data(), e.scope().run_id()) {
-                (EventData::ContextSet(c), Some(r)) if r == run => Some(c.context.clone()),
-                _ => None,
-            })
-            .unwrap_or_default()
+        for &i in view.context_sets.iter().rev() {
+            let Some(event) = self.events.get(i)? else {
+                continue;
+            };
+            if let (EventData::ContextSet(c), Some(r)) = (event.data(), event.scope().run_id())
+                && r == run
+            {
+                return Ok(c.context.clone());
+            }
+        }
+        Ok(Map::new())
     }
 
     /// The current recap notes of `node`, if any.

@@ -57,8 +57,11 @@ pub struct SessionSummary {
     pub runs: Vec<RunSummary>,
 }
 
-fn summarize(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
-    summarize_facts(wr, &Facts::new(&loaded.events))
+/// `None` when the session's earlier events cannot be read again now (D225).
+fn summarize(wr: &Workrail, loaded: &LoadedSession) -> Option<SessionSummary> {
+    Facts::of(loaded.events())
+        .ok()
+        .map(|facts| summarize_facts(wr, &facts))
 }
 
 fn summarize_facts(wr: &Workrail, facts: &Facts) -> SessionSummary {
@@ -104,7 +107,7 @@ fn summarize_facts(wr: &Workrail, facts: &Facts) -> SessionSummary {
 pub(super) fn session_summary_read_only(wr: &Workrail, loaded: &LoadedSession) -> SessionSummary {
     match wr.cache.get(&loaded.session_id, CacheKey::of(loaded)) {
         CacheLookup::Hit(summary) => summary,
-        _ => summarize(wr, loaded),
+        _ => summarize(wr, loaded).unwrap_or(SessionSummary { runs: Vec::new() }),
     }
 }
 
@@ -113,7 +116,9 @@ pub(super) fn session_summary(wr: &Workrail, loaded: &LoadedSession) -> SessionS
     if let CacheLookup::Hit(summary) = wr.cache.get(&loaded.session_id, key) {
         return summary;
     }
-    let summary = summarize(wr, loaded);
+    let Some(summary) = summarize(wr, loaded) else {
+        return SessionSummary { runs: Vec::new() };
+    };
     // The cache is an optimisation: failing to write it changes nothing.
     let _ = wr.cache.put(&loaded.session_id, key, &summary);
     summary
@@ -299,12 +304,13 @@ pub(super) fn inspect_session(
     all: bool,
 ) -> Result<String, ErrorEnvelope> {
     let (loaded, session) = load_for_inspect(wr, session_id)?;
-    let facts = Facts::new(&loaded.events);
+    let events = loaded.events().all().map_err(|e| e.to_envelope(false))?;
+    let facts = Facts::new(&events);
     let mut out = String::new();
     let _ = writeln!(
         out,
         "session {session}: {} events, health {}",
-        loaded.events.len(),
+        loaded.event_count(),
         loaded.health.kind()
     );
     if let Some(c) = loaded.health.corruption() {
@@ -332,12 +338,13 @@ impl Workrail {
         session_id: &str,
     ) -> Result<SessionInspection, ErrorEnvelope> {
         let (loaded, _) = load_for_inspect(self, session_id)?;
-        let facts = Facts::new(&loaded.events);
+        let events = loaded.events().all().map_err(|e| e.to_envelope(false))?;
+        let facts = Facts::new(&events);
         let summary = summary_for_inspect(self, &loaded, &facts);
         let runs = outline::Outline::new(self, &facts, &summary.runs, true).json();
         Ok(SessionInspection {
             session_id: loaded.session_id.to_string(),
-            events: loaded.events.len(),
+            events: loaded.event_count(),
             health: loaded.health.kind().as_str().to_owned(),
             salvage: super::console::salvage_of(&loaded),
             runs,

@@ -346,23 +346,40 @@ fn block_outputs(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<(u64, Val
             .and_then(|output| output.contract_ref.as_deref())
             == Some(crate::builtins::contracts::BLOCK_OUTPUT)
     };
-    facts
-        .events
-        .iter()
-        .filter(|event| event.scope().run_id() == Some(run))
-        .filter_map(|event| {
+    // The run's events all follow its root's creation; older events are not read (D225). A
+    // log that cannot be read again counts as no report, which blocks, never as done.
+    let from = view
+        .dag
+        .root
+        .as_ref()
+        .and_then(|root| view.dag.nodes.get(root))
+        .map_or(0, |root| root.created_index as usize);
+    let mut found = Vec::new();
+    for chunk in facts.events.chunks(from) {
+        let Ok((_, events)) = chunk else {
+            return Vec::new();
+        };
+        for event in events.iter() {
+            if event.scope().run_id() != Some(run) {
+                continue;
+            }
             let EventData::NodeOutputAppended(output) = event.data() else {
-                return None;
+                continue;
             };
             let OutputPayload::ArtifactRef { sha256, .. } = &output.payload else {
-                return None;
+                continue;
             };
-            let artifact = wr.store.artifact(sha256).ok()?;
-            (artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND)
-                && event.scope().node_id().is_some_and(reports_at))
-            .then(|| (event.event_index().get(), artifact))
-        })
-        .collect()
+            let Ok(artifact) = wr.store.artifact(sha256) else {
+                continue;
+            };
+            if artifact.get("kind").and_then(Value::as_str) == Some(BLOCK_OUTPUT_KIND)
+                && event.scope().node_id().is_some_and(reports_at)
+            {
+                found.push((event.event_index().get(), artifact));
+            }
+        }
+    }
+    found
 }
 
 /// The latest block output `run` handed in (see [`block_outputs`]).
@@ -433,7 +450,7 @@ pub(super) fn handles(
                         session,
                         &tip,
                         AttemptKind::Ack,
-                        facts.advance_records(&tip).len() as u64,
+                        facts.advance_count(&tip) as u64,
                     ),
                 }))
             }),

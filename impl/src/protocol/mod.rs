@@ -213,6 +213,12 @@ fn store_envelope(token_flow: bool) -> impl Fn(StoreError) -> ErrorEnvelope {
 }
 
 /// A broken WorkRail invariant, reported as data (`unexpected:invariant_violation`).
+/// A failed read of a session's earlier events (decision D225): their segment was read again
+/// and could not be (I/O), was not what load validated (corrupt), or is gone (deleted).
+pub(crate) fn read_failed(e: crate::store::StoreError) -> ErrorEnvelope {
+    e.to_envelope(true)
+}
+
 pub(crate) fn invariant(message: impl Into<String>) -> ErrorEnvelope {
     ErrorEnvelope::new(
         ErrorCode::InternalError,
@@ -324,8 +330,22 @@ impl Workrail {
                 Retry::NotRetryable,
             )
         })?;
+        let resident = crate::store::resident_events_from_env().map_err(|message| {
+            ErrorEnvelope::new(
+                ErrorCode::ValidationError,
+                message,
+                format!(
+                    "Set {} to a whole number of events (at least {}), or unset it for the default ({}).",
+                    crate::store::RESIDENT_EVENTS_ENV,
+                    crate::store::MIN_RESIDENT_EVENTS,
+                    crate::store::DEFAULT_RESIDENT_EVENTS
+                ),
+                Retry::NotRetryable,
+            )
+        })?;
         let mut workrail = Self::with_store(fs, store, catalog, config.entropy)?
             .with_cache_budget(budget)
+            .with_resident_events(resident)
             .with_feature_overrides(&config.features)
             .with_workspace(config.workspace);
         if let Some(wait) = lock_wait {
@@ -395,6 +415,13 @@ impl Workrail {
 
     /// The same WorkRail with empty caches of these byte budgets (`WORKRAIL_CACHE_MB` for
     /// [`Workrail::open`]; `impl/docs/store.md` "Caches").
+    /// The same WorkRail keeping at least `resident` of a loaded session's newest events
+    /// parsed (`WORKRAIL_RESIDENT_EVENTS`, D225).
+    pub fn with_resident_events(mut self, resident: usize) -> Self {
+        self.store = self.store.with_resident_events(resident);
+        self
+    }
+
     pub fn with_cache_budget(mut self, budget: crate::store::CacheBudget) -> Self {
         self.store = self.store.with_cache_budget(budget);
         self.resume_index = crate::store::ObjectCache::new(budget.resume);
@@ -459,7 +486,10 @@ impl Workrail {
         session: &SessionId,
     ) -> Result<Vec<(workrail_spec::ids::RunId, NodeId, WorkflowHash)>, ErrorEnvelope> {
         let loaded = self.store.load(session).map_err(|e| e.to_envelope(false))?;
-        let facts = self.memo.facts(session, &loaded.events);
+        let facts = self
+            .memo
+            .facts(session, loaded.events())
+            .map_err(|e| e.to_envelope(false))?;
         Ok(facts
             .projection
             .runs
@@ -988,7 +1018,11 @@ impl Workrail {
                 StoreError::NotFound { .. } => self.session_gone(&ack.session_id, "ackToken"),
                 other => other.to_envelope(true),
             })?;
-        let facts = Facts::new(&loaded.events);
+        // The session is being advanced: its kept projection is extended, not rebuilt.
+        let facts = self
+            .memo
+            .facts(&ack.session_id, loaded.events())
+            .map_err(read_failed)?;
         let view = facts.run(&ack.run_id).ok_or_else(unknown)?;
         if !view.dag.nodes.contains_key(&ack.node_id) {
             return Err(unknown());
@@ -1074,7 +1108,9 @@ impl Workrail {
         let Ok(loaded) = self.store.load(session) else {
             return place;
         };
-        let facts = Facts::new(&loaded.events);
+        let Ok(facts) = Facts::of(loaded.events()) else {
+            return place;
+        };
         let (Some(view), Some(info)) = (facts.run(run), facts.node(run, node)) else {
             return place;
         };
@@ -1130,7 +1166,10 @@ impl Workrail {
                 StoreError::NotFound { .. } => self.session_gone(&state.session_id, "stateToken"),
                 other => other.to_envelope(true),
             })?;
-        let facts = self.memo.facts(&state.session_id, &loaded.events);
+        let facts = self
+            .memo
+            .facts(&state.session_id, loaded.events())
+            .map_err(read_failed)?;
         let view = facts
             .run(&state.run_id)
             .ok_or_else(|| unknown_node(state))?;

@@ -26,7 +26,7 @@ use workrail_spec::tools::{ContinueWorkflowInput, OutputInput, ReplayNotice};
 
 use super::advance::agent_payloads;
 use super::derive::{self, AttemptKind};
-use super::{NodeContext, Workrail, invariant};
+use super::{NodeContext, Workrail, invariant, read_failed};
 
 /// The notice for a repeat of `attempt` (recorded at `index`), or `None` when the call's
 /// `output` is absent, empty, or what the attempt recorded.
@@ -56,10 +56,12 @@ pub(super) fn notice(
             .map_err(|e| invariant(format!("an artifact cannot be canonicalized: {e}")))?;
         Ok((canonical.digest().clone(), canonical.len() as u64))
     })?;
-    let recorded = recorded_payloads(
-        &ctx.loaded.events[ctx.loaded.plan_start(index).min(index)..index],
-        attempt,
-    );
+    let plan = ctx
+        .loaded
+        .events()
+        .range(ctx.loaded.plan_start(index).min(index)..index)
+        .map_err(read_failed)?;
+    let recorded = recorded_payloads(&plan, attempt);
     if sent == recorded {
         return Ok(None);
     }
@@ -94,7 +96,7 @@ pub(super) fn notice(
         .count() as u64;
 
     // The fresh attempt of the same step, as of now: the next ack ordinal of the node.
-    let (fork_ack_token, fork_state_token) = fresh_tokens(wr, ctx, state);
+    let (fork_ack_token, fork_state_token) = fresh_tokens(wr, ctx, state)?;
     let pending = ctx
         .state
         .pending_step()
@@ -121,9 +123,16 @@ pub(super) fn notice(
 }
 
 /// The fresh ack attempt of the node as of now (its next ordinal) and its stateToken.
-fn fresh_tokens(wr: &Workrail, ctx: &NodeContext, state: &StatePayload) -> (String, String) {
-    let facts = wr.memo.facts(&state.session_id, &ctx.loaded.events);
-    let ordinal = facts.advance_records(&state.node_id).len() as u64;
+fn fresh_tokens(
+    wr: &Workrail,
+    ctx: &NodeContext,
+    state: &StatePayload,
+) -> Result<(String, String), ErrorEnvelope> {
+    let facts = wr
+        .memo
+        .facts(&state.session_id, ctx.loaded.events())
+        .map_err(read_failed)?;
+    let ordinal = facts.advance_count(&state.node_id) as u64;
     let codec = wr.codec();
     let ack = codec.mint(&TokenPayload::Ack(AttemptPayload {
         session_id: state.session_id.clone(),
@@ -131,7 +140,7 @@ fn fresh_tokens(wr: &Workrail, ctx: &NodeContext, state: &StatePayload) -> (Stri
         node_id: state.node_id.clone(),
         attempt_id: derive::attempt(&state.session_id, &state.node_id, AttemptKind::Ack, ordinal),
     }));
-    (ack, codec.mint(&TokenPayload::State(state.clone())))
+    Ok((ack, codec.mint(&TokenPayload::State(state.clone()))))
 }
 
 /// The notice for new work sent with the ackToken of a blocked attempt.
@@ -160,7 +169,7 @@ fn blocked(
         || pending.step_id.to_string(),
         |s| crate::engine::render::title(s, &pending.bindings),
     );
-    let (fork_ack_token, fork_state_token) = fresh_tokens(wr, ctx, state);
+    let (fork_ack_token, fork_state_token) = fresh_tokens(wr, ctx, state)?;
     let what = not_recorded.join(" and ");
     let message = format!(
         "This ackToken was already used: its attempt at step \"{step_title}\" was blocked, and this response is exactly what that call answered. The {what} you sent now were NOT recorded (a used ackToken only repeats its answer). Send them again, fixed as the blockers say, with `forkAckToken` from `replay`: the step's next attempt."

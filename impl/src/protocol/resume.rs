@@ -100,11 +100,12 @@ fn load_summary(
     };
     // The session just advanced is the one whose summary is stale: its kept projection is
     // extended by what was appended, so this call does not grow with the session's length.
-    let facts = wr.memo.facts_if_kept(id, &loaded.events);
+    let Ok(facts) = wr.memo.facts_if_kept(id, loaded.events()) else {
+        return Err(Some(("unreadable", None)));
+    };
     let summary = summarize(
         &ResumeSource {
             session_id: &loaded.session_id,
-            events: &loaded.events,
             projection: &facts.projection,
         },
         workflow_name,
@@ -512,14 +513,10 @@ fn describe(
 /// run, from the lane's `run_started`. `None` for a run that is no lane, or when the session
 /// cannot be read now (the candidate then keeps its plain label).
 fn lane_parent(wr: &Workrail, session: &SessionId, run: &RunId) -> Option<String> {
-    use workrail_spec::event::EventData;
     let loaded = wr.store.load(session).ok()?;
-    let started = |id: &RunId| {
-        loaded.events.iter().find_map(|e| match e.data() {
-            EventData::RunStarted(r) if e.scope().run_id() == Some(id) => Some(r),
-            _ => None,
-        })
-    };
+    // The projection holds every run's `run_started`: no pass over the log (D225).
+    let facts = wr.memo.facts_if_kept(session, loaded.events()).ok()?;
+    let started = |id: &RunId| facts.run(id).map(|view| &view.dag.started);
     let link = started(run)?.lane.as_ref()?;
     let parent = &link.parent_run_id;
     let parent_label = started(parent)

@@ -264,7 +264,7 @@ pub(super) fn start_in(
             };
             respond_at(
                 wr,
-                &ctx.loaded.events,
+                ctx.loaded.events(),
                 &session,
                 &run,
                 &root,

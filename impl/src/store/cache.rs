@@ -32,7 +32,7 @@ impl CacheKey {
     /// The position of a loaded session.
     pub fn of(session: &LoadedSession) -> Self {
         Self {
-            last_event_index: session.events.last().map(|e| e.event_index().get()),
+            last_event_index: session.last_event().map(|e| e.event_index().get()),
             last_manifest_index: session.manifest.last().map(|r| r.manifest_index().get()),
         }
     }

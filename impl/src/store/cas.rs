@@ -186,7 +186,10 @@ impl SnapshotStore {
     pub fn with_budget(fs: Arc<dyn StoreFs>, budget: usize) -> Self {
         Self {
             fs,
-            cache: Arc::new(ObjectCache::new(budget)),
+            cache: Arc::new(
+                ObjectCache::new(budget)
+                    .with_max_entries(super::object_cache::SNAPSHOT_CACHE_ENTRIES),
+            ),
         }
     }
 

@@ -7,6 +7,7 @@
 //! orphan segment files are never opened. The validated prefix always ends at a transaction
 //! boundary: a segment counts only together with the pins of the snapshots it introduced.
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
@@ -17,10 +18,11 @@ use workrail_spec::artifact::ArtifactError;
 use workrail_spec::dedupe::DedupeKey;
 use workrail_spec::event::{EventData, IdPool, SessionEvent};
 use workrail_spec::ids::{SessionId, SnapshotRef};
-use workrail_spec::jcs::sha256;
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
 
 use super::cas::{ObjectCheck, ObjectState};
+use super::error::StoreError;
+use super::event_log::{EventLog, Events, Residency, parse_segment, reread, segment_of};
 use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
@@ -29,8 +31,11 @@ use super::layout;
 #[derive(Debug, Clone)]
 pub struct LoadedSession {
     pub session_id: SessionId,
-    /// Committed events, ascending and contiguous from 0.
-    pub events: Vec<SessionEvent>,
+    /// Committed events, ascending and contiguous from 0: the newest parsed, the older read
+    /// again from their segments when asked for (D225). See [`LoadedSession::events`].
+    pub(crate) log: EventLog,
+    /// How many events stay parsed, and where the others are read again.
+    pub(crate) residency: Residency,
     /// Committed manifest records, ascending and contiguous from 0.
     pub manifest: Vec<ManifestRecord>,
     pub health: SessionHealth,
@@ -60,25 +65,44 @@ impl DedupeIndex {
         self.hasher.hash_one(key.as_str())
     }
 
-    /// The index of the event carrying `key`; `key_of(i)` is the key of event `i`.
-    fn find(&self, key: &DedupeKey, key_of: impl Fn(usize) -> DedupeKey) -> Option<usize> {
-        let first = *self.first.get(&self.hash(key))?;
-        if &key_of(first) == key {
-            return Some(first);
+    /// The index of the event carrying `key`; `key_of(i)` is the key of event `i` (which may
+    /// have to be read again, so it can fail).
+    fn find<E>(
+        &self,
+        key: &DedupeKey,
+        mut key_of: impl FnMut(usize) -> Result<DedupeKey, E>,
+    ) -> Result<Option<usize>, E> {
+        let Some(&first) = self.first.get(&self.hash(key)) else {
+            return Ok(None);
+        };
+        if &key_of(first)? == key {
+            return Ok(Some(first));
         }
-        self.collided.iter().copied().find(|&i| &key_of(i) == key)
+        for &i in &self.collided {
+            if &key_of(i)? == key {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
-    /// Indexes event `index` under `key`; `Err` with the earlier event when the key is taken.
-    fn insert(
+    /// Indexes event `index` under `key`; `Ok(Err(_))` with the earlier event when the key is
+    /// taken.
+    fn insert<E>(
         &mut self,
         key: &DedupeKey,
         index: usize,
-        key_of: impl Fn(usize) -> DedupeKey,
-    ) -> Result<(), usize> {
-        if let Some(existing) = self.find(key, &key_of) {
-            return Err(existing);
+        key_of: impl FnMut(usize) -> Result<DedupeKey, E>,
+    ) -> Result<Result<(), usize>, E> {
+        if let Some(existing) = self.find(key, key_of)? {
+            return Ok(Err(existing));
         }
+        self.insert_new(key, index);
+        Ok(Ok(()))
+    }
+
+    /// Indexes event `index` under `key`, which the caller knows is not committed yet.
+    fn insert_new(&mut self, key: &DedupeKey, index: usize) {
         let hash = self.hash(key);
         match self.first.entry(hash) {
             std::collections::hash_map::Entry::Vacant(slot) => {
@@ -86,7 +110,6 @@ impl DedupeIndex {
             }
             std::collections::hash_map::Entry::Occupied(_) => self.collided.push(index),
         }
-        Ok(())
     }
 
     /// Forgets the events from `len` on.
@@ -112,56 +135,104 @@ fn reserve_bounded<T>(v: &mut Vec<T>, more: usize) {
 
 impl LoadedSession {
     /// About how much memory this view takes: the event and record vectors as allocated, plus
-    /// the text their events and records hold (their committed JSON is an upper bound for it,
-    /// since ids repeat and are shared), plus the dedupe index.
+    /// the text their held events and records hold (their committed JSON is an upper bound for
+    /// it, since ids repeat and are shared), plus the dedupe index.
     pub fn estimated_bytes(&self) -> usize {
+        let first = self.log.first_resident() as u64;
         let segments: u64 = self
             .manifest
             .iter()
             .map(|r| match r {
-                workrail_spec::manifest::ManifestRecord::SegmentClosed(c) => c.bytes,
+                ManifestRecord::SegmentClosed(c) if c.last_event_index.get() >= first => c.bytes,
                 _ => 0,
             })
             .sum();
         let text = segments.saturating_add(self.manifest_file_bytes) as usize;
-        let vectors = self.events.capacity() * std::mem::size_of::<SessionEvent>()
+        let vectors = self.log.resident_capacity() * std::mem::size_of::<SessionEvent>()
             + self.manifest.capacity() * std::mem::size_of::<ManifestRecord>();
         text.saturating_add(vectors)
             .saturating_add(self.dedupe.heap_bytes())
             .saturating_add(512)
     }
 
-    /// Appends committed events and indexes their dedupeKeys. The caller has checked that no
-    /// key is committed already (the append rules).
-    pub(crate) fn commit_events(&mut self, fresh: Vec<SessionEvent>) {
-        reserve_bounded(&mut self.events, fresh.len());
-        // Ids parsed from a token are texts of their own: point them at the log's.
-        let mut ids = IdPool::default();
-        ids.sessions.share(&mut self.session_id);
-        pool_recent_ids(&mut self.events, &mut ids);
-        for mut event in fresh {
-            event.share_ids(&mut ids);
-            let index = self.events.len();
-            let events = &self.events;
-            // A duplicate cannot reach here; if one did, the first event keeps the key, as a
-            // load would report it.
-            let _ = self
-                .dedupe
-                .insert(&event.dedupe_key(), index, |i| events[i].dedupe_key());
-            self.events.push(event);
+    /// The committed events.
+    pub fn events(&self) -> Events<'_> {
+        Events::Log {
+            session: self,
+            len: self.log.len(),
         }
     }
 
-    /// Appends committed manifest records.
+    /// How many events are committed.
+    pub fn event_count(&self) -> usize {
+        self.log.len()
+    }
+
+    /// The committed events still held parsed (the newest), and the index of the first of them.
+    pub fn resident_events(&self) -> (usize, &[SessionEvent]) {
+        (self.log.first_resident(), self.log.resident())
+    }
+
+    /// The last committed event (always held parsed).
+    pub fn last_event(&self) -> Option<&SessionEvent> {
+        self.log.last()
+    }
+
+    /// Every committed event, the ones no longer held read again; the held ones are moved, not
+    /// copied.
+    pub fn into_events(self) -> Result<Vec<SessionEvent>, StoreError> {
+        let first = self.log.first_resident();
+        if first == 0 {
+            return Ok(self.log.into_resident());
+        }
+        let mut events = self.reread(0..first)?;
+        events.extend(self.log.into_resident());
+        Ok(events)
+    }
+
+    pub(crate) fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// The committed events `range` read again from their segments.
+    pub(crate) fn reread(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<SessionEvent>, StoreError> {
+        reread(&self.residency, &self.session_id, &self.manifest, range)
+    }
+
+    /// Appends committed events and indexes their dedupeKeys. The caller has checked that no
+    /// key is committed already (the append rules).
+    pub(crate) fn commit_events(&mut self, fresh: Vec<SessionEvent>) {
+        let events = self.log.resident_mut();
+        reserve_bounded(events, fresh.len());
+        // Ids parsed from a token are texts of their own: point them at the log's.
+        let mut ids = IdPool::default();
+        ids.sessions.share(&mut self.session_id);
+        pool_recent_ids(events, &mut ids);
+        for mut event in fresh {
+            event.share_ids(&mut ids);
+            let index = self.log.len();
+            self.dedupe.insert_new(&event.dedupe_key(), index);
+            self.log.resident_mut().push(event);
+        }
+    }
+
+    /// Appends committed manifest records, then forgets the oldest parsed events when more
+    /// than the residency allows are held (they are committed now, so they can be read again).
     pub(crate) fn commit_records(&mut self, records: Vec<ManifestRecord>) {
         reserve_bounded(&mut self.manifest, records.len());
         self.manifest.extend(records);
+        let upto = self.log.len();
+        forget_oldest(&mut self.log, &self.manifest, &self.residency, upto);
     }
 
-    pub(crate) fn empty(session_id: SessionId) -> Self {
+    pub(crate) fn empty(session_id: SessionId, residency: Residency) -> Self {
         Self {
             session_id,
-            events: Vec::new(),
+            log: EventLog::default(),
+            residency,
             manifest: Vec::new(),
             health: SessionHealth::Healthy,
             dedupe: DedupeIndex::default(),
@@ -173,53 +244,53 @@ impl LoadedSession {
 
     /// The index the next committed event will get.
     pub fn next_event_index(&self) -> u64 {
-        self.events.len() as u64
+        self.log.len() as u64
     }
 
     /// The position of the first event of the plan (one plan is one segment) that holds the
-    /// event at `position`; 0 when no segment names it. A binary search over the segments
-    /// (committed in ascending, contiguous order), so a replay of an old call does not scan the
-    /// manifest (D217); from a pin it steps back to the segment the pin follows.
+    /// event at `position`; 0 when no segment names it (D217).
     pub fn plan_start(&self, position: usize) -> usize {
-        let segment_at = |i: usize| {
-            self.manifest[..=i]
-                .iter()
-                .enumerate()
-                .rev()
-                .find_map(|(at, record)| match record {
-                    ManifestRecord::SegmentClosed(s) => Some((at, s)),
-                    _ => None,
-                })
-        };
-        let (mut low, mut high) = (0, self.manifest.len());
-        while low < high {
-            let middle = low + (high - low) / 2;
-            let Some((at, segment)) = segment_at(middle) else {
-                low = middle + 1;
-                continue;
-            };
-            let first = segment.first_event_index.get() as usize;
-            if position < first {
-                high = at;
-            } else if position > segment.last_event_index.get() as usize {
-                low = middle + 1;
-            } else {
-                return first;
-            }
-        }
-        0
+        segment_of(&self.manifest, position).map_or(0, |s| s.first_event_index.get() as usize)
     }
 
     /// The committed event carrying `key`, if any.
-    pub fn event_by_dedupe_key(&self, key: &DedupeKey) -> Option<&SessionEvent> {
-        let events = &self.events;
-        self.dedupe
-            .find(key, |i| events[i].dedupe_key())
-            .map(|i| &events[i])
+    pub fn event_by_dedupe_key(
+        &self,
+        key: &DedupeKey,
+    ) -> Result<Option<Cow<'_, SessionEvent>>, StoreError> {
+        let events = self.events();
+        let key_of = |i: usize| match events.get(i)? {
+            Some(event) => Ok(event.dedupe_key()),
+            None => Err(StoreError::Internal {
+                detail: format!("the dedupe index names eventIndex {i}, past the log's end"),
+            }),
+        };
+        match self.dedupe.find(key, key_of)? {
+            Some(i) => events.get(i),
+            None => Ok(None),
+        }
     }
 
     pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
         self.pinned.contains(snapshot)
+    }
+}
+
+/// Forgets the oldest parsed events of `log` when it holds more than `residency` allows: it
+/// keeps at least `residency.resident` events before `upto` (a transaction boundary; nothing
+/// past it is forgotten), from the start of a plan.
+fn forget_oldest(
+    log: &mut EventLog,
+    manifest: &[ManifestRecord],
+    residency: &Residency,
+    upto: usize,
+) {
+    if !residency.over(log.resident().len()) {
+        return;
+    }
+    let keep_from = upto.saturating_sub(residency.resident);
+    if let Some(segment) = segment_of(manifest, keep_from) {
+        log.forget_before(segment.first_event_index.get() as usize);
     }
 }
 
@@ -253,7 +324,9 @@ fn pool_recent_ids(events: &mut [SessionEvent], pool: &mut IdPool) {
 struct Validator<'a> {
     session_id: SessionId,
     /// Events, records and pins accepted so far, possibly past the last complete transaction.
-    events: Vec<SessionEvent>,
+    events: EventLog,
+    /// How many events stay parsed, and where the others are read again (D225).
+    residency: Residency,
     manifest: Vec<ManifestRecord>,
     pinned: HashSet<SnapshotRef>,
     dedupe: DedupeIndex,
@@ -293,12 +366,13 @@ fn version_or(reason: CorruptionReason, e: &ArtifactError) -> CorruptionReason {
 
 impl<'a> Validator<'a> {
     /// A validator that has read nothing yet.
-    fn new(session: &SessionId, objects: Option<&'a ObjectCheck>) -> Self {
+    fn new(session: &SessionId, objects: Option<&'a ObjectCheck>, residency: Residency) -> Self {
         let mut ids = IdPool::default();
         ids.sessions.share(&mut session.clone());
         Self {
             session_id: session.clone(),
-            events: Vec::new(),
+            events: EventLog::default(),
+            residency,
             manifest: Vec::new(),
             pinned: HashSet::new(),
             dedupe: DedupeIndex::default(),
@@ -315,14 +389,14 @@ impl<'a> Validator<'a> {
     /// transaction boundary with every snapshot it introduced pinned; the objects its events
     /// reference count as checked (as a cached view's do, D60).
     fn resumed(view: LoadedSession, objects: Option<&'a ObjectCheck>) -> Self {
-        let mut validator = Self::new(&view.session_id, objects);
+        let mut validator = Self::new(&view.session_id, objects, view.residency);
         validator.boundary = (
-            view.events.len(),
+            view.log.len(),
             view.manifest.len(),
             view.manifest_committed_bytes,
         );
-        validator.events = view.events;
-        pool_recent_ids(&mut validator.events, &mut validator.ids);
+        validator.events = view.log;
+        pool_recent_ids(validator.events.resident_mut(), &mut validator.ids);
         validator.manifest = view.manifest;
         validator.pinned = view.pinned;
         validator.dedupe = view.dedupe;
@@ -363,7 +437,8 @@ impl<'a> Validator<'a> {
         }
         LoadedSession {
             session_id: self.session_id,
-            events: self.events,
+            log: self.events,
+            residency: self.residency,
             manifest: self.manifest,
             health,
             dedupe: self.dedupe,
@@ -395,7 +470,7 @@ impl<'a> Validator<'a> {
         }
         let path = layout::session_dir(&self.session_id).join(&seg.segment_rel_path);
         match fs.read(&path) {
-            Ok(Some(bytes)) => Ok(self.validate_segment(seg, &bytes)?),
+            Ok(Some(bytes)) => self.validate_segment(seg, &bytes),
             Ok(None) => Err(self
                 .corruption(
                     CorruptionReason::SegmentMissing,
@@ -412,86 +487,40 @@ impl<'a> Validator<'a> {
         &mut self,
         seg: &SegmentClosed,
         bytes: &[u8],
-    ) -> Result<Vec<SessionEvent>, Corruption> {
-        use CorruptionReason::*;
-        let session = &self.session_id;
-        let expected_first = self.events.len() as u64;
-        if bytes.len() as u64 != seg.bytes {
-            return Err(self.corruption(
-                SegmentSizeMismatch,
-                format!(
-                    "{} has {} bytes, attested {}",
-                    seg.segment_rel_path,
-                    bytes.len(),
-                    seg.bytes
-                ),
-            ));
-        }
-        if sha256(bytes) != seg.sha256 {
-            return Err(self.corruption(
-                SegmentDigestMismatch,
-                format!(
-                    "{} does not match its attested sha256",
-                    seg.segment_rel_path
-                ),
-            ));
-        }
-        let text = std::str::from_utf8(bytes)
-            .map_err(|e| self.corruption(SegmentEventInvalid, format!("not UTF-8: {e}")))?;
-        let mut new_events = Vec::new();
-        for (n, line) in text.split_terminator('\n').enumerate() {
-            let mut event = SessionEvent::from_json_str(line).map_err(|e| {
-                self.corruption(
-                    version_or(SegmentEventInvalid, &e),
-                    format!("{} line {}: {e}", seg.segment_rel_path, n + 1),
-                )
-            })?;
-            let expected = expected_first + new_events.len() as u64;
-            if event.event_index().get() != expected || event.session_id() != session {
-                return Err(self.corruption(
-                    SegmentBoundsMismatch,
-                    format!(
-                        "{} line {} holds eventIndex {} of {}, expected {expected} of {session}",
-                        seg.segment_rel_path,
-                        n + 1,
-                        event.event_index(),
-                        event.session_id()
-                    ),
-                ));
-            }
-            event.share_ids(&mut self.ids);
-            new_events.push(event);
-        }
-        let last = expected_first + new_events.len() as u64;
-        if new_events.is_empty() || last - 1 != seg.last_event_index.get() || !text.ends_with('\n')
-        {
-            return Err(self.corruption(
-                SegmentBoundsMismatch,
-                format!(
-                    "{} holds {} events, attested [{}, {}]",
-                    seg.segment_rel_path,
-                    new_events.len(),
-                    seg.first_event_index,
-                    seg.last_event_index
-                ),
-            ));
-        }
-        let base = expected_first as usize;
+    ) -> Result<Vec<SessionEvent>, Stop> {
+        let new_events = parse_segment(&self.session_id, seg, bytes, &mut self.ids)
+            .map_err(|(reason, detail)| self.corruption(reason, detail))?;
+        let base = self.events.len();
         for (offset, event) in new_events.iter().enumerate() {
-            let (events, fresh) = (&self.events, &new_events);
-            let key_of = |i: usize| match i.checked_sub(base) {
-                Some(at) => fresh[at].dedupe_key(),
-                None => events[i].dedupe_key(),
+            let inserted = {
+                let (events, fresh) = (&self.events, &new_events);
+                let (session, manifest, residency) =
+                    (&self.session_id, &self.manifest, &self.residency);
+                let key_of = |i: usize| -> Result<DedupeKey, StoreError> {
+                    if let Some(at) = i.checked_sub(base) {
+                        return Ok(fresh[at].dedupe_key());
+                    }
+                    match events.get_resident(i) {
+                        Some(event) => Ok(event.dedupe_key()),
+                        None => reread(residency, session, manifest, i..i + 1)?
+                            .first()
+                            .map(SessionEvent::dedupe_key)
+                            .ok_or_else(|| StoreError::Internal {
+                                detail: format!("eventIndex {i} was not read again"),
+                            }),
+                    }
+                };
+                self.dedupe
+                    .insert(&event.dedupe_key(), base + offset, key_of)
+                    .map_err(|e| Stop::Io(io::Error::other(e.to_string())))?
             };
-            if self
-                .dedupe
-                .insert(&event.dedupe_key(), base + offset, key_of)
-                .is_err()
-            {
-                return Err(self.corruption(
-                    DuplicateDedupeKey,
-                    format!("dedupeKey {} appears twice", event.dedupe_key()),
-                ));
+            if inserted.is_err() {
+                return Err(self
+                    .corruption(
+                        CorruptionReason::DuplicateDedupeKey,
+                        format!("dedupeKey {} appears twice", event.dedupe_key()),
+                    )
+                    .into());
             }
         }
         Ok(new_events)
@@ -506,9 +535,9 @@ impl<'a> Validator<'a> {
             .collect();
         if self.resumed {
             // A view kept in a cache grows as `commit_events` grows it, not by doubling.
-            reserve_bounded(&mut self.events, new_events.len());
+            reserve_bounded(self.events.resident_mut(), new_events.len());
         }
-        self.events.extend(new_events);
+        self.events.resident_mut().extend(new_events);
     }
 
     /// The snapshots and pinned workflows a segment's events reference must be there and
@@ -571,9 +600,24 @@ impl<'a> Validator<'a> {
     fn accept_pin(
         &mut self,
         pin: &mut workrail_spec::manifest::SnapshotPinned,
-    ) -> Result<(), Corruption> {
+    ) -> Result<(), Stop> {
         let index = pin.event_index.get() as usize;
-        let created = self.events.get(index).and_then(|e| match e.data() {
+        // A pin follows the segment that introduced its snapshot, so its event is held; one
+        // that names an older event is read again.
+        let reread_event = match self.events.get_resident(index) {
+            Some(_) => None,
+            None if index < self.events.len() => reread(
+                &self.residency,
+                &self.session_id,
+                &self.manifest,
+                index..index + 1,
+            )
+            .map_err(|e| Stop::Io(io::Error::other(e.to_string())))?
+            .pop(),
+            None => None,
+        };
+        let event = self.events.get_resident(index).or(reread_event.as_ref());
+        let created = event.and_then(|e| match e.data() {
             EventData::NodeCreated(n)
                 if e.event_id() == &pin.created_by_event_id
                     && n.snapshot_ref == pin.snapshot_ref =>
@@ -583,13 +627,15 @@ impl<'a> Validator<'a> {
             _ => None,
         });
         let Some((event_id, snapshot_ref)) = created else {
-            return Err(self.corruption(
-                CorruptionReason::PinWithoutNode,
-                format!(
-                    "pin of {} names eventIndex {} which is not its committed node_created",
-                    pin.snapshot_ref, pin.event_index
-                ),
-            ));
+            return Err(self
+                .corruption(
+                    CorruptionReason::PinWithoutNode,
+                    format!(
+                        "pin of {} names eventIndex {} which is not its committed node_created",
+                        pin.snapshot_ref, pin.event_index
+                    ),
+                )
+                .into());
         };
         pin.created_by_event_id = event_id;
         pin.snapshot_ref = snapshot_ref;
@@ -674,6 +720,13 @@ impl<'a> Validator<'a> {
             offset += len + 1;
             if self.awaiting_pins.is_empty() {
                 self.boundary = (self.events.len(), self.manifest.len(), base + offset as u64);
+                // A long log is not held whole even while it is read (D225).
+                forget_oldest(
+                    &mut self.events,
+                    &self.manifest,
+                    &self.residency,
+                    self.boundary.0,
+                );
             }
         }
         match self.missing_pins() {
@@ -690,11 +743,12 @@ pub(crate) fn load_session(
     fs: &dyn StoreFs,
     session: &SessionId,
     objects: Option<&ObjectCheck>,
+    residency: Residency,
 ) -> io::Result<Option<LoadedSession>> {
     let Some(manifest) = fs.read(&layout::manifest_path(session))? else {
         return lost_manifest(fs, session, objects);
     };
-    let mut validator = Validator::new(session, objects);
+    let mut validator = Validator::new(session, objects, residency);
     let outcome = match validator.run(fs, &manifest, 0, 0) {
         Ok(()) => Ok(()),
         Err(Stop::Corrupt(c)) => Err(c),
@@ -708,7 +762,7 @@ pub(crate) fn load_session(
         Err(c) => SessionHealth::CorruptTail(c),
     };
     let loaded = validator.into_loaded(health, manifest.len() as u64);
-    if loaded.health.is_healthy() && loaded.events.is_empty() {
+    if loaded.health.is_healthy() && loaded.log.is_empty() {
         return Ok(None);
     }
     Ok(Some(loaded))
@@ -806,7 +860,7 @@ fn lost_manifest(
     if segments == 0 {
         return Ok(None);
     }
-    let validator = Validator::new(session, objects);
+    let validator = Validator::new(session, objects, Residency::default());
     let corruption = Corruption {
         reason: CorruptionReason::ManifestMissing,
         manifest_index: 0,
@@ -830,20 +884,20 @@ mod tests {
             DedupeKey::parse("run_started:sess_a:run_a").unwrap(),
             DedupeKey::parse("run_started:sess_a:run_b").unwrap(),
         ];
-        let key_of = |i: usize| keys[i].clone();
+        let key_of = |i: usize| Ok::<_, std::convert::Infallible>(keys[i].clone());
         let mut index = DedupeIndex::default();
-        assert_eq!(index.insert(&keys[0], 0, key_of), Ok(()));
+        assert_eq!(index.insert(&keys[0], 0, key_of), Ok(Ok(())));
         // Make the second key's hash name the first key's event, as a collision would.
         let colliding = index.hash(&keys[1]);
         index.first.insert(colliding, 0);
-        assert_eq!(index.find(&keys[1], key_of), None);
-        assert_eq!(index.insert(&keys[1], 1, key_of), Ok(()));
+        assert_eq!(index.find(&keys[1], key_of), Ok(None));
+        assert_eq!(index.insert(&keys[1], 1, key_of), Ok(Ok(())));
         assert_eq!(index.collided, vec![1]);
-        assert_eq!(index.find(&keys[1], key_of), Some(1));
-        assert_eq!(index.find(&keys[0], key_of), Some(0));
-        assert_eq!(index.insert(&keys[1], 2, key_of), Err(1));
+        assert_eq!(index.find(&keys[1], key_of), Ok(Some(1)));
+        assert_eq!(index.find(&keys[0], key_of), Ok(Some(0)));
+        assert_eq!(index.insert(&keys[1], 2, key_of), Ok(Err(1)));
         index.truncate(1);
         assert!(index.collided.is_empty());
-        assert_eq!(index.find(&keys[0], key_of), Some(0));
+        assert_eq!(index.find(&keys[0], key_of), Ok(Some(0)));
     }
 }

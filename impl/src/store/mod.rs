@@ -6,6 +6,7 @@ pub mod backend;
 mod cache;
 mod cas;
 mod error;
+mod event_log;
 pub mod fs;
 mod health;
 mod keyring;
@@ -28,13 +29,19 @@ pub use cas::{
     Verified,
 };
 pub use error::{Committed, StoreError, deleted_session, errno_name};
+pub use event_log::{
+    DEFAULT_RESIDENT_EVENTS, Events, MIN_RESIDENT_EVENTS, RESIDENT_EVENTS_ENV, Residency,
+    SegmentSource, resident_events_from_env,
+};
 pub use health::{Corruption, CorruptionReason, SessionHealth, how_to_clear};
 pub use keyring::{
     HeldKeyring, KEY_BYTES, Keyring, KeyringRecreated, KeyringStore, RECREATED_FILE, Refresh,
     SigningKey,
 };
 pub use load::LoadedSession;
-pub use object_cache::{CACHE_MB_ENV, CacheBudget, DEFAULT_CACHE_MB, ObjectCache};
+pub use object_cache::{
+    CACHE_MB_ENV, CacheBudget, DEFAULT_CACHE_MB, ObjectCache, SNAPSHOT_CACHE_ENTRIES,
+};
 pub use repair::RepairOutcome;
 pub use selected::{FileStores, Gate, ObjectWriter, PgStores, Store};
 pub(crate) use session::with_backoff;

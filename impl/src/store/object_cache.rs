@@ -14,6 +14,11 @@ use lru::LruCache;
 /// The environment variable with the total cache budget, in MiB.
 pub const CACHE_MB_ENV: &str = "WORKRAIL_CACHE_MB";
 
+/// The most execution snapshots a process keeps parsed, whatever the byte budget: a snapshot
+/// is read again mostly while its node is the newest of its branch, and a long loop writes one
+/// per advance (D225).
+pub const SNAPSHOT_CACHE_ENTRIES: usize = 1024;
+
 /// The default total budget, in MiB.
 pub const DEFAULT_CACHE_MB: usize = 64;
 
@@ -78,6 +83,8 @@ struct Inner<K: Hash + Eq, V> {
 /// The cache.
 pub struct ObjectCache<K: Hash + Eq, V> {
     budget: usize,
+    /// The most values held at once (unbounded unless set).
+    max_entries: usize,
     /// Whether the most recently stored value stays even when it alone is over the budget (the
     /// session cache, D94); otherwise such a value is not kept.
     keep_newest: bool,
@@ -100,6 +107,7 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
     pub fn new(budget: usize) -> Self {
         Self {
             budget,
+            max_entries: usize::MAX,
             keep_newest: false,
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
@@ -118,6 +126,14 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
             keep_newest: budget > 0,
             ..Self::new(budget)
         }
+    }
+
+    /// The same cache holding at most `entries` values, whatever their bytes: for small values
+    /// that are hot only while new (execution snapshots, D225), so a budget sized for large ones
+    /// does not fill with thousands of old small ones.
+    pub fn with_max_entries(mut self, entries: usize) -> Self {
+        self.max_entries = entries.max(1);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K, V>> {
@@ -144,7 +160,9 @@ impl<K: Hash + Eq, V> ObjectCache<K, V> {
         inner.bytes += bytes;
         // The value just stored is the most recently used: it leaves last.
         let floor = usize::from(self.keep_newest);
-        while inner.bytes > self.budget && inner.entries.len() > floor {
+        while (inner.bytes > self.budget || inner.entries.len() > self.max_entries)
+            && inner.entries.len() > floor
+        {
             match inner.entries.pop_lru() {
                 Some((_, (_, size))) => inner.bytes -= size,
                 None => break,
@@ -214,6 +232,20 @@ mod tests {
         assert_eq!((cache.len(), cache.bytes()), (1, 60));
         cache.insert(4, Arc::new("another"), 30);
         assert_eq!((cache.len(), cache.bytes()), (2, 90));
+    }
+
+    /// decision: D225
+    #[test]
+    fn a_cache_with_an_entry_cap_keeps_only_the_most_recently_used_values() {
+        let cache = ObjectCache::new(1000).with_max_entries(2);
+        cache.insert(1, Arc::new("a"), 10);
+        cache.insert(2, Arc::new("b"), 10);
+        assert!(cache.get(&1).is_some());
+        cache.insert(3, Arc::new("c"), 10);
+        assert!(cache.get(&2).is_none(), "the least recently used leaves");
+        assert_eq!(cache.get(&1).as_deref(), Some(&"a"));
+        assert_eq!(cache.get(&3).as_deref(), Some(&"c"));
+        assert_eq!((cache.len(), cache.bytes()), (2, 20));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::fs::StoreFs;
 use super::keyring::{HeldKeyring, KeyringRecreated, KeyringStore, Refresh};
 use super::layout;
 use super::load::LoadedSession;
-use super::object_cache::{CacheBudget, ObjectCache, estimate};
+use super::object_cache::{CacheBudget, ObjectCache, SNAPSHOT_CACHE_ENTRIES, estimate};
 use super::postgres::{PgGate, PostgresBackend, RESUME_INDEX_ROW};
 use super::session::{
     AppendGate, AppendPlan, AppendedEvent, SessionIntent, SessionRead, SessionStore,
@@ -167,7 +167,7 @@ impl Store {
         let budget = CacheBudget::default();
         Store::Postgres(PgStores {
             backend: Arc::new(backend),
-            snapshots: ObjectCache::new(budget.snapshots),
+            snapshots: ObjectCache::new(budget.snapshots).with_max_entries(SNAPSHOT_CACHE_ENTRIES),
             workflows: ObjectCache::new(budget.workflows),
         })
     }
@@ -242,6 +242,19 @@ impl Store {
     }
 
     /// The same store with empty caches of these budgets.
+    /// The same store keeping at least `resident` of a loaded session's newest events parsed;
+    /// older ones are read again from their segments when asked for (D225). The PostgreSQL
+    /// store keeps every event.
+    pub fn with_resident_events(self, resident: usize) -> Self {
+        match self {
+            Store::Files(mut f) => {
+                f.sessions = f.sessions.with_resident_events(resident);
+                Store::Files(f)
+            }
+            other => other,
+        }
+    }
+
     pub fn with_cache_budget(self, budget: CacheBudget) -> Self {
         match self {
             Store::Files(mut f) => {
@@ -254,7 +267,8 @@ impl Store {
                 if let Some(backend) = Arc::get_mut(&mut p.backend) {
                     backend.set_cache_budget(budget.sessions);
                 }
-                p.snapshots = ObjectCache::new(budget.snapshots);
+                p.snapshots =
+                    ObjectCache::new(budget.snapshots).with_max_entries(SNAPSHOT_CACHE_ENTRIES);
                 p.workflows = ObjectCache::new(budget.workflows);
                 Store::Postgres(p)
             }

@@ -39,6 +39,7 @@ use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, seg
 
 use super::cas::ObjectCheck;
 use super::error::{Committed, StoreError};
+use super::event_log::{DEFAULT_RESIDENT_EVENTS, FileSegments, MIN_RESIDENT_EVENTS, Residency};
 use super::fs::{LockError, LockGuard, StoreFs};
 use super::health::SessionHealth;
 use super::layout;
@@ -125,6 +126,9 @@ pub struct SessionStore {
     cache: ObjectCache<SessionId, LoadedSession>,
     /// When set, load also judges the CAS objects committed events reference (D53).
     objects: Option<ObjectCheck>,
+    /// How many events a loaded session keeps parsed; the rest are read again from their
+    /// segments (D225).
+    residency: Residency,
 }
 
 impl fmt::Debug for SessionStore {
@@ -190,12 +194,25 @@ impl SessionStore {
 
     pub fn with_limits(fs: Arc<dyn StoreFs>, limits: SegmentLimits) -> Self {
         Self {
-            fs,
             limits,
             lock_wait: DEFAULT_LOCK_WAIT,
             cache: ObjectCache::keeping_newest(CacheBudget::default().sessions),
             objects: None,
+            residency: Residency {
+                source: Some(Arc::new(FileSegments(Arc::clone(&fs)))),
+                resident: DEFAULT_RESIDENT_EVENTS,
+                recent: Arc::default(),
+            },
+            fs,
         }
+    }
+
+    /// The same store keeping at least `resident` (and at most about twice as many) of a
+    /// loaded session's newest events parsed; older ones are read again from their segments
+    /// when a call asks for them (D225). At least [`MIN_RESIDENT_EVENTS`].
+    pub fn with_resident_events(mut self, resident: usize) -> Self {
+        self.residency.resident = resident.max(MIN_RESIDENT_EVENTS);
+        self
     }
 
     /// The same store judging, at load, the snapshots and pinned workflows that committed
@@ -323,9 +340,14 @@ impl SessionStore {
         &self,
         session: &SessionId,
     ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
-        load_session(&*self.fs, session, self.objects.as_ref())
-            .map(|l| l.map(Arc::new))
-            .map_err(|e| io_error(session, "load session", e))
+        load_session(
+            &*self.fs,
+            session,
+            self.objects.as_ref(),
+            self.residency.clone(),
+        )
+        .map(|l| l.map(Arc::new))
+        .map_err(|e| io_error(session, "load session", e))
     }
 
     /// Runs `f` with the append witness for `session`: takes the OS lock (waiting a bounded
@@ -353,7 +375,10 @@ impl SessionStore {
         // Under the exclusive lock nothing is in flight: this load is authoritative.
         let loaded = match (self.load_from_disk_or_cache(session)?, intent) {
             (Some(loaded), _) => loaded,
-            (None, SessionIntent::Create) => Arc::new(LoadedSession::empty(session.clone())),
+            (None, SessionIntent::Create) => Arc::new(LoadedSession::empty(
+                session.clone(),
+                self.residency.clone(),
+            )),
             (None, SessionIntent::Continue) => {
                 self.forget(session);
                 return Err(StoreError::Deleted {
@@ -580,7 +605,7 @@ impl fmt::Debug for AppendGate<'_> {
 impl Drop for AppendGate<'_> {
     fn drop(&mut self) {
         // Hand the up-to-date view back to the cache unless an I/O failure left it unknown.
-        if !self.poisoned && !self.session.events.is_empty() {
+        if !self.poisoned && self.session.event_count() > 0 {
             self.store.remember(&self.session);
         }
     }
@@ -954,9 +979,9 @@ pub(crate) fn number_plan(
     let mut fresh = Vec::new();
     let first = loaded.next_event_index();
     for event in plan.events {
-        if let Some(existing) = loaded.event_by_dedupe_key(&event.dedupe_key()) {
+        if let Some(existing) = loaded.event_by_dedupe_key(&event.dedupe_key())? {
             results.push(AppendedEvent {
-                event: existing.clone(),
+                event: existing.into_owned(),
                 newly_appended: false,
             });
             continue;

@@ -193,7 +193,13 @@ pub fn build_session(wr: &Workrail, workflow: &str, ops: &[Op]) -> Built {
 }
 
 pub fn events(wr: &Workrail, session: &SessionId) -> Vec<SessionEvent> {
-    wr.sessions().load(session).unwrap().events.clone()
+    wr.sessions()
+        .load(session)
+        .unwrap()
+        .events()
+        .all()
+        .unwrap()
+        .into_owned()
 }
 
 pub fn projection(wr: &Workrail, session: &SessionId) -> SessionProjection {

@@ -183,6 +183,8 @@ pub fn session_events(
     wr.sessions()
         .load(&out.session.session_id)
         .unwrap()
-        .events
-        .clone()
+        .events()
+        .all()
+        .unwrap()
+        .into_owned()
 }

@@ -173,7 +173,13 @@ impl Fixture {
     /// Committed event kinds, in order.
     pub fn kinds(&self) -> Vec<EventKind> {
         match self.store.load(&session()) {
-            Ok(loaded) => loaded.events.iter().map(|e| e.kind()).collect(),
+            Ok(loaded) => loaded
+                .events()
+                .all()
+                .unwrap()
+                .iter()
+                .map(|e| e.kind())
+                .collect(),
             Err(_) => Vec::new(),
         }
     }

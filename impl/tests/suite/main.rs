@@ -61,6 +61,8 @@ mod engine_contracts;
 mod engine_loops;
 #[path = "../engine_properties.rs"]
 mod engine_properties;
+#[path = "../event_log.rs"]
+mod event_log;
 #[path = "../functions.rs"]
 mod functions;
 #[path = "../gc.rs"]
@@ -99,6 +101,8 @@ mod mcp_server;
 mod mcp_stdio;
 #[path = "../migrate.rs"]
 mod migrate;
+#[path = "../nested_support/mod.rs"]
+mod nested_support;
 #[path = "../permissions.rs"]
 mod permissions;
 #[path = "../ports.rs"]

@@ -536,8 +536,10 @@ pub(in crate::protocol) fn blocked_attempts(
 ) -> Vec<BlockedAttempt> {
     use crate::projections::console::BlockerView;
     use workrail_spec::event::AdvanceOutcome;
+    // Inspection's facts are of a whole log read once, so this read cannot fail.
     facts
         .advance_records(node)
+        .unwrap_or_default()
         .into_iter()
         .filter_map(|(_, a)| match &a.outcome {
             AdvanceOutcome::Blocked { blockers, .. } => Some(BlockedAttempt {

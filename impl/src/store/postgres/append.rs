@@ -154,7 +154,7 @@ impl Worker {
             Some(image) => validate(session, &image)?,
             None => None,
         }
-        .unwrap_or_else(|| LoadedSession::empty(session.clone()));
+        .unwrap_or_else(|| LoadedSession::empty(session.clone(), Default::default()));
         if !loaded.health.is_healthy() {
             return Err(StoreError::Unhealthy {
                 session: session.clone(),

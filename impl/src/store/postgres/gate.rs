@@ -37,7 +37,7 @@ impl std::fmt::Debug for PgGate<'_> {
 impl Drop for PgGate<'_> {
     fn drop(&mut self) {
         // Hand the up-to-date view to the cache unless a failed commit left it unknown.
-        if !self.poisoned && !self.session.events.is_empty() {
+        if !self.poisoned && self.session.event_count() > 0 {
             self.backend.remember(&self.session);
         }
         let id = self.id;
@@ -175,7 +175,7 @@ impl PostgresBackend {
         cached: Arc<LoadedSession>,
     ) -> Result<Option<Arc<LoadedSession>>, StoreError> {
         let session = cached.session_id.clone();
-        let from = (cached.manifest.len() as i64, cached.events.len() as i64);
+        let from = (cached.manifest.len() as i64, cached.event_count() as i64);
         self.forget_cached(&session);
         let id = session.clone();
         let Some(tail) = self.call(|reply| Request::Rows {
@@ -201,7 +201,7 @@ impl PostgresBackend {
         let cached = self.cached(session);
         let known = cached
             .as_ref()
-            .map(|c| (key_of(c), (c.manifest.len() as i64, c.events.len() as i64)));
+            .map(|c| (key_of(c), (c.manifest.len() as i64, c.event_count() as i64)));
         let (gate_id, read) = self.call(|reply| Request::GateOpen {
             session: id,
             wait,
@@ -213,7 +213,7 @@ impl PostgresBackend {
         let mut gate = PgGate {
             backend: self,
             id: gate_id,
-            session: Arc::new(LoadedSession::empty(session.clone())),
+            session: Arc::new(LoadedSession::empty(session.clone(), Default::default())),
             poisoned: false,
         };
         let image = match (read, cached) {

@@ -31,7 +31,8 @@ pub(super) fn validate(
     let (fs, manifest) = lay_out(session, image)?;
     write(&fs, &layout::manifest_path(session), manifest.as_bytes())?;
     let objects = ObjectCheck::new(Arc::clone(&fs) as Arc<dyn StoreFs>);
-    load_session(&*fs, session, Some(&objects)).map_err(|e| database(session, e))
+    load_session(&*fs, session, Some(&objects), Default::default())
+        .map_err(|e| database(session, e))
 }
 
 /// `view`, a healthy view of `session`, extended by `tail`, the rows past it with the objects

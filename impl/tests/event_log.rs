@@ -1,0 +1,195 @@
+//! Decision D225: a loaded session keeps only its newest events parsed and reads older ones
+//! again from their segments, checked against what the manifest attests. Every answer stays
+//! what it was when all events were held: replays of forgotten attempts, rehydrates of old
+//! nodes, a cold process, a whole read of the log. A segment that changed or vanished after
+//! load is an error, never other bytes.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use workrail::entropy::SeededEntropy;
+use workrail::protocol::Workrail;
+use workrail::store::fs::StoreFs;
+use workrail::store::memfs::MemFs;
+use workrail::store::{
+    CorruptionReason, MIN_RESIDENT_EVENTS, SessionHealth, SessionRead, SessionStore, StoreError,
+};
+use workrail_spec::ids::SessionId;
+use workrail_spec::manifest::ManifestRecord;
+use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
+
+use crate::nested_support::{advance, catalog, start_nested};
+
+/// A WorkRail over `fs` keeping the fewest events parsed a store may keep.
+fn keeping_few(fs: &Arc<dyn StoreFs>, seed: u64) -> Workrail {
+    Workrail::with_parts(
+        Arc::clone(fs),
+        catalog(),
+        Arc::new(SeededEntropy::new(seed)),
+    )
+    .unwrap()
+    .with_resident_events(MIN_RESIDENT_EVENTS)
+}
+
+fn session_of(out: &ExecutionOutput) -> SessionId {
+    SessionId::parse(out.session.session_id.as_str()).unwrap()
+}
+
+/// A session of `advances` nested advances, with the input and answer of each.
+fn long_session(
+    wr: &Workrail,
+    advances: usize,
+) -> (SessionId, Vec<(ExecutionOutput, ExecutionOutput)>) {
+    let mut out = start_nested(wr);
+    let mut sent = Vec::new();
+    for i in 0..advances {
+        let next = advance(wr, out.clone(), i);
+        sent.push((out, next.clone()));
+        out = next;
+    }
+    (session_of(&out), sent)
+}
+
+fn rehydrate(wr: &Workrail, out: &ExecutionOutput) -> ExecutionOutput {
+    wr.continue_workflow(ContinueWorkflowInput {
+        state_token: Some(out.state_token.clone()),
+        ack_token: None,
+        context: None,
+        output: None,
+        preferences: vec![],
+        preset: None,
+    })
+    .unwrap()
+}
+
+/// decision: D225
+#[test]
+fn a_long_session_keeps_only_its_newest_events_parsed_and_reads_the_rest_back_whole() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 31);
+    let (session, _) = long_session(&wr, 120);
+    let loaded = wr.sessions().load(&session).unwrap();
+    let (first, resident) = loaded.resident_events();
+    assert!(
+        first > 0,
+        "a session of {} events kept every one parsed",
+        loaded.event_count()
+    );
+    assert_eq!(first + resident.len(), loaded.event_count());
+    // Between one and two times the limit, and a plan more at most (cut at plan starts).
+    assert!(
+        resident.len() >= MIN_RESIDENT_EVENTS && resident.len() <= 2 * MIN_RESIDENT_EVENTS + 16,
+        "{} events held parsed",
+        resident.len()
+    );
+    // Every event read back is the event a store keeping all of them loads.
+    let keeper = SessionStore::new(Arc::clone(&fs)).with_resident_events(usize::MAX / 4);
+    let whole = keeper.load(&session).unwrap();
+    assert_eq!(whole.resident_events().0, 0);
+    let read_back = loaded.events().all().unwrap();
+    assert_eq!(&read_back[..], whole.resident_events().1);
+    for i in [0, 1, first - 1, first, loaded.event_count() - 1] {
+        assert_eq!(
+            loaded.events().get(i).unwrap().as_deref(),
+            whole.resident_events().1.get(i),
+            "event {i}"
+        );
+    }
+    // A fresh load by a store keeping few events forgets as it reads.
+    let fresh = SessionStore::new(Arc::clone(&fs))
+        .with_resident_events(MIN_RESIDENT_EVENTS)
+        .load(&session)
+        .unwrap();
+    assert!(fresh.resident_events().0 > 0);
+    assert_eq!(&fresh.events().all().unwrap()[..], &read_back[..]);
+}
+
+/// decision: D225
+#[test]
+fn resending_a_forgotten_attempt_and_rehydrating_an_old_node_answer_as_the_first_time() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 32);
+    let (session, sent) = long_session(&wr, 120);
+    assert!(wr.sessions().load(&session).unwrap().resident_events().0 > 0);
+    for at in [3, 40] {
+        let (input, answer) = &sent[at];
+        assert_eq!(
+            &advance(&wr, input.clone(), at),
+            answer,
+            "the resent ack of advance {at} in the same process"
+        );
+    }
+    let rehydrated = rehydrate(&wr, &sent[5].1);
+    assert_eq!(rehydrated.pending, sent[5].1.pending);
+    // A new process: nothing cached, the log loaded keeping few events.
+    let cold = keeping_few(&fs, 33);
+    let (input, answer) = &sent[7];
+    assert_eq!(&advance(&cold, input.clone(), 7), answer, "a cold process");
+    assert_eq!(rehydrate(&cold, &sent[5].1), rehydrated);
+    // The live tip still advances, and the session stays healthy.
+    let last = sent.last().unwrap().1.clone();
+    let next = advance(&cold, last, 120);
+    assert!(next.ack_token.is_some() || next.is_complete);
+    let whole = SessionStore::new(Arc::clone(&fs)).load(&session).unwrap();
+    assert!(whole.health.is_healthy(), "{:?}", whole.health);
+}
+
+/// The path of the segment holding event 0 of `session`.
+fn first_segment(store: &SessionStore, session: &SessionId) -> String {
+    let loaded = store.load(session).unwrap();
+    let rel = loaded
+        .manifest
+        .iter()
+        .find_map(|r| match r {
+            ManifestRecord::SegmentClosed(s) => Some(s.segment_rel_path.clone()),
+            ManifestRecord::SnapshotPinned(_) => None,
+        })
+        .unwrap();
+    format!("sessions/{session}/{rel}")
+}
+
+/// decision: D225
+#[test]
+fn a_forgotten_segment_that_changed_or_vanished_is_an_error_never_other_events() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 34);
+    let (session, _) = long_session(&wr, 60);
+    let store = SessionStore::new(Arc::clone(&fs)).with_resident_events(MIN_RESIDENT_EVENTS);
+    let loaded = store.load(&session).unwrap();
+    assert!(loaded.resident_events().0 > 0);
+    let segment = first_segment(&store, &session);
+    let path = Path::new(&segment);
+    let original = fs.read(path).unwrap().unwrap();
+    let mut changed = original;
+
+    // Same length, other bytes: the attested sha256 no longer matches.
+    let at = changed.iter().position(|&b| b == b'0').unwrap();
+    changed[at] = b'1';
+    fs.remove_file(path).unwrap();
+    fs.write_new(path, &changed).unwrap();
+    match loaded.events().get(0) {
+        Err(StoreError::Unhealthy {
+            health: SessionHealth::CorruptTail(c),
+            ..
+        }) => assert_eq!(c.reason, CorruptionReason::SegmentDigestMismatch),
+        other => panic!("a changed segment read back as {other:?}"),
+    }
+
+    // Gone while the manifest stays: lost, and said so.
+    fs.remove_file(path).unwrap();
+    match loaded.events().all() {
+        Err(StoreError::Unhealthy {
+            health: SessionHealth::CorruptTail(c),
+            ..
+        }) => assert_eq!(c.reason, CorruptionReason::SegmentMissing),
+        other => panic!("a missing segment read back as {other:?}"),
+    }
+
+    // Gone with the whole session: deleted, as a continuing call reports it.
+    fs.remove_dir_all(Path::new(&format!("sessions/{session}")))
+        .unwrap();
+    assert!(matches!(
+        loaded.events().get(0),
+        Err(StoreError::Deleted { .. })
+    ));
+}
