@@ -16,7 +16,7 @@ const USES_INSIDE: &str = r#"
 use workrail::store::{AppendGate, LoadedSession, SessionIntent, SessionStore};
 pub fn use_inside(store: &SessionStore, loaded: &LoadedSession) {
     let _ = store.with_append_gate(&loaded.session_id, SessionIntent::Create, |gate: &mut AppendGate<'_>| {
-        let _committed = gate.session().events.len();
+        let _committed = gate.session().event_count();
         Ok::<_, workrail::store::StoreError>(())
     });
 }

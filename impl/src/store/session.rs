@@ -562,7 +562,7 @@ impl SessionRead for SessionStore {
 /// use workrail::store::{AppendGate, SessionIntent, SessionStore};
 /// fn use_inside(store: &SessionStore, id: &workrail_spec::ids::SessionId) {
 ///     let _ = store.with_append_gate(id, SessionIntent::Create, |gate: &mut AppendGate<'_>| {
-///         let _committed = gate.session().events.len();
+///         let _committed = gate.session().event_count();
 ///         Ok::<_, workrail::store::StoreError>(())
 ///     });
 /// }
