@@ -405,10 +405,24 @@ pub fn cross_check_production_projection(
             let model = outputs
                 .current(channel)
                 .map(|o| (o.output_id.clone(), o.payload.clone()));
-            let production = view
-                .current_outputs
-                .get(&(node.clone(), channel))
-                .map(|o| (o.output_id.clone(), o.payload.clone()));
+            // The projection holds where the current output is (D226): the log's event there
+            // must be that output, of the kind the projection says.
+            let production = match view.current_outputs.get(&(node.clone(), channel)) {
+                None => None,
+                Some(o) => match events.get(o.position).map(SessionEvent::data) {
+                    Some(EventData::NodeOutputAppended(appended))
+                        if o.notes == matches!(appended.payload, OutputPayload::Notes { .. }) =>
+                    {
+                        Some((appended.output_id.clone(), appended.payload.clone()))
+                    }
+                    other => {
+                        return Err(format!(
+                            "current {channel:?} output of {node}: production's projection points at event {} (notes: {}), which is {other:?}",
+                            o.position, o.notes
+                        ));
+                    }
+                },
+            };
             if production != model {
                 return Err(format!(
                     "current {channel:?} output of {node}: production's projection says {production:?}, the model's projection of the same log says {model:?}"

@@ -24,6 +24,7 @@ use workrail::projections::resume::{
 use workrail::projections::{
     RunView, SessionProjection, TipPolicy, effective_preferences, project,
 };
+use workrail::store::Events;
 use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::event::{EffectivePreferences, SessionEvent};
 use workrail_spec::ids::{RunId, SessionId, SnapshotRef, WorkflowHash};
@@ -206,16 +207,22 @@ fn resume_ranking(request: &Value) -> Result<Value, String> {
     let summaries: Vec<_> = healthy
         .iter()
         .zip(&projections)
-        .map(|((session_id, _), projection)| {
+        .map(|((session_id, events), projection)| {
             summarize(
                 &ResumeSource {
                     session_id,
                     projection,
                 },
                 &mut workflow_name,
+                &mut |position| {
+                    Events::Slice(events)
+                        .notes_at(position)
+                        .map(|notes| notes.map(|n| n.into_owned()))
+                },
             )
         })
-        .collect();
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("resume summary: {e}"))?;
     let refs: Vec<_> = summaries.iter().collect();
     let candidates: Vec<Value> = rank_summaries(&refs, &query)
         .into_iter()

@@ -3,6 +3,9 @@
 //! what it was when all events were held: replays of forgotten attempts, rehydrates of old
 //! nodes, a cold process, a whole read of the log. A segment that changed or vanished after
 //! load is an error, never other bytes.
+//!
+//! Decision D226: a projection holds where each node's current notes are, not their text; a
+//! recap reads them from the log, forgotten or not, and answers as a server holding every event.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +17,8 @@ use workrail::store::memfs::MemFs;
 use workrail::store::{
     CorruptionReason, MIN_RESIDENT_EVENTS, SessionHealth, SessionRead, SessionStore, StoreError,
 };
+use workrail_spec::error::ErrorCode;
+use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::SessionId;
 use workrail_spec::manifest::ManifestRecord;
 use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
@@ -192,4 +197,94 @@ fn a_forgotten_segment_that_changed_or_vanished_is_an_error_never_other_events()
         loaded.events().get(0),
         Err(StoreError::Deleted { .. })
     ));
+}
+
+/// Where the event of the notes that start with `head` is, and the segment holding it.
+fn notes_event(store: &dyn SessionRead, session: &SessionId, head: &str) -> (usize, String) {
+    let loaded = store.load(session).unwrap();
+    let events = loaded.events().all().unwrap();
+    let index = events
+        .iter()
+        .position(|e| match e.data() {
+            EventData::NodeOutputAppended(o) => matches!(
+                &o.payload,
+                OutputPayload::Notes { notes_markdown } if notes_markdown.as_str().starts_with(head)
+            ),
+            _ => false,
+        })
+        .unwrap_or_else(|| panic!("no notes start with {head:?}"));
+    let rel = loaded
+        .manifest
+        .iter()
+        .find_map(|r| match r {
+            ManifestRecord::SegmentClosed(s)
+                if s.first_event_index.get() <= index as u64
+                    && index as u64 <= s.last_event_index.get() =>
+            {
+                Some(s.segment_rel_path.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    (index, format!("sessions/{session}/{rel}"))
+}
+
+/// decision: D226
+#[test]
+fn a_recap_reads_forgotten_notes_back_and_answers_as_a_server_holding_every_event() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 35);
+    let (session, sent) = long_session(&wr, 150);
+    // The notes of advance 6 (on the node it created, a child of advance 5's node) are
+    // forgotten: only the newest events stay parsed.
+    let (index, _) = notes_event(wr.sessions(), &session, "Unit 000006");
+    let (first_resident, _) = wr.sessions().load(&session).unwrap().resident_events();
+    assert!(index < first_resident, "event {index} is still parsed");
+    let whole = Workrail::with_parts(Arc::clone(&fs), catalog(), Arc::new(SeededEntropy::new(36)))
+        .unwrap()
+        .with_resident_events(usize::MAX / 4);
+    let cold = keeping_few(&fs, 37);
+    // An old node (a rewind: its branch list names its child's notes), one in the middle (the
+    // preferred branch's notes below it, most of them forgotten), the tip.
+    for at in [5, 75, 149] {
+        let expected = rehydrate(&whole, &sent[at].1).recap;
+        for (who, server) in [("the writer", &wr), ("a cold process", &cold)] {
+            assert_eq!(
+                rehydrate(server, &sent[at].1).recap,
+                expected,
+                "the recap of advance {at}'s node from {who}, keeping {MIN_RESIDENT_EVENTS} events parsed"
+            );
+        }
+        assert!(expected.is_some(), "advance {at}'s node has no recap");
+    }
+    let old = rehydrate(&wr, &sent[5].1).recap.unwrap();
+    assert!(
+        old.text.contains("Unit 000006"),
+        "the rewind recap does not name the branch's notes: {}",
+        old.text
+    );
+
+    // Notes whose segment changed since the load: an error, never other notes.
+    let (index, segment) = notes_event(wr.sessions(), &session, "Unit 000021");
+    assert!(index < first_resident);
+    let path = Path::new(&segment);
+    let mut changed = fs.read(path).unwrap().unwrap();
+    let at = changed
+        .windows(11)
+        .position(|w| w == b"Unit 000021")
+        .unwrap();
+    changed[at + 10] = b'9';
+    fs.remove_file(path).unwrap();
+    fs.write_new(path, &changed).unwrap();
+    let err = wr
+        .continue_workflow(ContinueWorkflowInput {
+            state_token: Some(sent[20].1.state_token.clone()),
+            ack_token: None,
+            context: None,
+            output: None,
+            preferences: vec![],
+            preset: None,
+        })
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::SessionCorrupt, "{err:?}");
 }

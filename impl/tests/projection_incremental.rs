@@ -11,7 +11,7 @@ use protocol_support::*;
 use workrail::projections::{Projector, TipPolicy, project, project_in_two_passes};
 use workrail::store::memfs::MemFs;
 use workrail_spec::closed::{EdgeKind, OutputChannel};
-use workrail_spec::event::{EventData, OutputPayload, SessionEvent};
+use workrail_spec::event::{EventData, SessionEvent};
 use workrail_spec::ids::NodeId;
 use workrail_spec::tools::ContinueWorkflowInput;
 
@@ -189,10 +189,9 @@ proptest! {
                 let naive_noted: Vec<NodeId> = naive
                     .into_iter()
                     .filter(|n| {
-                        matches!(
-                            view.current_outputs.get(&(n.clone(), OutputChannel::Recap)).map(|o| &o.payload),
-                            Some(OutputPayload::Notes { .. })
-                        )
+                        view.current_outputs
+                            .get(&(n.clone(), OutputChannel::Recap))
+                            .is_some_and(|o| o.notes)
                     })
                     .collect();
                 prop_assert_eq!(noted, naive_noted);

@@ -62,8 +62,8 @@ fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
     current_outputs_are_the_logs_own(&wr, &fs);
 }
 
-/// A projection's current outputs are the log's own payloads, not copies (decision D210): with
-/// 4 KB of notes per advance, what the projection holds beyond the log does not grow with them.
+/// A projection's current outputs are where the log holds them, not copies (decisions D210,
+/// D226): with 4 KB of notes per advance, what the projection holds does not grow with them.
 fn current_outputs_are_the_logs_own(wr: &Workrail, fs: &Arc<dyn StoreFs>) {
     let mut out = start_nested(wr);
     let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
@@ -79,6 +79,6 @@ fn current_outputs_are_the_logs_own(wr: &Workrail, fs: &Arc<dyn StoreFs>) {
     );
     assert!(
         per_event <= 250,
-        "a projection holds {per_event} bytes per event when every advance carries 4 KB of notes: it copies the notes instead of sharing the log's (decision D210)"
+        "a projection holds {per_event} bytes per event when every advance carries 4 KB of notes: it copies the notes instead of pointing at the log's (decisions D210, D226)"
     );
 }

@@ -168,9 +168,13 @@ fn current_outputs_honour_node_and_channel_scoped_supersede() {
     let projection = project(&log.events, TipPolicy::Latest);
     let view = &projection.runs[&run()];
     let current = |n: u8, c: OutputChannel| {
+        // The projection holds where the output is; the log holds the output (D226).
         view.current_outputs
             .get(&(node(n), c))
-            .map(|o| o.output_id.clone())
+            .map(|o| match log.events[o.position].data() {
+                EventData::NodeOutputAppended(appended) => appended.output_id.clone(),
+                other => panic!("a current output points at {other:?}"),
+            })
     };
     assert_eq!(
         current(1, OutputChannel::Recap),

@@ -69,9 +69,10 @@ pub struct SlotIndex {
     parents: Vec<Option<u32>>,
     /// Whether the node's current recap output is notes.
     recap_notes: Vec<bool>,
-    /// That output when it is notes (shared with [`RunView::current_outputs`]), so a recap reads
-    /// a noted slot's text without a map lookup.
-    recap_output: Vec<Option<Arc<NodeOutputAppended>>>,
+    /// Where that output's event is in the log when it is notes (as in
+    /// [`RunView::current_outputs`]), so a recap finds a noted slot's text without a map lookup
+    /// and reads it from the log (D226).
+    recap_position: Vec<Option<usize>>,
     /// The root-most slot above (or at) each slot.
     top: Vec<u32>,
     /// How many slots on the path root -> slot (inclusive) have recap notes.
@@ -154,15 +155,15 @@ impl<'v> NotedUpwards<'v> {
         Some(slot as usize)
     }
 
-    /// The same walk, yielding each noted node's recap notes.
-    pub fn notes(mut self) -> impl Iterator<Item = &'v str> {
+    /// The same walk, yielding where each noted node's recap notes are in the log.
+    pub fn positions(mut self) -> impl Iterator<Item = usize> + 'v {
         std::iter::from_fn(move || {
-            let slot = self.next_slot()?;
-            Some(
-                self.slots.recap_output[slot]
-                    .as_deref()
-                    .map_or("", notes_text),
-            )
+            loop {
+                let slot = self.next_slot()?;
+                if let Some(position) = self.slots.recap_position[slot] {
+                    return Some(position);
+                }
+            }
         })
     }
 }
@@ -176,11 +177,21 @@ impl<'v> Iterator for NotedUpwards<'v> {
     }
 }
 
-/// The text of a notes output ("" for any other payload).
-fn notes_text(output: &NodeOutputAppended) -> &str {
-    match &output.payload {
-        OutputPayload::Notes { notes_markdown } => notes_markdown.as_str(),
-        OutputPayload::ArtifactRef { .. } => "",
+/// A node's current output on one channel: where its `node_output_appended` event is in the
+/// log, and whether its payload is notes. The payload itself stays in the log, read when asked
+/// for, so a long session's notes are not all held in memory (D226).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CurrentOutput {
+    pub position: usize,
+    pub notes: bool,
+}
+
+impl CurrentOutput {
+    fn of(position: usize, output: &NodeOutputAppended) -> Self {
+        Self {
+            position,
+            notes: matches!(output.payload, OutputPayload::Notes { .. }),
+        }
     }
 }
 
@@ -192,7 +203,7 @@ impl SlotIndex {
         self.ids.push(node.clone());
         self.parents.push(parent);
         self.recap_notes.push(false);
-        self.recap_output.push(None);
+        self.recap_position.push(None);
         self.top.push(slot);
         self.noted_count.push(0);
         self.nearest_noted.push(None);
@@ -282,12 +293,11 @@ impl SlotIndex {
     }
 
     /// Records `node`'s current recap output.
-    pub(crate) fn set_recap_output(&mut self, node: &NodeId, output: &Arc<NodeOutputAppended>) {
-        let notes = matches!(output.payload, OutputPayload::Notes { .. });
+    pub(crate) fn set_recap_output(&mut self, node: &NodeId, output: CurrentOutput) {
         if let Some(&slot) = self.slot_of.get(node) {
-            self.recap_output[slot as usize] = notes.then(|| Arc::clone(output));
+            self.recap_position[slot as usize] = output.notes.then_some(output.position);
         }
-        self.set_recap_notes(node, notes);
+        self.set_recap_notes(node, output.notes);
     }
 
     /// Records whether `node`'s current recap output is notes.
@@ -513,7 +523,7 @@ pub struct RunView {
     /// Last-activity EventIndex of the preferred tip's reachable history.
     pub tip_last_activity: u64,
     /// Current (non-superseded) output per node and channel.
-    pub current_outputs: BTreeMap<(NodeId, OutputChannel), Arc<NodeOutputAppended>>,
+    pub current_outputs: BTreeMap<(NodeId, OutputChannel), CurrentOutput>,
     /// Gaps of this run that no later gap resolves, with their node.
     pub unresolved_gaps: Vec<(NodeId, GapRecorded)>,
     /// Latest capability status per (node, capability).
@@ -525,16 +535,12 @@ pub struct RunView {
 }
 
 impl RunView {
-    /// The current recap notes of `node`, if any.
-    pub fn recap_notes(&self, node: &NodeId) -> Option<&str> {
-        match &self
-            .current_outputs
-            .get(&(node.clone(), OutputChannel::Recap))?
-            .payload
-        {
-            OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str()),
-            OutputPayload::ArtifactRef { .. } => None,
-        }
+    /// Where the current recap notes of `node` are in the log, if it has any.
+    pub fn recap_notes_position(&self, node: &NodeId) -> Option<usize> {
+        self.current_outputs
+            .get(&(node.clone(), OutputChannel::Recap))
+            .filter(|o| o.notes)
+            .map(|o| o.position)
     }
 
     /// `node`, then its parent, and so on up to the root (no allocation of the whole chain, so
@@ -579,18 +585,19 @@ impl RunView {
         )
     }
 
-    /// [`RunView::noted_upwards`], yielding each noted node's recap notes instead of its id.
+    /// [`RunView::noted_upwards`], yielding where each noted node's recap notes are in the log
+    /// instead of its id.
     pub fn noted_notes_upwards<'v>(
         &'v self,
         node: &'v NodeId,
-    ) -> (usize, impl Iterator<Item = &'v str> + 'v) {
+    ) -> (usize, impl Iterator<Item = usize> + 'v) {
         let (count, noted) = self.dag.slots.noted_upwards(node);
         let dangling = self.dangling_noted_parent(node);
         (
             count + usize::from(dangling.is_some()),
             noted
-                .notes()
-                .chain(dangling.and_then(|p| self.recap_notes(p))),
+                .positions()
+                .chain(dangling.and_then(|p| self.recap_notes_position(p))),
         )
     }
 
@@ -615,17 +622,18 @@ impl RunView {
         }
     }
 
-    /// [`RunView::noted_on_preferred_branch_below`], yielding each noted node's recap notes.
+    /// [`RunView::noted_on_preferred_branch_below`], yielding where each noted node's recap
+    /// notes are in the log.
     pub fn noted_notes_on_preferred_branch_below<'v>(
         &'v self,
         node: &'v NodeId,
-    ) -> (usize, impl Iterator<Item = &'v str> + 'v) {
+    ) -> (usize, impl Iterator<Item = usize> + 'v) {
         match self
             .preferred_tip
             .as_ref()
             .and_then(|tip| self.dag.slots.noted_below(node, tip))
         {
-            Some((count, noted)) => (count, Some(noted.notes()).into_iter().flatten()),
+            Some((count, noted)) => (count, Some(noted.positions()).into_iter().flatten()),
             None => (0, None.into_iter().flatten()),
         }
     }
@@ -642,7 +650,7 @@ impl RunView {
             .filter(|p| {
                 self.current_outputs
                     .get(&((*p).clone(), OutputChannel::Recap))
-                    .is_some_and(|o| matches!(o.payload, OutputPayload::Notes { .. }))
+                    .is_some_and(|o| o.notes)
             })
     }
 
@@ -848,7 +856,7 @@ pub fn project(events: &[SessionEvent], policy: TipPolicy) -> SessionProjection 
 pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> SessionProjection {
     let mut runs: BTreeMap<RunId, RunDag> = BTreeMap::new();
     let mut anomalies = Vec::new();
-    let mut outputs: HashMap<RunId, Vec<(NodeId, Arc<NodeOutputAppended>)>> = HashMap::new();
+    let mut outputs: HashMap<RunId, Vec<(NodeId, usize, &NodeOutputAppended)>> = HashMap::new();
     let mut gaps: HashMap<RunId, Vec<(NodeId, GapRecorded)>> = HashMap::new();
     let mut capabilities: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
@@ -929,7 +937,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                 outputs
                     .entry(run_id)
                     .or_default()
-                    .push((node_id, Arc::clone(o)));
+                    .push((node_id, position, &**o));
             }
             EventData::GapRecorded(g) => gaps
                 .entry(run_id)
@@ -959,7 +967,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
             current_outputs(outputs.remove(&run_id).unwrap_or_default(), &mut anomalies);
         for ((node, channel), output) in &current_outputs {
             if *channel == OutputChannel::Recap {
-                dag.slots.set_recap_output(node, output);
+                dag.slots.set_recap_output(node, *output);
             }
         }
         dag.slots.settle();
@@ -1195,9 +1203,8 @@ fn apply(
                 .outputs
                 .insert(o.output_id.clone(), (node_id.clone(), o.output_channel));
             // The latest output of a node and channel is its current one: an earlier one is
-            // either superseded by it or older.
-            // The log's own payload: its text is held once (decision D210).
-            let output = Arc::clone(o);
+            // either superseded by it or older. Only where it is is kept (D226).
+            let output = CurrentOutput::of(position, o);
             let key = (node_id.clone(), o.output_channel);
             // TEST-ONLY planted bug: the first output of a channel stays current.
             if planted(PlantedProjectionBug::FirstOutputWins)
@@ -1206,7 +1213,7 @@ fn apply(
                 return Ok(());
             }
             if o.output_channel == OutputChannel::Recap {
-                view.dag.slots.set_recap_output(node_id, &output);
+                view.dag.slots.set_recap_output(node_id, output);
             }
             view.current_outputs.insert(key, output);
         }
@@ -1287,15 +1294,15 @@ fn preferred_tip(dag: &RunDag) -> (Option<NodeId>, u64) {
 /// Current output per (node, channel): the latest output not superseded by a later output of
 /// the same node and channel (locks §2.1 "Current outputs projection").
 fn current_outputs(
-    outputs: Vec<(NodeId, Arc<NodeOutputAppended>)>,
+    outputs: Vec<(NodeId, usize, &NodeOutputAppended)>,
     anomalies: &mut Vec<String>,
-) -> BTreeMap<(NodeId, OutputChannel), Arc<NodeOutputAppended>> {
+) -> BTreeMap<(NodeId, OutputChannel), CurrentOutput> {
     let location: HashMap<&OutputId, (&NodeId, OutputChannel)> = outputs
         .iter()
-        .map(|(n, o)| (&o.output_id, (n, o.output_channel)))
+        .map(|(n, _, o)| (&o.output_id, (n, o.output_channel)))
         .collect();
     let mut superseded: HashSet<OutputId> = HashSet::new();
-    for (node, o) in &outputs {
+    for (node, _, o) in &outputs {
         if let Some(target) = &o.supersedes_output_id {
             match location.get(target) {
                 Some((n, c)) if *n == node && *c == o.output_channel => {
@@ -1309,9 +1316,9 @@ fn current_outputs(
         }
     }
     let mut current = BTreeMap::new();
-    for (node, o) in outputs {
+    for (node, position, o) in outputs {
         if !superseded.contains(&o.output_id) {
-            current.insert((node, o.output_channel), o);
+            current.insert((node, o.output_channel), CurrentOutput::of(position, o));
         }
     }
     current

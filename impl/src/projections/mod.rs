@@ -11,6 +11,6 @@ pub mod resume;
 #[cfg(feature = "test-mutations")]
 pub use dag::plant;
 pub use dag::{
-    NodeInfo, PlantedProjectionBug, Projector, RunDag, RunView, SessionProjection, TipPolicy,
-    Unsupported, effective_preferences, project, project_in_two_passes,
+    CurrentOutput, NodeInfo, PlantedProjectionBug, Projector, RunDag, RunView, SessionProjection,
+    TipPolicy, Unsupported, effective_preferences, project, project_in_two_passes,
 };

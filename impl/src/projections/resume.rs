@@ -17,8 +17,8 @@ use unicode_normalization::UnicodeNormalization;
 use workrail_spec::budget::{
     RESUME_MAX_CANDIDATES, RESUME_SNIPPET_MAX_BYTES, TRUNCATION_MARKER, truncate_with_marker,
 };
-use workrail_spec::closed::{ObservationKey, OutputChannel, WhyMatched};
-use workrail_spec::event::{EventData, ObservationValue, OutputPayload, SessionEvent};
+use workrail_spec::closed::{ObservationKey, WhyMatched};
+use workrail_spec::event::{EventData, ObservationValue, SessionEvent};
 use workrail_spec::ids::{NodeId, RunId, SessionId, WorkflowHash, WorkflowId};
 
 use super::SessionProjection;
@@ -38,6 +38,10 @@ pub struct ResumeSource<'a> {
     /// The projection of the session's committed events.
     pub projection: &'a SessionProjection,
 }
+
+/// Reads the notes of the event at a position of a session's log: the projection holds only
+/// where a tip's notes are (D226).
+pub type NotesAt<'r, E> = dyn FnMut(usize) -> Result<Option<String>, E> + 'r;
 
 /// A ranked run tip.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,25 +164,24 @@ impl SessionResumeSummary {
     }
 }
 
-/// The summary of one session.
-pub fn summarize(
+/// The summary of one session, reading its tips' notes with `notes_at`; it fails when they
+/// cannot be read.
+pub fn summarize<E>(
     source: &ResumeSource<'_>,
     workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
-) -> SessionResumeSummary {
+    notes_at: &mut NotesAt<'_, E>,
+) -> Result<SessionResumeSummary, E> {
     let mut observed = source.projection.observations.clone();
     let mut tips = Vec::new();
     for (run_id, view) in &source.projection.runs {
         let Some(tip) = &view.preferred_tip else {
             continue;
         };
-        let notes = match view
-            .current_outputs
-            .get(&(tip.clone(), OutputChannel::Recap))
-            .map(|o| &o.payload)
-        {
-            Some(OutputPayload::Notes { notes_markdown }) => Some(notes_markdown.as_str()),
-            _ => None,
+        let notes = match view.recap_notes_position(tip) {
+            Some(position) => notes_at(position)?,
+            None => None,
         };
+        let notes = notes.as_deref();
         let started = &view.dag.started;
         let mut workflow_tokens = text_tokens(started.workflow_id.as_str());
         if let Some(name) = workflow_name(&started.workflow_hash) {
@@ -197,28 +200,12 @@ pub fn summarize(
             notes_text: notes.map(|n| normalized(n.strip_suffix(TRUNCATION_MARKER).unwrap_or(n))),
         });
     }
-    SessionResumeSummary {
+    Ok(SessionResumeSummary {
         session_id: source.session_id.clone(),
         head_sha: observed.remove(&ObservationKey::GitHeadSha),
         branch: observed.remove(&ObservationKey::GitBranch),
         tips,
-    }
-}
-
-/// Ranks every run tip of `sources` for `query` (locks §2.3): tiers in order (HEAD sha, branch
-/// prefix, notes, workflow id or name, recency), most recent first within a tier, at most
-/// [`RESUME_MAX_CANDIDATES`].
-pub fn rank(
-    sources: &[ResumeSource<'_>],
-    workflow_name: &mut dyn FnMut(&WorkflowHash) -> Option<String>,
-    query: &ResumeQuery,
-) -> Vec<RankedTip> {
-    let summaries: Vec<SessionResumeSummary> = sources
-        .iter()
-        .map(|source| summarize(source, workflow_name))
-        .collect();
-    let refs: Vec<&SessionResumeSummary> = summaries.iter().collect();
-    rank_summaries(&refs, query)
+    })
 }
 
 /// A tip as judged for a query: (tier, last activity, session, run, every criterion met, tip).
@@ -231,7 +218,9 @@ type Judged<'s> = (
     &'s TipSummary,
 );
 
-/// [`rank`] over session summaries.
+/// Ranks the run tips of `summaries` for `query` (locks §2.3): tiers in order (HEAD sha, branch
+/// prefix, notes, workflow id or name, recency), most recent first within a tier, at most
+/// [`RESUME_MAX_CANDIDATES`].
 pub fn rank_summaries(summaries: &[&SessionResumeSummary], query: &ResumeQuery) -> Vec<RankedTip> {
     let query_tokens = query.text.as_deref().map(text_tokens).unwrap_or_default();
     let covers =

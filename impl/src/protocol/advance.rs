@@ -70,7 +70,7 @@ pub(super) fn respond_at(
         .map_or(super::GLOBAL_DEFAULTS, |tip| facts.preferences(run, tip));
     let status = view.status(|_| tip_complete, tip_prefs.autonomy);
     let recap = if moment == Moment::Rehydrate {
-        recap(&facts, run, node)
+        recap(&facts, run, node).map_err(read_failed)?
     } else {
         None
     };
@@ -274,9 +274,10 @@ fn fork_warning(
         .iter()
         .filter_map(|s| newest_of(s))
         .map(|tip| {
-            let notes = facts
-                .recap_notes(run, &tip.node_id)
-                .map(|n| {
+            // The attempt is committed: a branch's notes that cannot be read again leave the
+            // warning without them rather than fail the answer.
+            let notes = match facts.recap_notes(run, &tip.node_id) {
+                Ok(Some(n)) => {
                     let line: String = n.split_whitespace().collect::<Vec<_>>().join(" ");
                     let cut = workrail_spec::budget::floor_char_boundary(&line, 200);
                     if cut < line.len() {
@@ -284,8 +285,10 @@ fn fork_warning(
                     } else {
                         format!("\"{line}\"")
                     }
-                })
-                .unwrap_or_else(|| "no notes".to_owned());
+                }
+                Ok(None) => "no notes".to_owned(),
+                Err(_) => "notes that could not be read again".to_owned(),
+            };
             format!("a branch whose latest node {} notes {notes}", tip.node_id)
         })
         .collect();

@@ -301,9 +301,12 @@ impl Workrail {
             info,
             view.preferred_tip.as_ref(),
         );
+        // The facts are of the whole log, read above: reading notes from it cannot fail.
         let notes = facts
             .recap_notes(run_id, &node)
-            .map(|n| bounded(n, NOTES_MAX_BYTES));
+            .ok()
+            .flatten()
+            .map(|n| bounded(&n, NOTES_MAX_BYTES));
         let artifacts = self.console_artifacts(&events, run_id, &node);
         let gaps = console_gaps(&events, &node);
         let blocked_attempts = super::inspect::blocked_attempts(&facts, &node);

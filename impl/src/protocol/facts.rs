@@ -4,6 +4,7 @@
 //! (a prefix of the log), so replaying an attempt rebuilds byte-identical responses from
 //! recorded facts without recomputing anything (locks §1.2 "Replay is fact-returning").
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -380,8 +381,24 @@ impl<'a> Facts<'a> {
         Ok(Map::new())
     }
 
-    /// The current recap notes of `node`, if any.
-    pub fn recap_notes(&self, run: &RunId, node: &NodeId) -> Option<&str> {
-        self.run(run)?.recap_notes(node)
+    /// The current recap notes of `node`, if any: read from the log, where they stay (D226).
+    pub fn recap_notes(
+        &self,
+        run: &RunId,
+        node: &NodeId,
+    ) -> Result<Option<Cow<'a, str>>, StoreError> {
+        match self
+            .run(run)
+            .and_then(|view| view.recap_notes_position(node))
+        {
+            Some(position) => self.notes_at(position),
+            None => Ok(None),
+        }
+    }
+
+    /// The notes of the `node_output_appended` event at `position` in the log (`None` when that
+    /// event is not a notes output: the projection was not built from this log).
+    pub fn notes_at(&self, position: usize) -> Result<Option<Cow<'a, str>>, StoreError> {
+        self.events.notes_at(position)
     }
 }

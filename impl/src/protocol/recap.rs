@@ -6,6 +6,8 @@
 //! and the reminder that advancing forks. Byte-budgeted: most recent entries are kept, older ones
 //! are dropped and counted, and a single over-long entry is cut with the canonical marker.
 
+use std::borrow::Cow;
+
 use workrail_spec::budget::truncate_with_marker;
 use workrail_spec::closed::RecapTruncationPolicy;
 use workrail_spec::ids::{NodeId, RunId};
@@ -13,6 +15,7 @@ use workrail_spec::tools::RecapView;
 
 use super::facts::Facts;
 use crate::projections::RunView;
+use crate::store::StoreError;
 
 /// Budget of a recap's text, in UTF-8 bytes.
 pub const RECAP_MAX_BYTES: usize = 4096;
@@ -46,10 +49,10 @@ fn policy(omitted: u32, cut: bool) -> Option<RecapTruncationPolicy> {
 }
 
 /// One recap entry, `[number] text`: numbered from 1 (the oldest).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Entry<'n> {
     number: usize,
-    text: &'n str,
+    text: Cow<'n, str>,
 }
 
 impl Entry<'_> {
@@ -62,7 +65,7 @@ impl Entry<'_> {
         out.push('[');
         out.push_str(itoa::Buffer::new().format(self.number));
         out.push_str("] ");
-        out.push_str(self.text);
+        out.push_str(&self.text);
     }
 }
 
@@ -116,17 +119,17 @@ fn branch_list(
     run: &RunId,
     children: &[NodeId],
     budget: usize,
-) -> BranchList {
-    let line = |i: usize, child: &NodeId, preferred: bool| {
+) -> Result<BranchList, StoreError> {
+    let line = |i: usize, child: &NodeId, preferred: bool| -> Result<String, StoreError> {
         let summary = facts
-            .recap_notes(run, child)
-            .map(snippet)
+            .recap_notes(run, child)?
+            .map(|notes| snippet(&notes))
             .unwrap_or_else(|| "(no notes)".to_owned());
-        format!(
+        Ok(format!(
             "- branch {}{}: {summary}\n",
             i + 1,
             if preferred { " (preferred)" } else { "" }
-        )
+        ))
     };
     let preferred = view.preferred_tip.as_ref().and_then(|tip| {
         children
@@ -136,7 +139,7 @@ fn branch_list(
     let mut shown: Vec<(usize, String)> = Vec::new();
     let mut used = 0;
     if let Some(i) = preferred {
-        let text = line(i, &children[i], true);
+        let text = line(i, &children[i], true)?;
         used += text.len();
         shown.push((i, text));
     }
@@ -151,7 +154,7 @@ fn branch_list(
             left_out += 1;
             continue;
         }
-        let text = line(i, child, false);
+        let text = line(i, child, false)?;
         let more_after = i > usize::from(preferred.is_some_and(|p| p < i));
         let room = budget.saturating_sub(if more_after { CLOSING_ROOM } else { 0 });
         if used + text.len() > room {
@@ -166,7 +169,7 @@ fn branch_list(
     if left_out > 0 {
         text.push_str(&format!("- {left_out} older branch(es) not listed\n"));
     }
-    BranchList { text, left_out }
+    Ok(BranchList { text, left_out })
 }
 
 /// A rewind's branch list and how many branches it leaves out.
@@ -182,20 +185,21 @@ fn snippet(text: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Recap entries (step notes), numbered from 1 (the oldest), newest first: `notes` yields the
-/// `total` notes newest first, and only as many as `budget` bytes can hold plus one are taken
-/// (a deep branch costs nothing for the notes that cannot be shown).
+/// Recap entries (step notes), numbered from 1 (the oldest), newest first: `positions` yields
+/// where the `total` notes are in the log, newest first, and only as many as `budget` bytes can
+/// hold plus one are read (a deep branch costs nothing for the notes that cannot be shown).
 fn newest_notes<'n>(
-    notes: impl Iterator<Item = &'n str>,
+    facts: &Facts<'n>,
+    positions: impl Iterator<Item = usize>,
     total: usize,
     budget: usize,
-) -> (Vec<Entry<'n>>, usize) {
+) -> Result<(Vec<Entry<'n>>, usize), StoreError> {
     let mut used = 0usize;
     let mut out = Vec::new();
-    for (back, text) in notes.enumerate() {
+    for (back, position) in positions.enumerate() {
         let entry = Entry {
             number: total - back,
-            text,
+            text: facts.notes_at(position)?.unwrap_or_default(),
         };
         used += entry.len() + 2;
         out.push(entry);
@@ -203,19 +207,28 @@ fn newest_notes<'n>(
             break;
         }
     }
-    (out, total)
+    Ok((out, total))
 }
 
-/// The recap for rehydrating `node`, or `None` when there is nothing to recall.
-pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView> {
-    let view = facts.run(run)?;
-    let info = view.dag.nodes.get(node)?;
+/// The recap for rehydrating `node`, or `None` when there is nothing to recall. Its notes are
+/// read from the log, so it fails when the log cannot be read again (D226).
+pub fn recap(
+    facts: &Facts<'_>,
+    run: &RunId,
+    node: &NodeId,
+) -> Result<Option<RecapView>, StoreError> {
+    let Some(view) = facts.run(run) else {
+        return Ok(None);
+    };
+    let Some(info) = view.dag.nodes.get(node) else {
+        return Ok(None);
+    };
     if info.children.is_empty() {
         // Only the newest notes the budget can hold are looked up; the rest are counted.
         let (count, notes) = view.noted_notes_upwards(node);
-        let (entries, total) = newest_notes(notes, count, RECAP_MAX_BYTES);
+        let (entries, total) = newest_notes(facts, notes, count, RECAP_MAX_BYTES)?;
         if total == 0 {
-            return None;
+            return Ok(None);
         }
         // Everything fits: no header. Otherwise the header's own bytes come out of the budget,
         // so the whole text stays within it.
@@ -226,12 +239,12 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
             (body, omitted, cut) = most_recent_within(&entries, total, RECAP_MAX_BYTES - reserve);
         }
         let header = truncation_header(omitted, cut);
-        return Some(RecapView {
+        return Ok(Some(RecapView {
             text: format!("{header}{body}"),
             truncated: omitted > 0 || cut,
             omitted_entries: omitted,
             policy: policy(omitted, cut),
-        });
+        }));
     }
     // A rewind: this point already has branches.
     let mut text = format!(
@@ -240,14 +253,14 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
     );
     // The branch list first gets its guaranteed share; the preferred branch's notes get the
     // rest, and whatever they leave unused lists more branches (D218).
-    let guaranteed = branch_list(facts, view, run, &info.children, BRANCH_LIST_MAX_BYTES);
+    let guaranteed = branch_list(facts, view, run, &info.children, BRANCH_LIST_MAX_BYTES)?;
     // Only the newest notes the room can hold are looked up; the rest are counted. The lead
     // line and, when something is left out, the truncation header come out of the room first,
     // so the newest entry is never the one the budget cuts.
     const LEAD: &str = "Preferred branch since here:\n";
     let room = RECAP_MAX_BYTES.saturating_sub(text.len() + guaranteed.text.len() + LEAD.len());
     let (count, downstream_notes) = view.noted_notes_on_preferred_branch_below(node);
-    let (entries, total) = newest_notes(downstream_notes, count, room);
+    let (entries, total) = newest_notes(facts, downstream_notes, count, room)?;
     let (mut body, mut omitted, mut cut) = most_recent_within(&entries, total, room);
     if omitted > 0 || cut {
         // Two bytes of slack: the omitted count may gain a digit in the second pass.
@@ -268,7 +281,7 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
             run,
             &info.children,
             guaranteed.text.len() + unused,
-        )
+        )?
     } else {
         guaranteed
     };
@@ -278,12 +291,12 @@ pub fn recap(facts: &Facts<'_>, run: &RunId, node: &NodeId) -> Option<RecapView>
         .map(|t| t.text.into_owned())
         .unwrap_or_default();
     let cut = cut || text.ends_with(workrail_spec::budget::TRUNCATION_MARKER);
-    Some(RecapView {
+    Ok(Some(RecapView {
         truncated: omitted > 0 || cut,
         text,
         omitted_entries: omitted,
         policy: policy(omitted, cut),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -294,7 +307,10 @@ mod tests {
     fn an_entry_knows_its_formatted_length() {
         for number in [1, 9, 10, 99, 100, 999, 1000, 123_456, usize::MAX] {
             for text in ["", "did it", "é — ünïcode ✓"] {
-                let entry = Entry { number, text };
+                let entry = Entry {
+                    number,
+                    text: Cow::Borrowed(text),
+                };
                 let mut formatted = String::new();
                 entry.write_to(&mut formatted);
                 assert_eq!(formatted, format!("[{number}] {text}"));

@@ -15,6 +15,7 @@
 //! ranking is redone until they all were, so only healthy sessions are offered. The git fields are never filled in from the server's own directory:
 //! every session started in the same repository would match, burying a text query.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -103,13 +104,16 @@ fn load_summary(
     let Ok(facts) = wr.memo.facts_if_kept(id, loaded.events()) else {
         return Err(Some(("unreadable", None)));
     };
-    let summary = summarize(
+    let Ok(summary) = summarize(
         &ResumeSource {
             session_id: &loaded.session_id,
             projection: &facts.projection,
         },
         workflow_name,
-    );
+        &mut |position| Ok::<_, StoreError>(facts.notes_at(position)?.map(Cow::into_owned)),
+    ) else {
+        return Err(Some(("unreadable", None)));
+    };
     let mut tips = Vec::with_capacity(summary.tips.len());
     for tip in &summary.tips {
         let (Some(view), Some(node)) = (

@@ -16,7 +16,7 @@ use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use workrail_spec::event::{IdPool, SessionEvent};
+use workrail_spec::event::{EventData, IdPool, OutputPayload, SessionEvent};
 use workrail_spec::ids::{SessionId, Sha256Digest};
 use workrail_spec::jcs::sha256;
 use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
@@ -475,6 +475,25 @@ impl<'a> Events<'a> {
             .into_owned()
             .pop()
             .map(Cow::Owned))
+    }
+
+    /// The notes of the `node_output_appended` event at `index` (`None` when that event is not
+    /// a notes output): what a projection's current output points at (D226).
+    pub fn notes_at(self, index: usize) -> Result<Option<Cow<'a, str>>, StoreError> {
+        fn notes(event: &SessionEvent) -> Option<&str> {
+            match event.data() {
+                EventData::NodeOutputAppended(o) => match &o.payload {
+                    OutputPayload::Notes { notes_markdown } => Some(notes_markdown.as_str()),
+                    OutputPayload::ArtifactRef { .. } => None,
+                },
+                _ => None,
+            }
+        }
+        Ok(match self.get(index)? {
+            Some(Cow::Borrowed(event)) => notes(event).map(Cow::Borrowed),
+            Some(Cow::Owned(event)) => notes(&event).map(|text| Cow::Owned(text.to_owned())),
+            None => None,
+        })
     }
 
     /// The last event.

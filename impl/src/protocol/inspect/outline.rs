@@ -342,12 +342,15 @@ impl<'a, 'f> Outline<'a, 'f> {
         // An acknowledgement's notes attach to the node it creates (D22), so they tell of the
         // step the parent waited at, not of the step this node waits at: named, so the line
         // does not read as notes of the wrong step.
+        // Inspection's facts are of a whole log read once, so this read cannot fail.
         let notes = self
             .facts
             .recap_notes(&run.run_id, node)
+            .ok()
+            .flatten()
             .map(|n| match self.step_before(run, compiled, info) {
-                Some(done) => format!(" — recap of {done}: {}", one_line(n)),
-                None => format!(" — {}", one_line(n)),
+                Some(done) => format!(" — recap of {done}: {}", one_line(&n)),
+                None => format!(" — {}", one_line(&n)),
             })
             .unwrap_or_default();
         let tip = if run.preferred_tip.as_ref() == Some(node) {
@@ -503,7 +506,9 @@ impl<'a, 'f> Outline<'a, 'f> {
                 notes: self
                     .facts
                     .recap_notes(&run.run_id, &info.node_id)
-                    .map(|n| bounded(n, TEXT_MAX_BYTES)),
+                    .ok()
+                    .flatten()
+                    .map(|n| bounded(&n, TEXT_MAX_BYTES)),
                 blocked: blocked_attempts(self.facts, &info.node_id),
                 lane_group: lanes,
             });
