@@ -23,7 +23,7 @@ use workrail_spec::ids::SessionId;
 use workrail_spec::manifest::ManifestRecord;
 use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
 
-use crate::nested_support::{advance, catalog, start_nested};
+use crate::nested_support::{advance, advance_input, advance_with_notes, catalog, start_nested};
 
 /// A WorkRail over `fs` keeping the fewest events parsed a store may keep.
 fn keeping_few(fs: &Arc<dyn StoreFs>, seed: u64) -> Workrail {
@@ -287,4 +287,69 @@ fn a_recap_reads_forgotten_notes_back_and_answers_as_a_server_holding_every_even
         })
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::SessionCorrupt, "{err:?}");
+}
+
+/// decision: D226
+#[test]
+fn a_replayed_fork_whose_other_branch_notes_cannot_be_read_is_an_error_never_another_answer() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 38);
+    let mut out = start_nested(&wr);
+    let mut sent = Vec::new();
+    for i in 0..8 {
+        let next = advance(&wr, out.clone(), i);
+        sent.push(next.clone());
+        out = next;
+    }
+    // Branch B forks from advance 5's node early, then the first branch goes on long enough
+    // that B's notes are forgotten.
+    let fork_point = &sent[5];
+    advance_with_notes(&wr, rehydrate(&wr, fork_point), "Branch B only.".into());
+    for i in 8..130 {
+        out = advance(&wr, out, i);
+    }
+    let session = session_of(&out);
+    let (notes_of_b, segment) = notes_event(wr.sessions(), &session, "Branch B only.");
+    let (first_resident, _) = wr.sessions().load(&session).unwrap().resident_events();
+    assert!(
+        notes_of_b < first_resident,
+        "branch B's notes are still parsed"
+    );
+    // A third fork from the same point: its warning names B's notes, read from their segment.
+    let call = advance_input(&rehydrate(&wr, fork_point), "Branch C.".into());
+    let forked = wr.continue_workflow(call.clone()).unwrap();
+    let warning = forked
+        .warnings
+        .iter()
+        .find(|w| w.code == "forked")
+        .unwrap_or_else(|| panic!("no fork warning: {:?}", forked.warnings));
+    assert!(
+        warning.message.contains("Branch B only."),
+        "{}",
+        warning.message
+    );
+    assert_eq!(
+        wr.continue_workflow(call.clone()).unwrap(),
+        forked,
+        "a replay"
+    );
+    // Other plans read again push B's out of the recently read ones; then its segment changes.
+    wr.sessions()
+        .load(&session)
+        .unwrap()
+        .events()
+        .all()
+        .unwrap();
+    let path = Path::new(&segment);
+    let mut changed = fs.read(path).unwrap().unwrap();
+    let at = changed.windows(8).position(|w| w == b"Branch B").unwrap();
+    changed[at + 7] = b'X';
+    fs.remove_file(path).unwrap();
+    fs.write_new(path, &changed).unwrap();
+    let err = wr.continue_workflow(call).unwrap_err();
+    assert_eq!(
+        err.code,
+        ErrorCode::SessionCorrupt,
+        "a replay whose warning cannot read its notes must fail, not answer otherwise: {err:?}"
+    );
 }

@@ -236,15 +236,18 @@ fn with_lanes(
 
 /// When the attempt forked (its node already had a step child), says so in words: from which
 /// step, what the other branch holds, and which branch is now the run's preferred tip. Built from
-/// the recorded prefix, so replays stay identical.
+/// the recorded prefix, so replays stay identical; fails when the other branches' notes cannot
+/// be read again.
 fn fork_warning(
     facts: &Facts<'_>,
     ctx: &NodeContext,
     state: &StatePayload,
     new_node: &NodeId,
-) -> Option<Warning> {
+) -> Result<Option<Warning>, ErrorEnvelope> {
     let run = &state.run_id;
-    let from = facts.node(run, &state.node_id)?;
+    let Some(from) = facts.node(run, &state.node_id) else {
+        return Ok(None);
+    };
     let siblings: Vec<&NodeId> = from
         .children
         .iter()
@@ -256,7 +259,7 @@ fn fork_warning(
         })
         .collect();
     if siblings.is_empty() {
-        return None;
+        return Ok(None);
     }
     // The newest node of each other branch, and its latest notes.
     let newest_of = |root: &NodeId| facts.run(run)?.dag.newest_in_subtree(root);
@@ -270,35 +273,34 @@ fn fork_warning(
             )
         })
         .unwrap_or_default();
-    let others: Vec<String> = siblings
-        .iter()
-        .filter_map(|s| newest_of(s))
-        .map(|tip| {
-            // The attempt is committed: a branch's notes that cannot be read again leave the
-            // warning without them rather than fail the answer.
-            let notes = match facts.recap_notes(run, &tip.node_id) {
-                Ok(Some(n)) => {
-                    let line: String = n.split_whitespace().collect::<Vec<_>>().join(" ");
-                    let cut = workrail_spec::budget::floor_char_boundary(&line, 200);
-                    if cut < line.len() {
-                        format!("\"{}…\"", &line[..cut])
-                    } else {
-                        format!("\"{line}\"")
-                    }
+    let mut others: Vec<String> = Vec::new();
+    for tip in siblings.iter().filter_map(|s| newest_of(s)) {
+        // A branch's notes that cannot be read again fail the answer (retryable) rather than
+        // leave them out: the replay the agent's retry gets must be this very answer (D226).
+        let notes = match facts.recap_notes(run, &tip.node_id).map_err(read_failed)? {
+            Some(n) => {
+                let line: String = n.split_whitespace().collect::<Vec<_>>().join(" ");
+                let cut = workrail_spec::budget::floor_char_boundary(&line, 200);
+                if cut < line.len() {
+                    format!("\"{}…\"", &line[..cut])
+                } else {
+                    format!("\"{line}\"")
                 }
-                Ok(None) => "no notes".to_owned(),
-                Err(_) => "notes that could not be read again".to_owned(),
-            };
-            format!("a branch whose latest node {} notes {notes}", tip.node_id)
-        })
-        .collect();
-    Some(Warning::new(
+            }
+            None => "no notes".to_owned(),
+        };
+        others.push(format!(
+            "a branch whose latest node {} notes {notes}",
+            tip.node_id
+        ));
+    }
+    Ok(Some(Warning::new(
         "forked",
         format!(
             "Forked: step \"{step}\" had already been acknowledged, so this call started a new branch from it; the earlier work stays ({}). This newest branch is now the run's preferred tip: rehydrates of the run and resume_session follow it. To go back to the other branch, rehydrate one of its stateTokens.",
             others.join("; ")
         ),
-    ))
+    )))
 }
 
 /// A warning when the acknowledged step asks for notes (`outputRequired.notesMarkdown`) and
@@ -522,7 +524,7 @@ fn replay(
             output.warnings.extend(truncated);
             output
                 .warnings
-                .extend(fork_warning(&facts, ctx, state, to_node_id));
+                .extend(fork_warning(&facts, ctx, state, to_node_id)?);
             Ok(output)
         }
     }

@@ -52,13 +52,18 @@ pub fn resident_events_from_env() -> Result<usize, String> {
     }
 }
 
-/// Where the segments of forgotten events are read again.
+/// Where the segments of forgotten events are read again. Its errors are the store's own, so
+/// a database that fails is reported as one, not as a disk.
 pub trait SegmentSource: Send + Sync + fmt::Debug {
     /// The bytes of `segment` of `session`; `None` when the file is gone.
-    fn read(&self, session: &SessionId, segment: &SegmentClosed) -> io::Result<Option<Vec<u8>>>;
+    fn read(
+        &self,
+        session: &SessionId,
+        segment: &SegmentClosed,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Whether `session` still has its manifest (a segment gone with it was deleted, not lost).
-    fn has_manifest(&self, session: &SessionId) -> io::Result<bool>;
+    fn has_manifest(&self, session: &SessionId) -> Result<bool, StoreError>;
 }
 
 /// The file store's segments.
@@ -66,13 +71,30 @@ pub trait SegmentSource: Send + Sync + fmt::Debug {
 pub(crate) struct FileSegments(pub Arc<dyn StoreFs>);
 
 impl SegmentSource for FileSegments {
-    fn read(&self, session: &SessionId, segment: &SegmentClosed) -> io::Result<Option<Vec<u8>>> {
+    fn read(
+        &self,
+        session: &SessionId,
+        segment: &SegmentClosed,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         self.0
             .read(&layout::session_dir(session).join(&segment.segment_rel_path))
+            .map_err(|e| io_failed(session, e))
     }
 
-    fn has_manifest(&self, session: &SessionId) -> io::Result<bool> {
-        Ok(self.0.len(&layout::manifest_path(session))?.is_some())
+    fn has_manifest(&self, session: &SessionId) -> Result<bool, StoreError> {
+        Ok(self
+            .0
+            .len(&layout::manifest_path(session))
+            .map_err(|e| io_failed(session, e))?
+            .is_some())
+    }
+}
+
+fn io_failed(session: &SessionId, e: io::Error) -> StoreError {
+    StoreError::Io {
+        session: Some(session.clone()),
+        op: "read an earlier segment",
+        detail: e.to_string(),
     }
 }
 
@@ -349,11 +371,6 @@ pub(crate) fn reread(
                 detail: format!("no committed segment of session {session} holds eventIndex {at}"),
             });
         };
-        let io_error = |e: io::Error| StoreError::Io {
-            session: Some(session.clone()),
-            op: "read an earlier segment",
-            detail: e.to_string(),
-        };
         let lost = |reason: CorruptionReason, detail: String| StoreError::Unhealthy {
             session: session.clone(),
             health: SessionHealth::CorruptTail(Corruption {
@@ -371,9 +388,9 @@ pub(crate) fn reread(
                 continue;
             }
         }
-        let Some(bytes) = source.read(session, segment).map_err(io_error)? else {
+        let Some(bytes) = source.read(session, segment)? else {
             // Gone with its manifest: the session was deleted while this view of it was held.
-            if !source.has_manifest(session).map_err(io_error)? {
+            if !source.has_manifest(session)? {
                 return Err(StoreError::Deleted {
                     session: session.clone(),
                 });

@@ -243,15 +243,21 @@ impl Store {
 
     /// The same store with empty caches of these budgets.
     /// The same store keeping at least `resident` of a loaded session's newest events parsed;
-    /// older ones are read again from their segments when asked for (D225). The PostgreSQL
-    /// store keeps every event.
+    /// older ones are read again from their segments (D225), or on PostgreSQL from their rows
+    /// (D227), when asked for.
     pub fn with_resident_events(self, resident: usize) -> Self {
         match self {
             Store::Files(mut f) => {
                 f.sessions = f.sessions.with_resident_events(resident);
                 Store::Files(f)
             }
-            other => other,
+            Store::Postgres(mut p) => {
+                // Set when the store is built, before anything else holds its backend.
+                if let Some(backend) = Arc::get_mut(&mut p.backend) {
+                    backend.set_resident_events(resident);
+                }
+                Store::Postgres(p)
+            }
         }
     }
 

@@ -49,6 +49,12 @@ pub fn advance(wr: &Workrail, out: ExecutionOutput, i: usize) -> ExecutionOutput
 
 /// [`advance`] with the given notes.
 pub fn advance_with_notes(wr: &Workrail, out: ExecutionOutput, notes: String) -> ExecutionOutput {
+    wr.continue_workflow(advance_input(&out, notes)).unwrap()
+}
+
+/// The call that acknowledges `out`'s pending step with `notes` (continuing the outer loop at
+/// its decision).
+pub fn advance_input(out: &ExecutionOutput, notes: String) -> ContinueWorkflowInput {
     let decide = out
         .pending
         .as_ref()
@@ -62,7 +68,7 @@ pub fn advance_with_notes(wr: &Workrail, out: ExecutionOutput, notes: String) ->
                 .clone(),
         );
     }
-    wr.continue_workflow(ContinueWorkflowInput {
+    ContinueWorkflowInput {
         state_token: Some(out.state_token.clone()),
         ack_token: out.ack_token.clone(),
         context: None,
@@ -72,8 +78,7 @@ pub fn advance_with_notes(wr: &Workrail, out: ExecutionOutput, notes: String) ->
         }),
         preferences: vec![],
         preset: None,
-    })
-    .unwrap()
+    }
 }
 
 /// Starts a run of [`NESTED`].

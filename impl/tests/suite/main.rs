@@ -107,6 +107,8 @@ mod nested_support;
 mod permissions;
 #[path = "../ports.rs"]
 mod ports;
+#[path = "../postgres_event_log.rs"]
+mod postgres_event_log;
 #[path = "../postgres_gc.rs"]
 mod postgres_gc;
 #[path = "../postgres_protocol.rs"]

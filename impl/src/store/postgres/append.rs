@@ -17,6 +17,7 @@ use super::read::{Image, fetch_rows, freshness};
 use super::worker::{Request, Worker};
 use super::{describe, lock_key, sql_error};
 use crate::store::error::{Committed, StoreError};
+use crate::store::event_log::Residency;
 use crate::store::load::{LoadedSession, introduced_snapshots};
 use crate::store::session::{AppendPlan, AppendedEvent, NumberedPlan, SegmentLimits, number_plan};
 
@@ -150,8 +151,10 @@ impl Worker {
             });
         }
         // Under the lock nothing else commits to this session: this load is authoritative.
+        // It runs on this worker's thread and lives for this call only, so it keeps every
+        // event parsed: reading one again would ask a worker, perhaps this one (D227).
         let loaded = match fetch_rows(&tx, session, None).await? {
-            Some(image) => validate(session, &image)?,
+            Some(image) => validate(session, &image, Residency::default())?,
             None => None,
         }
         .unwrap_or_else(|| LoadedSession::empty(session.clone(), Default::default()));

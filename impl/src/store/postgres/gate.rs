@@ -213,7 +213,7 @@ impl PostgresBackend {
         let mut gate = PgGate {
             backend: self,
             id: gate_id,
-            session: Arc::new(LoadedSession::empty(session.clone(), Default::default())),
+            session: Arc::new(LoadedSession::empty(session.clone(), self.residency())),
             poisoned: false,
         };
         let image = match (read, cached) {
@@ -242,7 +242,7 @@ impl PostgresBackend {
             }
         };
         let loaded = match image {
-            Some(image) => validate(session, &image)?,
+            Some(image) => validate(session, &image, self.residency())?,
             None => None,
         };
         match (loaded, intent) {

@@ -10,6 +10,7 @@ use workrail_spec::manifest::ManifestRecord;
 use super::read::Image;
 use crate::store::cas::ObjectCheck;
 use crate::store::error::StoreError;
+use crate::store::event_log::Residency;
 use crate::store::fs::StoreFs;
 use crate::store::layout;
 use crate::store::load::{LoadedSession, extend_view, load_session};
@@ -24,15 +25,17 @@ fn object_path(dir: &str, digest: &str) -> Option<std::path::PathBuf> {
 /// `manifest.jsonl`, each `segment_closed` gets the segment text rebuilt from the event rows in
 /// its bounds, and the referenced objects are laid out as in the CAS, so a changed, missing or
 /// reordered row shows up as the same reason a damaged file would.
+/// The loaded session keeps its events as `residency` says: older ones are read again from the
+/// database, not from this image (D227).
 pub(super) fn validate(
     session: &SessionId,
     image: &Image,
+    residency: Residency,
 ) -> Result<Option<LoadedSession>, StoreError> {
     let (fs, manifest) = lay_out(session, image)?;
     write(&fs, &layout::manifest_path(session), manifest.as_bytes())?;
     let objects = ObjectCheck::new(Arc::clone(&fs) as Arc<dyn StoreFs>);
-    load_session(&*fs, session, Some(&objects), Default::default())
-        .map_err(|e| database(session, e))
+    load_session(&*fs, session, Some(&objects), residency).map_err(|e| database(session, e))
 }
 
 /// `view`, a healthy view of `session`, extended by `tail`, the rows past it with the objects

@@ -35,6 +35,7 @@ mod keyring;
 mod objects;
 mod read;
 mod schema;
+mod segments;
 pub mod tls;
 mod worker;
 
@@ -61,6 +62,7 @@ use workrail_spec::snapshot::ExecutionSnapshotFileV1;
 
 use super::backend::{SessionBackend, SessionLock};
 use super::error::StoreError;
+use super::event_log::{DEFAULT_RESIDENT_EVENTS, MIN_RESIDENT_EVENTS, Residency};
 use super::keyring::Keyring;
 use super::load::LoadedSession;
 use super::session::{AppendPlan, AppendedEvent, DEFAULT_LOCK_WAIT};
@@ -228,6 +230,9 @@ pub struct PostgresBackend {
     lock_wait: Duration,
     /// Validated sessions this process loaded or committed (D94's budget, newest kept).
     sessions: super::object_cache::ObjectCache<SessionId, LoadedSession>,
+    /// How a loaded session keeps its events: its newest parsed, the others read again from
+    /// their rows (D227).
+    residency: Residency,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -320,6 +325,7 @@ impl PostgresBackend {
             sessions: super::object_cache::ObjectCache::keeping_newest(
                 super::object_cache::CacheBudget::default().sessions,
             ),
+            residency: Residency::default(),
         };
         for index in 0..count {
             let (requests, receiver) = mpsc::unbounded_channel();
@@ -350,7 +356,27 @@ impl PostgresBackend {
             // The first worker migrates the schema; the others start once it is in place.
             started.recv().map_err(|_| stopped())??;
         }
+        backend.residency = Residency {
+            source: Some(Arc::new(segments::PgSegments {
+                requests: backend.requests.clone(),
+                schema: schema.to_owned(),
+            })),
+            resident: DEFAULT_RESIDENT_EVENTS,
+            recent: Arc::default(),
+        };
         Ok(backend)
+    }
+
+    /// Keeps at least `resident` (and at most about twice as many) of a loaded session's
+    /// newest events parsed; the others are read again from their rows when asked for (D227).
+    /// Sessions already cached keep what they hold.
+    pub fn set_resident_events(&mut self, resident: usize) {
+        self.residency.resident = resident.max(MIN_RESIDENT_EVENTS);
+    }
+
+    /// How this backend's loaded sessions keep their events.
+    pub(crate) fn residency(&self) -> Residency {
+        self.residency.clone()
     }
 
     /// The same backend waiting at most `wait` for another holder of a session lock.
@@ -437,6 +463,7 @@ impl PostgresBackend {
             | Request::Lock { session, .. }
             | Request::GateOpen { session, .. }
             | Request::Freshness { session, .. }
+            | Request::Segment { session, .. }
             | Request::DeleteSession { session, .. } => {
                 let worker = self.worker_for_session(session);
                 LAST_SESSION_WORKER.with(|last| last.set(Some((self.id, worker))));
@@ -490,7 +517,7 @@ impl SessionBackend for PostgresBackend {
             reply,
         })?;
         let loaded = match image {
-            Some(image) => validate(session, &image)?,
+            Some(image) => validate(session, &image, self.residency())?,
             None => None,
         };
         loaded.map(Arc::new).ok_or_else(|| StoreError::NotFound {

@@ -98,6 +98,13 @@ pub(super) enum Request {
         session: SessionId,
         reply: Reply<(i64, i64)>,
     },
+    /// The text of one committed segment, rebuilt from its event rows (D227).
+    Segment {
+        session: SessionId,
+        first: i64,
+        last: i64,
+        reply: Reply<Option<String>>,
+    },
     /// Commits a plan prepared against the gate's view, on the gate's connection.
     GateAppend {
         id: u64,
@@ -420,6 +427,16 @@ impl Worker {
                 let client = self.client().await?;
                 freshness(&*client, &session).await
             }),
+            Request::Segment {
+                session,
+                first,
+                last,
+                reply,
+            } => answer!(
+                reply,
+                "read an earlier segment",
+                self.segment(&session, first, last)
+            ),
             Request::GateAppend {
                 id,
                 session,

@@ -1,0 +1,73 @@
+//! Where a loaded session's forgotten events are read again on PostgreSQL (D227): a segment's
+//! text is its event rows in its bounds, one per line, exactly as validation lays the rows out
+//! (`health`), so the digest the load checked is the one a read checks again.
+
+use std::fmt;
+
+use tokio::sync::mpsc;
+use workrail_spec::ids::SessionId;
+use workrail_spec::manifest::SegmentClosed;
+
+use super::worker::Request;
+use super::{lock_key, spread_id, stopped};
+use crate::store::error::StoreError;
+use crate::store::event_log::SegmentSource;
+
+/// The backend's workers, asked for a session's rows on the worker that serves the session.
+pub(super) struct PgSegments {
+    pub(super) requests: Vec<mpsc::UnboundedSender<Request>>,
+    pub(super) schema: String,
+}
+
+impl fmt::Debug for PgSegments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgSegments")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSegments {
+    fn call<T>(
+        &self,
+        session: &SessionId,
+        make: impl FnOnce(super::worker::Reply<T>) -> Request,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let worker = spread_id(lock_key(&self.schema, session) as u64, self.requests.len());
+        self.requests
+            .get(worker)
+            .ok_or_else(stopped)?
+            .send(make(reply))
+            .map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
+    }
+}
+
+impl SegmentSource for PgSegments {
+    fn read(
+        &self,
+        session: &SessionId,
+        segment: &SegmentClosed,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (first, last) = (
+            segment.first_event_index.get() as i64,
+            segment.last_event_index.get() as i64,
+        );
+        let text = self.call(session, |reply| Request::Segment {
+            session: session.clone(),
+            first,
+            last,
+            reply,
+        })?;
+        Ok(text.map(String::into_bytes))
+    }
+
+    fn has_manifest(&self, session: &SessionId) -> Result<bool, StoreError> {
+        let (records, _) = self.call(session, |reply| Request::Freshness {
+            session: session.clone(),
+            reply,
+        })?;
+        Ok(records > 0)
+    }
+}
