@@ -49,7 +49,10 @@
 //! acknowledgement, `resume_session`, an advance right after a second server's (two servers
 //! taking turns on the session, D219) and the server's resident memory at 100, 500 and 2,000
 //! advances: each call held within 1.2x from 100 to 2,000, the memory printed beside the cache
-//! budget.
+//! budget. The read calls (sub-millisecond) are each measured call by call beside the same call
+//! on a 100-advance session in a server of its own: their growth is the ratio of the two at
+//! 2,000 against the same ratio at 100, so a machine that speeds up or slows down between
+//! checkpoints does not move it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -205,6 +208,13 @@ fn bench_import(root: &Path, data: &Path, session: &str) -> (u64, u64, u64, u64)
 /// The loop-heavy workload (see the module docs): nested loops, short notes.
 /// Advances and floor rounds each checkpoint's p50 is taken over.
 const NESTED_WINDOW: usize = 50;
+/// The first checkpoint, and the length of the short session the read calls are measured
+/// against.
+const NESTED_SHORT_ADVANCES: usize = 100;
+/// Rounds of each read call per checkpoint, and turns of the two servers: sub-millisecond
+/// calls need many samples for a steady p50.
+const NESTED_READ_ROUNDS: usize = 61;
+const NESTED_TURNS: usize = 62;
 /// Server RSS after 2,000 nested advances against after 100, now that a session keeps only its
 /// newest events parsed and the snapshot cache holds at most 1,024 snapshots (decision D225;
 /// 1.19x at D225, 1.31x before it, 1.35x at D210, 1.45x at D164, 1.80x before).
@@ -212,6 +222,103 @@ const NESTED_RSS_RATIO: f64 = 1.3;
 /// Server RSS growth per 1,000 nested advances with 40-byte notes, in MiB (decisions D164,
 /// D210, D225; 2.25 at D225, 3.67 before it, 4.1 at D210, 4.9 at D164, 8.75 before).
 const NESTED_GROWTH_MIB_PER_1000: f64 = 2.8;
+
+/// One nested advance of `out` on `server` with 40-byte notes numbered `i`: its arguments and
+/// the new state.
+fn nested_advance(server: &mut StdioServer, out: &Value, i: usize, what: &str) -> (Value, Value) {
+    // 40 bytes of notes, the length of an agent's one-line summary.
+    let mut output = json!({"notesMarkdown": format!("{what} {i:06} done; nothing else to add.")});
+    if out["pending"]["stepId"] == "decide" {
+        output["artifacts"] =
+            json!([{"kind": "wr.loop_control", "loopId": "outer", "decision": "continue"}]);
+    }
+    let args =
+        json!({"stateToken": out["stateToken"], "ackToken": out["ackToken"], "output": output});
+    let response = server.call(
+        "tools/call",
+        json!({"name": "continue_workflow", "arguments": args.clone()}),
+    );
+    let next = response["result"]["structuredContent"].clone();
+    assert_eq!(next["kind"], "ok", "nested advance {i} failed: {response}");
+    (args, next)
+}
+
+/// Starts a nested-loop run on `server`.
+fn start_nested(server: &mut StdioServer) -> Value {
+    let started = server.call(
+        "tools/call",
+        // Started with a preset, as users often start: a preference change at the root that
+        // every later node inherits (decision D213), so its lookup is measured too.
+        json!({"name": "start_workflow", "arguments": {"workflowId": "project.nested", "preset": "guided"}}),
+    );
+    let out = started["result"]["structuredContent"].clone();
+    assert!(out["stateToken"].is_string(), "start failed: {started}");
+    out
+}
+
+/// The calls measured on a session at a checkpoint: its tip's stateToken, an early node's
+/// stateToken and the acknowledgement that left it.
+struct Probe {
+    tip: Value,
+    early_state: Value,
+    early_ack: Value,
+}
+
+/// p50s of the read calls on one session (see [`measure_reads`]).
+#[derive(Clone, Copy)]
+struct Reads {
+    rehydrate: Duration,
+    rewind: Duration,
+    resend: Duration,
+    resume: Duration,
+}
+
+/// The p50 of `rounds` rounds of each read call on `long` and, interleaved call by call, on
+/// `short`: a machine that slows down mid-run slows both alike, so their ratio is the cost
+/// of the long session's length alone.
+fn measure_reads(
+    long: (&mut StdioServer, &Probe),
+    short: (&mut StdioServer, &Probe),
+    rounds: usize,
+) -> (Reads, Reads) {
+    let (long_server, long_probe) = long;
+    let (short_server, short_probe) = short;
+    let mut samples = [[(); 4].map(|_| Vec::new()), [(); 4].map(|_| Vec::new())];
+    for _ in 0..rounds {
+        for (side, server, probe) in [
+            (0usize, &mut *long_server, long_probe),
+            (1, &mut *short_server, short_probe),
+        ] {
+            let calls = [
+                json!({"name": "continue_workflow", "arguments": {"stateToken": probe.tip}}),
+                json!({"name": "continue_workflow", "arguments": {"stateToken": probe.early_state}}),
+                json!({"name": "continue_workflow", "arguments": probe.early_ack}),
+                json!({"name": "resume_session", "arguments": {"query": {"text": "unit done"}}}),
+            ];
+            for (k, call) in calls.into_iter().enumerate() {
+                let t = Instant::now();
+                let response = server.call("tools/call", call);
+                samples[side][k].push(t.elapsed());
+                assert_eq!(response["result"]["isError"], false, "{response}");
+            }
+        }
+    }
+    let reads = |s: &mut [Vec<Duration>; 4]| {
+        let mut p50 = [Duration::ZERO; 4];
+        for (k, v) in s.iter_mut().enumerate() {
+            v.sort();
+            p50[k] = percentile(v, 0.5);
+        }
+        Reads {
+            rehydrate: p50[0],
+            rewind: p50[1],
+            resend: p50[2],
+            resume: p50[3],
+        }
+    };
+    let [long_samples, short_samples] = &mut samples;
+    (reads(long_samples), reads(short_samples))
+}
 
 fn nested_loops() {
     let advances: usize = std::env::var("WORKRAIL_BENCH_NESTED_ADVANCES")
@@ -226,30 +333,43 @@ fn nested_loops() {
     let mut server = StdioServer::start(&data, &workflows, root.path());
     // A second server on the same data directory, for the turns taken with the first (D219).
     let mut other = StdioServer::start(&data, &workflows, root.path());
-    let started = server.call(
-        "tools/call",
-        // Started with a preset, as users often start: a preference change at the root that
-        // every later node inherits (decision D213), so its lookup is measured too.
-        json!({"name": "start_workflow", "arguments": {"workflowId": "project.nested", "preset": "guided"}}),
-    );
-    let mut out = started["result"]["structuredContent"].clone();
-    assert!(out["stateToken"].is_string(), "start failed: {started}");
+    // The floor of the read calls: a server of its own, on a data directory of its own, with a
+    // session of the first checkpoint's length, measured call by call beside the long one.
+    let short_data = root.path().join("short-data");
+    let mut short = StdioServer::start(&short_data, &workflows, root.path());
+    let short_probe = {
+        let mut out = start_nested(&mut short);
+        let mut early = None;
+        for i in 0..NESTED_SHORT_ADVANCES {
+            let (args, next) = nested_advance(&mut short, &out, i, "Unit");
+            if i == 49 {
+                early = Some((out["stateToken"].clone(), args));
+            }
+            out = next;
+        }
+        let (early_state, early_ack) = early.unwrap();
+        Probe {
+            tip: out["stateToken"].clone(),
+            early_state,
+            early_ack,
+        }
+    };
+    let mut out = start_nested(&mut server);
     std::thread::sleep(workrail::store::fs::STAMP_SETTLE + Duration::from_millis(200));
     struct Row {
         advances: usize,
         advance: Duration,
         floor: Duration,
-        rehydrate: Duration,
-        rewind: Duration,
-        resend: Duration,
-        resume: Duration,
+        reads: Reads,
+        short: Reads,
         takeover: Duration,
+        takeover_floor: Duration,
         rss: u64,
     }
     // An early node and an early acknowledgement, to rewind to and to resend at each checkpoint
     // (decision D214: neither walks nor projects the run's later history).
     let mut early: Option<(Value, Value)> = None;
-    let checkpoints = [100usize, 500, 2000];
+    let checkpoints = [NESTED_SHORT_ADVANCES, 500, 2000];
     let floor_dir = tempfile::tempdir().unwrap();
     let (mut samples, mut floor) = (Vec::new(), Vec::new());
     let mut rows: Vec<Row> = Vec::new();
@@ -258,89 +378,48 @@ fn nested_loops() {
         if !advance_first {
             floor.push(floor_round(floor_dir.path(), i, None));
         }
-        // 40 bytes of notes, the length of an agent's one-line summary.
-        let mut output =
-            json!({"notesMarkdown": format!("Unit {i:06} done; nothing else to add.")});
-        if out["pending"]["stepId"] == "decide" {
-            output["artifacts"] =
-                json!([{"kind": "wr.loop_control", "loopId": "outer", "decision": "continue"}]);
-        }
-        let args =
-            json!({"stateToken": out["stateToken"], "ackToken": out["ackToken"], "output": output});
         let t = Instant::now();
-        let response = server.call(
-            "tools/call",
-            json!({"name": "continue_workflow", "arguments": args}),
-        );
+        let (args, next) = nested_advance(&mut server, &out, i, "Unit");
         samples.push(t.elapsed());
         if i == 49 {
-            early = Some((out["stateToken"].clone(), args.clone()));
+            early = Some((out["stateToken"].clone(), args));
         }
-        out = response["result"]["structuredContent"].clone();
-        assert_eq!(out["kind"], "ok", "nested advance {i} failed: {response}");
+        out = next;
         if advance_first {
             floor.push(floor_round(floor_dir.path(), i, None));
         }
         if checkpoints.contains(&(i + 1)) {
-            let (mut rehydrates, mut resumes) = (Vec::new(), Vec::new());
-            for _ in 0..21 {
-                let t = Instant::now();
-                server.call(
-                    "tools/call",
-                    json!({"name": "continue_workflow", "arguments": {"stateToken": out["stateToken"]}}),
-                );
-                rehydrates.push(t.elapsed());
-            }
             let (early_state, early_ack) = early.clone().unwrap();
-            let (mut rewinds, mut resends) = (Vec::new(), Vec::new());
-            for _ in 0..21 {
-                let t = Instant::now();
-                let rewound = server.call(
-                    "tools/call",
-                    json!({"name": "continue_workflow", "arguments": {"stateToken": early_state}}),
-                );
-                rewinds.push(t.elapsed());
-                assert_eq!(rewound["result"]["isError"], false, "{rewound}");
-                let t = Instant::now();
-                let resent = server.call(
-                    "tools/call",
-                    json!({"name": "continue_workflow", "arguments": early_ack}),
-                );
-                resends.push(t.elapsed());
-                assert_eq!(resent["result"]["isError"], false, "{resent}");
-            }
+            let probe = Probe {
+                tip: out["stateToken"].clone(),
+                early_state,
+                early_ack,
+            };
+            let (reads, short_reads) = measure_reads(
+                (&mut server, &probe),
+                (&mut short, &short_probe),
+                NESTED_READ_ROUNDS,
+            );
             // Two servers taking turns on the session (two chat windows, or the clients of
             // parallel lanes): each advance follows the other process's commit (D219).
-            let mut takeovers = Vec::new();
-            for turn in 0..22 {
-                let mut output =
-                    json!({"notesMarkdown": format!("Turn {turn:06} done; nothing else to add.")});
-                if out["pending"]["stepId"] == "decide" {
-                    output["artifacts"] = json!([{"kind": "wr.loop_control", "loopId": "outer", "decision": "continue"}]);
-                }
-                let args = json!({"stateToken": out["stateToken"], "ackToken": out["ackToken"], "output": output});
+            // A floor round after each turn: the turns are mostly fsyncs, measured against the
+            // fsyncs of the same moments.
+            let (mut takeovers, mut takeover_floor) = (Vec::new(), Vec::new());
+            for turn in 0..NESTED_TURNS {
                 let by = if turn % 2 == 0 {
                     &mut other
                 } else {
                     &mut server
                 };
                 let t = Instant::now();
-                let response = by.call(
-                    "tools/call",
-                    json!({"name": "continue_workflow", "arguments": args}),
-                );
+                let (_, next) = nested_advance(by, &out, turn, "Turn");
                 takeovers.push(t.elapsed());
-                out = response["result"]["structuredContent"].clone();
-                assert_eq!(out["kind"], "ok", "turn {turn} failed: {response}");
-            }
-            for _ in 0..21 {
-                let t = Instant::now();
-                let resumed = server.call(
-                    "tools/call",
-                    json!({"name": "resume_session", "arguments": {"query": {"text": "unit done"}}}),
-                );
-                resumes.push(t.elapsed());
-                assert_eq!(resumed["result"]["isError"], false, "{resumed}");
+                out = next;
+                takeover_floor.push(floor_round(
+                    floor_dir.path(),
+                    1_000_000 + i * 100 + turn,
+                    None,
+                ));
             }
             // The last 50 advances and the 50 floor rounds interleaved with them: one slow
             // floor round among ten could move the p50, and with it the verdict.
@@ -349,71 +428,87 @@ fn nested_loops() {
                 recent.sort();
                 percentile(&recent, 0.5)
             };
-            rehydrates.sort();
-            rewinds.sort();
-            resends.sort();
-            resumes.sort();
             // The first turn is the other server's first call since the previous checkpoint.
             takeovers.remove(0);
             takeovers.sort();
+            takeover_floor.sort();
             rows.push(Row {
                 advances: i + 1,
                 advance: p50_of_last(&samples),
                 floor: p50_of_last(&floor),
-                rehydrate: percentile(&rehydrates, 0.5),
-                rewind: percentile(&rewinds, 0.5),
-                resend: percentile(&resends, 0.5),
-                resume: percentile(&resumes, 0.5),
+                reads,
+                short: short_reads,
                 takeover: percentile(&takeovers, 0.5),
+                takeover_floor: percentile(&takeover_floor, 0.5),
                 rss: server.rss_bytes(),
             });
         }
     }
     server.stop();
     other.stop();
+    short.stop();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("loop-heavy workload (nested loops, 40-byte notes), {advances} advances over stdio:");
     println!(
-        "| advances | advance p50 (last 50) | floor p50 (same rounds) | rehydrate p50 | rewind to advance 50 p50 | resend of advance 50 p50 | resume_session p50 | advance after the other server's p50 | server RSS |"
+        "| advances | advance p50 (last 50) | floor p50 (same rounds) | rehydrate p50 (short) | rewind to advance 50 p50 (short) | resend of advance 50 p50 (short) | resume_session p50 (short) | advance after the other server's p50 | server RSS |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} MiB |",
+            "| {} | {:.2} ms | {:.2} ms | {:.2} ({:.2}) ms | {:.2} ({:.2}) ms | {:.2} ({:.2}) ms | {:.2} ({:.2}) ms | {:.2} ms | {:.1} MiB |",
             r.advances,
             ms(r.advance),
             ms(r.floor),
-            ms(r.rehydrate),
-            ms(r.rewind),
-            ms(r.resend),
-            ms(r.resume),
+            ms(r.reads.rehydrate),
+            ms(r.short.rehydrate),
+            ms(r.reads.rewind),
+            ms(r.short.rewind),
+            ms(r.reads.resend),
+            ms(r.short.resend),
+            ms(r.reads.resume),
+            ms(r.short.resume),
             ms(r.takeover),
             mib(r.rss)
         );
     }
+    println!(
+        "(short): the same call on a session of {NESTED_SHORT_ADVANCES} advances in a server of its own, measured call by call beside it"
+    );
     if let (Some(first), Some(last)) = (rows.first(), rows.last())
         && rows.len() > 1
     {
         let ratio = |f: fn(&Row) -> Duration| ms(f(last)) / ms(f(first));
         let advance = ratio(|r| r.advance) / ratio(|r| r.floor);
-        let (rehydrate, resume) = (ratio(|r| r.rehydrate), ratio(|r| r.resume));
-        let (rewind, resend) = (ratio(|r| r.rewind), ratio(|r| r.resend));
-        // Against the floor, as the advance is: both are mostly fsyncs.
-        let takeover = ratio(|r| r.takeover) / ratio(|r| r.floor);
+        // Each read call against the same call on the short session, measured beside it: the
+        // cost of the session's length, whatever the machine did between checkpoints.
+        let against_short = |f: fn(&Reads) -> Duration| {
+            let at = |r: &Row| ms(f(&r.reads)) / ms(f(&r.short));
+            at(last) / at(first)
+        };
+        let rehydrate = against_short(|r| r.rehydrate);
+        let rewind = against_short(|r| r.rewind);
+        let resend = against_short(|r| r.resend);
+        let resume = against_short(|r| r.resume);
+        // Against the floor rounds taken between the turns: both are mostly fsyncs.
+        let takeover = ratio(|r| r.takeover) / ratio(|r| r.takeover_floor);
         let growth =
             (mib(last.rss) - mib(first.rss)) * 1000.0 / (last.advances - first.advances) as f64;
         let rss_ratio = mib(last.rss) / mib(first.rss);
         println!(
-            "loop-heavy growth {}->{} advances (target <= 1.20 each): advance against the floor of the same rounds {advance:.2}x{} (raw {:.2}x), rehydrate {rehydrate:.2}x{}, rewind {rewind:.2}x{}, resend {resend:.2}x{}, resume_session {resume:.2}x{}, advance after the other server's against the floor {takeover:.2}x{}",
+            "loop-heavy growth {}->{} advances (target <= 1.20 each): advance against the floor of the same rounds {advance:.2}x{} (raw {:.2}x), against the short session's same call: rehydrate {rehydrate:.2}x{} (raw {:.2}x), rewind {rewind:.2}x{} (raw {:.2}x), resend {resend:.2}x{} (raw {:.2}x), resume_session {resume:.2}x{} (raw {:.2}x); advance after the other server's against the floor {takeover:.2}x{}",
             first.advances,
             last.advances,
             verdict(advance <= 1.2),
             ratio(|r| r.advance),
             verdict(rehydrate <= 1.2),
+            ratio(|r| r.reads.rehydrate),
             verdict(rewind <= 1.2),
+            ratio(|r| r.reads.rewind),
             verdict(resend <= 1.2),
+            ratio(|r| r.reads.resend),
             verdict(resume <= 1.2),
+            ratio(|r| r.reads.resume),
             verdict(takeover <= 1.2),
         );
         // decision: D164 (the memory bound a long session holds)
