@@ -14,14 +14,12 @@ mod memory_support;
 
 use std::sync::Arc;
 
-use memory_support::{HEAP, advance, advance_input, catalog, start_nested};
+use memory_support::{HEAP, advance, advance_input, catalog, rehydrate, start_nested};
 use peakmem_alloc::PeakMemAllocTrait;
 use workrail::entropy::SeededEntropy;
 use workrail::protocol::Workrail;
 use workrail::store::fs::{OsFs, StoreFs};
-use workrail_spec::tools::{
-    ContinueWorkflowInput, ExecutionOutput, ResumeQueryInput, ResumeSessionInput,
-};
+use workrail_spec::tools::{ExecutionOutput, ResumeQueryInput, ResumeSessionInput};
 
 /// The most heap `call` needs above what was held before it, on its second run (the first
 /// fills the caches a repeated call finds filled, as an agent's rehydrates and resends do).
@@ -47,18 +45,6 @@ struct Costs {
     resend: usize,
     resume: usize,
     advance: usize,
-}
-
-fn rehydrate(wr: &Workrail, out: &ExecutionOutput) -> ExecutionOutput {
-    wr.continue_workflow(ContinueWorkflowInput {
-        state_token: Some(out.state_token.clone()),
-        ack_token: None,
-        context: None,
-        output: None,
-        preferences: vec![],
-        preset: None,
-    })
-    .unwrap()
 }
 
 /// How much more heap a call may need at 2,000 advances than at 100 (issue 30: within 1.2x),

@@ -21,9 +21,11 @@ use workrail_spec::error::ErrorCode;
 use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::SessionId;
 use workrail_spec::manifest::ManifestRecord;
-use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
+use workrail_spec::tools::ExecutionOutput;
 
-use crate::nested_support::{advance, advance_input, advance_with_notes, catalog, start_nested};
+use crate::nested_support::{
+    advance, advance_input, advance_with_notes, catalog, rehydrate, rehydrate_input, start_nested,
+};
 
 /// A WorkRail over `fs` keeping the fewest events parsed a store may keep.
 fn keeping_few(fs: &Arc<dyn StoreFs>, seed: u64) -> Workrail {
@@ -53,18 +55,6 @@ fn long_session(
         out = next;
     }
     (session_of(&out), sent)
-}
-
-fn rehydrate(wr: &Workrail, out: &ExecutionOutput) -> ExecutionOutput {
-    wr.continue_workflow(ContinueWorkflowInput {
-        state_token: Some(out.state_token.clone()),
-        ack_token: None,
-        context: None,
-        output: None,
-        preferences: vec![],
-        preset: None,
-    })
-    .unwrap()
 }
 
 /// decision: D225
@@ -277,14 +267,7 @@ fn a_recap_reads_forgotten_notes_back_and_answers_as_a_server_holding_every_even
     fs.remove_file(path).unwrap();
     fs.write_new(path, &changed).unwrap();
     let err = wr
-        .continue_workflow(ContinueWorkflowInput {
-            state_token: Some(sent[20].1.state_token.clone()),
-            ack_token: None,
-            context: None,
-            output: None,
-            preferences: vec![],
-            preset: None,
-        })
+        .continue_workflow(rehydrate_input(&sent[20].1))
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::SessionCorrupt, "{err:?}");
 }

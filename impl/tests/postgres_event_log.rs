@@ -7,7 +7,7 @@
 //! Needs `WORKRAIL_TEST_POSTGRES=postgres://…` (`source .ci/postgres.sh`); without it the tests
 //! say why and pass, except under `CI`, where they fail. Each test uses a schema of its own.
 
-use crate::nested_support::{advance, catalog, start_nested};
+use crate::nested_support::{advance, catalog, rehydrate_input, start_nested};
 use crate::postgres_support::{Schema, postgres_url};
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use workrail::store::memfs::MemFs;
 use workrail::store::{CorruptionReason, MIN_RESIDENT_EVENTS, SessionHealth, Store, StoreError};
 use workrail_spec::error::ErrorCode;
 use workrail_spec::ids::SessionId;
-use workrail_spec::tools::{ContinueWorkflowInput, ExecutionOutput};
+use workrail_spec::tools::ExecutionOutput;
 
 /// A WorkRail on `schema` keeping `resident` events parsed, set as a server sets it from
 /// `WORKRAIL_RESIDENT_EVENTS`.
@@ -34,15 +34,8 @@ fn keeping(schema: &Schema, seed: u64, resident: usize) -> Workrail {
 }
 
 fn rehydrate(wr: &Workrail, out: &ExecutionOutput) -> Result<ExecutionOutput, ErrorCode> {
-    wr.continue_workflow(ContinueWorkflowInput {
-        state_token: Some(out.state_token.clone()),
-        ack_token: None,
-        context: None,
-        output: None,
-        preferences: vec![],
-        preset: None,
-    })
-    .map_err(|e| e.code)
+    wr.continue_workflow(rehydrate_input(out))
+        .map_err(|e| e.code)
 }
 
 /// decision: D227

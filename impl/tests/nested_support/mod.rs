@@ -81,6 +81,23 @@ pub fn advance_input(out: &ExecutionOutput, notes: String) -> ContinueWorkflowIn
     }
 }
 
+/// The call that rehydrates `out`'s node: its stateToken alone.
+pub fn rehydrate_input(out: &ExecutionOutput) -> ContinueWorkflowInput {
+    ContinueWorkflowInput {
+        state_token: Some(out.state_token.clone()),
+        ack_token: None,
+        context: None,
+        output: None,
+        preferences: vec![],
+        preset: None,
+    }
+}
+
+/// Rehydrates `out`'s node.
+pub fn rehydrate(wr: &Workrail, out: &ExecutionOutput) -> ExecutionOutput {
+    wr.continue_workflow(rehydrate_input(out)).unwrap()
+}
+
 /// Starts a run of [`NESTED`].
 pub fn start_nested(wr: &Workrail) -> ExecutionOutput {
     wr.start_workflow(StartWorkflowInput {
