@@ -10,7 +10,7 @@
 //! ones validated at load.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::ops::Range;
@@ -64,6 +64,17 @@ pub trait SegmentSource: Send + Sync + fmt::Debug {
 
     /// Whether `session` still has its manifest (a segment gone with it was deleted, not lost).
     fn has_manifest(&self, session: &SessionId) -> Result<bool, StoreError>;
+
+    /// The bytes of each of `segments`, consecutive segments of `session`, in order (`None` for
+    /// one that is gone). One read each by default; a store that answers many in one round
+    /// trip overrides it, so a long read of forgotten events is not one round trip per plan.
+    fn read_many(
+        &self,
+        session: &SessionId,
+        segments: &[&SegmentClosed],
+    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        segments.iter().map(|s| self.read(session, s)).collect()
+    }
 }
 
 /// The file store's segments.
@@ -348,6 +359,37 @@ pub(crate) fn parse_segment(
     Ok(events)
 }
 
+/// The bytes of the segments holding `range` that the recently read plans do not hold, read
+/// in one call when there are several, by their first event index.
+fn prefetch(
+    residency: &Residency,
+    source: &dyn SegmentSource,
+    session: &SessionId,
+    manifest: &[ManifestRecord],
+    range: &Range<usize>,
+) -> Result<HashMap<u64, Option<Vec<u8>>>, StoreError> {
+    let mut wanted: Vec<&SegmentClosed> = Vec::new();
+    let mut at = range.start;
+    while at < range.end {
+        let Some(segment) = segment_of(manifest, at) else {
+            break;
+        };
+        if residency.recent.get(session, segment).is_none() {
+            wanted.push(segment);
+        }
+        at = segment.last_event_index.get() as usize + 1;
+    }
+    if wanted.len() < 2 {
+        return Ok(HashMap::new());
+    }
+    let read = source.read_many(session, &wanted)?;
+    Ok(wanted
+        .iter()
+        .map(|s| s.first_event_index.get())
+        .zip(read)
+        .collect())
+}
+
 /// Reads the committed events `range` of `session` again from the segments `manifest` attests.
 pub(crate) fn reread(
     residency: &Residency,
@@ -364,6 +406,7 @@ pub(crate) fn reread(
     };
     let mut ids = IdPool::default();
     let mut events = Vec::with_capacity(range.len());
+    let mut prefetched = prefetch(residency, source, session, manifest, &range)?;
     let mut at = range.start;
     while at < range.end {
         let Some(segment) = segment_of(manifest, at) else {
@@ -388,7 +431,11 @@ pub(crate) fn reread(
                 continue;
             }
         }
-        let Some(bytes) = source.read(session, segment)? else {
+        let bytes = match prefetched.remove(&segment.first_event_index.get()) {
+            Some(bytes) => bytes,
+            None => source.read(session, segment)?,
+        };
+        let Some(bytes) = bytes else {
             // Gone with its manifest: the session was deleted while this view of it was held.
             if !source.has_manifest(session)? {
                 return Err(StoreError::Deleted {

@@ -56,32 +56,27 @@ impl Worker {
         image
     }
 
-    /// The text of the segment `[first, last]` of `session` as validation lays it out: its
-    /// event rows in order, one per line (`None` without any). One statement, so one snapshot.
-    pub(super) async fn segment(
+    /// The event rows `[first, last]` of `session`, in order, with their index: the segments
+    /// in those bounds as validation lays them out (D227). One statement, so one snapshot.
+    pub(super) async fn event_rows(
         &mut self,
         session: &SessionId,
         first: i64,
         last: i64,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Vec<(i64, String)>, StoreError> {
         let client = self.client().await?;
-        let rows = client
+        Ok(client
             .query(
-                "SELECT body FROM events WHERE session_id = $1 AND event_index BETWEEN $2 AND $3
+                "SELECT event_index, body FROM events
+                 WHERE session_id = $1 AND event_index BETWEEN $2 AND $3
                  ORDER BY event_index",
                 &[&session.as_str(), &first, &last],
             )
             .await
-            .map_err(sql_error("read an earlier segment"))?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let mut text = String::new();
-        for row in &rows {
-            text.push_str(row.get::<_, &str>(0));
-            text.push('\n');
-        }
-        Ok(Some(text))
+            .map_err(sql_error("read an earlier segment"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
     }
 
     pub(super) async fn list(&mut self) -> Result<Vec<String>, StoreError> {

@@ -50,17 +50,7 @@ impl SegmentSource for PgSegments {
         session: &SessionId,
         segment: &SegmentClosed,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let (first, last) = (
-            segment.first_event_index.get() as i64,
-            segment.last_event_index.get() as i64,
-        );
-        let text = self.call(session, |reply| Request::Segment {
-            session: session.clone(),
-            first,
-            last,
-            reply,
-        })?;
-        Ok(text.map(String::into_bytes))
+        Ok(self.read_many(session, &[segment])?.pop().flatten())
     }
 
     fn has_manifest(&self, session: &SessionId) -> Result<bool, StoreError> {
@@ -69,5 +59,46 @@ impl SegmentSource for PgSegments {
             reply,
         })?;
         Ok(records > 0)
+    }
+
+    /// One query for the rows of every segment, split by their bounds.
+    fn read_many(
+        &self,
+        session: &SessionId,
+        segments: &[&SegmentClosed],
+    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let (Some(first), Some(last)) = (segments.first(), segments.last()) else {
+            return Ok(Vec::new());
+        };
+        let (first, last) = (
+            first.first_event_index.get() as i64,
+            last.last_event_index.get() as i64,
+        );
+        let rows = self.call(session, |reply| Request::Segment {
+            session: session.clone(),
+            first,
+            last,
+            reply,
+        })?;
+        Ok(segments
+            .iter()
+            .map(|segment| {
+                let (from, to) = (
+                    segment.first_event_index.get() as i64,
+                    segment.last_event_index.get() as i64,
+                );
+                let start = rows.partition_point(|(index, _)| *index < from);
+                let end = rows.partition_point(|(index, _)| *index <= to);
+                let rows = &rows[start..end.max(start)];
+                (!rows.is_empty()).then(|| {
+                    let mut text = String::new();
+                    for (_, body) in rows {
+                        text.push_str(body);
+                        text.push('\n');
+                    }
+                    text.into_bytes()
+                })
+            })
+            .collect())
     }
 }

@@ -98,12 +98,12 @@ pub(super) enum Request {
         session: SessionId,
         reply: Reply<(i64, i64)>,
     },
-    /// The text of one committed segment, rebuilt from its event rows (D227).
+    /// The event rows of committed segments, from which their text is rebuilt (D227).
     Segment {
         session: SessionId,
         first: i64,
         last: i64,
-        reply: Reply<Option<String>>,
+        reply: Reply<Vec<(i64, String)>>,
     },
     /// Commits a plan prepared against the gate's view, on the gate's connection.
     GateAppend {
@@ -435,7 +435,7 @@ impl Worker {
             } => answer!(
                 reply,
                 "read an earlier segment",
-                self.segment(&session, first, last)
+                self.event_rows(&session, first, last)
             ),
             Request::GateAppend {
                 id,
