@@ -1196,6 +1196,11 @@ impl Lab {
     /// fewest resident events (so forgotten events are read back); on
     /// PostgreSQL with `WORKRAIL_STORE` and `WORKRAIL_STORE_SCHEMA` set (else both removed).
     fn command_in(&self, data_dir: &Path) -> Command {
+        self.command_in_with(data_dir, true)
+    }
+
+    /// [`Self::command_in`], without the injected I/O faults when `faults` is false.
+    fn command_in_with(&self, data_dir: &Path, faults: bool) -> Command {
         let mut command = Command::new(&self.binary);
         match &self.postgres {
             Some(pg) => command
@@ -1218,7 +1223,7 @@ impl Lab {
             // other servers, kills and gc act on (D225).
             .env("WORKRAIL_RESIDENT_EVENTS", "64")
             .current_dir(self.dir.path().join("home"));
-        if let Some(shim) = &self.shim {
+        if let Some(shim) = self.shim.as_ref().filter(|_| faults) {
             command.envs(shim.environment(data_dir));
         }
         command
@@ -1590,13 +1595,23 @@ impl Lab {
 
     /// Starts the CLI on `data_dir` (see [`Lab::command_in`]) without waiting for it.
     fn spawn_cli(&self, data_dir: &Path, args: &[&str]) -> Result<CliChild, String> {
+        self.spawn_cli_with(data_dir, args, true)
+    }
+
+    /// [`Self::spawn_cli`], without the injected I/O faults when `faults` is false.
+    fn spawn_cli_with(
+        &self,
+        data_dir: &Path,
+        args: &[&str],
+        faults: bool,
+    ) -> Result<CliChild, String> {
         let n = self.cli_seq.fetch_add(1, Ordering::SeqCst);
         let out_path = self.dir.path().join("cli").join(format!("{n}.out"));
         let err_path = self.dir.path().join("cli").join(format!("{n}.err"));
         let out = File::create(&out_path).map_err(|e| format!("cli stdout file: {e}"))?;
         let err = File::create(&err_path).map_err(|e| format!("cli stderr file: {e}"))?;
         let child = self
-            .command_in(data_dir)
+            .command_in_with(data_dir, faults)
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
