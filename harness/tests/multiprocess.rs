@@ -278,10 +278,11 @@ fn io_errors_injected_into_killed_servers_lose_nothing_and_every_session_goes_on
     assert!(report.kills > 0, "{}", report.line());
 }
 
-/// The gc storm with `EIO` injected in bursts into every process, the gc processes included:
-/// deleting is writing, so gc meets the same failed reads, writes and syncs as the servers. A gc
-/// may stop on one (saying so), but never deletes half a session, never takes a failed read for
-/// damage, and the last gc, with the faults off, deletes every session; the servers' calls
+/// The gc storm with `EIO` injected in bursts into every server and every other round of gc
+/// processes: deleting is writing, so gc meets the same failed reads, writes and syncs as the
+/// servers, and the clean rounds make sure deletions happen beside the faulted servers. A gc
+/// may stop on a fault (saying so), but never deletes half a session, never takes a failed read
+/// for damage, and the last gc, with the faults off, deletes every session; the servers' calls
 /// answer as in the I/O error storm. Skipped, with the reason, where no C compiler builds the
 /// preloaded library.
 ///
