@@ -190,3 +190,15 @@ pub fn user_cpu_seconds(pid: u32) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// The CPU time process `pid` has used so far (all its threads, ended ones included), to the
+/// nanosecond: its process CPU-time clock (`clock_getcpuclockid`), `None` where the system
+/// does not give it. A call's CPU time leaves out the time its process waits for a core, the
+/// noise of a machine shared with the bench and the other servers.
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?);
+    let now = nix::time::clock_getcpuclockid(pid).ok()?.now().ok()?;
+    Some(std::time::Duration::from(now))
+}
+
+pub mod instructions;

@@ -1,18 +1,23 @@
-//! What the memory tests share: a counting global allocator, the probe that measures what a
-//! value holds, and the nested-loop workflow of `nested_support`.
+//! What the memory tests share: a counting global allocator (the peak heap, and beneath it how
+//! many allocations and bytes), the probe that measures what a value holds, and the nested-loop
+//! workflow of `nested_support`.
 
 #![allow(dead_code)]
 
 use std::alloc::System;
 
-use peakmem_alloc::{INSTRUMENTED_SYSTEM, PeakMemAlloc, PeakMemAllocTrait};
+use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait};
+use stats_alloc::StatsAlloc;
 
 #[path = "../nested_support/mod.rs"]
 mod nested_support;
 pub use nested_support::*;
 
+/// How many allocations were made and how many bytes they asked for, in total.
+pub static COUNTS: StatsAlloc<System> = StatsAlloc::system();
+
 #[global_allocator]
-pub static HEAP: &PeakMemAlloc<System> = &INSTRUMENTED_SYSTEM;
+pub static HEAP: PeakMemAlloc<&StatsAlloc<System>> = PeakMemAlloc::new(&COUNTS);
 
 /// Far more than any value here holds; never touched, so never resident.
 pub const PROBE: usize = 1 << 30;
