@@ -212,7 +212,7 @@ fn fork_n_on(
             } else {
                 EdgeCauseKind::NonTipAdvance
             };
-            assert_eq!(e.cause.kind, expected);
+            assert_eq!(e.cause, expected);
         }
     }
     // Activity on the oldest fork makes it the preferred tip again (last activity wins): a

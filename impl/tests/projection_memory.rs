@@ -3,7 +3,8 @@
 //! projection memo's byte budget counts it by (decision D205). A binary of its own, with one
 //! test, so no other test's allocations are counted.
 //!
-//! Guards against a memo that undercounts what it keeps, so its budget would not bound it.
+//! Guards against a memo that undercounts what it keeps, so its budget would not bound it, and
+//! bounds what a projection holds per advance once its events are gone (D229).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -31,6 +32,7 @@ fn retained_by_projection(events: &[workrail_spec::event::SessionEvent]) -> usiz
 
 /// decision: D205
 /// decision: D210
+/// decision: D229
 #[test]
 fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
@@ -48,6 +50,7 @@ fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
             measured.push((loaded.event_count(), held));
         }
     }
+    projection_alone_holds_its_own(&fs, &session);
     for (events, held) in measured {
         let estimate = projection_bytes(events);
         println!(
@@ -60,6 +63,36 @@ fn the_memo_counts_a_projection_at_no_less_than_it_holds() {
         );
     }
     current_outputs_are_the_logs_own(&wr, &fs);
+}
+
+/// What a projection holds per advance once its events are gone, as in a server that forgot
+/// them (D225): the ids it keeps are the run's own, not texts parsed from later events, its
+/// edges leave out their cause's event id, and a node's one child or one advance needs no
+/// allocation (D229).
+const ALONE_BYTES_PER_ADVANCE: usize = 850;
+
+fn projection_alone_holds_its_own(fs: &Arc<dyn StoreFs>, session: &SessionId) {
+    let loaded = SessionStore::new(Arc::clone(fs)).load(session).unwrap();
+    let events = loaded.events().all().unwrap();
+    let mut projector = Projector::default();
+    projector.extend(&events).unwrap();
+    let advances = projector
+        .projection()
+        .advance_events
+        .values()
+        .map(|p| p.as_slice().len())
+        .sum::<usize>();
+    drop(events);
+    drop(loaded);
+    let held = retained(projector);
+    println!(
+        "projection of {advances} advances alone: {held} bytes ({} per advance)",
+        held / advances
+    );
+    assert!(
+        held <= advances * ALONE_BYTES_PER_ADVANCE,
+        "a projection of {advances} nested advances holds {held} bytes once its events are gone: over {ALONE_BYTES_PER_ADVANCE} per advance (D229; 990 before it)"
+    );
 }
 
 /// A projection's current outputs are where the log holds them, not copies (decisions D210,

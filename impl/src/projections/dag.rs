@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use workrail_spec::closed::{
-    Autonomy, Capability, CapabilityStatus, EdgeKind, EnforcementGrade, GapSeverity, NodeKind,
-    ObservationKey, OutputChannel, RunStatus,
+    Autonomy, Capability, CapabilityStatus, EdgeCauseKind, EdgeKind, EnforcementGrade, GapSeverity,
+    NodeKind, ObservationKey, OutputChannel, RunStatus,
 };
 use workrail_spec::event::{
     CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded, GapResolution,
@@ -25,7 +25,7 @@ pub struct NodeInfo {
     /// EventIndex of its `node_created`.
     pub created_index: u64,
     /// Children in creation order.
-    pub children: Vec<NodeId>,
+    pub children: Children,
     /// The highest EventIndex of any event touching this node itself.
     pub own_activity: u64,
     /// The latest `preferences_changed` recorded on this node.
@@ -35,13 +35,86 @@ pub struct NodeInfo {
     pub inherited_preferences: Option<EffectivePreferences>,
 }
 
+/// A node's children in creation order. Most nodes have none or one, held without an allocation
+/// of their own: a long run has one node per advance (D229).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Children {
+    #[default]
+    None,
+    One(NodeId),
+    Many(Vec<NodeId>),
+}
+
+impl Children {
+    fn push(&mut self, child: NodeId) {
+        *self = match std::mem::take(self) {
+            Self::None => Self::One(child),
+            Self::One(first) => Self::Many(vec![first, child]),
+            Self::Many(mut all) => {
+                all.push(child);
+                Self::Many(all)
+            }
+        };
+    }
+
+    pub fn as_slice(&self) -> &[NodeId] {
+        match self {
+            Self::None => &[],
+            Self::One(child) => std::slice::from_ref(child),
+            Self::Many(all) => all,
+        }
+    }
+}
+
+impl std::ops::Deref for Children {
+    type Target = [NodeId];
+
+    fn deref(&self) -> &[NodeId] {
+        self.as_slice()
+    }
+}
+
+/// An edge of a run DAG: what its `edge_created` records but the id of its cause's event, which
+/// nothing reads from the projection (the log keeps it). Its node ids are the run's own (D229).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DagEdge {
+    pub edge_kind: EdgeKind,
+    pub from_node_id: NodeId,
+    pub to_node_id: NodeId,
+    pub cause: EdgeCauseKind,
+}
+
+/// A node's `advance_recorded` positions in the log, ascending. Most nodes have one, held
+/// without an allocation of its own (D229).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Positions {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Positions {
+    fn push(&mut self, position: usize) {
+        match self {
+            Self::One(first) => *self = Self::Many(vec![*first, position]),
+            Self::Many(all) => all.push(position),
+        }
+    }
+
+    pub fn as_slice(&self) -> &[usize] {
+        match self {
+            Self::One(position) => std::slice::from_ref(position),
+            Self::Many(all) => all,
+        }
+    }
+}
+
 /// A run: its pin and its DAG.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDag {
     pub run_id: RunId,
     pub started: RunStarted,
     pub nodes: BTreeMap<NodeId, NodeInfo>,
-    pub edges: Vec<EdgeCreated>,
+    pub edges: Vec<DagEdge>,
     pub root: Option<NodeId>,
     /// The nodes by creation order ("slot"), so walks up a deep branch follow indexes instead
     /// of looking every id up.
@@ -432,7 +505,23 @@ impl RunDag {
             }
             _ => slots.edges_unindexed = true,
         }
-        self.edges.push(edge.clone());
+        let edge = DagEdge {
+            edge_kind: edge.edge_kind,
+            from_node_id: self.own_id(&edge.from_node_id),
+            to_node_id: self.own_id(&edge.to_node_id),
+            cause: edge.cause.kind,
+        };
+        self.edges.push(edge);
+    }
+
+    /// `id` as the run holds it when it is one of its nodes (the same shared text), else a copy:
+    /// an id parsed from a later event is a text of its own, which the projection would keep
+    /// once the log forgets the event (D225, D229).
+    pub fn own_id(&self, id: &NodeId) -> NodeId {
+        match self.slots.slot_of.get(id) {
+            Some(&slot) => self.slots.ids[slot as usize].clone(),
+            None => id.clone(),
+        }
     }
 
     /// How many edges of `kind` leave `node`.
@@ -489,16 +578,17 @@ impl RunDag {
             parent.children.push(node_id.clone());
             inherited_preferences = parent.own_preferences.or(parent.inherited_preferences);
         }
+        let parent = created.parent_node_id.as_ref().map(|p| self.own_id(p));
         self.slots.push(&node_id, created.parent_node_id.as_ref());
         self.nodes.insert(
             node_id.clone(),
             NodeInfo {
                 node_id,
                 kind: created.node_kind,
-                parent: created.parent_node_id.clone(),
+                parent,
                 snapshot_ref: created.snapshot_ref.clone(),
                 created_index: index,
-                children: Vec::new(),
+                children: Children::None,
                 own_activity: index,
                 own_preferences: None,
                 inherited_preferences,
@@ -760,7 +850,7 @@ pub struct SessionProjection {
     /// never fatal for a read model.
     pub anomalies: Vec<String>,
     /// Positions (in the projected log) of the `advance_recorded` events of each node, ascending.
-    pub advance_events: HashMap<NodeId, Vec<usize>>,
+    pub advance_events: HashMap<NodeId, Positions>,
     /// The latest recorded value of each workspace observation (git HEAD, branch), so nothing
     /// reads the whole log for them (D225).
     pub observations: BTreeMap<ObservationKey, String>,
@@ -863,7 +953,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
     let mut strong: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
     let mut context_sets: HashMap<RunId, Vec<usize>> = HashMap::new();
-    let mut advance_events: HashMap<NodeId, Vec<usize>> = HashMap::new();
+    let mut advance_events: HashMap<NodeId, Positions> = HashMap::new();
     // Pass 1: index every event by run and node.
     for (position, event) in events.iter().enumerate() {
         let index = event.event_index().get();
@@ -880,10 +970,10 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
             }
             EventData::AdvanceRecorded(_) => {
                 if let Some(node) = &node_id {
-                    advance_events
-                        .entry(node.clone())
-                        .or_default()
-                        .push(position);
+                    let node = runs
+                        .get(&run_id)
+                        .map_or_else(|| node.clone(), |dag| dag.own_id(node));
+                    record_advance(&mut advance_events, node, position);
                 }
             }
             _ => {}
@@ -991,6 +1081,16 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
         anomalies,
         advance_events,
         observations: super::resume::latest_observations(events),
+    }
+}
+
+/// Adds an `advance_recorded` at `position` to `node`'s.
+fn record_advance(advance_events: &mut HashMap<NodeId, Positions>, node: NodeId, position: usize) {
+    match advance_events.entry(node) {
+        std::collections::hash_map::Entry::Occupied(mut at) => at.get_mut().push(position),
+        std::collections::hash_map::Entry::Vacant(at) => {
+            at.insert(Positions::One(position));
+        }
     }
 }
 
@@ -1146,11 +1246,8 @@ fn apply(
         EventData::ContextSet(_) => view.context_sets.push(position),
         EventData::AdvanceRecorded(_) => {
             if let Some(node) = node_id {
-                projection
-                    .advance_events
-                    .entry(node.clone())
-                    .or_default()
-                    .push(position);
+                let node = view.dag.own_id(node);
+                record_advance(&mut projection.advance_events, node, position);
             }
         }
         _ => {}
@@ -1181,6 +1278,7 @@ fn apply(
     let Some(node_id) = node_id else {
         return Ok(());
     };
+    let node_id = &dag.own_id(node_id);
     if let Some(node) = dag.nodes.get_mut(node_id) {
         node.own_activity = node.own_activity.max(index);
         if let EventData::PreferencesChanged(p) = event.data() {

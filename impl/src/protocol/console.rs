@@ -236,7 +236,7 @@ impl Workrail {
                     from: e.from_node_id.to_string(),
                     to: e.to_node_id.to_string(),
                     kind: e.edge_kind.as_str().to_owned(),
-                    cause: e.cause.kind.as_str().to_owned(),
+                    cause: e.cause.as_str().to_owned(),
                 })
                 .collect();
             runs.push(RunView {

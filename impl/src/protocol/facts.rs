@@ -312,6 +312,7 @@ impl<'a> Facts<'a> {
         let Some(positions) = self.projection.advance_events.get(node) else {
             return Ok(Vec::new());
         };
+        let positions = positions.as_slice();
         let mut records = Vec::with_capacity(positions.len());
         for &i in positions {
             let Some(event) = self.events.get(i)? else {
@@ -333,7 +334,11 @@ impl<'a> Facts<'a> {
             .advance_events
             .get(node)
             .map_or(0, |positions| {
-                positions.iter().filter(|&&i| i < self.events.len()).count()
+                positions
+                    .as_slice()
+                    .iter()
+                    .filter(|&&i| i < self.events.len())
+                    .count()
             })
     }
 
