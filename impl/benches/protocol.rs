@@ -45,16 +45,17 @@
 //! A third, loop-heavy workload follows in a server of its own: nested loops (an outer loop
 //! around an inner loop of 3 steps, started with a preset) acknowledged with 40-byte notes,
 //! `WORKRAIL_BENCH_NESTED_ADVANCES` (default 2,000) advances. At 100, 500 and 2,000 advances it
-//! measures an advance, an advance right after a second server's (two servers taking turns on
-//! the session, D219), a rehydrate of the tip, a rewind (rehydrate) to the node of advance 10,
-//! a resend of advance 10's acknowledgement and `resume_session`, and the server's resident
-//! memory: each call held within 1.2x from 100 to 2,000, the memory printed beside its bound.
-//! Each call is measured call by call beside the same call on a 100-advance session in
-//! servers of their own (the read calls on one session kept from the start, the advances on a
-//! fresh one each checkpoint), and its growth is the ratio of the two at 2,000 against the same
-//! ratio at 100, so a machine that speeds up or slows down between checkpoints does not move
-//! it. The verdict holds by wall clock and by the server's CPU time (its process CPU clock,
-//! where the system gives one), which leaves out the time the server waited for a core.
+//! times an advance, an advance right after a second server's (two servers taking turns on the
+//! session, D219), a rehydrate of the tip, a rewind (rehydrate) to the node of advance 10, a
+//! resend of advance 10's acknowledgement and `resume_session`, and reads the server's resident
+//! memory, printed beside its bound. Each call is timed call by call beside the same call on a
+//! 100-advance session in servers of their own (the read calls on one session kept from the
+//! start, the advances on a fresh one each checkpoint), by wall clock and by the server's CPU
+//! time (its process CPU clock, where the system gives one), and its growth is the ratio of the
+//! two at 2,000 against the same ratio at 100. Those ratios are printed, not judged: on a shared
+//! virtual machine they move by a third between runs of the same code. The row's verdict, each
+//! call within 1.2x from 100 to 2,000 advances, is on the instructions each call executes,
+//! counted by Valgrind's callgrind in-process (`support::instructions`, D228).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -619,9 +620,10 @@ fn nested_loops() {
     {
         // Each call against the same call on the short session or the control, measured beside
         // it: the cost of the session's length, whatever the machine did between checkpoints.
-        // Held by wall clock and, where the system gives it, by the server's CPU time too: the
-        // wall-clock p50 of a sub-millisecond call also holds how long the server waited for a
-        // core, which moves with the rest of the machine more than with the session.
+        // By wall clock and, where the system gives it, by the server's CPU time (which leaves
+        // out how long the server waited for a core). Printed, not judged: on a shared virtual
+        // machine these ratios moved between 0.73x and 1.49x from run to run of the same code,
+        // so the row's verdict is the counted instructions below (D228).
         let growth = |of: &dyn Fn(&Row) -> (Duration, Duration)| {
             let at = |r: &Row| {
                 let (long, control) = of(r);
@@ -635,11 +637,9 @@ fn nested_loops() {
                         cpu: &dyn Fn(&Row) -> (Duration, Duration)| {
             let by_wall = growth(wall);
             let by_cpu = all_cpu.then(|| growth(cpu));
-            let within = by_wall <= 1.2 && by_cpu.is_none_or(|g| g <= 1.2);
             verdicts.push(format!(
-                "{name} {by_wall:.2}x{}{}",
+                "{name} {by_wall:.2}x{}",
                 by_cpu.map_or(String::new(), |g| format!(" (server CPU time {g:.2}x)")),
-                verdict(within),
             ));
         };
         line(
@@ -669,7 +669,7 @@ fn nested_loops() {
             (mib(last.rss) - mib(first.rss)) * 1000.0 / (last.advances - first.advances) as f64;
         let rss_ratio = mib(last.rss) / mib(first.rss);
         println!(
-            "loop-heavy growth {}->{} advances, each call against its control at the same checkpoint (target <= 1.20 each, by wall clock and by server CPU time): {}",
+            "loop-heavy timed growth {}->{} advances, each call against its control at the same checkpoint (printed, not judged: the verdict is the instructions counted below, D228): {}",
             first.advances,
             last.advances,
             verdicts.join(", "),
