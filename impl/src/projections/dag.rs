@@ -35,44 +35,51 @@ pub struct NodeInfo {
     pub inherited_preferences: Option<EffectivePreferences>,
 }
 
-/// A node's children in creation order. Most nodes have none or one, held without an allocation
-/// of their own: a long run has one node per advance (D229).
+/// A short list held without an allocation of its own while it has at most one item: a long
+/// run has one child per node and one advance per node, and a `Vec` of one costs an allocation
+/// each (D229).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Children {
+pub enum Few<T> {
     #[default]
     None,
-    One(NodeId),
-    Many(Vec<NodeId>),
+    One(T),
+    Many(Vec<T>),
 }
 
-impl Children {
-    fn push(&mut self, child: NodeId) {
+impl<T> Few<T> {
+    fn push(&mut self, item: T) {
         *self = match std::mem::take(self) {
-            Self::None => Self::One(child),
-            Self::One(first) => Self::Many(vec![first, child]),
+            Self::None => Self::One(item),
+            Self::One(first) => Self::Many(vec![first, item]),
             Self::Many(mut all) => {
-                all.push(child);
+                all.push(item);
                 Self::Many(all)
             }
         };
     }
 
-    pub fn as_slice(&self) -> &[NodeId] {
+    pub fn as_slice(&self) -> &[T] {
         match self {
             Self::None => &[],
-            Self::One(child) => std::slice::from_ref(child),
+            Self::One(item) => std::slice::from_ref(item),
             Self::Many(all) => all,
         }
     }
 }
 
-impl std::ops::Deref for Children {
-    type Target = [NodeId];
+impl<T> std::ops::Deref for Few<T> {
+    type Target = [T];
 
-    fn deref(&self) -> &[NodeId] {
+    fn deref(&self) -> &[T] {
         self.as_slice()
     }
 }
+
+/// A node's children in creation order.
+pub type Children = Few<NodeId>;
+
+/// A node's `advance_recorded` positions in the log, ascending.
+pub type Positions = Few<usize>;
 
 /// An edge of a run DAG: what its `edge_created` records but the id of its cause's event, which
 /// nothing reads from the projection (the log keeps it). Its node ids are the run's own (D229).
@@ -82,30 +89,6 @@ pub struct DagEdge {
     pub from_node_id: NodeId,
     pub to_node_id: NodeId,
     pub cause: EdgeCauseKind,
-}
-
-/// A node's `advance_recorded` positions in the log, ascending. Most nodes have one, held
-/// without an allocation of its own (D229).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Positions {
-    One(usize),
-    Many(Vec<usize>),
-}
-
-impl Positions {
-    fn push(&mut self, position: usize) {
-        match self {
-            Self::One(first) => *self = Self::Many(vec![*first, position]),
-            Self::Many(all) => all.push(position),
-        }
-    }
-
-    pub fn as_slice(&self) -> &[usize] {
-        match self {
-            Self::One(position) => std::slice::from_ref(position),
-            Self::Many(all) => all,
-        }
-    }
 }
 
 /// A run: its pin and its DAG.
@@ -588,7 +571,7 @@ impl RunDag {
                 parent,
                 snapshot_ref: created.snapshot_ref.clone(),
                 created_index: index,
-                children: Children::None,
+                children: Few::None,
                 own_activity: index,
                 own_preferences: None,
                 inherited_preferences,
@@ -1089,7 +1072,7 @@ fn record_advance(advance_events: &mut HashMap<NodeId, Positions>, node: NodeId,
     match advance_events.entry(node) {
         std::collections::hash_map::Entry::Occupied(mut at) => at.get_mut().push(position),
         std::collections::hash_map::Entry::Vacant(at) => {
-            at.insert(Positions::One(position));
+            at.insert(Few::One(position));
         }
     }
 }
