@@ -297,22 +297,6 @@ struct ReadCalls {
     resume: Duration,
 }
 
-impl ReadCalls {
-    fn of(mut samples: [Vec<Duration>; 4]) -> Self {
-        let mut p50 = [Duration::ZERO; 4];
-        for (k, v) in samples.iter_mut().enumerate() {
-            v.sort();
-            p50[k] = percentile(v, 0.5);
-        }
-        Self {
-            rehydrate: p50[0],
-            rewind: p50[1],
-            resend: p50[2],
-            resume: p50[3],
-        }
-    }
-}
-
 /// Rounds of the read calls made and thrown away before each checkpoint's measured rounds: the
 /// first calls after a long pause (the short server idles between checkpoints) pay for caches
 /// the later ones find warm.
@@ -330,10 +314,7 @@ fn measure_reads(
 ) -> (Reads, Reads) {
     let (long_server, long_probe) = long;
     let (short_server, short_probe) = short;
-    let empty = || [(); 4].map(|_| Vec::new());
-    let mut wall = [empty(), empty()];
-    let mut cpu = [empty(), empty()];
-    let mut cpu_clock = true;
+    let mut samples: [[Vec<Sample>; 4]; 2] = Default::default();
     for round in 0..NESTED_WARMUP_ROUNDS + rounds {
         for (side, server, probe) in [
             (0usize, &mut *long_server, long_probe),
@@ -346,31 +327,30 @@ fn measure_reads(
                 json!({"name": "resume_session", "arguments": {"query": {"text": "unit done"}}}),
             ];
             for (k, call) in calls.into_iter().enumerate() {
-                let pid = server.pid();
-                let cpu_before = cpu_time(pid);
-                let t = Instant::now();
-                let response = server.call("tools/call", call);
-                let elapsed = t.elapsed();
-                let cpu_after = cpu_time(pid);
+                let (sample, response) = timed(server, |s| s.call("tools/call", call));
                 assert_eq!(response["result"]["isError"], false, "{response}");
-                if round < NESTED_WARMUP_ROUNDS {
-                    continue;
-                }
-                wall[side][k].push(elapsed);
-                match (cpu_before, cpu_after) {
-                    (Some(before), Some(after)) => cpu[side][k].push(after - before),
-                    _ => cpu_clock = false,
+                if round >= NESTED_WARMUP_ROUNDS {
+                    samples[side][k].push(sample);
                 }
             }
         }
     }
-    let [long_wall, short_wall] = wall;
-    let [long_cpu, short_cpu] = cpu;
-    let reads = |wall, cpu| Reads {
-        wall: ReadCalls::of(wall),
-        cpu: cpu_clock.then(|| ReadCalls::of(cpu)),
+    let reads = |calls: &[Vec<Sample>; 4]| {
+        let p50 = calls.each_ref().map(|c| P50::of(c));
+        let pick = |of: fn(P50) -> Option<Duration>| {
+            Some(ReadCalls {
+                rehydrate: of(p50[0])?,
+                rewind: of(p50[1])?,
+                resend: of(p50[2])?,
+                resume: of(p50[3])?,
+            })
+        };
+        Reads {
+            wall: pick(|p| Some(p.wall)).unwrap(),
+            cpu: pick(|p| p.cpu),
+        }
     };
-    (reads(long_wall, long_cpu), reads(short_wall, short_cpu))
+    (reads(&samples[0]), reads(&samples[1]))
 }
 
 /// One call's wall-clock time and its server's CPU time over it (`None` where the system gives
