@@ -407,7 +407,7 @@ pub fn cross_check_production_projection(
                 .map(|o| (o.output_id.clone(), o.payload.clone()));
             // The projection holds where the current output is (D226): the log's event there
             // must be that output, of the kind the projection says.
-            let production = match view.current_outputs.get(&(node.clone(), channel)) {
+            let production = match view.current_output(node, channel) {
                 None => None,
                 Some(o) => match events.get(o.position).map(SessionEvent::data) {
                     Some(EventData::NodeOutputAppended(appended))
@@ -463,9 +463,9 @@ pub fn cross_check_production_projection(
         }
     }
     if let Some(stray) = view
-        .current_outputs
-        .keys()
-        .find(|(node, _)| !dag.nodes.contains_key(node))
+        .current_outputs()
+        .map(|(node, channel, _)| (node, channel))
+        .find(|(node, _)| !dag.nodes.contains_key(*node))
     {
         return Err(format!(
             "production's projection has a current output on {stray:?}, a node the model's projection of the run does not have"

@@ -99,13 +99,17 @@ fn preferred_tip(request: &Value) -> Result<Value, String> {
         .preferred_tip
         .as_ref()
         .ok_or_else(|| format!("run {run} has no preferred tip"))?;
-    // Leaves in NodeId order (the DAG's map order), each with the activity of its reachable
-    // history: itself and every ancestor.
-    let leaves: Vec<Value> = view
+    // Leaves in NodeId order (the vectors' order; the DAG holds them in creation order), each
+    // with the activity of its reachable history: itself and every ancestor.
+    let mut leaves: Vec<_> = view
         .dag
         .nodes
         .values()
         .filter(|n| n.children.is_empty())
+        .collect();
+    leaves.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    let leaves: Vec<Value> = leaves
+        .into_iter()
         .map(|leaf| {
             let last_activity = view
                 .upwards(&leaf.node_id)

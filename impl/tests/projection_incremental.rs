@@ -189,8 +189,7 @@ proptest! {
                 let naive_noted: Vec<NodeId> = naive
                     .into_iter()
                     .filter(|n| {
-                        view.current_outputs
-                            .get(&(n.clone(), OutputChannel::Recap))
+                        view.current_output(n, OutputChannel::Recap)
                             .is_some_and(|o| o.notes)
                     })
                     .collect();

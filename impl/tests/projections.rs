@@ -169,8 +169,7 @@ fn current_outputs_honour_node_and_channel_scoped_supersede() {
     let view = &projection.runs[&run()];
     let current = |n: u8, c: OutputChannel| {
         // The projection holds where the output is; the log holds the output (D226).
-        view.current_outputs
-            .get(&(node(n), c))
+        view.current_output(&node(n), c)
             .map(|o| match log.events[o.position].data() {
                 EventData::NodeOutputAppended(appended) => appended.output_id.clone(),
                 other => panic!("a current output points at {other:?}"),

@@ -169,8 +169,8 @@ fn the_projections_are_the_same_without_any_trace() {
         assert_eq!(view.preferred_tip, other.preferred_tip);
         // Current outputs point into their own log (D226): the outputs they point at are equal.
         assert_eq!(
-            current_outputs(&view.current_outputs, &events),
-            current_outputs(&other.current_outputs, &without)
+            current_outputs(view, &events),
+            current_outputs(other, &without)
         );
         assert_eq!(view.unresolved_gaps, other.unresolved_gaps);
         assert_eq!(view.capabilities, other.capabilities);
@@ -180,18 +180,11 @@ fn the_projections_are_the_same_without_any_trace() {
 
 /// Each current output with the event it points at in `log`.
 fn current_outputs(
-    outputs: &std::collections::BTreeMap<
-        (
-            workrail_spec::ids::NodeId,
-            workrail_spec::closed::OutputChannel,
-        ),
-        workrail::projections::CurrentOutput,
-    >,
+    view: &workrail::projections::RunView,
     log: &[SessionEvent],
 ) -> Vec<(String, bool, EventData)> {
-    outputs
-        .iter()
-        .map(|((node, channel), o)| {
+    view.current_outputs()
+        .map(|(node, channel, o)| {
             (
                 format!("{node} {channel:?}"),
                 o.notes,

@@ -33,6 +33,59 @@ pub struct NodeInfo {
     /// The preferences its parent had when this node was created (its parent's own, else what
     /// its parent inherited), so a node's preferences are found without walking its ancestry.
     pub inherited_preferences: Option<EffectivePreferences>,
+    /// Positions (in the projected log) of the `advance_recorded` events at this node, ascending
+    /// (see [`SessionProjection::advance_positions`]).
+    pub advances: Positions,
+    /// Its current output on each channel (see [`RunView::current_output`]).
+    pub outputs: NodeOutputs,
+}
+
+/// A node's current output on each channel, in 8 bytes each: the position of its
+/// `node_output_appended` in the log, shifted left by one, with the low bit set when it is
+/// notes, or `u64::MAX` for none (D230). A log position is far below 2^62: each event takes
+/// more than a byte of disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeOutputs {
+    recap: u64,
+    artifact: u64,
+}
+
+impl Default for NodeOutputs {
+    fn default() -> Self {
+        Self {
+            recap: u64::MAX,
+            artifact: u64::MAX,
+        }
+    }
+}
+
+impl NodeOutputs {
+    /// The current output on `channel`.
+    pub fn get(&self, channel: OutputChannel) -> Option<CurrentOutput> {
+        let packed = match channel {
+            OutputChannel::Recap => self.recap,
+            OutputChannel::Artifact => self.artifact,
+        };
+        (packed != u64::MAX).then_some(CurrentOutput {
+            position: (packed >> 1) as usize,
+            notes: packed & 1 == 1,
+        })
+    }
+
+    /// The current outputs, recap first.
+    pub fn iter(&self) -> impl Iterator<Item = (OutputChannel, CurrentOutput)> + '_ {
+        [OutputChannel::Recap, OutputChannel::Artifact]
+            .into_iter()
+            .filter_map(|channel| self.get(channel).map(|output| (channel, output)))
+    }
+
+    fn set(&mut self, channel: OutputChannel, output: CurrentOutput) {
+        let packed = ((output.position as u64) << 1) | u64::from(output.notes);
+        match channel {
+            OutputChannel::Recap => self.recap = packed,
+            OutputChannel::Artifact => self.artifact = packed,
+        }
+    }
 }
 
 /// A short list held without an allocation of its own while it has at most one item: a long
@@ -47,6 +100,17 @@ pub enum Few<T> {
 }
 
 impl<T> Few<T> {
+    fn push_front(&mut self, item: T) {
+        *self = match std::mem::take(self) {
+            Self::None => Self::One(item),
+            Self::One(first) => Self::Many(vec![item, first]),
+            Self::Many(mut all) => {
+                all.insert(0, item);
+                Self::Many(all)
+            }
+        };
+    }
+
     fn push(&mut self, item: T) {
         *self = match std::mem::take(self) {
             Self::None => Self::One(item),
@@ -96,12 +160,125 @@ pub struct DagEdge {
 pub struct RunDag {
     pub run_id: RunId,
     pub started: RunStarted,
-    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    pub nodes: NodeTable,
     pub edges: Vec<DagEdge>,
     pub root: Option<NodeId>,
-    /// The nodes by creation order ("slot"), so walks up a deep branch follow indexes instead
-    /// of looking every id up.
+    /// What walks up a deep branch need of each node, by slot (see [`NodeTable`]), so they
+    /// follow indexes instead of looking every id up.
     pub slots: SlotIndex,
+}
+
+/// A run's nodes in creation order: a node's "slot" is its place in that order, and its id
+/// finds its slot in one lookup. A parent's slot is lower than its children's. A slot costs
+/// its node alone (no tree of entries keyed by id, and the table grows by an eighth at a
+/// time), D230.
+///
+/// A log no WorkRail wrote may create one node id twice: both are kept, by slot, and the id
+/// names the later one, as a map replacing the earlier would.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeTable {
+    slot_of: HashMap<NodeId, u32>,
+    by_slot: Vec<NodeInfo>,
+}
+
+impl NodeTable {
+    /// The node named `id`.
+    pub fn get(&self, id: &NodeId) -> Option<&NodeInfo> {
+        self.slot_of
+            .get(id)
+            .map(|&slot| &self.by_slot[slot as usize])
+    }
+
+    pub fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeInfo> {
+        self.slot_of
+            .get(id)
+            .map(|&slot| &mut self.by_slot[slot as usize])
+    }
+
+    pub fn contains_key(&self, id: &NodeId) -> bool {
+        self.slot_of.contains_key(id)
+    }
+
+    /// How many node ids the run has.
+    pub fn len(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slot_of.is_empty()
+    }
+
+    /// The nodes in creation order (each id once: the later of a node created twice).
+    pub fn values(&self) -> impl Iterator<Item = &NodeInfo> + '_ {
+        let unique = self.is_unique();
+        self.by_slot
+            .iter()
+            .enumerate()
+            .filter(move |(slot, info)| {
+                unique || self.slot_of.get(&info.node_id) == Some(&(*slot as u32))
+            })
+            .map(|(_, info)| info)
+    }
+
+    /// The node ids in creation order.
+    pub fn keys(&self) -> impl Iterator<Item = &NodeId> + '_ {
+        self.values().map(|info| &info.node_id)
+    }
+
+    /// The slot of the node named `id`.
+    pub fn slot(&self, id: &NodeId) -> Option<u32> {
+        self.slot_of.get(id).copied()
+    }
+
+    /// The node in `slot`.
+    fn at(&self, slot: u32) -> &NodeInfo {
+        &self.by_slot[slot as usize]
+    }
+
+    /// Every slot holds a node of its own id (no node was created twice).
+    fn is_unique(&self) -> bool {
+        self.by_slot.len() == self.slot_of.len()
+    }
+
+    /// How many slots there are.
+    fn slots(&self) -> usize {
+        self.by_slot.len()
+    }
+
+    /// Adds `info` in the next slot; its id now names it. A node created again keeps the
+    /// advances recorded at its id before (a map keyed by id would have kept them).
+    fn push(&mut self, mut info: NodeInfo) -> u32 {
+        let slot = self.by_slot.len() as u32;
+        if let Some(earlier) = self.slot_of.insert(info.node_id.clone(), slot) {
+            let earlier = std::mem::take(&mut self.by_slot[earlier as usize].advances);
+            for &position in earlier.iter().rev() {
+                info.advances.push_front(position);
+            }
+        }
+        grow_by_an_eighth(&mut self.by_slot);
+        self.by_slot.push(info);
+        slot
+    }
+}
+
+impl std::ops::Index<&NodeId> for NodeTable {
+    type Output = NodeInfo;
+
+    fn index(&self, id: &NodeId) -> &NodeInfo {
+        match self.get(id) {
+            Some(info) => info,
+            None => panic!("{id} is not a node of the run"),
+        }
+    }
+}
+
+/// Makes room for one more item, growing by an eighth rather than doubling: a long run's
+/// tables are most of what a server holds for it, and doubling leaves up to half of each
+/// unused (as a loaded log grows, D164).
+fn grow_by_an_eighth<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 8).max(16));
+    }
 }
 
 /// One step of [`RunView::upwards`].
@@ -110,7 +287,7 @@ enum Step<'v> {
     Slot(u32),
 }
 
-/// Dense per-run node indexes: a node's slot is its creation order.
+/// Dense per-run node indexes by slot (see [`NodeTable`]).
 ///
 /// Beside each slot's parent it keeps what a walk from that slot up to the root would find:
 /// the root-most slot, how many nodes on the way have recap notes, and the nearest one of
@@ -119,16 +296,11 @@ enum Step<'v> {
 /// refills them (usually only the newest few slots); a query on a stale slot walks instead.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SlotIndex {
-    slot_of: HashMap<NodeId, u32>,
-    ids: Vec<NodeId>,
     /// The parent's slot, when the parent is a node of the run.
     parents: Vec<Option<u32>>,
-    /// Whether the node's current recap output is notes.
+    /// Whether the node's current recap output is notes (its position is the node's,
+    /// `NodeInfo::outputs`).
     recap_notes: Vec<bool>,
-    /// Where that output's event is in the log when it is notes (as in
-    /// [`RunView::current_outputs`]), so a recap finds a noted slot's text without a map lookup
-    /// and reads it from the log (D226).
-    recap_position: Vec<Option<usize>>,
     /// The root-most slot above (or at) each slot.
     top: Vec<u32>,
     /// How many slots on the path root -> slot (inclusive) have recap notes.
@@ -170,7 +342,8 @@ impl Default for SlotEdges {
     }
 }
 
-/// The nodes with recap notes on a path, newest first (see [`SlotIndex::noted_upwards`]).
+/// The slots of the nodes with recap notes on a path, newest first (see
+/// [`SlotIndex::noted_upwards`]).
 #[derive(Debug)]
 pub struct NotedUpwards<'v> {
     slots: &'v SlotIndex,
@@ -183,53 +356,51 @@ pub struct NotedUpwards<'v> {
 }
 
 impl<'v> NotedUpwards<'v> {
-    fn next_slot(&mut self) -> Option<usize> {
-        let slot = self.unbounded_next_slot()?;
-        if self
-            .floor
-            .is_some_and(|floor| self.slots.depth[slot] <= floor)
-        {
-            self.next = None;
-            return None;
-        }
-        Some(slot)
-    }
-
-    fn unbounded_next_slot(&mut self) -> Option<usize> {
+    fn unbounded_next_slot(&mut self) -> Option<u32> {
         let slots = self.slots;
         if self.walking {
             while let Some(slot) = self.next {
                 self.next = slots.parents[slot as usize];
                 if slots.recap_notes[slot as usize] {
-                    return Some(slot as usize);
+                    return Some(slot);
                 }
             }
             return None;
         }
         let slot = self.next?;
         self.next = slots.parents[slot as usize].and_then(|p| slots.nearest_noted[p as usize]);
-        Some(slot as usize)
+        Some(slot)
     }
 
-    /// The same walk, yielding where each noted node's recap notes are in the log.
-    pub fn positions(mut self) -> impl Iterator<Item = usize> + 'v {
+    /// The same walk, yielding where each noted node's recap notes are in the log (`nodes` is
+    /// the run's table, whose nodes hold where their outputs are).
+    pub fn positions(mut self, nodes: &'v NodeTable) -> impl Iterator<Item = usize> + 'v {
         std::iter::from_fn(move || {
             loop {
-                let slot = self.next_slot()?;
-                if let Some(position) = self.slots.recap_position[slot] {
-                    return Some(position);
+                let slot = self.next()?;
+                if let Some(output) = nodes.at(slot).outputs.get(OutputChannel::Recap)
+                    && output.notes
+                {
+                    return Some(output.position);
                 }
             }
         })
     }
 }
 
-impl<'v> Iterator for NotedUpwards<'v> {
-    type Item = &'v NodeId;
+impl Iterator for NotedUpwards<'_> {
+    type Item = u32;
 
-    fn next(&mut self) -> Option<&'v NodeId> {
-        let slot = self.next_slot()?;
-        Some(&self.slots.ids[slot])
+    fn next(&mut self) -> Option<u32> {
+        let slot = self.unbounded_next_slot()?;
+        if self
+            .floor
+            .is_some_and(|floor| self.slots.depth[slot as usize] <= floor)
+        {
+            self.next = None;
+            return None;
+        }
+        Some(slot)
     }
 }
 
@@ -252,16 +423,18 @@ impl CurrentOutput {
 }
 
 impl SlotIndex {
-    fn push(&mut self, node: &NodeId, parent: Option<&NodeId>) {
-        let slot = self.ids.len() as u32;
-        let parent = parent.and_then(|p| self.slot_of.get(p).copied());
-        self.slot_of.insert(node.clone(), slot);
-        self.ids.push(node.clone());
+    /// Adds the next slot, under `parent`'s slot when its parent is a node of the run.
+    fn push(&mut self, parent: Option<u32>) -> u32 {
+        let slot = self.parents.len() as u32;
+        grow_by_an_eighth(&mut self.parents);
         self.parents.push(parent);
+        grow_by_an_eighth(&mut self.recap_notes);
         self.recap_notes.push(false);
-        self.recap_position.push(None);
+        grow_by_an_eighth(&mut self.top);
         self.top.push(slot);
+        grow_by_an_eighth(&mut self.noted_count);
         self.noted_count.push(0);
+        grow_by_an_eighth(&mut self.nearest_noted);
         self.nearest_noted.push(None);
         let (depth, jump) = match parent {
             Some(p) => {
@@ -276,10 +449,19 @@ impl SlotIndex {
             }
             None => (0, slot),
         };
+        grow_by_an_eighth(&mut self.depth);
         self.depth.push(depth);
+        grow_by_an_eighth(&mut self.jump);
         self.jump.push(jump);
+        grow_by_an_eighth(&mut self.edges_at);
         self.edges_at.push(SlotEdges::default());
         self.fill(slot);
+        slot
+    }
+
+    /// How many slots there are.
+    fn len(&self) -> usize {
+        self.parents.len()
     }
 
     /// The slot at `depth` on the path root -> `slot`, if `slot` is that deep.
@@ -295,37 +477,33 @@ impl SlotIndex {
         (self.depth[slot as usize] == depth).then_some(slot)
     }
 
-    /// Whether `ancestor` is `node` or lies on its path to the root (following slots), in
-    /// O(log depth) steps.
-    pub fn is_on_path(&self, ancestor: &NodeId, node: &NodeId) -> bool {
-        let (Some(&a), Some(&n)) = (self.slot_of.get(ancestor), self.slot_of.get(node)) else {
-            return false;
-        };
-        self.ancestor_at(n, self.depth[a as usize]) == Some(a)
+    /// Whether slot `ancestor` is slot `node` or lies on its path to the root, in O(log depth)
+    /// steps.
+    fn is_on_path(&self, ancestor: u32, node: u32) -> bool {
+        self.ancestor_at(node, self.depth[ancestor as usize]) == Some(ancestor)
     }
 
-    /// The nodes with recap notes strictly below `node` on the path root -> `tip`, newest first,
-    /// and how many there are; `None` when `node` is not on that path. Only the ones a caller
-    /// takes are visited, so a rewind far up a long branch costs what its recap shows.
-    pub fn noted_below(&self, node: &NodeId, tip: &NodeId) -> Option<(usize, NotedUpwards<'_>)> {
-        if !self.is_on_path(node, tip) {
+    /// The noted slots strictly below `above` on the path root -> `tip`, newest first, and how
+    /// many there are; `None` when `above` is not on that path. Only the ones a caller takes
+    /// are visited, so a rewind far up a long branch costs what its recap shows.
+    fn noted_below(&self, above: u32, tip: u32) -> Option<(usize, NotedUpwards<'_>)> {
+        if !self.is_on_path(above, tip) {
             return None;
         }
-        let (&above, &slot) = (self.slot_of.get(node)?, self.slot_of.get(tip)?);
         let floor = Some(self.depth[above as usize]);
-        if self.is_fresh(slot) {
+        if self.is_fresh(tip) {
             let walk = NotedUpwards {
                 slots: self,
-                next: self.nearest_noted[slot as usize],
+                next: self.nearest_noted[tip as usize],
                 walking: false,
                 floor,
             };
-            let count = self.noted_count[slot as usize] - self.noted_count[above as usize];
+            let count = self.noted_count[tip as usize] - self.noted_count[above as usize];
             return Some((count as usize, walk));
         }
         let walk = || NotedUpwards {
             slots: self,
-            next: Some(slot),
+            next: Some(tip),
             walking: true,
             floor,
         };
@@ -348,19 +526,9 @@ impl SlotIndex {
         self.nearest_noted[i] = if own { Some(slot) } else { nearest };
     }
 
-    /// Records `node`'s current recap output.
-    pub(crate) fn set_recap_output(&mut self, node: &NodeId, output: CurrentOutput) {
-        if let Some(&slot) = self.slot_of.get(node) {
-            self.recap_position[slot as usize] = output.notes.then_some(output.position);
-        }
-        self.set_recap_notes(node, output.notes);
-    }
-
-    /// Records whether `node`'s current recap output is notes.
-    pub(crate) fn set_recap_notes(&mut self, node: &NodeId, notes: bool) {
-        if let Some(&slot) = self.slot_of.get(node)
-            && self.recap_notes[slot as usize] != notes
-        {
+    /// Records whether the current recap output of the node in `slot` is notes.
+    fn set_recap_notes(&mut self, slot: u32, notes: bool) {
+        if self.recap_notes[slot as usize] != notes {
             self.recap_notes[slot as usize] = notes;
             self.stale_from = Some(self.stale_from.map_or(slot, |s| s.min(slot)));
         }
@@ -369,7 +537,7 @@ impl SlotIndex {
     /// Brings every slot's derived entries up to date (the slots from the first changed one on).
     pub(crate) fn settle(&mut self) {
         if let Some(from) = self.stale_from.take() {
-            for slot in from..self.ids.len() as u32 {
+            for slot in from..self.len() as u32 {
                 self.fill(slot);
             }
         }
@@ -379,10 +547,10 @@ impl SlotIndex {
         self.stale_from.is_none_or(|s| slot < s)
     }
 
-    /// How many nodes on the path root -> `node` have recap notes, and those nodes newest
-    /// first: jumping between noted nodes, so only the ones a caller takes are visited.
-    pub fn noted_upwards(&self, node: &NodeId) -> (usize, NotedUpwards<'_>) {
-        let Some(&slot) = self.slot_of.get(node) else {
+    /// How many slots on the path root -> `slot` are noted, and those slots newest first:
+    /// jumping between noted slots, so only the ones a caller takes are visited.
+    fn noted_upwards(&self, slot: Option<u32>) -> (usize, NotedUpwards<'_>) {
+        let Some(slot) = slot else {
             let none = NotedUpwards {
                 slots: self,
                 next: None,
@@ -409,16 +577,15 @@ impl SlotIndex {
         (walk().count(), walk())
     }
 
-    /// The root-most slot's node on the path root -> `node` (following slots).
-    fn top_of(&self, node: &NodeId) -> Option<&NodeId> {
-        let mut slot = *self.slot_of.get(node)?;
+    /// The root-most slot on the path root -> `slot` (following slots).
+    fn top_of(&self, mut slot: u32) -> u32 {
         if self.is_fresh(slot) {
-            return Some(&self.ids[self.top[slot as usize] as usize]);
+            return self.top[slot as usize];
         }
         while let Some(parent) = self.parents[slot as usize] {
             slot = parent;
         }
-        Some(&self.ids[slot as usize])
+        slot
     }
 }
 
@@ -434,10 +601,8 @@ impl RunDag {
         let start = self.nodes.get(root)?;
         // The scan reads slots, which name each node once; a log with a node created twice (one
         // no WorkRail wrote) is only walked.
-        let mut scan = match self.slots.slot_of.get(root) {
-            Some(&slot) if self.slots.ids.len() == self.nodes.len() => {
-                Some((slot as usize, self.slots.ids.len()))
-            }
+        let mut scan = match self.nodes.slot(root) {
+            Some(slot) if self.nodes.is_unique() => Some((slot, self.nodes.slots() as u32)),
             _ => None,
         };
         let mut newest = start;
@@ -454,9 +619,8 @@ impl RunDag {
                 && *next > *floor
             {
                 *next -= 1;
-                let id = &self.slots.ids[*next];
-                if self.slots.is_on_path(root, id) {
-                    return self.nodes.get(id);
+                if self.slots.is_on_path(*floor, *next) {
+                    return Some(self.nodes.at(*next));
                 }
             }
         }
@@ -466,11 +630,11 @@ impl RunDag {
     fn add_edge(&mut self, edge: &EdgeCreated, position: usize) {
         let slots = &mut self.slots;
         match (
-            slots.slot_of.get(&edge.from_node_id),
-            slots.slot_of.get(&edge.to_node_id),
+            self.nodes.slot(&edge.from_node_id),
+            self.nodes.slot(&edge.to_node_id),
             u32::try_from(position),
         ) {
-            (Some(&from), Some(&to), Ok(position)) if position != u32::MAX => {
+            (Some(from), Some(to), Ok(position)) if position != u32::MAX => {
                 let out = &mut slots.edges_at[from as usize];
                 let count = match edge.edge_kind {
                     EdgeKind::AckedStep => &mut out.step_out,
@@ -494,15 +658,38 @@ impl RunDag {
             to_node_id: self.own_id(&edge.to_node_id),
             cause: edge.cause.kind,
         };
+        grow_by_an_eighth(&mut self.edges);
         self.edges.push(edge);
+    }
+
+    /// Records an `advance_recorded` at `position` of the log at `node`; false when `node` is
+    /// not a node of the run.
+    fn record_advance(&mut self, node: &NodeId, position: usize) -> bool {
+        match self.nodes.get_mut(node) {
+            Some(info) => {
+                info.advances.push(position);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records the current output on `channel` of the node in `slot`.
+    fn set_output(&mut self, slot: u32, channel: OutputChannel, output: CurrentOutput) {
+        self.nodes.by_slot[slot as usize]
+            .outputs
+            .set(channel, output);
+        if channel == OutputChannel::Recap {
+            self.slots.set_recap_notes(slot, output.notes);
+        }
     }
 
     /// `id` as the run holds it when it is one of its nodes (the same shared text), else a copy:
     /// an id parsed from a later event is a text of its own, which the projection would keep
     /// once the log forgets the event (D225, D229).
     pub fn own_id(&self, id: &NodeId) -> NodeId {
-        match self.slots.slot_of.get(id) {
-            Some(&slot) => self.slots.ids[slot as usize].clone(),
+        match self.nodes.get(id) {
+            Some(info) => info.node_id.clone(),
             None => id.clone(),
         }
     }
@@ -517,7 +704,7 @@ impl RunDag {
                 .filter(|e| e.edge_kind == kind && &e.from_node_id == node)
                 .count();
         }
-        slots.slot_of.get(node).map_or(0, |&slot| {
+        self.nodes.slot(node).map_or(0, |slot| {
             let at = slots.edges_at[slot as usize];
             usize::from(match kind {
                 EdgeKind::AckedStep => at.step_out,
@@ -539,10 +726,9 @@ impl RunDag {
         if slots.edges_unindexed {
             return None;
         }
-        slots
-            .slot_of
-            .get(node)
-            .map(|&slot| slots.edges_at[slot as usize].first_in)
+        self.nodes
+            .slot(node)
+            .map(|slot| slots.edges_at[slot as usize].first_in)
             .filter(|&p| p != u32::MAX)
             .map(|p| p as usize)
     }
@@ -562,21 +748,24 @@ impl RunDag {
             inherited_preferences = parent.own_preferences.or(parent.inherited_preferences);
         }
         let parent = created.parent_node_id.as_ref().map(|p| self.own_id(p));
-        self.slots.push(&node_id, created.parent_node_id.as_ref());
-        self.nodes.insert(
-            node_id.clone(),
-            NodeInfo {
-                node_id,
-                kind: created.node_kind,
-                parent,
-                snapshot_ref: created.snapshot_ref.clone(),
-                created_index: index,
-                children: Few::None,
-                own_activity: index,
-                own_preferences: None,
-                inherited_preferences,
-            },
-        );
+        let parent_slot = created
+            .parent_node_id
+            .as_ref()
+            .and_then(|p| self.nodes.slot(p));
+        self.slots.push(parent_slot);
+        self.nodes.push(NodeInfo {
+            node_id,
+            kind: created.node_kind,
+            parent,
+            snapshot_ref: created.snapshot_ref.clone(),
+            created_index: index,
+            children: Few::None,
+            own_activity: index,
+            own_preferences: None,
+            inherited_preferences,
+            advances: Few::None,
+            outputs: NodeOutputs::default(),
+        });
     }
 }
 
@@ -595,8 +784,10 @@ pub struct RunView {
     pub preferred_tip: Option<NodeId>,
     /// Last-activity EventIndex of the preferred tip's reachable history.
     pub tip_last_activity: u64,
-    /// Current (non-superseded) output per node and channel.
-    pub current_outputs: BTreeMap<(NodeId, OutputChannel), CurrentOutput>,
+    /// Current (non-superseded) outputs on ids that are not nodes of the run (a log no
+    /// WorkRail wrote), per id and channel; a node's own are in its `NodeInfo::outputs`. See
+    /// [`RunView::current_output`].
+    pub stray_outputs: BTreeMap<(NodeId, OutputChannel), CurrentOutput>,
     /// Gaps of this run that no later gap resolves, with their node.
     pub unresolved_gaps: Vec<(NodeId, GapRecorded)>,
     /// Latest capability status per (node, capability).
@@ -608,10 +799,37 @@ pub struct RunView {
 }
 
 impl RunView {
+    /// The current (non-superseded) output of `node` on `channel`.
+    pub fn current_output(&self, node: &NodeId, channel: OutputChannel) -> Option<CurrentOutput> {
+        match self.dag.nodes.get(node) {
+            Some(info) => info.outputs.get(channel),
+            None if self.stray_outputs.is_empty() => None,
+            None => self.stray_outputs.get(&(node.clone(), channel)).copied(),
+        }
+    }
+
+    /// Every current output: the nodes' in creation order, then the strays'.
+    pub fn current_outputs(
+        &self,
+    ) -> impl Iterator<Item = (&NodeId, OutputChannel, CurrentOutput)> + '_ {
+        self.dag
+            .nodes
+            .values()
+            .flat_map(|info| {
+                info.outputs
+                    .iter()
+                    .map(move |(channel, output)| (&info.node_id, channel, output))
+            })
+            .chain(
+                self.stray_outputs
+                    .iter()
+                    .map(|((node, channel), output)| (node, *channel, *output)),
+            )
+    }
+
     /// Where the current recap notes of `node` are in the log, if it has any.
     pub fn recap_notes_position(&self, node: &NodeId) -> Option<usize> {
-        self.current_outputs
-            .get(&(node.clone(), OutputChannel::Recap))
+        self.current_output(node, OutputChannel::Recap)
             .filter(|o| o.notes)
             .map(|o| o.position)
     }
@@ -619,15 +837,15 @@ impl RunView {
     /// `node`, then its parent, and so on up to the root (no allocation of the whole chain, so
     /// a lookup that stops at the first hit does not pay for a deep branch).
     pub fn upwards<'v>(&'v self, node: &'v NodeId) -> impl Iterator<Item = &'v NodeId> + 'v {
-        let slots = &self.dag.slots;
+        let (nodes, slots) = (&self.dag.nodes, &self.dag.slots);
         let mut next = Some(Step::Id(node));
         std::iter::from_fn(move || {
             let id = match next.take()? {
                 Step::Id(id) => id,
-                Step::Slot(slot) => &slots.ids[slot as usize],
+                Step::Slot(slot) => &nodes.at(slot).node_id,
             };
-            next = match slots.slot_of.get(id) {
-                Some(&slot) => match slots.parents[slot as usize] {
+            next = match nodes.slot(id) {
+                Some(slot) => match slots.parents[slot as usize] {
                     Some(parent) => Some(Step::Slot(parent)),
                     // A parent that is not a node of the run (a log no WorkRail wrote) ends
                     // the walk after it is named.
@@ -650,11 +868,11 @@ impl RunView {
         &'v self,
         node: &'v NodeId,
     ) -> (usize, impl Iterator<Item = &'v NodeId> + 'v) {
-        let (count, noted) = self.dag.slots.noted_upwards(node);
+        let (count, noted) = self.dag.slots.noted_upwards(self.dag.nodes.slot(node));
         let dangling = self.dangling_noted_parent(node);
         (
             count + usize::from(dangling.is_some()),
-            noted.chain(dangling),
+            noted.map(|slot| self.id_at(slot)).chain(dangling),
         )
     }
 
@@ -664,19 +882,34 @@ impl RunView {
         &'v self,
         node: &'v NodeId,
     ) -> (usize, impl Iterator<Item = usize> + 'v) {
-        let (count, noted) = self.dag.slots.noted_upwards(node);
+        let (count, noted) = self.dag.slots.noted_upwards(self.dag.nodes.slot(node));
         let dangling = self.dangling_noted_parent(node);
         (
             count + usize::from(dangling.is_some()),
             noted
-                .positions()
+                .positions(&self.dag.nodes)
                 .chain(dangling.and_then(|p| self.recap_notes_position(p))),
         )
     }
 
     /// Whether `ancestor` is `node` or lies on its path to the root, in O(log depth) steps.
     pub fn is_on_path(&self, ancestor: &NodeId, node: &NodeId) -> bool {
-        self.dag.slots.is_on_path(ancestor, node)
+        match (self.dag.nodes.slot(ancestor), self.dag.nodes.slot(node)) {
+            (Some(ancestor), Some(node)) => self.dag.slots.is_on_path(ancestor, node),
+            _ => false,
+        }
+    }
+
+    /// The node id in `slot`.
+    fn id_at(&self, slot: u32) -> &NodeId {
+        &self.dag.nodes.at(slot).node_id
+    }
+
+    /// The noted slots on the preferred branch strictly below `node`, newest first, and how
+    /// many there are; `None` when the preferred tip is not below `node`.
+    fn noted_below_on_preferred_branch(&self, node: &NodeId) -> Option<(usize, NotedUpwards<'_>)> {
+        let tip = self.dag.nodes.slot(self.preferred_tip.as_ref()?)?;
+        self.dag.slots.noted_below(self.dag.nodes.slot(node)?, tip)
     }
 
     /// The nodes with recap notes on the preferred branch strictly below `node`, newest first,
@@ -685,12 +918,13 @@ impl RunView {
         &'v self,
         node: &'v NodeId,
     ) -> (usize, impl Iterator<Item = &'v NodeId> + 'v) {
-        match self
-            .preferred_tip
-            .as_ref()
-            .and_then(|tip| self.dag.slots.noted_below(node, tip))
-        {
-            Some((count, noted)) => (count, Some(noted).into_iter().flatten()),
+        match self.noted_below_on_preferred_branch(node) {
+            Some((count, noted)) => (
+                count,
+                Some(noted.map(|slot| self.id_at(slot)))
+                    .into_iter()
+                    .flatten(),
+            ),
             None => (0, None.into_iter().flatten()),
         }
     }
@@ -701,12 +935,11 @@ impl RunView {
         &'v self,
         node: &'v NodeId,
     ) -> (usize, impl Iterator<Item = usize> + 'v) {
-        match self
-            .preferred_tip
-            .as_ref()
-            .and_then(|tip| self.dag.slots.noted_below(node, tip))
-        {
-            Some((count, noted)) => (count, Some(noted.positions()).into_iter().flatten()),
+        match self.noted_below_on_preferred_branch(node) {
+            Some((count, noted)) => (
+                count,
+                Some(noted.positions(&self.dag.nodes)).into_iter().flatten(),
+            ),
             None => (0, None.into_iter().flatten()),
         }
     }
@@ -714,17 +947,13 @@ impl RunView {
     /// The walk over slots stops below a parent that is not a node of the run (a log no
     /// WorkRail wrote); the one-lookup-per-node walk names that parent too when it has notes.
     fn dangling_noted_parent<'v>(&'v self, node: &NodeId) -> Option<&'v NodeId> {
+        let top = self.dag.slots.top_of(self.dag.nodes.slot(node)?);
         self.dag
-            .slots
-            .top_of(node)
-            .and_then(|top| self.dag.nodes.get(top))
+            .nodes
+            .get(self.id_at(top))
             .and_then(|n| n.parent.as_ref())
-            .filter(|p| !self.dag.nodes.contains_key(*p))
-            .filter(|p| {
-                self.current_outputs
-                    .get(&((*p).clone(), OutputChannel::Recap))
-                    .is_some_and(|o| o.notes)
-            })
+            .filter(|p| !self.dag.nodes.contains_key(p))
+            .filter(|p| self.recap_notes_position(p).is_some())
     }
 
     /// Nodes on the path root -> `node`.
@@ -832,11 +1061,38 @@ pub struct SessionProjection {
     /// Where events were inconsistent with the DAG (e.g. a supersede across nodes): reported,
     /// never fatal for a read model.
     pub anomalies: Vec<String>,
-    /// Positions (in the projected log) of the `advance_recorded` events of each node, ascending.
-    pub advance_events: HashMap<NodeId, Positions>,
+    /// Positions (in the projected log) of the `advance_recorded` events whose node was not a
+    /// node of their run when they were recorded (a log no WorkRail wrote), ascending; the
+    /// others are their node's (`NodeInfo::advances`).
+    pub stray_advances: HashMap<NodeId, Positions>,
     /// The latest recorded value of each workspace observation (git HEAD, branch), so nothing
     /// reads the whole log for them (D225).
     pub observations: BTreeMap<ObservationKey, String>,
+}
+
+impl SessionProjection {
+    /// Positions (in the projected log) of the `advance_recorded` events at `node`, ascending.
+    pub fn advance_positions(&self, node: &NodeId) -> std::borrow::Cow<'_, [usize]> {
+        let mut lists = self
+            .runs
+            .values()
+            .filter_map(|view| view.dag.nodes.get(node))
+            .map(|info| info.advances.as_slice())
+            .chain(self.stray_advances.get(node).map(Few::as_slice))
+            .filter(|list| !list.is_empty());
+        let Some(first) = lists.next() else {
+            return std::borrow::Cow::Borrowed(&[]);
+        };
+        match lists.next() {
+            None => std::borrow::Cow::Borrowed(first),
+            Some(second) => {
+                let mut all: Vec<usize> = first.iter().chain(second).copied().collect();
+                all.extend(lists.flatten());
+                all.sort_unstable();
+                std::borrow::Cow::Owned(all)
+            }
+        }
+    }
 }
 
 /// Effective preferences at `node` (locks §4): node-attached, else the session baseline, else
@@ -936,7 +1192,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
     let mut strong: HashMap<RunId, BTreeMap<(NodeId, Capability), CapabilityObserved>> =
         HashMap::new();
     let mut context_sets: HashMap<RunId, Vec<usize>> = HashMap::new();
-    let mut advance_events: HashMap<NodeId, Positions> = HashMap::new();
+    let mut stray_advances: HashMap<NodeId, Positions> = HashMap::new();
     // Pass 1: index every event by run and node.
     for (position, event) in events.iter().enumerate() {
         let index = event.event_index().get();
@@ -952,11 +1208,12 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     .push(position);
             }
             EventData::AdvanceRecorded(_) => {
-                if let Some(node) = &node_id {
-                    let node = runs
-                        .get(&run_id)
-                        .map_or_else(|| node.clone(), |dag| dag.own_id(node));
-                    record_advance(&mut advance_events, node, position);
+                if let Some(node) = &node_id
+                    && !runs
+                        .get_mut(&run_id)
+                        .is_some_and(|dag| dag.record_advance(node, position))
+                {
+                    record_stray_advance(&mut stray_advances, node.clone(), position);
                 }
             }
             _ => {}
@@ -968,7 +1225,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                     RunDag {
                         run_id,
                         started: RunStarted::clone(started),
-                        nodes: BTreeMap::new(),
+                        nodes: NodeTable::default(),
                         edges: Vec::new(),
                         root: None,
                         slots: SlotIndex::default(),
@@ -1038,9 +1295,13 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
         let (preferred_tip, tip_last_activity) = preferred_tip(&dag);
         let current_outputs =
             current_outputs(outputs.remove(&run_id).unwrap_or_default(), &mut anomalies);
-        for ((node, channel), output) in &current_outputs {
-            if *channel == OutputChannel::Recap {
-                dag.slots.set_recap_output(node, *output);
+        let mut stray_outputs = BTreeMap::new();
+        for ((node, channel), output) in current_outputs {
+            match dag.nodes.slot(&node) {
+                Some(slot) => dag.set_output(slot, channel, output),
+                None => {
+                    stray_outputs.insert((node, channel), output);
+                }
             }
         }
         dag.slots.settle();
@@ -1051,7 +1312,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                 dag,
                 preferred_tip,
                 tip_last_activity,
-                current_outputs,
+                stray_outputs,
                 unresolved_gaps,
                 capabilities: capabilities.remove(&run_id).unwrap_or_default(),
                 strong_capabilities: strong.remove(&run_id).unwrap_or_default(),
@@ -1062,14 +1323,14 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
     SessionProjection {
         runs: views,
         anomalies,
-        advance_events,
+        stray_advances,
         observations: super::resume::latest_observations(events),
     }
 }
 
-/// Adds an `advance_recorded` at `position` to `node`'s.
-fn record_advance(advance_events: &mut HashMap<NodeId, Positions>, node: NodeId, position: usize) {
-    match advance_events.entry(node) {
+/// Adds an `advance_recorded` at `position` to the strays of `node`.
+fn record_stray_advance(strays: &mut HashMap<NodeId, Positions>, node: NodeId, position: usize) {
+    match strays.entry(node) {
         std::collections::hash_map::Entry::Occupied(mut at) => at.get_mut().push(position),
         std::collections::hash_map::Entry::Vacant(at) => {
             at.insert(Few::One(position));
@@ -1088,10 +1349,28 @@ pub struct Unsupported;
 struct RunAux {
     /// The node the run's latest activity touched since the preferred tip was last settled.
     latest_active: Option<NodeId>,
-    /// Every output's node and channel.
-    outputs: HashMap<OutputId, (NodeId, OutputChannel)>,
+    /// Every output's node (by slot) and channel, by the first 128 bits of its id's SHA-256
+    /// (`output_key`, D230): the ids' text would be most of what a long run's projector holds.
+    /// Two ids with the same key are as unlikely as a SHA-256 collision, on which the store's
+    /// content addressing already relies; here one could only send a log to the two-pass
+    /// projection (exact) or take a supersede of another output of the same node and channel
+    /// as valid where the two passes would report an anomaly.
+    outputs: HashMap<[u64; 2], (u32, OutputChannel)>,
     /// Gap ids some gap resolves.
     resolved: HashSet<GapId>,
+}
+
+/// The first 128 bits of an output id's SHA-256 (see `RunAux::outputs`): deterministic, as a
+/// projection is, and collision-resistant even for a log someone crafted.
+fn output_key(id: &OutputId) -> [u64; 2] {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(id.as_str().as_bytes());
+    let half = |at: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&digest[at..at + 8]);
+        u64::from_le_bytes(bytes)
+    };
+    [half(0), half(8)]
 }
 
 /// A session projection extended event by event as the log grows, so a call on a long session
@@ -1196,14 +1475,14 @@ fn apply(
                 dag: RunDag {
                     run_id: run_id.clone(),
                     started: RunStarted::clone(started),
-                    nodes: BTreeMap::new(),
+                    nodes: NodeTable::default(),
                     edges: Vec::new(),
                     root: None,
                     slots: SlotIndex::default(),
                 },
                 preferred_tip: None,
                 tip_last_activity: 0,
-                current_outputs: BTreeMap::new(),
+                stray_outputs: BTreeMap::new(),
                 unresolved_gaps: Vec::new(),
                 capabilities: BTreeMap::new(),
                 strong_capabilities: BTreeMap::new(),
@@ -1228,9 +1507,10 @@ fn apply(
     match event.data() {
         EventData::ContextSet(_) => view.context_sets.push(position),
         EventData::AdvanceRecorded(_) => {
-            if let Some(node) = node_id {
-                let node = view.dag.own_id(node);
-                record_advance(&mut projection.advance_events, node, position);
+            if let Some(node) = node_id
+                && !view.dag.record_advance(node, position)
+            {
+                record_stray_advance(&mut projection.stray_advances, node.clone(), position);
             }
         }
         _ => {}
@@ -1271,32 +1551,37 @@ fn apply(
     }
     match event.data() {
         EventData::NodeOutputAppended(o) => {
-            if run_aux.outputs.contains_key(&o.output_id) {
+            // An output on an id that is not (yet) a node of the run is left to the two passes.
+            let Some(slot) = view.dag.nodes.slot(node_id) else {
+                return Err(Unsupported);
+            };
+            let id = output_key(&o.output_id);
+            if run_aux.outputs.contains_key(&id) {
                 return Err(Unsupported);
             }
             if let Some(target) = &o.supersedes_output_id {
-                match run_aux.outputs.get(target) {
-                    Some((n, c)) if n == node_id && *c == o.output_channel => {}
+                match run_aux.outputs.get(&output_key(target)) {
+                    Some(&(s, c)) if s == slot && c == o.output_channel => {}
                     _ => return Err(Unsupported),
                 }
             }
-            run_aux
-                .outputs
-                .insert(o.output_id.clone(), (node_id.clone(), o.output_channel));
+            run_aux.outputs.insert(id, (slot, o.output_channel));
             // The latest output of a node and channel is its current one: an earlier one is
             // either superseded by it or older. Only where it is is kept (D226).
             let output = CurrentOutput::of(position, o);
-            let key = (node_id.clone(), o.output_channel);
             // TEST-ONLY planted bug: the first output of a channel stays current.
             if planted(PlantedProjectionBug::FirstOutputWins)
-                && view.current_outputs.contains_key(&key)
+                && view
+                    .dag
+                    .nodes
+                    .at(slot)
+                    .outputs
+                    .get(o.output_channel)
+                    .is_some()
             {
                 return Ok(());
             }
-            if o.output_channel == OutputChannel::Recap {
-                view.dag.slots.set_recap_output(node_id, output);
-            }
-            view.current_outputs.insert(key, output);
+            view.dag.set_output(slot, o.output_channel, output);
         }
         EventData::GapRecorded(g) => {
             if let GapResolution::Resolves { resolves_gap_id } = &g.resolution {
@@ -1423,8 +1708,8 @@ fn unresolved(gaps: Vec<(NodeId, GapRecorded)>) -> Vec<(NodeId, GapRecorded)> {
 mod tests {
     use super::*;
 
-    fn id(n: usize) -> NodeId {
-        NodeId::parse(&format!("node_{n:016}")).unwrap_or_else(|e| panic!("{e}"))
+    fn slot(n: usize) -> u32 {
+        u32::try_from(n).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The path queries a rewind's recap asks (is a node on the path to the tip; which noted
@@ -1454,7 +1739,7 @@ mod tests {
                 .collect();
             let mut slots = SlotIndex::default();
             for (n, parent) in parents.iter().enumerate() {
-                slots.push(&id(n), parent.map(id).as_ref());
+                assert_eq!(slots.push(parent.map(slot)), slot(n));
             }
             let path = |n: usize| -> Vec<usize> {
                 let mut out = vec![n];
@@ -1465,7 +1750,7 @@ mod tests {
             };
             for n in 0..len {
                 if next(3) == 0 {
-                    slots.set_recap_notes(&id(n), true);
+                    slots.set_recap_notes(slot(n), true);
                 }
             }
             for settled in [false, true] {
@@ -1475,18 +1760,18 @@ mod tests {
                 for _ in 0..200 {
                     let (a, b) = (next(len), next(len));
                     let on_path = path(b).contains(&a);
-                    assert_eq!(slots.is_on_path(&id(a), &id(b)), on_path, "{a} above {b}");
-                    let naive: Option<Vec<NodeId>> = on_path.then(|| {
+                    assert_eq!(slots.is_on_path(slot(a), slot(b)), on_path, "{a} above {b}");
+                    let naive: Option<Vec<u32>> = on_path.then(|| {
                         path(b)
                             .into_iter()
                             .take_while(|&n| n != a)
                             .filter(|&n| slots.recap_notes[n])
-                            .map(id)
+                            .map(slot)
                             .collect()
                     });
                     let fast = slots
-                        .noted_below(&id(a), &id(b))
-                        .map(|(count, walk)| (count, walk.cloned().collect::<Vec<_>>()));
+                        .noted_below(slot(a), slot(b))
+                        .map(|(count, walk)| (count, walk.collect::<Vec<_>>()));
                     assert_eq!(
                         fast,
                         naive.map(|v| (v.len(), v)),
@@ -1514,14 +1799,14 @@ mod tests {
         ];
         let mut slots = SlotIndex::default();
         for (n, parent) in parents.iter().enumerate() {
-            slots.push(&id(n), parent.map(id).as_ref());
+            assert_eq!(slots.push(parent.map(slot)), slot(n));
         }
-        let naive = |slots: &SlotIndex, n: usize| -> Vec<NodeId> {
+        let naive = |slots: &SlotIndex, n: usize| -> Vec<u32> {
             let mut out = Vec::new();
             let mut at = Some(n);
             while let Some(i) = at {
                 if slots.recap_notes[i] {
-                    out.push(id(i));
+                    out.push(slot(i));
                 }
                 at = parents[i];
             }
@@ -1537,21 +1822,21 @@ mod tests {
             (3, false),
         ];
         for (node, flag) in changes {
-            slots.set_recap_notes(&id(node), flag);
+            slots.set_recap_notes(slot(node), flag);
             for n in 0..parents.len() {
-                let (count, stale) = slots.noted_upwards(&id(n));
-                let stale: Vec<NodeId> = stale.cloned().collect();
+                let (count, stale) = slots.noted_upwards(Some(slot(n)));
+                let stale: Vec<u32> = stale.collect();
                 assert_eq!((count, &stale), (naive(&slots, n).len(), &naive(&slots, n)));
             }
             slots.settle();
             for n in 0..parents.len() {
-                let (count, settled) = slots.noted_upwards(&id(n));
-                let settled: Vec<NodeId> = settled.cloned().collect();
+                let (count, settled) = slots.noted_upwards(Some(slot(n)));
+                let settled: Vec<u32> = settled.collect();
                 assert_eq!(
                     (count, &settled),
                     (naive(&slots, n).len(), &naive(&slots, n))
                 );
-                assert_eq!(slots.top_of(&id(n)), Some(&id(0)));
+                assert_eq!(slots.top_of(slot(n)), 0);
             }
         }
     }

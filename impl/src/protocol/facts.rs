@@ -23,9 +23,10 @@ use crate::store::{Events, StoreError};
 const MEMO_SESSIONS: usize = 64;
 
 /// What a projection holds in memory per projected event, at most (D205): run DAG nodes and
-/// edges, current outputs, positions. Measured at about 170 bytes per event on nested loops
-/// (`impl/tests/projection_memory.rs` holds the estimate to at least what is held).
-pub const PROJECTED_BYTES_PER_EVENT: usize = 200;
+/// edges, current outputs, positions. Measured on nested loops at about 170 bytes per event
+/// before D230 and 65 to 80 since (`impl/tests/projection_memory.rs` holds the estimate to at
+/// least what is held and at most three times it).
+pub const PROJECTED_BYTES_PER_EVENT: usize = 120;
 
 /// The estimated bytes of a projection of `applied` events.
 pub fn projection_bytes(applied: usize) -> usize {
@@ -309,12 +310,9 @@ impl<'a> Facts<'a> {
         &self,
         node: &NodeId,
     ) -> Result<Vec<(usize, AdvanceRecorded)>, StoreError> {
-        let Some(positions) = self.projection.advance_events.get(node) else {
-            return Ok(Vec::new());
-        };
-        let positions = positions.as_slice();
+        let positions = self.projection.advance_positions(node);
         let mut records = Vec::with_capacity(positions.len());
-        for &i in positions {
+        for &i in positions.iter() {
             let Some(event) = self.events.get(i)? else {
                 continue;
             };
@@ -331,15 +329,10 @@ impl<'a> Facts<'a> {
     /// How many ack attempts are recorded at `node` (from the projection alone).
     pub fn advance_count(&self, node: &NodeId) -> usize {
         self.projection
-            .advance_events
-            .get(node)
-            .map_or(0, |positions| {
-                positions
-                    .as_slice()
-                    .iter()
-                    .filter(|&&i| i < self.events.len())
-                    .count()
-            })
+            .advance_positions(node)
+            .iter()
+            .filter(|&&i| i < self.events.len())
+            .count()
     }
 
     /// The record of `attempt` at `node`, with its index in the log.

@@ -56,7 +56,7 @@ pub(super) fn branch_context(
         let Some(step) = view
             .dag
             .nodes
-            .get(*entry)
+            .get(entry)
             .and_then(|n| n.parent.as_ref())
             .and_then(|parent| view.dag.nodes.get(parent))
             .and_then(|parent| wr.store.snapshot(&parent.snapshot_ref).ok())
