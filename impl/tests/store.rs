@@ -1180,8 +1180,8 @@ fn a_stored_pin_record_missing_a_required_field_makes_the_session_unhealthy() {
         assert_eq!(whole.health, SessionHealth::Healthy);
         let last = whole.manifest.len() - 1;
         assert!(matches!(
-            whole.manifest[last],
-            ManifestRecord::SnapshotPinned(_)
+            whole.manifest.get(last),
+            Some(ManifestRecord::SnapshotPinned(_))
         ));
         fx.fs.corrupt(&manifest, |bytes| {
             let text = String::from_utf8(bytes.clone()).unwrap();

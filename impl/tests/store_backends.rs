@@ -1434,8 +1434,8 @@ fn postgres_and_files_commit_the_same_bytes() {
         canonical_events(&loads[1].events().all().unwrap())
     );
     assert_eq!(
-        canonical_manifest(&loads[0].manifest),
-        canonical_manifest(&loads[1].manifest)
+        canonical_manifest(&loads[0].manifest.iter().collect::<Vec<_>>()),
+        canonical_manifest(&loads[1].manifest.iter().collect::<Vec<_>>())
     );
     assert_eq!(loads[0].health, loads[1].health);
     let stored = pg

@@ -8,7 +8,6 @@ use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::{BundleId, SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
-use workrail_spec::manifest::ManifestRecord;
 
 use super::{BundleWarning, BundleWarningCode, Progress, rfc3339_utc};
 use crate::protocol::{Workrail, invariant};
@@ -134,11 +133,7 @@ pub fn export_bundle(
     // What the bundle must carry: every pinned snapshot (and every node's, the same set in a
     // validated session), every run's pinned workflow, every referenced artifact.
     let mut snapshot_refs: BTreeSet<SnapshotRef> = BTreeSet::new();
-    for record in &loaded.manifest {
-        if let ManifestRecord::SnapshotPinned(pin) = record {
-            snapshot_refs.insert(pin.snapshot_ref.clone());
-        }
-    }
+    snapshot_refs.extend(loaded.manifest.pinned().cloned());
     let mut hashes: BTreeSet<WorkflowHash> = BTreeSet::new();
     let mut artifact_digests: BTreeSet<Sha256Digest> = BTreeSet::new();
     // Earlier events a long session no longer holds parsed are read a few plans at a time.
@@ -215,12 +210,12 @@ pub fn export_bundle(
     parts.store.forget_cached(&session);
     let (events, manifest) = match std::sync::Arc::try_unwrap(loaded) {
         Ok(owned) => {
-            let manifest = owned.manifest.clone();
+            let manifest = owned.manifest.iter().collect::<Vec<_>>();
             (owned.into_events(), manifest)
         }
         Err(shared) => (
             shared.events().all().map(std::borrow::Cow::into_owned),
-            shared.manifest.clone(),
+            shared.manifest.iter().collect::<Vec<_>>(),
         ),
     };
     let events =

@@ -197,7 +197,7 @@ pub fn timeline(
     modified: &dyn Fn(&Path) -> Option<SystemTime>,
 ) -> (Vec<TimelineRow>, bool) {
     let mut segments: Vec<(u64, u64, Option<String>)> = Vec::new();
-    for record in &loaded.manifest {
+    for record in loaded.manifest.iter() {
         if let ManifestRecord::SegmentClosed(s) = record {
             let path = crate::store::layout::segment_path(
                 &loaded.session_id,

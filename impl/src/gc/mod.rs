@@ -43,7 +43,6 @@ use workrail_spec::closed::SessionHealthKind;
 use workrail_spec::error::{ErrorCode, ErrorEnvelope, Retry};
 use workrail_spec::event::{EventData, OutputPayload};
 use workrail_spec::ids::{SessionId, Sha256Digest, SnapshotRef, WorkflowHash};
-use workrail_spec::manifest::ManifestRecord;
 
 mod files;
 mod os;
@@ -284,11 +283,7 @@ impl Roots {
     /// `Err` when earlier events cannot be read again now: the roots are then incomplete, and
     /// nothing may be swept (D225).
     fn add(&mut self, loaded: &LoadedSession) -> Result<(), crate::store::StoreError> {
-        for record in &loaded.manifest {
-            if let ManifestRecord::SnapshotPinned(pin) = record {
-                self.snapshots.insert(pin.snapshot_ref.clone());
-            }
-        }
+        self.snapshots.extend(loaded.manifest.pinned().cloned());
         for chunk in loaded.events().chunks(0) {
             let (_, events) = chunk?;
             for event in events.iter() {

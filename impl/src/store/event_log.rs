@@ -19,13 +19,14 @@ use std::sync::{Arc, Mutex};
 use workrail_spec::event::{EventData, IdPool, OutputPayload, SessionEvent};
 use workrail_spec::ids::{SessionId, Sha256Digest};
 use workrail_spec::jcs::sha256;
-use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
+use workrail_spec::manifest::SegmentClosed;
 
 use super::error::StoreError;
 use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
 use super::load::LoadedSession;
+use super::manifest_log::ManifestLog;
 
 /// How many of a session's newest events a loaded session keeps parsed, at least, by default:
 /// about 180 advances of a loop, far more than any call but a replay or a first projection reads.
@@ -256,38 +257,6 @@ impl EventLog {
     }
 }
 
-/// The `segment_closed` record attesting the event at `position`: a binary search over the
-/// manifest's records (segments are committed in ascending, contiguous order); from a pin it
-/// steps back to the segment the pin follows (D217).
-pub(crate) fn segment_of(manifest: &[ManifestRecord], position: usize) -> Option<&SegmentClosed> {
-    let segment_at = |i: usize| {
-        manifest[..=i]
-            .iter()
-            .enumerate()
-            .rev()
-            .find_map(|(at, record)| match record {
-                ManifestRecord::SegmentClosed(s) => Some((at, s)),
-                _ => None,
-            })
-    };
-    let (mut low, mut high) = (0, manifest.len());
-    while low < high {
-        let middle = low + (high - low) / 2;
-        let Some((at, segment)) = segment_at(middle) else {
-            low = middle + 1;
-            continue;
-        };
-        if position < segment.first_event_index.get() as usize {
-            high = at;
-        } else if position > segment.last_event_index.get() as usize {
-            low = middle + 1;
-        } else {
-            return Some(segment);
-        }
-    }
-    None
-}
-
 /// Parses an attested segment's bytes: their size and sha256 must be the attested ones, and
 /// their lines the events `[first, last]` of `session`, in order. Repeated ids share one text
 /// through `ids`. A failure is the corruption reason and what was found.
@@ -365,23 +334,24 @@ fn prefetch(
     residency: &Residency,
     source: &dyn SegmentSource,
     session: &SessionId,
-    manifest: &[ManifestRecord],
+    manifest: &ManifestLog,
     range: &Range<usize>,
 ) -> Result<HashMap<u64, Option<Vec<u8>>>, StoreError> {
-    let mut wanted: Vec<&SegmentClosed> = Vec::new();
+    let mut wanted: Vec<SegmentClosed> = Vec::new();
     let mut at = range.start;
     while at < range.end {
-        let Some(segment) = segment_of(manifest, at) else {
+        let Some(segment) = manifest.segment_of(at) else {
             break;
         };
-        if residency.recent.get(session, segment).is_none() {
+        at = segment.last_event_index.get() as usize + 1;
+        if residency.recent.get(session, &segment).is_none() {
             wanted.push(segment);
         }
-        at = segment.last_event_index.get() as usize + 1;
     }
     if wanted.len() < 2 {
         return Ok(HashMap::new());
     }
+    let wanted: Vec<&SegmentClosed> = wanted.iter().collect();
     let read = source.read_many(session, &wanted)?;
     Ok(wanted
         .iter()
@@ -394,7 +364,7 @@ fn prefetch(
 pub(crate) fn reread(
     residency: &Residency,
     session: &SessionId,
-    manifest: &[ManifestRecord],
+    manifest: &ManifestLog,
     range: Range<usize>,
 ) -> Result<Vec<SessionEvent>, StoreError> {
     let Some(source) = residency.source.as_deref() else {
@@ -409,7 +379,7 @@ pub(crate) fn reread(
     let mut prefetched = prefetch(residency, source, session, manifest, &range)?;
     let mut at = range.start;
     while at < range.end {
-        let Some(segment) = segment_of(manifest, at) else {
+        let Some(segment) = manifest.segment_of(at) else {
             return Err(StoreError::Internal {
                 detail: format!("no committed segment of session {session} holds eventIndex {at}"),
             });
@@ -423,7 +393,7 @@ pub(crate) fn reread(
             }),
         };
         let skip = at - segment.first_event_index.get() as usize;
-        if let Some(plan) = residency.recent.get(session, segment) {
+        if let Some(plan) = residency.recent.get(session, &segment) {
             let take = (range.end - at).min(plan.len().saturating_sub(skip));
             if take > 0 {
                 events.extend_from_slice(&plan[skip..skip + take]);
@@ -433,7 +403,7 @@ pub(crate) fn reread(
         }
         let bytes = match prefetched.remove(&segment.first_event_index.get()) {
             Some(bytes) => bytes,
-            None => source.read(session, segment)?,
+            None => source.read(session, &segment)?,
         };
         let Some(bytes) = bytes else {
             // Gone with its manifest: the session was deleted while this view of it was held.
@@ -447,10 +417,10 @@ pub(crate) fn reread(
                 format!("{} is attested but missing", segment.segment_rel_path),
             ));
         };
-        let parsed: Arc<[SessionEvent]> = parse_segment(session, segment, &bytes, &mut ids)
+        let parsed: Arc<[SessionEvent]> = parse_segment(session, &segment, &bytes, &mut ids)
             .map_err(|(reason, detail)| lost(reason, detail))?
             .into();
-        residency.recent.put(session, segment, Arc::clone(&parsed));
+        residency.recent.put(session, &segment, Arc::clone(&parsed));
         let take = (range.end - at).min(parsed.len().saturating_sub(skip));
         if take == 0 {
             return Err(StoreError::Internal {

@@ -22,10 +22,11 @@ use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
 
 use super::cas::{ObjectCheck, ObjectState};
 use super::error::StoreError;
-use super::event_log::{EventLog, Events, Residency, parse_segment, reread, segment_of};
+use super::event_log::{EventLog, Events, Residency, parse_segment, reread};
 use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
+use super::manifest_log::ManifestLog;
 
 /// A session as load found it: the validated prefix and the health verdict.
 #[derive(Debug, Clone)]
@@ -36,8 +37,8 @@ pub struct LoadedSession {
     pub(crate) log: EventLog,
     /// How many events stay parsed, and where the others are read again.
     pub(crate) residency: Residency,
-    /// Committed manifest records, ascending and contiguous from 0.
-    pub manifest: Vec<ManifestRecord>,
+    /// Committed manifest records, ascending and contiguous from 0 (held compactly, D231).
+    pub manifest: ManifestLog,
     pub health: SessionHealth,
     /// Every committed dedupeKey and the index of its event.
     pub(crate) dedupe: DedupeIndex,
@@ -139,17 +140,10 @@ impl LoadedSession {
     /// it, since ids repeat and are shared), plus the dedupe index.
     pub fn estimated_bytes(&self) -> usize {
         let first = self.log.first_resident() as u64;
-        let segments: u64 = self
-            .manifest
-            .iter()
-            .map(|r| match r {
-                ManifestRecord::SegmentClosed(c) if c.last_event_index.get() >= first => c.bytes,
-                _ => 0,
-            })
-            .sum();
+        let segments = self.manifest.segment_bytes_from(first);
         let text = segments.saturating_add(self.manifest_file_bytes) as usize;
         let vectors = self.log.resident_capacity() * std::mem::size_of::<SessionEvent>()
-            + self.manifest.capacity() * std::mem::size_of::<ManifestRecord>();
+            + self.manifest.heap_bytes();
         text.saturating_add(vectors)
             .saturating_add(self.dedupe.heap_bytes())
             .saturating_add(512)
@@ -222,7 +216,6 @@ impl LoadedSession {
     /// Appends committed manifest records, then forgets the oldest parsed events when more
     /// than the residency allows are held (they are committed now, so they can be read again).
     pub(crate) fn commit_records(&mut self, records: Vec<ManifestRecord>) {
-        reserve_bounded(&mut self.manifest, records.len());
         self.manifest.extend(records);
         let upto = self.log.len();
         forget_oldest(&mut self.log, &self.manifest, &self.residency, upto);
@@ -230,10 +223,10 @@ impl LoadedSession {
 
     pub(crate) fn empty(session_id: SessionId, residency: Residency) -> Self {
         Self {
+            manifest: ManifestLog::new(session_id.clone()),
             session_id,
             log: EventLog::default(),
             residency,
-            manifest: Vec::new(),
             health: SessionHealth::Healthy,
             dedupe: DedupeIndex::default(),
             pinned: HashSet::new(),
@@ -250,7 +243,9 @@ impl LoadedSession {
     /// The position of the first event of the plan (one plan is one segment) that holds the
     /// event at `position`; 0 when no segment names it (D217).
     pub fn plan_start(&self, position: usize) -> usize {
-        segment_of(&self.manifest, position).map_or(0, |s| s.first_event_index.get() as usize)
+        self.manifest
+            .segment_of(position)
+            .map_or(0, |s| s.first_event_index.get() as usize)
     }
 
     /// The committed event carrying `key`, if any.
@@ -279,17 +274,12 @@ impl LoadedSession {
 /// Forgets the oldest parsed events of `log` when it holds more than `residency` allows: it
 /// keeps at least `residency.resident` events before `upto` (a transaction boundary; nothing
 /// past it is forgotten), from the start of a plan.
-fn forget_oldest(
-    log: &mut EventLog,
-    manifest: &[ManifestRecord],
-    residency: &Residency,
-    upto: usize,
-) {
+fn forget_oldest(log: &mut EventLog, manifest: &ManifestLog, residency: &Residency, upto: usize) {
     if !residency.over(log.resident().len()) {
         return;
     }
     let keep_from = upto.saturating_sub(residency.resident);
-    if let Some(segment) = segment_of(manifest, keep_from) {
+    if let Some(segment) = manifest.segment_of(keep_from) {
         log.forget_before(segment.first_event_index.get() as usize);
     }
 }
@@ -327,7 +317,7 @@ struct Validator<'a> {
     events: EventLog,
     /// How many events stay parsed, and where the others are read again (D225).
     residency: Residency,
-    manifest: Vec<ManifestRecord>,
+    manifest: ManifestLog,
     pinned: HashSet<SnapshotRef>,
     dedupe: DedupeIndex,
     /// The ids read so far, so repeated ones share one text (decision D164).
@@ -373,7 +363,7 @@ impl<'a> Validator<'a> {
             session_id: session.clone(),
             events: EventLog::default(),
             residency,
-            manifest: Vec::new(),
+            manifest: ManifestLog::new(session.clone()),
             pinned: HashSet::new(),
             dedupe: DedupeIndex::default(),
             ids,
@@ -419,14 +409,7 @@ impl<'a> Validator<'a> {
             self.events.truncate(events);
             self.manifest.truncate(records);
             self.dedupe.truncate(events);
-            self.pinned = self
-                .manifest
-                .iter()
-                .filter_map(|r| match r {
-                    ManifestRecord::SnapshotPinned(p) => Some(p.snapshot_ref.clone()),
-                    ManifestRecord::SegmentClosed(_) => None,
-                })
-                .collect();
+            self.pinned = self.manifest.pinned().cloned().collect();
         }
         // Exact vectors: appends then grow them by an eighth at a time (`reserve_bounded`). A
         // resumed view keeps the room it had: shrinking it on every load past another
@@ -713,9 +696,6 @@ impl<'a> Validator<'a> {
                     self.accept_pin(pin)?;
                 }
             }
-            if self.resumed {
-                reserve_bounded(&mut self.manifest, 1);
-            }
             self.manifest.push(record);
             offset += len + 1;
             if self.awaiting_pins.is_empty() {
@@ -803,7 +783,7 @@ pub(crate) fn load_session_past(
 /// (`None` for an empty or unserializable view).
 fn last_line(view: &LoadedSession) -> Option<(u64, Vec<u8>)> {
     let last = view.manifest.last()?;
-    let mut line = workrail_spec::jcs::to_canonical_string(last)
+    let mut line = workrail_spec::jcs::to_canonical_string(&last)
         .ok()?
         .into_bytes();
     line.push(b'\n');

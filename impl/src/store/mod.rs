@@ -12,6 +12,7 @@ mod health;
 mod keyring;
 pub mod layout;
 mod load;
+mod manifest_log;
 pub mod memfs;
 pub mod object_cache;
 mod overlap;
@@ -39,6 +40,7 @@ pub use keyring::{
     SigningKey,
 };
 pub use load::LoadedSession;
+pub use manifest_log::ManifestLog;
 pub use object_cache::{
     CACHE_MB_ENV, CacheBudget, DEFAULT_CACHE_MB, ObjectCache, SNAPSHOT_CACHE_ENTRIES,
 };

@@ -1,0 +1,324 @@
+//! A loaded session's committed manifest records, held compactly (D231).
+//!
+//! A long session commits a `segment_closed` and a `snapshot_pinned` per advance, and a loaded
+//! session keeps every record (its segments are where forgotten events are read again, D225).
+//! As parsed records they cost about 330 bytes per advance: each record's session id, its own
+//! index, a segment's path as text and its digest as 71 characters of hex. Here a segment is
+//! its event bounds, size and raw digest, a pin its event index and the ids it shares with its
+//! `node_created`; the session id, each record's index (its place) and a segment's canonical
+//! path are implied. A record is rebuilt, equal to the one the manifest holds, when asked for.
+
+use std::collections::BTreeMap;
+
+use workrail_spec::ids::{
+    EventId, EventIndex, ManifestIndex, SessionId, Sha256Digest, SnapshotRef,
+};
+use workrail_spec::manifest::{ManifestRecord, SegmentClosed, SnapshotPinned, segment_rel_path};
+
+/// One record, without what the log implies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Compact {
+    Segment {
+        first: EventIndex,
+        last: EventIndex,
+        bytes: u64,
+        sha256: [u8; 32],
+    },
+    Pin {
+        event_index: EventIndex,
+        snapshot_ref: SnapshotRef,
+        created_by_event_id: EventId,
+    },
+}
+
+/// The records of one session, ascending and contiguous from manifest index 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestLog {
+    session_id: SessionId,
+    records: Vec<Compact>,
+    /// The paths of segments whose path is not the canonical one for their bounds (a writer
+    /// other than this one may name them otherwise), by manifest index.
+    other_paths: BTreeMap<u64, String>,
+}
+
+impl ManifestLog {
+    /// No records yet, of `session_id`.
+    pub fn new(session_id: SessionId) -> Self {
+        Self {
+            session_id,
+            records: Vec::new(),
+            other_paths: BTreeMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The record at manifest index `index`.
+    pub fn get(&self, index: usize) -> Option<ManifestRecord> {
+        self.records.get(index).map(|r| self.rebuild(index, r))
+    }
+
+    pub fn last(&self) -> Option<ManifestRecord> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    /// Every record, rebuilt in order.
+    pub fn iter(&self) -> Records<'_> {
+        Records { log: self, next: 0 }
+    }
+
+    /// The snapshots pinned so far, in order.
+    pub fn pinned(&self) -> impl Iterator<Item = &SnapshotRef> + '_ {
+        self.records.iter().filter_map(|r| match r {
+            Compact::Pin { snapshot_ref, .. } => Some(snapshot_ref),
+            Compact::Segment { .. } => None,
+        })
+    }
+
+    /// Appends `record`, the next one: its manifest index is this log's length and its session
+    /// this log's (the loader and the committer check both before; a record saying otherwise
+    /// would be rebuilt with the index and session it is held at).
+    pub fn push(&mut self, record: ManifestRecord) {
+        let index = self.records.len() as u64;
+        let compact = match record {
+            ManifestRecord::SegmentClosed(s) => {
+                if s.segment_rel_path != segment_rel_path(s.first_event_index, s.last_event_index) {
+                    self.other_paths.insert(index, s.segment_rel_path);
+                }
+                Compact::Segment {
+                    first: s.first_event_index,
+                    last: s.last_event_index,
+                    bytes: s.bytes,
+                    sha256: s.sha256.bytes(),
+                }
+            }
+            ManifestRecord::SnapshotPinned(p) => Compact::Pin {
+                event_index: p.event_index,
+                snapshot_ref: p.snapshot_ref,
+                created_by_event_id: p.created_by_event_id,
+            },
+        };
+        // Grows by an eighth, as a loaded log does (D164).
+        if self.records.len() == self.records.capacity() {
+            self.records.reserve_exact((self.records.len() / 8).max(16));
+        }
+        self.records.push(compact);
+    }
+
+    pub fn extend(&mut self, records: impl IntoIterator<Item = ManifestRecord>) {
+        for record in records {
+            self.push(record);
+        }
+    }
+
+    /// Keeps the first `len` records.
+    pub fn truncate(&mut self, len: usize) {
+        self.records.truncate(len);
+        self.other_paths.retain(|&index, _| index < len as u64);
+    }
+
+    pub fn shrink_to_fit(&mut self) {
+        self.records.shrink_to_fit();
+    }
+
+    /// About how many bytes this holds on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.records.capacity() * std::mem::size_of::<Compact>()
+            + self
+                .other_paths
+                .values()
+                .map(|p| p.len() + 64)
+                .sum::<usize>()
+    }
+
+    /// The total size of the segments holding events from `first` on.
+    pub fn segment_bytes_from(&self, first: u64) -> u64 {
+        self.records
+            .iter()
+            .map(|r| match r {
+                Compact::Segment { last, bytes, .. } if last.get() >= first => *bytes,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The `segment_closed` record attesting the event at `position`: a binary search over the
+    /// records (segments are committed in ascending, contiguous order); from a pin it steps
+    /// back to the segment the pin follows (D217).
+    pub fn segment_of(&self, position: usize) -> Option<SegmentClosed> {
+        let position = position as u64;
+        let segment_at = |i: usize| {
+            self.records[..=i]
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(at, record)| match record {
+                    Compact::Segment { first, last, .. } => Some((at, first.get(), last.get())),
+                    Compact::Pin { .. } => None,
+                })
+        };
+        let (mut low, mut high) = (0, self.records.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let Some((at, first, last)) = segment_at(middle) else {
+                low = middle + 1;
+                continue;
+            };
+            if position < first {
+                high = at;
+            } else if position > last {
+                low = middle + 1;
+            } else {
+                return match self.rebuild(at, &self.records[at]) {
+                    ManifestRecord::SegmentClosed(s) => Some(s),
+                    ManifestRecord::SnapshotPinned(_) => None,
+                };
+            }
+        }
+        None
+    }
+
+    fn rebuild(&self, index: usize, record: &Compact) -> ManifestRecord {
+        // Every place below the length held a record whose index it was (see `push`).
+        let manifest_index = ManifestIndex::new(index as u64).unwrap_or(ManifestIndex::ZERO);
+        let session_id = self.session_id.clone();
+        match record {
+            Compact::Segment {
+                first,
+                last,
+                bytes,
+                sha256,
+            } => ManifestRecord::SegmentClosed(SegmentClosed {
+                manifest_index,
+                session_id,
+                first_event_index: *first,
+                last_event_index: *last,
+                segment_rel_path: self
+                    .other_paths
+                    .get(&(index as u64))
+                    .cloned()
+                    .unwrap_or_else(|| segment_rel_path(*first, *last)),
+                sha256: Sha256Digest::from_bytes(sha256),
+                bytes: *bytes,
+            }),
+            Compact::Pin {
+                event_index,
+                snapshot_ref,
+                created_by_event_id,
+            } => ManifestRecord::SnapshotPinned(SnapshotPinned {
+                manifest_index,
+                session_id,
+                event_index: *event_index,
+                snapshot_ref: snapshot_ref.clone(),
+                created_by_event_id: created_by_event_id.clone(),
+            }),
+        }
+    }
+}
+
+/// The records of a [`ManifestLog`], rebuilt in order.
+#[derive(Debug, Clone)]
+pub struct Records<'a> {
+    log: &'a ManifestLog,
+    next: usize,
+}
+
+impl Iterator for Records<'_> {
+    type Item = ManifestRecord;
+
+    fn next(&mut self) -> Option<ManifestRecord> {
+        let record = self.log.get(self.next)?;
+        self.next += 1;
+        Some(record)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.log.len().saturating_sub(self.next);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Records<'_> {}
+
+impl<'a> IntoIterator for &'a ManifestLog {
+    type Item = ManifestRecord;
+    type IntoIter = Records<'a>;
+
+    fn into_iter(self) -> Records<'a> {
+        self.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> SessionId {
+        SessionId::parse("sess_0123456789abcdef").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn at(n: u64) -> EventIndex {
+        EventIndex::new(n).unwrap_or_else(|| panic!("{n}"))
+    }
+
+    fn segment(index: u64, first: u64, last: u64, path: Option<&str>) -> ManifestRecord {
+        let (f, l) = (at(first), at(last));
+        ManifestRecord::SegmentClosed(SegmentClosed {
+            manifest_index: ManifestIndex::new(index).unwrap_or_else(|| panic!("{index}")),
+            session_id: session(),
+            first_event_index: f,
+            last_event_index: l,
+            segment_rel_path: path.map_or_else(|| segment_rel_path(f, l), str::to_owned),
+            sha256: Sha256Digest::from_bytes(&[index as u8; 32]),
+            bytes: 100 + index,
+        })
+    }
+
+    fn pin(index: u64, event: u64) -> ManifestRecord {
+        ManifestRecord::SnapshotPinned(SnapshotPinned {
+            manifest_index: ManifestIndex::new(index).unwrap_or_else(|| panic!("{index}")),
+            session_id: session(),
+            event_index: at(event),
+            snapshot_ref: SnapshotRef::from_digest(Sha256Digest::from_bytes(&[event as u8; 32])),
+            created_by_event_id: EventId::parse(&format!("evt_{event:016}"))
+                .unwrap_or_else(|e| panic!("{e}")),
+        })
+    }
+
+    /// Every record comes back equal to the one pushed, a path of another writer's naming
+    /// included, and a segment is found for each event it attests.
+    /// decision: D231
+    #[test]
+    fn records_come_back_as_they_were_pushed() {
+        let records = vec![
+            segment(0, 0, 1, None),
+            pin(1, 1),
+            segment(2, 2, 4, Some("events/other-name.jsonl")),
+            pin(3, 3),
+            pin(4, 4),
+            segment(5, 5, 5, None),
+        ];
+        let mut log = ManifestLog::new(session());
+        log.extend(records.clone());
+        assert_eq!(log.iter().collect::<Vec<_>>(), records);
+        assert_eq!(log.last(), records.last().cloned());
+        let found = |position| log.segment_of(position).map(|s| s.manifest_index.get());
+        assert_eq!(
+            (0..=6).map(found).collect::<Vec<_>>(),
+            vec![Some(0), Some(0), Some(2), Some(2), Some(2), Some(5), None]
+        );
+        assert_eq!(log.segment_bytes_from(3), 102 + 105);
+        assert_eq!(log.pinned().count(), 3);
+        log.truncate(3);
+        assert_eq!(log.iter().collect::<Vec<_>>(), records[..3]);
+        log.truncate(2);
+        assert!(log.other_paths.is_empty());
+        assert_eq!(log.iter().collect::<Vec<_>>(), records[..2]);
+    }
+}
