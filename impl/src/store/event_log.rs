@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use workrail_spec::event::{EventData, IdPool, OutputPayload, SessionEvent};
-use workrail_spec::ids::{SessionId, Sha256Digest};
+use workrail_spec::ids::SessionId;
 use workrail_spec::jcs::sha256;
 use workrail_spec::manifest::SegmentClosed;
 
@@ -26,7 +26,7 @@ use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
 use super::load::LoadedSession;
-use super::manifest_log::ManifestLog;
+use super::manifest_log::{ManifestLog, SegmentSpot};
 
 /// How many of a session's newest events a loaded session keeps parsed, at least, by default:
 /// about 180 advances of a loop, far more than any call but a replay or a first projection reads.
@@ -146,17 +146,15 @@ pub struct RecentPlans {
 struct RecentPlan {
     session: SessionId,
     first: u64,
-    sha256: Sha256Digest,
+    sha256: [u8; 32],
     events: Arc<[SessionEvent]>,
 }
 
 impl RecentPlans {
-    fn get(&self, session: &SessionId, segment: &SegmentClosed) -> Option<Arc<[SessionEvent]>> {
+    fn get(&self, session: &SessionId, segment: &SegmentSpot) -> Option<Arc<[SessionEvent]>> {
         let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
         let at = plans.iter().position(|plan| {
-            &plan.session == session
-                && plan.first == segment.first_event_index.get()
-                && plan.sha256 == segment.sha256
+            &plan.session == session && plan.first == segment.first && plan.sha256 == segment.sha256
         })?;
         let plan = plans.remove(at)?;
         let events = Arc::clone(&plan.events);
@@ -164,15 +162,15 @@ impl RecentPlans {
         Some(events)
     }
 
-    fn put(&self, session: &SessionId, segment: &SegmentClosed, events: Arc<[SessionEvent]>) {
+    fn put(&self, session: &SessionId, segment: &SegmentSpot, events: Arc<[SessionEvent]>) {
         let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
         if plans.len() >= RECENT_PLANS {
             plans.pop_front();
         }
         plans.push_back(RecentPlan {
             session: session.clone(),
-            first: segment.first_event_index.get(),
-            sha256: segment.sha256.clone(),
+            first: segment.first,
+            sha256: segment.sha256,
             events,
         });
     }
@@ -337,20 +335,24 @@ fn prefetch(
     manifest: &ManifestLog,
     range: &Range<usize>,
 ) -> Result<HashMap<u64, Option<Vec<u8>>>, StoreError> {
-    let mut wanted: Vec<SegmentClosed> = Vec::new();
+    let mut spots: Vec<SegmentSpot> = Vec::new();
     let mut at = range.start;
     while at < range.end {
-        let Some(segment) = manifest.segment_of(at) else {
+        let Some(spot) = manifest.spot_of(at) else {
             break;
         };
-        at = segment.last_event_index.get() as usize + 1;
-        if residency.recent.get(session, &segment).is_none() {
-            wanted.push(segment);
+        at = spot.last as usize + 1;
+        if residency.recent.get(session, &spot).is_none() {
+            spots.push(spot);
         }
     }
-    if wanted.len() < 2 {
+    if spots.len() < 2 {
         return Ok(HashMap::new());
     }
+    let wanted: Vec<SegmentClosed> = spots
+        .iter()
+        .filter_map(|spot| manifest.segment_at(spot))
+        .collect();
     let wanted: Vec<&SegmentClosed> = wanted.iter().collect();
     let read = source.read_many(session, &wanted)?;
     Ok(wanted
@@ -379,21 +381,20 @@ pub(crate) fn reread(
     let mut prefetched = prefetch(residency, source, session, manifest, &range)?;
     let mut at = range.start;
     while at < range.end {
-        let Some(segment) = manifest.segment_of(at) else {
-            return Err(StoreError::Internal {
-                detail: format!("no committed segment of session {session} holds eventIndex {at}"),
-            });
+        let no_segment = || StoreError::Internal {
+            detail: format!("no committed segment of session {session} holds eventIndex {at}"),
         };
+        let spot = manifest.spot_of(at).ok_or_else(no_segment)?;
         let lost = |reason: CorruptionReason, detail: String| StoreError::Unhealthy {
             session: session.clone(),
             health: SessionHealth::CorruptTail(Corruption {
                 reason,
-                manifest_index: segment.manifest_index.get(),
+                manifest_index: spot.index as u64,
                 detail,
             }),
         };
-        let skip = at - segment.first_event_index.get() as usize;
-        if let Some(plan) = residency.recent.get(session, &segment) {
+        let skip = at - spot.first as usize;
+        if let Some(plan) = residency.recent.get(session, &spot) {
             let take = (range.end - at).min(plan.len().saturating_sub(skip));
             if take > 0 {
                 events.extend_from_slice(&plan[skip..skip + take]);
@@ -401,6 +402,8 @@ pub(crate) fn reread(
                 continue;
             }
         }
+        // Only a plan read from its source needs its whole record (its path).
+        let segment = manifest.segment_at(&spot).ok_or_else(no_segment)?;
         let bytes = match prefetched.remove(&segment.first_event_index.get()) {
             Some(bytes) => bytes,
             None => source.read(session, &segment)?,
@@ -420,7 +423,7 @@ pub(crate) fn reread(
         let parsed: Arc<[SessionEvent]> = parse_segment(session, &segment, &bytes, &mut ids)
             .map_err(|(reason, detail)| lost(reason, detail))?
             .into();
-        residency.recent.put(session, &segment, Arc::clone(&parsed));
+        residency.recent.put(session, &spot, Arc::clone(&parsed));
         let take = (range.end - at).min(parsed.len().saturating_sub(skip));
         if take == 0 {
             return Err(StoreError::Internal {

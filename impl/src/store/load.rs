@@ -244,8 +244,8 @@ impl LoadedSession {
     /// event at `position`; 0 when no segment names it (D217).
     pub fn plan_start(&self, position: usize) -> usize {
         self.manifest
-            .segment_of(position)
-            .map_or(0, |s| s.first_event_index.get() as usize)
+            .spot_of(position)
+            .map_or(0, |s| s.first as usize)
     }
 
     /// The committed event carrying `key`, if any.
@@ -279,8 +279,8 @@ fn forget_oldest(log: &mut EventLog, manifest: &ManifestLog, residency: &Residen
         return;
     }
     let keep_from = upto.saturating_sub(residency.resident);
-    if let Some(segment) = manifest.segment_of(keep_from) {
-        log.forget_before(segment.first_event_index.get() as usize);
+    if let Some(spot) = manifest.spot_of(keep_from) {
+        log.forget_before(spot.first as usize);
     }
 }
 

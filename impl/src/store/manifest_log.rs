@@ -148,10 +148,26 @@ impl ManifestLog {
             .sum()
     }
 
-    /// The `segment_closed` record attesting the event at `position`: a binary search over the
-    /// records (segments are committed in ascending, contiguous order); from a pin it steps
-    /// back to the segment the pin follows (D217).
+    /// The `segment_closed` record attesting the event at `position` (see
+    /// [`ManifestLog::spot_of`]).
     pub fn segment_of(&self, position: usize) -> Option<SegmentClosed> {
+        self.spot_of(position)
+            .and_then(|spot| self.segment_at(&spot))
+    }
+
+    /// The `segment_closed` record at `spot`.
+    pub(crate) fn segment_at(&self, spot: &SegmentSpot) -> Option<SegmentClosed> {
+        match self.get(spot.index) {
+            Some(ManifestRecord::SegmentClosed(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Where the segment attesting the event at `position` is, without rebuilding its record
+    /// (a reread of a plan read recently needs no more): a binary search over the records
+    /// (segments are committed in ascending, contiguous order); from a pin it steps back to the
+    /// segment the pin follows (D217).
+    pub(crate) fn spot_of(&self, position: usize) -> Option<SegmentSpot> {
         let position = position as u64;
         let segment_at = |i: usize| {
             self.records[..=i]
@@ -175,9 +191,14 @@ impl ManifestLog {
             } else if position > last {
                 low = middle + 1;
             } else {
-                return match self.rebuild(at, &self.records[at]) {
-                    ManifestRecord::SegmentClosed(s) => Some(s),
-                    ManifestRecord::SnapshotPinned(_) => None,
+                return match &self.records[at] {
+                    Compact::Segment { sha256, .. } => Some(SegmentSpot {
+                        index: at,
+                        first,
+                        last,
+                        sha256: *sha256,
+                    }),
+                    Compact::Pin { .. } => None,
                 };
             }
         }
@@ -220,6 +241,16 @@ impl ManifestLog {
             }),
         }
     }
+}
+
+/// A segment's place in a [`ManifestLog`] and what names its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentSpot {
+    /// Its manifest index.
+    pub index: usize,
+    pub first: u64,
+    pub last: u64,
+    pub sha256: [u8; 32],
 }
 
 /// The records of a [`ManifestLog`], rebuilt in order.
