@@ -16,6 +16,7 @@ pub mod engine;
 pub mod entropy;
 pub mod features;
 pub mod gc;
+mod growth;
 pub mod mcp;
 pub mod projections;
 pub mod protocol;

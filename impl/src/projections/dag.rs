@@ -15,6 +15,8 @@ use workrail_spec::event::{
 use workrail_spec::ids::{GapId, NodeId, OutputId, RunId, SnapshotRef};
 use workrail_spec::reason::GapReason;
 
+use crate::growth::reserve_bounded;
+
 /// One node of a run DAG.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -255,7 +257,7 @@ impl NodeTable {
                 info.advances.push_front(position);
             }
         }
-        grow_by_an_eighth(&mut self.by_slot);
+        reserve_bounded(&mut self.by_slot, 1);
         self.by_slot.push(info);
         slot
     }
@@ -269,15 +271,6 @@ impl std::ops::Index<&NodeId> for NodeTable {
             Some(info) => info,
             None => panic!("{id} is not a node of the run"),
         }
-    }
-}
-
-/// Makes room for one more item, growing by an eighth rather than doubling: a long run's
-/// tables are most of what a server holds for it, and doubling leaves up to half of each
-/// unused (as a loaded log grows, D164).
-fn grow_by_an_eighth<T>(v: &mut Vec<T>) {
-    if v.len() == v.capacity() {
-        v.reserve_exact((v.len() / 8).max(16));
     }
 }
 
@@ -426,15 +419,15 @@ impl SlotIndex {
     /// Adds the next slot, under `parent`'s slot when its parent is a node of the run.
     fn push(&mut self, parent: Option<u32>) -> u32 {
         let slot = self.parents.len() as u32;
-        grow_by_an_eighth(&mut self.parents);
+        reserve_bounded(&mut self.parents, 1);
         self.parents.push(parent);
-        grow_by_an_eighth(&mut self.recap_notes);
+        reserve_bounded(&mut self.recap_notes, 1);
         self.recap_notes.push(false);
-        grow_by_an_eighth(&mut self.top);
+        reserve_bounded(&mut self.top, 1);
         self.top.push(slot);
-        grow_by_an_eighth(&mut self.noted_count);
+        reserve_bounded(&mut self.noted_count, 1);
         self.noted_count.push(0);
-        grow_by_an_eighth(&mut self.nearest_noted);
+        reserve_bounded(&mut self.nearest_noted, 1);
         self.nearest_noted.push(None);
         let (depth, jump) = match parent {
             Some(p) => {
@@ -449,11 +442,11 @@ impl SlotIndex {
             }
             None => (0, slot),
         };
-        grow_by_an_eighth(&mut self.depth);
+        reserve_bounded(&mut self.depth, 1);
         self.depth.push(depth);
-        grow_by_an_eighth(&mut self.jump);
+        reserve_bounded(&mut self.jump, 1);
         self.jump.push(jump);
-        grow_by_an_eighth(&mut self.edges_at);
+        reserve_bounded(&mut self.edges_at, 1);
         self.edges_at.push(SlotEdges::default());
         self.fill(slot);
         slot
@@ -658,7 +651,7 @@ impl RunDag {
             to_node_id: self.own_id(&edge.to_node_id),
             cause: edge.cause.kind,
         };
-        grow_by_an_eighth(&mut self.edges);
+        reserve_bounded(&mut self.edges, 1);
         self.edges.push(edge);
     }
 

@@ -27,6 +27,7 @@ use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
 use super::manifest_log::ManifestLog;
+use crate::growth::reserve_bounded;
 
 /// A session as load found it: the validated prefix and the health verdict.
 #[derive(Debug, Clone)]
@@ -123,14 +124,6 @@ impl DedupeIndex {
         // hashbrown: one (key, value) slot and one control byte per bucket.
         self.first.capacity() * (std::mem::size_of::<(u64, usize)>() + 1)
             + self.collided.capacity() * std::mem::size_of::<usize>()
-    }
-}
-
-/// Room for `more` elements in `v`, growing by an eighth rather than doubling: a long session's
-/// log is the largest thing a server holds, and doubling leaves up to half of it as slack.
-fn reserve_bounded<T>(v: &mut Vec<T>, more: usize) {
-    if v.capacity() - v.len() < more {
-        v.reserve_exact(more.max(v.len() / 8).max(16));
     }
 }
 

@@ -104,10 +104,7 @@ impl ManifestLog {
                 created_by_event_id: p.created_by_event_id,
             },
         };
-        // Grows by an eighth, as a loaded log does (D164).
-        if self.records.len() == self.records.capacity() {
-            self.records.reserve_exact((self.records.len() / 8).max(16));
-        }
+        crate::growth::reserve_bounded(&mut self.records, 1);
         self.records.push(compact);
     }
 
