@@ -81,6 +81,23 @@ fn base32_body(entropy: &[u8], len: usize) -> String {
     out
 }
 
+/// The 80 bits a minted body of 16 base32 characters encodes, so that
+/// `base32_body(&minted_bits(body)?, 16) == body`; `None` for any other body (a different length, or
+/// a letter outside the alphabet, which a valid id may carry but a minted one never does).
+fn minted_bits(body: &str) -> Option<[u8; 10]> {
+    if body.len() != MINTED_ID_BODY_LEN {
+        return None;
+    }
+    let mut bits: u128 = 0;
+    for b in body.bytes() {
+        let value = BASE32_ALPHABET.iter().position(|&a| a == b)?;
+        bits = (bits << 5) | value as u128;
+    }
+    let mut out = [0u8; 10];
+    out.copy_from_slice(&bits.to_be_bytes()[6..]);
+    Some(out)
+}
+
 fn valid_body(body: &str) -> bool {
     !body.is_empty()
         && body.len() <= ID_BODY_MAX_LEN
@@ -140,6 +157,13 @@ macro_rules! prefixed_id {
                     $prefix,
                     base32_body(&digest.bytes(), MINTED_ID_BODY_LEN)
                 )))
+            }
+
+            /// The 10 bytes this id was minted from ([`Self::from_entropy`] gives it back),
+            /// when its body is one a mint writes: 16 characters of the base32 alphabet. A
+            /// structure holding many ids can keep these bytes in place of the text.
+            pub fn minted_bits(&self) -> Option<[u8; 10]> {
+                minted_bits(&self.0[$prefix.len() + 1..])
             }
 
             pub fn as_str(&self) -> &str {
@@ -798,6 +822,40 @@ mod tests {
         assert_eq!(SessionId::parse(id.as_str()), Ok(id));
         let zero = NodeId::from_entropy(&[0; 10]);
         assert_eq!(zero.as_str(), "node_0000000000000000");
+    }
+
+    /// decision: D232
+    #[test]
+    fn minted_bits_give_back_the_id_they_were_minted_from() {
+        for entropy in [[0u8; 10], [0xff; 10], *b"0123456789", [0x5a; 10]] {
+            let id = EventId::from_entropy(&entropy);
+            assert_eq!(id.minted_bits(), Some(entropy), "{id}");
+            assert_eq!(EventId::from_entropy(&id.minted_bits().unwrap()), id);
+        }
+        let derived = NodeId::from_digest(&Sha256Digest::from_bytes(&[0x3c; 32]));
+        assert_eq!(
+            NodeId::from_entropy(&derived.minted_bits().unwrap()),
+            derived
+        );
+        // Valid ids a mint never writes keep their text.
+        for text in [
+            "evt_abc",
+            "evt_0000000000000000i",
+            "evt_000000000000000i",
+            "evt_000000000000000u",
+        ] {
+            let id = EventId::parse(text).unwrap();
+            assert_eq!(id.minted_bits(), None, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        /// decision: D232
+        #[test]
+        fn minted_bits_round_trip_every_entropy(entropy in proptest::array::uniform10(proptest::num::u8::ANY)) {
+            let id = EventId::from_entropy(&entropy);
+            proptest::prop_assert_eq!(id.minted_bits(), Some(entropy));
+        }
     }
 
     #[test]

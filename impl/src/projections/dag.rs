@@ -1,8 +1,12 @@
 //! The run DAG and the policies over it: preferred tip, run status, current outputs, gaps,
 //! capabilities, effective preferences, advance outcomes.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::Arc;
+
+use hashbrown::HashTable;
 
 use workrail_spec::closed::{
     Autonomy, Capability, CapabilityStatus, EdgeCauseKind, EdgeKind, EnforcementGrade, GapSeverity,
@@ -92,20 +96,24 @@ impl NodeOutputs {
 
 /// A short list held without an allocation of its own while it has at most one item: a long
 /// run has one child per node and one advance per node, and a `Vec` of one costs an allocation
-/// each (D229).
+/// each (D229). A longer list is boxed, so the list itself is two words, not four (D232).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Few<T> {
     #[default]
     None,
     One(T),
-    Many(Vec<T>),
+    #[allow(
+        clippy::box_collection,
+        reason = "the box keeps the list two words: a list of many is rare, one of one is not"
+    )]
+    Many(Box<Vec<T>>),
 }
 
 impl<T> Few<T> {
     fn push_front(&mut self, item: T) {
         *self = match std::mem::take(self) {
             Self::None => Self::One(item),
-            Self::One(first) => Self::Many(vec![item, first]),
+            Self::One(first) => Self::Many(Box::new(vec![item, first])),
             Self::Many(mut all) => {
                 all.insert(0, item);
                 Self::Many(all)
@@ -116,7 +124,7 @@ impl<T> Few<T> {
     fn push(&mut self, item: T) {
         *self = match std::mem::take(self) {
             Self::None => Self::One(item),
-            Self::One(first) => Self::Many(vec![first, item]),
+            Self::One(first) => Self::Many(Box::new(vec![first, item])),
             Self::Many(mut all) => {
                 all.push(item);
                 Self::Many(all)
@@ -173,32 +181,44 @@ pub struct RunDag {
 /// A run's nodes in creation order: a node's "slot" is its place in that order, and its id
 /// finds its slot in one lookup. A parent's slot is lower than its children's. A slot costs
 /// its node alone (no tree of entries keyed by id, and the table grows by an eighth at a
-/// time), D230.
+/// time), D230. The lookup holds slots alone, 4 bytes each, hashed by the text of the id their
+/// node holds (D232): the id is not held twice.
 ///
 /// A log no WorkRail wrote may create one node id twice: both are kept, by slot, and the id
 /// names the later one, as a map replacing the earlier would.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct NodeTable {
-    slot_of: HashMap<NodeId, u32>,
+    hasher: RandomState,
+    /// The slot each id names (one per id: the later of a node created twice).
+    slot_of: HashTable<u32>,
     by_slot: Vec<NodeInfo>,
 }
 
+impl PartialEq for NodeTable {
+    fn eq(&self, other: &Self) -> bool {
+        // The lookup follows from the nodes and their order.
+        self.by_slot == other.by_slot
+    }
+}
+
+impl Eq for NodeTable {}
+
 impl NodeTable {
+    fn hash(hasher: &RandomState, id: &NodeId) -> u64 {
+        hasher.hash_one(id.as_str())
+    }
+
     /// The node named `id`.
     pub fn get(&self, id: &NodeId) -> Option<&NodeInfo> {
-        self.slot_of
-            .get(id)
-            .map(|&slot| &self.by_slot[slot as usize])
+        self.slot(id).map(|slot| &self.by_slot[slot as usize])
     }
 
     pub fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeInfo> {
-        self.slot_of
-            .get(id)
-            .map(|&slot| &mut self.by_slot[slot as usize])
+        self.slot(id).map(|slot| &mut self.by_slot[slot as usize])
     }
 
     pub fn contains_key(&self, id: &NodeId) -> bool {
-        self.slot_of.contains_key(id)
+        self.slot(id).is_some()
     }
 
     /// How many node ids the run has.
@@ -216,9 +236,7 @@ impl NodeTable {
         self.by_slot
             .iter()
             .enumerate()
-            .filter(move |(slot, info)| {
-                unique || self.slot_of.get(&info.node_id) == Some(&(*slot as u32))
-            })
+            .filter(move |(slot, info)| unique || self.slot(&info.node_id) == Some(*slot as u32))
             .map(|(_, info)| info)
     }
 
@@ -229,7 +247,12 @@ impl NodeTable {
 
     /// The slot of the node named `id`.
     pub fn slot(&self, id: &NodeId) -> Option<u32> {
-        self.slot_of.get(id).copied()
+        let by_slot = &self.by_slot;
+        self.slot_of
+            .find(Self::hash(&self.hasher, id), |&slot| {
+                by_slot[slot as usize].node_id == *id
+            })
+            .copied()
     }
 
     /// The node in `slot`.
@@ -251,14 +274,32 @@ impl NodeTable {
     /// advances recorded at its id before (a map keyed by id would have kept them).
     fn push(&mut self, mut info: NodeInfo) -> u32 {
         let slot = self.by_slot.len() as u32;
-        if let Some(earlier) = self.slot_of.insert(info.node_id.clone(), slot) {
-            let earlier = std::mem::take(&mut self.by_slot[earlier as usize].advances);
-            for &position in earlier.iter().rev() {
-                info.advances.push_front(position);
+        let hash = Self::hash(&self.hasher, &info.node_id);
+        let Self {
+            hasher,
+            slot_of,
+            by_slot,
+        } = self;
+        match slot_of.find_mut(hash, |&s| by_slot[s as usize].node_id == info.node_id) {
+            Some(named) => {
+                let earlier = std::mem::take(&mut by_slot[*named as usize].advances);
+                if info.advances.is_empty() {
+                    info.advances = earlier;
+                } else {
+                    for &position in earlier.iter().rev() {
+                        info.advances.push_front(position);
+                    }
+                }
+                *named = slot;
+            }
+            None => {
+                slot_of.insert_unique(hash, slot, |&s| {
+                    Self::hash(hasher, &by_slot[s as usize].node_id)
+                });
             }
         }
-        reserve_bounded(&mut self.by_slot, 1);
-        self.by_slot.push(info);
+        reserve_bounded(by_slot, 1);
+        by_slot.push(info);
         slot
     }
 }

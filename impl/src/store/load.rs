@@ -8,10 +8,12 @@
 //! boundary: a segment counts only together with the pins of the snapshots it introduced.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::io;
+
+use hashbrown::HashTable;
 use std::sync::Arc;
 
 use workrail_spec::artifact::ArtifactError;
@@ -43,8 +45,6 @@ pub struct LoadedSession {
     pub health: SessionHealth,
     /// Every committed dedupeKey and the index of its event.
     pub(crate) dedupe: DedupeIndex,
-    /// Snapshot refs pinned so far.
-    pub(crate) pinned: HashSet<SnapshotRef>,
     /// Bytes of the manifest that hold committed records (the rest is a torn, uncommitted line).
     pub(crate) manifest_committed_bytes: u64,
     /// The manifest file length seen at load (for cache freshness).
@@ -52,19 +52,28 @@ pub struct LoadedSession {
 }
 
 /// The committed dedupeKeys, each found by a hash of its text and confirmed against the key its
-/// event derives, so no key's text is held at all (decisions D164, D210).
+/// event derives, so no key's text is held at all (decisions D164, D210). An entry is 8 bytes:
+/// 32 bits of the key's hash and the event's index (D232). Keys whose 32 bits agree are all
+/// kept; a lookup confirms each against its event, oldest first.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DedupeIndex {
     hasher: RandomState,
-    /// The first event with each key hash.
-    first: HashMap<u64, usize>,
-    /// Events whose key hash collides with an earlier, different key (almost never any).
-    collided: Vec<usize>,
+    /// (32 bits of the key's hash, event index) of every event below 2^32.
+    near: HashTable<(u32, u32)>,
+    /// (hash, event index) of events from 2^32 on (a log that long is not written in practice).
+    far: Vec<(u32, usize)>,
 }
 
 impl DedupeIndex {
-    fn hash(&self, key: &DedupeKey) -> u64 {
-        self.hasher.hash_one(key.as_str())
+    fn hash(&self, key: &DedupeKey) -> u32 {
+        // The high bits: the table places and tags entries by a spread of these 32.
+        (self.hasher.hash_one(key.as_str()) >> 32) as u32
+    }
+
+    /// Where the table files an entry of 32-bit hash `hash`: spread over 64 bits, since it
+    /// takes the bucket from the low bits and a tag from the top seven.
+    fn spread(hash: u32) -> u64 {
+        u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
     /// The index of the event carrying `key`; `key_of(i)` is the key of event `i` (which may
@@ -74,18 +83,21 @@ impl DedupeIndex {
         key: &DedupeKey,
         mut key_of: impl FnMut(usize) -> Result<DedupeKey, E>,
     ) -> Result<Option<usize>, E> {
-        let Some(&first) = self.first.get(&self.hash(key)) else {
-            return Ok(None);
-        };
-        if &key_of(first)? == key {
-            return Ok(Some(first));
-        }
-        for &i in &self.collided {
-            if &key_of(i)? == key {
-                return Ok(Some(i));
+        let hash = self.hash(key);
+        let candidates = self
+            .near
+            .iter_hash(Self::spread(hash))
+            .filter(|(h, _)| *h == hash)
+            .map(|&(_, i)| i as usize)
+            .chain(self.far.iter().filter(|(h, _)| *h == hash).map(|&(_, i)| i));
+        // Almost always one candidate at most; with more, the oldest event carrying the key.
+        let mut found = None;
+        for i in candidates {
+            if found.is_none_or(|f| i < f) && &key_of(i)? == key {
+                found = Some(i);
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// Indexes event `index` under `key`; `Ok(Err(_))` with the earlier event when the key is
@@ -106,24 +118,25 @@ impl DedupeIndex {
     /// Indexes event `index` under `key`, which the caller knows is not committed yet.
     fn insert_new(&mut self, key: &DedupeKey, index: usize) {
         let hash = self.hash(key);
-        match self.first.entry(hash) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(index);
+        match u32::try_from(index) {
+            Ok(near) => {
+                self.near
+                    .insert_unique(Self::spread(hash), (hash, near), |&(h, _)| Self::spread(h));
             }
-            std::collections::hash_map::Entry::Occupied(_) => self.collided.push(index),
+            Err(_) => self.far.push((hash, index)),
         }
     }
 
     /// Forgets the events from `len` on.
     fn truncate(&mut self, len: usize) {
-        self.first.retain(|_, i| *i < len);
-        self.collided.retain(|&i| i < len);
+        self.near.retain(|&mut (_, i)| (i as usize) < len);
+        self.far.retain(|&(_, i)| i < len);
     }
 
     fn heap_bytes(&self) -> usize {
-        // hashbrown: one (key, value) slot and one control byte per bucket.
-        self.first.capacity() * (std::mem::size_of::<(u64, usize)>() + 1)
-            + self.collided.capacity() * std::mem::size_of::<usize>()
+        // hashbrown: one entry and one control byte per bucket.
+        self.near.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
+            + self.far.capacity() * std::mem::size_of::<(u32, usize)>()
     }
 }
 
@@ -222,7 +235,6 @@ impl LoadedSession {
             residency,
             health: SessionHealth::Healthy,
             dedupe: DedupeIndex::default(),
-            pinned: HashSet::new(),
             manifest_committed_bytes: 0,
             manifest_file_bytes: 0,
         }
@@ -260,7 +272,7 @@ impl LoadedSession {
     }
 
     pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
-        self.pinned.contains(snapshot)
+        self.manifest.is_pinned(snapshot)
     }
 }
 
@@ -311,7 +323,6 @@ struct Validator<'a> {
     /// How many events stay parsed, and where the others are read again (D225).
     residency: Residency,
     manifest: ManifestLog,
-    pinned: HashSet<SnapshotRef>,
     dedupe: DedupeIndex,
     /// The ids read so far, so repeated ones share one text (decision D164).
     ids: IdPool,
@@ -357,7 +368,6 @@ impl<'a> Validator<'a> {
             events: EventLog::default(),
             residency,
             manifest: ManifestLog::new(session.clone()),
-            pinned: HashSet::new(),
             dedupe: DedupeIndex::default(),
             ids,
             awaiting_pins: Vec::new(),
@@ -381,7 +391,6 @@ impl<'a> Validator<'a> {
         validator.events = view.log;
         pool_recent_ids(validator.events.resident_mut(), &mut validator.ids);
         validator.manifest = view.manifest;
-        validator.pinned = view.pinned;
         validator.dedupe = view.dedupe;
         validator.resumed = true;
         validator
@@ -402,7 +411,6 @@ impl<'a> Validator<'a> {
             self.events.truncate(events);
             self.manifest.truncate(records);
             self.dedupe.truncate(events);
-            self.pinned = self.manifest.pinned().cloned().collect();
         }
         // Exact vectors: appends then grow them by an eighth at a time (`reserve_bounded`). A
         // resumed view keeps the room it had: shrinking it on every load past another
@@ -418,7 +426,6 @@ impl<'a> Validator<'a> {
             manifest: self.manifest,
             health,
             dedupe: self.dedupe,
-            pinned: self.pinned,
             manifest_committed_bytes: bytes,
             manifest_file_bytes,
         }
@@ -506,7 +513,7 @@ impl<'a> Validator<'a> {
         let base = self.events.len();
         self.awaiting_pins = introduced_snapshots(&new_events)
             .into_iter()
-            .filter(|(r, _)| !self.pinned.contains(r))
+            .filter(|(r, _)| !self.manifest.is_pinned(r))
             .map(|(r, i)| (r, base + i))
             .collect();
         if self.resumed {
@@ -540,7 +547,7 @@ impl<'a> Validator<'a> {
                     )
                 }
                 EventData::NodeCreated(node) => {
-                    if self.pinned.contains(&node.snapshot_ref) {
+                    if self.manifest.is_pinned(&node.snapshot_ref) {
                         continue;
                     }
                     (
@@ -615,7 +622,6 @@ impl<'a> Validator<'a> {
         };
         pin.created_by_event_id = event_id;
         pin.snapshot_ref = snapshot_ref;
-        self.pinned.insert(pin.snapshot_ref.clone());
         self.awaiting_pins.retain(|(r, _)| r != &pin.snapshot_ref);
         Ok(())
     }
@@ -850,9 +856,9 @@ fn lost_manifest(
 mod tests {
     use super::*;
 
-    /// decision: D164
+    /// decision: D164, D232
     #[test]
-    fn a_key_whose_hash_collides_is_found_in_the_short_list() {
+    fn a_key_whose_hash_collides_is_confirmed_against_its_event() {
         let keys = [
             DedupeKey::parse("run_started:sess_a:run_a").unwrap(),
             DedupeKey::parse("run_started:sess_a:run_b").unwrap(),
@@ -860,17 +866,40 @@ mod tests {
         let key_of = |i: usize| Ok::<_, std::convert::Infallible>(keys[i].clone());
         let mut index = DedupeIndex::default();
         assert_eq!(index.insert(&keys[0], 0, key_of), Ok(Ok(())));
-        // Make the second key's hash name the first key's event, as a collision would.
+        // File the first key's event under the second key's hash too, as a collision would.
         let colliding = index.hash(&keys[1]);
-        index.first.insert(colliding, 0);
+        index
+            .near
+            .insert_unique(DedupeIndex::spread(colliding), (colliding, 0), |&(h, _)| {
+                DedupeIndex::spread(h)
+            });
         assert_eq!(index.find(&keys[1], key_of), Ok(None));
         assert_eq!(index.insert(&keys[1], 1, key_of), Ok(Ok(())));
-        assert_eq!(index.collided, vec![1]);
         assert_eq!(index.find(&keys[1], key_of), Ok(Some(1)));
         assert_eq!(index.find(&keys[0], key_of), Ok(Some(0)));
         assert_eq!(index.insert(&keys[1], 2, key_of), Ok(Err(1)));
         index.truncate(1);
-        assert!(index.collided.is_empty());
+        assert_eq!(index.find(&keys[1], key_of), Ok(None));
         assert_eq!(index.find(&keys[0], key_of), Ok(Some(0)));
+    }
+
+    /// decision: D232
+    #[test]
+    fn an_event_past_four_billion_is_indexed_too() {
+        let key = DedupeKey::parse("run_started:sess_a:run_far").unwrap();
+        let far = 1usize << 33;
+        let key_of = |i: usize| {
+            Ok::<_, std::convert::Infallible>(if i == far {
+                key.clone()
+            } else {
+                DedupeKey::parse("run_started:sess_a:run_near").unwrap()
+            })
+        };
+        let mut index = DedupeIndex::default();
+        assert_eq!(index.insert(&key, far, key_of), Ok(Ok(())));
+        assert_eq!(index.find(&key, key_of), Ok(Some(far)));
+        assert_eq!(index.insert(&key, far + 1, key_of), Ok(Err(far)));
+        index.truncate(far);
+        assert_eq!(index.find(&key, key_of), Ok(None));
     }
 }

@@ -9,7 +9,10 @@
 //! path are implied. A record is rebuilt, equal to the one the manifest holds, when asked for.
 
 use std::collections::BTreeMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 
+use hashbrown::HashTable;
 use workrail_spec::ids::{
     EventId, EventIndex, ManifestIndex, SessionId, Sha256Digest, SnapshotRef,
 };
@@ -27,19 +30,60 @@ enum Compact {
     Pin {
         event_index: EventIndex,
         snapshot_ref: SnapshotRef,
-        created_by_event_id: EventId,
+        created_by_event_id: PinEventId,
     },
 }
 
-/// The records of one session, ascending and contiguous from manifest index 0.
+/// A pin's `createdByEventId`: the 10 bytes a minted id encodes, or the text of any other
+/// (D232). Its `node_created` event is forgotten once old (D225), so the pin alone holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+enum PinEventId {
+    Minted([u8; 10]),
+    Text(EventId),
+}
+
+impl PinEventId {
+    fn of(id: EventId) -> Self {
+        match id.minted_bits() {
+            Some(bits) => Self::Minted(bits),
+            None => Self::Text(id),
+        }
+    }
+
+    fn id(&self) -> EventId {
+        match self {
+            Self::Minted(bits) => EventId::from_entropy(bits),
+            Self::Text(id) => id.clone(),
+        }
+    }
+}
+
+/// The records of one session, ascending and contiguous from manifest index 0.
+#[derive(Debug, Clone)]
 pub struct ManifestLog {
     session_id: SessionId,
     records: Vec<Compact>,
     /// The paths of segments whose path is not the canonical one for their bounds (a writer
     /// other than this one may name them otherwise), by manifest index.
     other_paths: BTreeMap<u64, String>,
+    /// The manifest indexes of the pins, found by their snapshot (D232): 4 bytes a pin, where
+    /// a set of the refs would take 16 and a control byte (the refs' text is the records').
+    pins: HashTable<u32>,
+    /// Pins from manifest index 2^32 on (a manifest that long is not written in practice).
+    far_pins: Vec<usize>,
+    hasher: RandomState,
 }
+
+impl PartialEq for ManifestLog {
+    fn eq(&self, other: &Self) -> bool {
+        // The pins' lookup follows from the records.
+        self.session_id == other.session_id
+            && self.records == other.records
+            && self.other_paths == other.other_paths
+    }
+}
+
+impl Eq for ManifestLog {}
 
 impl ManifestLog {
     /// No records yet, of `session_id`.
@@ -48,6 +92,9 @@ impl ManifestLog {
             session_id,
             records: Vec::new(),
             other_paths: BTreeMap::new(),
+            pins: HashTable::new(),
+            far_pins: Vec::new(),
+            hasher: RandomState::new(),
         }
     }
 
@@ -81,6 +128,17 @@ impl ManifestLog {
         })
     }
 
+    /// Whether a pin of `snapshot` is among the records.
+    pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
+        let names = |index: usize| matches!(&self.records[index], Compact::Pin { snapshot_ref, .. } if snapshot_ref == snapshot);
+        self.pins
+            .find(self.hasher.hash_one(snapshot.as_str()), |&i| {
+                names(i as usize)
+            })
+            .is_some()
+            || self.far_pins.iter().any(|&i| names(i))
+    }
+
     /// Appends `record`, the next one: its manifest index is this log's length and its session
     /// this log's (the loader and the committer check both before; a record saying otherwise
     /// would be rebuilt with the index and session it is held at).
@@ -98,14 +156,40 @@ impl ManifestLog {
                     sha256: s.sha256.bytes(),
                 }
             }
-            ManifestRecord::SnapshotPinned(p) => Compact::Pin {
-                event_index: p.event_index,
-                snapshot_ref: p.snapshot_ref,
-                created_by_event_id: p.created_by_event_id,
-            },
+            ManifestRecord::SnapshotPinned(p) => {
+                if !self.is_pinned(&p.snapshot_ref) {
+                    self.index_pin(index as usize, &p.snapshot_ref);
+                }
+                Compact::Pin {
+                    event_index: p.event_index,
+                    snapshot_ref: p.snapshot_ref,
+                    created_by_event_id: PinEventId::of(p.created_by_event_id),
+                }
+            }
         };
         crate::growth::reserve_bounded(&mut self.records, 1);
         self.records.push(compact);
+    }
+
+    /// Files the pin of `snapshot` at manifest index `index` in the pins' lookup.
+    fn index_pin(&mut self, index: usize, snapshot: &SnapshotRef) {
+        let Ok(near) = u32::try_from(index) else {
+            self.far_pins.push(index);
+            return;
+        };
+        let Self {
+            records,
+            pins,
+            hasher,
+            ..
+        } = self;
+        pins.insert_unique(hasher.hash_one(snapshot.as_str()), near, |&i| {
+            match &records[i as usize] {
+                Compact::Pin { snapshot_ref, .. } => hasher.hash_one(snapshot_ref.as_str()),
+                // Only pins are filed.
+                Compact::Segment { .. } => 0,
+            }
+        });
     }
 
     pub fn extend(&mut self, records: impl IntoIterator<Item = ManifestRecord>) {
@@ -117,6 +201,8 @@ impl ManifestLog {
     /// Keeps the first `len` records.
     pub fn truncate(&mut self, len: usize) {
         self.records.truncate(len);
+        self.pins.retain(|&mut i| (i as usize) < len);
+        self.far_pins.retain(|&i| i < len);
         self.other_paths.retain(|&index, _| index < len as u64);
     }
 
@@ -127,6 +213,8 @@ impl ManifestLog {
     /// About how many bytes this holds on the heap.
     pub fn heap_bytes(&self) -> usize {
         self.records.capacity() * std::mem::size_of::<Compact>()
+            + self.pins.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.far_pins.capacity() * std::mem::size_of::<usize>()
             + self
                 .other_paths
                 .values()
@@ -234,7 +322,7 @@ impl ManifestLog {
                 session_id,
                 event_index: *event_index,
                 snapshot_ref: snapshot_ref.clone(),
-                created_by_event_id: created_by_event_id.clone(),
+                created_by_event_id: created_by_event_id.id(),
             }),
         }
     }
@@ -319,9 +407,24 @@ mod tests {
         })
     }
 
+    /// A pin whose event id is not one a mint writes (kept as text, D232).
+    fn pin_of_foreign_id(index: u64, event: u64) -> ManifestRecord {
+        let mut record = pin(index, event);
+        if let ManifestRecord::SnapshotPinned(p) = &mut record {
+            p.created_by_event_id =
+                EventId::parse(&format!("evt_imported{event}")).unwrap_or_else(|e| panic!("{e}"));
+        }
+        record
+    }
+
+    fn pinned_ref(event: u64) -> SnapshotRef {
+        SnapshotRef::from_digest(Sha256Digest::from_bytes(&[event as u8; 32]))
+    }
+
     /// Every record comes back equal to the one pushed, a path of another writer's naming
-    /// included, and a segment is found for each event it attests.
-    /// decision: D231
+    /// and an event id of another's minting included, and a segment is found for each event it
+    /// attests; the pins' lookup follows the records.
+    /// decision: D231, D232
     #[test]
     fn records_come_back_as_they_were_pushed() {
         let records = vec![
@@ -329,7 +432,7 @@ mod tests {
             pin(1, 1),
             segment(2, 2, 4, Some("events/other-name.jsonl")),
             pin(3, 3),
-            pin(4, 4),
+            pin_of_foreign_id(4, 4),
             segment(5, 5, 5, None),
         ];
         let mut log = ManifestLog::new(session());
@@ -343,10 +446,45 @@ mod tests {
         );
         assert_eq!(log.segment_bytes_from(3), 102 + 105);
         assert_eq!(log.pinned().count(), 3);
+        assert!(matches!(
+            log.records[1],
+            Compact::Pin {
+                created_by_event_id: PinEventId::Minted(_),
+                ..
+            }
+        ));
+        assert!(matches!(
+            log.records[4],
+            Compact::Pin {
+                created_by_event_id: PinEventId::Text(_),
+                ..
+            }
+        ));
+        let pinned = |log: &ManifestLog| {
+            (0..6)
+                .filter(|&e| log.is_pinned(&pinned_ref(e)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pinned(&log), vec![1, 3, 4]);
         log.truncate(3);
         assert_eq!(log.iter().collect::<Vec<_>>(), records[..3]);
+        assert_eq!(pinned(&log), vec![1]);
         log.truncate(2);
         assert!(log.other_paths.is_empty());
         assert_eq!(log.iter().collect::<Vec<_>>(), records[..2]);
+        log.truncate(1);
+        assert_eq!(pinned(&log), Vec::<u64>::new());
+    }
+
+    /// Many pins, the lookup growing past its first tables, each found and no other.
+    /// decision: D232
+    #[test]
+    fn every_pin_is_found_as_the_lookup_grows() {
+        let mut log = ManifestLog::new(session());
+        for event in 0..200u64 {
+            log.push(pin(event, event));
+        }
+        assert!((0..200).all(|e| log.is_pinned(&pinned_ref(e))));
+        assert!(!log.is_pinned(&pinned_ref(238)));
     }
 }

@@ -846,7 +846,6 @@ impl AppendGate<'_> {
         let view = Arc::make_mut(&mut self.session);
         view.commit_events(fresh);
         view.commit_records(records);
-        view.pinned.extend(newly_pinned);
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok(beside)

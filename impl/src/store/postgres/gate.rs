@@ -11,7 +11,7 @@ use super::append::{GateRead, prepare};
 use super::health::{extend_with, validate};
 use super::worker::Request;
 use crate::store::error::StoreError;
-use crate::store::load::{LoadedSession, introduced_snapshots};
+use crate::store::load::LoadedSession;
 use crate::store::session::{AppendPlan, AppendedEvent, SegmentLimits, SessionIntent};
 
 /// An open append gate on PostgreSQL: a connection of the backend's holds the session's
@@ -100,14 +100,9 @@ impl PgGate<'_> {
             self.poisoned = true;
             return Err(e);
         }
-        let pins: Vec<_> = introduced_snapshots(&fresh)
-            .into_iter()
-            .map(|(snapshot, _)| snapshot)
-            .collect();
         let view = Arc::make_mut(&mut self.session);
         view.commit_events(fresh);
         view.commit_records(records);
-        view.pinned.extend(pins);
         view.manifest_committed_bytes += bytes;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok((results, beside))
