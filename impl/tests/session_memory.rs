@@ -30,8 +30,8 @@ const BYTES_PER_ADVANCE: usize = 2_100;
 /// Bytes a loaded session keeping the fewest events parsed holds per nested advance (decision
 /// D225: only its manifest records and dedupe index grow with it; 1,942 with every event parsed;
 /// 543 before D231 held its manifest records compactly, 377 since, 266 since D232 packed its
-/// dedupe index, pins' lookup and pins' event ids).
-const FORGETTING_BYTES_PER_ADVANCE: usize = 300;
+/// dedupe index, pins' lookup and pins' event ids, 178 since D233's raw snapshot digests).
+const FORGETTING_BYTES_PER_ADVANCE: usize = 210;
 
 /// A residency that keeps every event parsed, as before D225: what the sharing of ids, traces
 /// and keys among parsed events is measured on.
@@ -58,6 +58,7 @@ fn retained_by_load(
 /// decision: D225
 /// decision: D231
 /// decision: D232
+/// decision: D233
 #[test]
 fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
     let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
@@ -136,7 +137,7 @@ fn a_loaded_session_holds_a_bounded_number_of_bytes_per_nested_advance() {
     );
     assert!(
         few_per_advance <= FORGETTING_BYTES_PER_ADVANCE,
-        "a loaded session keeping {MIN_RESIDENT_EVENTS} events parsed holds {few_per_advance} bytes per nested advance, over the bound of {FORGETTING_BYTES_PER_ADVANCE} (decisions D225, D231, D232)"
+        "a loaded session keeping {MIN_RESIDENT_EVENTS} events parsed holds {few_per_advance} bytes per nested advance, over the bound of {FORGETTING_BYTES_PER_ADVANCE} (decisions D225, D231, D232, D233)"
     );
     // The cache budget counts a session by its estimate: it must not undercount.
     for (held, estimate) in [

@@ -160,7 +160,7 @@ fn the_projections_are_the_same_without_any_trace() {
                         n.kind,
                         n.parent.clone(),
                         n.children.clone(),
-                        n.snapshot_ref.clone(),
+                        n.snapshot_ref(),
                     )
                 })
                 .collect::<Vec<_>>()

@@ -133,7 +133,7 @@ pub fn export_bundle(
     // What the bundle must carry: every pinned snapshot (and every node's, the same set in a
     // validated session), every run's pinned workflow, every referenced artifact.
     let mut snapshot_refs: BTreeSet<SnapshotRef> = BTreeSet::new();
-    snapshot_refs.extend(loaded.manifest.pinned().cloned());
+    snapshot_refs.extend(loaded.manifest.pinned());
     let mut hashes: BTreeSet<WorkflowHash> = BTreeSet::new();
     let mut artifact_digests: BTreeSet<Sha256Digest> = BTreeSet::new();
     // Earlier events a long session no longer holds parsed are read a few plans at a time.

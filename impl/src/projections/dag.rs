@@ -16,7 +16,7 @@ use workrail_spec::event::{
     CapabilityObserved, EdgeCreated, EffectivePreferences, EventData, GapRecorded, GapResolution,
     NodeCreated, NodeOutputAppended, OutputPayload, RunStarted, SessionEvent,
 };
-use workrail_spec::ids::{GapId, NodeId, OutputId, RunId, SnapshotRef};
+use workrail_spec::ids::{GapId, NodeId, OutputId, RunId, Sha256Digest, SnapshotRef};
 use workrail_spec::reason::GapReason;
 
 use crate::growth::reserve_bounded;
@@ -27,7 +27,9 @@ pub struct NodeInfo {
     pub node_id: NodeId,
     pub kind: NodeKind,
     pub parent: Option<NodeId>,
-    pub snapshot_ref: SnapshotRef,
+    /// Its snapshot's raw digest (see [`NodeInfo::snapshot_ref`]): 32 bytes in place, where the
+    /// ref's text takes 87 on the heap (D233).
+    snapshot: [u8; 32],
     /// EventIndex of its `node_created`.
     pub created_index: u64,
     /// Children in creation order.
@@ -44,6 +46,13 @@ pub struct NodeInfo {
     pub advances: Positions,
     /// Its current output on each channel (see [`RunView::current_output`]).
     pub outputs: NodeOutputs,
+}
+
+impl NodeInfo {
+    /// The snapshot it was created with.
+    pub fn snapshot_ref(&self) -> SnapshotRef {
+        SnapshotRef::from_digest(Sha256Digest::from_bytes(&self.snapshot))
+    }
 }
 
 /// A node's current output on each channel, in 8 bytes each: the position of its
@@ -791,7 +800,7 @@ impl RunDag {
             node_id,
             kind: created.node_kind,
             parent,
-            snapshot_ref: created.snapshot_ref.clone(),
+            snapshot: created.snapshot_ref.digest().bytes(),
             created_index: index,
             children: Few::None,
             own_activity: index,
@@ -1062,7 +1071,7 @@ impl RunView {
             .dag
             .nodes
             .get(tip)
-            .is_some_and(|n| is_complete(&n.snapshot_ref));
+            .is_some_and(|n| is_complete(&n.snapshot_ref()));
         if complete {
             return if self.unresolved_gaps.iter().any(|(_, g)| critical(g)) {
                 RunStatus::CompleteWithGaps

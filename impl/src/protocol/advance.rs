@@ -204,7 +204,7 @@ fn with_lanes(
     };
     let parent_state = wr
         .store
-        .snapshot(&parent_info.snapshot_ref)
+        .snapshot(&parent_info.snapshot_ref())
         .map_err(|e| e.to_envelope(true))?;
     let Some(spec) =
         super::lanes::pending_lanes(&ctx.compiled, &parent_state.engine_payload.engine_state)
@@ -506,7 +506,7 @@ fn replay(
                 .ok_or_else(|| invariant("a recorded advance names a node that does not exist"))?;
             let snapshot = wr
                 .store
-                .snapshot(&info.snapshot_ref)
+                .snapshot(&info.snapshot_ref())
                 .map_err(|e| e.to_envelope(true))?;
             let to_state = snapshot.engine_payload.engine_state.clone();
             let mut output = respond_at(

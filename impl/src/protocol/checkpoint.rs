@@ -146,7 +146,7 @@ pub(super) fn checkpoint(
             }
             let snapshot_ref = facts
                 .node(&state.run_id, &state.node_id)
-                .map(|n| n.snapshot_ref.clone())
+                .map(|n| n.snapshot_ref())
                 .ok_or_else(|| Wrapped(invariant("the checkpointed node vanished")))?;
             let scope = EventScope::Node(state.run_id.clone(), checkpoint_node.clone());
             let created_id = wr.event_id().map_err(Wrapped)?;

@@ -59,7 +59,7 @@ pub(super) fn branch_context(
             .get(entry)
             .and_then(|n| n.parent.as_ref())
             .and_then(|parent| view.dag.nodes.get(parent))
-            .and_then(|parent| wr.store.snapshot(&parent.snapshot_ref).ok())
+            .and_then(|parent| wr.store.snapshot(&parent.snapshot_ref()).ok())
             .and_then(|s| {
                 s.engine_payload
                     .engine_state

@@ -81,7 +81,7 @@ fn an_earlier_step_was_shown(
     view.upwards(node).skip(1).any(|ancestor| {
         facts
             .node(run, ancestor)
-            .and_then(|info| wr.store.snapshot(&info.snapshot_ref).ok())
+            .and_then(|info| wr.store.snapshot(&info.snapshot_ref()).ok())
             .is_some_and(|snapshot| {
                 let state = &snapshot.engine_payload.engine_state;
                 state.pending_step().is_some() && !is_probe(state)

@@ -250,7 +250,7 @@ pub(super) fn node_step(
     compiled: Option<&workrail_spec::compiled::CompiledWorkflowSnapshotV1>,
     info: &crate::projections::NodeInfo,
 ) -> NodeStep {
-    let Ok(snapshot) = wr.store.snapshot(&info.snapshot_ref) else {
+    let Ok(snapshot) = wr.store.snapshot(&info.snapshot_ref()) else {
         return NodeStep::SnapshotUnreadable;
     };
     let engine = &snapshot.engine_payload.engine_state;

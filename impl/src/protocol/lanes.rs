@@ -334,7 +334,7 @@ fn block_outputs(wr: &Workrail, facts: &Facts<'_>, run: &RunId) -> Vec<(u64, Val
         else {
             return false;
         };
-        let Ok(snapshot) = wr.store.snapshot(&parent.snapshot_ref) else {
+        let Ok(snapshot) = wr.store.snapshot(&parent.snapshot_ref()) else {
             return false;
         };
         snapshot
@@ -678,7 +678,7 @@ fn lane_spec(
     };
     let snapshot = wr
         .store
-        .snapshot(&node.snapshot_ref)
+        .snapshot(&node.snapshot_ref())
         .map_err(|e| e.to_envelope(true))?;
     let compiled = wr
         .store

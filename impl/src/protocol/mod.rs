@@ -1120,7 +1120,7 @@ impl Workrail {
         };
         place.label = Some(run_label(&compiled, run));
         place.workflow_id = Some(compiled.body.workflow_id.to_string());
-        let Ok(snapshot) = self.store.snapshot(&info.snapshot_ref) else {
+        let Ok(snapshot) = self.store.snapshot(&info.snapshot_ref()) else {
             return place;
         };
         let engine = &snapshot.engine_payload.engine_state;
@@ -1192,7 +1192,7 @@ impl Workrail {
             .map_err(store_envelope(true))?;
         let snapshot = self
             .store
-            .snapshot(&info.snapshot_ref)
+            .snapshot(&info.snapshot_ref())
             .map_err(store_envelope(true))?;
         if snapshot.workflow_hash != state.workflow_hash {
             return Err(invariant(
@@ -1254,7 +1254,7 @@ impl Workrail {
     ) -> bool {
         facts
             .node(run, node)
-            .and_then(|n| self.store.snapshot(&n.snapshot_ref).ok())
+            .and_then(|n| self.store.snapshot(&n.snapshot_ref()).ok())
             .is_some_and(|s| s.engine_payload.engine_state.is_complete())
     }
 

@@ -124,13 +124,13 @@ fn load_summary(
         };
         let is_complete = wr
             .store
-            .snapshot(&node.snapshot_ref)
+            .snapshot(&node.snapshot_ref())
             .is_ok_and(|s| s.engine_payload.engine_state.is_complete());
         let autonomy = facts.preferences(&tip.run_id, &tip.node_id).autonomy;
         tips.push((
             tip.run_id.clone(),
             TipFacts {
-                snapshot_ref: node.snapshot_ref.clone(),
+                snapshot_ref: node.snapshot_ref(),
                 status: view.status(|_| is_complete, autonomy),
             },
         ));

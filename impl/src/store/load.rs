@@ -142,12 +142,13 @@ impl DedupeIndex {
 
 impl LoadedSession {
     /// About how much memory this view takes: the event and record vectors as allocated, plus
-    /// the text their held events and records hold (their committed JSON is an upper bound for
-    /// it, since ids repeat and are shared), plus the dedupe index.
+    /// the text its parsed events hold (their segments' JSON is an upper bound for it, since ids
+    /// repeat and are shared), plus what the records and the dedupe index hold on the heap.
     pub fn estimated_bytes(&self) -> usize {
         let first = self.log.first_resident() as u64;
         let segments = self.manifest.segment_bytes_from(first);
-        let text = segments.saturating_add(self.manifest_file_bytes) as usize;
+        // The records hold no text of the manifest's but what `heap_bytes` counts (D231-D233).
+        let text = segments as usize;
         let vectors = self.log.resident_capacity() * std::mem::size_of::<SessionEvent>()
             + self.manifest.heap_bytes();
         text.saturating_add(vectors)

@@ -29,9 +29,14 @@ enum Compact {
     },
     Pin {
         event_index: EventIndex,
-        snapshot_ref: SnapshotRef,
+        /// The snapshot ref's raw digest (D233).
+        snapshot: [u8; 32],
         created_by_event_id: PinEventId,
     },
+}
+
+fn snapshot_ref_of(raw: &[u8; 32]) -> SnapshotRef {
+    SnapshotRef::from_digest(Sha256Digest::from_bytes(raw))
 }
 
 /// A pin's `createdByEventId`: the 10 bytes a minted id encodes, or the text of any other
@@ -47,6 +52,14 @@ impl PinEventId {
         match id.minted_bits() {
             Some(bits) => Self::Minted(bits),
             None => Self::Text(id),
+        }
+    }
+
+    /// What it holds on the heap: an id's text and its reference counts.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Minted(_) => 0,
+            Self::Text(id) => id.as_str().len() + 16,
         }
     }
 
@@ -72,6 +85,8 @@ pub struct ManifestLog {
     /// Pins from manifest index 2^32 on (a manifest that long is not written in practice).
     far_pins: Vec<usize>,
     hasher: RandomState,
+    /// The heap bytes of the pins' event ids kept as text (see [`PinEventId`]).
+    foreign_id_bytes: usize,
 }
 
 impl PartialEq for ManifestLog {
@@ -95,6 +110,7 @@ impl ManifestLog {
             pins: HashTable::new(),
             far_pins: Vec::new(),
             hasher: RandomState::new(),
+            foreign_id_bytes: 0,
         }
     }
 
@@ -121,20 +137,19 @@ impl ManifestLog {
     }
 
     /// The snapshots pinned so far, in order.
-    pub fn pinned(&self) -> impl Iterator<Item = &SnapshotRef> + '_ {
+    pub fn pinned(&self) -> impl Iterator<Item = SnapshotRef> + '_ {
         self.records.iter().filter_map(|r| match r {
-            Compact::Pin { snapshot_ref, .. } => Some(snapshot_ref),
+            Compact::Pin { snapshot, .. } => Some(snapshot_ref_of(snapshot)),
             Compact::Segment { .. } => None,
         })
     }
 
     /// Whether a pin of `snapshot` is among the records.
     pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
-        let names = |index: usize| matches!(&self.records[index], Compact::Pin { snapshot_ref, .. } if snapshot_ref == snapshot);
+        let raw = snapshot.digest().bytes();
+        let names = |index: usize| matches!(&self.records[index], Compact::Pin { snapshot, .. } if *snapshot == raw);
         self.pins
-            .find(self.hasher.hash_one(snapshot.as_str()), |&i| {
-                names(i as usize)
-            })
+            .find(self.hasher.hash_one(raw), |&i| names(i as usize))
             .is_some()
             || self.far_pins.iter().any(|&i| names(i))
     }
@@ -157,13 +172,18 @@ impl ManifestLog {
                 }
             }
             ManifestRecord::SnapshotPinned(p) => {
+                let snapshot = p.snapshot_ref.digest().bytes();
                 if !self.is_pinned(&p.snapshot_ref) {
-                    self.index_pin(index as usize, &p.snapshot_ref);
+                    self.index_pin(index as usize, snapshot);
                 }
                 Compact::Pin {
                     event_index: p.event_index,
-                    snapshot_ref: p.snapshot_ref,
-                    created_by_event_id: PinEventId::of(p.created_by_event_id),
+                    snapshot,
+                    created_by_event_id: {
+                        let id = PinEventId::of(p.created_by_event_id);
+                        self.foreign_id_bytes += id.heap_bytes();
+                        id
+                    },
                 }
             }
         };
@@ -172,7 +192,7 @@ impl ManifestLog {
     }
 
     /// Files the pin of `snapshot` at manifest index `index` in the pins' lookup.
-    fn index_pin(&mut self, index: usize, snapshot: &SnapshotRef) {
+    fn index_pin(&mut self, index: usize, snapshot: [u8; 32]) {
         let Ok(near) = u32::try_from(index) else {
             self.far_pins.push(index);
             return;
@@ -183,9 +203,9 @@ impl ManifestLog {
             hasher,
             ..
         } = self;
-        pins.insert_unique(hasher.hash_one(snapshot.as_str()), near, |&i| {
+        pins.insert_unique(hasher.hash_one(snapshot), near, |&i| {
             match &records[i as usize] {
-                Compact::Pin { snapshot_ref, .. } => hasher.hash_one(snapshot_ref.as_str()),
+                Compact::Pin { snapshot, .. } => hasher.hash_one(snapshot),
                 // Only pins are filed.
                 Compact::Segment { .. } => 0,
             }
@@ -203,6 +223,17 @@ impl ManifestLog {
         self.records.truncate(len);
         self.pins.retain(|&mut i| (i as usize) < len);
         self.far_pins.retain(|&i| i < len);
+        self.foreign_id_bytes = self
+            .records
+            .iter()
+            .map(|r| match r {
+                Compact::Pin {
+                    created_by_event_id,
+                    ..
+                } => created_by_event_id.heap_bytes(),
+                Compact::Segment { .. } => 0,
+            })
+            .sum();
         self.other_paths.retain(|&index, _| index < len as u64);
     }
 
@@ -215,6 +246,7 @@ impl ManifestLog {
         self.records.capacity() * std::mem::size_of::<Compact>()
             + self.pins.capacity() * (std::mem::size_of::<u32>() + 1)
             + self.far_pins.capacity() * std::mem::size_of::<usize>()
+            + self.foreign_id_bytes
             + self
                 .other_paths
                 .values()
@@ -315,13 +347,13 @@ impl ManifestLog {
             }),
             Compact::Pin {
                 event_index,
-                snapshot_ref,
+                snapshot,
                 created_by_event_id,
             } => ManifestRecord::SnapshotPinned(SnapshotPinned {
                 manifest_index,
                 session_id,
                 event_index: *event_index,
-                snapshot_ref: snapshot_ref.clone(),
+                snapshot_ref: snapshot_ref_of(snapshot),
                 created_by_event_id: created_by_event_id.id(),
             }),
         }

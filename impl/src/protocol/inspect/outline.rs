@@ -66,7 +66,7 @@ pub(in crate::protocol) fn lane_group(
         _ => (None, None),
     };
     let spec = compiled.and_then(|c| {
-        let snapshot = wr.store.snapshot(&info.snapshot_ref).ok()?;
+        let snapshot = wr.store.snapshot(&info.snapshot_ref()).ok()?;
         crate::protocol::lanes::pending_lanes(c, &snapshot.engine_payload.engine_state)
     });
     // Without the step (an unreadable snapshot) there is no strategy to judge conflicts by:
