@@ -148,8 +148,7 @@ fn fork_n_on(
         );
         projection.runs[&run_ids.impl_run]
             .dag
-            .edges
-            .iter()
+            .edges()
             .filter(|e| e.edge_kind == EdgeKind::AckedStep && e.from_node_id == from_imp)
             .count()
     };
@@ -200,8 +199,7 @@ fn fork_n_on(
         assert_eq!(view.preferred_tip.as_ref(), Some(&child), "fork {i}");
         let children: Vec<_> = view
             .dag
-            .edges
-            .iter()
+            .edges()
             .filter(|e| e.edge_kind == EdgeKind::AckedStep && e.from_node_id == from_imp)
             .collect();
         assert_eq!(children.len(), before + branches.len());

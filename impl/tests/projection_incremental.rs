@@ -216,8 +216,7 @@ proptest! {
                 for kind in [EdgeKind::AckedStep, EdgeKind::Checkpoint] {
                     let scanned = view
                         .dag
-                        .edges
-                        .iter()
+                        .edges()
                         .filter(|e| e.edge_kind == kind && &e.from_node_id == node)
                         .count();
                     prop_assert_eq!(view.dag.edges_out(node, kind), scanned);
@@ -229,6 +228,69 @@ proptest! {
                 prop_assert_eq!(view.dag.first_edge_in(node), first_in);
             }
         }
+    }
+}
+
+/// The edges a projection holds by slot (D234) are the log's `edge_created` events of each run,
+/// in order, their ends' ids as written; an edge whose end is not a node of the run (a log no
+/// WorkRail wrote) is kept whole.
+/// decision: D234
+#[test]
+fn edges_held_by_slot_are_the_logs_own_in_order() {
+    use workrail::projections::DagEdge;
+    let log = busy_log();
+    let expected = |log: &[SessionEvent], run: &workrail_spec::ids::RunId| -> Vec<DagEdge> {
+        log.iter()
+            .filter(|e| e.scope().run_id() == Some(run))
+            .filter_map(|e| match e.data() {
+                EventData::EdgeCreated(edge) => Some(DagEdge {
+                    edge_kind: edge.edge_kind,
+                    from_node_id: edge.from_node_id.clone(),
+                    to_node_id: edge.to_node_id.clone(),
+                    cause: edge.cause.kind,
+                }),
+                _ => None,
+            })
+            .collect()
+    };
+    let projection = project(&log, TipPolicy::Latest);
+    for (run, view) in &projection.runs {
+        let edges: Vec<DagEdge> = view.dag.edges().collect();
+        assert!(edges.len() >= 4, "{edges:?}");
+        assert_eq!(edges, expected(&log, run));
+        assert_eq!(view.dag.edge_count(), edges.len());
+    }
+    // One edge now names a node no event creates: it is kept as written, in its place.
+    let at = log
+        .iter()
+        .position(|e| matches!(e.data(), EventData::EdgeCreated(_)))
+        .unwrap();
+    let mut json = log[at].to_value().unwrap();
+    json["data"]["toNodeId"] = serde_json::json!("node_nowhere");
+    // The stored key follows its recipe, as another writer's would.
+    let key = json["dedupeKey"].as_str().unwrap().to_owned();
+    let to = key
+        .split("->")
+        .nth(1)
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    json["dedupeKey"] = serde_json::json!(key.replace(&format!("->{to}:"), "->node_nowhere:"));
+    let mut foreign = log.clone();
+    foreign[at] = SessionEvent::from_value(json).unwrap();
+    let projection = project(&foreign, TipPolicy::Latest);
+    for (run, view) in &projection.runs {
+        let edges: Vec<DagEdge> = view.dag.edges().collect();
+        assert_eq!(edges, expected(&foreign, run));
+        assert!(!view.dag.edges_indexed());
+        assert!(
+            edges
+                .iter()
+                .any(|e| e.to_node_id.as_str() == "node_nowhere"),
+            "{edges:?}"
+        );
     }
 }
 

@@ -174,13 +174,35 @@ pub struct DagEdge {
     pub cause: EdgeCauseKind,
 }
 
+/// A run's edges in recorded order (see [`RunDag::edges`]): 12 bytes each, its ends held as
+/// slots of the run's nodes, not ids (D234).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct EdgeList {
+    packed: Vec<PackedEdge>,
+    /// The edges that named an id that was not a node of the run when they were recorded (a
+    /// log no WorkRail wrote), whole: an entry of `packed` whose `from` is [`FOREIGN_EDGE`]
+    /// holds its place here in `to`.
+    foreign: Vec<DagEdge>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedEdge {
+    from: u32,
+    to: u32,
+    kind: EdgeKind,
+    cause: EdgeCauseKind,
+}
+
+/// `PackedEdge::from` of an edge kept whole in `EdgeList::foreign`.
+const FOREIGN_EDGE: u32 = u32::MAX;
+
 /// A run: its pin and its DAG.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDag {
     pub run_id: RunId,
     pub started: RunStarted,
     pub nodes: NodeTable,
-    pub edges: Vec<DagEdge>,
+    edges: EdgeList,
     pub root: Option<NodeId>,
     /// What walks up a deep branch need of each node, by slot (see [`NodeTable`]), so they
     /// follow indexes instead of looking every id up.
@@ -340,7 +362,7 @@ enum Step<'v> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SlotIndex {
     /// The parent's slot, when the parent is a node of the run.
-    parents: Vec<Option<u32>>,
+    parents: Vec<OptSlot>,
     /// Whether the node's current recap output is notes (its position is the node's,
     /// `NodeInfo::outputs`).
     recap_notes: Vec<bool>,
@@ -349,7 +371,7 @@ pub struct SlotIndex {
     /// How many slots on the path root -> slot (inclusive) have recap notes.
     noted_count: Vec<u32>,
     /// The nearest slot on the path slot -> root (inclusive) with recap notes.
-    nearest_noted: Vec<Option<u32>>,
+    nearest_noted: Vec<OptSlot>,
     /// The first slot whose `top`, `noted_count` and `nearest_noted` are out of date.
     stale_from: Option<u32>,
     /// How many slots lie above each slot (0 for a root-most one). Depends on parents only, so
@@ -364,6 +386,24 @@ pub struct SlotIndex {
     /// applicative random-access stack", 1983) so that the ancestor at any depth is found in
     /// O(log depth) steps: a rewind to an old node asks whether it lies on the preferred branch.
     jump: Vec<u32>,
+}
+
+/// A slot or none, in 4 bytes (`Option<u32>` takes 8): no run has 2^32 - 1 nodes (D234).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OptSlot(u32);
+
+impl OptSlot {
+    const NONE: Self = Self(u32::MAX);
+
+    fn get(self) -> Option<u32> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+impl From<Option<u32>> for OptSlot {
+    fn from(slot: Option<u32>) -> Self {
+        slot.map_or(Self::NONE, Self)
+    }
 }
 
 /// How many `acked_step` and `checkpoint` edges leave a slot, and the log position of the first
@@ -403,7 +443,7 @@ impl<'v> NotedUpwards<'v> {
         let slots = self.slots;
         if self.walking {
             while let Some(slot) = self.next {
-                self.next = slots.parents[slot as usize];
+                self.next = slots.parents[slot as usize].get();
                 if slots.recap_notes[slot as usize] {
                     return Some(slot);
                 }
@@ -411,7 +451,9 @@ impl<'v> NotedUpwards<'v> {
             return None;
         }
         let slot = self.next?;
-        self.next = slots.parents[slot as usize].and_then(|p| slots.nearest_noted[p as usize]);
+        self.next = slots.parents[slot as usize]
+            .get()
+            .and_then(|p| slots.nearest_noted[p as usize].get());
         Some(slot)
     }
 
@@ -470,7 +512,7 @@ impl SlotIndex {
     fn push(&mut self, parent: Option<u32>) -> u32 {
         let slot = self.parents.len() as u32;
         reserve_bounded(&mut self.parents, 1);
-        self.parents.push(parent);
+        self.parents.push(OptSlot::from(parent));
         reserve_bounded(&mut self.recap_notes, 1);
         self.recap_notes.push(false);
         reserve_bounded(&mut self.top, 1);
@@ -478,7 +520,7 @@ impl SlotIndex {
         reserve_bounded(&mut self.noted_count, 1);
         self.noted_count.push(0);
         reserve_bounded(&mut self.nearest_noted, 1);
-        self.nearest_noted.push(None);
+        self.nearest_noted.push(OptSlot::NONE);
         let (depth, jump) = match parent {
             Some(p) => {
                 let jp = self.jump[p as usize];
@@ -514,7 +556,7 @@ impl SlotIndex {
             slot = if self.depth[jump as usize] >= depth {
                 jump
             } else {
-                self.parents[slot as usize]?
+                self.parents[slot as usize].get()?
             };
         }
         (self.depth[slot as usize] == depth).then_some(slot)
@@ -537,7 +579,7 @@ impl SlotIndex {
         if self.is_fresh(tip) {
             let walk = NotedUpwards {
                 slots: self,
-                next: self.nearest_noted[tip as usize],
+                next: self.nearest_noted[tip as usize].get(),
                 walking: false,
                 floor,
             };
@@ -557,16 +599,20 @@ impl SlotIndex {
     fn fill(&mut self, slot: u32) {
         let i = slot as usize;
         let own = self.recap_notes[i];
-        let (top, count, nearest) = match self.parents[i] {
+        let (top, count, nearest) = match self.parents[i].get() {
             Some(p) => {
                 let p = p as usize;
-                (self.top[p], self.noted_count[p], self.nearest_noted[p])
+                (
+                    self.top[p],
+                    self.noted_count[p],
+                    self.nearest_noted[p].get(),
+                )
             }
             None => (slot, 0, None),
         };
         self.top[i] = top;
         self.noted_count[i] = count + u32::from(own);
-        self.nearest_noted[i] = if own { Some(slot) } else { nearest };
+        self.nearest_noted[i] = OptSlot::from(if own { Some(slot) } else { nearest });
     }
 
     /// Records whether the current recap output of the node in `slot` is notes.
@@ -605,7 +651,7 @@ impl SlotIndex {
         if self.is_fresh(slot) {
             let walk = NotedUpwards {
                 slots: self,
-                next: self.nearest_noted[slot as usize],
+                next: self.nearest_noted[slot as usize].get(),
                 walking: false,
                 floor: None,
             };
@@ -625,7 +671,7 @@ impl SlotIndex {
         if self.is_fresh(slot) {
             return self.top[slot as usize];
         }
-        while let Some(parent) = self.parents[slot as usize] {
+        while let Some(parent) = self.parents[slot as usize].get() {
             slot = parent;
         }
         slot
@@ -695,14 +741,53 @@ impl RunDag {
             }
             _ => slots.edges_unindexed = true,
         }
-        let edge = DagEdge {
-            edge_kind: edge.edge_kind,
-            from_node_id: self.own_id(&edge.from_node_id),
-            to_node_id: self.own_id(&edge.to_node_id),
-            cause: edge.cause.kind,
+        let ends = (
+            self.nodes.slot(&edge.from_node_id),
+            self.nodes.slot(&edge.to_node_id),
+        );
+        let packed = match ends {
+            (Some(from), Some(to)) if from != FOREIGN_EDGE => PackedEdge {
+                from,
+                to,
+                kind: edge.edge_kind,
+                cause: edge.cause.kind,
+            },
+            _ => {
+                let to = self.edges.foreign.len() as u32;
+                self.edges.foreign.push(DagEdge {
+                    edge_kind: edge.edge_kind,
+                    from_node_id: self.own_id(&edge.from_node_id),
+                    to_node_id: self.own_id(&edge.to_node_id),
+                    cause: edge.cause.kind,
+                });
+                PackedEdge {
+                    from: FOREIGN_EDGE,
+                    to,
+                    kind: edge.edge_kind,
+                    cause: edge.cause.kind,
+                }
+            }
         };
-        reserve_bounded(&mut self.edges, 1);
-        self.edges.push(edge);
+        reserve_bounded(&mut self.edges.packed, 1);
+        self.edges.packed.push(packed);
+    }
+
+    /// The run's edges in recorded order, their node ids the run's own.
+    pub fn edges(&self) -> impl Iterator<Item = DagEdge> + '_ {
+        self.edges.packed.iter().map(|edge| match edge.from {
+            FOREIGN_EDGE => self.edges.foreign[edge.to as usize].clone(),
+            from => DagEdge {
+                edge_kind: edge.kind,
+                from_node_id: self.nodes.at(from).node_id.clone(),
+                to_node_id: self.nodes.at(edge.to).node_id.clone(),
+                cause: edge.cause,
+            },
+        })
+    }
+
+    /// How many edges the run has.
+    pub fn edge_count(&self) -> usize {
+        self.edges.packed.len()
     }
 
     /// Records an `advance_recorded` at `position` of the log at `node`; false when `node` is
@@ -742,8 +827,7 @@ impl RunDag {
         let slots = &self.slots;
         if slots.edges_unindexed {
             return self
-                .edges
-                .iter()
+                .edges()
                 .filter(|e| e.edge_kind == kind && &e.from_node_id == node)
                 .count();
         }
@@ -888,7 +972,7 @@ impl RunView {
                 Step::Slot(slot) => &nodes.at(slot).node_id,
             };
             next = match nodes.slot(id) {
-                Some(slot) => match slots.parents[slot as usize] {
+                Some(slot) => match slots.parents[slot as usize].get() {
                     Some(parent) => Some(Step::Slot(parent)),
                     // A parent that is not a node of the run (a log no WorkRail wrote) ends
                     // the walk after it is named.
@@ -1269,7 +1353,7 @@ pub fn project_in_two_passes(events: &[SessionEvent], _policy: TipPolicy) -> Ses
                         run_id,
                         started: RunStarted::clone(started),
                         nodes: NodeTable::default(),
-                        edges: Vec::new(),
+                        edges: EdgeList::default(),
                         root: None,
                         slots: SlotIndex::default(),
                     },
@@ -1392,28 +1476,70 @@ pub struct Unsupported;
 struct RunAux {
     /// The node the run's latest activity touched since the preferred tip was last settled.
     latest_active: Option<NodeId>,
-    /// Every output's node (by slot) and channel, by the first 128 bits of its id's SHA-256
-    /// (`output_key`, D230): the ids' text would be most of what a long run's projector holds.
-    /// Two ids with the same key are as unlikely as a SHA-256 collision, on which the store's
-    /// content addressing already relies; here one could only send a log to the two-pass
-    /// projection (exact) or take a supersede of another output of the same node and channel
-    /// as valid where the two passes would report an anomaly.
-    outputs: HashMap<[u64; 2], (u32, OutputChannel)>,
+    /// Every output's node (by slot) and channel (see [`OutputIndex`]).
+    outputs: OutputIndex,
     /// Gap ids some gap resolves.
     resolved: HashSet<GapId>,
 }
 
-/// The first 128 bits of an output id's SHA-256 (see `RunAux::outputs`): deterministic, as a
+/// Every output of a run: its node's slot and its channel, found by the first 96 bits of its
+/// id's SHA-256 (`output_key`), 16 bytes an output (D234; D230 kept 128 bits in a map entry of
+/// 24 and a hash of them). The ids' text would be most of what a long run's projector holds. Two
+/// ids with the same key are as unlikely as a collision of 96 bits of SHA-256 (about one in
+/// 10^16 among a million outputs, even for a log someone crafted); one could only send a log to
+/// the two-pass projection (exact) or take a supersede of another output of the same node and
+/// channel as valid where the two passes would report an anomaly.
+#[derive(Debug, Clone, Default)]
+struct OutputIndex(HashTable<OutputEntry>);
+
+#[derive(Debug, Clone, Copy)]
+struct OutputEntry {
+    key: [u32; 3],
+    /// The node's slot shifted left by one, with the low bit set for the artifact channel.
+    place: u32,
+}
+
+impl OutputIndex {
+    /// The key's first bits are already uniform: they are the table's hash as they are.
+    fn hash(key: &[u32; 3]) -> u64 {
+        u64::from(key[0]) | (u64::from(key[1]) << 32)
+    }
+
+    fn place(slot: u32, channel: OutputChannel) -> Option<u32> {
+        let bit = match channel {
+            OutputChannel::Recap => 0,
+            OutputChannel::Artifact => 1,
+        };
+        slot.checked_mul(2).map(|s| s | bit)
+    }
+
+    /// The place of the output with `key`, if one was indexed.
+    fn get(&self, key: &[u32; 3]) -> Option<u32> {
+        self.0
+            .find(Self::hash(key), |e| e.key == *key)
+            .map(|e| e.place)
+    }
+
+    /// Indexes the output with `key` (which the caller found absent) at `place`.
+    fn insert(&mut self, key: [u32; 3], place: u32) {
+        self.0
+            .insert_unique(Self::hash(&key), OutputEntry { key, place }, |e| {
+                Self::hash(&e.key)
+            });
+    }
+}
+
+/// The first 96 bits of an output id's SHA-256 (see [`OutputIndex`]): deterministic, as a
 /// projection is, and collision-resistant even for a log someone crafted.
-fn output_key(id: &OutputId) -> [u64; 2] {
+fn output_key(id: &OutputId) -> [u32; 3] {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(id.as_str().as_bytes());
-    let half = |at: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&digest[at..at + 8]);
-        u64::from_le_bytes(bytes)
+    let word = |at: usize| {
+        let mut bytes = [0u8; 4];
+        bytes.copy_from_slice(&digest[at..at + 4]);
+        u32::from_le_bytes(bytes)
     };
-    [half(0), half(8)]
+    [word(0), word(4), word(8)]
 }
 
 /// A session projection extended event by event as the log grows, so a call on a long session
@@ -1519,7 +1645,7 @@ fn apply(
                     run_id: run_id.clone(),
                     started: RunStarted::clone(started),
                     nodes: NodeTable::default(),
-                    edges: Vec::new(),
+                    edges: EdgeList::default(),
                     root: None,
                     slots: SlotIndex::default(),
                 },
@@ -1598,17 +1724,20 @@ fn apply(
             let Some(slot) = view.dag.nodes.slot(node_id) else {
                 return Err(Unsupported);
             };
+            // A run of 2^31 nodes is left to the two passes too.
+            let Some(place) = OutputIndex::place(slot, o.output_channel) else {
+                return Err(Unsupported);
+            };
             let id = output_key(&o.output_id);
-            if run_aux.outputs.contains_key(&id) {
+            if run_aux.outputs.get(&id).is_some() {
                 return Err(Unsupported);
             }
-            if let Some(target) = &o.supersedes_output_id {
-                match run_aux.outputs.get(&output_key(target)) {
-                    Some(&(s, c)) if s == slot && c == o.output_channel => {}
-                    _ => return Err(Unsupported),
-                }
+            if let Some(target) = &o.supersedes_output_id
+                && run_aux.outputs.get(&output_key(target)) != Some(place)
+            {
+                return Err(Unsupported);
             }
-            run_aux.outputs.insert(id, (slot, o.output_channel));
+            run_aux.outputs.insert(id, place);
             // The latest output of a node and channel is its current one: an earlier one is
             // either superseded by it or older. Only where it is is kept (D226).
             let output = CurrentOutput::of(position, o);

@@ -11,7 +11,7 @@ pub mod resume;
 #[cfg(feature = "test-mutations")]
 pub use dag::plant;
 pub use dag::{
-    CurrentOutput, NodeInfo, NodeTable, PlantedProjectionBug, Projector, RunDag, RunView,
+    CurrentOutput, DagEdge, NodeInfo, NodeTable, PlantedProjectionBug, Projector, RunDag, RunView,
     SessionProjection, TipPolicy, Unsupported, effective_preferences, project,
     project_in_two_passes,
 };

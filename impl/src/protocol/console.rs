@@ -227,8 +227,7 @@ impl Workrail {
             let shown: HashSet<&str> = nodes.iter().map(|n| n.node_id.as_str()).collect();
             let edges = view
                 .dag
-                .edges
-                .iter()
+                .edges()
                 .filter(|e| {
                     shown.contains(e.from_node_id.as_str()) && shown.contains(e.to_node_id.as_str())
                 })
