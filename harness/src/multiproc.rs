@@ -92,7 +92,8 @@
 //! for the sessions that exist at the end; a few gone ones' tokens must answer
 //! `SESSION_NOT_FOUND` saying so on a fresh server. A session directory neither healthy nor
 //! wholly absent is `half_deleted`; a gc not killed by the harness that exits non-zero, and a
-//! last gc (servers stopped) that fails, is in safe mode or leaves a session, is `gc_failures`.
+//! last gc (servers stopped) that fails, is in safe mode, or leaves a session or (on files) one
+//! of gc's own directories, is `gc_failures`.
 //!
 //! Everything but `session_locked` (and the allowed counts of [`db_outage`], [`disk_full`] and
 //! [`gc_storm`]) must be 0. Loops are bounded in time and count; every child process is killed
@@ -361,7 +362,8 @@ pub struct Report {
     /// [`gc_storm`]: gc processes the harness killed with SIGKILL mid-run.
     pub gc_killed: u64,
     /// [`gc_storm`]: gc processes not killed by the harness that exited non-zero or hung, and
-    /// a last gc (every server stopped) that failed, was in safe mode or left a session.
+    /// a last gc (every server stopped) that failed, was in safe mode, or left a session or (on
+    /// files) one of gc's own directories.
     pub gc_failures: u64,
     /// [`gc_storm`]: sessions the gc processes reported deleted.
     pub gc_deleted: u64,

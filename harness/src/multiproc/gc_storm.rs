@@ -28,7 +28,8 @@
 //!   sessions' latest stateTokens must answer exactly `SESSION_NOT_FOUND` on a fresh server,
 //!   with a message that says the session no longer exists (`gc_race_errors`);
 //! - a last `workrail gc --ttl-days 0` with every server stopped exits 0, out of safe mode, and
-//!   leaves no session with committed truth (nobody holds a lock any more), else `gc_failures`.
+//!   leaves no session with committed truth (nobody holds a lock any more) and, on files, none of
+//!   gc's own directories (each gc removes what a killed one left), else `gc_failures`.
 //!
 //! On PostgreSQL the gc processes run on a machine of their own (a data directory where gc keeps
 //! its retention config) and the directories are rows: a session row some response named
@@ -524,16 +525,7 @@ impl Lab {
             return;
         }
         let sessions_dir = self.data_dir().join("sessions");
-        let leftovers: Vec<String> = std::fs::read_dir(&sessions_dir)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter(|e| e.path().is_dir())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|name| name.starts_with('.'))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let leftovers = gc_directories(&sessions_dir);
         report.gc_leftovers = leftovers.len() as u64;
         if leftovers.is_empty() {
             return;
@@ -570,6 +562,21 @@ impl Lab {
             }
         }
     }
+}
+
+/// gc's own directories under `sessions/` (a leading `.`): deletions in progress, or left by a
+/// killed gc.
+fn gc_directories(sessions_dir: &Path) -> Vec<String> {
+    std::fs::read_dir(sessions_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether an error message says the session no longer exists.
@@ -730,6 +737,16 @@ fn last_gc(lab: &Lab, report: &mut Report) {
             left.len(),
             &left[..left.len().min(5)]
         ));
+    }
+    // Every gc removes what a killed gc left half deleted; the last one runs alone.
+    if lab.postgres.is_none() {
+        let leftovers = gc_directories(&lab.data_dir().join("sessions"));
+        if !leftovers.is_empty() {
+            report.gc_failures += 1;
+            report.gc_samples.push(format!(
+                "the last gc (every server stopped) left gc's own directories {leftovers:?}: a gc removes what a killed one left"
+            ));
+        }
     }
 }
 
