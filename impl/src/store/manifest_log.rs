@@ -146,8 +146,12 @@ impl ManifestLog {
 
     /// Whether a pin of `snapshot` is among the records.
     pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
-        let raw = snapshot.digest().bytes();
-        let names = |index: usize| matches!(&self.records[index], Compact::Pin { snapshot, .. } if *snapshot == raw);
+        self.is_pinned_raw(&snapshot.digest().bytes())
+    }
+
+    /// Whether a pin of the snapshot whose raw digest is `raw` is among the records.
+    fn is_pinned_raw(&self, raw: &[u8; 32]) -> bool {
+        let names = |index: usize| matches!(&self.records[index], Compact::Pin { snapshot, .. } if snapshot == raw);
         self.pins
             .find(self.hasher.hash_one(raw), |&i| names(i as usize))
             .is_some()
@@ -173,7 +177,7 @@ impl ManifestLog {
             }
             ManifestRecord::SnapshotPinned(p) => {
                 let snapshot = p.snapshot_ref.digest().bytes();
-                if !self.is_pinned(&p.snapshot_ref) {
+                if !self.is_pinned_raw(&snapshot) {
                     self.index_pin(index as usize, snapshot);
                 }
                 Compact::Pin {
