@@ -88,8 +88,9 @@ fn a_session_exported_here_continues_elsewhere_from_re_minted_tokens() {
     // Every pinned snapshot and the run's pinned workflow are embedded.
     let loaded = source.sessions().load(&built.session).unwrap();
     let pins: Vec<_> = loaded
-        .manifest
-        .iter()
+        .manifest_records()
+        .unwrap()
+        .into_iter()
         .filter_map(|r| match r {
             ManifestRecord::SnapshotPinned(p) => Some(p.snapshot_ref.as_str().to_owned()),
             _ => None,

@@ -6,6 +6,9 @@
 //!
 //! Decision D226: a projection holds where each node's current notes are, not their text; a
 //! recap reads them from the log, forgotten or not, and answers as a server holding every event.
+//!
+//! Decision D235: the manifest records of forgotten events leave memory a page at a time and are
+//! read again from the manifest, checked against what the load validated.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -133,8 +136,9 @@ fn resending_a_forgotten_attempt_and_rehydrating_an_old_node_answer_as_the_first
 fn first_segment(store: &SessionStore, session: &SessionId) -> String {
     let loaded = store.load(session).unwrap();
     let rel = loaded
-        .manifest
-        .iter()
+        .manifest_records()
+        .unwrap()
+        .into_iter()
         .find_map(|r| match r {
             ManifestRecord::SegmentClosed(s) => Some(s.segment_rel_path.clone()),
             ManifestRecord::SnapshotPinned(_) => None,
@@ -204,8 +208,9 @@ fn notes_event(store: &dyn SessionRead, session: &SessionId, head: &str) -> (usi
         })
         .unwrap_or_else(|| panic!("no notes start with {head:?}"));
     let rel = loaded
-        .manifest
-        .iter()
+        .manifest_records()
+        .unwrap()
+        .into_iter()
         .find_map(|r| match r {
             ManifestRecord::SegmentClosed(s)
                 if s.first_event_index.get() <= index as u64
@@ -335,4 +340,150 @@ fn a_replayed_fork_whose_other_branch_notes_cannot_be_read_is_an_error_never_ano
         ErrorCode::SessionCorrupt,
         "a replay whose warning cannot read its notes must fail, not answer otherwise: {err:?}"
     );
+}
+
+/// The snapshots `loaded` pins, and whether it finds each pinned.
+fn pins_of(loaded: &workrail::store::LoadedSession) -> Vec<workrail_spec::ids::SnapshotRef> {
+    let pinned = loaded.pinned_snapshots().unwrap();
+    for snapshot in &pinned {
+        assert!(loaded.is_pinned(snapshot).unwrap(), "{snapshot} not found");
+    }
+    pinned
+}
+
+/// A long session keeps only the manifest records of the events it keeps parsed; the older
+/// ones are read again from the manifest and are the records a store keeping everything holds:
+/// each one, every one, every pin, the segment of every event. A first load writes them out as
+/// it reads, and a view extended past another process's commits keeps writing them out.
+/// decision: D235
+#[test]
+fn a_long_session_keeps_only_the_records_of_its_newest_events_and_reads_the_rest_back() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 35);
+    let (session, sent) = long_session(&wr, 120);
+    let keeper = SessionStore::new(Arc::clone(&fs)).with_resident_events(usize::MAX / 4);
+    let whole = keeper.load(&session).unwrap();
+    assert_eq!(
+        whole.manifest.paged(),
+        0,
+        "a store keeping every event pages nothing"
+    );
+    let records = whole.manifest_records().unwrap();
+
+    let loaded = wr.sessions().load(&session).unwrap();
+    let paged = loaded.manifest.paged();
+    assert!(
+        paged >= 128 && paged < loaded.manifest.len(),
+        "{paged} of {} records out of memory",
+        loaded.manifest.len()
+    );
+    assert_eq!(loaded.manifest_records().unwrap(), records);
+    for index in [0, 1, 63, 64, paged - 1, paged, records.len() - 1] {
+        assert_eq!(
+            loaded.manifest_record(index).unwrap().as_ref(),
+            records.get(index),
+            "record {index}"
+        );
+    }
+    assert_eq!(pins_of(&loaded), pins_of(&whole));
+    for position in 0..loaded.event_count() {
+        assert_eq!(
+            loaded.plan_start(position).unwrap(),
+            whole.plan_start(position).unwrap(),
+            "event {position}"
+        );
+    }
+    assert_eq!(
+        loaded.segments_from(3).unwrap(),
+        whole.segments_from(3).unwrap()
+    );
+
+    // A fresh load pages as it reads.
+    let fresh = SessionStore::new(Arc::clone(&fs))
+        .with_resident_events(MIN_RESIDENT_EVENTS)
+        .load(&session)
+        .unwrap();
+    assert!(fresh.manifest.paged() >= 128);
+    assert_eq!(fresh.manifest_records().unwrap(), records);
+
+    // Another process appends; this one's view is extended past its commits, then commits.
+    let other = keeping_few(&fs, 36);
+    let mut out = sent.last().unwrap().1.clone();
+    for i in 120..180 {
+        out = advance(&other, out, i);
+    }
+    for i in 180..200 {
+        out = advance(&wr, out, i);
+    }
+    let after = wr.sessions().load(&session).unwrap();
+    assert!(
+        after.manifest.paged() > paged,
+        "the extended view kept its new records"
+    );
+    let whole = keeper.load(&session).unwrap();
+    assert!(whole.health.is_healthy(), "{:?}", whole.health);
+    assert_eq!(
+        after.manifest_records().unwrap(),
+        whole.manifest_records().unwrap()
+    );
+    assert_eq!(pins_of(&after), pins_of(&whole));
+    assert_eq!(
+        &after.events().all().unwrap()[..],
+        whole.resident_events().1
+    );
+}
+
+/// Records read again are checked against what the load validated: a manifest rewritten
+/// under a view (the same length, other bytes) is an error naming it, for the records and for
+/// the forgotten events found through them; a manifest gone with its session is a deletion.
+/// decision: D235
+#[test]
+fn records_read_again_from_a_rewritten_manifest_are_an_error_never_other_records() {
+    let fs: Arc<dyn StoreFs> = Arc::new(MemFs::new());
+    let wr = keeping_few(&fs, 37);
+    let (session, _) = long_session(&wr, 80);
+    let store = SessionStore::new(Arc::clone(&fs)).with_resident_events(MIN_RESIDENT_EVENTS);
+    let loaded = store.load(&session).unwrap();
+    assert!(loaded.manifest.paged() > 0);
+    let path = format!("sessions/{session}/manifest.jsonl");
+    let path = Path::new(&path);
+    let original = fs.read(path).unwrap().unwrap();
+    // The first segment's size, one digit changed: still a record, not the one validated.
+    let text = String::from_utf8(original).unwrap();
+    let at = text.find("\"bytes\":").unwrap() + "\"bytes\":".len();
+    let digit = text.as_bytes()[at];
+    let mut changed = text.into_bytes();
+    changed[at] = if digit == b'9' { b'8' } else { digit + 1 };
+    fs.remove_file(path).unwrap();
+    fs.write_new(path, &changed).unwrap();
+    let refused = |result: Result<(), StoreError>, what: &str| match result {
+        Err(StoreError::Unhealthy {
+            health: SessionHealth::CorruptTail(c),
+            ..
+        }) => {
+            assert_eq!(c.reason, CorruptionReason::ManifestUnparseable, "{what}");
+            assert!(
+                c.detail.contains("not the records validated"),
+                "{what}: {}",
+                c.detail
+            );
+            assert_eq!(c.manifest_index, 0, "{what}");
+        }
+        other => panic!("{what} from a rewritten manifest: {other:?}"),
+    };
+    refused(loaded.manifest_records().map(drop), "the records");
+    refused(loaded.manifest_record(0).map(drop), "the first record");
+    refused(loaded.pinned_snapshots().map(drop), "the pins");
+    refused(loaded.events().get(0).map(drop), "the first event");
+    // Records still held answer.
+    let last = loaded.manifest.len() - 1;
+    assert!(loaded.manifest_record(last).unwrap().is_some());
+
+    // Gone with the whole session: deleted, as a continuing call reports it.
+    fs.remove_dir_all(Path::new(&format!("sessions/{session}")))
+        .unwrap();
+    assert!(matches!(
+        loaded.manifest_record(0),
+        Err(StoreError::Deleted { .. })
+    ));
 }

@@ -377,7 +377,7 @@ fn a_duplicate_pin_is_accepted_and_counted_once() {
     let loaded = wr.sessions().load(&s.session).unwrap();
     assert!(loaded.health.is_healthy(), "{:?}", loaded.health);
     assert_eq!(loaded.manifest.len(), records.len() + 1);
-    assert!(loaded.is_pinned(&duplicated));
+    assert!(loaded.is_pinned(&duplicated).unwrap());
     let resumed = wr
         .resume_session(workrail_spec::tools::ResumeSessionInput { query: None })
         .unwrap();
@@ -388,8 +388,9 @@ fn a_duplicate_pin_is_accepted_and_counted_once() {
     let after = wr.sessions().load(&s.session).unwrap();
     assert!(after.health.is_healthy());
     let pins_of_duplicated = after
-        .manifest
-        .iter()
+        .manifest_records()
+        .unwrap()
+        .into_iter()
         .filter(|r| matches!(r, ManifestRecord::SnapshotPinned(p) if p.snapshot_ref == duplicated))
         .count();
     assert_eq!(pins_of_duplicated, 2, "the commit added no third pin");

@@ -65,7 +65,12 @@ fn an_append_writes_a_segment_then_attests_it_then_pins_its_snapshots() {
     );
     let loaded = fx.store.load(&session()).unwrap();
     assert_eq!(loaded.health, SessionHealth::Healthy);
-    let kinds: Vec<&str> = loaded.manifest.iter().map(|r| r.kind().as_str()).collect();
+    let kinds: Vec<&str> = loaded
+        .manifest_records()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.kind().as_str())
+        .collect();
     assert_eq!(
         kinds,
         [
@@ -76,7 +81,7 @@ fn an_append_writes_a_segment_then_attests_it_then_pins_its_snapshots() {
         ],
         "each segment is attested, then its snapshots are pinned"
     );
-    for record in &loaded.manifest {
+    for record in loaded.manifest_records().unwrap() {
         if let ManifestRecord::SegmentClosed(s) = record {
             assert!(
                 s.segment_rel_path.starts_with("events/"),
@@ -103,11 +108,11 @@ fn indices_start_at_zero_and_segments_are_contiguous() {
     for (i, event) in loaded.events().all().unwrap().iter().enumerate() {
         assert_eq!(event.event_index().get(), i as u64);
     }
-    for (i, record) in loaded.manifest.iter().enumerate() {
+    for (i, record) in loaded.manifest_records().unwrap().into_iter().enumerate() {
         assert_eq!(record.manifest_index().get(), i as u64);
     }
     let mut next = 0;
-    for record in &loaded.manifest {
+    for record in loaded.manifest_records().unwrap() {
         if let ManifestRecord::SegmentClosed(s) = record {
             assert_eq!(s.first_event_index.get(), next);
             next = s.last_event_index.get() + 1;
@@ -784,10 +789,10 @@ fn plan_start_names_the_first_event_of_the_segment_holding_an_event() {
     fx.append(advance_plan(&fx.snapshots, 0, 1)).unwrap();
     let loaded = fx.store.load(&session()).unwrap();
     assert_eq!(loaded.event_count(), 6);
-    let starts: Vec<usize> = (0..6).map(|i| loaded.plan_start(i)).collect();
+    let starts: Vec<usize> = (0..6).map(|i| loaded.plan_start(i).unwrap()).collect();
     assert_eq!(starts, [0, 0, 0, 3, 3, 3]);
     assert_eq!(
-        loaded.plan_start(99),
+        loaded.plan_start(99).unwrap(),
         0,
         "no segment names it: the whole log"
     );
@@ -807,8 +812,9 @@ fn plan_start_finds_the_segment_of_every_event_of_a_long_log() {
     let loaded = fx.store.load(&session()).unwrap();
     let scanned = |position: usize| {
         loaded
-            .manifest
-            .iter()
+            .manifest_records()
+            .unwrap()
+            .into_iter()
             .find_map(|record| match record {
                 ManifestRecord::SegmentClosed(s)
                     if (s.first_event_index.get() as usize..=s.last_event_index.get() as usize)
@@ -822,14 +828,15 @@ fn plan_start_finds_the_segment_of_every_event_of_a_long_log() {
     };
     assert!(
         loaded
-            .manifest
-            .iter()
+            .manifest_records()
+            .unwrap()
+            .into_iter()
             .any(|r| matches!(r, ManifestRecord::SnapshotPinned(_))),
         "pins lie between the segments"
     );
     for position in 0..loaded.event_count() + 3 {
         assert_eq!(
-            loaded.plan_start(position),
+            loaded.plan_start(position).unwrap(),
             scanned(position),
             "event {position}"
         );
@@ -915,8 +922,9 @@ fn every_answered_append_survives_a_power_cut_right_after_its_answer() {
         let loaded = reopened.store.load(&session()).unwrap();
         assert_eq!(loaded.health, SessionHealth::Healthy);
         let attested = loaded
-            .manifest
-            .iter()
+            .manifest_records()
+            .unwrap()
+            .into_iter()
             .filter(|r| matches!(r, ManifestRecord::SegmentClosed(_)))
             .count();
         assert_eq!(
@@ -1148,7 +1156,7 @@ fn the_manifest_is_fsynced_after_the_record_is_written_and_before_the_append_ret
         // And what the fsync made durable is the segment_closed record the append added.
         let loaded = fx.store.load(&session()).unwrap();
         assert!(matches!(
-            loaded.manifest.get(records_before),
+            loaded.manifest_record(records_before).unwrap(),
             Some(ManifestRecord::SegmentClosed(_))
         ));
     }
@@ -1180,7 +1188,7 @@ fn a_stored_pin_record_missing_a_required_field_makes_the_session_unhealthy() {
         assert_eq!(whole.health, SessionHealth::Healthy);
         let last = whole.manifest.len() - 1;
         assert!(matches!(
-            whole.manifest.get(last),
+            whole.manifest_record(last).unwrap(),
             Some(ManifestRecord::SnapshotPinned(_))
         ));
         fx.fs.corrupt(&manifest, |bytes| {

@@ -239,8 +239,9 @@ impl FileFixture {
     fn segment_path(&self, session: &SessionId, index: u64) -> std::path::PathBuf {
         let loaded = self.reopen().load(session).unwrap();
         let seg = loaded
-            .manifest
-            .iter()
+            .manifest_records()
+            .unwrap()
+            .into_iter()
             .find_map(|r| match r {
                 ManifestRecord::SegmentClosed(s)
                     if (s.first_event_index.get()..=s.last_event_index.get()).contains(&index) =>
@@ -564,7 +565,12 @@ mod suite {
                 .map(|a| a.event.clone())
                 .collect();
             assert_eq!(loaded.events().all().unwrap(), appended);
-            let kinds: Vec<&str> = loaded.manifest.iter().map(|r| r.kind().as_str()).collect();
+            let kinds: Vec<&str> = loaded
+                .manifest_records()
+                .unwrap()
+                .into_iter()
+                .map(|r| r.kind().as_str())
+                .collect();
             assert_eq!(
                 kinds,
                 [
@@ -574,8 +580,16 @@ mod suite {
                     "snapshot_pinned"
                 ]
             );
-            assert!(loaded.is_pinned(&b.put_snapshot(&snapshot(0)).unwrap()));
-            assert!(loaded.is_pinned(&b.put_snapshot(&snapshot(1)).unwrap()));
+            assert!(
+                loaded
+                    .is_pinned(&b.put_snapshot(&snapshot(0)).unwrap())
+                    .unwrap()
+            );
+            assert!(
+                loaded
+                    .is_pinned(&b.put_snapshot(&snapshot(1)).unwrap())
+                    .unwrap()
+            );
         }
         let healthy = fx.reopen().load_healthy(&s).unwrap();
         assert_eq!(healthy.event_count(), 6);
@@ -642,14 +656,16 @@ mod suite {
             .collect();
         assert_eq!(indices, (0..12).collect::<Vec<u64>>());
         let manifest: Vec<u64> = loaded
-            .manifest
-            .iter()
+            .manifest_records()
+            .unwrap()
+            .into_iter()
             .map(|r| r.manifest_index().get())
             .collect();
         assert_eq!(manifest, (0..8).collect::<Vec<u64>>());
         let bounds: Vec<(u64, u64, String)> = loaded
-            .manifest
-            .iter()
+            .manifest_records()
+            .unwrap()
+            .into_iter()
             .filter_map(|r| match r {
                 ManifestRecord::SegmentClosed(c) => Some((
                     c.first_event_index.get(),
@@ -669,7 +685,7 @@ mod suite {
             ]
         );
         // Every segment_closed attests exactly the canonical lines of its events.
-        for record in &loaded.manifest {
+        for record in loaded.manifest_records().unwrap() {
             if let ManifestRecord::SegmentClosed(c) = record {
                 let mut text = String::new();
                 for e in &loaded.events().all().unwrap()
@@ -1434,8 +1450,20 @@ fn postgres_and_files_commit_the_same_bytes() {
         canonical_events(&loads[1].events().all().unwrap())
     );
     assert_eq!(
-        canonical_manifest(&loads[0].manifest.iter().collect::<Vec<_>>()),
-        canonical_manifest(&loads[1].manifest.iter().collect::<Vec<_>>())
+        canonical_manifest(
+            &loads[0]
+                .manifest_records()
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>()
+        ),
+        canonical_manifest(
+            &loads[1]
+                .manifest_records()
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>()
+        )
     );
     assert_eq!(loads[0].health, loads[1].health);
     let stored = pg

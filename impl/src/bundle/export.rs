@@ -133,7 +133,11 @@ pub fn export_bundle(
     // What the bundle must carry: every pinned snapshot (and every node's, the same set in a
     // validated session), every run's pinned workflow, every referenced artifact.
     let mut snapshot_refs: BTreeSet<SnapshotRef> = BTreeSet::new();
-    snapshot_refs.extend(loaded.manifest.pinned());
+    snapshot_refs.extend(
+        loaded
+            .pinned_snapshots()
+            .map_err(|e| with_context(e.to_envelope(false), "reading the session's manifest"))?,
+    );
     let mut hashes: BTreeSet<WorkflowHash> = BTreeSet::new();
     let mut artifact_digests: BTreeSet<Sha256Digest> = BTreeSet::new();
     // Earlier events a long session no longer holds parsed are read a few plans at a time.
@@ -210,16 +214,18 @@ pub fn export_bundle(
     parts.store.forget_cached(&session);
     let (events, manifest) = match std::sync::Arc::try_unwrap(loaded) {
         Ok(owned) => {
-            let manifest = owned.manifest.iter().collect::<Vec<_>>();
+            let manifest = owned.manifest_records();
             (owned.into_events(), manifest)
         }
         Err(shared) => (
             shared.events().all().map(std::borrow::Cow::into_owned),
-            shared.manifest.iter().collect::<Vec<_>>(),
+            shared.manifest_records(),
         ),
     };
     let events =
         events.map_err(|e| with_context(e.to_envelope(false), "reading the session's events"))?;
+    let manifest = manifest
+        .map_err(|e| with_context(e.to_envelope(false), "reading the session's manifest"))?;
     let bundle_id = parts
         .entropy
         .id_bytes()

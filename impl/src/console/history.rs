@@ -10,7 +10,6 @@ use std::time::SystemTime;
 use serde::Serialize;
 use workrail_spec::event::{AdvanceOutcome, EventData, OutputPayload, SessionEvent};
 use workrail_spec::ids::SessionId;
-use workrail_spec::manifest::ManifestRecord;
 
 use crate::projections::console::{LIST_MAX, TITLE_MAX_BYTES, bounded};
 use crate::protocol::{Facts, Workrail};
@@ -196,23 +195,26 @@ pub fn timeline(
     loaded: &LoadedSession,
     modified: &dyn Fn(&Path) -> Option<SystemTime>,
 ) -> (Vec<TimelineRow>, bool) {
-    let mut segments: Vec<(u64, u64, Option<String>)> = Vec::new();
-    for record in loaded.manifest.iter() {
-        if let ManifestRecord::SegmentClosed(s) = record {
-            let path = crate::store::layout::segment_path(
-                &loaded.session_id,
-                s.first_event_index,
-                s.last_event_index,
-            );
-            segments.push((
-                s.first_event_index.get(),
-                s.last_event_index.get(),
-                modified(&path).map(crate::time::rfc3339_utc),
-            ));
-        }
-    }
     let count = loaded.event_count();
     let cut = count > TIMELINE_MAX;
+    // Only the segments of the rows shown: their files' times are looked up, not every one's.
+    // Records that cannot be read again leave the rows without times.
+    let mut segments: Vec<(u64, u64, Option<String>)> = Vec::new();
+    for s in loaded
+        .segments_from(count.saturating_sub(TIMELINE_MAX))
+        .unwrap_or_default()
+    {
+        let path = crate::store::layout::segment_path(
+            &loaded.session_id,
+            s.first_event_index,
+            s.last_event_index,
+        );
+        segments.push((
+            s.first_event_index.get(),
+            s.last_event_index.get(),
+            modified(&path).map(crate::time::rfc3339_utc),
+        ));
+    }
     let newest = loaded
         .events()
         .range(count.saturating_sub(TIMELINE_MAX)..count)

@@ -283,7 +283,7 @@ impl Roots {
     /// `Err` when earlier events cannot be read again now: the roots are then incomplete, and
     /// nothing may be swept (D225).
     fn add(&mut self, loaded: &LoadedSession) -> Result<(), crate::store::StoreError> {
-        self.snapshots.extend(loaded.manifest.pinned());
+        self.snapshots.extend(loaded.pinned_snapshots()?);
         for chunk in loaded.events().chunks(0) {
             let (_, events) = chunk?;
             for event in events.iter() {

@@ -478,7 +478,12 @@ fn replay(
     };
     // The attempt's own records (one plan is one segment): what its warnings are rebuilt from.
     let plan = prefix
-        .range(ctx.loaded.plan_start(record_index).min(prefix.len())..prefix.len())
+        .range(
+            ctx.loaded
+                .plan_start(record_index)
+                .map_err(read_failed)?
+                .min(prefix.len())..prefix.len(),
+        )
         .map_err(read_failed)?;
     let plan = &plan[..];
     match &record.outcome {

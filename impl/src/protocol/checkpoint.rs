@@ -75,7 +75,12 @@ fn replay(
         ),
     );
     let plan = prefix
-        .range(ctx.loaded.plan_start(index).min(prefix.len())..prefix.len())
+        .range(
+            ctx.loaded
+                .plan_start(index)
+                .map_err(read_failed)?
+                .min(prefix.len())..prefix.len(),
+        )
         .map_err(read_failed)?;
     output.warnings.extend(notes_warnings(&plan, node));
     Ok(Some(output))

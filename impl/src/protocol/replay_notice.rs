@@ -59,7 +59,12 @@ pub(super) fn notice(
     let plan = ctx
         .loaded
         .events()
-        .range(ctx.loaded.plan_start(index).min(index)..index)
+        .range(
+            ctx.loaded
+                .plan_start(index)
+                .map_err(read_failed)?
+                .min(index)..index,
+        )
         .map_err(read_failed)?;
     let recorded = recorded_payloads(&plan, attempt);
     if sent == recorded {

@@ -26,7 +26,7 @@ use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
 use super::load::LoadedSession;
-use super::manifest_log::{ManifestLog, SegmentSpot};
+use super::manifest_log::{ManifestLog, PAGE_RECORDS, PagePlace, PageRecords, SegmentSpot};
 
 /// How many of a session's newest events a loaded session keeps parsed, at least, by default:
 /// about 180 advances of a loop, far more than any call but a replay or a first projection reads.
@@ -76,6 +76,27 @@ pub trait SegmentSource: Send + Sync + fmt::Debug {
     ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         segments.iter().map(|s| self.read(session, s)).collect()
     }
+
+    /// Whether a loaded session's oldest manifest records may leave memory, read again with
+    /// [`SegmentSource::read_manifest`] (D235). A store that does not read its manifest again
+    /// keeps every record.
+    fn rereads_manifest(&self) -> bool {
+        false
+    }
+
+    /// The `len` bytes of `session`'s manifest file from byte `offset` (fewer when the file is
+    /// shorter); `None` when the file is gone.
+    fn read_manifest(
+        &self,
+        session: &SessionId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let _ = (offset, len);
+        Err(StoreError::Internal {
+            detail: format!("the manifest of session {session} is not read again by this store"),
+        })
+    }
 }
 
 /// The file store's segments.
@@ -99,6 +120,25 @@ impl SegmentSource for FileSegments {
             .len(&layout::manifest_path(session))
             .map_err(|e| io_failed(session, e))?
             .is_some())
+    }
+
+    fn rereads_manifest(&self) -> bool {
+        true
+    }
+
+    fn read_manifest(
+        &self,
+        session: &SessionId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0
+            .read_range(&layout::manifest_path(session), offset, len)
+            .map_err(|e| StoreError::Io {
+                session: Some(session.clone()),
+                op: "read earlier manifest records",
+                detail: e.to_string(),
+            })
     }
 }
 
@@ -139,7 +179,22 @@ const RECENT_PLANS: usize = 8;
 #[derive(Debug, Default)]
 pub struct RecentPlans {
     plans: Mutex<VecDeque<RecentPlan>>,
+    /// The last pages of manifest records read again (D235).
+    pages: Mutex<VecDeque<RecentPage>>,
 }
+
+/// One page of [`RecentPlans::pages`]: its session, its number and its check, and its records.
+#[derive(Debug)]
+struct RecentPage {
+    session: SessionId,
+    k: usize,
+    check: [u8; 16],
+    records: PageRecords,
+}
+
+/// How many pages of manifest records read again stay parsed: a replay's plan and its
+/// neighbours' records lie in one or two.
+const RECENT_PAGES: usize = 4;
 
 /// One plan of [`RecentPlans`].
 #[derive(Debug)]
@@ -176,7 +231,80 @@ impl RecentPlans {
     }
 }
 
+impl RecentPlans {
+    fn page(&self, session: &SessionId, k: usize, place: &PagePlace) -> Option<PageRecords> {
+        let pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+        pages
+            .iter()
+            .find(|p| &p.session == session && p.k == k && p.check == place.check)
+            .map(|p| p.records.clone())
+    }
+
+    fn put_page(&self, session: &SessionId, k: usize, place: &PagePlace, page: PageRecords) {
+        let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+        if pages.len() >= RECENT_PAGES {
+            pages.pop_front();
+        }
+        pages.push_back(RecentPage {
+            session: session.clone(),
+            k,
+            check: place.check,
+            records: page,
+        });
+    }
+}
+
+/// Page `k` of `manifest`'s records out of memory, read again from the store's manifest and
+/// checked against what the load validated (D235), or taken from the pages read lately.
+pub(crate) fn read_page(
+    residency: &Residency,
+    session: &SessionId,
+    manifest: &ManifestLog,
+    k: usize,
+) -> Result<PageRecords, StoreError> {
+    let Some(place) = manifest.page_place(k) else {
+        return Err(StoreError::Internal {
+            detail: format!("page {k} of the manifest records of session {session} is held"),
+        });
+    };
+    if let Some(page) = residency.recent.page(session, k, &place) {
+        return Ok(page);
+    }
+    let Some(source) = residency.source.as_deref() else {
+        return Err(StoreError::Internal {
+            detail: format!(
+                "manifest records of session {session} are not held and there is nowhere to read them from"
+            ),
+        });
+    };
+    let Some(bytes) = source.read_manifest(session, place.offset, place.len)? else {
+        // The manifest is gone: the session was deleted while this view of it was held.
+        return Err(StoreError::Deleted {
+            session: session.clone(),
+        });
+    };
+    let page = manifest
+        .decode_page(k, &bytes)
+        .map_err(|(reason, detail)| StoreError::Unhealthy {
+            session: session.clone(),
+            health: SessionHealth::CorruptTail(Corruption {
+                reason,
+                manifest_index: (k * PAGE_RECORDS) as u64,
+                detail,
+            }),
+        })?;
+    residency.recent.put_page(session, k, &place, page.clone());
+    Ok(page)
+}
+
 impl Residency {
+    /// Whether a log's oldest manifest records may leave memory (D235).
+    pub(crate) fn pages_manifest(&self) -> bool {
+        self.source
+            .as_deref()
+            .is_some_and(SegmentSource::rereads_manifest)
+    }
+
     /// Whether a log holding `resident` parsed events should forget its oldest now: only past
     /// twice the limit, so the cut (a move of the kept events) comes once per `limit` appends.
     pub(crate) fn over(&self, resident: usize) -> bool {
@@ -335,10 +463,11 @@ fn prefetch(
     manifest: &ManifestLog,
     range: &Range<usize>,
 ) -> Result<HashMap<u64, Option<Vec<u8>>>, StoreError> {
+    let read = |k| read_page(residency, session, manifest, k);
     let mut spots: Vec<SegmentSpot> = Vec::new();
     let mut at = range.start;
     while at < range.end {
-        let Some(spot) = manifest.spot_of(at) else {
+        let Some(spot) = manifest.spot_in(at, &read)? else {
             break;
         };
         at = spot.last as usize + 1;
@@ -349,10 +478,10 @@ fn prefetch(
     if spots.len() < 2 {
         return Ok(HashMap::new());
     }
-    let wanted: Vec<SegmentClosed> = spots
-        .iter()
-        .filter_map(|spot| manifest.segment_at(spot))
-        .collect();
+    let mut wanted: Vec<SegmentClosed> = Vec::with_capacity(spots.len());
+    for spot in &spots {
+        wanted.extend(manifest.segment_in(spot, &read)?);
+    }
     let wanted: Vec<&SegmentClosed> = wanted.iter().collect();
     let read = source.read_many(session, &wanted)?;
     Ok(wanted
@@ -379,12 +508,13 @@ pub(crate) fn reread(
     let mut ids = IdPool::default();
     let mut events = Vec::with_capacity(range.len());
     let mut prefetched = prefetch(residency, source, session, manifest, &range)?;
+    let read = |k| read_page(residency, session, manifest, k);
     let mut at = range.start;
     while at < range.end {
         let no_segment = || StoreError::Internal {
             detail: format!("no committed segment of session {session} holds eventIndex {at}"),
         };
-        let spot = manifest.spot_of(at).ok_or_else(no_segment)?;
+        let spot = manifest.spot_in(at, &read)?.ok_or_else(no_segment)?;
         let lost = |reason: CorruptionReason, detail: String| StoreError::Unhealthy {
             session: session.clone(),
             health: SessionHealth::CorruptTail(Corruption {
@@ -403,7 +533,7 @@ pub(crate) fn reread(
             }
         }
         // Only a plan read from its source needs its whole record (its path).
-        let segment = manifest.segment_at(&spot).ok_or_else(no_segment)?;
+        let segment = manifest.segment_in(&spot, &read)?.ok_or_else(no_segment)?;
         let bytes = match prefetched.remove(&segment.first_event_index.get()) {
             Some(bytes) => bytes,
             None => source.read(session, &segment)?,

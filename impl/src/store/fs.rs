@@ -90,6 +90,15 @@ pub trait StoreFs: Send + Sync + fmt::Debug {
             bytes
         }))
     }
+    /// Reads `len` bytes of a file from byte `offset` (fewer when it is shorter); `Ok(None)` when
+    /// it does not exist. A loaded session reads its earlier manifest records again this way
+    /// (D235).
+    fn read_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.read_from(path, offset)?.map(|mut bytes| {
+            bytes.truncate(usize::try_from(len).unwrap_or(usize::MAX));
+            bytes
+        }))
+    }
     /// The file's length; `Ok(None)` when it does not exist.
     fn len(&self, path: &Path) -> io::Result<Option<u64>>;
     /// [`len`](Self::len) of each of `files`, paths relative to `dir`, in order: what
@@ -452,6 +461,17 @@ impl StoreFs for OsFs {
         file.seek(SeekFrom::Start(offset))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    }
+
+    fn read_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<Option<Vec<u8>>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let Some(mut file) = not_found_as_none(fs::File::open(self.abs(path)))? else {
+            return Ok(None);
+        };
+        file.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 20));
+        file.take(len).read_to_end(&mut bytes)?;
         Ok(Some(bytes))
     }
 

@@ -24,11 +24,11 @@ use workrail_spec::manifest::{ManifestRecord, SegmentClosed};
 
 use super::cas::{ObjectCheck, ObjectState};
 use super::error::StoreError;
-use super::event_log::{EventLog, Events, Residency, parse_segment, reread};
+use super::event_log::{EventLog, Events, Residency, parse_segment, read_page, reread};
 use super::fs::StoreFs;
 use super::health::{Corruption, CorruptionReason, SessionHealth};
 use super::layout;
-use super::manifest_log::ManifestLog;
+use super::manifest_log::{ManifestLog, PageRecords};
 use crate::growth::reserve_bounded;
 
 /// A session as load found it: the validated prefix and the health verdict.
@@ -223,9 +223,20 @@ impl LoadedSession {
     /// Appends committed manifest records, then forgets the oldest parsed events when more
     /// than the residency allows are held (they are committed now, so they can be read again).
     pub(crate) fn commit_records(&mut self, records: Vec<ManifestRecord>) {
-        self.manifest.extend(records);
+        self.commit_records_at(records.into_iter().map(|r| (r, None)));
+    }
+
+    /// [`LoadedSession::commit_records`] of records each with where its line starts in the
+    /// manifest file, so they can leave memory once old (D235).
+    pub(crate) fn commit_records_at(
+        &mut self,
+        records: impl IntoIterator<Item = (ManifestRecord, Option<u64>)>,
+    ) {
+        for (record, line_start) in records {
+            self.manifest.push_at(record, line_start);
+        }
         let upto = self.log.len();
-        forget_oldest(&mut self.log, &self.manifest, &self.residency, upto);
+        forget_oldest(&mut self.log, &mut self.manifest, &self.residency, upto);
     }
 
     pub(crate) fn empty(session_id: SessionId, residency: Residency) -> Self {
@@ -248,10 +259,38 @@ impl LoadedSession {
 
     /// The position of the first event of the plan (one plan is one segment) that holds the
     /// event at `position`; 0 when no segment names it (D217).
-    pub fn plan_start(&self, position: usize) -> usize {
+    pub fn plan_start(&self, position: usize) -> Result<usize, StoreError> {
+        Ok(self
+            .manifest
+            .spot_in(position, &self.page_reader())?
+            .map_or(0, |s| s.first as usize))
+    }
+
+    /// Reads page `k` of the manifest records out of memory again (D235).
+    fn page_reader(&self) -> impl Fn(usize) -> Result<PageRecords, StoreError> + '_ {
+        |k| read_page(&self.residency, &self.session_id, &self.manifest, k)
+    }
+
+    /// Every committed manifest record, in order; the ones out of memory are read again from
+    /// the manifest (D235).
+    pub fn manifest_records(&self) -> Result<Vec<ManifestRecord>, StoreError> {
+        self.manifest.records_in(&self.page_reader())
+    }
+
+    /// The committed manifest record at `index`.
+    pub fn manifest_record(&self, index: usize) -> Result<Option<ManifestRecord>, StoreError> {
+        self.manifest.get_in(index, &self.page_reader())
+    }
+
+    /// The `segment_closed` records of the events from `position` on, in order.
+    pub fn segments_from(&self, position: usize) -> Result<Vec<SegmentClosed>, StoreError> {
         self.manifest
-            .spot_of(position)
-            .map_or(0, |s| s.first as usize)
+            .segments_from_in(position, &self.page_reader())
+    }
+
+    /// The snapshots the manifest pins, in order.
+    pub fn pinned_snapshots(&self) -> Result<Vec<SnapshotRef>, StoreError> {
+        self.manifest.pinned_in(&self.page_reader())
     }
 
     /// The committed event carrying `key`, if any.
@@ -272,21 +311,33 @@ impl LoadedSession {
         }
     }
 
-    pub fn is_pinned(&self, snapshot: &SnapshotRef) -> bool {
-        self.manifest.is_pinned(snapshot)
+    /// Whether the manifest pins `snapshot`.
+    pub fn is_pinned(&self, snapshot: &SnapshotRef) -> Result<bool, StoreError> {
+        self.manifest.is_pinned_in(snapshot, &self.page_reader())
     }
 }
 
 /// Forgets the oldest parsed events of `log` when it holds more than `residency` allows: it
 /// keeps at least `residency.resident` events before `upto` (a transaction boundary; nothing
 /// past it is forgotten), from the start of a plan.
-fn forget_oldest(log: &mut EventLog, manifest: &ManifestLog, residency: &Residency, upto: usize) {
+///
+/// The manifest records before the segment of the first event kept leave memory with them, a
+/// page at a time, when the store reads its manifest again (D235).
+fn forget_oldest(
+    log: &mut EventLog,
+    manifest: &mut ManifestLog,
+    residency: &Residency,
+    upto: usize,
+) {
     if !residency.over(log.resident().len()) {
         return;
     }
     let keep_from = upto.saturating_sub(residency.resident);
-    if let Some(spot) = manifest.spot_of(keep_from) {
+    if let Some(spot) = manifest.held_spot_of(keep_from) {
         log.forget_before(spot.first as usize);
+        if residency.pages_manifest() {
+            manifest.page_out_before(spot.index);
+        }
     }
 }
 
@@ -510,18 +561,29 @@ impl<'a> Validator<'a> {
         Ok(new_events)
     }
 
-    fn accept_events(&mut self, new_events: Vec<SessionEvent>) {
+    /// Whether the records accepted so far pin `snapshot` (those out of memory read again).
+    fn is_pinned(&self, snapshot: &SnapshotRef) -> Result<bool, Stop> {
+        let read = |k| read_page(&self.residency, &self.session_id, &self.manifest, k);
+        self.manifest
+            .is_pinned_in(snapshot, &read)
+            .map_err(|e| Stop::Io(io::Error::other(e.to_string())))
+    }
+
+    fn accept_events(&mut self, new_events: Vec<SessionEvent>) -> Result<(), Stop> {
         let base = self.events.len();
-        self.awaiting_pins = introduced_snapshots(&new_events)
-            .into_iter()
-            .filter(|(r, _)| !self.manifest.is_pinned(r))
-            .map(|(r, i)| (r, base + i))
-            .collect();
+        let mut awaiting = Vec::new();
+        for (snapshot, i) in introduced_snapshots(&new_events) {
+            if !self.is_pinned(&snapshot)? {
+                awaiting.push((snapshot, base + i));
+            }
+        }
+        self.awaiting_pins = awaiting;
         if self.resumed {
             // A view kept in a cache grows as `commit_events` grows it, not by doubling.
             reserve_bounded(self.events.resident_mut(), new_events.len());
         }
         self.events.resident_mut().extend(new_events);
+        Ok(())
     }
 
     /// The snapshots and pinned workflows a segment's events reference must be there and
@@ -548,7 +610,7 @@ impl<'a> Validator<'a> {
                     )
                 }
                 EventData::NodeCreated(node) => {
-                    if self.manifest.is_pinned(&node.snapshot_ref) {
+                    if self.is_pinned(&node.snapshot_ref)? {
                         continue;
                     }
                     (
@@ -689,21 +751,21 @@ impl<'a> Validator<'a> {
                     }
                     let new_events = self.read_segment(fs, seg)?;
                     self.check_objects(&new_events)?;
-                    self.accept_events(new_events);
+                    self.accept_events(new_events)?;
                 }
                 ManifestRecord::SnapshotPinned(pin) => {
                     pin.session_id = self.session_id.clone();
                     self.accept_pin(pin)?;
                 }
             }
-            self.manifest.push(record);
+            self.manifest.push_at(record, Some(base + offset as u64));
             offset += len + 1;
             if self.awaiting_pins.is_empty() {
                 self.boundary = (self.events.len(), self.manifest.len(), base + offset as u64);
                 // A long log is not held whole even while it is read (D225).
                 forget_oldest(
                     &mut self.events,
-                    &self.manifest,
+                    &mut self.manifest,
                     &self.residency,
                     self.boundary.0,
                 );

@@ -721,6 +721,14 @@ impl AppendGate<'_> {
         let temp = layout::temp_segment_path(&session_id, first, last);
         let final_path = layout::segment_path(&session_id, first, last);
         let manifest = layout::manifest_path(&session_id);
+        // The snapshots this plan introduces that no record pins yet: asked before anything is
+        // written, since a pin out of memory is read again to be sure (D235).
+        let mut to_pin: Vec<(SnapshotRef, usize)> = Vec::new();
+        for (snapshot, i) in introduced_snapshots(&fresh) {
+            if !self.session.is_pinned(&snapshot)? && !to_pin.iter().any(|(s, _)| *s == snapshot) {
+                to_pin.push((snapshot, i));
+            }
+        }
 
         // 0) A new session's manifest exists, empty and durable, before its first segment
         //    (decision D131): event segments with no manifest beside them can then only mean a
@@ -801,11 +809,8 @@ impl AppendGate<'_> {
         let close_line = record_line(&closed)?;
         let mut records = vec![closed];
         let mut pins = String::new();
-        let mut newly_pinned = Vec::new();
-        for (snapshot, i) in introduced_snapshots(&fresh) {
-            if self.session.is_pinned(&snapshot) || newly_pinned.contains(&snapshot) {
-                continue;
-            }
+        let mut pin_lines = Vec::with_capacity(to_pin.len());
+        for (snapshot, i) in to_pin {
             let pin = ManifestRecord::SnapshotPinned(SnapshotPinned {
                 manifest_index: manifest_index(next_manifest)?,
                 session_id: session_id.clone(),
@@ -814,9 +819,10 @@ impl AppendGate<'_> {
                 created_by_event_id: fresh[i].event_id().clone(),
             });
             next_manifest += 1;
-            pins.push_str(&record_line(&pin)?);
+            let line = record_line(&pin)?;
+            pin_lines.push(line.len() as u64);
+            pins.push_str(&line);
             records.push(pin);
-            newly_pinned.push(snapshot);
         }
         // TEST-ONLY planted bug (feature `test-mutations`, off unless a test thread opts in):
         // the pins come before the record that attests their segment.
@@ -845,7 +851,18 @@ impl AppendGate<'_> {
         // Committed: update the gate's view (handed back to the cache when the gate closes).
         let view = Arc::make_mut(&mut self.session);
         view.commit_events(fresh);
-        view.commit_records(records);
+        // Where each record's line starts, in the order written (D235).
+        let (close_at, mut pin_at) = if close_after_pins {
+            (committed_len + pins.len() as u64, committed_len)
+        } else {
+            (committed_len, committed_len + close_line.len() as u64)
+        };
+        let mut starts = vec![close_at];
+        for len in pin_lines {
+            starts.push(pin_at);
+            pin_at += len;
+        }
+        view.commit_records_at(records.into_iter().zip(starts.into_iter().map(Some)));
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok(beside)

@@ -70,7 +70,7 @@ pub(super) fn prepare(
     next += 1;
     let mut newly_pinned: Vec<SnapshotRef> = Vec::new();
     for (snapshot, i) in introduced_snapshots(&fresh) {
-        if loaded.is_pinned(&snapshot) || newly_pinned.contains(&snapshot) {
+        if loaded.is_pinned(&snapshot)? || newly_pinned.contains(&snapshot) {
             continue;
         }
         records.push(ManifestRecord::SnapshotPinned(SnapshotPinned {
