@@ -2,7 +2,8 @@
 //! reads older ones again from their rows, checked against what the manifest attests (the
 //! file store's D225). Every answer stays what a server holding every event gives: replays of
 //! forgotten attempts, recaps of old nodes, a cold process. Rows that changed or vanished after
-//! load are an error, never other events.
+//! load are an error, never other events. Decision D235: so are the manifest records of forgotten
+//! events, read again from their rows.
 //!
 //! Needs `WORKRAIL_TEST_POSTGRES=postgres://…` (`source .ci/postgres.sh`); without it the tests
 //! say why and pass, except under `CI`, where they fail. Each test uses a schema of its own.
@@ -124,6 +125,101 @@ fn postgres_sessions_keep_their_newest_events_parsed_and_answer_as_when_holding_
     }
     assert!(matches!(
         loaded.events().get(0),
+        Err(StoreError::Deleted { .. })
+    ));
+}
+
+/// Decision D235 on PostgreSQL: the manifest rows of forgotten events leave memory a page at a
+/// time and are read again from the rows, the records a server keeping everything holds, in
+/// the writer, in a cold process and after another process's commits; a row rewritten since
+/// is an error naming it, and rows gone with their session a deletion.
+/// decision: D235
+#[test]
+fn postgres_sessions_keep_only_the_records_of_their_newest_events_and_read_the_rest_back() {
+    let Some(url) = postgres_url(
+        "postgres_sessions_keep_only_the_records_of_their_newest_events_and_read_the_rest_back",
+        "manifest pages",
+    ) else {
+        return;
+    };
+    let schema = Schema::new(&url, "wr_mfpages");
+    let wr = keeping(&schema, 44, MIN_RESIDENT_EVENTS);
+    let mut out = start_nested(&wr);
+    for i in 0..120 {
+        out = advance(&wr, out, i);
+    }
+    let session = SessionId::parse(out.session.session_id.as_str()).unwrap();
+    let whole = keeping(&schema, 45, usize::MAX / 4);
+    let records = |wr: &Workrail| {
+        let loaded = wr.sessions().load(&session).unwrap();
+        let pinned = loaded.pinned_snapshots().unwrap();
+        for snapshot in &pinned {
+            assert!(loaded.is_pinned(snapshot).unwrap(), "{snapshot}");
+        }
+        (
+            loaded.manifest.paged(),
+            loaded.manifest_records().unwrap(),
+            pinned,
+        )
+    };
+    let (none, all, all_pins) = records(&whole);
+    assert_eq!(none, 0, "a server keeping every event pages nothing");
+    let (paged, held, pins) = records(&wr);
+    assert!(
+        paged >= 128,
+        "{paged} of {} records out of memory",
+        all.len()
+    );
+    assert_eq!((held, pins), (all.clone(), all_pins.clone()), "the writer");
+    let cold = keeping(&schema, 46, MIN_RESIDENT_EVENTS);
+    let (cold_paged, cold_held, cold_pins) = records(&cold);
+    assert!(cold_paged >= 128, "a cold load pages as it reads");
+    assert_eq!((cold_held, cold_pins), (all, all_pins), "a cold process");
+    // Another process commits; the writer's view is extended past its rows, then commits.
+    for i in 120..180 {
+        out = advance(&cold, out, i);
+    }
+    for i in 180..200 {
+        out = advance(&wr, out, i);
+    }
+    let (after, held, pins) = records(&wr);
+    assert!(after > paged, "the extended view kept its new records");
+    let (_, all, all_pins) = records(&whole);
+    assert_eq!(
+        (held, pins),
+        (all, all_pins),
+        "after another process's commits"
+    );
+
+    // A row rewritten since the load: an error naming it, never another record.
+    let loaded = wr.sessions().load(&session).unwrap();
+    schema.run(&format!(
+        "UPDATE {}.manifest SET body = replace(body, '\"bytes\":', '\"bytes\":1') \
+         WHERE session_id = '{session}' AND manifest_index = 2",
+        schema.name
+    ));
+    match loaded.manifest_records() {
+        Err(StoreError::Unhealthy {
+            health: SessionHealth::CorruptTail(c),
+            ..
+        }) => {
+            assert_eq!(c.reason, CorruptionReason::ManifestUnparseable);
+            assert!(
+                c.detail.contains("not the records validated"),
+                "{}",
+                c.detail
+            );
+        }
+        other => panic!("a rewritten row read back as {other:?}"),
+    }
+    for table in ["events", "manifest", "sessions"] {
+        schema.run(&format!(
+            "DELETE FROM {}.{table} WHERE session_id = '{session}'",
+            schema.name
+        ));
+    }
+    assert!(matches!(
+        loaded.manifest_record(0),
         Err(StoreError::Deleted { .. })
     ));
 }

@@ -84,19 +84,29 @@ pub trait SegmentSource: Send + Sync + fmt::Debug {
         false
     }
 
-    /// The `len` bytes of `session`'s manifest file from byte `offset` (fewer when the file is
-    /// shorter); `None` when the file is gone.
+    /// The lines of `session`'s manifest records `page.first..page.first + page.count`, which
+    /// take `page.len` bytes from byte `page.offset` of its manifest as the file store writes
+    /// it (fewer when there are fewer); `None` when the manifest is gone.
     fn read_manifest(
         &self,
         session: &SessionId,
-        offset: u64,
-        len: u64,
+        page: &ManifestPage,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let _ = (offset, len);
+        let _ = page;
         Err(StoreError::Internal {
             detail: format!("the manifest of session {session} is not read again by this store"),
         })
     }
+}
+
+/// Where a page of manifest records is (D235): its first record and how many, and the bytes
+/// their lines take in the manifest as the file store writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestPage {
+    pub first: u64,
+    pub count: u64,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// The file store's segments.
@@ -129,11 +139,10 @@ impl SegmentSource for FileSegments {
     fn read_manifest(
         &self,
         session: &SessionId,
-        offset: u64,
-        len: u64,
+        page: &ManifestPage,
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.0
-            .read_range(&layout::manifest_path(session), offset, len)
+            .read_range(&layout::manifest_path(session), page.offset, page.len)
             .map_err(|e| StoreError::Io {
                 session: Some(session.clone()),
                 op: "read earlier manifest records",
@@ -277,7 +286,13 @@ pub(crate) fn read_page(
             ),
         });
     };
-    let Some(bytes) = source.read_manifest(session, place.offset, place.len)? else {
+    let page = ManifestPage {
+        first: (k * PAGE_RECORDS) as u64,
+        count: PAGE_RECORDS as u64,
+        offset: place.offset,
+        len: place.len,
+    };
+    let Some(bytes) = source.read_manifest(session, &page)? else {
         // The manifest is gone: the session was deleted while this view of it was held.
         return Err(StoreError::Deleted {
             session: session.clone(),

@@ -222,13 +222,10 @@ impl LoadedSession {
 
     /// Appends committed manifest records, then forgets the oldest parsed events when more
     /// than the residency allows are held (they are committed now, so they can be read again).
-    pub(crate) fn commit_records(&mut self, records: Vec<ManifestRecord>) {
-        self.commit_records_at(records.into_iter().map(|r| (r, None)));
-    }
-
-    /// [`LoadedSession::commit_records`] of records each with where its line starts in the
-    /// manifest file, so they can leave memory once old (D235).
-    pub(crate) fn commit_records_at(
+    ///
+    /// Each record comes with where its line starts in the manifest (as the file store writes
+    /// it), so it can leave memory once old (D235).
+    pub(crate) fn commit_records(
         &mut self,
         records: impl IntoIterator<Item = (ManifestRecord, Option<u64>)>,
     ) {

@@ -862,7 +862,7 @@ impl AppendGate<'_> {
             starts.push(pin_at);
             pin_at += len;
         }
-        view.commit_records_at(records.into_iter().zip(starts.into_iter().map(Some)));
+        view.commit_records(records.into_iter().zip(starts.into_iter().map(Some)));
         view.manifest_committed_bytes += transaction.len() as u64;
         view.manifest_file_bytes = view.manifest_committed_bytes;
         Ok(beside)

@@ -85,12 +85,15 @@ impl PgGate<'_> {
         let id = self.id;
         let results = prepared.results.clone();
         let fresh: Vec<_> = prepared.fresh.iter().map(|(e, _)| e.clone()).collect();
-        let records: Vec<_> = prepared.records.iter().map(|(r, _)| r.clone()).collect();
-        let bytes: u64 = prepared
-            .records
-            .iter()
-            .map(|(_, text)| text.len() as u64 + 1)
-            .sum();
+        // Each record with where its line starts in the manifest as the file store would write
+        // it, as validation lays the rows out: a page of them can then leave memory (D235).
+        let mut at = self.session.manifest_committed_bytes;
+        let mut records = Vec::with_capacity(prepared.records.len());
+        for (record, text) in &prepared.records {
+            records.push((record.clone(), Some(at)));
+            at += text.len() as u64 + 1;
+        }
+        let bytes = at - self.session.manifest_committed_bytes;
         if let Err(e) = self.backend.call(|reply| Request::GateAppend {
             id,
             session,

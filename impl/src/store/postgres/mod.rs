@@ -464,6 +464,7 @@ impl PostgresBackend {
             | Request::GateOpen { session, .. }
             | Request::Freshness { session, .. }
             | Request::Segment { session, .. }
+            | Request::ManifestRows { session, .. }
             | Request::DeleteSession { session, .. } => {
                 let worker = self.worker_for_session(session);
                 LAST_SESSION_WORKER.with(|last| last.set(Some((self.id, worker))));

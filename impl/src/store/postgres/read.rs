@@ -79,6 +79,29 @@ impl Worker {
             .collect())
     }
 
+    /// The bodies of the manifest rows `[first, first + count)` of `session`, in order (D235).
+    /// One statement, so one snapshot.
+    pub(super) async fn manifest_rows(
+        &mut self,
+        session: &SessionId,
+        first: i64,
+        count: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "SELECT body FROM manifest
+                 WHERE session_id = $1 AND manifest_index >= $2 AND manifest_index < $2 + $3
+                 ORDER BY manifest_index",
+                &[&session.as_str(), &first, &count],
+            )
+            .await
+            .map_err(sql_error("read earlier manifest records"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
     pub(super) async fn list(&mut self) -> Result<Vec<String>, StoreError> {
         let client = self.client().await?;
         let rows = client

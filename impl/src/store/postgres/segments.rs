@@ -11,7 +11,7 @@ use workrail_spec::manifest::SegmentClosed;
 use super::worker::Request;
 use super::{lock_key, spread_id, stopped};
 use crate::store::error::StoreError;
-use crate::store::event_log::SegmentSource;
+use crate::store::event_log::{ManifestPage, SegmentSource};
 
 /// The backend's workers, asked for a session's rows on the worker that serves the session.
 pub(super) struct PgSegments {
@@ -51,6 +51,35 @@ impl SegmentSource for PgSegments {
         segment: &SegmentClosed,
     ) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.read_many(session, &[segment])?.pop().flatten())
+    }
+
+    fn rereads_manifest(&self) -> bool {
+        true
+    }
+
+    /// The page's manifest rows, each body a line, as validation lays them out (`health`), so
+    /// the records the load checked are the ones a read checks again (D235).
+    fn read_manifest(
+        &self,
+        session: &SessionId,
+        page: &ManifestPage,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (first, count) = (page.first as i64, page.count as i64);
+        let rows = self.call(session, |reply| Request::ManifestRows {
+            session: session.clone(),
+            first,
+            count,
+            reply,
+        })?;
+        if rows.is_empty() && !self.has_manifest(session)? {
+            return Ok(None);
+        }
+        let mut text = String::new();
+        for body in rows {
+            text.push_str(&body);
+            text.push('\n');
+        }
+        Ok(Some(text.into_bytes()))
     }
 
     fn has_manifest(&self, session: &SessionId) -> Result<bool, StoreError> {

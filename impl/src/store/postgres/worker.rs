@@ -105,6 +105,14 @@ pub(super) enum Request {
         last: i64,
         reply: Reply<Vec<(i64, String)>>,
     },
+    /// The bodies of the manifest rows `[first, first + count)`, in order: a page of records a
+    /// loaded session reads again (D235).
+    ManifestRows {
+        session: SessionId,
+        first: i64,
+        count: i64,
+        reply: Reply<Vec<String>>,
+    },
     /// Commits a plan prepared against the gate's view, on the gate's connection.
     GateAppend {
         id: u64,
@@ -436,6 +444,16 @@ impl Worker {
                 reply,
                 "read an earlier segment",
                 self.event_rows(&session, first, last)
+            ),
+            Request::ManifestRows {
+                session,
+                first,
+                count,
+                reply,
+            } => answer!(
+                reply,
+                "read earlier manifest records",
+                self.manifest_rows(&session, first, count)
             ),
             Request::GateAppend {
                 id,
