@@ -227,15 +227,15 @@ const NESTED_READ_ROUNDS: usize = 61;
 const NESTED_TURNS: usize = 62;
 /// Server RSS after 2,000 nested advances against after 100, now that a session keeps only its
 /// newest events parsed and the snapshot cache holds at most 1,024 snapshots (decision D225;
-/// 1.11x at D234, 1.14x at D231, 1.15x at D229, 1.18x at D226, 1.19x at D225, 1.31x before it,
-/// 1.35x at D210, 1.45x at D164, 1.80x before).
-const NESTED_RSS_RATIO: f64 = 1.25;
+/// 1.07x at D235, 1.11x at D234, 1.14x at D231, 1.15x at D229, 1.18x at D226, 1.19x at D225,
+/// 1.31x before it, 1.35x at D210, 1.45x at D164, 1.80x before).
+const NESTED_RSS_RATIO: f64 = 1.2;
 /// Server RSS growth per 1,000 nested advances with 40-byte notes, in MiB (decisions D164,
-/// D210, D225, D229, D230, D231, D232, D233, D234; 1.28 at D234, 1.66 at D231, 1.81 at D229,
-/// 2.14 at D226, 2.25 at D225, 3.67 before it, 4.1 at D210, 4.9 at D164, 8.75 before). From 100
-/// to 2,000 advances it includes the snapshot cache filling to its 1,024 entries (bounded); from
-/// 500 to 2,000 it is 1.0 (1.47 at D231).
-const NESTED_GROWTH_MIB_PER_1000: f64 = 2.0;
+/// D210, D225, D229, D230, D231, D232, D233, D234, D235; 0.86 at D235, 1.28 at D234, 1.66 at
+/// D231, 1.81 at D229, 2.14 at D226, 2.25 at D225, 3.67 before it, 4.1 at D210, 4.9 at D164,
+/// 8.75 before). From 100 to 2,000 advances it includes the snapshot cache filling to its 1,024
+/// entries (bounded); from 500 to 2,000 it is 0.6 (1.0 at D234, 1.47 at D231).
+const NESTED_GROWTH_MIB_PER_1000: f64 = 1.5;
 
 /// One nested advance of `out` on `server` with 40-byte notes numbered `i`: its arguments and
 /// the new state.
