@@ -138,10 +138,25 @@ impl Console {
 
     /// `workrail console` with extra arguments, and optionally its `PATH`.
     fn start_with(data_dir: &Path, args: &[&str], path: Option<&Path>) -> Console {
+        Console::launch(data_dir, args, path, &[])
+    }
+
+    /// `workrail console` with extra environment variables.
+    fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Console {
+        Console::launch(data_dir, &[], None, env)
+    }
+
+    fn launch(
+        data_dir: &Path,
+        args: &[&str],
+        path: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Console {
         let mut command = Command::new(env!("CARGO_BIN_EXE_workrail"));
         if let Some(path) = path {
             command.env("PATH", path);
         }
+        command.envs(env.iter().copied());
         let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
@@ -868,6 +883,72 @@ fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
     let list = c.page("/?status=corrupt");
     assert_eq!(tags_with_class(&list, "tr", "session").len(), 1);
     assert!(list.contains(">corrupt_tail</td>"), "{list}");
+}
+
+/// A long session's older events are read again from their segments when the Console shows
+/// them (D225), after the page was first shown. When one cannot be read, the page says why in
+/// words and the timeline download fails rather than hand over part of the history; when one
+/// is gone, the page shows what a fresh load finds (the salvage view), not an error about the
+/// view the Console held before.
+/// decision: D225
+/// decision: D236
+#[test]
+fn a_history_that_cannot_be_read_again_is_said_in_words_and_a_lost_one_is_salvaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut mcp = start_mcp(&data);
+    let s0 = mcp.exec("start_workflow", json!({"workflowId": "wr.mr_review"}));
+    // The first step acknowledged again and again from its first response: one session of
+    // many forks, far more events than the Console below keeps parsed.
+    for n in 0..40 {
+        let back = mcp.exec("continue_workflow", json!({"stateToken": s0["stateToken"]}));
+        mcp.exec("continue_workflow", ack(&back, &format!("fork {n}")));
+    }
+    mcp.close();
+    let session = s0["session"]["sessionId"].as_str().unwrap();
+    let c = Console::start_with_env(&data, &[("WORKRAIL_RESIDENT_EVENTS", "64")]);
+    let first = c.page(&format!("/sessions/{session}"));
+    assert!(!first.contains("salvage-banner"), "{first}");
+    assert!(
+        tags_with_class(&first, "tr", "event").len() > 128,
+        "{first}"
+    );
+
+    // The first segment cannot be read (a directory in its place): an I/O error, said in words.
+    let events = data.join("sessions").join(session).join("events");
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(&events)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    segments.sort();
+    std::fs::remove_file(&segments[0]).unwrap();
+    std::fs::create_dir(&segments[0]).unwrap();
+    let unreadable = c.get(&format!("/sessions/{session}"));
+    assert_eq!(unreadable.status, 500, "{}", unreadable.body);
+    assert!(
+        unreadable.body.contains("filesystem operation failed")
+            && unreadable.body.contains("Retry"),
+        "{}",
+        unreadable.body
+    );
+    assert!(
+        !unreadable.body.contains("Corruption {"),
+        "{}",
+        unreadable.body
+    );
+    let download = c.get(&format!("/sessions/{session}/timeline.json"));
+    assert_eq!(download.status, 500, "{}", download.body);
+
+    // Gone: the page is the salvage view a fresh load shows.
+    std::fs::remove_dir(&segments[0]).unwrap();
+    let html = c.page(&format!("/sessions/{session}"));
+    let start = html
+        .find("<div id=\"salvage-banner\" role=\"alert\"")
+        .unwrap_or_else(|| panic!("no banner: {html}"));
+    let banner = &html[start..start + html[start..].find("</div>").unwrap()];
+    assert!(banner.contains("segment_missing"), "{banner}");
 }
 
 #[test]

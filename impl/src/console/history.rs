@@ -13,7 +13,7 @@ use workrail_spec::ids::SessionId;
 
 use crate::projections::console::{LIST_MAX, TITLE_MAX_BYTES, bounded};
 use crate::protocol::{Facts, Workrail};
-use crate::store::LoadedSession;
+use crate::store::{LoadedSession, StoreError};
 
 /// The notes searched per session are cut to this many bytes.
 pub const SEARCH_NOTES_MAX_BYTES: usize = 256 * 1024;
@@ -191,10 +191,12 @@ pub fn summary(event: &SessionEvent) -> String {
 
 /// The session's events in log order (the newest [`TIMELINE_MAX`]), each with the time its
 /// segment was committed where `modified` knows it (paths relative to the data directory).
+/// `Err` when those events cannot be read (older ones are read again from their segments,
+/// D225): the caller says so rather than show a timeline with rows missing.
 pub fn timeline(
     loaded: &LoadedSession,
     modified: &dyn Fn(&Path) -> Option<SystemTime>,
-) -> (Vec<TimelineRow>, bool) {
+) -> Result<(Vec<TimelineRow>, bool), StoreError> {
     let count = loaded.event_count();
     let cut = count > TIMELINE_MAX;
     // Only the segments of the rows shown: their files' times are looked up, not every one's.
@@ -217,8 +219,7 @@ pub fn timeline(
     }
     let newest = loaded
         .events()
-        .range(count.saturating_sub(TIMELINE_MAX)..count)
-        .unwrap_or_default();
+        .range(count.saturating_sub(TIMELINE_MAX)..count)?;
     let rows = newest
         .iter()
         .map(|event| {
@@ -237,7 +238,7 @@ pub fn timeline(
             }
         })
         .collect();
-    (rows, cut)
+    Ok((rows, cut))
 }
 
 /// How long ago `at` (RFC 3339) was, in words: `12 s ago`, `5 min ago`, `3 h ago`, `2 days ago`.

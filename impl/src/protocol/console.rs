@@ -106,7 +106,35 @@ impl Workrail {
         match self.store.load(&session) {
             Ok(loaded) => ConsoleLookup::Found(loaded),
             Err(StoreError::NotFound { .. }) => ConsoleLookup::NotFound,
-            Err(e) => ConsoleLookup::Unreadable(e.to_string()),
+            Err(e) => ConsoleLookup::Unreadable(e.for_people()),
+        }
+    }
+
+    /// A session and every event of it (its validated prefix when it is not healthy). A view
+    /// kept from an earlier load whose forgotten events turn out changed or gone (D225) is let
+    /// go and the session loaded again, so the page shows what a fresh load finds (the salvage
+    /// view of a damaged session), not an error about a view no longer true.
+    fn console_events(
+        &self,
+        session_id: &str,
+    ) -> ConsoleLookup<(std::sync::Arc<LoadedSession>, Vec<SessionEvent>)> {
+        let mut loaded_again = false;
+        loop {
+            let loaded = match self.console_load(session_id) {
+                ConsoleLookup::Found(l) => l,
+                ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
+                ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
+            };
+            let read = loaded.events().all().map(std::borrow::Cow::into_owned);
+            match read {
+                Ok(events) => return ConsoleLookup::Found((loaded, events)),
+                Err(StoreError::Unhealthy { session, .. }) if !loaded_again => {
+                    self.store.forget_cached(&session);
+                    loaded_again = true;
+                }
+                Err(StoreError::Deleted { .. }) => return ConsoleLookup::NotFound,
+                Err(e) => return ConsoleLookup::Unreadable(e.for_people()),
+            }
         }
     }
 
@@ -158,14 +186,10 @@ impl Workrail {
 
     /// A session's runs with their DAGs (at most [`LIST_MAX`] nodes per run, the newest).
     pub fn console_session(&self, session_id: &str) -> ConsoleLookup<SessionView> {
-        let loaded = match self.console_load(session_id) {
-            ConsoleLookup::Found(l) => l,
+        let (loaded, events) = match self.console_events(session_id) {
+            ConsoleLookup::Found(found) => found,
             ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
             ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
-        };
-        let events = match loaded.events().all() {
-            Ok(events) => events,
-            Err(e) => return ConsoleLookup::Unreadable(e.to_string()),
         };
         let facts = Facts::new(&events);
         let summary = session_summary_read_only(self, &loaded);
@@ -269,17 +293,13 @@ impl Workrail {
 
     /// Everything about one node of a session.
     pub fn console_node(&self, session_id: &str, node_id: &str) -> ConsoleLookup<NodeView> {
-        let loaded = match self.console_load(session_id) {
-            ConsoleLookup::Found(l) => l,
-            ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
-            ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
-        };
         let Ok(node) = NodeId::parse(node_id) else {
             return ConsoleLookup::NotFound;
         };
-        let events = match loaded.events().all() {
-            Ok(events) => events,
-            Err(e) => return ConsoleLookup::Unreadable(e.to_string()),
+        let (loaded, events) = match self.console_events(session_id) {
+            ConsoleLookup::Found(found) => found,
+            ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
+            ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
         };
         let facts = Facts::new(&events);
         let Some((run_id, view)) = facts

@@ -17,7 +17,7 @@ pub enum StoreError {
     /// minted. Nothing was written, and no empty session took its place (decision D130).
     #[error("session {session} was deleted")]
     Deleted { session: SessionId },
-    #[error("session {session} is not healthy: {health:?}")]
+    #[error("session {session} is not healthy: {health}")]
     Unhealthy {
         session: SessionId,
         health: SessionHealth,
@@ -199,6 +199,13 @@ pub fn deleted_session(session: &SessionId) -> ErrorEnvelope {
 const STORAGE_CORRUPTION: &str = "unexpected:storage_corruption_detected";
 
 impl StoreError {
+    /// This error as a page or a report shows it to a person: what is wrong, then what to do
+    /// (the envelope's message and suggestion).
+    pub fn for_people(&self) -> String {
+        let envelope = self.to_envelope(false);
+        format!("{} {}", envelope.message, envelope.suggestion)
+    }
+
     /// The envelope for this error. `token_flow` selects the token domain for lock contention
     /// (locks §12 boundary rule, §15).
     /// Every corruption error names the unified ReasonCode in `details.reasonCode`: the call

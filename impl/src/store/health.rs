@@ -109,6 +109,23 @@ pub enum SessionHealth {
     UnknownVersion(Corruption),
 }
 
+impl fmt::Display for SessionHealth {
+    /// For people: the health, and where validation stopped and why.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.corruption() {
+            None => f.write_str("healthy"),
+            Some(c) => write!(
+                f,
+                "{} ({} at manifest record {}: {})",
+                self.kind().as_str(),
+                c.reason,
+                c.manifest_index,
+                c.detail
+            ),
+        }
+    }
+}
+
 impl SessionHealth {
     pub fn kind(&self) -> SessionHealthKind {
         match self {
