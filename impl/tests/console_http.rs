@@ -374,6 +374,19 @@ fn fingerprint(root: &Path) -> BTreeMap<PathBuf, String> {
 }
 
 /// Copies a data directory as `cp -r` does, modes included (`keys/` stays private, D136).
+/// The committed event segments of `session` under `data`, in order (a writer's temp files,
+/// named with a leading dot, left out).
+fn segments_of(data: &Path, session: &str) -> Vec<PathBuf> {
+    let events = data.join("sessions").join(session).join("events");
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(&events)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    segments.sort();
+    segments
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     std::fs::set_permissions(to, std::fs::metadata(from).unwrap().permissions()).unwrap();
@@ -831,13 +844,7 @@ fn a_corrupt_tail_shows_the_salvage_banner_over_the_validated_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     copy_dir(f.dir.path(), &data);
-    let events = data.join("sessions").join(&f.forked).join("events");
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(&events)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .collect();
-    segments.sort();
+    let segments = segments_of(&data, &f.forked);
     let last = segments.last().unwrap();
     let mut bytes = std::fs::read(last).unwrap();
     let i = bytes.len() / 2;
@@ -916,13 +923,7 @@ fn a_history_that_cannot_be_read_again_is_said_in_words_and_a_lost_one_is_salvag
     );
 
     // The first segment cannot be read (a directory in its place): an I/O error, said in words.
-    let events = data.join("sessions").join(session).join("events");
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(&events)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .collect();
-    segments.sort();
+    let segments = segments_of(&data, session);
     std::fs::remove_file(&segments[0]).unwrap();
     std::fs::create_dir(&segments[0]).unwrap();
     let unreadable = c.get(&format!("/sessions/{session}"));
