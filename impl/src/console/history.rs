@@ -13,7 +13,7 @@ use workrail_spec::ids::SessionId;
 
 use crate::projections::console::{LIST_MAX, TITLE_MAX_BYTES, bounded};
 use crate::protocol::{Facts, Workrail};
-use crate::store::{LoadedSession, StoreError};
+use crate::store::LoadedSession;
 
 /// The notes searched per session are cut to this many bytes.
 pub const SEARCH_NOTES_MAX_BYTES: usize = 256 * 1024;
@@ -55,12 +55,16 @@ pub fn run_blocked(facts: &Facts<'_>, run: &crate::projections::RunView) -> bool
 
 /// The runs of a loaded session that the Console shows as blocked.
 pub fn blocked_runs(events: &[SessionEvent]) -> HashSet<String> {
-    let facts = Facts::new(events);
+    blocked_runs_of(&Facts::new(events))
+}
+
+/// [`blocked_runs`] of a session's facts, projected already.
+pub fn blocked_runs_of(facts: &Facts<'_>) -> HashSet<String> {
     facts
         .projection
         .runs
         .iter()
-        .filter(|(_, run)| run_blocked(&facts, run))
+        .filter(|(_, run)| run_blocked(facts, run))
         .map(|(id, _)| id.to_string())
         .collect()
 }
@@ -189,15 +193,16 @@ pub fn summary(event: &SessionEvent) -> String {
     first_line(&text)
 }
 
-/// The session's events in log order (the newest [`TIMELINE_MAX`]), each with the time its
-/// segment was committed where `modified` knows it (paths relative to the data directory).
-/// `Err` when those events cannot be read (older ones are read again from their segments,
-/// D225): the caller says so rather than show a timeline with rows missing.
+/// The session's events in log order (the newest [`TIMELINE_MAX`] of `events`, its log as the
+/// page's view read it), each with the time its segment was committed where `modified` knows
+/// it (paths relative to the data directory). Rows whose segments' records cannot be read
+/// again show no time.
 pub fn timeline(
     loaded: &LoadedSession,
+    events: &[SessionEvent],
     modified: &dyn Fn(&Path) -> Option<SystemTime>,
-) -> Result<(Vec<TimelineRow>, bool), StoreError> {
-    let count = loaded.event_count();
+) -> (Vec<TimelineRow>, bool) {
+    let count = events.len();
     let cut = count > TIMELINE_MAX;
     // Only the segments of the rows shown: their files' times are looked up, not every one's.
     // Records that cannot be read again leave the rows without times.
@@ -217,9 +222,7 @@ pub fn timeline(
             modified(&path).map(crate::time::rfc3339_utc),
         ));
     }
-    let newest = loaded
-        .events()
-        .range(count.saturating_sub(TIMELINE_MAX)..count)?;
+    let newest = &events[count.saturating_sub(TIMELINE_MAX)..];
     let rows = newest
         .iter()
         .map(|event| {
@@ -238,7 +241,7 @@ pub fn timeline(
             }
         })
         .collect();
-    Ok((rows, cut))
+    (rows, cut)
 }
 
 /// How long ago `at` (RFC 3339) was, in words: `12 s ago`, `5 min ago`, `3 h ago`, `2 days ago`.

@@ -433,38 +433,18 @@ fn session_extras(
     data_dir: &std::path::Path,
     key: &str,
 ) -> ConsoleLookup<(crate::projections::console::SessionView, session::Extras)> {
-    let view = match w.console_session(key) {
-        ConsoleLookup::Found(view) => view,
-        ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
-        ConsoleLookup::Unreadable(e) => return ConsoleLookup::Unreadable(e),
-    };
-    // The view was read; what is read beside it can still fail (a forgotten segment read again,
-    // D225): the page then says so, never shows an empty timeline as if it were the history.
-    let extras = match workrail_spec::ids::SessionId::parse(key).map(|id| w.sessions().load(&id)) {
-        Ok(Ok(loaded)) => {
-            use crate::gc::RetentionClock as _;
-            let clock = crate::gc::OsRetentionClock::new(data_dir.to_owned());
-            let mut extras = session::Extras::default();
-            match history::timeline(&loaded, &|p| clock.modified(p).ok().flatten()) {
-                Ok((timeline, cut)) => (extras.timeline, extras.timeline_cut) = (timeline, cut),
-                Err(e) => extras.unreadable = Some(e.for_people()),
-            }
-            match loaded.events().all() {
-                Ok(events) => extras.blocked_runs = history::blocked_runs(&events),
-                Err(e) => {
-                    extras.unreadable.get_or_insert_with(|| e.for_people());
-                }
-            }
-            extras
+    use crate::gc::RetentionClock as _;
+    let clock = crate::gc::OsRetentionClock::new(data_dir.to_owned());
+    // One read and one projection of the log for the view and what is shown beside it (D236).
+    w.console_session_with(key, |facts, loaded, events| {
+        let (timeline, timeline_cut) =
+            history::timeline(loaded, events, &|p| clock.modified(p).ok().flatten());
+        session::Extras {
+            blocked_runs: history::blocked_runs_of(facts),
+            timeline,
+            timeline_cut,
         }
-        Ok(Err(e)) => session::Extras {
-            unreadable: Some(e.for_people()),
-            ..session::Extras::default()
-        },
-        // The view was found under this key, so it is a session id.
-        Err(_) => session::Extras::default(),
-    };
-    ConsoleLookup::Found((view, extras))
+    })
 }
 
 async fn session_page(
@@ -629,11 +609,9 @@ async fn timeline_json(State(app): State<App>, Path(id): Path<String>) -> Respon
         id,
         "timeline.json",
         |w, data_dir, key| match session_extras(w, data_dir, key) {
-            // A download must not pass off a partial history as the whole.
-            ConsoleLookup::Found((_, extras)) => match extras.unreadable {
-                Some(why) => ConsoleLookup::Unreadable(why),
-                None => ConsoleLookup::Found(pretty_json(&extras.timeline)),
-            },
+            ConsoleLookup::Found((_, extras)) => {
+                ConsoleLookup::Found(pretty_json(&extras.timeline))
+            }
             ConsoleLookup::NotFound => ConsoleLookup::NotFound,
             ConsoleLookup::Unreadable(e) => ConsoleLookup::Unreadable(e),
         },

@@ -186,6 +186,21 @@ impl Workrail {
 
     /// A session's runs with their DAGs (at most [`LIST_MAX`] nodes per run, the newest).
     pub fn console_session(&self, session_id: &str) -> ConsoleLookup<SessionView> {
+        match self.console_session_with(session_id, |_, _, _| ()) {
+            ConsoleLookup::Found((view, ())) => ConsoleLookup::Found(view),
+            ConsoleLookup::NotFound => ConsoleLookup::NotFound,
+            ConsoleLookup::Unreadable(e) => ConsoleLookup::Unreadable(e),
+        }
+    }
+
+    /// [`Workrail::console_session`], and what `beside` makes of the same read: the session's
+    /// facts, its loaded view and its events (the validated prefix's). A page that shows more than the view (the timeline, the
+    /// blocked runs) reads and projects the log once, and cannot read it differently twice.
+    pub fn console_session_with<T>(
+        &self,
+        session_id: &str,
+        beside: impl FnOnce(&Facts<'_>, &LoadedSession, &[SessionEvent]) -> T,
+    ) -> ConsoleLookup<(SessionView, T)> {
         let (loaded, events) = match self.console_events(session_id) {
             ConsoleLookup::Found(found) => found,
             ConsoleLookup::NotFound => return ConsoleLookup::NotFound,
@@ -281,14 +296,16 @@ impl Workrail {
                 lane_groups,
             });
         }
-        ConsoleLookup::Found(SessionView {
+        let view = SessionView {
             session_id: loaded.session_id.to_string(),
             version: version_of(&loaded),
             health: loaded.health.kind().as_str().to_owned(),
             salvage: salvage_of(&loaded),
             events: loaded.event_count(),
             runs,
-        })
+        };
+        let extra = beside(&facts, &loaded, &events);
+        ConsoleLookup::Found((view, extra))
     }
 
     /// Everything about one node of a session.

@@ -34,9 +34,6 @@ pub struct Extras {
     pub timeline: Vec<TimelineRow>,
     /// Older events were left out of the timeline.
     pub timeline_cut: bool,
-    /// Why the session's history could not be read for this page (the timeline and the blocked
-    /// runs are then missing or incomplete, and the page says so).
-    pub unreadable: Option<String>,
 }
 
 /// The page for one session, with the live-update version it was rendered at; `kind` filters
@@ -51,14 +48,6 @@ pub fn render(view: &SessionView, extras: &Extras, kind: Option<&str>) -> Markup
         html! {
             h1 { "Session " code { (view.session_id) } }
             @if let Some(notice) = &view.salvage { (salvage_banner(&view.session_id, notice)) }
-            @if let Some(why) = &extras.unreadable {
-                p id="history-unreadable" class="error" role="alert" {
-                    strong { "Part of this session's history could not be read just now" }
-                    ", so its timeline and its blocked-run badges below are missing: " (why)
-                    " Reload the page to read it again; if this stays, run "
-                    code { "workrail inspect " (view.session_id) } " to see what is wrong."
-                }
-            }
             p class="downloads" {
                 "JSON: "
                 a href=(format!("/sessions/{}/session.json", view.session_id)) download { "session view" } " · "
@@ -265,46 +254,5 @@ fn lane_group(view: &SessionView, group: &LaneGroupView, depth: usize) -> Markup
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A session page whose history could not be read says so, with what failed and what to
-    /// run, above a timeline left empty; a page that read it says nothing of the kind.
-    /// decision: D236
-    #[test]
-    fn a_history_that_could_not_be_read_is_said_above_the_empty_timeline() {
-        let view = SessionView {
-            session_id: "sess_0123456789abcdef".to_owned(),
-            version: "v".to_owned(),
-            health: "healthy".to_owned(),
-            salvage: None,
-            events: 700,
-            runs: Vec::new(),
-        };
-        let read = render(&view, &Extras::default(), None).into_string();
-        assert!(!read.contains("history-unreadable"), "{read}");
-        let extras = Extras {
-            unreadable: Some("A filesystem operation failed. Retry the call.".to_owned()),
-            ..Extras::default()
-        };
-        let html = render(&view, &extras, None).into_string();
-        let start = html
-            .find("<p id=\"history-unreadable\" class=\"error\" role=\"alert\">")
-            .unwrap_or_else(|| panic!("no notice: {html}"));
-        let notice = &html[start..start + html[start..].find("</p>").unwrap_or(0)];
-        for needle in [
-            "could not be read",
-            "timeline and its blocked-run badges below are missing",
-            "A filesystem operation failed. Retry the call.",
-            "Reload the page",
-            "workrail inspect sess_0123456789abcdef",
-        ] {
-            assert!(notice.contains(needle), "{needle} missing from {notice}");
-        }
-        assert!(start < html.find("id=\"timeline\"").unwrap_or(0), "{html}");
     }
 }
